@@ -1,0 +1,394 @@
+//! The `COURIER_*` configuration table.
+//!
+//! Every variable has a name, a default, a one-line help and a parser. Values come from the
+//! environment and may be overridden in code (`Config::set`). A value that does not parse is
+//! an error that names the variable and the accepted values; nothing is silently ignored.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use super::status::{Error, Result, Status};
+
+/// One configuration variable.
+#[derive(Clone, Copy, Debug)]
+pub struct Var {
+    /// Full name, e.g. `COURIER_TLS`.
+    pub name: &'static str,
+    /// Default value as written in the environment.
+    pub default: &'static str,
+    /// One-line help.
+    pub help: &'static str,
+    /// What values are accepted, for error messages.
+    pub accepts: &'static str,
+}
+
+/// The table. `courier info -c` prints it; the C ABI lists it.
+pub const VARS: &[Var] = &[
+    Var { name: "COURIER_TLS", default: "all", help: "Transports to use: 'all', a comma list of self,shm,tcp, or '^' followed by a list to exclude", accepts: "all | self,shm,tcp | ^list" },
+    Var { name: "COURIER_NET_DEVICES", default: "all", help: "Network interfaces tcp may use: 'all' or a comma list of interface names (e.g. lo,eth0)", accepts: "all | comma list of interface names" },
+    Var { name: "COURIER_LOG_LEVEL", default: "warn", help: "Logging level: error, warn, info, debug, trace", accepts: "error | warn | info | debug | trace" },
+    Var { name: "COURIER_RNDV_THRESH", default: "auto", help: "Message size from which tag and active messages use rendezvous ('auto' picks per transport)", accepts: "auto | a size such as 8192, 16k, 1m" },
+    Var { name: "COURIER_BCOPY_THRESH", default: "auto", help: "Message size from which eager sends copy through a bounce buffer instead of inline", accepts: "auto | a size" },
+    Var { name: "COURIER_KEEPALIVE_INTERVAL", default: "500ms", help: "How often an idle connection proves the peer is alive", accepts: "a duration such as 500ms, 1s, 2.5s" },
+    Var { name: "COURIER_KEEPALIVE_TIMEOUT", default: "2s", help: "Silence after which a peer is declared failed", accepts: "a duration such as 2s, 1500ms" },
+    Var { name: "COURIER_SHM_FIFO_SIZE", default: "256", help: "Cells in each shared-memory FIFO (a power of two)", accepts: "a power of two from 16 to 65536" },
+    Var { name: "COURIER_SHM_CMA", default: "auto", help: "Single-copy transfers with process_vm_readv: auto (probe), yes (required), no (bounce buffers)", accepts: "auto | yes | no" },
+    Var { name: "COURIER_TCP_SNDBUF", default: "4m", help: "TCP send buffer size (0 keeps the system default)", accepts: "a size" },
+    Var { name: "COURIER_TCP_RCVBUF", default: "4m", help: "TCP receive buffer size (0 keeps the system default)", accepts: "a size" },
+    Var { name: "COURIER_TCP_CONNECT_TIMEOUT", default: "5s", help: "How long a TCP connection attempt may take", accepts: "a duration" },
+];
+
+/// Parsed configuration.
+#[derive(Clone, Debug)]
+pub struct Config {
+    raw: BTreeMap<&'static str, String>,
+    /// Transport selection.
+    pub tls: TlsSelection,
+    /// Interfaces tcp may use; `None` = all.
+    pub net_devices: Option<Vec<String>>,
+    /// Logging level.
+    pub log_level: LogLevel,
+    /// Rendezvous threshold; `None` = per transport.
+    pub rndv_thresh: Option<usize>,
+    /// Bounce-copy threshold; `None` = per transport.
+    pub bcopy_thresh: Option<usize>,
+    /// Keepalive interval.
+    pub keepalive_interval: Duration,
+    /// Keepalive timeout.
+    pub keepalive_timeout: Duration,
+    /// Cells per shm FIFO.
+    pub shm_fifo_size: usize,
+    /// CMA policy.
+    pub shm_cma: CmaPolicy,
+    /// TCP buffer sizes.
+    pub tcp_sndbuf: usize,
+    /// TCP buffer sizes.
+    pub tcp_rcvbuf: usize,
+    /// TCP connect timeout.
+    pub tcp_connect_timeout: Duration,
+}
+
+/// Transport names known to Courier.
+pub const TRANSPORTS: [&str; 3] = ["self", "shm", "tcp"];
+
+/// The effective `COURIER_TLS`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TlsSelection {
+    allowed: [bool; 3],
+    /// The value as given.
+    pub spec: String,
+}
+
+impl TlsSelection {
+    /// Parse `all`, `a,b`, or `^a,b`.
+    pub fn parse(v: &str) -> Result<TlsSelection> {
+        let v = v.trim();
+        let err = |what: String| {
+            Error::msg(
+                Status::BadConfig,
+                format!("COURIER_TLS={v:?}: {what}; accepted: all, a comma list of self, shm, tcp (aliases: sm, posix, cma = shm), or ^list to exclude"),
+            )
+        };
+        if v.is_empty() {
+            return Err(err("empty value".into()));
+        }
+        if v == "all" {
+            return Ok(TlsSelection { allowed: [true; 3], spec: v.into() });
+        }
+        let (deny, list) = match v.strip_prefix('^') {
+            Some(rest) => (true, rest),
+            None => (false, v),
+        };
+        let mut named = [false; 3];
+        for name in list.split(',').map(str::trim) {
+            let idx = match name {
+                "self" => 0,
+                "shm" | "sm" | "posix" | "cma" => 1,
+                "tcp" => 2,
+                "" => return Err(err("empty name in list".into())),
+                other => return Err(err(format!("unknown transport {other:?}"))),
+            };
+            named[idx] = true;
+        }
+        let allowed = if deny { named.map(|n| !n) } else { named };
+        Ok(TlsSelection { allowed, spec: v.into() })
+    }
+
+    /// Whether a transport is allowed.
+    pub fn allows(&self, name: &str) -> bool {
+        TRANSPORTS.iter().position(|t| *t == name).map(|i| self.allowed[i]).unwrap_or(false)
+    }
+
+    /// The allowed transports in order.
+    pub fn effective(&self) -> String {
+        let v: Vec<&str> = TRANSPORTS.iter().zip(self.allowed).filter(|(_, a)| *a).map(|(t, _)| *t).collect();
+        v.join(",")
+    }
+}
+
+/// Logging levels.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum LogLevel {
+    /// Errors only.
+    Error,
+    /// Warnings and errors.
+    Warn,
+    /// Selection lines and notable events.
+    Info,
+    /// Protocol events.
+    Debug,
+    /// Everything.
+    Trace,
+}
+
+/// CMA policy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CmaPolicy {
+    /// Probe at connect time; fall back to bounce buffers if refused.
+    Auto,
+    /// Required: fail the connection if refused.
+    Yes,
+    /// Never: always bounce buffers.
+    No,
+}
+
+fn var(name: &str) -> &'static Var {
+    VARS.iter().find(|v| v.name == name).expect("config table lists every variable it parses")
+}
+
+fn bad(name: &str, value: &str, why: &str) -> Error {
+    let v = var(name);
+    Error::msg(Status::BadConfig, format!("{name}={value:?}: {why}; accepted: {}", v.accepts))
+}
+
+/// Parse a size: `4096`, `16k`, `4m`, `1g` (binary units), case-insensitive, optional `b`.
+pub fn parse_size(s: &str) -> Option<usize> {
+    let t = s.trim().to_ascii_lowercase();
+    let t = t.strip_suffix('b').unwrap_or(&t);
+    let (num, mul) = match t.chars().last()? {
+        'k' => (&t[..t.len() - 1], 1usize << 10),
+        'm' => (&t[..t.len() - 1], 1 << 20),
+        'g' => (&t[..t.len() - 1], 1 << 30),
+        _ => (t, 1),
+    };
+    num.trim().parse::<usize>().ok()?.checked_mul(mul)
+}
+
+/// Parse a duration: `500ms`, `2s`, `1.5s`, `100us`, `inf`.
+pub fn parse_duration(s: &str) -> Option<Duration> {
+    let t = s.trim().to_ascii_lowercase();
+    if t == "inf" {
+        return Some(Duration::MAX);
+    }
+    let (num, scale) = if let Some(n) = t.strip_suffix("ms") {
+        (n, 1e-3)
+    } else if let Some(n) = t.strip_suffix("us") {
+        (n, 1e-6)
+    } else if let Some(n) = t.strip_suffix('s') {
+        (n, 1.0)
+    } else if let Some(n) = t.strip_suffix('m') {
+        (n, 60.0)
+    } else {
+        (t.as_str(), 1.0)
+    };
+    let v: f64 = num.trim().parse().ok()?;
+    if !v.is_finite() || v < 0.0 {
+        return None;
+    }
+    Some(Duration::from_secs_f64(v * scale))
+}
+
+impl Config {
+    /// Read every variable from the environment, then apply `overrides` (name → value).
+    pub fn from_env_with(overrides: &[(&str, &str)]) -> Result<Config> {
+        let mut raw = BTreeMap::new();
+        for v in VARS {
+            raw.insert(v.name, std::env::var(v.name).unwrap_or_else(|_| v.default.to_string()));
+        }
+        // Variables that look like ours but are not in the table are almost always typos.
+        for (k, _) in std::env::vars() {
+            if k.starts_with("COURIER_") && !VARS.iter().any(|v| v.name == k) && !k.starts_with("COURIER_TEST_") {
+                tracing::warn!("{k} is not a Courier variable (see `courier info -c`); ignored");
+            }
+        }
+        for (k, val) in overrides {
+            let v = VARS
+                .iter()
+                .find(|v| v.name == *k)
+                .ok_or_else(|| Error::msg(Status::BadConfig, format!("{k} is not a Courier configuration variable")))?;
+            raw.insert(v.name, val.to_string());
+        }
+        Config::parse(raw)
+    }
+
+    /// Read every variable from the environment.
+    pub fn from_env() -> Result<Config> {
+        Config::from_env_with(&[])
+    }
+
+    fn parse(raw: BTreeMap<&'static str, String>) -> Result<Config> {
+        let get = |n: &str| raw.get(n).map(String::as_str).unwrap_or(var(n).default);
+        let size = |n: &str| parse_size(get(n)).ok_or_else(|| bad(n, get(n), "not a size"));
+        let auto_size = |n: &str| -> Result<Option<usize>> {
+            if get(n).trim() == "auto" { Ok(None) } else { size(n).map(Some) }
+        };
+        let dur = |n: &str| parse_duration(get(n)).ok_or_else(|| bad(n, get(n), "not a duration"));
+
+        let tls = TlsSelection::parse(get("COURIER_TLS"))?;
+        let nd = get("COURIER_NET_DEVICES").trim();
+        let net_devices = if nd == "all" {
+            None
+        } else {
+            let list: Vec<String> = nd.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect();
+            if list.is_empty() {
+                return Err(bad("COURIER_NET_DEVICES", nd, "empty list"));
+            }
+            Some(list)
+        };
+        let log_level = match get("COURIER_LOG_LEVEL").trim().to_ascii_lowercase().as_str() {
+            "error" | "fatal" => LogLevel::Error,
+            "warn" | "warning" => LogLevel::Warn,
+            "info" => LogLevel::Info,
+            "debug" => LogLevel::Debug,
+            "trace" => LogLevel::Trace,
+            _ => return Err(bad("COURIER_LOG_LEVEL", get("COURIER_LOG_LEVEL"), "unknown level")),
+        };
+        let keepalive_interval = dur("COURIER_KEEPALIVE_INTERVAL")?;
+        let keepalive_timeout = dur("COURIER_KEEPALIVE_TIMEOUT")?;
+        if keepalive_timeout < keepalive_interval {
+            return Err(bad("COURIER_KEEPALIVE_TIMEOUT", get("COURIER_KEEPALIVE_TIMEOUT"), "shorter than COURIER_KEEPALIVE_INTERVAL"));
+        }
+        let shm_fifo_size = get("COURIER_SHM_FIFO_SIZE").trim().parse::<usize>().ok()
+            .filter(|n| n.is_power_of_two() && (16..=65536).contains(n))
+            .ok_or_else(|| bad("COURIER_SHM_FIFO_SIZE", get("COURIER_SHM_FIFO_SIZE"), "not a power of two in range"))?;
+        let shm_cma = match get("COURIER_SHM_CMA").trim() {
+            "auto" => CmaPolicy::Auto,
+            "yes" | "y" | "on" | "1" => CmaPolicy::Yes,
+            "no" | "n" | "off" | "0" => CmaPolicy::No,
+            other => return Err(bad("COURIER_SHM_CMA", other, "unknown policy")),
+        };
+        Ok(Config {
+            tls,
+            net_devices,
+            log_level,
+            rndv_thresh: auto_size("COURIER_RNDV_THRESH")?,
+            bcopy_thresh: auto_size("COURIER_BCOPY_THRESH")?,
+            keepalive_interval,
+            keepalive_timeout,
+            shm_fifo_size,
+            shm_cma,
+            tcp_sndbuf: size("COURIER_TCP_SNDBUF")?,
+            tcp_rcvbuf: size("COURIER_TCP_RCVBUF")?,
+            tcp_connect_timeout: dur("COURIER_TCP_CONNECT_TIMEOUT")?,
+            raw,
+        })
+    }
+
+    /// Override one variable in code; the whole configuration is re-checked.
+    pub fn set(&mut self, name: &str, value: &str) -> Result<()> {
+        let v = VARS
+            .iter()
+            .find(|v| v.name == name)
+            .ok_or_else(|| Error::msg(Status::BadConfig, format!("{name} is not a Courier configuration variable")))?;
+        let mut raw = self.raw.clone();
+        raw.insert(v.name, value.to_string());
+        *self = Config::parse(raw)?;
+        Ok(())
+    }
+
+    /// The value in force for a variable, as text.
+    pub fn value(&self, name: &str) -> Option<&str> {
+        self.raw.get(name).map(String::as_str)
+    }
+
+    /// Every variable with its value in force, in table order.
+    pub fn entries(&self) -> Vec<(&'static Var, &str)> {
+        VARS.iter().map(|v| (v, self.value(v.name).unwrap_or(v.default))).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn cfg(over: &[(&str, &str)]) -> Result<Config> {
+        let mut raw = BTreeMap::new();
+        for v in VARS {
+            raw.insert(v.name, v.default.to_string());
+        }
+        for (k, val) in over {
+            raw.insert(var(k).name, val.to_string());
+        }
+        Config::parse(raw)
+    }
+
+    #[test]
+    fn defaults_parse() {
+        let c = cfg(&[]).unwrap();
+        assert_eq!(c.tls.effective(), "self,shm,tcp");
+        assert_eq!(c.keepalive_timeout, Duration::from_secs(2));
+        assert_eq!(c.rndv_thresh, None);
+    }
+
+    #[test]
+    fn tls_lists_and_exclusions() {
+        let t = TlsSelection::parse("^shm").unwrap();
+        assert!(t.allows("self") && !t.allows("shm") && t.allows("tcp"));
+        let t = TlsSelection::parse("tcp").unwrap();
+        assert_eq!(t.effective(), "tcp");
+        let t = TlsSelection::parse("sm,self").unwrap();
+        assert_eq!(t.effective(), "self,shm");
+    }
+
+    #[test]
+    fn bad_values_name_the_variable_and_accepted_values() {
+        let e = cfg(&[("COURIER_TLS", "tcp,ib")]).unwrap_err();
+        assert_eq!(e.status(), Status::BadConfig);
+        assert!(e.detail().contains("COURIER_TLS") && e.detail().contains("\"ib\"") && e.detail().contains("accepted"), "{e}");
+        let e = cfg(&[("COURIER_RNDV_THRESH", "lots")]).unwrap_err();
+        assert!(e.detail().contains("COURIER_RNDV_THRESH") && e.detail().contains("a size"), "{e}");
+        let e = cfg(&[("COURIER_SHM_FIFO_SIZE", "100")]).unwrap_err();
+        assert!(e.detail().contains("power of two"), "{e}");
+        let e = cfg(&[("COURIER_LOG_LEVEL", "loud")]).unwrap_err();
+        assert!(e.detail().contains("COURIER_LOG_LEVEL"), "{e}");
+        let e = cfg(&[("COURIER_KEEPALIVE_TIMEOUT", "100ms")]).unwrap_err();
+        assert!(e.detail().contains("shorter"), "{e}");
+    }
+
+    #[test]
+    fn sizes_and_durations() {
+        assert_eq!(parse_size("16k"), Some(16384));
+        assert_eq!(parse_size("4M"), Some(4 << 20));
+        assert_eq!(parse_size("8192"), Some(8192));
+        assert_eq!(parse_size("x"), None);
+        assert_eq!(parse_duration("500ms"), Some(Duration::from_millis(500)));
+        assert_eq!(parse_duration("1.5s"), Some(Duration::from_millis(1500)));
+        assert_eq!(parse_duration("-1s"), None);
+    }
+
+    #[test]
+    fn set_rechecks() {
+        let mut c = cfg(&[]).unwrap();
+        c.set("COURIER_TLS", "shm").unwrap();
+        assert!(!c.tls.allows("tcp"));
+        assert!(c.set("COURIER_NOPE", "1").is_err());
+        assert!(c.set("COURIER_TLS", "bogus").is_err());
+        assert_eq!(c.value("COURIER_TLS"), Some("shm"));
+    }
+
+    proptest! {
+        #[test]
+        fn size_parse_never_panics(s in ".{0,12}") {
+            let _ = parse_size(&s);
+            let _ = parse_duration(&s);
+            let _ = TlsSelection::parse(&s);
+        }
+
+        #[test]
+        fn sizes_round_trip(n in 0usize..1_000_000) {
+            prop_assert_eq!(parse_size(&n.to_string()), Some(n));
+            prop_assert_eq!(parse_size(&format!("{n}k")), Some(n * 1024));
+        }
+    }
+}

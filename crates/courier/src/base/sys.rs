@@ -1,0 +1,59 @@
+//! Small system helpers: host identity, randomness, thread identity.
+
+use std::sync::OnceLock;
+
+/// A 16-byte identity of this host's boot: processes with equal ids share a kernel, so
+/// shared memory and CMA can work between them.
+pub fn host_id() -> [u8; 16] {
+    static ID: OnceLock<[u8; 16]> = OnceLock::new();
+    *ID.get_or_init(|| {
+        let text = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
+        let hex: Vec<u8> = text.bytes().filter(u8::is_ascii_hexdigit).collect();
+        let mut id = [0u8; 16];
+        if hex.len() == 32 {
+            for (i, pair) in hex.chunks(2).enumerate() {
+                let s = std::str::from_utf8(pair).unwrap_or("00");
+                id[i] = u8::from_str_radix(s, 16).unwrap_or(0);
+            }
+        } else {
+            // No boot id: fall back to the hostname, padded.
+            let h = rustix::system::uname();
+            let name = h.nodename().to_bytes();
+            for (i, b) in name.iter().take(16).enumerate() {
+                id[i] = *b;
+            }
+        }
+        id
+    })
+}
+
+/// Cryptographically random bytes from the kernel.
+pub fn random_u64() -> u64 {
+    let mut b = [0u8; 8];
+    let mut filled = 0;
+    while filled < 8 {
+        match rustix::rand::getrandom(&mut b[filled..], rustix::rand::GetRandomFlags::empty()) {
+            Ok(n) => filled += n,
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(_) => {
+                // getrandom cannot fail on supported kernels; mix time and pid as a last resort.
+                let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
+                return (t as u64) ^ ((std::process::id() as u64) << 32);
+            }
+        }
+    }
+    u64::from_le_bytes(b)
+}
+
+/// This process's id.
+pub fn pid() -> u32 {
+    std::process::id()
+}
+
+/// A small number unique to the calling thread (never 0).
+pub fn thread_token() -> usize {
+    thread_local! {
+        static TOKEN: u8 = const { 0 };
+    }
+    TOKEN.with(|t| t as *const u8 as usize)
+}

@@ -1,0 +1,213 @@
+//! transports — one interface, several implementations.
+//!
+//! A transport moves whole *frames* (byte strings built by the protocol layer) between two
+//! workers, reliably and in order. It never looks inside a frame. A connection is split in
+//! two halves so that a handler running on received data can send on the same connection:
+//!
+//! - [`LinkTx`]: `send` queues one frame, atomically (all of it or `NoResource`, never a
+//!   part); `flush` pushes out what is queued.
+//! - [`LinkRx`]: `peek` returns the next complete frame without consuming it; the bytes stay
+//!   valid and unchanged until `consume`, even while other code sends on the `LinkTx`.
+//!   `peek` makes no system call; `on_readable` is called when the link's fd (if any) is
+//!   readable, and does the reading.
+//!
+//! Capabilities are plain data ([`Caps`]); the protocol layer decides from them and never
+//! from a transport's name. Built-in transports are dispatched through enums, not trait
+//! objects, so the hot path has no virtual calls.
+//!
+//! Errors: `send` returns [`TxError::NoResource`] when its queue is full (back-pressure: the
+//! caller keeps the frame in its pending queue and retries after progress); any other error
+//! means the link is dead (peer gone, protocol violation) and the endpoint fails.
+
+use std::os::fd::BorrowedFd;
+
+use crate::base::{Error, Result};
+
+pub mod loopback;
+pub mod shm;
+pub mod tcp;
+
+/// How large messages move on a link.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum RndvMode {
+    /// The receiver reads the sender's memory directly (self: memcpy; shm: CMA).
+    RemoteRead,
+    /// The sender pushes data frames after the receiver is ready.
+    Push,
+}
+
+/// What a link can do, as plain data.
+#[derive(Clone, Debug)]
+pub struct Caps {
+    /// Transport name: `self`, `shm` or `tcp`.
+    pub name: &'static str,
+    /// Device: `memory`, `cma`, an interface name.
+    pub device: String,
+    /// Largest frame that takes the fastest (inline) path.
+    pub max_short: usize,
+    /// Largest frame `send` accepts.
+    pub max_frame: usize,
+    /// Large-message mode.
+    pub rndv: RndvMode,
+    /// Default rendezvous threshold in bytes.
+    pub rndv_thresh: usize,
+    /// Whether the link notices a dead peer by itself.
+    pub peer_failure: bool,
+    /// Whether the link can wake a sleeping peer.
+    pub wakeup: bool,
+    /// Estimated one-way latency in nanoseconds.
+    pub latency_ns: f64,
+    /// Estimated bandwidth in MB/s.
+    pub bandwidth_mbs: f64,
+}
+
+/// Why a send did not queue its frame.
+#[derive(Debug)]
+pub enum TxError {
+    /// Queue full now; retry after progress. Nothing was written.
+    NoResource,
+    /// The link is dead.
+    Failed(Error),
+}
+
+impl From<Error> for TxError {
+    fn from(e: Error) -> TxError {
+        TxError::Failed(e)
+    }
+}
+
+/// A received frame in the transport's own buffer, valid until `consume`.
+#[derive(Copy, Clone, Debug)]
+pub struct RawFrame {
+    /// Start.
+    pub ptr: *const u8,
+    /// Length.
+    pub len: usize,
+}
+
+impl RawFrame {
+    /// The bytes.
+    ///
+    /// # Safety
+    /// Only between the `peek` that returned this frame and the next `consume` on that link,
+    /// and only while the link is alive.
+    #[inline]
+    pub unsafe fn bytes<'a>(&self) -> &'a [u8] {
+        // SAFETY: the caller upholds the validity window stated above.
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+    }
+}
+
+/// The sending half of a connection.
+pub enum LinkTx {
+    /// Inside one worker.
+    Loopback(loopback::Tx),
+    /// Shared memory.
+    Shm(shm::Tx),
+    /// TCP.
+    Tcp(tcp::Tx),
+}
+
+/// The receiving half of a connection.
+pub enum LinkRx {
+    /// Inside one worker.
+    Loopback(loopback::Rx),
+    /// Shared memory.
+    Shm(shm::Rx),
+    /// TCP.
+    Tcp(tcp::Rx),
+}
+
+macro_rules! dispatch {
+    ($self:expr, $t:ident => $e:expr) => {
+        match $self {
+            Self::Loopback($t) => $e,
+            Self::Shm($t) => $e,
+            Self::Tcp($t) => $e,
+        }
+    };
+}
+
+impl LinkTx {
+    /// Queue one frame made of `parts` concatenated. All or nothing.
+    #[inline]
+    pub fn send(&mut self, parts: &[&[u8]]) -> Result<(), TxError> {
+        dispatch!(self, t => t.send(parts))
+    }
+
+    /// Push out queued bytes. `Ok(true)` when nothing is left queued.
+    #[inline]
+    pub fn flush(&mut self) -> Result<bool> {
+        dispatch!(self, t => t.flush())
+    }
+
+    /// Capabilities.
+    pub fn caps(&self) -> &Caps {
+        dispatch!(self, t => t.caps())
+    }
+
+    /// Read `remote` segments of the peer's memory into `local` (RndvMode::RemoteRead only).
+    /// `local` is (address, length) pairs in this process.
+    ///
+    /// # Safety
+    /// Every `local` segment must be valid for writes of its length.
+    pub unsafe fn remote_read(&mut self, local: &[(usize, usize)], remote: &[(u64, u64)]) -> Result<()> {
+        // SAFETY: forwarded contract.
+        unsafe { dispatch!(self, t => t.remote_read(local, remote)) }
+    }
+}
+
+impl LinkRx {
+    /// The next complete frame, not consumed. No system call.
+    #[inline]
+    pub fn peek(&mut self) -> Result<Option<RawFrame>> {
+        dispatch!(self, r => r.peek())
+    }
+
+    /// Release the frame returned by the last `peek`.
+    #[inline]
+    pub fn consume(&mut self) {
+        dispatch!(self, r => r.consume())
+    }
+
+    /// The fd to watch for readability (and hang-up), if the link has one.
+    pub fn fd(&self) -> Option<BorrowedFd<'_>> {
+        dispatch!(self, r => r.fd())
+    }
+
+    /// The fd was reported readable or hung up: read what is there. An error means the
+    /// link is dead (peer closed or died, or sent bytes that are not frames).
+    pub fn on_readable(&mut self) -> Result<()> {
+        dispatch!(self, r => r.on_readable())
+    }
+
+    /// Prepare to sleep on `fd()`: ask the peer to wake us on its next send. Returns
+    /// `Ok(false)` if a frame is already waiting (do not sleep).
+    pub fn arm(&mut self) -> Result<bool> {
+        dispatch!(self, r => r.arm())
+    }
+}
+
+/// Copy scattered `remote` segments (addresses in this process) into scattered `local` ones.
+///
+/// # Safety
+/// All segments must be valid for their lengths; `local` for writes.
+pub(crate) unsafe fn copy_segments(local: &[(usize, usize)], remote: &[(u64, u64)]) -> Result<()> {
+    let (mut li, mut loff) = (0usize, 0usize);
+    for &(raddr, rlen) in remote {
+        let mut rdone = 0u64;
+        while rdone < rlen {
+            let Some(&(laddr, llen)) = local.get(li) else { return Ok(()) };
+            let n = ((rlen - rdone) as usize).min(llen - loff);
+            // SAFETY: bounds from the caller's segments; regions do not overlap (distinct buffers).
+            unsafe { std::ptr::copy_nonoverlapping((raddr + rdone) as *const u8, (laddr + loff) as *mut u8, n) };
+            rdone += n as u64;
+            loff += n;
+            if loff == llen {
+                li += 1;
+                loff = 0;
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,74 @@
+//! tcp — placeholder; being implemented (see transport/mod.rs for the contract).
+use std::os::fd::BorrowedFd;
+
+use super::{Caps, RawFrame, TxError};
+use crate::base::{Config, Error, Result, Status};
+
+/// Sending half.
+pub struct Tx {
+    caps: Caps,
+}
+/// Receiving half.
+pub struct Rx {}
+/// Listens for TCP connections.
+pub struct Listener {
+}
+
+impl Listener {
+    /// Bind `addr` (port 0 picks one).
+    pub fn bind(_addr: std::net::SocketAddr, _cfg: &Config) -> Result<Listener> {
+        Err(Error::new(Status::Unsupported, "tcp not built yet"))
+    }
+    /// The bound address.
+    pub fn local_addr(&self) -> std::net::SocketAddr {
+        unimplemented!()
+    }
+    /// Fd to watch.
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        unimplemented!()
+    }
+    /// Accept connections that are ready.
+    pub fn accept(&mut self) -> Result<Option<(Tx, Rx, std::net::SocketAddr)>> {
+        Ok(None)
+    }
+}
+
+/// Connect to a peer's acceptor.
+pub fn connect(_addr: std::net::SocketAddr, _cfg: &Config) -> Result<(Tx, Rx)> {
+    Err(Error::new(Status::Unsupported, "tcp not built yet"))
+}
+
+impl Tx {
+    pub(crate) fn send(&mut self, _parts: &[&[u8]]) -> Result<(), TxError> {
+        Err(TxError::NoResource)
+    }
+    pub(crate) fn flush(&mut self) -> Result<bool> {
+        Ok(true)
+    }
+    pub(crate) fn caps(&self) -> &Caps {
+        &self.caps
+    }
+    pub(crate) unsafe fn remote_read(&mut self, _l: &[(usize, usize)], _r: &[(u64, u64)]) -> Result<()> {
+        Err(Status::Unsupported.into())
+    }
+}
+impl Rx {
+    pub(crate) fn peek(&mut self) -> Result<Option<RawFrame>> {
+        Ok(None)
+    }
+    pub(crate) fn consume(&mut self) {}
+    pub(crate) fn fd(&self) -> Option<BorrowedFd<'_>> {
+        None
+    }
+    pub(crate) fn on_readable(&mut self) -> Result<()> {
+        Ok(())
+    }
+    pub(crate) fn arm(&mut self) -> Result<bool> {
+        Ok(true)
+    }
+}
+
+/// Local interface addresses tcp may use, filtered by `COURIER_NET_DEVICES`: (name, address).
+pub fn interfaces(_cfg: &Config) -> Vec<(String, std::net::IpAddr)> {
+    Vec::new()
+}

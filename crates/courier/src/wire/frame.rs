@@ -1,0 +1,428 @@
+//! Frame headers of the protocol layer.
+//!
+//! All frames begin with the same 8 bytes:
+//!
+//! ```text
+//! 0      1      2       4               8
+//! +------+------+-------+---------------+
+//! | kind | flags|  aux  |     aux32     |   then kind-specific fields, then payload
+//! +------+------+-------+---------------+
+//! ```
+//!
+//! All integers are little-endian. The frame length is carried by the transport.
+
+use std::ops::Range;
+
+type Field = Range<usize>;
+
+/// Common header fields.
+pub mod field {
+    use super::Field;
+    pub const KIND: usize = 0;
+    pub const FLAGS: usize = 1;
+    pub const AUX16: Field = 2..4;
+    pub const AUX32: Field = 4..8;
+    pub const W1: Field = 8..16;
+    pub const W2: Field = 16..24;
+    pub const W3: Field = 24..32;
+    pub const W4: Field = 32..40;
+    pub const W5: Field = 40..48;
+}
+
+/// Protocol version carried in wireup frames.
+pub const VERSION: u8 = 1;
+
+/// Frame kinds.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Kind {
+    /// Eager tag message: W1 tag; payload data.
+    TagEager = 1,
+    /// Eager synchronous tag message: W1 tag, W2 sender request; payload data.
+    TagEagerSync = 2,
+    /// Rendezvous request to send: W1 tag, W2 sender request, W3 total length, aux32 segment
+    /// count; payload: segments as (address u64, length u64) for single-copy reads.
+    TagRts = 3,
+    /// Rendezvous done by the receiver (it read the data itself): W1 sender request,
+    /// aux32 status (i32).
+    RndvAts = 4,
+    /// Ready to receive (sender must push the data): W1 sender request, W2 receiver
+    /// request, W3 length wanted.
+    RndvRtr = 5,
+    /// Rendezvous data: W1 receiver request, W2 offset; payload chunk.
+    RndvData = 6,
+    /// Synchronous send matched: W1 sender request.
+    SyncAck = 7,
+    /// Active message: aux16 handler id, aux32 user-header length; payload header + data.
+    Am = 8,
+    /// Active message by rendezvous: aux16 id, aux32 header length, W1 sender request,
+    /// W2 total data length, W3 segment count; payload header + segments.
+    AmRts = 9,
+    /// Stream bytes: payload.
+    Stream = 10,
+    /// The peer closes its endpoint gracefully.
+    Close = 11,
+    /// Liveness.
+    Keepalive = 12,
+    /// Connection request through a listener: W1 client id; payload client worker address.
+    ConnReq = 20,
+    /// Connection accepted: W1 connection id; payload server worker address.
+    ConnAccept = 21,
+    /// Connection rejected.
+    ConnReject = 22,
+    /// Endpoint wireup by worker address: W1 connection id, aux32 purpose; payload the
+    /// initiator's worker address.
+    Wireup = 23,
+}
+
+impl Kind {
+    fn from_u8(b: u8) -> Option<Kind> {
+        use Kind::*;
+        Some(match b {
+            1 => TagEager,
+            2 => TagEagerSync,
+            3 => TagRts,
+            4 => RndvAts,
+            5 => RndvRtr,
+            6 => RndvData,
+            7 => SyncAck,
+            8 => Am,
+            9 => AmRts,
+            10 => Stream,
+            11 => Close,
+            12 => Keepalive,
+            20 => ConnReq,
+            21 => ConnAccept,
+            22 => ConnReject,
+            23 => Wireup,
+            _ => return None,
+        })
+    }
+
+    /// Fixed header length of this kind.
+    pub const fn header_len(self) -> usize {
+        use Kind::*;
+        match self {
+            Stream | Close | Keepalive | ConnReject => 8,
+            TagEager | RndvAts | SyncAck | ConnReq | ConnAccept | Wireup => 16,
+            TagEagerSync | RndvData => 24,
+            RndvRtr | AmRts => 32,
+            Am => 8,
+            TagRts => 32,
+        }
+    }
+}
+
+/// Flags byte.
+pub mod flags {
+    /// Active message: the receiver may reply on the endpoint it arrived on.
+    pub const AM_REPLY: u8 = 1 << 0;
+    /// Rendezvous: the sender asked for a synchronous send.
+    pub const SYNC: u8 = 1 << 1;
+}
+
+/// Why a frame was refused.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum WireError {
+    /// Shorter than its kind's fixed header.
+    #[error("truncated {kind:?} frame: {len} bytes, need {need}")]
+    Truncated {
+        /// Kind.
+        kind: Kind,
+        /// Bytes present.
+        len: usize,
+        /// Bytes needed.
+        need: usize,
+    },
+    /// Empty frame.
+    #[error("empty frame")]
+    Empty,
+    /// Unknown kind byte.
+    #[error("unknown frame kind {0}")]
+    UnknownKind(u8),
+    /// A length or count field that does not fit the frame.
+    #[error("{0}")]
+    BadField(&'static str),
+}
+
+fn u64_at(b: &[u8], f: Field) -> u64 {
+    let mut a = [0u8; 8];
+    a.copy_from_slice(&b[f]);
+    u64::from_le_bytes(a)
+}
+
+fn u32_at(b: &[u8], f: Field) -> u32 {
+    let mut a = [0u8; 4];
+    a.copy_from_slice(&b[f]);
+    u32::from_le_bytes(a)
+}
+
+fn u16_at(b: &[u8], f: Field) -> u16 {
+    u16::from_le_bytes([b[f.start], b[f.start + 1]])
+}
+
+/// A parsed frame: fixed fields decoded, payload borrowed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Frame<'a> {
+    /// See [`Kind::TagEager`].
+    TagEager { tag: u64, data: &'a [u8] },
+    /// See [`Kind::TagEagerSync`].
+    TagEagerSync { tag: u64, sreq: u64, data: &'a [u8] },
+    /// See [`Kind::TagRts`].
+    TagRts { tag: u64, sreq: u64, len: u64, sync: bool, segs: Segments<'a> },
+    /// See [`Kind::RndvAts`].
+    RndvAts { sreq: u64, status: i32 },
+    /// See [`Kind::RndvRtr`].
+    RndvRtr { sreq: u64, rreq: u64, len: u64 },
+    /// See [`Kind::RndvData`].
+    RndvData { rreq: u64, offset: u64, data: &'a [u8] },
+    /// See [`Kind::SyncAck`].
+    SyncAck { sreq: u64 },
+    /// See [`Kind::Am`].
+    Am { id: u16, reply: bool, header: &'a [u8], data: &'a [u8] },
+    /// See [`Kind::AmRts`].
+    AmRts { id: u16, reply: bool, sreq: u64, len: u64, header: &'a [u8], segs: Segments<'a> },
+    /// See [`Kind::Stream`].
+    Stream { data: &'a [u8] },
+    /// See [`Kind::Close`].
+    Close,
+    /// See [`Kind::Keepalive`].
+    Keepalive,
+    /// See [`Kind::ConnReq`].
+    ConnReq { client_id: u64, address: &'a [u8] },
+    /// See [`Kind::ConnAccept`].
+    ConnAccept { conn_id: u64, address: &'a [u8] },
+    /// See [`Kind::ConnReject`].
+    ConnReject,
+    /// See [`Kind::Wireup`].
+    Wireup { conn_id: u64, purpose: u32, address: &'a [u8] },
+}
+
+/// A list of (address, length) segments, validated to fit, iterated lazily.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Segments<'a> {
+    raw: &'a [u8],
+}
+
+/// Bytes per encoded segment.
+pub const SEG_LEN: usize = 16;
+
+impl<'a> Segments<'a> {
+    fn new(raw: &'a [u8], count: usize, total: u64) -> Result<Segments<'a>, WireError> {
+        let need = count.checked_mul(SEG_LEN).ok_or(WireError::BadField("segment count overflows"))?;
+        if raw.len() != need {
+            return Err(WireError::BadField("segment list length does not match its count"));
+        }
+        let s = Segments { raw };
+        let mut sum: u64 = 0;
+        for (_, len) in s.iter() {
+            sum = sum.checked_add(len).ok_or(WireError::BadField("segment lengths overflow"))?;
+        }
+        if count > 0 && sum != total {
+            return Err(WireError::BadField("segment lengths do not add up to the message length"));
+        }
+        Ok(s)
+    }
+
+    /// Number of segments.
+    pub fn len(&self) -> usize {
+        self.raw.len() / SEG_LEN
+    }
+
+    /// Whether there are none (the sender offers no single-copy read).
+    pub fn is_empty(&self) -> bool {
+        self.raw.is_empty()
+    }
+
+    /// (address, length) pairs.
+    pub fn iter(&self) -> impl Iterator<Item = (u64, u64)> + 'a {
+        self.raw.chunks_exact(SEG_LEN).map(|c| (u64_at(c, 0..8), u64_at(c, 8..16)))
+    }
+}
+
+/// Encode segments into `out`.
+pub fn emit_segments(out: &mut Vec<u8>, segs: impl Iterator<Item = (u64, u64)>) {
+    for (a, l) in segs {
+        out.extend_from_slice(&a.to_le_bytes());
+        out.extend_from_slice(&l.to_le_bytes());
+    }
+}
+
+impl<'a> Frame<'a> {
+    /// Parse a whole frame. Never panics; every length is checked.
+    pub fn parse(b: &'a [u8]) -> Result<Frame<'a>, WireError> {
+        let kb = *b.first().ok_or(WireError::Empty)?;
+        let kind = Kind::from_u8(kb).ok_or(WireError::UnknownKind(kb))?;
+        let need = kind.header_len();
+        if b.len() < need {
+            return Err(WireError::Truncated { kind, len: b.len(), need });
+        }
+        let fl = b[field::FLAGS];
+        let rest = &b[need..];
+        Ok(match kind {
+            Kind::TagEager => Frame::TagEager { tag: u64_at(b, field::W1), data: rest },
+            Kind::TagEagerSync => Frame::TagEagerSync { tag: u64_at(b, field::W1), sreq: u64_at(b, field::W2), data: rest },
+            Kind::TagRts => {
+                let len = u64_at(b, field::W3);
+                let count = u32_at(b, field::AUX32) as usize;
+                Frame::TagRts {
+                    tag: u64_at(b, field::W1),
+                    sreq: u64_at(b, field::W2),
+                    len,
+                    sync: fl & flags::SYNC != 0,
+                    segs: Segments::new(rest, count, len)?,
+                }
+            }
+            Kind::RndvAts => Frame::RndvAts { sreq: u64_at(b, field::W1), status: u32_at(b, field::AUX32) as i32 },
+            Kind::RndvRtr => Frame::RndvRtr { sreq: u64_at(b, field::W1), rreq: u64_at(b, field::W2), len: u64_at(b, field::W3) },
+            Kind::RndvData => Frame::RndvData { rreq: u64_at(b, field::W1), offset: u64_at(b, field::W2), data: rest },
+            Kind::SyncAck => Frame::SyncAck { sreq: u64_at(b, field::W1) },
+            Kind::Am => {
+                let hlen = u32_at(b, field::AUX32) as usize;
+                if hlen > rest.len() {
+                    return Err(WireError::BadField("active-message header longer than the frame"));
+                }
+                Frame::Am { id: u16_at(b, field::AUX16), reply: fl & flags::AM_REPLY != 0, header: &rest[..hlen], data: &rest[hlen..] }
+            }
+            Kind::AmRts => {
+                let hlen = u32_at(b, field::AUX32) as usize;
+                if hlen > rest.len() {
+                    return Err(WireError::BadField("active-message header longer than the frame"));
+                }
+                let len = u64_at(b, field::W2);
+                let count = usize::try_from(u64_at(b, field::W3)).map_err(|_| WireError::BadField("segment count too large"))?;
+                Frame::AmRts {
+                    id: u16_at(b, field::AUX16),
+                    reply: fl & flags::AM_REPLY != 0,
+                    sreq: u64_at(b, field::W1),
+                    len,
+                    header: &rest[..hlen],
+                    segs: Segments::new(&rest[hlen..], count, len)?,
+                }
+            }
+            Kind::Stream => Frame::Stream { data: rest },
+            Kind::Close => Frame::Close,
+            Kind::Keepalive => Frame::Keepalive,
+            Kind::ConnReq => Frame::ConnReq { client_id: u64_at(b, field::W1), address: rest },
+            Kind::ConnAccept => Frame::ConnAccept { conn_id: u64_at(b, field::W1), address: rest },
+            Kind::ConnReject => Frame::ConnReject,
+            Kind::Wireup => Frame::Wireup { conn_id: u64_at(b, field::W1), purpose: u32_at(b, field::AUX32), address: rest },
+        })
+    }
+}
+
+/// A fixed header being built; `as_bytes` gives exactly the kind's header length.
+#[derive(Clone, Copy)]
+pub struct Header {
+    buf: [u8; 48],
+    len: usize,
+}
+
+impl Header {
+    /// A header of `kind` with zeroed fields.
+    #[inline]
+    pub fn new(kind: Kind) -> Header {
+        let mut buf = [0u8; 48];
+        buf[field::KIND] = kind as u8;
+        Header { buf, len: kind.header_len() }
+    }
+    /// Set the flags byte.
+    #[inline]
+    pub fn flags(mut self, f: u8) -> Self {
+        self.buf[field::FLAGS] = f;
+        self
+    }
+    /// Set aux16.
+    #[inline]
+    pub fn aux16(mut self, v: u16) -> Self {
+        self.buf[field::AUX16].copy_from_slice(&v.to_le_bytes());
+        self
+    }
+    /// Set aux32.
+    #[inline]
+    pub fn aux32(mut self, v: u32) -> Self {
+        self.buf[field::AUX32].copy_from_slice(&v.to_le_bytes());
+        self
+    }
+    /// Set 64-bit word `n` (1-based, as in the field map).
+    #[inline]
+    pub fn word(mut self, n: usize, v: u64) -> Self {
+        let start = 8 * n;
+        self.buf[start..start + 8].copy_from_slice(&v.to_le_bytes());
+        self
+    }
+    /// The header bytes.
+    #[inline]
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.buf[..self.len]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn frame(h: Header, payload: &[u8]) -> Vec<u8> {
+        let mut v = h.as_bytes().to_vec();
+        v.extend_from_slice(payload);
+        v
+    }
+
+    #[test]
+    fn round_trips() {
+        let b = frame(Header::new(Kind::TagEager).word(1, 0xdead_beef), b"hello");
+        assert_eq!(Frame::parse(&b).unwrap(), Frame::TagEager { tag: 0xdead_beef, data: b"hello" });
+
+        let b = frame(Header::new(Kind::Am).aux16(7).aux32(3).flags(flags::AM_REPLY), b"hdrdata");
+        assert_eq!(Frame::parse(&b).unwrap(), Frame::Am { id: 7, reply: true, header: b"hdr", data: b"data" });
+
+        let mut segs = Vec::new();
+        emit_segments(&mut segs, [(0x1000u64, 10u64), (0x2000, 6)].into_iter());
+        let b = frame(Header::new(Kind::TagRts).word(1, 5).word(2, 9).word(3, 16).aux32(2).flags(flags::SYNC), &segs);
+        match Frame::parse(&b).unwrap() {
+            Frame::TagRts { tag: 5, sreq: 9, len: 16, sync: true, segs } => {
+                assert_eq!(segs.iter().collect::<Vec<_>>(), vec![(0x1000, 10), (0x2000, 6)]);
+            }
+            f => panic!("{f:?}"),
+        }
+    }
+
+    #[test]
+    fn rejects_lies() {
+        assert_eq!(Frame::parse(&[]), Err(WireError::Empty));
+        assert_eq!(Frame::parse(&[200]), Err(WireError::UnknownKind(200)));
+        assert!(matches!(Frame::parse(&[1, 0, 0]), Err(WireError::Truncated { .. })));
+        // Header length beyond the frame.
+        let b = frame(Header::new(Kind::Am).aux32(100), b"abc");
+        assert!(matches!(Frame::parse(&b), Err(WireError::BadField(_))));
+        // Segment count that does not match.
+        let b = frame(Header::new(Kind::TagRts).word(3, 16).aux32(5), &[0u8; 16]);
+        assert!(matches!(Frame::parse(&b), Err(WireError::BadField(_))));
+        // Segments that do not add up.
+        let mut segs = Vec::new();
+        emit_segments(&mut segs, [(0u64, 3u64)].into_iter());
+        let b = frame(Header::new(Kind::TagRts).word(3, 16).aux32(1), &segs);
+        assert!(matches!(Frame::parse(&b), Err(WireError::BadField(_))));
+        // Overflowing segment lengths.
+        let mut segs = Vec::new();
+        emit_segments(&mut segs, [(0u64, u64::MAX), (0, 2)].into_iter());
+        let b = frame(Header::new(Kind::TagRts).word(3, 1).aux32(2), &segs);
+        assert!(matches!(Frame::parse(&b), Err(WireError::BadField(_))));
+    }
+
+    proptest! {
+        #[test]
+        fn parse_never_panics(b in proptest::collection::vec(any::<u8>(), 0..128)) {
+            let _ = Frame::parse(&b);
+        }
+
+        #[test]
+        fn parse_never_panics_on_known_kinds(k in prop::sample::select(vec![1u8,2,3,4,5,6,7,8,9,10,11,12,20,21,22,23]),
+                                             rest in proptest::collection::vec(any::<u8>(), 0..96)) {
+            let mut b = vec![k];
+            b.extend(rest);
+            let _ = Frame::parse(&b);
+        }
+    }
+}
