@@ -1,0 +1,275 @@
+//! `Endpoint`: a connection to one peer worker.
+
+use std::time::{Duration, Instant};
+
+use super::lock::Guard;
+use super::request::Request;
+use super::worker::Worker;
+use crate::base::{Error, Result, Status};
+use crate::proto::am::AmFlags;
+use crate::proto::core::State;
+use crate::proto::state::{Buf, Callback, EpStatus, ReqKind};
+use crate::proto::tag::Started;
+use crate::wire::frame::{Header, Kind};
+
+/// Parameters of a new endpoint.
+#[derive(Default)]
+pub struct EndpointParams {
+    /// Called once, inside progress, when the endpoint fails (peer died, closed, lied).
+    pub error_handler: Option<Box<dyn FnMut(&Error) + Send>>,
+}
+
+impl EndpointParams {
+    /// Set the error handler.
+    pub fn error_handler(mut self, f: impl FnMut(&Error) + Send + 'static) -> Self {
+        self.error_handler = Some(Box::new(f));
+        self
+    }
+}
+
+/// A connection to one peer worker. Cheap to clone; `close` ends it for every clone.
+#[derive(Clone)]
+pub struct Endpoint {
+    worker: Worker,
+    idx: u32,
+    generation: u32,
+}
+
+fn one(b: &[u8]) -> Buf {
+    Buf::One((b.as_ptr() as usize, b.len()))
+}
+
+impl Endpoint {
+    pub(crate) fn from_parts(worker: &Worker, idx: u32, generation: u32) -> Endpoint {
+        Endpoint { worker: worker.clone(), idx, generation }
+    }
+
+    pub(crate) fn adopt(worker: &Worker, g: &mut Guard<'_, State>, e: u32, params: EndpointParams) -> Result<Endpoint> {
+        let ep = g.ep(e).ok_or_else(|| Error::new(Status::EndpointClosed, "endpoint vanished"))?;
+        ep.err_handler = params.error_handler;
+        Ok(Endpoint { worker: worker.clone(), idx: e, generation: ep.generation })
+    }
+
+    /// The worker it belongs to.
+    pub fn worker(&self) -> &Worker {
+        &self.worker
+    }
+
+    fn with<T>(&self, f: impl FnOnce(&mut State, u32) -> Result<T>) -> Result<T> {
+        let mut g = self.worker.lock()?;
+        match g.ep(self.idx) {
+            Some(ep) if ep.generation == self.generation => {}
+            _ => return Err(Error::new(Status::EndpointClosed, "endpoint was closed")),
+        }
+        f(&mut g, self.idx)
+    }
+
+    fn req<'a>(&self, s: Result<Started>) -> Result<Request<'a>> {
+        s.map(|s| Request::new(&self.worker, s))
+    }
+
+    /// The peer, as text.
+    pub fn peer(&self) -> String {
+        self.with(|st, e| Ok(st.ep(e).map(|ep| ep.peer.clone()).unwrap_or_default())).unwrap_or_default()
+    }
+
+    /// The transport carrying this endpoint (`self`, `shm`, `tcp`), once connected.
+    pub fn transport(&self) -> Option<&'static str> {
+        self.with(|st, e| Ok(st.ep(e).and_then(|ep| ep.caps.as_ref().map(|c| c.name)))).ok().flatten()
+    }
+
+    /// Whether the endpoint is connected; `Err` if it failed.
+    pub fn is_connected(&self) -> Result<bool> {
+        self.with(|st, e| match st.ep(e).map(|ep| ep.status.clone()) {
+            Some(EpStatus::Connected) => Ok(true),
+            Some(EpStatus::Connecting) => Ok(false),
+            Some(EpStatus::Dead(err)) => Err(err),
+            None => Err(Error::new(Status::EndpointClosed, "endpoint was closed")),
+        })
+    }
+
+    /// Progress until connected (or failed, or `timeout`).
+    pub fn wait_connected(&self, timeout: Duration) -> Result<()> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if self.is_connected()? {
+                return Ok(());
+            }
+            self.worker.progress();
+            if Instant::now() > deadline {
+                return Err(Error::new(Status::Timeout, "endpoint did not connect in time"));
+            }
+        }
+    }
+
+    // ----- tag ------------------------------------------------------------------------
+
+    /// Send a tag message.
+    pub fn tag_send<'a>(&self, data: &'a [u8], tag: u64) -> Result<Request<'a>> {
+        let s = self.with(|st, e| st.tag_send(e, one(data), tag, false, Callback::None));
+        self.req(s)
+    }
+
+    /// Send a tag message that completes only when the receiver has matched it.
+    pub fn tag_send_sync<'a>(&self, data: &'a [u8], tag: u64) -> Result<Request<'a>> {
+        let s = self.with(|st, e| st.tag_send(e, one(data), tag, true, Callback::None));
+        self.req(s)
+    }
+
+    /// Send a tag message gathered from several buffers.
+    pub fn tag_send_iov<'a>(&self, iov: &[&'a [u8]], tag: u64) -> Result<Request<'a>> {
+        let segs = iov.iter().map(|b| (b.as_ptr() as usize, b.len())).collect();
+        let s = self.with(|st, e| st.tag_send(e, Buf::Many(segs), tag, false, Callback::None));
+        self.req(s)
+    }
+
+    /// Send a tag message, completion by callback (inside progress). `Done` runs no callback.
+    ///
+    /// # Safety
+    /// `data` must stay valid until the callback runs.
+    pub unsafe fn tag_send_raw(&self, data: Buf, tag: u64, sync: bool, cb: Callback) -> Result<Started> {
+        self.with(|st, e| st.tag_send(e, data, tag, sync, cb))
+    }
+
+    // ----- active messages --------------------------------------------------------------
+
+    /// Send an active message to handler `id`.
+    pub fn am_send<'a>(&self, id: u16, header: &[u8], data: &'a [u8], flags: AmFlags) -> Result<Request<'a>> {
+        let s = self.with(|st, e| st.am_send(e, id, header, one(data), flags, Callback::None));
+        self.req(s)
+    }
+
+    /// Send an active message gathered from several buffers.
+    pub fn am_send_iov<'a>(&self, id: u16, header: &[u8], iov: &[&'a [u8]], flags: AmFlags) -> Result<Request<'a>> {
+        let segs = iov.iter().map(|b| (b.as_ptr() as usize, b.len())).collect();
+        let s = self.with(|st, e| st.am_send(e, id, header, Buf::Many(segs), flags, Callback::None));
+        self.req(s)
+    }
+
+    /// Send an active message, completion by callback.
+    ///
+    /// # Safety
+    /// `data` must stay valid until the callback runs.
+    pub unsafe fn am_send_raw(&self, id: u16, header: &[u8], data: Buf, flags: AmFlags, cb: Callback) -> Result<Started> {
+        self.with(|st, e| st.am_send(e, id, header, data, flags, cb))
+    }
+
+    // ----- streams ----------------------------------------------------------------------
+
+    /// Send stream bytes.
+    pub fn stream_send<'a>(&self, data: &'a [u8]) -> Result<Request<'a>> {
+        let s = self.with(|st, e| st.stream_send(e, one(data), Callback::None));
+        self.req(s)
+    }
+
+    /// Receive whatever stream bytes have arrived (at least one), up to `buf.len()`.
+    pub fn stream_recv<'a>(&self, buf: &'a mut [u8]) -> Result<Request<'a>> {
+        let s = self.with(|st, e| st.stream_recv(e, Buf::One((buf.as_mut_ptr() as usize, buf.len())), false, Callback::None));
+        self.req(s)
+    }
+
+    /// Receive exactly `buf.len()` stream bytes.
+    pub fn stream_recv_exact<'a>(&self, buf: &'a mut [u8]) -> Result<Request<'a>> {
+        let s = self.with(|st, e| st.stream_recv(e, Buf::One((buf.as_mut_ptr() as usize, buf.len())), true, Callback::None));
+        self.req(s)
+    }
+
+    /// Stream operations with raw buffers and callbacks.
+    ///
+    /// # Safety
+    /// `buf` must stay valid until the callback runs.
+    pub unsafe fn stream_recv_raw(&self, buf: Buf, waitall: bool, cb: Callback) -> Result<Started> {
+        self.with(|st, e| st.stream_recv(e, buf, waitall, cb))
+    }
+
+    /// Send stream bytes with a raw buffer and a callback.
+    ///
+    /// # Safety
+    /// `data` must stay valid until the callback runs.
+    pub unsafe fn stream_send_raw(&self, data: Buf, cb: Callback) -> Result<Started> {
+        self.with(|st, e| st.stream_send(e, data, cb))
+    }
+
+    // ----- flush and close ----------------------------------------------------------------
+
+    fn quiet(st: &mut State, e: u32) -> Result<bool> {
+        st.progress_tx(e);
+        let Some(ep) = st.ep(e) else { return Ok(true) };
+        if let Some(err) = ep.dead_error() {
+            return Err(err);
+        }
+        if !ep.pending.is_empty() || !ep.push.is_empty() || ep.status != EpStatus::Connected {
+            return Ok(false);
+        }
+        let flushed = match ep.tx.as_mut() {
+            Some(tx) => tx.flush()?,
+            None => true,
+        };
+        let sends = st.reqs.slots.iter().any(|s| s.live && !s.done && s.ep == Some(e) && s.kind == ReqKind::Send);
+        Ok(flushed && !sends)
+    }
+
+    /// Wait until every send on this endpoint has completed and left this process.
+    pub fn flush(&self) -> Result<()> {
+        let limit = self.flush_limit();
+        let deadline = Instant::now() + limit;
+        loop {
+            if self.with(Self::quiet)? {
+                return Ok(());
+            }
+            self.worker.progress();
+            if Instant::now() > deadline {
+                return Err(Error::msg(Status::Timeout, format!("flush did not finish within {limit:?}")));
+            }
+        }
+    }
+
+    fn flush_limit(&self) -> Duration {
+        let cfg = self.worker.context().config();
+        (cfg.keepalive_timeout.saturating_mul(2)).min(Duration::from_secs(60)).max(Duration::from_secs(5))
+    }
+
+    /// Close gracefully: flush, tell the peer, release. Bounded: after twice the keepalive
+    /// timeout it closes by force.
+    pub fn close(self) -> Result<()> {
+        let flushed = self.flush();
+        let r = self.with(|st, e| {
+            let hdr = Header::new(Kind::Close);
+            if st.ep(e).is_some_and(|ep| ep.status == EpStatus::Connected) {
+                if let Some(tx) = st.ep(e).and_then(|ep| ep.tx.as_mut()) {
+                    let _ = tx.send(&[hdr.as_bytes()]);
+                    let deadline = Instant::now() + Duration::from_secs(2);
+                    while !matches!(tx.flush(), Ok(true) | Err(_)) && Instant::now() < deadline {
+                        std::thread::yield_now();
+                    }
+                }
+            }
+            Self::release(st, e);
+            Ok(())
+        });
+        match (flushed, r) {
+            (Err(e), _) if e.status() == Status::Timeout => Err(e),
+            (_, r) => r,
+        }
+    }
+
+    /// Close at once without waiting for the peer; requests in flight fail.
+    pub fn close_force(self) {
+        let _ = self.with(|st, e| {
+            Self::release(st, e);
+            Ok(())
+        });
+    }
+
+    fn release(st: &mut State, e: u32) {
+        st.fail_ep(e, Error::new(Status::EndpointClosed, "endpoint closed locally"));
+        if let Some(ep) = st.ep(e) {
+            ep.err_handler = None;
+        }
+        // Error handlers are not called for a local close.
+        st.deferred.retain(|d| !matches!(d, crate::proto::core::Deferred::EpError(..)));
+        if !st.ep(e).is_some_and(|ep| ep.rx_busy) {
+            st.ep_free(e);
+        }
+    }
+}

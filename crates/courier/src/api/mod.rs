@@ -1,0 +1,16 @@
+//! api — the objects applications use: `Context` → `Worker` → `Endpoint`, `Listener`,
+//! `Request`. Thin wrappers over the protocol layer's state; they own lifetimes and locking.
+
+pub mod context;
+pub mod endpoint;
+pub mod listener;
+pub(crate) mod lock;
+pub mod request;
+pub mod worker;
+
+pub use context::{Context, ContextParams, Features};
+pub use endpoint::{Endpoint, EndpointParams};
+pub use listener::{ConnRequest, Listener};
+pub use lock::ThreadMode;
+pub use request::Request;
+pub use worker::{AmMessage, Worker, WorkerParams};

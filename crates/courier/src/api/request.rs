@@ -1,0 +1,107 @@
+//! `Request`: an operation in flight, completed by polling, waiting, or a callback.
+
+use std::marker::PhantomData;
+use std::time::{Duration, Instant};
+
+use super::worker::Worker;
+use crate::base::{Error, Result, Status};
+use crate::proto::state::Info;
+use crate::proto::tag::Started;
+
+/// An operation in flight. It borrows the buffer it reads or writes, so the buffer
+/// outlives the operation. Dropping a request that is still in flight cancels it if it has
+/// not started, otherwise waits for it (bounded by peer-failure detection).
+#[must_use = "a request completes only while the worker progresses; wait() or test() it"]
+pub struct Request<'a> {
+    worker: Worker,
+    id: u64,
+    done: Option<Result<Info>>,
+    info: Info,
+    _buf: PhantomData<&'a mut [u8]>,
+    _not_send: PhantomData<*const ()>,
+}
+
+impl<'a> Request<'a> {
+    pub(crate) fn new(worker: &Worker, started: Started) -> Request<'a> {
+        let (id, done, info) = match started {
+            Started::Done(i) => (0, Some(Ok(i)), i),
+            Started::Pending(id) => (id, None, Info::default()),
+        };
+        Request { worker: worker.clone(), id, done, info, _buf: PhantomData, _not_send: PhantomData }
+    }
+
+    /// Whether it has completed (progress the worker to move it on).
+    pub fn test(&mut self) -> Option<&Result<Info>> {
+        if self.done.is_none() {
+            let r = self.worker.take_result(self.id)?;
+            self.info = r.1;
+            self.done = Some(r.0);
+        }
+        self.done.as_ref()
+    }
+
+    /// Whether it has completed.
+    pub fn is_done(&mut self) -> bool {
+        self.test().is_some()
+    }
+
+    /// Progress the worker until the request completes.
+    pub fn wait(mut self) -> Result<Info> {
+        self.wait_inner(None)
+    }
+
+    /// Like `wait`, but give up after `timeout` (the request stays in flight).
+    pub fn wait_timeout(&mut self, timeout: Duration) -> Result<Info> {
+        self.wait_inner(Some(Instant::now() + timeout))
+    }
+
+    fn wait_inner(&mut self, deadline: Option<Instant>) -> Result<Info> {
+        let mut idle = 0u32;
+        loop {
+            if let Some(r) = self.test() {
+                return r.clone();
+            }
+            if self.worker.progress() == 0 {
+                idle += 1;
+                if idle > 2000 {
+                    let _ = self.worker.wait(Some(Duration::from_millis(1)));
+                    idle = 0;
+                }
+            } else {
+                idle = 0;
+            }
+            if deadline.is_some_and(|d| Instant::now() > d) {
+                return Err(Error::new(Status::Timeout, "request did not complete in time"));
+            }
+        }
+    }
+
+    /// What the operation reported; for a truncated receive, the real message length.
+    pub fn info(&self) -> Info {
+        self.info
+    }
+
+    /// Cancel it if it has not started moving data.
+    pub fn cancel(&mut self) -> bool {
+        self.done.is_none() && self.worker.cancel(self.id)
+    }
+}
+
+impl Drop for Request<'_> {
+    fn drop(&mut self) {
+        if self.done.is_some() {
+            return;
+        }
+        if self.worker.cancel(self.id) {
+            let _ = self.test();
+            return;
+        }
+        if self.worker.in_progress() {
+            // Dropped inside a callback: cannot progress here; the request finishes on its own.
+            tracing::warn!("a request in flight was dropped inside a callback; its buffer must stay valid until it completes");
+            self.worker.detach(self.id);
+            return;
+        }
+        let _ = self.wait_inner(None);
+    }
+}

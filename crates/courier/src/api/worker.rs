@@ -1,0 +1,411 @@
+//! `Worker`: the progress engine, its address, and its event fd.
+//!
+//! Nothing moves unless the application calls `progress` (or waits on a request, which
+//! progresses). Callbacks run inside `progress`, on the progressing thread, with the
+//! worker's state unlocked, so they may send and receive.
+
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use rustix::event::epoll;
+
+use super::context::Context;
+use super::endpoint::{Endpoint, EndpointParams};
+use super::lock::{Guard, StateCell, ThreadMode};
+use super::request::Request;
+use crate::base::{Error, Result, Status};
+use crate::proto::am::{AmDelivery, AmRndv};
+use crate::proto::core::{Deferred, State};
+use crate::proto::recv::{AmPending, PollOne};
+use crate::proto::state::{Buf, Callback, Info};
+use crate::proto::tag::{ProbeInfo, Started};
+
+pub(crate) struct WorkerInner {
+    pub cell: StateCell<State>,
+    pub ctx: Context,
+    pub mode: ThreadMode,
+    pub epoll_raw: RawFd,
+}
+
+/// Parameters of a worker.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct WorkerParams {
+    /// Thread mode.
+    pub thread_mode: ThreadMode,
+}
+
+/// A progress engine with its own address and connections.
+#[derive(Clone)]
+pub struct Worker {
+    pub(crate) inner: Arc<WorkerInner>,
+}
+
+/// An active message as its handler sees it.
+pub struct AmMessage<'a> {
+    worker: &'a Worker,
+    d: &'a mut AmDelivery<'a>,
+}
+
+impl AmMessage<'_> {
+    /// Handler id.
+    pub fn id(&self) -> u16 {
+        self.d.id
+    }
+    /// User header.
+    pub fn header(&self) -> &[u8] {
+        self.d.header
+    }
+    /// Eager data, valid during the handler (empty when the data is still at the sender).
+    pub fn data(&self) -> &[u8] {
+        self.d.data
+    }
+    /// Whether the data is still at the sender (rendezvous).
+    pub fn is_rndv(&self) -> bool {
+        self.d.rndv.is_some()
+    }
+    /// Length of the data, wherever it is.
+    pub fn data_len(&self) -> usize {
+        self.d.rndv.as_ref().map(|r| r.len()).unwrap_or(self.d.data.len())
+    }
+    /// Keep the rendezvous descriptor to receive the data later with
+    /// [`Worker::am_recv_data`]. Not taking it declines the data.
+    pub fn take_rndv(&mut self) -> Option<AmRndv> {
+        self.d.rndv.take()
+    }
+    /// The endpoint to reply on, when the sender asked for replies.
+    pub fn reply_ep(&self) -> Option<Endpoint> {
+        self.d.reply.map(|(idx, generation)| Endpoint::from_parts(self.worker, idx, generation))
+    }
+    /// The endpoint the message arrived on.
+    pub fn endpoint(&self) -> Endpoint {
+        Endpoint::from_parts(self.worker, self.d.ep.0, self.d.ep.1)
+    }
+}
+
+impl Worker {
+    /// Create a worker of `ctx`.
+    pub fn new(ctx: &Context, params: WorkerParams) -> Result<Worker> {
+        let state = State::new(ctx.inner.cfg.clone(), ctx.inner.name.clone())?;
+        let epoll_raw = state.epoll_as_fd().as_raw_fd();
+        Ok(Worker { inner: Arc::new(WorkerInner { cell: StateCell::new(params.thread_mode, state), ctx: ctx.clone(), mode: params.thread_mode, epoll_raw }) })
+    }
+
+    pub(crate) fn lock(&self) -> Result<Guard<'_, State>> {
+        self.inner.cell.lock()
+    }
+
+    /// The context.
+    pub fn context(&self) -> &Context {
+        &self.inner.ctx
+    }
+
+    /// Thread mode.
+    pub fn thread_mode(&self) -> ThreadMode {
+        self.inner.mode
+    }
+
+    /// This worker's address, for peers to connect to.
+    pub fn address(&self) -> Result<Vec<u8>> {
+        Ok(self.lock()?.address_bytes.clone())
+    }
+
+    /// Connect to a peer worker by its address.
+    pub fn connect(&self, address: &[u8], params: EndpointParams) -> Result<Endpoint> {
+        let mut g = self.lock()?;
+        let e = g.connect_address(address)?;
+        Endpoint::adopt(self, &mut g, e, params)
+    }
+
+    /// Connect to a listener's socket address.
+    pub fn connect_sockaddr(&self, addr: std::net::SocketAddr, client_id: u64, params: EndpointParams) -> Result<Endpoint> {
+        let mut g = self.lock()?;
+        let e = g.connect_sockaddr(addr, client_id)?;
+        Endpoint::adopt(self, &mut g, e, params)
+    }
+
+    /// Make progress: handle arrived frames, retry queued sends, run callbacks. Returns how
+    /// many events were handled.
+    pub fn progress(&self) -> usize {
+        let Ok(mut g) = self.lock() else { return 0 };
+        if g.in_progress {
+            return 0;
+        }
+        g.in_progress = true;
+        g.progress_calls = g.progress_calls.wrapping_add(1);
+        let mut n = 0;
+        let has_conns = g.pending_conns.slots.iter().any(|p| p.live);
+        if g.fd_links > 0 || has_conns || g.progress_calls & 31 == 0 {
+            n += g.progress_events();
+            n += g.progress_conns();
+        }
+        let mut i = 0;
+        while i < g.active.len() {
+            let e = g.active[i];
+            for _ in 0..32 {
+                match g.poll_one(e) {
+                    PollOne::Empty => break,
+                    PollOne::Handled => n += 1,
+                    PollOne::Am(am) => {
+                        n += 1;
+                        g = self.run_am(g, am);
+                    }
+                }
+            }
+            let busy = g.ep(e).is_some_and(|ep| !ep.pending.is_empty() || !ep.push.is_empty());
+            if busy || g.fd_links > 0 {
+                n += g.progress_tx(e);
+            }
+            i += 1;
+        }
+        if !g.link_errors.is_empty() {
+            let errs = std::mem::take(&mut g.link_errors);
+            for (e, err) in errs {
+                let more = g.ep(e).and_then(|ep| ep.rx.as_mut()).map(|rx| matches!(rx.peek(), Ok(Some(_)))).unwrap_or(false);
+                if more {
+                    g.link_errors.push((e, err));
+                } else {
+                    g.fail_ep(e, err);
+                }
+            }
+        }
+        g.in_progress = false;
+        if g.deferred.is_empty() {
+            return n;
+        }
+        let deferred = std::mem::take(&mut g.deferred);
+        drop(g);
+        n += deferred.len();
+        self.run_deferred(deferred);
+        n
+    }
+
+    fn run_deferred(&self, deferred: Vec<Deferred>) {
+        for d in deferred {
+            match d {
+                Deferred::Req(Callback::Rust(f), r) => f(r),
+                Deferred::Req(Callback::Raw(f, user), r) => f(user, r),
+                Deferred::Req(Callback::None, _) => {}
+                Deferred::EpError(mut h, err) => h(&err),
+                Deferred::Conn(l, req) => {
+                    let handler = self.lock().ok().and_then(|mut g| g.listeners.slots.get_mut(l as usize).and_then(|s| s.handler.take()));
+                    match handler {
+                        Some(mut h) => {
+                            h(req);
+                            if let Ok(mut g) = self.lock() {
+                                if let Some(s) = g.listeners.slots.get_mut(l as usize).filter(|s| s.live && s.handler.is_none()) {
+                                    s.handler = Some(h);
+                                }
+                            }
+                        }
+                        None => {
+                            if let Ok(mut g) = self.lock() {
+                                g.conn_reject(&req);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    fn run_am<'g>(&'g self, mut g: Guard<'g, State>, am: AmPending) -> Guard<'g, State> {
+        let e = am.ep.0;
+        let handler = g.am_handlers.get_mut(am.id as usize).and_then(|h| h.take());
+        let Some(mut h) = handler else {
+            tracing::warn!("active message with id {} has no handler; dropped", am.id);
+            if let Some(r) = am.rndv {
+                g.am_decline(r);
+            }
+            g.finish_am(e);
+            return g;
+        };
+        drop(g);
+        // SAFETY: the frame stays unconsumed (rx_busy) until finish_am below.
+        let header = unsafe { std::slice::from_raw_parts(am.header.0, am.header.1) };
+        let data = if am.data.1 == 0 { &[][..] } else { unsafe { std::slice::from_raw_parts(am.data.0, am.data.1) } };
+        let mut d = AmDelivery { id: am.id, header, data, rndv: am.rndv, reply: if am.reply { Some(am.ep) } else { None }, ep: am.ep };
+        h(&mut d);
+        let leftover = d.rndv.take();
+        let mut g = self.inner.cell.lock().unwrap_or_else(|_| unreachable_lock());
+        if let Some(slot) = g.am_handlers.get_mut(am.id as usize) {
+            if slot.is_none() {
+                *slot = Some(h);
+            }
+        }
+        if let Some(r) = leftover {
+            g.am_decline(r);
+        }
+        g.finish_am(e);
+        g
+    }
+
+    /// Register the handler for active-message `id` (replacing any earlier one).
+    pub fn am_set_handler(&self, id: u16, handler: impl FnMut(&mut AmMessage<'_>) + Send + 'static) -> Result<()> {
+        self.inner.ctx.require(self.inner.ctx.features().am, "am")?;
+        let weak: Weak<WorkerInner> = Arc::downgrade(&self.inner);
+        let mut user = handler;
+        let wrapped = move |d: &mut AmDelivery<'_>| {
+            if let Some(inner) = weak.upgrade() {
+                let w = Worker { inner };
+                // SAFETY: shortening the delivery's lifetimes to the call.
+                let d: &mut AmDelivery<'_> = unsafe { std::mem::transmute::<&mut AmDelivery<'_>, &mut AmDelivery<'_>>(d) };
+                let mut msg = AmMessage { worker: &w, d };
+                user(&mut msg);
+            }
+        };
+        let mut g = self.lock()?;
+        let idx = id as usize;
+        if g.am_handlers.len() <= idx {
+            g.am_handlers.resize_with(idx + 1, || None);
+        }
+        g.am_handlers[idx] = Some(Box::new(wrapped));
+        Ok(())
+    }
+
+    /// Receive a rendezvous active message's data into `buf`.
+    pub fn am_recv_data<'a>(&self, desc: AmRndv, buf: &'a mut [u8]) -> Result<Request<'a>> {
+        let s = self.lock()?.am_recv_data(desc, Buf::One((buf.as_mut_ptr() as usize, buf.len())), Callback::None)?;
+        Ok(Request::new(self, s))
+    }
+
+    /// Post a tag receive.
+    pub fn tag_recv<'a>(&self, buf: &'a mut [u8], tag: u64, mask: u64) -> Result<Request<'a>> {
+        self.inner.ctx.require(self.inner.ctx.features().tag, "tag")?;
+        let s = self.lock()?.tag_recv(Buf::One((buf.as_mut_ptr() as usize, buf.len())), tag, mask, Callback::None);
+        self.started(s)
+    }
+
+    /// Post a tag receive that scatters into several buffers.
+    pub fn tag_recv_iov<'a>(&self, iov: &mut [&'a mut [u8]], tag: u64, mask: u64) -> Result<Request<'a>> {
+        self.inner.ctx.require(self.inner.ctx.features().tag, "tag")?;
+        let segs = iov.iter_mut().map(|b| (b.as_mut_ptr() as usize, b.len())).collect();
+        let s = self.lock()?.tag_recv(Buf::Many(segs), tag, mask, Callback::None);
+        self.started(s)
+    }
+
+    /// Post a tag receive completed by a callback (run inside progress).
+    ///
+    /// # Safety
+    /// `buf` must stay valid and unused until the callback runs (or the call returns
+    /// `Done`, which runs no callback).
+    pub unsafe fn tag_recv_raw(&self, buf: Buf, tag: u64, mask: u64, cb: Callback) -> Result<Started> {
+        self.lock()?.tag_recv(buf, tag, mask, cb)
+    }
+
+    /// The first unexpected message that matches, without receiving it.
+    pub fn tag_probe(&self, tag: u64, mask: u64) -> Result<Option<ProbeInfo>> {
+        Ok(self.lock()?.tag_probe(tag, mask))
+    }
+
+    fn started<'a>(&self, s: Result<Started>) -> Result<Request<'a>> {
+        match s {
+            Ok(s) => Ok(Request::new(self, s)),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Prepare to sleep: `Ok(true)` if nothing is waiting and the event fd will wake on
+    /// the next arrival; `Ok(false)` if the caller should progress instead.
+    pub fn arm(&self) -> Result<bool> {
+        self.inner.ctx.require(self.inner.ctx.features().wakeup, "wakeup")?;
+        self.lock()?.arm()
+    }
+
+    /// Sleep until something arrives, `signal` is called, or `timeout` passes.
+    pub fn wait(&self, timeout: Option<Duration>) -> Result<()> {
+        if !self.arm()? {
+            return Ok(());
+        }
+        let fd = self.lock()?.epoll_as_fd().try_clone_to_owned().map_err(|e| Error::io("dup", e))?;
+        let ts = timeout.map(|t| rustix::time::Timespec { tv_sec: t.as_secs() as i64, tv_nsec: t.subsec_nanos() as i64 });
+        let mut ev = [epoll::Event { flags: epoll::EventFlags::empty(), data: epoll::EventData::new_u64(0) }; 1];
+        match epoll::wait(&fd, &mut ev, ts.as_ref()) {
+            Ok(_) | Err(rustix::io::Errno::INTR) => Ok(()),
+            Err(e) => Err(Error::io("epoll_wait", e)),
+        }
+    }
+
+    /// Wake a thread sleeping in `wait` (or on the event fd).
+    pub fn signal(&self) -> Result<()> {
+        let g = self.lock()?;
+        rustix::io::write(&g.eventfd, &1u64.to_ne_bytes()).map_err(|e| Error::io("eventfd write", e))?;
+        Ok(())
+    }
+
+    /// An fd that becomes readable when the worker has work (after `arm` returned true);
+    /// add it to your own epoll, poll or event loop.
+    pub fn event_fd(&self) -> RawFd {
+        self.inner.epoll_raw
+    }
+
+    pub(crate) fn take_result(&self, id: u64) -> Option<(Result<Info>, Info)> {
+        let mut g = self.lock().ok()?;
+        let s = g.req(id)?;
+        if !s.done {
+            return None;
+        }
+        let r = (std::mem::replace(&mut s.result, Ok(Info::default())), s.info);
+        g.req_free(id);
+        Some(r)
+    }
+
+    pub(crate) fn cancel(&self, id: u64) -> bool {
+        self.lock().map(|mut g| g.cancel(id)).unwrap_or(false)
+    }
+
+    pub(crate) fn detach(&self, id: u64) {
+        if let Ok(mut g) = self.lock() {
+            if let Some(s) = g.req(id) {
+                if s.done {
+                    g.req_free(id);
+                } else {
+                    s.detached = true;
+                }
+            }
+        }
+    }
+
+    pub(crate) fn in_progress(&self) -> bool {
+        self.lock().map(|g| g.in_progress).unwrap_or(true)
+    }
+
+    /// The next endpoint a peer opened to this worker by its address (passive side), if
+    /// any. Endpoints made through a `Listener` are handed to its handler instead.
+    pub fn incoming_endpoint(&self) -> Option<Endpoint> {
+        let mut g = self.lock().ok()?;
+        while let Some((idx, generation)) = g.incoming.pop_front() {
+            if g.ep(idx).is_some_and(|ep| ep.generation == generation) {
+                drop(g);
+                return Some(Endpoint::from_parts(self, idx, generation));
+            }
+        }
+        None
+    }
+
+    /// Why transports are not usable by this worker (excluded, unavailable).
+    pub fn excluded_transports(&self) -> Result<Vec<String>> {
+        Ok(self.lock()?.excluded.clone())
+    }
+
+    /// Progress until `cond` holds or `timeout` passes.
+    pub fn progress_until(&self, timeout: Duration, mut cond: impl FnMut() -> bool) -> Result<()> {
+        let deadline = std::time::Instant::now() + timeout;
+        while !cond() {
+            if self.progress() == 0 {
+                std::hint::spin_loop();
+            }
+            if std::time::Instant::now() > deadline {
+                return Err(Error::new(Status::Timeout, "condition not met in time"));
+            }
+        }
+        Ok(())
+    }
+}
+
+fn unreachable_lock() -> Guard<'static, State> {
+    // The progressing thread re-locks a lock it just released; in single mode it is the
+    // owner and nothing else holds the cell, in multi mode the mutex cannot be poisoned
+    // into an error (poison is recovered). Reaching here is a bug in Courier itself.
+    std::process::abort()
+}

@@ -1,0 +1,148 @@
+//! Active messages: a handler id, a user header and data, eager or by rendezvous.
+//!
+//! Small messages reach the handler in place (the transport's buffer, valid during the
+//! call). Large ones arrive as a descriptor ([`AmRndv`]) that the handler may keep and
+//! later receive into a buffer of its choice with `am_recv_data`, or drop (which tells the
+//! sender its data was declined so its request completes).
+
+use super::core::State;
+use super::state::*;
+use super::tag::Started;
+use crate::base::{Error, Result, Status};
+use crate::transport::RndvMode;
+use crate::wire::frame::{self, emit_segments, Header, Kind};
+
+/// Flags for sending an active message.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AmFlags {
+    /// Always eager (error if the message does not fit one frame).
+    pub eager: bool,
+    /// Always rendezvous.
+    pub rndv: bool,
+    /// The receiver may reply on the endpoint the message arrived on.
+    pub reply: bool,
+}
+
+/// A large active message's data, still at the sender.
+#[derive(Debug)]
+pub struct AmRndv {
+    pub(crate) ep: u32,
+    pub(crate) ep_generation: u32,
+    pub(crate) sreq: u64,
+    pub(crate) len: usize,
+    pub(crate) segs: Vec<(u64, u64)>,
+}
+
+impl AmRndv {
+    /// Length of the data.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+    /// Whether the data is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+/// What the protocol layer hands to an active-message handler.
+pub struct AmDelivery<'a> {
+    /// Handler id.
+    pub id: u16,
+    /// User header.
+    pub header: &'a [u8],
+    /// Eager data (empty for rendezvous).
+    pub data: &'a [u8],
+    /// Rendezvous descriptor, if the data is still at the sender.
+    pub rndv: Option<AmRndv>,
+    /// The endpoint it arrived on (index, generation), when the sender allows replies.
+    pub reply: Option<(u32, u32)>,
+    /// The endpoint it arrived on, always.
+    pub ep: (u32, u32),
+}
+
+/// A registered handler as the protocol layer sees it.
+pub type AmHandlerFn = Box<dyn FnMut(&mut AmDelivery<'_>) + Send>;
+
+impl State {
+    /// Start an active-message send.
+    pub(crate) fn am_send(&mut self, e: u32, id: u16, header: &[u8], data: Buf, flags: AmFlags, cb: Callback) -> Result<Started> {
+        let (thresh, max_frame, mode) = self.ep_limits(e)?;
+        let len = data.len();
+        let hlen = header.len();
+        if hlen > u32::MAX as usize {
+            return Err(Error::new(Status::InvalidParam, "active-message header too long"));
+        }
+        let fits = hlen + len + Kind::Am.header_len() <= max_frame;
+        if flags.eager && !fits {
+            return Err(Error::msg(
+                Status::InvalidParam,
+                format!("eager active message of {} bytes exceeds the transport's {max_frame}-byte frame", hlen + len),
+            ));
+        }
+        let rfl = if flags.reply { frame::flags::AM_REPLY } else { 0 };
+        if fits && (flags.eager || (!flags.rndv && hlen + len < thresh)) {
+            let hdr = Header::new(Kind::Am).aux16(id).aux32(hlen as u32).flags(rfl);
+            {
+                let ep = self.ep(e).ok_or(Status::EndpointClosed)?;
+                if ep.pending.is_empty() && ep.status == EpStatus::Connected {
+                    if let Some(tx) = ep.tx.as_mut() {
+                        match super::core::send_parts(tx, hdr.as_bytes(), header, &data) {
+                            Ok(()) => return Ok(Started::Done(Info { len, tag: 0 })),
+                            Err(crate::transport::TxError::NoResource) => {}
+                            Err(crate::transport::TxError::Failed(err)) => {
+                                self.fail_ep(e, err.clone());
+                                return Err(self.ep(e).and_then(|ep| ep.dead_error()).unwrap_or(err));
+                            }
+                        }
+                    }
+                }
+            }
+            let rid = self.req_alloc(ReqKind::Send, Some(e), data.clone(), cb);
+            if self.send_frame(e, &hdr, header, &data, Some(rid))? {
+                self.complete(rid, Ok(Info { len, tag: 0 }));
+            }
+            return Ok(Started::Pending(rid));
+        }
+        let rid = self.req_alloc(ReqKind::Send, Some(e), data.clone(), cb);
+        if let Some(s) = self.req(rid) {
+            s.expect = len;
+        }
+        let mut extra = header.to_vec();
+        let count = if mode == RndvMode::RemoteRead {
+            emit_segments(&mut extra, data.segs().iter().map(|&(a, l)| (a as u64, l as u64)));
+            data.segs().len() as u64
+        } else {
+            0
+        };
+        let hdr = Header::new(Kind::AmRts).aux16(id).aux32(hlen as u32).flags(rfl).word(1, rid).word(2, len as u64).word(3, count);
+        if let Err(err) = self.send_frame(e, &hdr, &extra, &Buf::EMPTY, None) {
+            self.req_free(rid);
+            return Err(err);
+        }
+        Ok(Started::Pending(rid))
+    }
+
+    /// Receive a rendezvous active message's data into `buf`.
+    pub(crate) fn am_recv_data(&mut self, desc: AmRndv, buf: Buf, cb: Callback) -> Result<Started> {
+        let live = matches!(self.ep(desc.ep), Some(ep) if ep.generation == desc.ep_generation);
+        if !live {
+            return Err(Error::new(Status::EndpointClosed, "the endpoint the message came from is gone"));
+        }
+        if let Some(err) = self.ep(desc.ep).and_then(|ep| ep.dead_error()) {
+            return Err(err);
+        }
+        let id = self.req_alloc(ReqKind::AmData, Some(desc.ep), buf, cb);
+        self.rndv_receive(desc.ep, id, desc.sreq, desc.len, 0, &desc.segs);
+        // A receive that finished at once (remote read) is still returned as a request so
+        // the caller has one way to collect the result.
+        Ok(Started::Pending(id))
+    }
+
+    /// The handler did not keep a rendezvous message: release the sender.
+    pub(crate) fn am_decline(&mut self, desc: AmRndv) {
+        if matches!(self.ep(desc.ep), Some(ep) if ep.generation == desc.ep_generation) {
+            let hdr = Header::new(Kind::RndvAts).word(1, desc.sreq).aux32(0);
+            let _ = self.send_frame(desc.ep, &hdr, &[], &Buf::EMPTY, None);
+        }
+    }
+}

@@ -1,0 +1,449 @@
+//! The worker state and its shared mechanisms: request slots, completion, endpoint
+//! failure, sending a frame with back-pressure, and the pending queue.
+
+use std::collections::VecDeque;
+use std::os::fd::{AsFd, OwnedFd};
+use std::sync::Arc;
+use std::time::Instant;
+
+use rustix::event::epoll;
+
+use super::state::*;
+use crate::base::{Config, Error, Result, Status};
+use crate::transport::{shm, tcp, LinkRx, LinkTx, TxError};
+use crate::wire::address::WorkerAddress;
+use crate::wire::frame::{Header, Kind};
+
+/// An active-message handler.
+pub type AmHandler = crate::proto::am::AmHandlerFn;
+/// A listener's connection handler.
+pub type ConnHandler = Box<dyn FnMut(crate::proto::wireup::ConnRequest) + Send>;
+
+/// Work to run outside the state lock (user code).
+pub(crate) enum Deferred {
+    Req(Callback, Result<Info, Error>),
+    EpError(Box<dyn FnMut(&Error) + Send>, Error),
+    Conn(u32, crate::proto::wireup::ConnRequest),
+}
+
+/// Epoll token kinds.
+pub(crate) mod token {
+    pub const SHM_ACCEPT: u64 = 1;
+    pub const TCP_ACCEPT: u64 = 2;
+    pub const LISTENER: u64 = 3;
+    pub const EP: u64 = 4;
+    pub const PENDING: u64 = 5;
+    pub const EVENT: u64 = 6;
+    pub fn make(kind: u64, idx: u32) -> u64 {
+        (kind << 56) | idx as u64
+    }
+    pub fn split(t: u64) -> (u64, u32) {
+        (t >> 56, t as u32)
+    }
+}
+
+pub(crate) struct ListenerSlot {
+    pub live: bool,
+    pub generation: u32,
+    pub tcp: tcp::Listener,
+    pub handler: Option<ConnHandler>,
+}
+
+pub(crate) struct PendingConn {
+    pub live: bool,
+    pub generation: u32,
+    pub tx: Option<LinkTx>,
+    pub rx: Option<LinkRx>,
+    /// Which user listener accepted it (None: the worker's own acceptors).
+    pub listener: Option<u32>,
+    pub peer: String,
+    pub since: Instant,
+    /// The connection handler has it and has not answered yet.
+    pub offered: bool,
+    pub client_id: u64,
+    pub client_addr: Option<WorkerAddress>,
+}
+
+pub(crate) struct State {
+    pub cfg: Arc<Config>,
+    pub ctx_name: String,
+    pub worker_id: u64,
+    pub address: WorkerAddress,
+    pub address_bytes: Vec<u8>,
+    pub reqs: Slab<ReqSlot>,
+    pub eps: Slab<EpSlot>,
+    /// Endpoints with a link, polled by progress.
+    pub active: Vec<u32>,
+    pub expected: VecDeque<u64>,
+    pub unexpected: VecDeque<Unexpected>,
+    pub am_handlers: Vec<Option<AmHandler>>,
+    pub deferred: Vec<Deferred>,
+    pub shm_acceptor: Option<shm::Acceptor>,
+    pub tcp_acceptor: Option<tcp::Listener>,
+    pub listeners: Slab<ListenerSlot>,
+    pub pending_conns: Slab<PendingConn>,
+    pub epoll: OwnedFd,
+    pub eventfd: OwnedFd,
+    pub ep_configs: Vec<String>,
+    pub progress_calls: u64,
+    pub in_progress: bool,
+    pub fd_links: usize,
+    pub last_timer: Instant,
+    /// Endpoints whose links must be dropped once no handler runs on them.
+    pub reap: Vec<u32>,
+    pub excluded: Vec<String>,
+    /// Links that failed while frames were still buffered: fail after those are handled.
+    pub link_errors: Vec<(u32, Error)>,
+    /// Endpoints peers created to this worker, not yet taken by the application.
+    pub incoming: VecDeque<(u32, u32)>,
+}
+
+impl State {
+    // ----- requests -------------------------------------------------------------------
+
+    pub(crate) fn req_alloc(&mut self, kind: ReqKind, ep: Option<u32>, buf: Buf, callback: Callback) -> u64 {
+        let slot = ReqSlot {
+            generation: 0,
+            live: true,
+            done: false,
+            result: Ok(Info::default()),
+            kind,
+            ep,
+            buf,
+            expect: 0,
+            got: 0,
+            tag: 0,
+            tag_mask: 0,
+            waitall: false,
+            rndv_push: false,
+            real_len: 0,
+            info: Info::default(),
+            callback,
+            detached: false,
+        };
+        if let Some(idx) = self.reqs.free.pop() {
+            let s = &mut self.reqs.slots[idx as usize];
+            let generation = s.generation.wrapping_add(1);
+            *s = ReqSlot { generation, ..slot };
+            make_id(generation, idx)
+        } else {
+            let idx = self.reqs.slots.len() as u32;
+            self.reqs.slots.push(slot);
+            make_id(0, idx)
+        }
+    }
+
+    /// The live slot for `id`, if the id is current.
+    #[inline]
+    pub(crate) fn req(&mut self, id: u64) -> Option<&mut ReqSlot> {
+        let (generation, idx) = split_id(id);
+        self.reqs.slots.get_mut(idx as usize).filter(|s| s.live && s.generation == generation)
+    }
+
+    pub(crate) fn req_free(&mut self, id: u64) {
+        let (_, idx) = split_id(id);
+        if let Some(s) = self.req(id) {
+            s.live = false;
+            s.callback = Callback::None;
+            s.buf = Buf::EMPTY;
+            self.reqs.free.push(idx);
+        }
+    }
+
+    /// Complete a request: record the result, queue its callback, free it if detached.
+    pub(crate) fn complete(&mut self, id: u64, result: Result<Info, Error>) {
+        let info = result.as_ref().copied().unwrap_or_default();
+        self.complete_info(id, result, info)
+    }
+
+    /// Complete with an explicit info (kept also on failure).
+    pub(crate) fn complete_info(&mut self, id: u64, result: Result<Info, Error>, info: Info) {
+        let Some(s) = self.req(id) else { return };
+        if s.done {
+            return;
+        }
+        s.done = true;
+        s.info = info;
+        let cb = std::mem::replace(&mut s.callback, Callback::None);
+        let detached = s.detached;
+        if !matches!(cb, Callback::None) {
+            self.deferred.push(Deferred::Req(cb, result.clone()));
+        }
+        if let Some(s) = self.req(id) {
+            s.result = result;
+        }
+        if detached {
+            self.req_free(id);
+        }
+    }
+
+    // ----- endpoints ------------------------------------------------------------------
+
+    #[inline]
+    pub(crate) fn ep(&mut self, idx: u32) -> Option<&mut EpSlot> {
+        self.eps.slots.get_mut(idx as usize).filter(|s| s.live)
+    }
+
+    pub(crate) fn ep_alloc(&mut self, peer: String, passive: bool) -> u32 {
+        let now = Instant::now();
+        let slot = EpSlot {
+            generation: 0,
+            live: true,
+            status: EpStatus::Connecting,
+            tx: None,
+            rx: None,
+            old: None,
+            caps: None,
+            rndv_thresh: usize::MAX,
+            pending: VecDeque::new(),
+            push: VecDeque::new(),
+            stream_in: VecDeque::new(),
+            stream_reqs: VecDeque::new(),
+            err_handler: None,
+            err_reported: false,
+            peer,
+            conn_id: 0,
+            passive,
+            peer_worker: 0,
+            last_rx: now,
+            last_tx: now,
+            rx_busy: false,
+            handle_count: 0,
+            keepalive: false,
+        };
+        if let Some(idx) = self.eps.free.pop() {
+            let s = &mut self.eps.slots[idx as usize];
+            let generation = s.generation.wrapping_add(1);
+            *s = EpSlot { generation, ..slot };
+            idx
+        } else {
+            self.eps.slots.push(slot);
+            (self.eps.slots.len() - 1) as u32
+        }
+    }
+
+    /// Give `ep` its link and start polling it.
+    pub(crate) fn ep_install_link(&mut self, e: u32, tx: LinkTx, rx: LinkRx) -> Result<()> {
+        let caps = tx.caps().clone();
+        let thresh = self.cfg.rndv_thresh.unwrap_or(caps.rndv_thresh).max(1);
+        if let Some(fd) = rx.fd() {
+            epoll::add(&self.epoll, fd, epoll::EventData::new_u64(token::make(token::EP, e)), epoll::EventFlags::IN | epoll::EventFlags::RDHUP)
+                .map_err(|err| Error::io("epoll add", err))?;
+            self.fd_links += 1;
+            if caps.name == "tcp" {
+                crate::proto::wireup::set_tcp_keepalive(fd, &self.cfg);
+            }
+        }
+        let Some(ep) = self.ep(e) else { return Err(Error::new(Status::InvalidParam, "endpoint gone")) };
+        ep.rndv_thresh = thresh;
+        ep.caps = Some(caps);
+        ep.tx = Some(tx);
+        ep.rx = Some(rx);
+        ep.last_rx = Instant::now();
+        if !self.active.contains(&e) {
+            self.active.push(e);
+        }
+        Ok(())
+    }
+
+    /// Take `ep`'s link out (deregistering its fd).
+    pub(crate) fn ep_take_link(&mut self, e: u32) -> Option<(LinkTx, LinkRx)> {
+        let epfd = &self.epoll;
+        let ep = self.eps.slots.get_mut(e as usize)?;
+        let (tx, rx) = (ep.tx.take(), ep.rx.take());
+        ep.caps = None;
+        self.active.retain(|&x| x != e);
+        match (tx, rx) {
+            (Some(tx), Some(rx)) => {
+                if let Some(fd) = rx.fd() {
+                    let _ = epoll::delete(epfd, fd);
+                    self.fd_links = self.fd_links.saturating_sub(1);
+                }
+                Some((tx, rx))
+            }
+            _ => None,
+        }
+    }
+
+    /// The endpoint died: fail its requests, report once, drop its link when safe.
+    pub(crate) fn fail_ep(&mut self, e: u32, why: Error) {
+        let Some(ep) = self.ep(e) else { return };
+        if matches!(ep.status, EpStatus::Dead(_)) {
+            return;
+        }
+        let peer = ep.peer.clone();
+        let err = fail_error(&peer, &why);
+        ep.status = EpStatus::Dead(err.clone());
+        let pending: Vec<u64> = ep.pending.drain(..).filter_map(|p| p.req).collect();
+        ep.push.clear();
+        let stream_reqs: Vec<u64> = ep.stream_reqs.drain(..).collect();
+        let handler = if ep.err_reported { None } else { ep.err_handler.take() };
+        ep.err_reported = true;
+        let busy = ep.rx_busy;
+        match why.status() {
+            Status::EndpointClosed => tracing::debug!("endpoint to {peer} closed: {}", why.detail()),
+            Status::ProtocolError => tracing::warn!("dropping connection to {peer}: {why}"),
+            _ => tracing::info!("endpoint to {peer} failed: {why}"),
+        }
+        for id in pending.into_iter().chain(stream_reqs) {
+            self.complete(id, Err(err.clone()));
+        }
+        // Every request still waiting on this endpoint (rendezvous, acks).
+        let ids: Vec<u64> = self
+            .reqs
+            .slots
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s.live && !s.done && s.ep == Some(e))
+            .map(|(i, s)| make_id(s.generation, i as u32))
+            .collect();
+        for id in ids {
+            self.expected.retain(|&x| x != id);
+            self.complete(id, Err(err.clone()));
+        }
+        // Rendezvous offers from this peer can no longer be fetched.
+        self.unexpected.retain(|u| !(u.ep == e && matches!(u.body, UnexpBody::Rts { .. })));
+        if let Some(h) = handler {
+            self.deferred.push(Deferred::EpError(h, err));
+        }
+        if busy {
+            self.reap.push(e);
+        } else {
+            self.ep_take_link(e);
+        }
+    }
+
+    /// Free an endpoint slot entirely (handle gone and link dropped).
+    pub(crate) fn ep_free(&mut self, e: u32) {
+        self.ep_take_link(e);
+        if let Some(ep) = self.eps.slots.get_mut(e as usize) {
+            if ep.live {
+                ep.live = false;
+                ep.err_handler = None;
+                ep.stream_in = VecDeque::new();
+                ep.old = None;
+                self.eps.free.push(e);
+            }
+        }
+    }
+
+    // ----- sending --------------------------------------------------------------------
+
+    /// Send one frame on `e` now, or queue it behind earlier ones. `Ok(true)`: sent now.
+    /// On a dead endpoint returns its error.
+    #[inline]
+    pub(crate) fn send_frame(&mut self, e: u32, hdr: &Header, extra: &[u8], data: &Buf, req: Option<u64>) -> Result<bool> {
+        let Some(ep) = self.ep(e) else { return Err(Error::new(Status::EndpointClosed, "endpoint was closed")) };
+        if let EpStatus::Dead(err) = &ep.status {
+            return Err(err.clone());
+        }
+        if ep.pending.is_empty() && ep.status == EpStatus::Connected {
+            if let Some(tx) = ep.tx.as_mut() {
+                match send_parts(tx, hdr.as_bytes(), extra, data) {
+                    Ok(()) => {
+                        ep.last_tx = Instant::now_cheap();
+                        return Ok(true);
+                    }
+                    Err(TxError::NoResource) => {}
+                    Err(TxError::Failed(err)) => {
+                        self.fail_ep(e, err.clone());
+                        return Err(self.ep(e).and_then(|ep| ep.dead_error()).unwrap_or(err));
+                    }
+                }
+            }
+        }
+        let ep = self.ep(e).ok_or_else(|| Error::new(Status::EndpointClosed, "endpoint was closed"))?;
+        ep.pending.push_back(Pending { req, hdr: *hdr, extra: extra.to_vec(), data: data.clone() });
+        Ok(false)
+    }
+
+    /// Retry queued frames and rendezvous pushes of `e`; flush its transport queue.
+    pub(crate) fn progress_tx(&mut self, e: u32) -> usize {
+        let mut n = 0;
+        loop {
+            let Some(ep) = self.ep(e) else { return n };
+            if ep.status != EpStatus::Connected {
+                return n;
+            }
+            let Some(tx) = ep.tx.as_mut() else { return n };
+            let Some(p) = ep.pending.front() else { break };
+            match send_parts(tx, p.hdr.as_bytes(), &p.extra, &p.data) {
+                Ok(()) => {
+                    let p = ep.pending.pop_front();
+                    n += 1;
+                    // A queued eager send completes when its last frame leaves.
+                    if let Some(Pending { req: Some(id), hdr, .. }) = p {
+                        let kind = hdr.as_bytes()[0];
+                        if kind == Kind::TagEager as u8 || kind == Kind::Am as u8 || kind == Kind::Stream as u8 {
+                            let len = self.req(id).map(|s| s.buf.len()).unwrap_or(0);
+                            self.complete(id, Ok(Info { len, tag: 0 }));
+                        }
+                    }
+                }
+                Err(TxError::NoResource) => break,
+                Err(TxError::Failed(err)) => {
+                    self.fail_ep(e, err);
+                    return n;
+                }
+            }
+        }
+        n += self.progress_push(e);
+        if let Some(tx) = self.ep(e).and_then(|ep| ep.tx.as_mut()) {
+            if let Err(err) = tx.flush() {
+                self.fail_ep(e, err);
+            }
+        }
+        n
+    }
+}
+
+/// Low-resolution "now" for bookkeeping on the hot path.
+trait NowCheap {
+    fn now_cheap() -> Instant;
+}
+impl NowCheap for Instant {
+    #[inline]
+    fn now_cheap() -> Instant {
+        Instant::now()
+    }
+}
+
+/// A user data segment as a slice (empty segments may have any address, even 0).
+#[inline]
+fn seg_slice<'a>(a: usize, l: usize) -> &'a [u8] {
+    if l == 0 {
+        &[]
+    } else {
+        // SAFETY: data segments are user buffers kept alive by their request.
+        unsafe { std::slice::from_raw_parts(a as *const u8, l) }
+    }
+}
+
+/// Hand header, extra bytes and data segments to the transport as one frame.
+#[inline]
+pub(crate) fn send_parts(tx: &mut LinkTx, hdr: &[u8], extra: &[u8], data: &Buf) -> Result<(), TxError> {
+    let segs = data.segs();
+    if segs.len() <= 6 {
+        let mut parts: [&[u8]; 8] = [&[]; 8];
+        parts[0] = hdr;
+        parts[1] = extra;
+        for (i, &(a, l)) in segs.iter().enumerate() {
+            parts[2 + i] = seg_slice(a, l);
+        }
+        tx.send(&parts[..2 + segs.len()])
+    } else {
+        let mut parts: Vec<&[u8]> = Vec::with_capacity(segs.len() + 2);
+        parts.push(hdr);
+        parts.push(extra);
+        for &(a, l) in segs {
+            parts.push(seg_slice(a, l));
+        }
+        tx.send(&parts)
+    }
+}
+
+impl State {
+    pub(crate) fn epoll_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.epoll.as_fd()
+    }
+}

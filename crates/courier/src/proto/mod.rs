@@ -1,0 +1,11 @@
+//! proto — protocols built on transport capabilities, never on a transport's name:
+//! wireup and lane selection, eager and rendezvous, tag matching, active messages, streams,
+//! flush and close, peer-failure handling.
+
+pub mod am;
+pub(crate) mod core;
+pub(crate) mod recv;
+pub mod state;
+pub(crate) mod stream;
+pub mod tag;
+pub mod wireup;

@@ -1,0 +1,132 @@
+//! Receive dispatch: parse each frame an endpoint's link delivers and route it.
+//!
+//! Active messages are not handled here: `poll_one` returns them unconsumed so the worker
+//! can call the user's handler with the state lock released (the handler may send, even on
+//! the same endpoint), then `finish_am` consumes the frame.
+
+use std::time::Instant;
+
+use super::am::AmRndv;
+use super::core::State;
+use super::state::*;
+use crate::base::{Error, Status};
+use crate::wire::frame::Frame;
+
+/// One step of polling an endpoint.
+pub(crate) enum PollOne {
+    /// No frame waiting.
+    Empty,
+    /// A frame was handled.
+    Handled,
+    /// An active message for the handler; its frame stays unconsumed until `finish_am`.
+    Am(AmPending),
+}
+
+/// An active message waiting for its handler.
+pub(crate) struct AmPending {
+    pub id: u16,
+    pub reply: bool,
+    pub header: (*const u8, usize),
+    pub data: (*const u8, usize),
+    pub rndv: Option<AmRndv>,
+    pub ep: (u32, u32),
+}
+
+impl State {
+    /// Handle the next frame of endpoint `e`.
+    pub(crate) fn poll_one(&mut self, e: u32) -> PollOne {
+        let Some(ep) = self.ep(e) else { return PollOne::Empty };
+        let generation = ep.generation;
+        let Some(rx) = ep.rx.as_mut() else { return PollOne::Empty };
+        let raw = match rx.peek() {
+            Ok(Some(raw)) => raw,
+            Ok(None) => return PollOne::Empty,
+            Err(err) => {
+                self.fail_ep(e, err);
+                return PollOne::Empty;
+            }
+        };
+        ep.last_rx = Instant::now();
+        // SAFETY: valid until `consume`, which happens below or in `finish_am`.
+        let bytes = unsafe { raw.bytes() };
+        let frame = match Frame::parse(bytes) {
+            Ok(f) => f,
+            Err(err) => {
+                self.fail_ep(e, Error::msg(Status::ProtocolError, format!("malformed frame: {err}")));
+                return PollOne::Handled;
+            }
+        };
+        match frame {
+            Frame::Am { id, reply, header, data } => {
+                ep.rx_busy = true;
+                return PollOne::Am(AmPending {
+                    id,
+                    reply,
+                    header: (header.as_ptr(), header.len()),
+                    data: (data.as_ptr(), data.len()),
+                    rndv: None,
+                    ep: (e, generation),
+                });
+            }
+            Frame::AmRts { id, reply, sreq, len, header, segs } => {
+                let Ok(len) = usize::try_from(len) else {
+                    self.fail_ep(e, Error::new(Status::ProtocolError, "active-message length does not fit in memory"));
+                    return PollOne::Handled;
+                };
+                ep.rx_busy = true;
+                let rndv = AmRndv { ep: e, ep_generation: generation, sreq, len, segs: segs.iter().collect() };
+                return PollOne::Am(AmPending {
+                    id,
+                    reply,
+                    header: (header.as_ptr(), header.len()),
+                    data: (std::ptr::null(), 0),
+                    rndv: Some(rndv),
+                    ep: (e, generation),
+                });
+            }
+            _ => {}
+        }
+        self.handle(e, frame);
+        if let Some(rx) = self.ep(e).and_then(|ep| ep.rx.as_mut()) {
+            rx.consume();
+        }
+        PollOne::Handled
+    }
+
+    /// Consume the active-message frame of `e` after its handler ran.
+    pub(crate) fn finish_am(&mut self, e: u32) {
+        if let Some(ep) = self.ep(e) {
+            ep.rx_busy = false;
+            if let Some(rx) = ep.rx.as_mut() {
+                rx.consume();
+            }
+        }
+        if let Some(pos) = self.reap.iter().position(|&x| x == e) {
+            self.reap.swap_remove(pos);
+            self.ep_take_link(e);
+        }
+    }
+
+    fn handle(&mut self, e: u32, frame: Frame<'_>) {
+        match frame {
+            Frame::TagEager { tag, data } => self.on_tag_eager(e, tag, data, None),
+            Frame::TagEagerSync { tag, sreq, data } => self.on_tag_eager(e, tag, data, Some(sreq)),
+            Frame::TagRts { tag, sreq, len, sync, segs } => self.on_tag_rts(e, tag, sreq, len, sync, segs),
+            Frame::RndvAts { sreq, status } => self.on_rndv_ats(e, sreq, status),
+            Frame::RndvRtr { sreq, rreq, len } => self.on_rndv_rtr(e, sreq, rreq, len),
+            Frame::RndvData { rreq, offset, data } => self.on_rndv_data(e, rreq, offset, data),
+            Frame::SyncAck { sreq } => self.on_sync_ack(e, sreq),
+            Frame::Stream { data } => self.on_stream(e, data),
+            Frame::Keepalive => {}
+            Frame::Close => {
+                let peer = self.ep(e).map(|ep| ep.peer.clone()).unwrap_or_default();
+                self.fail_ep(e, Error::msg(Status::PeerFailure, format!("{peer} closed the connection")));
+            }
+            Frame::ConnAccept { conn_id, address } => self.on_conn_accept(e, conn_id, address),
+            Frame::ConnReject => self.fail_ep(e, Error::new(Status::Rejected, "the server's connection handler rejected the connection")),
+            Frame::Wireup { purpose, .. } => self.on_wireup_in_band(e, purpose),
+            Frame::ConnReq { .. } => self.fail_ep(e, Error::new(Status::ProtocolError, "connection request on an established connection")),
+            Frame::Am { .. } | Frame::AmRts { .. } => {}
+        }
+    }
+}

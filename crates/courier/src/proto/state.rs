@@ -1,0 +1,249 @@
+//! The protocol layer's state: requests, endpoints, matching queues, pending work.
+//!
+//! Everything here lives inside the worker's state cell and is touched only under it.
+//! Request and endpoint ids are (generation << 32 | slot) so a stale or forged id from a
+//! peer is detected instead of hitting a reused slot.
+
+use std::collections::VecDeque;
+use std::time::Instant;
+
+use crate::base::{Error, Status};
+use crate::transport::{Caps, LinkRx, LinkTx};
+use crate::wire::frame::Header;
+
+/// What a completed operation reports.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Info {
+    /// Bytes moved; for a truncated receive, the real length of the message.
+    pub len: usize,
+    /// The message's tag (tag receives).
+    pub tag: u64,
+}
+
+/// Completion notification for a request.
+pub enum Callback {
+    /// Poll or wait.
+    None,
+    /// A Rust closure, run inside progress.
+    Rust(Box<dyn FnOnce(Result<Info, Error>) + Send>),
+    /// A plain function and a user word (for the C ABI and bindings; no allocation).
+    Raw(fn(usize, Result<Info, Error>), usize),
+}
+
+/// A buffer as address/length segments in this process.
+#[derive(Clone, Debug)]
+pub enum Buf {
+    /// One contiguous segment: (address, length).
+    One((usize, usize)),
+    /// Scattered segments.
+    Many(Vec<(usize, usize)>),
+}
+
+impl Buf {
+    pub(crate) const EMPTY: Buf = Buf::One((0, 0));
+
+    pub(crate) fn segs(&self) -> &[(usize, usize)] {
+        match self {
+            Buf::One(p) => std::slice::from_ref(p),
+            Buf::Many(v) => v,
+        }
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        match self {
+            Buf::One((_, l)) => *l,
+            Buf::Many(v) => v.iter().map(|s| s.1).sum(),
+        }
+    }
+
+    /// Copy `src` into this buffer starting at byte `offset`; returns bytes copied.
+    ///
+    /// # Safety
+    /// The segments must be valid for writes.
+    pub(crate) unsafe fn write_at(&self, mut offset: usize, src: &[u8]) -> usize {
+        let mut done = 0;
+        for &(addr, len) in self.segs() {
+            if done == src.len() {
+                break;
+            }
+            if len == 0 {
+                continue;
+            }
+            if offset >= len {
+                offset -= len;
+                continue;
+            }
+            let n = (len - offset).min(src.len() - done);
+            // SAFETY: within the segment by construction; caller guarantees validity.
+            unsafe { std::ptr::copy_nonoverlapping(src.as_ptr().add(done), (addr + offset) as *mut u8, n) };
+            done += n;
+            offset = 0;
+        }
+        done
+    }
+
+    /// Sub-range [off, off+len) as segments.
+    pub(crate) fn slice(&self, mut off: usize, mut len: usize) -> Vec<(usize, usize)> {
+        let mut out = Vec::new();
+        for &(a, l) in self.segs() {
+            if len == 0 {
+                break;
+            }
+            if off >= l {
+                off -= l;
+                continue;
+            }
+            let n = (l - off).min(len);
+            out.push((a + off, n));
+            len -= n;
+            off = 0;
+        }
+        out
+    }
+}
+
+/// What a request is waiting for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ReqKind {
+    Send,
+    TagRecv,
+    StreamRecv,
+    AmData,
+    Flush,
+    Close,
+}
+
+pub(crate) struct ReqSlot {
+    pub generation: u32,
+    pub live: bool,
+    pub done: bool,
+    pub result: Result<Info, Error>,
+    pub kind: ReqKind,
+    pub ep: Option<u32>,
+    pub buf: Buf,
+    /// Receives: bytes expected (rendezvous) and received so far.
+    pub expect: usize,
+    pub got: usize,
+    pub tag: u64,
+    pub tag_mask: u64,
+    /// Stream receives: complete only when the buffer is full.
+    pub waitall: bool,
+    /// Receiving rendezvous data pushed by the sender.
+    pub rndv_push: bool,
+    /// The real length of the message being received (truncation reports).
+    pub real_len: usize,
+    /// What the request reports, also when it failed (a truncated receive's real length).
+    pub info: Info,
+    pub callback: Callback,
+    /// No handle refers to the request any more: free it on completion.
+    pub detached: bool,
+}
+
+pub(crate) struct Slab<T> {
+    pub slots: Vec<T>,
+    pub free: Vec<u32>,
+}
+
+impl<T> Default for Slab<T> {
+    fn default() -> Self {
+        Slab { slots: Vec::new(), free: Vec::new() }
+    }
+}
+
+pub(crate) fn make_id(generation: u32, idx: u32) -> u64 {
+    ((generation as u64) << 32) | idx as u64
+}
+
+pub(crate) fn split_id(id: u64) -> (u32, u32) {
+    ((id >> 32) as u32, id as u32)
+}
+
+/// An unexpected tag message.
+pub(crate) struct Unexpected {
+    pub tag: u64,
+    pub ep: u32,
+    pub len: usize,
+    pub body: UnexpBody,
+}
+
+pub(crate) enum UnexpBody {
+    Eager(Vec<u8>),
+    EagerSync(Vec<u8>, u64),
+    Rts { sreq: u64, segs: Vec<(u64, u64)>, sync: bool },
+}
+
+/// A frame that could not be sent yet (back-pressure or link not up).
+pub(crate) struct Pending {
+    pub req: Option<u64>,
+    pub hdr: Header,
+    /// Bytes after the header owned by the pending op (segment lists, addresses).
+    pub extra: Vec<u8>,
+    /// User data segments after `extra`.
+    pub data: Buf,
+}
+
+/// Data to push to a peer after it said it is ready (rendezvous without remote read).
+pub(crate) struct PushJob {
+    pub sreq: u64,
+    pub rreq: u64,
+    pub data: Buf,
+    pub offset: usize,
+    pub total: usize,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum EpStatus {
+    /// Waiting for the peer to accept (listener flow) or for a link upgrade.
+    Connecting,
+    Connected,
+    /// Failed or closed; operations fail with this error.
+    Dead(Error),
+}
+
+pub(crate) struct EpSlot {
+    pub generation: u32,
+    pub live: bool,
+    pub status: EpStatus,
+    pub tx: Option<LinkTx>,
+    pub rx: Option<LinkRx>,
+    /// A link being replaced (listener flow: the tcp link while the shm one comes up).
+    pub old: Option<(LinkTx, LinkRx)>,
+    pub caps: Option<Caps>,
+    pub rndv_thresh: usize,
+    pub pending: VecDeque<Pending>,
+    pub push: VecDeque<PushJob>,
+    pub stream_in: VecDeque<u8>,
+    pub stream_reqs: VecDeque<u64>,
+    pub err_handler: Option<Box<dyn FnMut(&Error) + Send>>,
+    pub err_reported: bool,
+    pub peer: String,
+    pub conn_id: u64,
+    /// Created by a remote connect, not by this process's API.
+    pub passive: bool,
+    /// The peer's worker id (when known) and whether it runs in this process's worker.
+    pub peer_worker: u64,
+    pub last_rx: Instant,
+    pub last_tx: Instant,
+    /// A handler is running on a frame of this endpoint's rx: do not drop the link now.
+    pub rx_busy: bool,
+    pub handle_count: u32,
+    pub keepalive: bool,
+}
+
+impl EpSlot {
+    pub(crate) fn dead_error(&self) -> Option<Error> {
+        match &self.status {
+            EpStatus::Dead(e) => Some(e.clone()),
+            _ => None,
+        }
+    }
+}
+
+/// Fail every request on `ep` (called when the endpoint dies).
+pub(crate) fn fail_error(peer: &str, why: &Error) -> Error {
+    if why.status() == Status::PeerFailure || why.status() == Status::EndpointClosed || why.status() == Status::Rejected {
+        why.clone()
+    } else {
+        Error::msg(why.status(), format!("connection to {peer} failed: {}", why.detail()))
+    }
+}

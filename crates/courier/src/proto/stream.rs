@@ -1,0 +1,138 @@
+//! Streams: ordered bytes per endpoint, no message boundaries, never rendezvous.
+//!
+//! Arriving bytes fill posted receives in order, straight from the transport's buffer;
+//! what no receive wants yet waits in the endpoint's stream buffer.
+
+use super::core::State;
+use super::state::*;
+use super::tag::Started;
+use crate::base::{Error, Result, Status};
+use crate::wire::frame::{Header, Kind};
+
+impl State {
+    /// Send `data` as stream bytes on `e`.
+    pub(crate) fn stream_send(&mut self, e: u32, data: Buf, cb: Callback) -> Result<Started> {
+        let (_, max_frame, _) = self.ep_limits(e)?;
+        let len = data.len();
+        let chunk = max_frame - Kind::Stream.header_len();
+        let hdr = Header::new(Kind::Stream);
+        if len <= chunk {
+            {
+                let ep = self.ep(e).ok_or(Status::EndpointClosed)?;
+                if ep.pending.is_empty() && ep.status == EpStatus::Connected {
+                    if let Some(tx) = ep.tx.as_mut() {
+                        match super::core::send_parts(tx, hdr.as_bytes(), &[], &data) {
+                            Ok(()) => return Ok(Started::Done(Info { len, tag: 0 })),
+                            Err(crate::transport::TxError::NoResource) => {}
+                            Err(crate::transport::TxError::Failed(err)) => {
+                                self.fail_ep(e, err.clone());
+                                return Err(self.ep(e).and_then(|ep| ep.dead_error()).unwrap_or(err));
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        let id = self.req_alloc(ReqKind::Send, Some(e), data.clone(), cb);
+        let mut off = 0;
+        let mut all_sent = true;
+        while off < len || (len == 0 && off == 0) {
+            let n = (len - off).min(chunk);
+            let part = Buf::Many(data.slice(off, n));
+            off += n;
+            let last = off >= len;
+            match self.send_frame(e, &hdr, &[], &part, if last { Some(id) } else { None }) {
+                Ok(sent) => all_sent &= sent,
+                Err(err) => {
+                    self.req_free(id);
+                    return Err(err);
+                }
+            }
+            if len == 0 {
+                break;
+            }
+        }
+        if all_sent {
+            self.complete(id, Ok(Info { len, tag: 0 }));
+        }
+        Ok(Started::Pending(id))
+    }
+
+    /// Receive stream bytes from `e` into `buf`: with `waitall` exactly `buf.len()` bytes,
+    /// otherwise whatever has arrived (at least one byte).
+    pub(crate) fn stream_recv(&mut self, e: u32, buf: Buf, waitall: bool, cb: Callback) -> Result<Started> {
+        let cap = buf.len();
+        let ep = self.ep(e).ok_or_else(|| Error::new(Status::EndpointClosed, "endpoint was closed"))?;
+        let mut got = 0;
+        if ep.stream_reqs.is_empty() {
+            got = drain_into(&mut ep.stream_in, &buf, 0);
+            if got == cap && cap > 0 || (!waitall && got > 0) {
+                return Ok(Started::Done(Info { len: got, tag: 0 }));
+            }
+        }
+        if let Some(err) = ep.dead_error() {
+            return if got > 0 { Ok(Started::Done(Info { len: got, tag: 0 })) } else { Err(err) };
+        }
+        let id = self.req_alloc(ReqKind::StreamRecv, Some(e), buf, cb);
+        if let Some(s) = self.req(id) {
+            s.got = got;
+            s.waitall = waitall;
+        }
+        if let Some(ep) = self.ep(e) {
+            ep.stream_reqs.push_back(id);
+        }
+        Ok(Started::Pending(id))
+    }
+
+    /// Stream bytes arrived on `e`.
+    pub(crate) fn on_stream(&mut self, e: u32, mut data: &[u8]) {
+        while !data.is_empty() {
+            let Some(ep) = self.ep(e) else { return };
+            let Some(&id) = ep.stream_reqs.front() else { break };
+            let Some(s) = self.req(id) else {
+                if let Some(ep) = self.ep(e) {
+                    ep.stream_reqs.pop_front();
+                }
+                continue;
+            };
+            let room = s.buf.len() - s.got;
+            let n = room.min(data.len());
+            // SAFETY: the request's buffer is alive until it completes.
+            unsafe { s.buf.write_at(s.got, &data[..n]) };
+            s.got += n;
+            data = &data[n..];
+            let full = s.got == s.buf.len();
+            if full || !s.waitall {
+                let len = s.got;
+                if let Some(ep) = self.ep(e) {
+                    ep.stream_reqs.pop_front();
+                }
+                self.complete(id, Ok(Info { len, tag: 0 }));
+            }
+        }
+        if !data.is_empty() {
+            if let Some(ep) = self.ep(e) {
+                ep.stream_in.extend(data);
+            }
+        }
+    }
+}
+
+/// Move buffered stream bytes into `buf` from byte `off`; returns bytes moved.
+fn drain_into(q: &mut std::collections::VecDeque<u8>, buf: &Buf, off: usize) -> usize {
+    let want = (buf.len() - off).min(q.len());
+    if want == 0 {
+        return 0;
+    }
+    let (a, b) = q.as_slices();
+    let na = a.len().min(want);
+    // SAFETY: the caller's buffer is valid for writes.
+    unsafe {
+        buf.write_at(off, &a[..na]);
+        if want > na {
+            buf.write_at(off + na, &b[..want - na]);
+        }
+    }
+    q.drain(..want);
+    want
+}

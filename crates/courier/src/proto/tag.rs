@@ -1,0 +1,427 @@
+//! Tag matching and the eager / rendezvous protocols for tag messages.
+//!
+//! Posted receives wait in `expected` in posting order; messages that arrive first wait in
+//! `unexpected` in arrival order. A message matches the first receive whose
+//! `(tag ^ recv_tag) & mask == 0`, so messages between two endpoints match in send order.
+//!
+//! Rendezvous: the sender offers the message (`TagRts`). With remote read (self, shm with
+//! CMA) the offer lists the sender's segments and the receiver copies them itself, then
+//! acknowledges (`RndvAts`). Otherwise the receiver answers ready-to-receive (`RndvRtr`) and
+//! the sender pushes `RndvData` frames straight from the user buffer.
+
+use super::core::State;
+use super::state::*;
+use crate::base::{Error, Result, Status};
+use crate::transport::RndvMode;
+use crate::wire::frame::{self, emit_segments, Header, Kind, Segments};
+
+/// How an operation started.
+#[derive(Debug)]
+pub enum Started {
+    /// Completed at once (no request was made; no callback will run).
+    Done(Info),
+    /// In progress: a request id to poll or wait on.
+    Pending(u64),
+}
+
+/// Result of a probe.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ProbeInfo {
+    /// Tag of the first matching message.
+    pub tag: u64,
+    /// Its length.
+    pub len: usize,
+}
+
+/// An immediate receive: done, or truncated (the error names both lengths).
+fn done_or_truncated(len: usize, cap: usize, tag: u64) -> Result<Started> {
+    if len > cap { Err(truncated(len, cap)) } else { Ok(Started::Done(Info { len, tag })) }
+}
+
+pub(crate) fn truncated(len: usize, cap: usize) -> Error {
+    Error::msg(Status::MessageTruncated, format!("message of {len} bytes does not fit the {cap}-byte receive buffer"))
+}
+
+impl State {
+    /// Start a tag send on endpoint `e`.
+    pub(crate) fn tag_send(&mut self, e: u32, data: Buf, tag: u64, sync: bool, cb: Callback) -> Result<Started> {
+        let (thresh, max_frame, mode) = self.ep_limits(e)?;
+        let len = data.len();
+        if len < thresh && len + Kind::TagEagerSync.header_len() <= max_frame {
+            if !sync {
+                let hdr = Header::new(Kind::TagEager).word(1, tag);
+                // Fast path: no request unless the frame has to wait.
+                {
+                    let ep = self.ep(e).ok_or(Status::EndpointClosed)?;
+                    if ep.pending.is_empty() && ep.status == EpStatus::Connected {
+                        if let Some(tx) = ep.tx.as_mut() {
+                            match super::core::send_parts(tx, hdr.as_bytes(), &[], &data) {
+                                Ok(()) => return Ok(Started::Done(Info { len, tag })),
+                                Err(crate::transport::TxError::NoResource) => {}
+                                Err(crate::transport::TxError::Failed(err)) => {
+                                    self.fail_ep(e, err.clone());
+                                    return Err(self.ep(e).and_then(|ep| ep.dead_error()).unwrap_or(err));
+                                }
+                            }
+                        }
+                    }
+                }
+                let id = self.req_alloc(ReqKind::Send, Some(e), data.clone(), cb);
+                if self.send_frame(e, &hdr, &[], &data, Some(id))? {
+                    self.complete(id, Ok(Info { len, tag }));
+                }
+                return Ok(Started::Pending(id));
+            }
+            let id = self.req_alloc(ReqKind::Send, Some(e), data.clone(), cb);
+            let hdr = Header::new(Kind::TagEagerSync).word(1, tag).word(2, id);
+            if let Err(err) = self.send_frame(e, &hdr, &[], &data, Some(id)) {
+                self.req_free(id);
+                return Err(err);
+            }
+            return Ok(Started::Pending(id));
+        }
+        // Rendezvous.
+        let id = self.req_alloc(ReqKind::Send, Some(e), data.clone(), cb);
+        if let Some(s) = self.req(id) {
+            s.tag = tag;
+            s.expect = len;
+        }
+        let mut extra = Vec::new();
+        let count = if mode == RndvMode::RemoteRead {
+            emit_segments(&mut extra, data.segs().iter().map(|&(a, l)| (a as u64, l as u64)));
+            data.segs().len() as u32
+        } else {
+            0
+        };
+        let hdr = Header::new(Kind::TagRts)
+            .word(1, tag)
+            .word(2, id)
+            .word(3, len as u64)
+            .aux32(count)
+            .flags(if sync { frame::flags::SYNC } else { 0 });
+        if let Err(err) = self.send_frame(e, &hdr, &extra, &Buf::EMPTY, None) {
+            self.req_free(id);
+            return Err(err);
+        }
+        Ok(Started::Pending(id))
+    }
+
+    /// (rendezvous threshold, max frame, rendezvous mode) of a usable endpoint.
+    pub(crate) fn ep_limits(&mut self, e: u32) -> Result<(usize, usize, RndvMode)> {
+        let ep = self.ep(e).ok_or_else(|| Error::new(Status::EndpointClosed, "endpoint was closed"))?;
+        if let Some(err) = ep.dead_error() {
+            return Err(err);
+        }
+        match &ep.caps {
+            Some(c) => Ok((ep.rndv_thresh, c.max_frame, c.rndv)),
+            // Still connecting: eager up to a conservative size, push rendezvous above.
+            None => Ok((ep.rndv_thresh.min(8192), 8192, RndvMode::Push)),
+        }
+    }
+
+    /// Post a tag receive into `buf`.
+    pub(crate) fn tag_recv(&mut self, buf: Buf, tag: u64, mask: u64, cb: Callback) -> Result<Started> {
+        let pos = self.unexpected.iter().position(|u| (u.tag ^ tag) & mask == 0);
+        if let Some(pos) = pos {
+            let Some(u) = self.unexpected.remove(pos) else { return Err(Status::NoMessage.into()) };
+            let cap = buf.len();
+            match u.body {
+                UnexpBody::Eager(data) => {
+                    // SAFETY: `buf` is the caller's receive buffer.
+                    unsafe { buf.write_at(0, &data) };
+                    return done_or_truncated(data.len(), cap, u.tag);
+                }
+                UnexpBody::EagerSync(data, sreq) => {
+                    // SAFETY: as above.
+                    unsafe { buf.write_at(0, &data) };
+                    let _ = self.send_frame(u.ep, &Header::new(Kind::SyncAck).word(1, sreq), &[], &Buf::EMPTY, None);
+                    return done_or_truncated(data.len(), cap, u.tag);
+                }
+                UnexpBody::Rts { sreq, segs, sync: _ } => {
+                    let id = self.req_alloc(ReqKind::TagRecv, Some(u.ep), buf, cb);
+                    if let Some(s) = self.req(id) {
+                        s.tag = u.tag;
+                    }
+                    self.rndv_receive(u.ep, id, sreq, u.len, u.tag, &segs);
+                    return Ok(Started::Pending(id));
+                }
+            }
+        }
+        let id = self.req_alloc(ReqKind::TagRecv, None, buf, cb);
+        if let Some(s) = self.req(id) {
+            s.tag = tag;
+            s.tag_mask = mask;
+        }
+        self.expected.push_back(id);
+        Ok(Started::Pending(id))
+    }
+
+    /// The first unexpected message matching `tag`/`mask`, left in place.
+    pub(crate) fn tag_probe(&self, tag: u64, mask: u64) -> Option<ProbeInfo> {
+        self.unexpected.iter().find(|u| (u.tag ^ tag) & mask == 0).map(|u| ProbeInfo { tag: u.tag, len: u.len })
+    }
+
+    /// Find and remove the first posted receive matching `tag`.
+    #[inline]
+    fn match_expected(&mut self, tag: u64) -> Option<u64> {
+        let mut found = None;
+        for (i, &id) in self.expected.iter().enumerate() {
+            let (generation, idx) = split_id(id);
+            if let Some(s) = self.reqs.slots.get(idx as usize) {
+                if s.live && s.generation == generation && (s.tag ^ tag) & s.tag_mask == 0 {
+                    found = Some(i);
+                    break;
+                }
+            }
+        }
+        let i = found?;
+        self.expected.remove(i)
+    }
+
+    /// An eager tag message arrived on `e`.
+    pub(crate) fn on_tag_eager(&mut self, e: u32, tag: u64, data: &[u8], sync_sreq: Option<u64>) {
+        if let Some(id) = self.match_expected(tag) {
+            let Some(s) = self.req(id) else { return };
+            let cap = s.buf.len();
+            // SAFETY: the posted buffer is kept alive by its request.
+            unsafe { s.buf.write_at(0, data) };
+            self.complete_recv(id, data.len(), cap, tag);
+            if let Some(sreq) = sync_sreq {
+                let _ = self.send_frame(e, &Header::new(Kind::SyncAck).word(1, sreq), &[], &Buf::EMPTY, None);
+            }
+            return;
+        }
+        let body = match sync_sreq {
+            Some(sreq) => UnexpBody::EagerSync(data.to_vec(), sreq),
+            None => UnexpBody::Eager(data.to_vec()),
+        };
+        self.unexpected.push_back(Unexpected { tag, ep: e, len: data.len(), body });
+    }
+
+    /// Complete a receive of a `len`-byte message into a `cap`-byte buffer; a truncated one
+    /// fails with `MessageTruncated` and keeps the real length in its info.
+    pub(crate) fn complete_recv(&mut self, id: u64, len: usize, cap: usize, tag: u64) {
+        let info = Info { len, tag };
+        let res = if len > cap { Err(truncated(len, cap)) } else { Ok(info) };
+        self.complete_info(id, res, info);
+    }
+
+    /// A rendezvous offer for a tag message arrived on `e`.
+    pub(crate) fn on_tag_rts(&mut self, e: u32, tag: u64, sreq: u64, len: u64, sync: bool, segs: Segments<'_>) {
+        let Ok(len) = usize::try_from(len) else {
+            self.fail_ep(e, Error::new(Status::ProtocolError, "rendezvous length does not fit in memory"));
+            return;
+        };
+        let segs: Vec<(u64, u64)> = segs.iter().collect();
+        if let Some(id) = self.match_expected(tag) {
+            if let Some(s) = self.req(id) {
+                s.ep = Some(e);
+                s.tag = tag;
+            }
+            self.rndv_receive(e, id, sreq, len, tag, &segs);
+        } else {
+            self.unexpected.push_back(Unexpected { tag, ep: e, len, body: UnexpBody::Rts { sreq, segs, sync } });
+        }
+    }
+
+    /// Receive a rendezvous message `len` bytes long into request `id`'s buffer.
+    pub(crate) fn rndv_receive(&mut self, e: u32, id: u64, sreq: u64, len: usize, tag: u64, segs: &[(u64, u64)]) {
+        let Some(s) = self.req(id) else { return };
+        let cap = s.buf.len();
+        let want = len.min(cap);
+        s.ep = Some(e);
+        s.expect = want;
+        s.got = 0;
+        s.real_len = len;
+        s.tag = tag;
+        let remote_read = !segs.is_empty() && self.ep(e).and_then(|ep| ep.caps.as_ref()).map(|c| c.rndv == RndvMode::RemoteRead).unwrap_or(false);
+        if remote_read {
+            let local = self.req(id).map(|s| s.buf.slice(0, want)).unwrap_or_default();
+            let mut remote = Vec::with_capacity(segs.len());
+            let mut left = want as u64;
+            for &(a, l) in segs {
+                if left == 0 {
+                    break;
+                }
+                let n = l.min(left);
+                remote.push((a, n));
+                left -= n;
+            }
+            let res = match self.ep(e).and_then(|ep| ep.tx.as_mut()) {
+                // SAFETY: `local` segments are the request's live receive buffer.
+                Some(tx) => unsafe { tx.remote_read(&local, &remote) },
+                None => Err(Error::new(Status::EndpointClosed, "endpoint has no link")),
+            };
+            let status = match &res {
+                Ok(()) => 0,
+                Err(err) => err.status().code(),
+            };
+            let _ = self.send_frame(e, &Header::new(Kind::RndvAts).word(1, sreq).aux32(status as u32), &[], &Buf::EMPTY, None);
+            match res {
+                Ok(()) => self.finish_recv(id),
+                Err(err) => self.complete(id, Err(err)),
+            }
+            return;
+        }
+        if let Some(s) = self.req(id) {
+            s.rndv_push = true;
+        }
+        let hdr = Header::new(Kind::RndvRtr).word(1, sreq).word(2, id).word(3, want as u64);
+        if let Err(err) = self.send_frame(e, &hdr, &[], &Buf::EMPTY, None) {
+            self.complete(id, Err(err));
+            return;
+        }
+        if want == 0 {
+            self.finish_recv(id);
+        }
+    }
+
+    /// All wanted bytes of a rendezvous receive are in.
+    fn finish_recv(&mut self, id: u64) {
+        let Some(s) = self.req(id) else { return };
+        let (real, cap, tag) = (s.real_len, s.buf.len(), s.tag);
+        self.complete_recv(id, real, cap, tag);
+    }
+
+    /// Pushed rendezvous data arrived.
+    pub(crate) fn on_rndv_data(&mut self, e: u32, rreq: u64, offset: u64, data: &[u8]) {
+        let ok = match self.req(rreq) {
+            Some(s) => s.ep == Some(e) && !s.done && s.rndv_push && (s.kind == ReqKind::TagRecv || s.kind == ReqKind::AmData),
+            None => false,
+        };
+        if !ok {
+            // Data for a canceled receive is dropped; anything else is a lie.
+            tracing::debug!("rendezvous data for unknown or finished request {rreq:#x}; dropped");
+            return;
+        }
+        let Some(s) = self.req(rreq) else { return };
+        let end = offset.checked_add(data.len() as u64);
+        if end.is_none_or(|end| end > s.expect as u64) {
+            self.fail_ep(e, Error::new(Status::ProtocolError, "rendezvous data beyond the length the receiver asked for"));
+            return;
+        }
+        // SAFETY: bounds checked against the posted buffer's wanted length.
+        unsafe { s.buf.write_at(offset as usize, data) };
+        s.got += data.len();
+        if s.got >= s.expect {
+            self.finish_recv(rreq);
+        }
+    }
+
+    /// The receiver is ready: push the data of send request `sreq`.
+    pub(crate) fn on_rndv_rtr(&mut self, e: u32, sreq: u64, rreq: u64, len: u64) {
+        let valid = matches!(self.req(sreq), Some(s) if s.ep == Some(e) && !s.done && s.kind == ReqKind::Send && len <= s.expect as u64);
+        if !valid {
+            self.fail_ep(e, Error::new(Status::ProtocolError, "ready-to-receive for an unknown send or longer than the message"));
+            return;
+        }
+        let data = self.req(sreq).map(|s| s.buf.clone()).unwrap_or(Buf::EMPTY);
+        let total = len as usize;
+        if let Some(ep) = self.ep(e) {
+            ep.push.push_back(PushJob { sreq, rreq, data, offset: 0, total });
+        }
+        self.progress_push(e);
+    }
+
+    /// Push as much rendezvous data as the link takes.
+    pub(crate) fn progress_push(&mut self, e: u32) -> usize {
+        let mut n = 0;
+        loop {
+            let Some(ep) = self.ep(e) else { return n };
+            if !ep.pending.is_empty() {
+                return n;
+            }
+            let Some(job) = ep.push.front_mut() else { return n };
+            let Some(tx) = ep.tx.as_mut() else { return n };
+            let chunk_max = tx.caps().max_frame - Kind::RndvData.header_len();
+            let mut done_job = None;
+            while job.offset < job.total {
+                let n_bytes = (job.total - job.offset).min(chunk_max);
+                let segs = job.data.slice(job.offset, n_bytes);
+                let hdr = Header::new(Kind::RndvData).word(1, job.rreq).word(2, job.offset as u64);
+                match super::core::send_parts(tx, hdr.as_bytes(), &[], &Buf::Many(segs)) {
+                    Ok(()) => {
+                        job.offset += n_bytes;
+                        n += 1;
+                    }
+                    Err(crate::transport::TxError::NoResource) => return n,
+                    Err(crate::transport::TxError::Failed(err)) => {
+                        self.fail_ep(e, err);
+                        return n;
+                    }
+                }
+            }
+            if job.offset >= job.total {
+                done_job = Some((job.sreq, job.total));
+            }
+            if let Some((sreq, _)) = done_job {
+                ep.push.pop_front();
+                let len = self.req(sreq).map(|s| s.expect).unwrap_or(0);
+                self.complete(sreq, Ok(Info { len, tag: 0 }));
+            }
+        }
+    }
+
+    /// The receiver finished a remote-read rendezvous (or refused it).
+    pub(crate) fn on_rndv_ats(&mut self, e: u32, sreq: u64, status: i32) {
+        let valid = matches!(self.req(sreq), Some(s) if s.ep == Some(e) && !s.done && s.kind == ReqKind::Send);
+        if !valid {
+            tracing::debug!("rendezvous ack for unknown send {sreq:#x} from endpoint {e}; ignored");
+            return;
+        }
+        let len = self.req(sreq).map(|s| s.expect).unwrap_or(0);
+        let res = if status == 0 {
+            Ok(Info { len, tag: 0 })
+        } else {
+            let st = Status::from_code(status).unwrap_or(Status::IoError);
+            Err(Error::msg(st, "the receiver could not read the message"))
+        };
+        self.complete(sreq, res);
+    }
+
+    /// A synchronous send was matched.
+    pub(crate) fn on_sync_ack(&mut self, e: u32, sreq: u64) {
+        let valid = matches!(self.req(sreq), Some(s) if s.ep == Some(e) && !s.done && s.kind == ReqKind::Send);
+        if valid {
+            let len = self.req(sreq).map(|s| s.buf.len()).unwrap_or(0);
+            self.complete(sreq, Ok(Info { len, tag: 0 }));
+        }
+    }
+
+    /// Cancel a request that has not started moving data. Returns whether it was canceled.
+    pub(crate) fn cancel(&mut self, id: u64) -> bool {
+        let Some(s) = self.req(id) else { return false };
+        if s.done {
+            return false;
+        }
+        match s.kind {
+            ReqKind::TagRecv if s.ep.is_none() => {
+                self.expected.retain(|&x| x != id);
+                self.complete(id, Err(Status::Canceled.into()));
+                true
+            }
+            ReqKind::StreamRecv => {
+                let e = s.ep;
+                if let Some(ep) = e.and_then(|e| self.ep(e)) {
+                    ep.stream_reqs.retain(|&x| x != id);
+                }
+                self.complete(id, Err(Status::Canceled.into()));
+                true
+            }
+            ReqKind::Send => {
+                // Only a send still waiting in the pending queue has not started.
+                let e = s.ep;
+                let Some(ep) = e.and_then(|e| self.ep(e)) else { return false };
+                let before = ep.pending.len();
+                ep.pending.retain(|p| p.req != Some(id));
+                if ep.pending.len() != before {
+                    self.complete(id, Err(Status::Canceled.into()));
+                    true
+                } else {
+                    false
+                }
+            }
+            _ => false,
+        }
+    }
+}

@@ -1,0 +1,459 @@
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
+use std::time::Instant;
+
+use super::*;
+
+fn cfg(cells: usize, cma: &str) -> Config {
+    let cells = cells.to_string();
+    Config::from_env_with(&[("COURIER_SHM_FIFO_SIZE", cells.as_str()), ("COURIER_SHM_CMA", cma)]).unwrap()
+}
+
+/// Wait up to `ms` for `fd` to be readable (or hung up).
+fn readable(fd: BorrowedFd<'_>, ms: i32) -> bool {
+    let mut p = libc::pollfd { fd: fd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+    // SAFETY: one valid pollfd.
+    let n = unsafe { libc::poll(&mut p, 1, ms) };
+    n > 0
+}
+
+fn accept_one(acc: &mut Acceptor, secs: u64) -> (Tx, Rx) {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        if let Some(l) = acc.accept().unwrap() {
+            return l;
+        }
+        assert!(Instant::now() < deadline, "no connection accepted");
+        readable(acc.fd(), 50);
+    }
+}
+
+/// (connector side, acceptor side), each (Tx, Rx).
+fn pair(c: &Config) -> ((Tx, Rx), (Tx, Rx)) {
+    let mut acc = Acceptor::bind(c).unwrap();
+    let name = acc.name().to_vec();
+    let c2 = c.clone();
+    let h = std::thread::spawn(move || connect(&name, &c2));
+    let a = accept_one(&mut acc, 5);
+    let b = h.join().unwrap().unwrap();
+    (b, a)
+}
+
+fn pattern(seq: u64, len: usize) -> Vec<u8> {
+    let mut v: Vec<u8> = (0..len).map(|i| (seq.wrapping_mul(31) as usize + i * 7) as u8).collect();
+    let s = seq.to_le_bytes();
+    let k = len.min(8);
+    v[..k].copy_from_slice(&s[..k]);
+    v
+}
+
+fn send_spin(tx: &mut Tx, parts: &[&[u8]]) {
+    loop {
+        match tx.send(parts) {
+            Ok(()) => return,
+            Err(TxError::NoResource) => std::thread::yield_now(),
+            Err(TxError::Failed(e)) => panic!("send failed: {e}"),
+        }
+    }
+}
+
+fn recv_one(rx: &mut Rx) -> Vec<u8> {
+    loop {
+        if let Some(f) = rx.peek().unwrap() {
+            // SAFETY: between peek and consume.
+            let v = unsafe { f.bytes() }.to_vec();
+            rx.consume();
+            return v;
+        }
+        std::hint::spin_loop();
+    }
+}
+
+fn stream(cells: usize, count: u64) {
+    let c = cfg(cells, "auto");
+    let ((mut ta, _ra), (_tb, mut rb)) = pair(&c);
+    let max = ta.caps().max_frame;
+    assert_eq!(max, fifo::max_frame(cells));
+    let sizes = [1, 2, 7, 8, 9, 239, 240, 241, 255, 256, 497, max / 3, max / 2, max - 1, max];
+    let producer = std::thread::spawn(move || {
+        for seq in 0..count {
+            let len = sizes[seq as usize % sizes.len()];
+            let v = pattern(seq, len);
+            // Split into up to three parts to exercise gathering.
+            let (a, rest) = v.split_at(len / 3);
+            let (b, c) = rest.split_at(rest.len() / 2);
+            send_spin(&mut ta, &[a, b, c]);
+        }
+        ta
+    });
+    for seq in 0..count {
+        let len = sizes[seq as usize % sizes.len()];
+        let got = recv_one(&mut rb);
+        assert_eq!(got.len(), len, "frame {seq}");
+        assert!(got == pattern(seq, len), "frame {seq} of {len} bytes corrupted");
+    }
+    let _ta = producer.join().unwrap();
+    assert!(rb.peek().unwrap().is_none());
+}
+
+#[test]
+fn threads_stream_all_sizes_small_fifo() {
+    stream(16, 20_000);
+}
+
+#[test]
+fn threads_stream_all_sizes_large_fifo() {
+    stream(1024, 5_000);
+}
+
+#[test]
+fn caps_and_limits() {
+    let c = cfg(1024, "no");
+    let ((ta, _), _) = pair(&c);
+    let caps = ta.caps();
+    assert_eq!(caps.name, "shm");
+    assert_eq!(caps.device, "memory");
+    assert_eq!(caps.max_short, 240);
+    assert_eq!(caps.max_frame, 65520);
+    assert!(caps.peer_failure && caps.wakeup);
+    assert_eq!(fifo::max_frame(4096), 65536);
+    assert_eq!(fifo::max_frame(16), 1008);
+    let ((mut ta, _), _) = pair(&cfg(16, "no"));
+    let big = vec![0u8; 1009];
+    match ta.send(&[&big]) {
+        Err(TxError::Failed(e)) => assert_eq!(e.status(), Status::InvalidParam),
+        other => panic!("oversized frame accepted: {:?}", other.is_ok()),
+    }
+}
+
+#[test]
+fn full_is_all_or_nothing_and_recovers() {
+    let c = cfg(16, "no");
+    let ((mut ta, _ra), (_tb, mut rb)) = pair(&c);
+    let mut sent = 0u64;
+    loop {
+        match ta.send(&[&pattern(sent, 100)]) {
+            Ok(()) => sent += 1,
+            Err(TxError::NoResource) => break,
+            Err(TxError::Failed(e)) => panic!("{e}"),
+        }
+    }
+    assert_eq!(sent, 16, "one cell per small frame");
+    let max = ta.caps().max_frame;
+    let big = pattern(999, max); // 4 cells
+    assert!(matches!(ta.send(&[&big]), Err(TxError::NoResource)));
+    for i in 0..3 {
+        assert_eq!(recv_one(&mut rb), pattern(i, 100));
+    }
+    assert!(matches!(ta.send(&[&big]), Err(TxError::NoResource)), "3 free cells must not take a 4-cell frame");
+    assert_eq!(recv_one(&mut rb), pattern(3, 100));
+    ta.send(&[&big]).unwrap();
+    for i in 4..16 {
+        assert_eq!(recv_one(&mut rb), pattern(i, 100));
+    }
+    assert_eq!(recv_one(&mut rb), big);
+    assert!(rb.peek().unwrap().is_none());
+}
+
+#[test]
+fn wrap_with_skip_marker_and_peek_stability() {
+    let c = cfg(16, "no");
+    let ((mut ta, _ra), (_tb, mut rb)) = pair(&c);
+    // Five 3-cell frames (15 cells), so the next 4-cell frame must skip the last cell.
+    for i in 0..5 {
+        ta.send(&[&pattern(i, 600)]).unwrap();
+        assert_eq!(recv_one(&mut rb), pattern(i, 600));
+    }
+    let big = pattern(77, 1000);
+    ta.send(&[&big[..10], &big[10..]]).unwrap();
+    let f = rb.peek().unwrap().unwrap();
+    // Peeking again returns the same frame; sending meanwhile does not disturb it.
+    let f2 = rb.peek().unwrap().unwrap();
+    assert_eq!((f.ptr, f.len), (f2.ptr, f2.len));
+    for i in 0..3 {
+        ta.send(&[&pattern(100 + i, 200)]).unwrap();
+    }
+    // SAFETY: between peek and consume.
+    assert_eq!(unsafe { f.bytes() }, &big[..]);
+    rb.consume();
+    for i in 0..3 {
+        assert_eq!(recv_one(&mut rb), pattern(100 + i, 200));
+    }
+}
+
+#[test]
+fn arm_and_wake() {
+    let c = cfg(64, "no");
+    let ((mut ta, _ra), (_tb, mut rb)) = pair(&c);
+    let fd = rb.fd().unwrap().try_clone_to_owned().unwrap();
+    // Not armed: sends do not touch the socket.
+    ta.send(&[b"x"]).unwrap();
+    assert!(!readable(fd.as_fd(), 0));
+    // A waiting frame: do not sleep.
+    assert!(!rb.arm().unwrap());
+    assert_eq!(recv_one(&mut rb), b"x");
+    assert!(rb.arm().unwrap());
+    let h = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(30));
+        ta.send(&[b"wake up"]).unwrap();
+        ta
+    });
+    let t0 = Instant::now();
+    assert!(readable(fd.as_fd(), 3000), "sleeping receiver was not woken");
+    assert!(t0.elapsed() < Duration::from_secs(2));
+    rb.on_readable().unwrap();
+    assert_eq!(recv_one(&mut rb), b"wake up");
+    let mut ta = h.join().unwrap();
+    // The wake byte was drained and the flag cleared: no more bytes.
+    assert!(!readable(fd.as_fd(), 0));
+    ta.send(&[b"quiet"]).unwrap();
+    assert!(!readable(fd.as_fd(), 0));
+    assert_eq!(recv_one(&mut rb), b"quiet");
+}
+
+#[test]
+fn dropped_peer_is_peer_failure_after_its_last_frames() {
+    let c = cfg(16, "no");
+    let ((mut ta, ra), (_tb, mut rb)) = pair(&c);
+    ta.send(&[b"last words"]).unwrap();
+    drop(ta);
+    drop(ra);
+    assert!(readable(rb.fd().unwrap(), 2000));
+    rb.on_readable().unwrap(); // a frame is still waiting
+    assert_eq!(recv_one(&mut rb), b"last words");
+    let e = rb.on_readable().unwrap_err();
+    assert_eq!(e.status(), Status::PeerFailure);
+    assert!(e.detail().contains("pid"), "{e}");
+    assert!(rb.arm().unwrap()); // sleeping returns at once on the hung-up socket
+}
+
+#[test]
+fn corrupted_cells_are_errors_not_panics() {
+    let c = cfg(16, "no");
+    // Length beyond max_frame.
+    let ((mut ta, _ra), (_tb, mut rb)) = pair(&c);
+    ta.send(&[b"hello"]).unwrap();
+    ta.prod.fifo().corrupt(0, Some(100_000), None);
+    let e = rb.peek().unwrap_err();
+    assert_eq!(e.status(), Status::ProtocolError);
+    assert!(e.detail().contains("length"), "{e}");
+    // Cell count not matching the length.
+    let ((mut ta, _ra), (_tb, mut rb)) = pair(&c);
+    ta.send(&[b"hello"]).unwrap();
+    ta.prod.fifo().corrupt(0, None, Some(3));
+    assert!(rb.peek().unwrap_err().detail().contains("cell count"));
+    // A frame running past the end of the array.
+    let ((mut ta, _ra), (_tb, mut rb)) = pair(&c);
+    for _ in 0..15 {
+        ta.send(&[b"a"]).unwrap();
+        recv_one(&mut rb);
+    }
+    ta.send(&[b"b"]).unwrap();
+    ta.prod.fifo().corrupt(15, Some(600), Some(3));
+    assert!(rb.peek().unwrap_err().detail().contains("past the end"));
+    // A skip marker at index 0.
+    let ((mut ta, _ra), (_tb, mut rb)) = pair(&c);
+    ta.send(&[b"hello"]).unwrap();
+    ta.prod.fifo().corrupt(0, Some(u32::MAX), Some(16));
+    assert!(rb.peek().unwrap_err().detail().contains("skip"));
+    // An impossible consumer position seen by the producer.
+    let ((mut ta, _ra), (_tb, _rb)) = pair(&c);
+    while ta.send(&[b"fill"]).is_ok() {}
+    ta.prod.fifo().set_tail(1 << 40);
+    match ta.send(&[b"x"]) {
+        Err(TxError::Failed(e)) => assert_eq!(e.status(), Status::ProtocolError),
+        _ => panic!("corrupt tail not detected"),
+    }
+}
+
+#[test]
+fn cma_round_trip_in_process() {
+    let ((mut ta, _), _) = pair(&cfg(16, "auto"));
+    if !ta.cma() {
+        eprintln!("process_vm_readv refused even on our own pid here; skipping");
+        return;
+    }
+    assert_eq!(ta.caps().rndv, RndvMode::RemoteRead);
+    let s1 = pattern(1, 1000);
+    let s2 = pattern(2, 3000);
+    let mut d1 = vec![0u8; 1500];
+    let mut d2 = vec![0u8; 2500];
+    let remote = [(s1.as_ptr() as u64, 1000u64), (0, 0), (s2.as_ptr() as u64, 3000)];
+    let local = [(d1.as_mut_ptr() as usize, 1500usize), (d2.as_mut_ptr() as usize, 2500)];
+    // SAFETY: local buffers are ours and writable.
+    unsafe { ta.remote_read(&local, &remote) }.unwrap();
+    let want: Vec<u8> = s1.iter().chain(s2.iter()).copied().collect();
+    assert_eq!(&d1[..], &want[..1500]);
+    assert_eq!(&d2[..], &want[1500..]);
+    // Unmapped remote address.
+    let mut d = [0u8; 8];
+    // SAFETY: as above.
+    let e = unsafe { ta.remote_read(&[(d.as_mut_ptr() as usize, 8)], &[(8, 8)]) }.unwrap_err();
+    assert_eq!(e.status(), Status::OutOfRange, "{e}");
+    // Required works too when CMA does.
+    let ((ty, _), _) = pair(&cfg(16, "yes"));
+    assert!(ty.cma());
+}
+
+#[test]
+fn cma_forced_off() {
+    let ((mut ta, _), (tb, _)) = pair(&cfg(16, "no"));
+    assert!(!ta.cma() && !tb.cma());
+    assert_eq!(ta.caps().rndv, RndvMode::Push);
+    assert_eq!(tb.caps().rndv, RndvMode::Push);
+    let mut d = [0u8; 4];
+    let s = [1u8; 4];
+    // SAFETY: local buffer is ours.
+    let e = unsafe { ta.remote_read(&[(d.as_mut_ptr() as usize, 4)], &[(s.as_ptr() as u64, 4)]) }.unwrap_err();
+    assert_eq!(e.status(), Status::Unsupported);
+}
+
+#[test]
+fn connect_to_missing_name_is_unreachable() {
+    let e = connect(b"courier-no-such-acceptor-0000", &cfg(16, "auto")).err().unwrap();
+    assert_eq!(e.status(), Status::Unreachable);
+    assert!(e.detail().contains("courier-no-such-acceptor"), "{e}");
+}
+
+#[test]
+fn misbehaving_clients_are_dropped_not_errors() {
+    let c = cfg(16, "auto");
+    let mut acc = Acceptor::bind(&c).unwrap();
+    let addr = SocketAddrUnix::new_abstract_name(acc.name()).unwrap();
+    // Garbage without an fd.
+    let s1 = unix_socket(SocketFlags::empty()).unwrap();
+    rustix::net::connect(&s1, &addr).unwrap();
+    rustix::net::send(&s1, &[0xAB; HELLO_LEN], SendFlags::empty()).unwrap();
+    // A valid-looking hello carrying a pipe instead of a memfd.
+    let s2 = unix_socket(SocketFlags::empty()).unwrap();
+    rustix::net::connect(&s2, &addr).unwrap();
+    let (pr, _pw) = rustix::pipe::pipe().unwrap();
+    let mut hello = [0u8; HELLO_LEN];
+    hello[0..8].copy_from_slice(&HELLO_MAGIC);
+    hello[8..12].copy_from_slice(&segment::VERSION.to_ne_bytes());
+    hello[16..20].copy_from_slice(&16u32.to_ne_bytes());
+    hello[20..24].copy_from_slice(&(segment::CELL as u32).to_ne_bytes());
+    hello[24..32].copy_from_slice(&(segment::seg_size(16) as u64).to_ne_bytes());
+    let fds = [pr.as_fd()];
+    let mut space = [MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(1))];
+    let mut anc = SendAncillaryBuffer::new(&mut space);
+    assert!(anc.push(SendAncillaryMessage::ScmRights(&fds)));
+    rustix::net::sendmsg(&s2, &[IoSlice::new(&hello)], &mut anc, SendFlags::empty()).unwrap();
+    // A client that connects and closes.
+    let s3 = unix_socket(SocketFlags::empty()).unwrap();
+    rustix::net::connect(&s3, &addr).unwrap();
+    drop(s3);
+    assert!(acc.accept().unwrap().is_none());
+    assert!(acc.pending.is_empty(), "bad clients should be dropped");
+    // The pipe client got a rejection.
+    let mut r = [0u8; REPLY_LEN];
+    let (_, n) = rustix::net::recv(&s2, &mut r, RecvFlags::empty()).unwrap();
+    assert_eq!(n, REPLY_LEN);
+    assert_eq!(&r[0..8], &REPLY_NO);
+    // The acceptor still works.
+    let name = acc.name().to_vec();
+    let c2 = c.clone();
+    let h = std::thread::spawn(move || connect(&name, &c2));
+    let _a = accept_one(&mut acc, 5);
+    h.join().unwrap().unwrap();
+}
+
+#[test]
+fn acceptor_fd_signals_every_setup_step() {
+    let c = cfg(16, "auto");
+    let mut acc = Acceptor::bind(&c).unwrap();
+    assert!(!readable(acc.fd(), 0));
+    let name = acc.name().to_vec();
+    let c2 = c.clone();
+    let h = std::thread::spawn(move || connect(&name, &c2));
+    // Every wait must be ended by readiness, never by the timeout.
+    let (_ta, _ra) = loop {
+        assert!(readable(acc.fd(), 3000), "acceptor fd did not signal a setup step");
+        if let Some(l) = acc.accept().unwrap() {
+            break l;
+        }
+    };
+    let (mut tb, _rb) = h.join().unwrap().unwrap();
+    assert!(acc.accept().unwrap().is_none());
+    // The finished link's socket no longer drives the acceptor fd.
+    assert!(!readable(acc.fd(), 0));
+    tb.send(&[b"x"]).unwrap();
+    assert!(!readable(acc.fd(), 0));
+}
+
+#[test]
+fn probe_works_here() {
+    probe(&cfg(256, "auto")).unwrap();
+    assert!(!cma_status().is_empty());
+}
+
+const CHILD_ENV: &str = "COURIER_TEST_SHM_PEER";
+
+/// Not a test on its own: the child side of `killed_child_is_peer_failure`.
+#[test]
+fn shm_child_peer() {
+    let Ok(name) = std::env::var(CHILD_ENV) else { return };
+    let data = pattern(4242, 100_000);
+    let (mut tx, _rx) = connect(name.as_bytes(), &cfg(64, "auto")).unwrap();
+    let mut msg = Vec::new();
+    msg.extend_from_slice(&(data.as_ptr() as u64).to_ne_bytes());
+    msg.extend_from_slice(&(data.len() as u64).to_ne_bytes());
+    tx.send(&[&msg]).unwrap();
+    std::thread::sleep(Duration::from_secs(30));
+}
+
+#[test]
+fn killed_child_is_peer_failure() {
+    let c = cfg(64, "auto");
+    let mut acc = Acceptor::bind(&c).unwrap();
+    let exe = std::env::current_exe().unwrap();
+    let mut child = std::process::Command::new(exe)
+        .args(["--exact", "transport::shm::tests::shm_child_peer", "--nocapture", "--test-threads=1"])
+        .env(CHILD_ENV, String::from_utf8(acc.name().to_vec()).unwrap())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let (mut tx, mut rx) = accept_one(&mut acc, 20);
+    assert_eq!(tx.peer_pid(), child.id());
+    let msg = recv_one(&mut rx);
+    assert_eq!(msg.len(), 16);
+    let addr = u64::from_ne_bytes(msg[0..8].try_into().unwrap());
+    let len = u64::from_ne_bytes(msg[8..16].try_into().unwrap());
+    if tx.cma() {
+        let mut buf = vec![0u8; len as usize];
+        // SAFETY: buf is ours and writable.
+        unsafe { tx.remote_read(&[(buf.as_mut_ptr() as usize, buf.len())], &[(addr, len)]) }.unwrap();
+        assert!(buf == pattern(4242, 100_000), "CMA read the wrong bytes from the child");
+    } else {
+        eprintln!("CMA not available between processes here; remote read not tested across processes");
+    }
+    assert!(!readable(rx.fd().unwrap(), 0));
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+    assert!(readable(rx.fd().unwrap(), 3000));
+    let e = rx.on_readable().unwrap_err();
+    assert_eq!(e.status(), Status::PeerFailure);
+    assert!(e.detail().contains(&child.id().to_string()), "{e}");
+}
+
+/// Rough one-way latency (half round trip) of 8-byte frames between two threads:
+/// `cargo test --release -p courier shm::tests::pingpong -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn pingpong_latency() {
+    let ((mut ta, mut ra), (mut tb, mut rb)) = pair(&cfg(256, "auto"));
+    let iters = 200_000u64;
+    let echo = std::thread::spawn(move || {
+        for _ in 0..iters {
+            let v = recv_one(&mut rb);
+            send_spin(&mut tb, &[&v]);
+        }
+    });
+    let t0 = Instant::now();
+    for i in 0..iters {
+        send_spin(&mut ta, &[&i.to_le_bytes()]);
+        recv_one(&mut ra);
+    }
+    let ns = t0.elapsed().as_nanos() as f64 / iters as f64 / 2.0;
+    echo.join().unwrap();
+    eprintln!("shm one-way latency ~{ns:.0} ns");
+}

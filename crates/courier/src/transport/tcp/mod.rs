@@ -1,0 +1,532 @@
+//! tcp — frames over TCP sockets, between hosts or processes (IPv4 and IPv6).
+//!
+//! Wire format: the connecting side first writes the 8-byte [`PREAMBLE`]; the accepting
+//! side checks it before anything else. After that, in both directions, each frame is a
+//! 4-byte little-endian length (1 to [`MAX_FRAME`]) followed by that many bytes.
+//!
+//! Sending: `send` writes the length prefix and the parts with one `sendmsg` when nothing is
+//! queued; what the kernel does not take goes into a user-space queue (one growable buffer,
+//! reused), which `flush` writes out, many small frames in one system call. Beyond
+//! [`HIGH_WATER`] queued bytes, `send` answers `NoResource` (back-pressure).
+//!
+//! Receiving: `on_readable` reads into one buffer (at most [`RX_BUDGET`] bytes per call, so
+//! a flooding peer cannot starve other links; the fd stays readable, so a level-triggered
+//! poller calls again). `peek` parses the next complete frame out of that buffer without a
+//! system call; the buffer is never moved or compacted while a frame is handed out.
+//!
+//! Both halves share the socket; it closes when both are dropped.
+
+use std::io::IoSlice;
+use std::net::{IpAddr, SocketAddr};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::sync::Arc;
+
+use rustix::io::Errno;
+use rustix::net::{self, RecvFlags, SendAncillaryBuffer, SendFlags, SocketFlags};
+
+use super::{Caps, RawFrame, RndvMode, TxError};
+use crate::base::{Config, Error, Result, Status};
+
+mod sock;
+#[cfg(test)]
+mod tests;
+
+/// Largest frame length accepted on the wire (payload limit plus header room).
+pub const MAX_FRAME: usize = (16 << 20) + 4096;
+/// Largest frame `send` accepts (`caps().max_frame`); the protocol splits bigger data.
+pub const MAX_SEND: usize = 16 << 20;
+/// What a connecting peer writes first.
+pub const PREAMBLE: [u8; 8] = *b"COURIER\x01";
+/// Queued bytes beyond which `send` answers `NoResource`.
+pub const HIGH_WATER: usize = 64 << 20;
+/// Most bytes one `on_readable` call reads.
+pub const RX_BUDGET: usize = 4 << 20;
+
+const HDR: usize = 4;
+const RX_INITIAL: usize = 256 << 10;
+/// Parts that go straight into one `sendmsg`; frames with more parts go through the queue.
+const MAX_IOV: usize = 16;
+/// A send queue whose capacity grew beyond this is shrunk back when it empties.
+const TXQ_SHRINK_ABOVE: usize = 32 << 20;
+const TXQ_SHRINK_TO: usize = 4 << 20;
+
+fn caps(local: Option<SocketAddr>) -> Caps {
+    Caps {
+        name: "tcp",
+        device: sock::device_for(local),
+        max_short: 256,
+        max_frame: MAX_SEND,
+        rndv: RndvMode::Push,
+        rndv_thresh: 64 << 10,
+        peer_failure: true,
+        wakeup: true,
+        latency_ns: 6000.0,
+        bandwidth_mbs: 4000.0,
+    }
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// Sending half.
+pub struct Tx {
+    sock: Arc<OwnedFd>,
+    peer: SocketAddr,
+    local: Option<SocketAddr>,
+    caps: Caps,
+    /// Queued bytes are `q[head..]`.
+    q: Vec<u8>,
+    head: usize,
+    high_water: usize,
+    failed: Option<Error>,
+}
+
+/// Receiving half.
+pub struct Rx {
+    sock: Arc<OwnedFd>,
+    peer: SocketAddr,
+    /// Received bytes not yet consumed are `buf[start..end]`; the vector's length is its size.
+    buf: Vec<u8>,
+    start: usize,
+    end: usize,
+    /// Bytes (header included) of the frame handed out by `peek`; 0 when none.
+    out: usize,
+    /// The accepting side still expects the preamble.
+    need_preamble: bool,
+    /// The peer closed or reset the connection; reported once buffered frames are drained.
+    closed: Option<Error>,
+    /// The peer broke the protocol; reported at once.
+    failed: Option<Error>,
+}
+
+/// Listens for TCP connections.
+pub struct Listener {
+    fd: OwnedFd,
+    local: SocketAddr,
+    sndbuf: usize,
+    rcvbuf: usize,
+}
+
+fn halves(fd: OwnedFd, peer: SocketAddr, accepting: bool) -> (Tx, Rx) {
+    let sock = Arc::new(fd);
+    let local = sock::local_addr(sock.as_fd());
+    let tx = Tx {
+        sock: sock.clone(),
+        peer,
+        local,
+        caps: caps(local),
+        q: Vec::new(),
+        head: 0,
+        high_water: HIGH_WATER,
+        failed: None,
+    };
+    let rx = Rx {
+        sock,
+        peer,
+        buf: vec![0; RX_INITIAL],
+        start: 0,
+        end: 0,
+        out: 0,
+        need_preamble: accepting,
+        closed: None,
+        failed: None,
+    };
+    (tx, rx)
+}
+
+impl Listener {
+    /// Bind `addr` (port 0 picks one) and listen; the socket is non-blocking.
+    pub fn bind(addr: SocketAddr, cfg: &Config) -> Result<Listener> {
+        let what = format!("tcp listen on {addr}");
+        let fd = sock::new_socket(&addr)?;
+        net::sockopt::set_socket_reuseaddr(&fd, true).map_err(|e| Error::io(&format!("{what}: SO_REUSEADDR"), e))?;
+        // Accepted sockets inherit these; the receive buffer must be set before listen so
+        // the window scale fits it.
+        sock::set_buffers(fd.as_fd(), cfg.tcp_sndbuf, cfg.tcp_rcvbuf, &what)?;
+        net::bind(&fd, &addr).map_err(|e| {
+            let status = if e == Errno::ADDRINUSE || e == Errno::ADDRNOTAVAIL { Status::InvalidAddress } else { Status::IoError };
+            Error::msg(status, format!("{what}: bind: {e}"))
+        })?;
+        net::listen(&fd, 1024).map_err(|e| Error::io(&format!("{what}: listen"), e))?;
+        let local = sock::local_addr(fd.as_fd()).unwrap_or(addr);
+        Ok(Listener { fd, local, sndbuf: cfg.tcp_sndbuf, rcvbuf: cfg.tcp_rcvbuf })
+    }
+
+    /// The bound address (with the port the kernel picked).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local
+    }
+
+    /// Fd to watch for incoming connections.
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+
+    /// Accept one pending connection. `Ok(None)` when nothing is pending; `Err` only when
+    /// the listening socket itself is broken.
+    pub fn accept(&mut self) -> Result<Option<(Tx, Rx, SocketAddr)>> {
+        loop {
+            match net::acceptfrom_with(&self.fd, SocketFlags::NONBLOCK | SocketFlags::CLOEXEC) {
+                Ok((fd, addr)) => {
+                    let peer = addr
+                        .and_then(|a| SocketAddr::try_from(a).ok())
+                        .or_else(|| net::getpeername(&fd).ok().flatten().and_then(|a| SocketAddr::try_from(a).ok()));
+                    let Some(peer) = peer else {
+                        tracing::debug!("tcp accept on {}: connection without a peer address; dropped", self.local);
+                        continue;
+                    };
+                    let what = format!("tcp connection from {peer}");
+                    let setup = sock::set_nodelay(fd.as_fd(), &what)
+                        .and_then(|()| sock::set_buffers(fd.as_fd(), self.sndbuf, self.rcvbuf, &what));
+                    if let Err(e) = setup {
+                        tracing::debug!("{e}; connection dropped");
+                        continue;
+                    }
+                    let (tx, rx) = halves(fd, peer, true);
+                    return Ok(Some((tx, rx, peer)));
+                }
+                Err(Errno::AGAIN) => return Ok(None),
+                // The connection died before we took it, or a signal: try the next one.
+                Err(Errno::INTR) | Err(Errno::CONNABORTED) | Err(Errno::PROTO) | Err(Errno::PERM) => continue,
+                Err(e @ (Errno::MFILE | Errno::NFILE | Errno::NOBUFS | Errno::NOMEM)) => {
+                    tracing::warn!("tcp accept on {}: {e}; incoming connections wait", self.local);
+                    return Ok(None);
+                }
+                Err(e) => return Err(Error::io(&format!("tcp accept on {}", self.local), e)),
+            }
+        }
+    }
+}
+
+/// Connect to a peer's listener; blocks up to `cfg.tcp_connect_timeout`.
+pub fn connect(addr: SocketAddr, cfg: &Config) -> Result<(Tx, Rx)> {
+    let fd = sock::connect_with_timeout(addr, cfg)?;
+    let (mut tx, rx) = halves(fd, addr, false);
+    tx.q.extend_from_slice(&PREAMBLE);
+    // A fresh socket takes 8 bytes at once; anything left goes out with the next flush.
+    tx.flush().map_err(|e| Error::msg(Status::Unreachable, format!("connect to {addr}: {}", e.detail())))?;
+    Ok((tx, rx))
+}
+
+/// Local interface addresses tcp may use, filtered by `COURIER_NET_DEVICES`: (name, address).
+/// Interfaces that are down and IPv6 link-local addresses (which need a scope) are left out.
+pub fn interfaces(cfg: &Config) -> Vec<(String, IpAddr)> {
+    sock::interfaces(cfg.net_devices.as_deref())
+}
+
+impl Tx {
+    /// The peer's address.
+    pub fn peer_addr(&self) -> SocketAddr {
+        self.peer
+    }
+
+    /// This side's address, if known.
+    pub fn local_addr(&self) -> Option<SocketAddr> {
+        self.local
+    }
+
+    /// Bytes queued in user space, not yet taken by the kernel.
+    pub fn queued(&self) -> usize {
+        self.q.len() - self.head
+    }
+
+    fn fail(&mut self, what: &str, e: Errno) -> Error {
+        let err = match e {
+            Errno::PIPE | Errno::CONNRESET | Errno::NOTCONN | Errno::SHUTDOWN => {
+                Error::msg(Status::PeerFailure, format!("{what} to {}: the peer closed the connection ({e})", self.peer))
+            }
+            _ => Error::msg(Status::PeerFailure, format!("{what} to {}: {e}", self.peer)),
+        };
+        self.failed = Some(err.clone());
+        err
+    }
+
+    /// One non-blocking write of `iov`; bytes taken (0 if the socket is full).
+    fn write(&mut self, iov: &[IoSlice<'_>]) -> Result<usize> {
+        loop {
+            let r = net::sendmsg(&*self.sock, iov, &mut SendAncillaryBuffer::default(), SendFlags::NOSIGNAL | SendFlags::DONTWAIT);
+            match r {
+                Ok(n) => return Ok(n),
+                Err(Errno::INTR) => continue,
+                Err(Errno::AGAIN) | Err(Errno::NOBUFS) | Err(Errno::NOMEM) => return Ok(0),
+                Err(e) => return Err(self.fail("tcp send", e)),
+            }
+        }
+    }
+
+    pub(crate) fn send(&mut self, parts: &[&[u8]]) -> Result<(), TxError> {
+        if let Some(e) = &self.failed {
+            return Err(TxError::Failed(e.clone()));
+        }
+        let total: usize = parts.iter().map(|p| p.len()).sum();
+        if total == 0 || total > self.caps.max_frame {
+            return Err(TxError::Failed(Error::msg(
+                Status::InvalidParam,
+                format!("tcp frame of {total} bytes to {}: frames must be 1 to {} bytes", self.peer, self.caps.max_frame),
+            )));
+        }
+        let hdr = (total as u32).to_le_bytes();
+        if self.queued() == 0 && parts.len() < MAX_IOV {
+            let mut iov = [IoSlice::new(&[]); MAX_IOV];
+            iov[0] = IoSlice::new(&hdr);
+            let mut n = 1;
+            for p in parts.iter().filter(|p| !p.is_empty()) {
+                iov[n] = IoSlice::new(p);
+                n += 1;
+            }
+            let wrote = self.write(&iov[..n])?;
+            if wrote == HDR + total {
+                return Ok(());
+            }
+            self.q.clear();
+            self.head = 0;
+            let mut skip = wrote;
+            for piece in std::iter::once(&hdr[..]).chain(parts.iter().copied()) {
+                if skip >= piece.len() {
+                    skip -= piece.len();
+                } else {
+                    self.q.extend_from_slice(&piece[skip..]);
+                    skip = 0;
+                }
+            }
+            return Ok(());
+        }
+        if self.queued() + HDR + total > self.high_water {
+            self.flush()?;
+            if self.queued() > 0 && self.queued() + HDR + total > self.high_water {
+                return Err(TxError::NoResource);
+            }
+        }
+        // Drop the written prefix once it is at least half the buffer: amortized O(1).
+        if self.head > 0 && self.head * 2 >= self.q.len() {
+            self.q.drain(..self.head);
+            self.head = 0;
+        }
+        self.q.reserve(HDR + total);
+        self.q.extend_from_slice(&hdr);
+        for p in parts {
+            self.q.extend_from_slice(p);
+        }
+        Ok(())
+    }
+
+    pub(crate) fn flush(&mut self) -> Result<bool> {
+        if let Some(e) = &self.failed {
+            return Err(e.clone());
+        }
+        while self.head < self.q.len() {
+            let n = loop {
+                match net::send(&*self.sock, &self.q[self.head..], SendFlags::NOSIGNAL | SendFlags::DONTWAIT) {
+                    Ok(n) => break n,
+                    Err(Errno::INTR) => continue,
+                    Err(Errno::AGAIN) | Err(Errno::NOBUFS) | Err(Errno::NOMEM) => break 0,
+                    Err(e) => return Err(self.fail("tcp send", e)),
+                }
+            };
+            if n == 0 {
+                return Ok(false);
+            }
+            self.head += n;
+        }
+        self.q.clear();
+        self.head = 0;
+        if self.q.capacity() > TXQ_SHRINK_ABOVE {
+            self.q.shrink_to(TXQ_SHRINK_TO);
+        }
+        Ok(true)
+    }
+
+    pub(crate) fn caps(&self) -> &Caps {
+        &self.caps
+    }
+
+    pub(crate) unsafe fn remote_read(&mut self, _local: &[(usize, usize)], _remote: &[(u64, u64)]) -> Result<()> {
+        Err(Error::new(Status::Unsupported, "tcp cannot read remote memory; it pushes data (RndvMode::Push)"))
+    }
+}
+
+impl Rx {
+    /// The peer's address.
+    pub fn peer_addr(&self) -> SocketAddr {
+        self.peer
+    }
+
+    fn protocol_error(&mut self, why: String) -> Error {
+        let e = Error::msg(Status::ProtocolError, why);
+        self.failed = Some(e.clone());
+        e
+    }
+
+    /// Check the preamble and the next header; the payload length of the next frame if it
+    /// is complete in the buffer. Only called when no frame is handed out.
+    fn parse(&mut self) -> Result<Option<usize>> {
+        if let Some(e) = &self.failed {
+            return Err(e.clone());
+        }
+        if self.need_preamble {
+            let have = &self.buf[self.start..self.end];
+            let n = have.len().min(PREAMBLE.len());
+            if have[..n] != PREAMBLE[..n] {
+                let why = format!("not a Courier peer: bad preamble {} from {}", hex(&have[..n]), self.peer);
+                return Err(self.protocol_error(why));
+            }
+            if n < PREAMBLE.len() {
+                return Ok(None);
+            }
+            self.start += PREAMBLE.len();
+            self.need_preamble = false;
+        }
+        let have = self.end - self.start;
+        if have < HDR {
+            return Ok(None);
+        }
+        let mut h = [0u8; HDR];
+        h.copy_from_slice(&self.buf[self.start..self.start + HDR]);
+        let len = u32::from_le_bytes(h) as usize;
+        if len == 0 {
+            return Err(self.protocol_error(format!("frame length 0 from {}: empty frames are not allowed", self.peer)));
+        }
+        if len > MAX_FRAME {
+            return Err(self.protocol_error(format!("frame length {len} from {} exceeds the limit {MAX_FRAME}", self.peer)));
+        }
+        Ok(if have >= HDR + len { Some(len) } else { None })
+    }
+
+    pub(crate) fn peek(&mut self) -> Result<Option<RawFrame>> {
+        if self.out == 0 {
+            match self.parse()? {
+                Some(len) => self.out = HDR + len,
+                None => return self.closed.as_ref().map_or(Ok(None), |e| Err(e.clone())),
+            }
+        }
+        // `as_ptr` creates no reference, so later writes past `end` leave this pointer valid.
+        let ptr = self.buf.as_ptr().wrapping_add(self.start + HDR);
+        Ok(Some(RawFrame { ptr, len: self.out - HDR }))
+    }
+
+    pub(crate) fn consume(&mut self) {
+        if self.out != 0 {
+            self.start += self.out;
+            self.out = 0;
+            if self.start == self.end {
+                self.start = 0;
+                self.end = 0;
+            }
+        }
+    }
+
+    pub(crate) fn fd(&self) -> Option<BorrowedFd<'_>> {
+        Some(self.sock.as_fd())
+    }
+
+    /// Make room for the next frame: compact and grow. Only when no frame is handed out.
+    fn make_room(&mut self) -> Result<()> {
+        let complete = self.parse()?.is_some();
+        if complete {
+            return Ok(());
+        }
+        if self.start == self.end {
+            self.start = 0;
+            self.end = 0;
+        }
+        let have = self.end - self.start;
+        let need = if !self.need_preamble && have >= HDR {
+            let mut h = [0u8; HDR];
+            h.copy_from_slice(&self.buf[self.start..self.start + HDR]);
+            HDR + u32::from_le_bytes(h) as usize
+        } else {
+            PREAMBLE.len() + HDR
+        };
+        let size = self.buf.len();
+        if self.start > 0 && (self.start + need > size || size - self.end < size / 4) {
+            self.buf.copy_within(self.start..self.end, 0);
+            self.end = have;
+            self.start = 0;
+        }
+        if need > self.buf.len() {
+            let new = (self.buf.len() * 2).min(HDR + MAX_FRAME).max(need);
+            self.buf.resize(new, 0);
+        }
+        Ok(())
+    }
+
+    /// Read what the socket has, up to the budget or the end of the buffer.
+    fn read_some(&mut self) {
+        let mut budget = RX_BUDGET;
+        while budget > 0 && self.end < self.buf.len() {
+            let room = (self.buf.len() - self.end).min(budget);
+            // SAFETY: `end + room <= buf.len()`; built from `as_mut_ptr` so that no reference
+            // covers the bytes of a frame handed out by `peek` (they lie before `end`).
+            let dst = unsafe { std::slice::from_raw_parts_mut(self.buf.as_mut_ptr().add(self.end), room) };
+            match net::recv(&*self.sock, dst, RecvFlags::DONTWAIT) {
+                Ok((0, _)) => {
+                    self.closed = Some(Error::msg(Status::PeerFailure, format!("{} closed the connection", self.peer)));
+                    return;
+                }
+                Ok((n, _)) => {
+                    self.end += n;
+                    budget = budget.saturating_sub(n);
+                }
+                Err(Errno::INTR) => continue,
+                Err(Errno::AGAIN) => return,
+                Err(e) => {
+                    let why = match e {
+                        Errno::CONNRESET => format!("{} reset the connection ({e})", self.peer),
+                        _ => format!("connection to {} failed: {e}", self.peer),
+                    };
+                    self.closed = Some(Error::msg(Status::PeerFailure, why));
+                    return;
+                }
+            }
+        }
+    }
+
+    pub(crate) fn on_readable(&mut self) -> Result<()> {
+        if let Some(e) = &self.failed {
+            return Err(e.clone());
+        }
+        if self.closed.is_none() {
+            if self.out == 0 {
+                self.make_room()?;
+            }
+            self.read_some();
+        }
+        if self.out != 0 || self.parse()?.is_some() {
+            // Frames are waiting; a close is reported by `peek` once they are taken.
+            return Ok(());
+        }
+        self.closed.as_ref().map_or(Ok(()), |e| Err(e.clone()))
+    }
+
+    pub(crate) fn arm(&mut self) -> Result<bool> {
+        if self.out != 0 || self.parse()?.is_some() {
+            return Ok(false);
+        }
+        self.closed.as_ref().map_or(Ok(true), |e| Err(e.clone()))
+    }
+}
+
+/// A connected pair over `ip` (loopback): (connecting side, accepting side).
+#[cfg(test)]
+pub fn pair_on(ip: IpAddr, cfg: &Config) -> Result<((Tx, Rx), (Tx, Rx))> {
+    let mut l = Listener::bind(SocketAddr::new(ip, 0), cfg)?;
+    let c = connect(l.local_addr(), cfg)?;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        if let Some((tx, rx, _)) = l.accept()? {
+            return Ok((c, (tx, rx)));
+        }
+        if std::time::Instant::now() > deadline {
+            return Err(Error::new(Status::Timeout, "pair_on: accept saw no connection"));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+}
+
+/// A connected pair over 127.0.0.1 with the default configuration: (connecting, accepting).
+#[cfg(test)]
+pub fn pair_for_tests() -> ((Tx, Rx), (Tx, Rx)) {
+    let cfg = Config::from_env().expect("default configuration");
+    pair_on(IpAddr::from([127, 0, 0, 1]), &cfg).expect("tcp pair over 127.0.0.1")
+}

@@ -1,0 +1,149 @@
+//! Socket plumbing for tcp: creating, tuning and connecting sockets, and listing interfaces.
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::time::Instant;
+
+use rustix::event::{PollFd, PollFlags, Timespec};
+use rustix::io::Errno;
+use rustix::net::{self, sockopt, AddressFamily, SocketFlags, SocketType};
+
+use crate::base::{Config, Error, Result, Status};
+
+/// A new non-blocking, close-on-exec TCP socket for `addr`'s family.
+pub(super) fn new_socket(addr: &SocketAddr) -> Result<OwnedFd> {
+    let family = if addr.is_ipv4() { AddressFamily::INET } else { AddressFamily::INET6 };
+    net::socket_with(family, SocketType::STREAM, SocketFlags::NONBLOCK | SocketFlags::CLOEXEC, Some(net::ipproto::TCP))
+        .map_err(|e| Error::io(&format!("tcp socket for {addr}"), e))
+}
+
+/// Apply buffer sizes (0 = keep the system default).
+pub(super) fn set_buffers(fd: BorrowedFd<'_>, sndbuf: usize, rcvbuf: usize, what: &str) -> Result<()> {
+    if sndbuf > 0 {
+        sockopt::set_socket_send_buffer_size(fd, sndbuf).map_err(|e| Error::io(&format!("{what}: SO_SNDBUF={sndbuf}"), e))?;
+    }
+    if rcvbuf > 0 {
+        sockopt::set_socket_recv_buffer_size(fd, rcvbuf).map_err(|e| Error::io(&format!("{what}: SO_RCVBUF={rcvbuf}"), e))?;
+    }
+    Ok(())
+}
+
+/// Options every data socket gets: no Nagle delay.
+pub(super) fn set_nodelay(fd: BorrowedFd<'_>, what: &str) -> Result<()> {
+    sockopt::set_tcp_nodelay(fd, true).map_err(|e| Error::io(&format!("{what}: TCP_NODELAY"), e))
+}
+
+/// The socket's local address, if the kernel reports an IP one.
+pub(super) fn local_addr(fd: BorrowedFd<'_>) -> Option<SocketAddr> {
+    net::getsockname(fd).ok().and_then(|a| SocketAddr::try_from(a).ok())
+}
+
+/// Connect with a deadline. The socket is non-blocking; we wait for writability with poll.
+pub(super) fn connect_with_timeout(addr: SocketAddr, cfg: &Config) -> Result<OwnedFd> {
+    let unreachable = |why: &dyn std::fmt::Display| Error::msg(Status::Unreachable, format!("connect to {addr}: {why}"));
+    let fd = new_socket(&addr).map_err(|e| unreachable(&e.detail()))?;
+    let what = format!("connect to {addr}");
+    // Buffer sizes before connecting, so the window scale is negotiated for them.
+    set_buffers(fd.as_fd(), cfg.tcp_sndbuf, cfg.tcp_rcvbuf, &what)?;
+    set_nodelay(fd.as_fd(), &what)?;
+    loop {
+        match net::connect(&fd, &addr) {
+            Ok(()) => return Ok(fd),
+            Err(Errno::INTR) => continue,
+            Err(Errno::INPROGRESS) | Err(Errno::AGAIN) | Err(Errno::ALREADY) => break,
+            Err(Errno::ISCONN) => return Ok(fd),
+            Err(e) => return Err(unreachable(&e)),
+        }
+    }
+    let timeout = cfg.tcp_connect_timeout;
+    let deadline = Instant::now().checked_add(timeout);
+    loop {
+        let left = match deadline {
+            Some(d) => {
+                let now = Instant::now();
+                if now >= d {
+                    return Err(Error::msg(Status::Timeout, format!("connect to {addr}: no answer within {timeout:?}")));
+                }
+                Some(d - now)
+            }
+            None => None,
+        };
+        let ts = left.map(|l| Timespec { tv_sec: l.as_secs() as _, tv_nsec: l.subsec_nanos() as _ });
+        let mut pfd = [PollFd::new(&fd, PollFlags::OUT)];
+        match rustix::event::poll(&mut pfd, ts.as_ref()) {
+            Ok(0) => continue, // deadline check above reports the timeout
+            Ok(_) => break,
+            Err(Errno::INTR) => continue,
+            Err(e) => return Err(unreachable(&format_args!("poll: {e}"))),
+        }
+    }
+    match sockopt::socket_error(&fd) {
+        Ok(Ok(())) => Ok(fd),
+        Ok(Err(e)) => Err(unreachable(&e)),
+        Err(e) => Err(unreachable(&format_args!("SO_ERROR: {e}"))),
+    }
+}
+
+/// Whether an IPv6 address needs a scope id to be used (link-local); `IpAddr` cannot carry one.
+fn needs_scope(ip: &Ipv6Addr) -> bool {
+    (ip.segments()[0] & 0xffc0) == 0xfe80
+}
+
+/// Up interfaces with IPv4/IPv6 addresses, filtered by `filter` (None = all).
+pub(super) fn interfaces(filter: Option<&[String]>) -> Vec<(String, IpAddr)> {
+    let mut out = Vec::new();
+    let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: getifaddrs fills `head` with a list we free below with freeifaddrs.
+    if unsafe { libc::getifaddrs(&mut head) } != 0 {
+        tracing::warn!("getifaddrs failed: {}; tcp sees no interfaces", std::io::Error::last_os_error());
+        return out;
+    }
+    let mut cur = head;
+    while !cur.is_null() {
+        // SAFETY: `cur` is a node of the list getifaddrs returned, alive until freeifaddrs.
+        let ifa = unsafe { &*cur };
+        cur = ifa.ifa_next;
+        if ifa.ifa_addr.is_null() || ifa.ifa_name.is_null() || (ifa.ifa_flags & libc::IFF_UP as libc::c_uint) == 0 {
+            continue;
+        }
+        // SAFETY: non-null, NUL-terminated name owned by the list.
+        let name = unsafe { std::ffi::CStr::from_ptr(ifa.ifa_name) }.to_string_lossy().into_owned();
+        // SAFETY: non-null sockaddr; its family says which struct it is.
+        let family = unsafe { (*ifa.ifa_addr).sa_family } as libc::c_int;
+        let ip = match family {
+            libc::AF_INET => {
+                // SAFETY: AF_INET addresses are sockaddr_in.
+                let sin = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in) };
+                IpAddr::V4(Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr)))
+            }
+            libc::AF_INET6 => {
+                // SAFETY: AF_INET6 addresses are sockaddr_in6.
+                let sin6 = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in6) };
+                let ip = Ipv6Addr::from(sin6.sin6_addr.s6_addr);
+                if needs_scope(&ip) {
+                    continue;
+                }
+                IpAddr::V6(ip)
+            }
+            _ => continue,
+        };
+        if filter.is_some_and(|list| !list.contains(&name)) {
+            continue;
+        }
+        out.push((name, ip));
+    }
+    // SAFETY: `head` came from a successful getifaddrs and is freed once.
+    unsafe { libc::freeifaddrs(head) };
+    out
+}
+
+/// A name for the device a local address belongs to: its interface, else the address.
+pub(super) fn device_for(local: Option<SocketAddr>) -> String {
+    let Some(local) = local else { return "unknown".into() };
+    let ip = match local.ip() {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map(IpAddr::V4).unwrap_or(IpAddr::V6(v6)),
+        ip => ip,
+    };
+    // Unfiltered: the device is a fact about the socket, whatever the selection.
+    interfaces(None).into_iter().find(|(_, a)| *a == ip).map(|(n, _)| n).unwrap_or_else(|| ip.to_string())
+}
