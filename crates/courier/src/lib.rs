@@ -18,6 +18,8 @@
 //! # Ok::<(), courier::Error>(())
 //! ```
 #![warn(missing_docs)]
+// Nested `if let` reads more plainly here than let-chains.
+#![allow(clippy::collapsible_if)]
 
 pub mod api;
 pub mod base;

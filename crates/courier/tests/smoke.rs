@@ -9,7 +9,9 @@ fn ctx(tls: &str) -> Context {
 fn self_tag_roundtrip() {
     let c = ctx("all");
     let w = Worker::new(&c, WorkerParams::default()).unwrap();
-    let ep = w.connect(&w.address().unwrap(), EndpointParams::default()).unwrap();
+    let ep = w
+        .connect(&w.address().unwrap(), EndpointParams::default())
+        .unwrap();
     assert_eq!(ep.transport(), Some("self"));
     for size in [0usize, 1, 100, 8192, 100_000, 3 << 20] {
         let data: Vec<u8> = (0..size).map(|i| (i * 7 + 3) as u8).collect();
@@ -27,7 +29,9 @@ fn tcp_two_workers_tag_am_stream() {
     let c = ctx("tcp");
     let a = Worker::new(&c, WorkerParams::default()).unwrap();
     let b = Worker::new(&c, WorkerParams::default()).unwrap();
-    let ep = a.connect(&b.address().unwrap(), EndpointParams::default()).unwrap();
+    let ep = a
+        .connect(&b.address().unwrap(), EndpointParams::default())
+        .unwrap();
     assert_eq!(ep.transport(), Some("tcp"));
     for size in [1usize, 1000, 70_000, 5 << 20] {
         let data: Vec<u8> = (0..size).map(|i| (i * 13 + 1) as u8).collect();

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use crate::base::{log, Config, Error, Result, Status};
+use crate::base::{Config, Error, Result, Status, log};
 
 /// Features an application asks for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -23,7 +23,14 @@ pub struct Features {
 
 impl Default for Features {
     fn default() -> Features {
-        Features { tag: true, am: true, stream: true, rma: false, atomics: false, wakeup: true }
+        Features {
+            tag: true,
+            am: true,
+            stream: true,
+            rma: false,
+            atomics: false,
+            wakeup: true,
+        }
     }
 }
 
@@ -71,12 +78,24 @@ pub struct Context {
 impl Context {
     /// Create a context from the environment and `params`.
     pub fn new(params: ContextParams) -> Result<Context> {
-        let over: Vec<(&str, &str)> = params.config.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        let over: Vec<(&str, &str)> = params
+            .config
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
         let cfg = Config::from_env_with(&over)?;
         log::init(cfg.log_level);
-        let name = params.name.unwrap_or_else(|| format!("courier-{}", std::process::id()));
+        let name = params
+            .name
+            .unwrap_or_else(|| format!("courier-{}", std::process::id()));
         tracing::info!("{name} COURIER_TLS={}", cfg.tls.effective());
-        Ok(Context { inner: Arc::new(ContextInner { cfg: Arc::new(cfg), features: params.features, name }) })
+        Ok(Context {
+            inner: Arc::new(ContextInner {
+                cfg: Arc::new(cfg),
+                features: params.features,
+                name,
+            }),
+        })
     }
 
     /// The configuration in force.
@@ -98,7 +117,10 @@ impl Context {
         if ok {
             Ok(())
         } else {
-            Err(Error::msg(Status::Unsupported, format!("feature {what} was not requested when the context was created")))
+            Err(Error::msg(
+                Status::Unsupported,
+                format!("feature {what} was not requested when the context was created"),
+            ))
         }
     }
 }

@@ -16,7 +16,7 @@ use crate::wire::frame::{Header, Kind};
 #[derive(Default)]
 pub struct EndpointParams {
     /// Called once, inside progress, when the endpoint fails (peer died, closed, lied).
-    pub error_handler: Option<Box<dyn FnMut(&Error) + Send>>,
+    pub error_handler: Option<crate::proto::core::ErrorHandler>,
 }
 
 impl EndpointParams {
@@ -41,13 +41,28 @@ fn one(b: &[u8]) -> Buf {
 
 impl Endpoint {
     pub(crate) fn from_parts(worker: &Worker, idx: u32, generation: u32) -> Endpoint {
-        Endpoint { worker: worker.clone(), idx, generation }
+        Endpoint {
+            worker: worker.clone(),
+            idx,
+            generation,
+        }
     }
 
-    pub(crate) fn adopt(worker: &Worker, g: &mut Guard<'_, State>, e: u32, params: EndpointParams) -> Result<Endpoint> {
-        let ep = g.ep(e).ok_or_else(|| Error::new(Status::EndpointClosed, "endpoint vanished"))?;
+    pub(crate) fn adopt(
+        worker: &Worker,
+        g: &mut Guard<'_, State>,
+        e: u32,
+        params: EndpointParams,
+    ) -> Result<Endpoint> {
+        let ep = g
+            .ep(e)
+            .ok_or_else(|| Error::new(Status::EndpointClosed, "endpoint vanished"))?;
         ep.err_handler = params.error_handler;
-        Ok(Endpoint { worker: worker.clone(), idx: e, generation: ep.generation })
+        Ok(Endpoint {
+            worker: worker.clone(),
+            idx: e,
+            generation: ep.generation,
+        })
     }
 
     /// The worker it belongs to.
@@ -70,12 +85,15 @@ impl Endpoint {
 
     /// The peer, as text.
     pub fn peer(&self) -> String {
-        self.with(|st, e| Ok(st.ep(e).map(|ep| ep.peer.clone()).unwrap_or_default())).unwrap_or_default()
+        self.with(|st, e| Ok(st.ep(e).map(|ep| ep.peer.clone()).unwrap_or_default()))
+            .unwrap_or_default()
     }
 
     /// The transport carrying this endpoint (`self`, `shm`, `tcp`), once connected.
     pub fn transport(&self) -> Option<&'static str> {
-        self.with(|st, e| Ok(st.ep(e).and_then(|ep| ep.caps.as_ref().map(|c| c.name)))).ok().flatten()
+        self.with(|st, e| Ok(st.ep(e).and_then(|ep| ep.caps.as_ref().map(|c| c.name))))
+            .ok()
+            .flatten()
     }
 
     /// Whether the endpoint is connected; `Err` if it failed.
@@ -97,7 +115,10 @@ impl Endpoint {
             }
             self.worker.progress();
             if Instant::now() > deadline {
-                return Err(Error::new(Status::Timeout, "endpoint did not connect in time"));
+                return Err(Error::new(
+                    Status::Timeout,
+                    "endpoint did not connect in time",
+                ));
             }
         }
     }
@@ -127,22 +148,41 @@ impl Endpoint {
     ///
     /// # Safety
     /// `data` must stay valid until the callback runs.
-    pub unsafe fn tag_send_raw(&self, data: Buf, tag: u64, sync: bool, cb: Callback) -> Result<Started> {
+    pub unsafe fn tag_send_raw(
+        &self,
+        data: Buf,
+        tag: u64,
+        sync: bool,
+        cb: Callback,
+    ) -> Result<Started> {
         self.with(|st, e| st.tag_send(e, data, tag, sync, cb))
     }
 
     // ----- active messages --------------------------------------------------------------
 
     /// Send an active message to handler `id`.
-    pub fn am_send<'a>(&self, id: u16, header: &[u8], data: &'a [u8], flags: AmFlags) -> Result<Request<'a>> {
+    pub fn am_send<'a>(
+        &self,
+        id: u16,
+        header: &[u8],
+        data: &'a [u8],
+        flags: AmFlags,
+    ) -> Result<Request<'a>> {
         let s = self.with(|st, e| st.am_send(e, id, header, one(data), flags, Callback::None));
         self.req(s)
     }
 
     /// Send an active message gathered from several buffers.
-    pub fn am_send_iov<'a>(&self, id: u16, header: &[u8], iov: &[&'a [u8]], flags: AmFlags) -> Result<Request<'a>> {
+    pub fn am_send_iov<'a>(
+        &self,
+        id: u16,
+        header: &[u8],
+        iov: &[&'a [u8]],
+        flags: AmFlags,
+    ) -> Result<Request<'a>> {
         let segs = iov.iter().map(|b| (b.as_ptr() as usize, b.len())).collect();
-        let s = self.with(|st, e| st.am_send(e, id, header, Buf::Many(segs), flags, Callback::None));
+        let s =
+            self.with(|st, e| st.am_send(e, id, header, Buf::Many(segs), flags, Callback::None));
         self.req(s)
     }
 
@@ -150,7 +190,14 @@ impl Endpoint {
     ///
     /// # Safety
     /// `data` must stay valid until the callback runs.
-    pub unsafe fn am_send_raw(&self, id: u16, header: &[u8], data: Buf, flags: AmFlags, cb: Callback) -> Result<Started> {
+    pub unsafe fn am_send_raw(
+        &self,
+        id: u16,
+        header: &[u8],
+        data: Buf,
+        flags: AmFlags,
+        cb: Callback,
+    ) -> Result<Started> {
         self.with(|st, e| st.am_send(e, id, header, data, flags, cb))
     }
 
@@ -164,13 +211,27 @@ impl Endpoint {
 
     /// Receive whatever stream bytes have arrived (at least one), up to `buf.len()`.
     pub fn stream_recv<'a>(&self, buf: &'a mut [u8]) -> Result<Request<'a>> {
-        let s = self.with(|st, e| st.stream_recv(e, Buf::One((buf.as_mut_ptr() as usize, buf.len())), false, Callback::None));
+        let s = self.with(|st, e| {
+            st.stream_recv(
+                e,
+                Buf::One((buf.as_mut_ptr() as usize, buf.len())),
+                false,
+                Callback::None,
+            )
+        });
         self.req(s)
     }
 
     /// Receive exactly `buf.len()` stream bytes.
     pub fn stream_recv_exact<'a>(&self, buf: &'a mut [u8]) -> Result<Request<'a>> {
-        let s = self.with(|st, e| st.stream_recv(e, Buf::One((buf.as_mut_ptr() as usize, buf.len())), true, Callback::None));
+        let s = self.with(|st, e| {
+            st.stream_recv(
+                e,
+                Buf::One((buf.as_mut_ptr() as usize, buf.len())),
+                true,
+                Callback::None,
+            )
+        });
         self.req(s)
     }
 
@@ -205,7 +266,11 @@ impl Endpoint {
             Some(tx) => tx.flush()?,
             None => true,
         };
-        let sends = st.reqs.slots.iter().any(|s| s.live && !s.done && s.ep == Some(e) && s.kind == ReqKind::Send);
+        let sends = st
+            .reqs
+            .slots
+            .iter()
+            .any(|s| s.live && !s.done && s.ep == Some(e) && s.kind == ReqKind::Send);
         Ok(flushed && !sends)
     }
 
@@ -219,14 +284,19 @@ impl Endpoint {
             }
             self.worker.progress();
             if Instant::now() > deadline {
-                return Err(Error::msg(Status::Timeout, format!("flush did not finish within {limit:?}")));
+                return Err(Error::msg(
+                    Status::Timeout,
+                    format!("flush did not finish within {limit:?}"),
+                ));
             }
         }
     }
 
     fn flush_limit(&self) -> Duration {
         let cfg = self.worker.context().config();
-        (cfg.keepalive_timeout.saturating_mul(2)).min(Duration::from_secs(60)).max(Duration::from_secs(5))
+        (cfg.keepalive_timeout.saturating_mul(2))
+            .min(Duration::from_secs(60))
+            .max(Duration::from_secs(5))
     }
 
     /// Close gracefully: flush, tell the peer, release. Bounded: after twice the keepalive
@@ -262,12 +332,16 @@ impl Endpoint {
     }
 
     fn release(st: &mut State, e: u32) {
-        st.fail_ep(e, Error::new(Status::EndpointClosed, "endpoint closed locally"));
+        st.fail_ep(
+            e,
+            Error::new(Status::EndpointClosed, "endpoint closed locally"),
+        );
         if let Some(ep) = st.ep(e) {
             ep.err_handler = None;
         }
         // Error handlers are not called for a local close.
-        st.deferred.retain(|d| !matches!(d, crate::proto::core::Deferred::EpError(..)));
+        st.deferred
+            .retain(|d| !matches!(d, crate::proto::core::Deferred::EpError(..)));
         if !st.ep(e).is_some_and(|ep| ep.rx_busy) {
             st.ep_free(e);
         }

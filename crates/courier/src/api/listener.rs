@@ -18,7 +18,10 @@ pub struct ConnRequest {
 impl ConnRequest {
     /// The client's socket address.
     pub fn client_addr(&self) -> &str {
-        self.inner.as_ref().map(|r| r.client_addr.as_str()).unwrap_or("")
+        self.inner
+            .as_ref()
+            .map(|r| r.client_addr.as_str())
+            .unwrap_or("")
     }
     /// The id the client chose.
     pub fn client_id(&self) -> u64 {
@@ -59,16 +62,27 @@ pub struct Listener {
 
 impl Listener {
     /// Listen on `addr` (port 0 picks one); `handler` runs inside progress for each client.
-    pub fn new(worker: &Worker, addr: SocketAddr, handler: impl FnMut(ConnRequest) + Send + 'static) -> Result<Listener> {
+    pub fn new(
+        worker: &Worker,
+        addr: SocketAddr,
+        handler: impl FnMut(ConnRequest) + Send + 'static,
+    ) -> Result<Listener> {
         let weak: Weak<WorkerInner> = Arc::downgrade(&worker.inner);
         let mut user = handler;
         let wrapped = move |r: wireup::ConnRequest| {
             if let Some(inner) = weak.upgrade() {
-                user(ConnRequest { worker: Worker { inner }, inner: Some(r) });
+                user(ConnRequest {
+                    worker: Worker { inner },
+                    inner: Some(r),
+                });
             }
         };
         let (idx, bound) = worker.lock()?.listener_add(addr, Box::new(wrapped))?;
-        Ok(Listener { worker: worker.clone(), idx, addr: bound })
+        Ok(Listener {
+            worker: worker.clone(),
+            idx,
+            addr: bound,
+        })
     }
 
     /// The bound address (with the port picked, if 0 was asked for).

@@ -56,7 +56,10 @@ impl<T> StateCell<T> {
     pub(crate) fn lock(&self) -> Result<Guard<'_, T>> {
         if self.multi {
             let g = self.mutex.lock().unwrap_or_else(|p| p.into_inner());
-            return Ok(Guard { cell: self, _m: Some(g) });
+            return Ok(Guard {
+                cell: self,
+                _m: Some(g),
+            });
         }
         if thread_token() != self.owner {
             return Err(Error::new(
@@ -65,9 +68,15 @@ impl<T> StateCell<T> {
             ));
         }
         if self.held.replace(true) {
-            return Err(Error::new(Status::InvalidParam, "worker re-entered while it is busy"));
+            return Err(Error::new(
+                Status::InvalidParam,
+                "worker re-entered while it is busy",
+            ));
         }
-        Ok(Guard { cell: self, _m: None })
+        Ok(Guard {
+            cell: self,
+            _m: None,
+        })
     }
 }
 

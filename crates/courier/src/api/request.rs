@@ -27,7 +27,14 @@ impl<'a> Request<'a> {
             Started::Done(i) => (0, Some(Ok(i)), i),
             Started::Pending(id) => (id, None, Info::default()),
         };
-        Request { worker: worker.clone(), id, done, info, _buf: PhantomData, _not_send: PhantomData }
+        Request {
+            worker: worker.clone(),
+            id,
+            done,
+            info,
+            _buf: PhantomData,
+            _not_send: PhantomData,
+        }
     }
 
     /// Whether it has completed (progress the worker to move it on).
@@ -71,7 +78,10 @@ impl<'a> Request<'a> {
                 idle = 0;
             }
             if deadline.is_some_and(|d| Instant::now() > d) {
-                return Err(Error::new(Status::Timeout, "request did not complete in time"));
+                return Err(Error::new(
+                    Status::Timeout,
+                    "request did not complete in time",
+                ));
             }
         }
     }
@@ -98,7 +108,9 @@ impl Drop for Request<'_> {
         }
         if self.worker.in_progress() {
             // Dropped inside a callback: cannot progress here; the request finishes on its own.
-            tracing::warn!("a request in flight was dropped inside a callback; its buffer must stay valid until it completes");
+            tracing::warn!(
+                "a request in flight was dropped inside a callback; its buffer must stay valid until it completes"
+            );
             self.worker.detach(self.id);
             return;
         }

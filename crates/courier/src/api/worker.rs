@@ -66,7 +66,11 @@ impl AmMessage<'_> {
     }
     /// Length of the data, wherever it is.
     pub fn data_len(&self) -> usize {
-        self.d.rndv.as_ref().map(|r| r.len()).unwrap_or(self.d.data.len())
+        self.d
+            .rndv
+            .as_ref()
+            .map(|r| r.len())
+            .unwrap_or(self.d.data.len())
     }
     /// Keep the rendezvous descriptor to receive the data later with
     /// [`Worker::am_recv_data`]. Not taking it declines the data.
@@ -75,7 +79,9 @@ impl AmMessage<'_> {
     }
     /// The endpoint to reply on, when the sender asked for replies.
     pub fn reply_ep(&self) -> Option<Endpoint> {
-        self.d.reply.map(|(idx, generation)| Endpoint::from_parts(self.worker, idx, generation))
+        self.d
+            .reply
+            .map(|(idx, generation)| Endpoint::from_parts(self.worker, idx, generation))
     }
     /// The endpoint the message arrived on.
     pub fn endpoint(&self) -> Endpoint {
@@ -88,7 +94,14 @@ impl Worker {
     pub fn new(ctx: &Context, params: WorkerParams) -> Result<Worker> {
         let state = State::new(ctx.inner.cfg.clone(), ctx.inner.name.clone())?;
         let epoll_raw = state.epoll_as_fd().as_raw_fd();
-        Ok(Worker { inner: Arc::new(WorkerInner { cell: StateCell::new(params.thread_mode, state), ctx: ctx.clone(), mode: params.thread_mode, epoll_raw }) })
+        Ok(Worker {
+            inner: Arc::new(WorkerInner {
+                cell: StateCell::new(params.thread_mode, state),
+                ctx: ctx.clone(),
+                mode: params.thread_mode,
+                epoll_raw,
+            }),
+        })
     }
 
     pub(crate) fn lock(&self) -> Result<Guard<'_, State>> {
@@ -118,7 +131,12 @@ impl Worker {
     }
 
     /// Connect to a listener's socket address.
-    pub fn connect_sockaddr(&self, addr: std::net::SocketAddr, client_id: u64, params: EndpointParams) -> Result<Endpoint> {
+    pub fn connect_sockaddr(
+        &self,
+        addr: std::net::SocketAddr,
+        client_id: u64,
+        params: EndpointParams,
+    ) -> Result<Endpoint> {
         let mut g = self.lock()?;
         let e = g.connect_sockaddr(addr, client_id)?;
         Endpoint::adopt(self, &mut g, e, params)
@@ -152,7 +170,9 @@ impl Worker {
                     }
                 }
             }
-            let busy = g.ep(e).is_some_and(|ep| !ep.pending.is_empty() || !ep.push.is_empty());
+            let busy = g
+                .ep(e)
+                .is_some_and(|ep| !ep.pending.is_empty() || !ep.push.is_empty());
             if busy || g.fd_links > 0 {
                 n += g.progress_tx(e);
             }
@@ -161,7 +181,11 @@ impl Worker {
         if !g.link_errors.is_empty() {
             let errs = std::mem::take(&mut g.link_errors);
             for (e, err) in errs {
-                let more = g.ep(e).and_then(|ep| ep.rx.as_mut()).map(|rx| matches!(rx.peek(), Ok(Some(_)))).unwrap_or(false);
+                let more = g
+                    .ep(e)
+                    .and_then(|ep| ep.rx.as_mut())
+                    .map(|rx| matches!(rx.peek(), Ok(Some(_))))
+                    .unwrap_or(false);
                 if more {
                     g.link_errors.push((e, err));
                 } else {
@@ -188,12 +212,22 @@ impl Worker {
                 Deferred::Req(Callback::None, _) => {}
                 Deferred::EpError(mut h, err) => h(&err),
                 Deferred::Conn(l, req) => {
-                    let handler = self.lock().ok().and_then(|mut g| g.listeners.slots.get_mut(l as usize).and_then(|s| s.handler.take()));
+                    let handler = self.lock().ok().and_then(|mut g| {
+                        g.listeners
+                            .slots
+                            .get_mut(l as usize)
+                            .and_then(|s| s.handler.take())
+                    });
                     match handler {
                         Some(mut h) => {
                             h(req);
                             if let Ok(mut g) = self.lock() {
-                                if let Some(s) = g.listeners.slots.get_mut(l as usize).filter(|s| s.live && s.handler.is_none()) {
+                                if let Some(s) = g
+                                    .listeners
+                                    .slots
+                                    .get_mut(l as usize)
+                                    .filter(|s| s.live && s.handler.is_none())
+                                {
                                     s.handler = Some(h);
                                 }
                             }
@@ -223,11 +257,26 @@ impl Worker {
         drop(g);
         // SAFETY: the frame stays unconsumed (rx_busy) until finish_am below.
         let header = unsafe { std::slice::from_raw_parts(am.header.0, am.header.1) };
-        let data = if am.data.1 == 0 { &[][..] } else { unsafe { std::slice::from_raw_parts(am.data.0, am.data.1) } };
-        let mut d = AmDelivery { id: am.id, header, data, rndv: am.rndv, reply: if am.reply { Some(am.ep) } else { None }, ep: am.ep };
+        let data = if am.data.1 == 0 {
+            &[][..]
+        } else {
+            unsafe { std::slice::from_raw_parts(am.data.0, am.data.1) }
+        };
+        let mut d = AmDelivery {
+            id: am.id,
+            header,
+            data,
+            rndv: am.rndv,
+            reply: if am.reply { Some(am.ep) } else { None },
+            ep: am.ep,
+        };
         h(&mut d);
         let leftover = d.rndv.take();
-        let mut g = self.inner.cell.lock().unwrap_or_else(|_| unreachable_lock());
+        let mut g = self
+            .inner
+            .cell
+            .lock()
+            .unwrap_or_else(|_| unreachable_lock());
         if let Some(slot) = g.am_handlers.get_mut(am.id as usize) {
             if slot.is_none() {
                 *slot = Some(h);
@@ -241,7 +290,11 @@ impl Worker {
     }
 
     /// Register the handler for active-message `id` (replacing any earlier one).
-    pub fn am_set_handler(&self, id: u16, handler: impl FnMut(&mut AmMessage<'_>) + Send + 'static) -> Result<()> {
+    pub fn am_set_handler(
+        &self,
+        id: u16,
+        handler: impl FnMut(&mut AmMessage<'_>) + Send + 'static,
+    ) -> Result<()> {
         self.inner.ctx.require(self.inner.ctx.features().am, "am")?;
         let weak: Weak<WorkerInner> = Arc::downgrade(&self.inner);
         let mut user = handler;
@@ -249,7 +302,8 @@ impl Worker {
             if let Some(inner) = weak.upgrade() {
                 let w = Worker { inner };
                 // SAFETY: shortening the delivery's lifetimes to the call.
-                let d: &mut AmDelivery<'_> = unsafe { std::mem::transmute::<&mut AmDelivery<'_>, &mut AmDelivery<'_>>(d) };
+                let d: &mut AmDelivery<'_> =
+                    unsafe { std::mem::transmute::<&mut AmDelivery<'_>, &mut AmDelivery<'_>>(d) };
                 let mut msg = AmMessage { worker: &w, d };
                 user(&mut msg);
             }
@@ -265,22 +319,45 @@ impl Worker {
 
     /// Receive a rendezvous active message's data into `buf`.
     pub fn am_recv_data<'a>(&self, desc: AmRndv, buf: &'a mut [u8]) -> Result<Request<'a>> {
-        let s = self.lock()?.am_recv_data(desc, Buf::One((buf.as_mut_ptr() as usize, buf.len())), Callback::None)?;
+        let s = self.lock()?.am_recv_data(
+            desc,
+            Buf::One((buf.as_mut_ptr() as usize, buf.len())),
+            Callback::None,
+        )?;
         Ok(Request::new(self, s))
     }
 
     /// Post a tag receive.
     pub fn tag_recv<'a>(&self, buf: &'a mut [u8], tag: u64, mask: u64) -> Result<Request<'a>> {
-        self.inner.ctx.require(self.inner.ctx.features().tag, "tag")?;
-        let s = self.lock()?.tag_recv(Buf::One((buf.as_mut_ptr() as usize, buf.len())), tag, mask, Callback::None);
+        self.inner
+            .ctx
+            .require(self.inner.ctx.features().tag, "tag")?;
+        let s = self.lock()?.tag_recv(
+            Buf::One((buf.as_mut_ptr() as usize, buf.len())),
+            tag,
+            mask,
+            Callback::None,
+        );
         self.started(s)
     }
 
     /// Post a tag receive that scatters into several buffers.
-    pub fn tag_recv_iov<'a>(&self, iov: &mut [&'a mut [u8]], tag: u64, mask: u64) -> Result<Request<'a>> {
-        self.inner.ctx.require(self.inner.ctx.features().tag, "tag")?;
-        let segs = iov.iter_mut().map(|b| (b.as_mut_ptr() as usize, b.len())).collect();
-        let s = self.lock()?.tag_recv(Buf::Many(segs), tag, mask, Callback::None);
+    pub fn tag_recv_iov<'a>(
+        &self,
+        iov: &mut [&'a mut [u8]],
+        tag: u64,
+        mask: u64,
+    ) -> Result<Request<'a>> {
+        self.inner
+            .ctx
+            .require(self.inner.ctx.features().tag, "tag")?;
+        let segs = iov
+            .iter_mut()
+            .map(|b| (b.as_mut_ptr() as usize, b.len()))
+            .collect();
+        let s = self
+            .lock()?
+            .tag_recv(Buf::Many(segs), tag, mask, Callback::None);
         self.started(s)
     }
 
@@ -289,7 +366,13 @@ impl Worker {
     /// # Safety
     /// `buf` must stay valid and unused until the callback runs (or the call returns
     /// `Done`, which runs no callback).
-    pub unsafe fn tag_recv_raw(&self, buf: Buf, tag: u64, mask: u64, cb: Callback) -> Result<Started> {
+    pub unsafe fn tag_recv_raw(
+        &self,
+        buf: Buf,
+        tag: u64,
+        mask: u64,
+        cb: Callback,
+    ) -> Result<Started> {
         self.lock()?.tag_recv(buf, tag, mask, cb)
     }
 
@@ -308,7 +391,9 @@ impl Worker {
     /// Prepare to sleep: `Ok(true)` if nothing is waiting and the event fd will wake on
     /// the next arrival; `Ok(false)` if the caller should progress instead.
     pub fn arm(&self) -> Result<bool> {
-        self.inner.ctx.require(self.inner.ctx.features().wakeup, "wakeup")?;
+        self.inner
+            .ctx
+            .require(self.inner.ctx.features().wakeup, "wakeup")?;
         self.lock()?.arm()
     }
 
@@ -317,9 +402,19 @@ impl Worker {
         if !self.arm()? {
             return Ok(());
         }
-        let fd = self.lock()?.epoll_as_fd().try_clone_to_owned().map_err(|e| Error::io("dup", e))?;
-        let ts = timeout.map(|t| rustix::time::Timespec { tv_sec: t.as_secs() as i64, tv_nsec: t.subsec_nanos() as i64 });
-        let mut ev = [epoll::Event { flags: epoll::EventFlags::empty(), data: epoll::EventData::new_u64(0) }; 1];
+        let fd = self
+            .lock()?
+            .epoll_as_fd()
+            .try_clone_to_owned()
+            .map_err(|e| Error::io("dup", e))?;
+        let ts = timeout.map(|t| rustix::time::Timespec {
+            tv_sec: t.as_secs() as i64,
+            tv_nsec: t.subsec_nanos() as i64,
+        });
+        let mut ev = [epoll::Event {
+            flags: epoll::EventFlags::empty(),
+            data: epoll::EventData::new_u64(0),
+        }; 1];
         match epoll::wait(&fd, &mut ev, ts.as_ref()) {
             Ok(_) | Err(rustix::io::Errno::INTR) => Ok(()),
             Err(e) => Err(Error::io("epoll_wait", e)),
@@ -329,7 +424,8 @@ impl Worker {
     /// Wake a thread sleeping in `wait` (or on the event fd).
     pub fn signal(&self) -> Result<()> {
         let g = self.lock()?;
-        rustix::io::write(&g.eventfd, &1u64.to_ne_bytes()).map_err(|e| Error::io("eventfd write", e))?;
+        rustix::io::write(&g.eventfd, &1u64.to_ne_bytes())
+            .map_err(|e| Error::io("eventfd write", e))?;
         Ok(())
     }
 
@@ -345,7 +441,10 @@ impl Worker {
         if !s.done {
             return None;
         }
-        let r = (std::mem::replace(&mut s.result, Ok(Info::default())), s.info);
+        let r = (
+            std::mem::replace(&mut s.result, Ok(Info::default())),
+            s.info,
+        );
         g.req_free(id);
         Some(r)
     }

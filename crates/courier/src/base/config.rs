@@ -24,18 +24,78 @@ pub struct Var {
 
 /// The table. `courier info -c` prints it; the C ABI lists it.
 pub const VARS: &[Var] = &[
-    Var { name: "COURIER_TLS", default: "all", help: "Transports to use: 'all', a comma list of self,shm,tcp, or '^' followed by a list to exclude", accepts: "all | self,shm,tcp | ^list" },
-    Var { name: "COURIER_NET_DEVICES", default: "all", help: "Network interfaces tcp may use: 'all' or a comma list of interface names (e.g. lo,eth0)", accepts: "all | comma list of interface names" },
-    Var { name: "COURIER_LOG_LEVEL", default: "warn", help: "Logging level: error, warn, info, debug, trace", accepts: "error | warn | info | debug | trace" },
-    Var { name: "COURIER_RNDV_THRESH", default: "auto", help: "Message size from which tag and active messages use rendezvous ('auto' picks per transport)", accepts: "auto | a size such as 8192, 16k, 1m" },
-    Var { name: "COURIER_BCOPY_THRESH", default: "auto", help: "Message size from which eager sends copy through a bounce buffer instead of inline", accepts: "auto | a size" },
-    Var { name: "COURIER_KEEPALIVE_INTERVAL", default: "500ms", help: "How often an idle connection proves the peer is alive", accepts: "a duration such as 500ms, 1s, 2.5s" },
-    Var { name: "COURIER_KEEPALIVE_TIMEOUT", default: "2s", help: "Silence after which a peer is declared failed", accepts: "a duration such as 2s, 1500ms" },
-    Var { name: "COURIER_SHM_FIFO_SIZE", default: "256", help: "Cells in each shared-memory FIFO (a power of two)", accepts: "a power of two from 16 to 65536" },
-    Var { name: "COURIER_SHM_CMA", default: "auto", help: "Single-copy transfers with process_vm_readv: auto (probe), yes (required), no (bounce buffers)", accepts: "auto | yes | no" },
-    Var { name: "COURIER_TCP_SNDBUF", default: "4m", help: "TCP send buffer size (0 keeps the system default)", accepts: "a size" },
-    Var { name: "COURIER_TCP_RCVBUF", default: "4m", help: "TCP receive buffer size (0 keeps the system default)", accepts: "a size" },
-    Var { name: "COURIER_TCP_CONNECT_TIMEOUT", default: "5s", help: "How long a TCP connection attempt may take", accepts: "a duration" },
+    Var {
+        name: "COURIER_TLS",
+        default: "all",
+        help: "Transports to use: 'all', a comma list of self,shm,tcp, or '^' followed by a list to exclude",
+        accepts: "all | self,shm,tcp | ^list",
+    },
+    Var {
+        name: "COURIER_NET_DEVICES",
+        default: "all",
+        help: "Network interfaces tcp may use: 'all' or a comma list of interface names (e.g. lo,eth0)",
+        accepts: "all | comma list of interface names",
+    },
+    Var {
+        name: "COURIER_LOG_LEVEL",
+        default: "warn",
+        help: "Logging level: error, warn, info, debug, trace",
+        accepts: "error | warn | info | debug | trace",
+    },
+    Var {
+        name: "COURIER_RNDV_THRESH",
+        default: "auto",
+        help: "Message size from which tag and active messages use rendezvous ('auto' picks per transport)",
+        accepts: "auto | a size such as 8192, 16k, 1m",
+    },
+    Var {
+        name: "COURIER_BCOPY_THRESH",
+        default: "auto",
+        help: "Message size from which eager sends copy through a bounce buffer instead of inline",
+        accepts: "auto | a size",
+    },
+    Var {
+        name: "COURIER_KEEPALIVE_INTERVAL",
+        default: "500ms",
+        help: "How often an idle connection proves the peer is alive",
+        accepts: "a duration such as 500ms, 1s, 2.5s",
+    },
+    Var {
+        name: "COURIER_KEEPALIVE_TIMEOUT",
+        default: "2s",
+        help: "Silence after which a peer is declared failed",
+        accepts: "a duration such as 2s, 1500ms",
+    },
+    Var {
+        name: "COURIER_SHM_FIFO_SIZE",
+        default: "256",
+        help: "Cells in each shared-memory FIFO (a power of two)",
+        accepts: "a power of two from 16 to 65536",
+    },
+    Var {
+        name: "COURIER_SHM_CMA",
+        default: "auto",
+        help: "Single-copy transfers with process_vm_readv: auto (probe), yes (required), no (bounce buffers)",
+        accepts: "auto | yes | no",
+    },
+    Var {
+        name: "COURIER_TCP_SNDBUF",
+        default: "4m",
+        help: "TCP send buffer size (0 keeps the system default)",
+        accepts: "a size",
+    },
+    Var {
+        name: "COURIER_TCP_RCVBUF",
+        default: "4m",
+        help: "TCP receive buffer size (0 keeps the system default)",
+        accepts: "a size",
+    },
+    Var {
+        name: "COURIER_TCP_CONNECT_TIMEOUT",
+        default: "5s",
+        help: "How long a TCP connection attempt may take",
+        accepts: "a duration",
+    },
 ];
 
 /// Parsed configuration.
@@ -86,14 +146,19 @@ impl TlsSelection {
         let err = |what: String| {
             Error::msg(
                 Status::BadConfig,
-                format!("COURIER_TLS={v:?}: {what}; accepted: all, a comma list of self, shm, tcp (aliases: sm, posix, cma = shm), or ^list to exclude"),
+                format!(
+                    "COURIER_TLS={v:?}: {what}; accepted: all, a comma list of self, shm, tcp (aliases: sm, posix, cma = shm), or ^list to exclude"
+                ),
             )
         };
         if v.is_empty() {
             return Err(err("empty value".into()));
         }
         if v == "all" {
-            return Ok(TlsSelection { allowed: [true; 3], spec: v.into() });
+            return Ok(TlsSelection {
+                allowed: [true; 3],
+                spec: v.into(),
+            });
         }
         let (deny, list) = match v.strip_prefix('^') {
             Some(rest) => (true, rest),
@@ -111,17 +176,29 @@ impl TlsSelection {
             named[idx] = true;
         }
         let allowed = if deny { named.map(|n| !n) } else { named };
-        Ok(TlsSelection { allowed, spec: v.into() })
+        Ok(TlsSelection {
+            allowed,
+            spec: v.into(),
+        })
     }
 
     /// Whether a transport is allowed.
     pub fn allows(&self, name: &str) -> bool {
-        TRANSPORTS.iter().position(|t| *t == name).map(|i| self.allowed[i]).unwrap_or(false)
+        TRANSPORTS
+            .iter()
+            .position(|t| *t == name)
+            .map(|i| self.allowed[i])
+            .unwrap_or(false)
     }
 
     /// The allowed transports in order.
     pub fn effective(&self) -> String {
-        let v: Vec<&str> = TRANSPORTS.iter().zip(self.allowed).filter(|(_, a)| *a).map(|(t, _)| *t).collect();
+        let v: Vec<&str> = TRANSPORTS
+            .iter()
+            .zip(self.allowed)
+            .filter(|(_, a)| *a)
+            .map(|(t, _)| *t)
+            .collect();
         v.join(",")
     }
 }
@@ -153,12 +230,17 @@ pub enum CmaPolicy {
 }
 
 fn var(name: &str) -> &'static Var {
-    VARS.iter().find(|v| v.name == name).expect("config table lists every variable it parses")
+    VARS.iter()
+        .find(|v| v.name == name)
+        .expect("config table lists every variable it parses")
 }
 
 fn bad(name: &str, value: &str, why: &str) -> Error {
     let v = var(name);
-    Error::msg(Status::BadConfig, format!("{name}={value:?}: {why}; accepted: {}", v.accepts))
+    Error::msg(
+        Status::BadConfig,
+        format!("{name}={value:?}: {why}; accepted: {}", v.accepts),
+    )
 }
 
 /// Parse a size: `4096`, `16k`, `4m`, `1g` (binary units), case-insensitive, optional `b`.
@@ -203,19 +285,27 @@ impl Config {
     pub fn from_env_with(overrides: &[(&str, &str)]) -> Result<Config> {
         let mut raw = BTreeMap::new();
         for v in VARS {
-            raw.insert(v.name, std::env::var(v.name).unwrap_or_else(|_| v.default.to_string()));
+            raw.insert(
+                v.name,
+                std::env::var(v.name).unwrap_or_else(|_| v.default.to_string()),
+            );
         }
         // Variables that look like ours but are not in the table are almost always typos.
         for (k, _) in std::env::vars() {
-            if k.starts_with("COURIER_") && !VARS.iter().any(|v| v.name == k) && !k.starts_with("COURIER_TEST_") {
+            if k.starts_with("COURIER_")
+                && !VARS.iter().any(|v| v.name == k)
+                && !k.starts_with("COURIER_TEST_")
+            {
                 tracing::warn!("{k} is not a Courier variable (see `courier info -c`); ignored");
             }
         }
         for (k, val) in overrides {
-            let v = VARS
-                .iter()
-                .find(|v| v.name == *k)
-                .ok_or_else(|| Error::msg(Status::BadConfig, format!("{k} is not a Courier configuration variable")))?;
+            let v = VARS.iter().find(|v| v.name == *k).ok_or_else(|| {
+                Error::msg(
+                    Status::BadConfig,
+                    format!("{k} is not a Courier configuration variable"),
+                )
+            })?;
             raw.insert(v.name, val.to_string());
         }
         Config::parse(raw)
@@ -230,7 +320,11 @@ impl Config {
         let get = |n: &str| raw.get(n).map(String::as_str).unwrap_or(var(n).default);
         let size = |n: &str| parse_size(get(n)).ok_or_else(|| bad(n, get(n), "not a size"));
         let auto_size = |n: &str| -> Result<Option<usize>> {
-            if get(n).trim() == "auto" { Ok(None) } else { size(n).map(Some) }
+            if get(n).trim() == "auto" {
+                Ok(None)
+            } else {
+                size(n).map(Some)
+            }
         };
         let dur = |n: &str| parse_duration(get(n)).ok_or_else(|| bad(n, get(n), "not a duration"));
 
@@ -239,28 +333,55 @@ impl Config {
         let net_devices = if nd == "all" {
             None
         } else {
-            let list: Vec<String> = nd.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect();
+            let list: Vec<String> = nd
+                .split(',')
+                .map(|s| s.trim().to_string())
+                .filter(|s| !s.is_empty())
+                .collect();
             if list.is_empty() {
                 return Err(bad("COURIER_NET_DEVICES", nd, "empty list"));
             }
             Some(list)
         };
-        let log_level = match get("COURIER_LOG_LEVEL").trim().to_ascii_lowercase().as_str() {
+        let log_level = match get("COURIER_LOG_LEVEL")
+            .trim()
+            .to_ascii_lowercase()
+            .as_str()
+        {
             "error" | "fatal" => LogLevel::Error,
             "warn" | "warning" => LogLevel::Warn,
             "info" => LogLevel::Info,
             "debug" => LogLevel::Debug,
             "trace" => LogLevel::Trace,
-            _ => return Err(bad("COURIER_LOG_LEVEL", get("COURIER_LOG_LEVEL"), "unknown level")),
+            _ => {
+                return Err(bad(
+                    "COURIER_LOG_LEVEL",
+                    get("COURIER_LOG_LEVEL"),
+                    "unknown level",
+                ));
+            }
         };
         let keepalive_interval = dur("COURIER_KEEPALIVE_INTERVAL")?;
         let keepalive_timeout = dur("COURIER_KEEPALIVE_TIMEOUT")?;
         if keepalive_timeout < keepalive_interval {
-            return Err(bad("COURIER_KEEPALIVE_TIMEOUT", get("COURIER_KEEPALIVE_TIMEOUT"), "shorter than COURIER_KEEPALIVE_INTERVAL"));
+            return Err(bad(
+                "COURIER_KEEPALIVE_TIMEOUT",
+                get("COURIER_KEEPALIVE_TIMEOUT"),
+                "shorter than COURIER_KEEPALIVE_INTERVAL",
+            ));
         }
-        let shm_fifo_size = get("COURIER_SHM_FIFO_SIZE").trim().parse::<usize>().ok()
+        let shm_fifo_size = get("COURIER_SHM_FIFO_SIZE")
+            .trim()
+            .parse::<usize>()
+            .ok()
             .filter(|n| n.is_power_of_two() && (16..=65536).contains(n))
-            .ok_or_else(|| bad("COURIER_SHM_FIFO_SIZE", get("COURIER_SHM_FIFO_SIZE"), "not a power of two in range"))?;
+            .ok_or_else(|| {
+                bad(
+                    "COURIER_SHM_FIFO_SIZE",
+                    get("COURIER_SHM_FIFO_SIZE"),
+                    "not a power of two in range",
+                )
+            })?;
         let shm_cma = match get("COURIER_SHM_CMA").trim() {
             "auto" => CmaPolicy::Auto,
             "yes" | "y" | "on" | "1" => CmaPolicy::Yes,
@@ -286,10 +407,12 @@ impl Config {
 
     /// Override one variable in code; the whole configuration is re-checked.
     pub fn set(&mut self, name: &str, value: &str) -> Result<()> {
-        let v = VARS
-            .iter()
-            .find(|v| v.name == name)
-            .ok_or_else(|| Error::msg(Status::BadConfig, format!("{name} is not a Courier configuration variable")))?;
+        let v = VARS.iter().find(|v| v.name == name).ok_or_else(|| {
+            Error::msg(
+                Status::BadConfig,
+                format!("{name} is not a Courier configuration variable"),
+            )
+        })?;
         let mut raw = self.raw.clone();
         raw.insert(v.name, value.to_string());
         *self = Config::parse(raw)?;
@@ -303,7 +426,9 @@ impl Config {
 
     /// Every variable with its value in force, in table order.
     pub fn entries(&self) -> Vec<(&'static Var, &str)> {
-        VARS.iter().map(|v| (v, self.value(v.name).unwrap_or(v.default))).collect()
+        VARS.iter()
+            .map(|v| (v, self.value(v.name).unwrap_or(v.default)))
+            .collect()
     }
 }
 
@@ -345,9 +470,17 @@ mod tests {
     fn bad_values_name_the_variable_and_accepted_values() {
         let e = cfg(&[("COURIER_TLS", "tcp,ib")]).unwrap_err();
         assert_eq!(e.status(), Status::BadConfig);
-        assert!(e.detail().contains("COURIER_TLS") && e.detail().contains("\"ib\"") && e.detail().contains("accepted"), "{e}");
+        assert!(
+            e.detail().contains("COURIER_TLS")
+                && e.detail().contains("\"ib\"")
+                && e.detail().contains("accepted"),
+            "{e}"
+        );
         let e = cfg(&[("COURIER_RNDV_THRESH", "lots")]).unwrap_err();
-        assert!(e.detail().contains("COURIER_RNDV_THRESH") && e.detail().contains("a size"), "{e}");
+        assert!(
+            e.detail().contains("COURIER_RNDV_THRESH") && e.detail().contains("a size"),
+            "{e}"
+        );
         let e = cfg(&[("COURIER_SHM_FIFO_SIZE", "100")]).unwrap_err();
         assert!(e.detail().contains("power of two"), "{e}");
         let e = cfg(&[("COURIER_LOG_LEVEL", "loud")]).unwrap_err();

@@ -145,12 +145,18 @@ pub struct Error {
 impl Error {
     /// An error with a fixed sentence.
     pub const fn new(status: Status, detail: &'static str) -> Error {
-        Error { status, detail: Cow::Borrowed(detail) }
+        Error {
+            status,
+            detail: Cow::Borrowed(detail),
+        }
     }
 
     /// An error with a formatted sentence.
     pub fn msg(status: Status, detail: impl Into<String>) -> Error {
-        Error { status, detail: Cow::Owned(detail.into()) }
+        Error {
+            status,
+            detail: Cow::Owned(detail.into()),
+        }
     }
 
     /// An error from a system call, naming what was being done.
@@ -183,7 +189,10 @@ impl std::error::Error for Error {}
 
 impl From<Status> for Error {
     fn from(status: Status) -> Error {
-        Error { status, detail: Cow::Borrowed("") }
+        Error {
+            status,
+            detail: Cow::Borrowed(""),
+        }
     }
 }
 
@@ -215,8 +224,17 @@ mod tests {
 
     #[test]
     fn display_names_status_and_detail() {
-        let e = Error::msg(Status::OutOfRange, "offset 4096 + 8 beyond region of 4096 bytes");
-        assert_eq!(e.to_string(), "remote access out of range: offset 4096 + 8 beyond region of 4096 bytes");
-        assert_eq!(Error::from(Status::Canceled).to_string(), "request canceled");
+        let e = Error::msg(
+            Status::OutOfRange,
+            "offset 4096 + 8 beyond region of 4096 bytes",
+        );
+        assert_eq!(
+            e.to_string(),
+            "remote access out of range: offset 4096 + 8 beyond region of 4096 bytes"
+        );
+        assert_eq!(
+            Error::from(Status::Canceled).to_string(),
+            "request canceled"
+        );
     }
 }

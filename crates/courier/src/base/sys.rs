@@ -37,7 +37,10 @@ pub fn random_u64() -> u64 {
             Err(rustix::io::Errno::INTR) => continue,
             Err(_) => {
                 // getrandom cannot fail on supported kernels; mix time and pid as a last resort.
-                let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
+                let t = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map(|d| d.as_nanos())
+                    .unwrap_or(0);
                 return (t as u64) ^ ((std::process::id() as u64) << 32);
             }
         }

@@ -10,7 +10,7 @@ use super::state::*;
 use super::tag::Started;
 use crate::base::{Error, Result, Status};
 use crate::transport::RndvMode;
-use crate::wire::frame::{self, emit_segments, Header, Kind};
+use crate::wire::frame::{self, Header, Kind, emit_segments};
 
 /// Flags for sending an active message.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -65,23 +65,44 @@ pub type AmHandlerFn = Box<dyn FnMut(&mut AmDelivery<'_>) + Send>;
 
 impl State {
     /// Start an active-message send.
-    pub(crate) fn am_send(&mut self, e: u32, id: u16, header: &[u8], data: Buf, flags: AmFlags, cb: Callback) -> Result<Started> {
+    pub(crate) fn am_send(
+        &mut self,
+        e: u32,
+        id: u16,
+        header: &[u8],
+        data: Buf,
+        flags: AmFlags,
+        cb: Callback,
+    ) -> Result<Started> {
         let (thresh, max_frame, mode) = self.ep_limits(e)?;
         let len = data.len();
         let hlen = header.len();
         if hlen > u32::MAX as usize {
-            return Err(Error::new(Status::InvalidParam, "active-message header too long"));
+            return Err(Error::new(
+                Status::InvalidParam,
+                "active-message header too long",
+            ));
         }
         let fits = hlen + len + Kind::Am.header_len() <= max_frame;
         if flags.eager && !fits {
             return Err(Error::msg(
                 Status::InvalidParam,
-                format!("eager active message of {} bytes exceeds the transport's {max_frame}-byte frame", hlen + len),
+                format!(
+                    "eager active message of {} bytes exceeds the transport's {max_frame}-byte frame",
+                    hlen + len
+                ),
             ));
         }
-        let rfl = if flags.reply { frame::flags::AM_REPLY } else { 0 };
+        let rfl = if flags.reply {
+            frame::flags::AM_REPLY
+        } else {
+            0
+        };
         if fits && (flags.eager || (!flags.rndv && hlen + len < thresh)) {
-            let hdr = Header::new(Kind::Am).aux16(id).aux32(hlen as u32).flags(rfl);
+            let hdr = Header::new(Kind::Am)
+                .aux16(id)
+                .aux32(hlen as u32)
+                .flags(rfl);
             {
                 let ep = self.ep(e).ok_or(Status::EndpointClosed)?;
                 if ep.pending.is_empty() && ep.status == EpStatus::Connected {
@@ -91,7 +112,10 @@ impl State {
                             Err(crate::transport::TxError::NoResource) => {}
                             Err(crate::transport::TxError::Failed(err)) => {
                                 self.fail_ep(e, err.clone());
-                                return Err(self.ep(e).and_then(|ep| ep.dead_error()).unwrap_or(err));
+                                return Err(self
+                                    .ep(e)
+                                    .and_then(|ep| ep.dead_error())
+                                    .unwrap_or(err));
                             }
                         }
                     }
@@ -109,12 +133,21 @@ impl State {
         }
         let mut extra = header.to_vec();
         let count = if mode == RndvMode::RemoteRead {
-            emit_segments(&mut extra, data.segs().iter().map(|&(a, l)| (a as u64, l as u64)));
+            emit_segments(
+                &mut extra,
+                data.segs().iter().map(|&(a, l)| (a as u64, l as u64)),
+            );
             data.segs().len() as u64
         } else {
             0
         };
-        let hdr = Header::new(Kind::AmRts).aux16(id).aux32(hlen as u32).flags(rfl).word(1, rid).word(2, len as u64).word(3, count);
+        let hdr = Header::new(Kind::AmRts)
+            .aux16(id)
+            .aux32(hlen as u32)
+            .flags(rfl)
+            .word(1, rid)
+            .word(2, len as u64)
+            .word(3, count);
         if let Err(err) = self.send_frame(e, &hdr, &extra, &Buf::EMPTY, None) {
             self.req_free(rid);
             return Err(err);
@@ -126,7 +159,10 @@ impl State {
     pub(crate) fn am_recv_data(&mut self, desc: AmRndv, buf: Buf, cb: Callback) -> Result<Started> {
         let live = matches!(self.ep(desc.ep), Some(ep) if ep.generation == desc.ep_generation);
         if !live {
-            return Err(Error::new(Status::EndpointClosed, "the endpoint the message came from is gone"));
+            return Err(Error::new(
+                Status::EndpointClosed,
+                "the endpoint the message came from is gone",
+            ));
         }
         if let Some(err) = self.ep(desc.ep).and_then(|ep| ep.dead_error()) {
             return Err(err);

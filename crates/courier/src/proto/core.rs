@@ -2,7 +2,7 @@
 //! failure, sending a frame with back-pressure, and the pending queue.
 
 use std::collections::VecDeque;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -10,19 +10,21 @@ use rustix::event::epoll;
 
 use super::state::*;
 use crate::base::{Config, Error, Result, Status};
-use crate::transport::{shm, tcp, LinkRx, LinkTx, TxError};
+use crate::transport::{LinkRx, LinkTx, TxError, shm, tcp};
 use crate::wire::address::WorkerAddress;
 use crate::wire::frame::{Header, Kind};
 
 /// An active-message handler.
 pub type AmHandler = crate::proto::am::AmHandlerFn;
+/// An endpoint's error handler.
+pub type ErrorHandler = Box<dyn FnMut(&Error) + Send>;
 /// A listener's connection handler.
 pub type ConnHandler = Box<dyn FnMut(crate::proto::wireup::ConnRequest) + Send>;
 
 /// Work to run outside the state lock (user code).
 pub(crate) enum Deferred {
     Req(Callback, Result<Info, Error>),
-    EpError(Box<dyn FnMut(&Error) + Send>, Error),
+    EpError(ErrorHandler, Error),
     Conn(u32, crate::proto::wireup::ConnRequest),
 }
 
@@ -88,7 +90,6 @@ pub(crate) struct State {
     pub progress_calls: u64,
     pub in_progress: bool,
     pub fd_links: usize,
-    pub last_timer: Instant,
     /// Endpoints whose links must be dropped once no handler runs on them.
     pub reap: Vec<u32>,
     pub excluded: Vec<String>,
@@ -101,7 +102,13 @@ pub(crate) struct State {
 impl State {
     // ----- requests -------------------------------------------------------------------
 
-    pub(crate) fn req_alloc(&mut self, kind: ReqKind, ep: Option<u32>, buf: Buf, callback: Callback) -> u64 {
+    pub(crate) fn req_alloc(
+        &mut self,
+        kind: ReqKind,
+        ep: Option<u32>,
+        buf: Buf,
+        callback: Callback,
+    ) -> u64 {
         let slot = ReqSlot {
             generation: 0,
             live: true,
@@ -137,7 +144,10 @@ impl State {
     #[inline]
     pub(crate) fn req(&mut self, id: u64) -> Option<&mut ReqSlot> {
         let (generation, idx) = split_id(id);
-        self.reqs.slots.get_mut(idx as usize).filter(|s| s.live && s.generation == generation)
+        self.reqs
+            .slots
+            .get_mut(idx as usize)
+            .filter(|s| s.live && s.generation == generation)
     }
 
     pub(crate) fn req_free(&mut self, id: u64) {
@@ -184,7 +194,7 @@ impl State {
         self.eps.slots.get_mut(idx as usize).filter(|s| s.live)
     }
 
-    pub(crate) fn ep_alloc(&mut self, peer: String, passive: bool) -> u32 {
+    pub(crate) fn ep_alloc(&mut self, peer: String) -> u32 {
         let now = Instant::now();
         let slot = EpSlot {
             generation: 0,
@@ -203,13 +213,10 @@ impl State {
             err_reported: false,
             peer,
             conn_id: 0,
-            passive,
             peer_worker: 0,
             last_rx: now,
             last_tx: now,
             rx_busy: false,
-            handle_count: 0,
-            keepalive: false,
         };
         if let Some(idx) = self.eps.free.pop() {
             let s = &mut self.eps.slots[idx as usize];
@@ -227,14 +234,21 @@ impl State {
         let caps = tx.caps().clone();
         let thresh = self.cfg.rndv_thresh.unwrap_or(caps.rndv_thresh).max(1);
         if let Some(fd) = rx.fd() {
-            epoll::add(&self.epoll, fd, epoll::EventData::new_u64(token::make(token::EP, e)), epoll::EventFlags::IN | epoll::EventFlags::RDHUP)
-                .map_err(|err| Error::io("epoll add", err))?;
+            epoll::add(
+                &self.epoll,
+                fd,
+                epoll::EventData::new_u64(token::make(token::EP, e)),
+                epoll::EventFlags::IN | epoll::EventFlags::RDHUP,
+            )
+            .map_err(|err| Error::io("epoll add", err))?;
             self.fd_links += 1;
             if caps.name == "tcp" {
                 crate::proto::wireup::set_tcp_keepalive(fd, &self.cfg);
             }
         }
-        let Some(ep) = self.ep(e) else { return Err(Error::new(Status::InvalidParam, "endpoint gone")) };
+        let Some(ep) = self.ep(e) else {
+            return Err(Error::new(Status::InvalidParam, "endpoint gone"));
+        };
         ep.rndv_thresh = thresh;
         ep.caps = Some(caps);
         ep.tx = Some(tx);
@@ -277,11 +291,17 @@ impl State {
         let pending: Vec<u64> = ep.pending.drain(..).filter_map(|p| p.req).collect();
         ep.push.clear();
         let stream_reqs: Vec<u64> = ep.stream_reqs.drain(..).collect();
-        let handler = if ep.err_reported { None } else { ep.err_handler.take() };
+        let handler = if ep.err_reported {
+            None
+        } else {
+            ep.err_handler.take()
+        };
         ep.err_reported = true;
         let busy = ep.rx_busy;
         match why.status() {
-            Status::EndpointClosed => tracing::debug!("endpoint to {peer} closed: {}", why.detail()),
+            Status::EndpointClosed => {
+                tracing::debug!("endpoint to {peer} closed: {}", why.detail())
+            }
             Status::ProtocolError => tracing::warn!("dropping connection to {peer}: {why}"),
             _ => tracing::info!("endpoint to {peer} failed: {why}"),
         }
@@ -302,7 +322,8 @@ impl State {
             self.complete(id, Err(err.clone()));
         }
         // Rendezvous offers from this peer can no longer be fetched.
-        self.unexpected.retain(|u| !(u.ep == e && matches!(u.body, UnexpBody::Rts { .. })));
+        self.unexpected
+            .retain(|u| !(u.ep == e && matches!(u.body, UnexpBody::Rts { .. })));
         if let Some(h) = handler {
             self.deferred.push(Deferred::EpError(h, err));
         }
@@ -332,8 +353,17 @@ impl State {
     /// Send one frame on `e` now, or queue it behind earlier ones. `Ok(true)`: sent now.
     /// On a dead endpoint returns its error.
     #[inline]
-    pub(crate) fn send_frame(&mut self, e: u32, hdr: &Header, extra: &[u8], data: &Buf, req: Option<u64>) -> Result<bool> {
-        let Some(ep) = self.ep(e) else { return Err(Error::new(Status::EndpointClosed, "endpoint was closed")) };
+    pub(crate) fn send_frame(
+        &mut self,
+        e: u32,
+        hdr: &Header,
+        extra: &[u8],
+        data: &Buf,
+        req: Option<u64>,
+    ) -> Result<bool> {
+        let Some(ep) = self.ep(e) else {
+            return Err(Error::new(Status::EndpointClosed, "endpoint was closed"));
+        };
         if let EpStatus::Dead(err) = &ep.status {
             return Err(err.clone());
         }
@@ -352,8 +382,15 @@ impl State {
                 }
             }
         }
-        let ep = self.ep(e).ok_or_else(|| Error::new(Status::EndpointClosed, "endpoint was closed"))?;
-        ep.pending.push_back(Pending { req, hdr: *hdr, extra: extra.to_vec(), data: data.clone() });
+        let ep = self
+            .ep(e)
+            .ok_or_else(|| Error::new(Status::EndpointClosed, "endpoint was closed"))?;
+        ep.pending.push_back(Pending {
+            req,
+            hdr: *hdr,
+            extra: extra.to_vec(),
+            data: data.clone(),
+        });
         Ok(false)
     }
 
@@ -372,9 +409,15 @@ impl State {
                     let p = ep.pending.pop_front();
                     n += 1;
                     // A queued eager send completes when its last frame leaves.
-                    if let Some(Pending { req: Some(id), hdr, .. }) = p {
+                    if let Some(Pending {
+                        req: Some(id), hdr, ..
+                    }) = p
+                    {
                         let kind = hdr.as_bytes()[0];
-                        if kind == Kind::TagEager as u8 || kind == Kind::Am as u8 || kind == Kind::Stream as u8 {
+                        if kind == Kind::TagEager as u8
+                            || kind == Kind::Am as u8
+                            || kind == Kind::Stream as u8
+                        {
                             let len = self.req(id).map(|s| s.buf.len()).unwrap_or(0);
                             self.complete(id, Ok(Info { len, tag: 0 }));
                         }
@@ -421,7 +464,12 @@ fn seg_slice<'a>(a: usize, l: usize) -> &'a [u8] {
 
 /// Hand header, extra bytes and data segments to the transport as one frame.
 #[inline]
-pub(crate) fn send_parts(tx: &mut LinkTx, hdr: &[u8], extra: &[u8], data: &Buf) -> Result<(), TxError> {
+pub(crate) fn send_parts(
+    tx: &mut LinkTx,
+    hdr: &[u8],
+    extra: &[u8],
+    data: &Buf,
+) -> Result<(), TxError> {
     let segs = data.segs();
     if segs.len() <= 6 {
         let mut parts: [&[u8]; 8] = [&[]; 8];
@@ -439,11 +487,5 @@ pub(crate) fn send_parts(tx: &mut LinkTx, hdr: &[u8], extra: &[u8], data: &Buf) 
             parts.push(seg_slice(a, l));
         }
         tx.send(&parts)
-    }
-}
-
-impl State {
-    pub(crate) fn epoll_fd(&self) -> std::os::fd::BorrowedFd<'_> {
-        self.epoll.as_fd()
     }
 }

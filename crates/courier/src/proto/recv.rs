@@ -8,7 +8,6 @@ use std::time::Instant;
 
 use super::am::AmRndv;
 use super::core::State;
-use super::state::*;
 use crate::base::{Error, Status};
 use crate::wire::frame::Frame;
 
@@ -35,9 +34,13 @@ pub(crate) struct AmPending {
 impl State {
     /// Handle the next frame of endpoint `e`.
     pub(crate) fn poll_one(&mut self, e: u32) -> PollOne {
-        let Some(ep) = self.ep(e) else { return PollOne::Empty };
+        let Some(ep) = self.ep(e) else {
+            return PollOne::Empty;
+        };
         let generation = ep.generation;
-        let Some(rx) = ep.rx.as_mut() else { return PollOne::Empty };
+        let Some(rx) = ep.rx.as_mut() else {
+            return PollOne::Empty;
+        };
         let raw = match rx.peek() {
             Ok(Some(raw)) => raw,
             Ok(None) => return PollOne::Empty,
@@ -52,12 +55,20 @@ impl State {
         let frame = match Frame::parse(bytes) {
             Ok(f) => f,
             Err(err) => {
-                self.fail_ep(e, Error::msg(Status::ProtocolError, format!("malformed frame: {err}")));
+                self.fail_ep(
+                    e,
+                    Error::msg(Status::ProtocolError, format!("malformed frame: {err}")),
+                );
                 return PollOne::Handled;
             }
         };
         match frame {
-            Frame::Am { id, reply, header, data } => {
+            Frame::Am {
+                id,
+                reply,
+                header,
+                data,
+            } => {
                 ep.rx_busy = true;
                 return PollOne::Am(AmPending {
                     id,
@@ -68,13 +79,32 @@ impl State {
                     ep: (e, generation),
                 });
             }
-            Frame::AmRts { id, reply, sreq, len, header, segs } => {
+            Frame::AmRts {
+                id,
+                reply,
+                sreq,
+                len,
+                header,
+                segs,
+            } => {
                 let Ok(len) = usize::try_from(len) else {
-                    self.fail_ep(e, Error::new(Status::ProtocolError, "active-message length does not fit in memory"));
+                    self.fail_ep(
+                        e,
+                        Error::new(
+                            Status::ProtocolError,
+                            "active-message length does not fit in memory",
+                        ),
+                    );
                     return PollOne::Handled;
                 };
                 ep.rx_busy = true;
-                let rndv = AmRndv { ep: e, ep_generation: generation, sreq, len, segs: segs.iter().collect() };
+                let rndv = AmRndv {
+                    ep: e,
+                    ep_generation: generation,
+                    sreq,
+                    len,
+                    segs: segs.iter().collect(),
+                };
                 return PollOne::Am(AmPending {
                     id,
                     reply,
@@ -111,7 +141,13 @@ impl State {
         match frame {
             Frame::TagEager { tag, data } => self.on_tag_eager(e, tag, data, None),
             Frame::TagEagerSync { tag, sreq, data } => self.on_tag_eager(e, tag, data, Some(sreq)),
-            Frame::TagRts { tag, sreq, len, sync, segs } => self.on_tag_rts(e, tag, sreq, len, sync, segs),
+            Frame::TagRts {
+                tag,
+                sreq,
+                len,
+                sync: _,
+                segs,
+            } => self.on_tag_rts(e, tag, sreq, len, segs),
             Frame::RndvAts { sreq, status } => self.on_rndv_ats(e, sreq, status),
             Frame::RndvRtr { sreq, rreq, len } => self.on_rndv_rtr(e, sreq, rreq, len),
             Frame::RndvData { rreq, offset, data } => self.on_rndv_data(e, rreq, offset, data),
@@ -120,12 +156,27 @@ impl State {
             Frame::Keepalive => {}
             Frame::Close => {
                 let peer = self.ep(e).map(|ep| ep.peer.clone()).unwrap_or_default();
-                self.fail_ep(e, Error::msg(Status::PeerFailure, format!("{peer} closed the connection")));
+                self.fail_ep(
+                    e,
+                    Error::msg(Status::PeerFailure, format!("{peer} closed the connection")),
+                );
             }
             Frame::ConnAccept { conn_id, address } => self.on_conn_accept(e, conn_id, address),
-            Frame::ConnReject => self.fail_ep(e, Error::new(Status::Rejected, "the server's connection handler rejected the connection")),
+            Frame::ConnReject => self.fail_ep(
+                e,
+                Error::new(
+                    Status::Rejected,
+                    "the server's connection handler rejected the connection",
+                ),
+            ),
             Frame::Wireup { purpose, .. } => self.on_wireup_in_band(e, purpose),
-            Frame::ConnReq { .. } => self.fail_ep(e, Error::new(Status::ProtocolError, "connection request on an established connection")),
+            Frame::ConnReq { .. } => self.fail_ep(
+                e,
+                Error::new(
+                    Status::ProtocolError,
+                    "connection request on an established connection",
+                ),
+            ),
             Frame::Am { .. } | Frame::AmRts { .. } => {}
         }
     }

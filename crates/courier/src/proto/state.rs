@@ -75,7 +75,9 @@ impl Buf {
             }
             let n = (len - offset).min(src.len() - done);
             // SAFETY: within the segment by construction; caller guarantees validity.
-            unsafe { std::ptr::copy_nonoverlapping(src.as_ptr().add(done), (addr + offset) as *mut u8, n) };
+            unsafe {
+                std::ptr::copy_nonoverlapping(src.as_ptr().add(done), (addr + offset) as *mut u8, n)
+            };
             done += n;
             offset = 0;
         }
@@ -109,8 +111,6 @@ pub(crate) enum ReqKind {
     TagRecv,
     StreamRecv,
     AmData,
-    Flush,
-    Close,
 }
 
 pub(crate) struct ReqSlot {
@@ -146,7 +146,10 @@ pub(crate) struct Slab<T> {
 
 impl<T> Default for Slab<T> {
     fn default() -> Self {
-        Slab { slots: Vec::new(), free: Vec::new() }
+        Slab {
+            slots: Vec::new(),
+            free: Vec::new(),
+        }
     }
 }
 
@@ -169,7 +172,7 @@ pub(crate) struct Unexpected {
 pub(crate) enum UnexpBody {
     Eager(Vec<u8>),
     EagerSync(Vec<u8>, u64),
-    Rts { sreq: u64, segs: Vec<(u64, u64)>, sync: bool },
+    Rts { sreq: u64, segs: Vec<(u64, u64)> },
 }
 
 /// A frame that could not be sent yet (back-pressure or link not up).
@@ -214,20 +217,16 @@ pub(crate) struct EpSlot {
     pub push: VecDeque<PushJob>,
     pub stream_in: VecDeque<u8>,
     pub stream_reqs: VecDeque<u64>,
-    pub err_handler: Option<Box<dyn FnMut(&Error) + Send>>,
+    pub err_handler: Option<crate::proto::core::ErrorHandler>,
     pub err_reported: bool,
     pub peer: String,
     pub conn_id: u64,
-    /// Created by a remote connect, not by this process's API.
-    pub passive: bool,
     /// The peer's worker id (when known) and whether it runs in this process's worker.
     pub peer_worker: u64,
     pub last_rx: Instant,
     pub last_tx: Instant,
     /// A handler is running on a frame of this endpoint's rx: do not drop the link now.
     pub rx_busy: bool,
-    pub handle_count: u32,
-    pub keepalive: bool,
 }
 
 impl EpSlot {
@@ -241,9 +240,15 @@ impl EpSlot {
 
 /// Fail every request on `ep` (called when the endpoint dies).
 pub(crate) fn fail_error(peer: &str, why: &Error) -> Error {
-    if why.status() == Status::PeerFailure || why.status() == Status::EndpointClosed || why.status() == Status::Rejected {
+    if why.status() == Status::PeerFailure
+        || why.status() == Status::EndpointClosed
+        || why.status() == Status::Rejected
+    {
         why.clone()
     } else {
-        Error::msg(why.status(), format!("connection to {peer} failed: {}", why.detail()))
+        Error::msg(
+            why.status(),
+            format!("connection to {peer} failed: {}", why.detail()),
+        )
     }
 }

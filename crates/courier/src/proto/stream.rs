@@ -26,7 +26,10 @@ impl State {
                             Err(crate::transport::TxError::NoResource) => {}
                             Err(crate::transport::TxError::Failed(err)) => {
                                 self.fail_ep(e, err.clone());
-                                return Err(self.ep(e).and_then(|ep| ep.dead_error()).unwrap_or(err));
+                                return Err(self
+                                    .ep(e)
+                                    .and_then(|ep| ep.dead_error())
+                                    .unwrap_or(err));
                             }
                         }
                     }
@@ -60,9 +63,17 @@ impl State {
 
     /// Receive stream bytes from `e` into `buf`: with `waitall` exactly `buf.len()` bytes,
     /// otherwise whatever has arrived (at least one byte).
-    pub(crate) fn stream_recv(&mut self, e: u32, buf: Buf, waitall: bool, cb: Callback) -> Result<Started> {
+    pub(crate) fn stream_recv(
+        &mut self,
+        e: u32,
+        buf: Buf,
+        waitall: bool,
+        cb: Callback,
+    ) -> Result<Started> {
         let cap = buf.len();
-        let ep = self.ep(e).ok_or_else(|| Error::new(Status::EndpointClosed, "endpoint was closed"))?;
+        let ep = self
+            .ep(e)
+            .ok_or_else(|| Error::new(Status::EndpointClosed, "endpoint was closed"))?;
         let mut got = 0;
         if ep.stream_reqs.is_empty() {
             got = drain_into(&mut ep.stream_in, &buf, 0);
@@ -71,7 +82,11 @@ impl State {
             }
         }
         if let Some(err) = ep.dead_error() {
-            return if got > 0 { Ok(Started::Done(Info { len: got, tag: 0 })) } else { Err(err) };
+            return if got > 0 {
+                Ok(Started::Done(Info { len: got, tag: 0 }))
+            } else {
+                Err(err)
+            };
         }
         let id = self.req_alloc(ReqKind::StreamRecv, Some(e), buf, cb);
         if let Some(s) = self.req(id) {
@@ -88,7 +103,9 @@ impl State {
     pub(crate) fn on_stream(&mut self, e: u32, mut data: &[u8]) {
         while !data.is_empty() {
             let Some(ep) = self.ep(e) else { return };
-            let Some(&id) = ep.stream_reqs.front() else { break };
+            let Some(&id) = ep.stream_reqs.front() else {
+                break;
+            };
             let Some(s) = self.req(id) else {
                 if let Some(ep) = self.ep(e) {
                     ep.stream_reqs.pop_front();

@@ -13,7 +13,7 @@ use super::core::State;
 use super::state::*;
 use crate::base::{Error, Result, Status};
 use crate::transport::RndvMode;
-use crate::wire::frame::{self, emit_segments, Header, Kind, Segments};
+use crate::wire::frame::{self, Header, Kind, Segments, emit_segments};
 
 /// How an operation started.
 #[derive(Debug)]
@@ -35,16 +35,30 @@ pub struct ProbeInfo {
 
 /// An immediate receive: done, or truncated (the error names both lengths).
 fn done_or_truncated(len: usize, cap: usize, tag: u64) -> Result<Started> {
-    if len > cap { Err(truncated(len, cap)) } else { Ok(Started::Done(Info { len, tag })) }
+    if len > cap {
+        Err(truncated(len, cap))
+    } else {
+        Ok(Started::Done(Info { len, tag }))
+    }
 }
 
 pub(crate) fn truncated(len: usize, cap: usize) -> Error {
-    Error::msg(Status::MessageTruncated, format!("message of {len} bytes does not fit the {cap}-byte receive buffer"))
+    Error::msg(
+        Status::MessageTruncated,
+        format!("message of {len} bytes does not fit the {cap}-byte receive buffer"),
+    )
 }
 
 impl State {
     /// Start a tag send on endpoint `e`.
-    pub(crate) fn tag_send(&mut self, e: u32, data: Buf, tag: u64, sync: bool, cb: Callback) -> Result<Started> {
+    pub(crate) fn tag_send(
+        &mut self,
+        e: u32,
+        data: Buf,
+        tag: u64,
+        sync: bool,
+        cb: Callback,
+    ) -> Result<Started> {
         let (thresh, max_frame, mode) = self.ep_limits(e)?;
         let len = data.len();
         if len < thresh && len + Kind::TagEagerSync.header_len() <= max_frame {
@@ -60,7 +74,10 @@ impl State {
                                 Err(crate::transport::TxError::NoResource) => {}
                                 Err(crate::transport::TxError::Failed(err)) => {
                                     self.fail_ep(e, err.clone());
-                                    return Err(self.ep(e).and_then(|ep| ep.dead_error()).unwrap_or(err));
+                                    return Err(self
+                                        .ep(e)
+                                        .and_then(|ep| ep.dead_error())
+                                        .unwrap_or(err));
                                 }
                             }
                         }
@@ -88,7 +105,10 @@ impl State {
         }
         let mut extra = Vec::new();
         let count = if mode == RndvMode::RemoteRead {
-            emit_segments(&mut extra, data.segs().iter().map(|&(a, l)| (a as u64, l as u64)));
+            emit_segments(
+                &mut extra,
+                data.segs().iter().map(|&(a, l)| (a as u64, l as u64)),
+            );
             data.segs().len() as u32
         } else {
             0
@@ -108,7 +128,9 @@ impl State {
 
     /// (rendezvous threshold, max frame, rendezvous mode) of a usable endpoint.
     pub(crate) fn ep_limits(&mut self, e: u32) -> Result<(usize, usize, RndvMode)> {
-        let ep = self.ep(e).ok_or_else(|| Error::new(Status::EndpointClosed, "endpoint was closed"))?;
+        let ep = self
+            .ep(e)
+            .ok_or_else(|| Error::new(Status::EndpointClosed, "endpoint was closed"))?;
         if let Some(err) = ep.dead_error() {
             return Err(err);
         }
@@ -120,10 +142,21 @@ impl State {
     }
 
     /// Post a tag receive into `buf`.
-    pub(crate) fn tag_recv(&mut self, buf: Buf, tag: u64, mask: u64, cb: Callback) -> Result<Started> {
-        let pos = self.unexpected.iter().position(|u| (u.tag ^ tag) & mask == 0);
+    pub(crate) fn tag_recv(
+        &mut self,
+        buf: Buf,
+        tag: u64,
+        mask: u64,
+        cb: Callback,
+    ) -> Result<Started> {
+        let pos = self
+            .unexpected
+            .iter()
+            .position(|u| (u.tag ^ tag) & mask == 0);
         if let Some(pos) = pos {
-            let Some(u) = self.unexpected.remove(pos) else { return Err(Status::NoMessage.into()) };
+            let Some(u) = self.unexpected.remove(pos) else {
+                return Err(Status::NoMessage.into());
+            };
             let cap = buf.len();
             match u.body {
                 UnexpBody::Eager(data) => {
@@ -134,10 +167,16 @@ impl State {
                 UnexpBody::EagerSync(data, sreq) => {
                     // SAFETY: as above.
                     unsafe { buf.write_at(0, &data) };
-                    let _ = self.send_frame(u.ep, &Header::new(Kind::SyncAck).word(1, sreq), &[], &Buf::EMPTY, None);
+                    let _ = self.send_frame(
+                        u.ep,
+                        &Header::new(Kind::SyncAck).word(1, sreq),
+                        &[],
+                        &Buf::EMPTY,
+                        None,
+                    );
                     return done_or_truncated(data.len(), cap, u.tag);
                 }
-                UnexpBody::Rts { sreq, segs, sync: _ } => {
+                UnexpBody::Rts { sreq, segs } => {
                     let id = self.req_alloc(ReqKind::TagRecv, Some(u.ep), buf, cb);
                     if let Some(s) = self.req(id) {
                         s.tag = u.tag;
@@ -158,7 +197,13 @@ impl State {
 
     /// The first unexpected message matching `tag`/`mask`, left in place.
     pub(crate) fn tag_probe(&self, tag: u64, mask: u64) -> Option<ProbeInfo> {
-        self.unexpected.iter().find(|u| (u.tag ^ tag) & mask == 0).map(|u| ProbeInfo { tag: u.tag, len: u.len })
+        self.unexpected
+            .iter()
+            .find(|u| (u.tag ^ tag) & mask == 0)
+            .map(|u| ProbeInfo {
+                tag: u.tag,
+                len: u.len,
+            })
     }
 
     /// Find and remove the first posted receive matching `tag`.
@@ -187,7 +232,13 @@ impl State {
             unsafe { s.buf.write_at(0, data) };
             self.complete_recv(id, data.len(), cap, tag);
             if let Some(sreq) = sync_sreq {
-                let _ = self.send_frame(e, &Header::new(Kind::SyncAck).word(1, sreq), &[], &Buf::EMPTY, None);
+                let _ = self.send_frame(
+                    e,
+                    &Header::new(Kind::SyncAck).word(1, sreq),
+                    &[],
+                    &Buf::EMPTY,
+                    None,
+                );
             }
             return;
         }
@@ -195,21 +246,36 @@ impl State {
             Some(sreq) => UnexpBody::EagerSync(data.to_vec(), sreq),
             None => UnexpBody::Eager(data.to_vec()),
         };
-        self.unexpected.push_back(Unexpected { tag, ep: e, len: data.len(), body });
+        self.unexpected.push_back(Unexpected {
+            tag,
+            ep: e,
+            len: data.len(),
+            body,
+        });
     }
 
     /// Complete a receive of a `len`-byte message into a `cap`-byte buffer; a truncated one
     /// fails with `MessageTruncated` and keeps the real length in its info.
     pub(crate) fn complete_recv(&mut self, id: u64, len: usize, cap: usize, tag: u64) {
         let info = Info { len, tag };
-        let res = if len > cap { Err(truncated(len, cap)) } else { Ok(info) };
+        let res = if len > cap {
+            Err(truncated(len, cap))
+        } else {
+            Ok(info)
+        };
         self.complete_info(id, res, info);
     }
 
     /// A rendezvous offer for a tag message arrived on `e`.
-    pub(crate) fn on_tag_rts(&mut self, e: u32, tag: u64, sreq: u64, len: u64, sync: bool, segs: Segments<'_>) {
+    pub(crate) fn on_tag_rts(&mut self, e: u32, tag: u64, sreq: u64, len: u64, segs: Segments<'_>) {
         let Ok(len) = usize::try_from(len) else {
-            self.fail_ep(e, Error::new(Status::ProtocolError, "rendezvous length does not fit in memory"));
+            self.fail_ep(
+                e,
+                Error::new(
+                    Status::ProtocolError,
+                    "rendezvous length does not fit in memory",
+                ),
+            );
             return;
         };
         let segs: Vec<(u64, u64)> = segs.iter().collect();
@@ -220,12 +286,25 @@ impl State {
             }
             self.rndv_receive(e, id, sreq, len, tag, &segs);
         } else {
-            self.unexpected.push_back(Unexpected { tag, ep: e, len, body: UnexpBody::Rts { sreq, segs, sync } });
+            self.unexpected.push_back(Unexpected {
+                tag,
+                ep: e,
+                len,
+                body: UnexpBody::Rts { sreq, segs },
+            });
         }
     }
 
     /// Receive a rendezvous message `len` bytes long into request `id`'s buffer.
-    pub(crate) fn rndv_receive(&mut self, e: u32, id: u64, sreq: u64, len: usize, tag: u64, segs: &[(u64, u64)]) {
+    pub(crate) fn rndv_receive(
+        &mut self,
+        e: u32,
+        id: u64,
+        sreq: u64,
+        len: usize,
+        tag: u64,
+        segs: &[(u64, u64)],
+    ) {
         let Some(s) = self.req(id) else { return };
         let cap = s.buf.len();
         let want = len.min(cap);
@@ -234,9 +313,17 @@ impl State {
         s.got = 0;
         s.real_len = len;
         s.tag = tag;
-        let remote_read = !segs.is_empty() && self.ep(e).and_then(|ep| ep.caps.as_ref()).map(|c| c.rndv == RndvMode::RemoteRead).unwrap_or(false);
+        let remote_read = !segs.is_empty()
+            && self
+                .ep(e)
+                .and_then(|ep| ep.caps.as_ref())
+                .map(|c| c.rndv == RndvMode::RemoteRead)
+                .unwrap_or(false);
         if remote_read {
-            let local = self.req(id).map(|s| s.buf.slice(0, want)).unwrap_or_default();
+            let local = self
+                .req(id)
+                .map(|s| s.buf.slice(0, want))
+                .unwrap_or_default();
             let mut remote = Vec::with_capacity(segs.len());
             let mut left = want as u64;
             for &(a, l) in segs {
@@ -256,7 +343,15 @@ impl State {
                 Ok(()) => 0,
                 Err(err) => err.status().code(),
             };
-            let _ = self.send_frame(e, &Header::new(Kind::RndvAts).word(1, sreq).aux32(status as u32), &[], &Buf::EMPTY, None);
+            let _ = self.send_frame(
+                e,
+                &Header::new(Kind::RndvAts)
+                    .word(1, sreq)
+                    .aux32(status as u32),
+                &[],
+                &Buf::EMPTY,
+                None,
+            );
             match res {
                 Ok(()) => self.finish_recv(id),
                 Err(err) => self.complete(id, Err(err)),
@@ -266,7 +361,10 @@ impl State {
         if let Some(s) = self.req(id) {
             s.rndv_push = true;
         }
-        let hdr = Header::new(Kind::RndvRtr).word(1, sreq).word(2, id).word(3, want as u64);
+        let hdr = Header::new(Kind::RndvRtr)
+            .word(1, sreq)
+            .word(2, id)
+            .word(3, want as u64);
         if let Err(err) = self.send_frame(e, &hdr, &[], &Buf::EMPTY, None) {
             self.complete(id, Err(err));
             return;
@@ -286,7 +384,12 @@ impl State {
     /// Pushed rendezvous data arrived.
     pub(crate) fn on_rndv_data(&mut self, e: u32, rreq: u64, offset: u64, data: &[u8]) {
         let ok = match self.req(rreq) {
-            Some(s) => s.ep == Some(e) && !s.done && s.rndv_push && (s.kind == ReqKind::TagRecv || s.kind == ReqKind::AmData),
+            Some(s) => {
+                s.ep == Some(e)
+                    && !s.done
+                    && s.rndv_push
+                    && (s.kind == ReqKind::TagRecv || s.kind == ReqKind::AmData)
+            }
             None => false,
         };
         if !ok {
@@ -297,7 +400,13 @@ impl State {
         let Some(s) = self.req(rreq) else { return };
         let end = offset.checked_add(data.len() as u64);
         if end.is_none_or(|end| end > s.expect as u64) {
-            self.fail_ep(e, Error::new(Status::ProtocolError, "rendezvous data beyond the length the receiver asked for"));
+            self.fail_ep(
+                e,
+                Error::new(
+                    Status::ProtocolError,
+                    "rendezvous data beyond the length the receiver asked for",
+                ),
+            );
             return;
         }
         // SAFETY: bounds checked against the posted buffer's wanted length.
@@ -312,13 +421,25 @@ impl State {
     pub(crate) fn on_rndv_rtr(&mut self, e: u32, sreq: u64, rreq: u64, len: u64) {
         let valid = matches!(self.req(sreq), Some(s) if s.ep == Some(e) && !s.done && s.kind == ReqKind::Send && len <= s.expect as u64);
         if !valid {
-            self.fail_ep(e, Error::new(Status::ProtocolError, "ready-to-receive for an unknown send or longer than the message"));
+            self.fail_ep(
+                e,
+                Error::new(
+                    Status::ProtocolError,
+                    "ready-to-receive for an unknown send or longer than the message",
+                ),
+            );
             return;
         }
         let data = self.req(sreq).map(|s| s.buf.clone()).unwrap_or(Buf::EMPTY);
         let total = len as usize;
         if let Some(ep) = self.ep(e) {
-            ep.push.push_back(PushJob { sreq, rreq, data, offset: 0, total });
+            ep.push.push_back(PushJob {
+                sreq,
+                rreq,
+                data,
+                offset: 0,
+                total,
+            });
         }
         self.progress_push(e);
     }
@@ -331,14 +452,18 @@ impl State {
             if !ep.pending.is_empty() {
                 return n;
             }
-            let Some(job) = ep.push.front_mut() else { return n };
+            let Some(job) = ep.push.front_mut() else {
+                return n;
+            };
             let Some(tx) = ep.tx.as_mut() else { return n };
             let chunk_max = tx.caps().max_frame - Kind::RndvData.header_len();
             let mut done_job = None;
             while job.offset < job.total {
                 let n_bytes = (job.total - job.offset).min(chunk_max);
                 let segs = job.data.slice(job.offset, n_bytes);
-                let hdr = Header::new(Kind::RndvData).word(1, job.rreq).word(2, job.offset as u64);
+                let hdr = Header::new(Kind::RndvData)
+                    .word(1, job.rreq)
+                    .word(2, job.offset as u64);
                 match super::core::send_parts(tx, hdr.as_bytes(), &[], &Buf::Many(segs)) {
                     Ok(()) => {
                         job.offset += n_bytes;
@@ -411,7 +536,9 @@ impl State {
             ReqKind::Send => {
                 // Only a send still waiting in the pending queue has not started.
                 let e = s.ep;
-                let Some(ep) = e.and_then(|e| self.ep(e)) else { return false };
+                let Some(ep) = e.and_then(|e| self.ep(e)) else {
+                    return false;
+                };
                 let before = ep.pending.len();
                 ep.pending.retain(|p| p.req != Some(id));
                 if ep.pending.len() != before {

@@ -18,11 +18,11 @@ use std::time::{Duration, Instant};
 
 use rustix::event::epoll;
 
-use super::core::{token, Deferred, ListenerSlot, PendingConn, State};
+use super::core::{Deferred, ListenerSlot, PendingConn, State, token};
 use super::state::*;
 use crate::base::sys::{host_id, pid, random_u64};
 use crate::base::{Config, Error, Result, Status};
-use crate::transport::{loopback, shm, tcp, LinkRx, LinkTx, RndvMode};
+use crate::transport::{LinkRx, LinkTx, RndvMode, loopback, shm, tcp};
 use crate::wire::address::WorkerAddress;
 use crate::wire::frame::{Frame, Header, Kind};
 
@@ -39,7 +39,6 @@ const WIREUP_TIMEOUT: Duration = Duration::from_secs(10);
 /// A connection request waiting for the listener's handler, as the protocol layer sees it.
 #[derive(Debug)]
 pub struct ConnRequest {
-    pub(crate) listener: u32,
     pub(crate) pending: u32,
     pub(crate) pending_generation: u32,
     /// The client's socket address.
@@ -56,12 +55,17 @@ pub(crate) fn set_tcp_keepalive(fd: BorrowedFd<'_>, cfg: &Config) {
         return;
     }
     let iv = cfg.keepalive_interval.max(Duration::from_secs(1));
-    let cnt = (cfg.keepalive_timeout.as_secs_f64() / iv.as_secs_f64()).ceil().max(1.0) as u32;
+    let cnt = (cfg.keepalive_timeout.as_secs_f64() / iv.as_secs_f64())
+        .ceil()
+        .max(1.0) as u32;
     let _ = sockopt::set_socket_keepalive(fd, true);
     let _ = sockopt::set_tcp_keepidle(fd, iv);
     let _ = sockopt::set_tcp_keepintvl(fd, iv);
     let _ = sockopt::set_tcp_keepcnt(fd, cnt);
-    let _ = sockopt::set_tcp_user_timeout(fd, cfg.keepalive_timeout.as_millis().min(u32::MAX as u128) as u32);
+    let _ = sockopt::set_tcp_user_timeout(
+        fd,
+        cfg.keepalive_timeout.as_millis().min(u32::MAX as u128) as u32,
+    );
 }
 
 fn locality(peer: &WorkerAddress, me: u64) -> &'static str {
@@ -77,11 +81,20 @@ fn locality(peer: &WorkerAddress, me: u64) -> &'static str {
 impl State {
     /// A fresh worker state: event fds, acceptors, address.
     pub(crate) fn new(cfg: Arc<Config>, ctx_name: String) -> Result<State> {
-        let epollfd = epoll::create(epoll::CreateFlags::CLOEXEC).map_err(|e| Error::io("epoll_create", e))?;
-        let eventfd = rustix::event::eventfd(0, rustix::event::EventfdFlags::CLOEXEC | rustix::event::EventfdFlags::NONBLOCK)
-            .map_err(|e| Error::io("eventfd", e))?;
-        epoll::add(&epollfd, &eventfd, epoll::EventData::new_u64(token::make(token::EVENT, 0)), epoll::EventFlags::IN)
-            .map_err(|e| Error::io("epoll add", e))?;
+        let epollfd =
+            epoll::create(epoll::CreateFlags::CLOEXEC).map_err(|e| Error::io("epoll_create", e))?;
+        let eventfd = rustix::event::eventfd(
+            0,
+            rustix::event::EventfdFlags::CLOEXEC | rustix::event::EventfdFlags::NONBLOCK,
+        )
+        .map_err(|e| Error::io("eventfd", e))?;
+        epoll::add(
+            &epollfd,
+            &eventfd,
+            epoll::EventData::new_u64(token::make(token::EVENT, 0)),
+            epoll::EventFlags::IN,
+        )
+        .map_err(|e| Error::io("epoll add", e))?;
         let worker_id = random_u64();
         let mut excluded = Vec::new();
         for t in crate::base::config::TRANSPORTS {
@@ -92,8 +105,13 @@ impl State {
         let shm_acceptor = if cfg.tls.allows("shm") {
             match shm::Acceptor::bind(&cfg) {
                 Ok(a) => {
-                    epoll::add(&epollfd, a.fd(), epoll::EventData::new_u64(token::make(token::SHM_ACCEPT, 0)), epoll::EventFlags::IN)
-                        .map_err(|e| Error::io("epoll add", e))?;
+                    epoll::add(
+                        &epollfd,
+                        a.fd(),
+                        epoll::EventData::new_u64(token::make(token::SHM_ACCEPT, 0)),
+                        epoll::EventFlags::IN,
+                    )
+                    .map_err(|e| Error::io("epoll add", e))?;
                     Some(a)
                 }
                 Err(e) => {
@@ -111,7 +129,9 @@ impl State {
                 excluded.push("tcp: no usable interface (see COURIER_NET_DEVICES)".to_string());
                 None
             } else {
-                let any: SocketAddr = "0.0.0.0:0".parse().map_err(|_| Error::new(Status::InvalidAddress, "bad wildcard"))?;
+                let any: SocketAddr = "0.0.0.0:0"
+                    .parse()
+                    .map_err(|_| Error::new(Status::InvalidAddress, "bad wildcard"))?;
                 match tcp::Listener::bind(any, &cfg) {
                     Ok(l) => {
                         let port = l.local_addr().port();
@@ -120,8 +140,13 @@ impl State {
                                 tcp_addrs.push(SocketAddr::new(*ip, port));
                             }
                         }
-                        epoll::add(&epollfd, l.fd(), epoll::EventData::new_u64(token::make(token::TCP_ACCEPT, 0)), epoll::EventFlags::IN)
-                            .map_err(|e| Error::io("epoll add", e))?;
+                        epoll::add(
+                            &epollfd,
+                            l.fd(),
+                            epoll::EventData::new_u64(token::make(token::TCP_ACCEPT, 0)),
+                            epoll::EventFlags::IN,
+                        )
+                        .map_err(|e| Error::io("epoll add", e))?;
                         Some(l)
                     }
                     Err(e) => {
@@ -137,7 +162,10 @@ impl State {
             worker_id,
             host_id: host_id(),
             pid: pid(),
-            uds_name: shm_acceptor.as_ref().map(|a| a.name().to_vec()).unwrap_or_default(),
+            uds_name: shm_acceptor
+                .as_ref()
+                .map(|a| a.name().to_vec())
+                .unwrap_or_default(),
             tcp: tcp_addrs,
         };
         Ok(State {
@@ -163,7 +191,6 @@ impl State {
             progress_calls: 0,
             in_progress: false,
             fd_links: 0,
-            last_timer: Instant::now(),
             reap: Vec::new(),
             excluded,
             link_errors: Vec::new(),
@@ -173,9 +200,15 @@ impl State {
 
     /// Print the endpoint configuration line once per distinct configuration.
     pub(crate) fn log_selection(&mut self, e: u32, locality: &str) {
-        let Some(caps) = self.ep(e).and_then(|ep| ep.caps.clone()) else { return };
+        let Some(caps) = self.ep(e).and_then(|ep| ep.caps.clone()) else {
+            return;
+        };
         let lane = format!("{}/{}", caps.name, caps.device);
-        let big = if caps.name == "shm" && caps.rndv == RndvMode::RemoteRead { format!("{lane} cma/memory") } else { lane.clone() };
+        let big = if caps.name == "shm" && caps.rndv == RndvMode::RemoteRead {
+            format!("{lane} cma/memory")
+        } else {
+            lane.clone()
+        };
         let key = format!("{locality} tag({big}) am({big}) stream({lane})");
         let n = match self.ep_configs.iter().position(|k| *k == key) {
             Some(n) => n,
@@ -195,15 +228,19 @@ impl State {
 
     /// Connect to a worker address.
     pub(crate) fn connect_address(&mut self, bytes: &[u8]) -> Result<u32> {
-        let peer = WorkerAddress::unpack(bytes).map_err(|e| Error::msg(Status::InvalidAddress, e.to_string()))?;
+        let peer = WorkerAddress::unpack(bytes)
+            .map_err(|e| Error::msg(Status::InvalidAddress, e.to_string()))?;
         let loc = locality(&peer, self.worker_id);
         let mut reasons: Vec<String> = Vec::new();
         if peer.worker_id == self.worker_id {
             if self.cfg.tls.allows("self") {
                 let ((atx, arx), (ptx, prx)) = loopback::pair();
-                let a = self.ep_alloc(format!("self (pid {})", peer.pid), false);
-                let p = self.ep_alloc(format!("self (pid {})", peer.pid), true);
-                for (e, tx, rx) in [(a, LinkTx::Loopback(atx), LinkRx::Loopback(arx)), (p, LinkTx::Loopback(ptx), LinkRx::Loopback(prx))] {
+                let a = self.ep_alloc(format!("self (pid {})", peer.pid));
+                let p = self.ep_alloc(format!("self (pid {})", peer.pid));
+                for (e, tx, rx) in [
+                    (a, LinkTx::Loopback(atx), LinkRx::Loopback(arx)),
+                    (p, LinkTx::Loopback(ptx), LinkRx::Loopback(prx)),
+                ] {
                     self.ep_install_link(e, tx, rx)?;
                     let me = self.worker_id;
                     if let Some(ep) = self.ep(e) {
@@ -222,13 +259,24 @@ impl State {
         if peer.host_id == host_id() && !peer.uds_name.is_empty() && self.cfg.tls.allows("shm") {
             match shm::connect(&peer.uds_name, &self.cfg) {
                 Ok((tx, rx)) => {
-                    let e = self.ep_alloc(format!("pid {} (shm)", peer.pid), false);
-                    return self.finish_connect(e, LinkTx::Shm(tx), LinkRx::Shm(rx), conn_id, purpose::NEW, peer.worker_id, loc);
+                    let e = self.ep_alloc(format!("pid {} (shm)", peer.pid));
+                    return self.finish_connect(
+                        e,
+                        LinkTx::Shm(tx),
+                        LinkRx::Shm(rx),
+                        conn_id,
+                        purpose::NEW,
+                        peer.worker_id,
+                        loc,
+                    );
                 }
                 Err(err) => reasons.push(format!("shm: {err}")),
             }
         } else if !self.cfg.tls.allows("shm") {
-            reasons.push(format!("shm: excluded by COURIER_TLS={}", self.cfg.tls.spec));
+            reasons.push(format!(
+                "shm: excluded by COURIER_TLS={}",
+                self.cfg.tls.spec
+            ));
         } else if peer.host_id != host_id() {
             reasons.push("shm: peer is on another host".into());
         } else {
@@ -238,8 +286,16 @@ impl State {
             for sa in &peer.tcp {
                 match tcp::connect(*sa, &self.cfg) {
                     Ok((tx, rx)) => {
-                        let e = self.ep_alloc(sa.to_string(), false);
-                        return self.finish_connect(e, LinkTx::Tcp(tx), LinkRx::Tcp(rx), conn_id, purpose::NEW, peer.worker_id, loc);
+                        let e = self.ep_alloc(sa.to_string());
+                        return self.finish_connect(
+                            e,
+                            LinkTx::Tcp(tx),
+                            LinkRx::Tcp(rx),
+                            conn_id,
+                            purpose::NEW,
+                            peer.worker_id,
+                            loc,
+                        );
                     }
                     Err(err) => reasons.push(format!("tcp: {err}")),
                 }
@@ -248,13 +304,32 @@ impl State {
                 reasons.push("tcp: peer offers no tcp address".into());
             }
         } else {
-            reasons.push(format!("tcp: excluded by COURIER_TLS={}", self.cfg.tls.spec));
+            reasons.push(format!(
+                "tcp: excluded by COURIER_TLS={}",
+                self.cfg.tls.spec
+            ));
         }
-        Err(Error::msg(Status::Unreachable, format!("no transport reaches worker pid {}: {}", peer.pid, reasons.join("; "))))
+        Err(Error::msg(
+            Status::Unreachable,
+            format!(
+                "no transport reaches worker pid {}: {}",
+                peer.pid,
+                reasons.join("; ")
+            ),
+        ))
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn finish_connect(&mut self, e: u32, mut tx: LinkTx, rx: LinkRx, conn_id: u64, purpose: u32, peer_worker: u64, loc: &str) -> Result<u32> {
+    fn finish_connect(
+        &mut self,
+        e: u32,
+        mut tx: LinkTx,
+        rx: LinkRx,
+        conn_id: u64,
+        purpose: u32,
+        peer_worker: u64,
+        loc: &str,
+    ) -> Result<u32> {
         let hdr = Header::new(Kind::Wireup).word(1, conn_id).aux32(purpose);
         let addr = self.address_bytes.clone();
         send_now(&mut tx, &[hdr.as_bytes(), &addr])?;
@@ -275,7 +350,7 @@ impl State {
         let hdr = Header::new(Kind::ConnReq).word(1, client_id);
         let addr = self.address_bytes.clone();
         send_now(&mut tx, &[hdr.as_bytes(), &addr])?;
-        let e = self.ep_alloc(sa.to_string(), false);
+        let e = self.ep_alloc(sa.to_string());
         self.ep_install_link(e, tx, LinkRx::Tcp(rx))?;
         Ok(e)
     }
@@ -284,20 +359,35 @@ impl State {
     pub(crate) fn on_conn_accept(&mut self, e: u32, conn_id: u64, address: &[u8]) {
         let server = match WorkerAddress::unpack(address) {
             Ok(a) => a,
-            Err(err) => return self.fail_ep(e, Error::msg(Status::ProtocolError, format!("server sent a bad worker address: {err}"))),
+            Err(err) => {
+                return self.fail_ep(
+                    e,
+                    Error::msg(
+                        Status::ProtocolError,
+                        format!("server sent a bad worker address: {err}"),
+                    ),
+                );
+            }
         };
         let Some(ep) = self.ep(e) else { return };
         if ep.status != EpStatus::Connecting {
-            return self.fail_ep(e, Error::new(Status::ProtocolError, "unexpected connection accept"));
+            return self.fail_ep(
+                e,
+                Error::new(Status::ProtocolError, "unexpected connection accept"),
+            );
         }
         ep.conn_id = conn_id;
         ep.peer_worker = server.worker_id;
         let loc = locality(&server, self.worker_id);
-        let upgrade = server.host_id == host_id() && !server.uds_name.is_empty() && !self.address.uds_name.is_empty();
+        let upgrade = server.host_id == host_id()
+            && !server.uds_name.is_empty()
+            && !self.address.uds_name.is_empty();
         if upgrade {
             match shm::connect(&server.uds_name, &self.cfg) {
                 Ok((stx, srx)) => {
-                    let hdr = Header::new(Kind::Wireup).word(1, conn_id).aux32(purpose::UPGRADE);
+                    let hdr = Header::new(Kind::Wireup)
+                        .word(1, conn_id)
+                        .aux32(purpose::UPGRADE);
                     let addr = self.address_bytes.clone();
                     let mut stx = LinkTx::Shm(stx);
                     if let Err(err) = send_now(&mut stx, &[hdr.as_bytes(), &addr]) {
@@ -314,9 +404,13 @@ impl State {
                     self.set_connected(e, loc);
                     return;
                 }
-                Err(err) => tracing::info!("shm to listener's worker failed ({err}); staying on tcp"),
+                Err(err) => {
+                    tracing::info!("shm to listener's worker failed ({err}); staying on tcp")
+                }
             }
-            let hdr = Header::new(Kind::Wireup).word(1, conn_id).aux32(purpose::NO_UPGRADE);
+            let hdr = Header::new(Kind::Wireup)
+                .word(1, conn_id)
+                .aux32(purpose::NO_UPGRADE);
             if let Some(tx) = self.ep(e).and_then(|ep| ep.tx.as_mut()) {
                 if let Err(err) = send_now(tx, &[hdr.as_bytes()]) {
                     return self.fail_ep(e, err);
@@ -343,39 +437,74 @@ impl State {
 
     /// Server side: a wireup frame on an endpoint's own link.
     pub(crate) fn on_wireup_in_band(&mut self, e: u32, purpose: u32) {
-        let connecting = self.ep(e).is_some_and(|ep| ep.status == EpStatus::Connecting);
+        let connecting = self
+            .ep(e)
+            .is_some_and(|ep| ep.status == EpStatus::Connecting);
         if purpose == purpose::NO_UPGRADE && connecting {
             if !self.cfg.tls.allows("tcp") {
-                return self.fail_ep(e, Error::new(Status::Unreachable, "client could not use shared memory and tcp is excluded by COURIER_TLS"));
+                return self.fail_ep(
+                    e,
+                    Error::new(
+                        Status::Unreachable,
+                        "client could not use shared memory and tcp is excluded by COURIER_TLS",
+                    ),
+                );
             }
             self.set_connected(e, "intra-node");
         } else {
-            self.fail_ep(e, Error::new(Status::ProtocolError, "unexpected wireup frame"));
+            self.fail_ep(
+                e,
+                Error::new(Status::ProtocolError, "unexpected wireup frame"),
+            );
         }
     }
 
     // ----- listeners and accepted connections -------------------------------------------
 
-    pub(crate) fn listener_add(&mut self, sa: SocketAddr, handler: super::core::ConnHandler) -> Result<(u32, SocketAddr)> {
+    pub(crate) fn listener_add(
+        &mut self,
+        sa: SocketAddr,
+        handler: super::core::ConnHandler,
+    ) -> Result<(u32, SocketAddr)> {
         let l = tcp::Listener::bind(sa, &self.cfg)?;
         let bound = l.local_addr();
         let idx = match self.listeners.free.pop() {
             Some(i) => i,
             None => {
-                self.listeners.slots.push(ListenerSlot { live: false, generation: 0, tcp: l, handler: None });
+                self.listeners.slots.push(ListenerSlot {
+                    live: false,
+                    generation: 0,
+                    tcp: l,
+                    handler: None,
+                });
                 let i = (self.listeners.slots.len() - 1) as u32;
                 let s = &mut self.listeners.slots[i as usize];
                 s.live = true;
                 s.handler = Some(handler);
-                epoll::add(&self.epoll, s.tcp.fd(), epoll::EventData::new_u64(token::make(token::LISTENER, i)), epoll::EventFlags::IN)
-                    .map_err(|e| Error::io("epoll add", e))?;
+                epoll::add(
+                    &self.epoll,
+                    s.tcp.fd(),
+                    epoll::EventData::new_u64(token::make(token::LISTENER, i)),
+                    epoll::EventFlags::IN,
+                )
+                .map_err(|e| Error::io("epoll add", e))?;
                 return Ok((i, bound));
             }
         };
         let s = &mut self.listeners.slots[idx as usize];
-        *s = ListenerSlot { live: true, generation: s.generation.wrapping_add(1), tcp: l, handler: Some(handler) };
-        epoll::add(&self.epoll, s.tcp.fd(), epoll::EventData::new_u64(token::make(token::LISTENER, idx)), epoll::EventFlags::IN)
-            .map_err(|e| Error::io("epoll add", e))?;
+        *s = ListenerSlot {
+            live: true,
+            generation: s.generation.wrapping_add(1),
+            tcp: l,
+            handler: Some(handler),
+        };
+        epoll::add(
+            &self.epoll,
+            s.tcp.fd(),
+            epoll::EventData::new_u64(token::make(token::LISTENER, idx)),
+            epoll::EventFlags::IN,
+        )
+        .map_err(|e| Error::io("epoll add", e))?;
         Ok((idx, bound))
     }
 
@@ -386,7 +515,12 @@ impl State {
                 s.live = false;
                 s.handler = None;
                 // Close the socket now by replacing it with a closed placeholder.
-                if let Ok(l) = tcp::Listener::bind("127.0.0.1:0".parse().unwrap_or(SocketAddr::from(([127, 0, 0, 1], 0))), &self.cfg) {
+                if let Ok(l) = tcp::Listener::bind(
+                    "127.0.0.1:0"
+                        .parse()
+                        .unwrap_or(SocketAddr::from(([127, 0, 0, 1], 0))),
+                    &self.cfg,
+                ) {
                     s.tcp = l;
                 }
                 self.listeners.free.push(idx);
@@ -419,8 +553,17 @@ impl State {
                 (self.pending_conns.slots.len() - 1) as u32
             }
         };
-        if let Some(fd) = self.pending_conns.slots[idx as usize].rx.as_ref().and_then(|r| r.fd()) {
-            let _ = epoll::add(&self.epoll, fd, epoll::EventData::new_u64(token::make(token::PENDING, idx)), epoll::EventFlags::IN | epoll::EventFlags::RDHUP);
+        if let Some(fd) = self.pending_conns.slots[idx as usize]
+            .rx
+            .as_ref()
+            .and_then(|r| r.fd())
+        {
+            let _ = epoll::add(
+                &self.epoll,
+                fd,
+                epoll::EventData::new_u64(token::make(token::PENDING, idx)),
+                epoll::EventFlags::IN | epoll::EventFlags::RDHUP,
+            );
         }
     }
 
@@ -447,11 +590,15 @@ impl State {
     /// connections. Returns how many events were handled.
     pub(crate) fn progress_conns(&mut self) -> usize {
         let mut n = 0;
-        loop {
-            let Some(a) = self.shm_acceptor.as_mut() else { break };
+        while let Some(a) = self.shm_acceptor.as_mut() {
             match a.accept() {
                 Ok(Some((tx, rx))) => {
-                    self.pending_add(LinkTx::Shm(tx), LinkRx::Shm(rx), None, "local process (shm)".into());
+                    self.pending_add(
+                        LinkTx::Shm(tx),
+                        LinkRx::Shm(rx),
+                        None,
+                        "local process (shm)".into(),
+                    );
                     n += 1;
                     continue;
                 }
@@ -495,7 +642,14 @@ impl State {
 
     /// Look at a pending connection's first frame.
     fn pending_step(&mut self, i: u32) -> usize {
-        let Some(p) = self.pending_conns.slots.get_mut(i as usize).filter(|p| p.live && !p.offered) else { return 0 };
+        let Some(p) = self
+            .pending_conns
+            .slots
+            .get_mut(i as usize)
+            .filter(|p| p.live && !p.offered)
+        else {
+            return 0;
+        };
         let Some(rx) = p.rx.as_mut() else { return 0 };
         if let Err(e) = rx.on_readable() {
             let why = e.to_string();
@@ -506,7 +660,10 @@ impl State {
             Ok(Some(r)) => r,
             Ok(None) => {
                 if p.since.elapsed() > WIREUP_TIMEOUT {
-                    self.pending_drop(i, Some(format!("no wireup within {}s", WIREUP_TIMEOUT.as_secs())));
+                    self.pending_drop(
+                        i,
+                        Some(format!("no wireup within {}s", WIREUP_TIMEOUT.as_secs())),
+                    );
                     return 1;
                 }
                 return 0;
@@ -522,8 +679,13 @@ impl State {
         let peer_s = p.peer.clone();
         let parsed = Frame::parse(bytes);
         let outcome: Result<(), String> = match parsed {
-            Ok(Frame::Wireup { conn_id, purpose, address }) if listener.is_none() => {
-                let addr = WorkerAddress::unpack(address).map_err(|e| format!("bad worker address in wireup: {e}"));
+            Ok(Frame::Wireup {
+                conn_id,
+                purpose,
+                address,
+            }) if listener.is_none() => {
+                let addr = WorkerAddress::unpack(address)
+                    .map_err(|e| format!("bad worker address in wireup: {e}"));
                 match addr {
                     Err(e) => Err(e),
                     Ok(addr) => {
@@ -532,22 +694,29 @@ impl State {
                     }
                 }
             }
-            Ok(Frame::ConnReq { client_id, address }) if listener.is_some() => match WorkerAddress::unpack(address) {
-                Err(e) => Err(format!("bad worker address in connection request: {e}")),
-                Ok(addr) => {
-                    rx.consume();
-                    p.offered = true;
-                    p.client_id = client_id;
-                    p.client_addr = Some(addr);
-                    let generation = p.generation;
-                    let l = listener.unwrap_or(0);
-                    self.deferred.push(Deferred::Conn(
-                        l,
-                        ConnRequest { listener: l, pending: i, pending_generation: generation, client_addr: peer_s, client_id },
-                    ));
-                    Ok(())
+            Ok(Frame::ConnReq { client_id, address }) if listener.is_some() => {
+                match WorkerAddress::unpack(address) {
+                    Err(e) => Err(format!("bad worker address in connection request: {e}")),
+                    Ok(addr) => {
+                        rx.consume();
+                        p.offered = true;
+                        p.client_id = client_id;
+                        p.client_addr = Some(addr);
+                        let generation = p.generation;
+                        let l = listener.unwrap_or(0);
+                        self.deferred.push(Deferred::Conn(
+                            l,
+                            ConnRequest {
+                                pending: i,
+                                pending_generation: generation,
+                                client_addr: peer_s,
+                                client_id,
+                            },
+                        ));
+                        Ok(())
+                    }
                 }
-            },
+            }
             Ok(f) => Err(format!("unexpected first frame {:?}", frame_kind(&f))),
             Err(e) => Err(format!("not a Courier wireup: {e}")),
         };
@@ -558,19 +727,33 @@ impl State {
     }
 
     /// A pending connection introduced itself with Wireup.
-    fn adopt(&mut self, i: u32, conn_id: u64, purpose: u32, addr: WorkerAddress) -> Result<(), String> {
-        let Some(p) = self.pending_conns.slots.get_mut(i as usize) else { return Ok(()) };
-        let (Some(tx), Some(rx)) = (p.tx.take(), p.rx.take()) else { return Ok(()) };
+    fn adopt(
+        &mut self,
+        i: u32,
+        conn_id: u64,
+        purpose: u32,
+        addr: WorkerAddress,
+    ) -> Result<(), String> {
+        let Some(p) = self.pending_conns.slots.get_mut(i as usize) else {
+            return Ok(());
+        };
+        let (Some(tx), Some(rx)) = (p.tx.take(), p.rx.take()) else {
+            return Ok(());
+        };
         if let Some(fd) = rx.fd() {
             let _ = epoll::delete(&self.epoll, fd);
         }
         p.live = false;
         self.pending_conns.free.push(i);
         let loc = locality(&addr, self.worker_id);
-        let peer = if matches!(tx, LinkTx::Shm(_)) { format!("pid {} (shm)", addr.pid) } else { format!("pid {} (tcp)", addr.pid) };
+        let peer = if matches!(tx, LinkTx::Shm(_)) {
+            format!("pid {} (shm)", addr.pid)
+        } else {
+            format!("pid {} (tcp)", addr.pid)
+        };
         match purpose {
             purpose::NEW => {
-                let e = self.ep_alloc(peer, true);
+                let e = self.ep_alloc(peer);
                 self.ep_install_link(e, tx, rx).map_err(|e| e.to_string())?;
                 if let Some(ep) = self.ep(e) {
                     ep.status = EpStatus::Connected;
@@ -583,9 +766,14 @@ impl State {
                 Ok(())
             }
             purpose::UPGRADE => {
-                let found = (0..self.eps.slots.len() as u32)
-                    .find(|&e| self.eps.slots[e as usize].live && self.eps.slots[e as usize].conn_id == conn_id && self.eps.slots[e as usize].status == EpStatus::Connecting);
-                let Some(e) = found else { return Err(format!("upgrade for unknown connection {conn_id:#x}")) };
+                let found = (0..self.eps.slots.len() as u32).find(|&e| {
+                    self.eps.slots[e as usize].live
+                        && self.eps.slots[e as usize].conn_id == conn_id
+                        && self.eps.slots[e as usize].status == EpStatus::Connecting
+                });
+                let Some(e) = found else {
+                    return Err(format!("upgrade for unknown connection {conn_id:#x}"));
+                };
                 let old = self.ep_take_link(e);
                 if let Some(ep) = self.ep(e) {
                     ep.old = old;
@@ -606,9 +794,17 @@ impl State {
             .slots
             .get_mut(req.pending as usize)
             .filter(|p| p.live && p.generation == req.pending_generation && p.offered)
-            .ok_or_else(|| Error::new(Status::InvalidParam, "connection request already answered or gone"))?;
+            .ok_or_else(|| {
+                Error::new(
+                    Status::InvalidParam,
+                    "connection request already answered or gone",
+                )
+            })?;
         let (Some(mut tx), Some(rx)) = (p.tx.take(), p.rx.take()) else {
-            return Err(Error::new(Status::InvalidParam, "connection request already answered"));
+            return Err(Error::new(
+                Status::InvalidParam,
+                "connection request already answered",
+            ));
         };
         let client = p.client_addr.take();
         let peer = p.peer.clone();
@@ -621,10 +817,15 @@ impl State {
         let hdr = Header::new(Kind::ConnAccept).word(1, conn_id);
         let addr = self.address_bytes.clone();
         send_now(&mut tx, &[hdr.as_bytes(), &addr])?;
-        let e = self.ep_alloc(peer, false);
+        let e = self.ep_alloc(peer);
         self.ep_install_link(e, tx, rx)?;
         let (upgrade, loc) = match &client {
-            Some(c) => (c.host_id == host_id() && !c.uds_name.is_empty() && !self.address.uds_name.is_empty(), locality(c, self.worker_id)),
+            Some(c) => (
+                c.host_id == host_id()
+                    && !c.uds_name.is_empty()
+                    && !self.address.uds_name.is_empty(),
+                locality(c, self.worker_id),
+            ),
             None => (false, "inter-node"),
         };
         if let Some(ep) = self.ep(e) {
@@ -643,7 +844,14 @@ impl State {
 
     /// The listener's handler rejected a connection request.
     pub(crate) fn conn_reject(&mut self, req: &ConnRequest) {
-        let Some(p) = self.pending_conns.slots.get_mut(req.pending as usize).filter(|p| p.live && p.generation == req.pending_generation) else { return };
+        let Some(p) = self
+            .pending_conns
+            .slots
+            .get_mut(req.pending as usize)
+            .filter(|p| p.live && p.generation == req.pending_generation)
+        else {
+            return;
+        };
         if let Some(tx) = p.tx.as_mut() {
             let _ = send_now(tx, &[Header::new(Kind::ConnReject).as_bytes()]);
             let _ = tx.flush();
@@ -653,8 +861,14 @@ impl State {
 
     /// Handle ready fds. Returns events handled.
     pub(crate) fn progress_events(&mut self) -> usize {
-        let mut events = [epoll::Event { flags: epoll::EventFlags::empty(), data: epoll::EventData::new_u64(0) }; 32];
-        let zero = rustix::time::Timespec { tv_sec: 0, tv_nsec: 0 };
+        let mut events = [epoll::Event {
+            flags: epoll::EventFlags::empty(),
+            data: epoll::EventData::new_u64(0),
+        }; 32];
+        let zero = rustix::time::Timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
         let n = match epoll::wait(&self.epoll, &mut events, Some(&zero)) {
             Ok(n) => n,
             Err(_) => return 0,
@@ -664,7 +878,10 @@ impl State {
             let (kind, idx) = token::split(ev.data.u64());
             match kind {
                 token::EP => {
-                    let r = self.ep(idx).and_then(|ep| ep.rx.as_mut()).map(|rx| rx.on_readable());
+                    let r = self
+                        .ep(idx)
+                        .and_then(|ep| ep.rx.as_mut())
+                        .map(|rx| rx.on_readable());
                     if let Some(Err(err)) = r {
                         // Frames already buffered are still delivered before the failure.
                         self.drain_then_fail(idx, err);
@@ -687,7 +904,11 @@ impl State {
 
     /// Remember a link failure; the endpoint fails once its buffered frames are handled.
     fn drain_then_fail(&mut self, e: u32, err: Error) {
-        let has_frame = self.ep(e).and_then(|ep| ep.rx.as_mut()).map(|rx| matches!(rx.peek(), Ok(Some(_)))).unwrap_or(false);
+        let has_frame = self
+            .ep(e)
+            .and_then(|ep| ep.rx.as_mut())
+            .map(|rx| matches!(rx.peek(), Ok(Some(_))))
+            .unwrap_or(false);
         if has_frame {
             self.link_errors.push((e, err));
         } else {
@@ -706,11 +927,19 @@ impl State {
                     return Ok(false);
                 }
             }
-            if self.ep(e).is_some_and(|ep| !ep.pending.is_empty() || !ep.push.is_empty()) {
+            if self
+                .ep(e)
+                .is_some_and(|ep| !ep.pending.is_empty() || !ep.push.is_empty())
+            {
                 return Ok(false);
             }
         }
-        for p in self.pending_conns.slots.iter_mut().filter(|p| p.live && !p.offered) {
+        for p in self
+            .pending_conns
+            .slots
+            .iter_mut()
+            .filter(|p| p.live && !p.offered)
+        {
             if let Some(rx) = p.rx.as_mut() {
                 if !rx.arm()? {
                     return Ok(false);
@@ -742,8 +971,15 @@ fn send_now(tx: &mut LinkTx, parts: &[&[u8]]) -> Result<()> {
                 let _ = tx.flush();
                 return Ok(());
             }
-            Err(crate::transport::TxError::NoResource) if Instant::now() < deadline => std::thread::yield_now(),
-            Err(crate::transport::TxError::NoResource) => return Err(Error::new(Status::Timeout, "link stayed full during wireup")),
+            Err(crate::transport::TxError::NoResource) if Instant::now() < deadline => {
+                std::thread::yield_now()
+            }
+            Err(crate::transport::TxError::NoResource) => {
+                return Err(Error::new(
+                    Status::Timeout,
+                    "link stayed full during wireup",
+                ));
+            }
             Err(crate::transport::TxError::Failed(e)) => return Err(e),
         }
     }

@@ -57,8 +57,23 @@ pub fn pair() -> ((Tx, Rx), (Tx, Rx)) {
     let a: Shared = Arc::default();
     let b: Shared = Arc::default();
     (
-        (Tx { q: b.clone(), caps: caps() }, Rx { q: a.clone(), current: None }),
-        (Tx { q: a, caps: caps() }, Rx { q: b, current: None }),
+        (
+            Tx {
+                q: b.clone(),
+                caps: caps(),
+            },
+            Rx {
+                q: a.clone(),
+                current: None,
+            },
+        ),
+        (
+            Tx { q: a, caps: caps() },
+            Rx {
+                q: b,
+                current: None,
+            },
+        ),
     )
 }
 
@@ -79,7 +94,11 @@ impl Tx {
     pub(crate) fn caps(&self) -> &Caps {
         &self.caps
     }
-    pub(crate) unsafe fn remote_read(&mut self, local: &[(usize, usize)], remote: &[(u64, u64)]) -> Result<()> {
+    pub(crate) unsafe fn remote_read(
+        &mut self,
+        local: &[(usize, usize)],
+        remote: &[(u64, u64)],
+    ) -> Result<()> {
         // SAFETY: same process; the caller guarantees `local` is writable and the protocol
         // guarantees `remote` segments are the sender's live buffers (same address space).
         unsafe { super::copy_segments(local, remote) }
@@ -97,7 +116,10 @@ impl Rx {
         if self.current.is_none() {
             self.current = lock(&self.q).frames.pop_front();
         }
-        Ok(self.current.as_ref().map(|v| RawFrame { ptr: v.as_ptr(), len: v.len() }))
+        Ok(self.current.as_ref().map(|v| RawFrame {
+            ptr: v.as_ptr(),
+            len: v.len(),
+        }))
     }
     pub(crate) fn consume(&mut self) {
         if let Some(v) = self.current.take() {

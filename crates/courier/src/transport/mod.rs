@@ -151,7 +151,11 @@ impl LinkTx {
     ///
     /// # Safety
     /// Every `local` segment must be valid for writes of its length.
-    pub unsafe fn remote_read(&mut self, local: &[(usize, usize)], remote: &[(u64, u64)]) -> Result<()> {
+    pub unsafe fn remote_read(
+        &mut self,
+        local: &[(usize, usize)],
+        remote: &[(u64, u64)],
+    ) -> Result<()> {
         // SAFETY: forwarded contract.
         unsafe { dispatch!(self, t => t.remote_read(local, remote)) }
     }
@@ -197,10 +201,18 @@ pub(crate) unsafe fn copy_segments(local: &[(usize, usize)], remote: &[(u64, u64
     for &(raddr, rlen) in remote {
         let mut rdone = 0u64;
         while rdone < rlen {
-            let Some(&(laddr, llen)) = local.get(li) else { return Ok(()) };
+            let Some(&(laddr, llen)) = local.get(li) else {
+                return Ok(());
+            };
             let n = ((rlen - rdone) as usize).min(llen - loff);
             // SAFETY: bounds from the caller's segments; regions do not overlap (distinct buffers).
-            unsafe { std::ptr::copy_nonoverlapping((raddr + rdone) as *const u8, (laddr + loff) as *mut u8, n) };
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    (raddr + rdone) as *const u8,
+                    (laddr + loff) as *mut u8,
+                    n,
+                )
+            };
             rdone += n as u64;
             loff += n;
             if loff == llen {

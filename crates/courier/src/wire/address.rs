@@ -61,8 +61,14 @@ struct Reader<'a> {
 
 impl<'a> Reader<'a> {
     fn take(&mut self, n: usize) -> Result<&'a [u8], AddressError> {
-        let end = self.pos.checked_add(n).ok_or(AddressError::Truncated(self.pos))?;
-        let s = self.b.get(self.pos..end).ok_or(AddressError::Truncated(self.pos))?;
+        let end = self
+            .pos
+            .checked_add(n)
+            .ok_or(AddressError::Truncated(self.pos))?;
+        let s = self
+            .b
+            .get(self.pos..end)
+            .ok_or(AddressError::Truncated(self.pos))?;
         self.pos = end;
         Ok(s)
     }
@@ -132,7 +138,7 @@ impl WorkerAddress {
         let pid = u32::from_le_bytes(r.arr()?);
         let nlen = r.u8()? as usize;
         let uds_name = r.take(nlen)?.to_vec();
-        if (fl & FLAG_SHM != 0) != !uds_name.is_empty() {
+        if (fl & FLAG_SHM != 0) == uds_name.is_empty() {
             return Err(AddressError::BadField("shm flag"));
         }
         if uds_name.len() > 107 {
@@ -152,13 +158,19 @@ impl WorkerAddress {
             }
             tcp.push(SocketAddr::new(ip, port));
         }
-        if (fl & FLAG_TCP != 0) != !tcp.is_empty() {
+        if (fl & FLAG_TCP != 0) == tcp.is_empty() {
             return Err(AddressError::BadField("tcp flag"));
         }
         if r.pos != b.len() {
             return Err(AddressError::Trailing(b.len() - r.pos));
         }
-        Ok(WorkerAddress { worker_id, host_id, pid, uds_name, tcp })
+        Ok(WorkerAddress {
+            worker_id,
+            host_id,
+            pid,
+            uds_name,
+            tcp,
+        })
     }
 }
 
@@ -173,7 +185,10 @@ mod tests {
             host_id: [7; 16],
             pid: 4242,
             uds_name: b"courier-4242-1".to_vec(),
-            tcp: vec!["127.0.0.1:5000".parse().unwrap(), "[::1]:6000".parse().unwrap()],
+            tcp: vec![
+                "127.0.0.1:5000".parse().unwrap(),
+                "[::1]:6000".parse().unwrap(),
+            ],
         }
     }
 
@@ -181,7 +196,11 @@ mod tests {
     fn round_trip() {
         let a = sample();
         assert_eq!(WorkerAddress::unpack(&a.pack()).unwrap(), a);
-        let b = WorkerAddress { uds_name: vec![], tcp: vec![], ..sample() };
+        let b = WorkerAddress {
+            uds_name: vec![],
+            tcp: vec![],
+            ..sample()
+        };
         assert_eq!(WorkerAddress::unpack(&b.pack()).unwrap(), b);
     }
 
@@ -193,7 +212,10 @@ mod tests {
         v[4] = 9;
         assert_eq!(WorkerAddress::unpack(&v), Err(AddressError::Version(9)));
         for cut in 0..p.len() {
-            assert!(WorkerAddress::unpack(&p[..cut]).is_err(), "accepted a cut at {cut}");
+            assert!(
+                WorkerAddress::unpack(&p[..cut]).is_err(),
+                "accepted a cut at {cut}"
+            );
         }
         let mut v = p.clone();
         v.push(0);

@@ -16,6 +16,7 @@ use std::ops::Range;
 type Field = Range<usize>;
 
 /// Common header fields.
+#[allow(missing_docs)]
 pub mod field {
     use super::Field;
     pub const KIND: usize = 0;
@@ -161,7 +162,9 @@ fn u16_at(b: &[u8], f: Field) -> u16 {
     u16::from_le_bytes([b[f.start], b[f.start + 1]])
 }
 
-/// A parsed frame: fixed fields decoded, payload borrowed.
+/// A parsed frame: fixed fields decoded, payload borrowed. Field meanings are those of
+/// the matching [`Kind`].
+#[allow(missing_docs)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Frame<'a> {
     /// See [`Kind::TagEager`].
@@ -169,19 +172,41 @@ pub enum Frame<'a> {
     /// See [`Kind::TagEagerSync`].
     TagEagerSync { tag: u64, sreq: u64, data: &'a [u8] },
     /// See [`Kind::TagRts`].
-    TagRts { tag: u64, sreq: u64, len: u64, sync: bool, segs: Segments<'a> },
+    TagRts {
+        tag: u64,
+        sreq: u64,
+        len: u64,
+        sync: bool,
+        segs: Segments<'a>,
+    },
     /// See [`Kind::RndvAts`].
     RndvAts { sreq: u64, status: i32 },
     /// See [`Kind::RndvRtr`].
     RndvRtr { sreq: u64, rreq: u64, len: u64 },
     /// See [`Kind::RndvData`].
-    RndvData { rreq: u64, offset: u64, data: &'a [u8] },
+    RndvData {
+        rreq: u64,
+        offset: u64,
+        data: &'a [u8],
+    },
     /// See [`Kind::SyncAck`].
     SyncAck { sreq: u64 },
     /// See [`Kind::Am`].
-    Am { id: u16, reply: bool, header: &'a [u8], data: &'a [u8] },
+    Am {
+        id: u16,
+        reply: bool,
+        header: &'a [u8],
+        data: &'a [u8],
+    },
     /// See [`Kind::AmRts`].
-    AmRts { id: u16, reply: bool, sreq: u64, len: u64, header: &'a [u8], segs: Segments<'a> },
+    AmRts {
+        id: u16,
+        reply: bool,
+        sreq: u64,
+        len: u64,
+        header: &'a [u8],
+        segs: Segments<'a>,
+    },
     /// See [`Kind::Stream`].
     Stream { data: &'a [u8] },
     /// See [`Kind::Close`].
@@ -195,7 +220,11 @@ pub enum Frame<'a> {
     /// See [`Kind::ConnReject`].
     ConnReject,
     /// See [`Kind::Wireup`].
-    Wireup { conn_id: u64, purpose: u32, address: &'a [u8] },
+    Wireup {
+        conn_id: u64,
+        purpose: u32,
+        address: &'a [u8],
+    },
 }
 
 /// A list of (address, length) segments, validated to fit, iterated lazily.
@@ -209,17 +238,25 @@ pub const SEG_LEN: usize = 16;
 
 impl<'a> Segments<'a> {
     fn new(raw: &'a [u8], count: usize, total: u64) -> Result<Segments<'a>, WireError> {
-        let need = count.checked_mul(SEG_LEN).ok_or(WireError::BadField("segment count overflows"))?;
+        let need = count
+            .checked_mul(SEG_LEN)
+            .ok_or(WireError::BadField("segment count overflows"))?;
         if raw.len() != need {
-            return Err(WireError::BadField("segment list length does not match its count"));
+            return Err(WireError::BadField(
+                "segment list length does not match its count",
+            ));
         }
         let s = Segments { raw };
         let mut sum: u64 = 0;
         for (_, len) in s.iter() {
-            sum = sum.checked_add(len).ok_or(WireError::BadField("segment lengths overflow"))?;
+            sum = sum
+                .checked_add(len)
+                .ok_or(WireError::BadField("segment lengths overflow"))?;
         }
         if count > 0 && sum != total {
-            return Err(WireError::BadField("segment lengths do not add up to the message length"));
+            return Err(WireError::BadField(
+                "segment lengths do not add up to the message length",
+            ));
         }
         Ok(s)
     }
@@ -236,7 +273,9 @@ impl<'a> Segments<'a> {
 
     /// (address, length) pairs.
     pub fn iter(&self) -> impl Iterator<Item = (u64, u64)> + 'a {
-        self.raw.chunks_exact(SEG_LEN).map(|c| (u64_at(c, 0..8), u64_at(c, 8..16)))
+        self.raw
+            .chunks_exact(SEG_LEN)
+            .map(|c| (u64_at(c, 0..8), u64_at(c, 8..16)))
     }
 }
 
@@ -255,13 +294,24 @@ impl<'a> Frame<'a> {
         let kind = Kind::from_u8(kb).ok_or(WireError::UnknownKind(kb))?;
         let need = kind.header_len();
         if b.len() < need {
-            return Err(WireError::Truncated { kind, len: b.len(), need });
+            return Err(WireError::Truncated {
+                kind,
+                len: b.len(),
+                need,
+            });
         }
         let fl = b[field::FLAGS];
         let rest = &b[need..];
         Ok(match kind {
-            Kind::TagEager => Frame::TagEager { tag: u64_at(b, field::W1), data: rest },
-            Kind::TagEagerSync => Frame::TagEagerSync { tag: u64_at(b, field::W1), sreq: u64_at(b, field::W2), data: rest },
+            Kind::TagEager => Frame::TagEager {
+                tag: u64_at(b, field::W1),
+                data: rest,
+            },
+            Kind::TagEagerSync => Frame::TagEagerSync {
+                tag: u64_at(b, field::W1),
+                sreq: u64_at(b, field::W2),
+                data: rest,
+            },
             Kind::TagRts => {
                 let len = u64_at(b, field::W3);
                 let count = u32_at(b, field::AUX32) as usize;
@@ -273,24 +323,47 @@ impl<'a> Frame<'a> {
                     segs: Segments::new(rest, count, len)?,
                 }
             }
-            Kind::RndvAts => Frame::RndvAts { sreq: u64_at(b, field::W1), status: u32_at(b, field::AUX32) as i32 },
-            Kind::RndvRtr => Frame::RndvRtr { sreq: u64_at(b, field::W1), rreq: u64_at(b, field::W2), len: u64_at(b, field::W3) },
-            Kind::RndvData => Frame::RndvData { rreq: u64_at(b, field::W1), offset: u64_at(b, field::W2), data: rest },
-            Kind::SyncAck => Frame::SyncAck { sreq: u64_at(b, field::W1) },
+            Kind::RndvAts => Frame::RndvAts {
+                sreq: u64_at(b, field::W1),
+                status: u32_at(b, field::AUX32) as i32,
+            },
+            Kind::RndvRtr => Frame::RndvRtr {
+                sreq: u64_at(b, field::W1),
+                rreq: u64_at(b, field::W2),
+                len: u64_at(b, field::W3),
+            },
+            Kind::RndvData => Frame::RndvData {
+                rreq: u64_at(b, field::W1),
+                offset: u64_at(b, field::W2),
+                data: rest,
+            },
+            Kind::SyncAck => Frame::SyncAck {
+                sreq: u64_at(b, field::W1),
+            },
             Kind::Am => {
                 let hlen = u32_at(b, field::AUX32) as usize;
                 if hlen > rest.len() {
-                    return Err(WireError::BadField("active-message header longer than the frame"));
+                    return Err(WireError::BadField(
+                        "active-message header longer than the frame",
+                    ));
                 }
-                Frame::Am { id: u16_at(b, field::AUX16), reply: fl & flags::AM_REPLY != 0, header: &rest[..hlen], data: &rest[hlen..] }
+                Frame::Am {
+                    id: u16_at(b, field::AUX16),
+                    reply: fl & flags::AM_REPLY != 0,
+                    header: &rest[..hlen],
+                    data: &rest[hlen..],
+                }
             }
             Kind::AmRts => {
                 let hlen = u32_at(b, field::AUX32) as usize;
                 if hlen > rest.len() {
-                    return Err(WireError::BadField("active-message header longer than the frame"));
+                    return Err(WireError::BadField(
+                        "active-message header longer than the frame",
+                    ));
                 }
                 let len = u64_at(b, field::W2);
-                let count = usize::try_from(u64_at(b, field::W3)).map_err(|_| WireError::BadField("segment count too large"))?;
+                let count = usize::try_from(u64_at(b, field::W3))
+                    .map_err(|_| WireError::BadField("segment count too large"))?;
                 Frame::AmRts {
                     id: u16_at(b, field::AUX16),
                     reply: fl & flags::AM_REPLY != 0,
@@ -303,10 +376,20 @@ impl<'a> Frame<'a> {
             Kind::Stream => Frame::Stream { data: rest },
             Kind::Close => Frame::Close,
             Kind::Keepalive => Frame::Keepalive,
-            Kind::ConnReq => Frame::ConnReq { client_id: u64_at(b, field::W1), address: rest },
-            Kind::ConnAccept => Frame::ConnAccept { conn_id: u64_at(b, field::W1), address: rest },
+            Kind::ConnReq => Frame::ConnReq {
+                client_id: u64_at(b, field::W1),
+                address: rest,
+            },
+            Kind::ConnAccept => Frame::ConnAccept {
+                conn_id: u64_at(b, field::W1),
+                address: rest,
+            },
             Kind::ConnReject => Frame::ConnReject,
-            Kind::Wireup => Frame::Wireup { conn_id: u64_at(b, field::W1), purpose: u32_at(b, field::AUX32), address: rest },
+            Kind::Wireup => Frame::Wireup {
+                conn_id: u64_at(b, field::W1),
+                purpose: u32_at(b, field::AUX32),
+                address: rest,
+            },
         })
     }
 }
@@ -324,7 +407,10 @@ impl Header {
     pub fn new(kind: Kind) -> Header {
         let mut buf = [0u8; 48];
         buf[field::KIND] = kind as u8;
-        Header { buf, len: kind.header_len() }
+        Header {
+            buf,
+            len: kind.header_len(),
+        }
     }
     /// Set the flags byte.
     #[inline]
@@ -372,17 +458,54 @@ mod tests {
     #[test]
     fn round_trips() {
         let b = frame(Header::new(Kind::TagEager).word(1, 0xdead_beef), b"hello");
-        assert_eq!(Frame::parse(&b).unwrap(), Frame::TagEager { tag: 0xdead_beef, data: b"hello" });
+        assert_eq!(
+            Frame::parse(&b).unwrap(),
+            Frame::TagEager {
+                tag: 0xdead_beef,
+                data: b"hello"
+            }
+        );
 
-        let b = frame(Header::new(Kind::Am).aux16(7).aux32(3).flags(flags::AM_REPLY), b"hdrdata");
-        assert_eq!(Frame::parse(&b).unwrap(), Frame::Am { id: 7, reply: true, header: b"hdr", data: b"data" });
+        let b = frame(
+            Header::new(Kind::Am)
+                .aux16(7)
+                .aux32(3)
+                .flags(flags::AM_REPLY),
+            b"hdrdata",
+        );
+        assert_eq!(
+            Frame::parse(&b).unwrap(),
+            Frame::Am {
+                id: 7,
+                reply: true,
+                header: b"hdr",
+                data: b"data"
+            }
+        );
 
         let mut segs = Vec::new();
         emit_segments(&mut segs, [(0x1000u64, 10u64), (0x2000, 6)].into_iter());
-        let b = frame(Header::new(Kind::TagRts).word(1, 5).word(2, 9).word(3, 16).aux32(2).flags(flags::SYNC), &segs);
+        let b = frame(
+            Header::new(Kind::TagRts)
+                .word(1, 5)
+                .word(2, 9)
+                .word(3, 16)
+                .aux32(2)
+                .flags(flags::SYNC),
+            &segs,
+        );
         match Frame::parse(&b).unwrap() {
-            Frame::TagRts { tag: 5, sreq: 9, len: 16, sync: true, segs } => {
-                assert_eq!(segs.iter().collect::<Vec<_>>(), vec![(0x1000, 10), (0x2000, 6)]);
+            Frame::TagRts {
+                tag: 5,
+                sreq: 9,
+                len: 16,
+                sync: true,
+                segs,
+            } => {
+                assert_eq!(
+                    segs.iter().collect::<Vec<_>>(),
+                    vec![(0x1000, 10), (0x2000, 6)]
+                );
             }
             f => panic!("{f:?}"),
         }
@@ -392,7 +515,10 @@ mod tests {
     fn rejects_lies() {
         assert_eq!(Frame::parse(&[]), Err(WireError::Empty));
         assert_eq!(Frame::parse(&[200]), Err(WireError::UnknownKind(200)));
-        assert!(matches!(Frame::parse(&[1, 0, 0]), Err(WireError::Truncated { .. })));
+        assert!(matches!(
+            Frame::parse(&[1, 0, 0]),
+            Err(WireError::Truncated { .. })
+        ));
         // Header length beyond the frame.
         let b = frame(Header::new(Kind::Am).aux32(100), b"abc");
         assert!(matches!(Frame::parse(&b), Err(WireError::BadField(_))));

@@ -17,8 +17,14 @@ pub(super) fn errno_text(e: i32) -> String {
 /// Read 8 bytes at `addr` in process `pid`. `Err(errno)` if the kernel refuses.
 pub(super) fn read_word(pid: u32, addr: u64) -> std::result::Result<u64, i32> {
     let mut v = 0u64;
-    let local = libc::iovec { iov_base: (&raw mut v).cast(), iov_len: 8 };
-    let remote = libc::iovec { iov_base: addr as usize as *mut libc::c_void, iov_len: 8 };
+    let local = libc::iovec {
+        iov_base: (&raw mut v).cast(),
+        iov_len: 8,
+    };
+    let remote = libc::iovec {
+        iov_base: addr as usize as *mut libc::c_void,
+        iov_len: 8,
+    };
     // SAFETY: `local` describes our own 8-byte variable; the remote side is checked by the
     // kernel against the peer's address space.
     let n = unsafe { libc::process_vm_readv(pid as libc::pid_t, &local, 1, &remote, 1, 0) };
@@ -37,12 +43,18 @@ pub(super) fn read_word(pid: u32, addr: u64) -> std::result::Result<u64, i32> {
 pub(super) unsafe fn read(pid: u32, local: &[(usize, usize)], remote: &[(u64, u64)]) -> Result<()> {
     for &(a, l) in remote {
         if a.checked_add(l).is_none() || usize::try_from(a.saturating_add(l)).is_err() {
-            return Err(Error::msg(Status::OutOfRange, format!("remote segment {a:#x}+{l} overflows the address space")));
+            return Err(Error::msg(
+                Status::OutOfRange,
+                format!("remote segment {a:#x}+{l} overflows the address space"),
+            ));
         }
     }
     let (mut li, mut lo) = (0usize, 0usize);
     let (mut ri, mut ro) = (0usize, 0u64);
-    let empty = libc::iovec { iov_base: std::ptr::null_mut(), iov_len: 0 };
+    let empty = libc::iovec {
+        iov_base: std::ptr::null_mut(),
+        iov_len: 0,
+    };
     let mut liov = [empty; BATCH];
     let mut riov = [empty; BATCH];
     loop {
@@ -52,7 +64,10 @@ pub(super) unsafe fn read(pid: u32, local: &[(usize, usize)], remote: &[(u64, u6
         while ln < BATCH && i < local.len() {
             let (a, l) = local[i];
             if l > off {
-                liov[ln] = libc::iovec { iov_base: (a + off) as *mut libc::c_void, iov_len: l - off };
+                liov[ln] = libc::iovec {
+                    iov_base: (a + off) as *mut libc::c_void,
+                    iov_len: l - off,
+                };
                 ln += 1;
                 lsum += l - off;
             }
@@ -65,7 +80,10 @@ pub(super) unsafe fn read(pid: u32, local: &[(usize, usize)], remote: &[(u64, u6
             let (a, l) = remote[i];
             if l > off {
                 let len = (l - off) as usize;
-                riov[rn] = libc::iovec { iov_base: (a + off) as usize as *mut libc::c_void, iov_len: len };
+                riov[rn] = libc::iovec {
+                    iov_base: (a + off) as usize as *mut libc::c_void,
+                    iov_len: len,
+                };
                 rn += 1;
                 rsum += len;
             }
@@ -77,7 +95,16 @@ pub(super) unsafe fn read(pid: u32, local: &[(usize, usize)], remote: &[(u64, u6
         }
         // SAFETY: local iovecs lie in segments the caller vouches for; the kernel checks the
         // remote ones against the peer's address space.
-        let got = unsafe { libc::process_vm_readv(pid as libc::pid_t, liov.as_ptr(), ln as _, riov.as_ptr(), rn as _, 0) };
+        let got = unsafe {
+            libc::process_vm_readv(
+                pid as libc::pid_t,
+                liov.as_ptr(),
+                ln as _,
+                riov.as_ptr(),
+                rn as _,
+                0,
+            )
+        };
         if got < 0 {
             let e = errno();
             if e == libc::EINTR {
@@ -116,8 +143,14 @@ pub(super) unsafe fn read(pid: u32, local: &[(usize, usize)], remote: &[(u64, u6
 
 fn map_errno(pid: u32, e: i32) -> Error {
     match e {
-        libc::EFAULT => Error::msg(Status::OutOfRange, format!("remote address not mapped in peer (pid {pid})")),
+        libc::EFAULT => Error::msg(
+            Status::OutOfRange,
+            format!("remote address not mapped in peer (pid {pid})"),
+        ),
         libc::ESRCH => Error::msg(Status::PeerFailure, format!("shm peer (pid {pid}) is gone")),
-        _ => Error::msg(Status::IoError, format!("process_vm_readv from pid {pid}: {}", errno_text(e))),
+        _ => Error::msg(
+            Status::IoError,
+            format!("process_vm_readv from pid {pid}: {}", errno_text(e)),
+        ),
     }
 }

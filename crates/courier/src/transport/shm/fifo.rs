@@ -16,7 +16,7 @@
 //!
 //! Everything read from the segment is validated: the peer may be buggy or hostile.
 
-use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering::*};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::*, fence};
 
 use super::segment::{CELL, CELL_HDR, CTL_SIZE};
 use crate::base::{Error, Result, Status};
@@ -72,7 +72,11 @@ impl FifoRef {
     /// inside a mapping that outlives every use of the returned value.
     pub unsafe fn new(base: *mut u8, n: usize) -> FifoRef {
         // SAFETY: within the FIFO per the caller's contract.
-        FifoRef { ctl: base.cast(), cells: unsafe { base.add(CTL_SIZE) }, n }
+        FifoRef {
+            ctl: base.cast(),
+            cells: unsafe { base.add(CTL_SIZE) },
+            n,
+        }
     }
 
     #[inline]
@@ -105,7 +109,12 @@ pub(super) struct Producer {
 
 impl Producer {
     pub fn new(f: FifoRef) -> Producer {
-        Producer { f, head: 0, tail_cache: 0, max_frame: max_frame(f.n) }
+        Producer {
+            f,
+            head: 0,
+            tail_cache: 0,
+            max_frame: max_frame(f.n),
+        }
     }
 
     pub fn max_frame(&self) -> usize {
@@ -120,7 +129,10 @@ impl Producer {
         if len > self.max_frame {
             return Err(TxError::Failed(Error::msg(
                 Status::InvalidParam,
-                format!("shm: frame of {len} bytes exceeds max_frame {}", self.max_frame),
+                format!(
+                    "shm: frame of {len} bytes exceeds max_frame {}",
+                    self.max_frame
+                ),
             )));
         }
         let n = self.f.n;
@@ -133,7 +145,10 @@ impl Producer {
             if t > self.head || self.head - t > n as u64 || t < self.tail_cache {
                 return Err(TxError::Failed(Error::msg(
                     Status::ProtocolError,
-                    format!("shm: peer's consumer position {t} is impossible (ours {}, FIFO {n} cells)", self.head),
+                    format!(
+                        "shm: peer's consumer position {t} is impossible (ours {}, FIFO {n} cells)",
+                        self.head
+                    ),
                 )));
             }
             self.tail_cache = t;
@@ -198,11 +213,19 @@ pub(super) struct Consumer {
 
 impl Consumer {
     pub fn new(f: FifoRef) -> Consumer {
-        Consumer { f, head: 0, max_frame: max_frame(f.n), cur: None }
+        Consumer {
+            f,
+            head: 0,
+            max_frame: max_frame(f.n),
+            cur: None,
+        }
     }
 
     fn bad(&self, what: String) -> Error {
-        Error::msg(Status::ProtocolError, format!("shm: corrupt FIFO cell at position {}: {what}", self.head))
+        Error::msg(
+            Status::ProtocolError,
+            format!("shm: corrupt FIFO cell at position {}: {what}", self.head),
+        )
     }
 
     /// The next frame, not consumed. No system call, no allocation.
@@ -232,13 +255,20 @@ impl Consumer {
             }
             let len = len as usize;
             if len > self.max_frame {
-                return Err(self.bad(format!("frame length {len} exceeds max_frame {}", self.max_frame)));
+                return Err(self.bad(format!(
+                    "frame length {len} exceeds max_frame {}",
+                    self.max_frame
+                )));
             }
             if ncells != cells_for(len) {
-                return Err(self.bad(format!("cell count {ncells} does not match frame length {len}")));
+                return Err(self.bad(format!(
+                    "cell count {ncells} does not match frame length {len}"
+                )));
             }
             if idx + ncells > n {
-                return Err(self.bad(format!("frame of {ncells} cells at index {idx} runs past the end of {n} cells")));
+                return Err(self.bad(format!(
+                    "frame of {ncells} cells at index {idx} runs past the end of {n} cells"
+                )));
             }
             self.cur = Some(Current { idx, len, ncells });
         }

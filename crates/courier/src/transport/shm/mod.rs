@@ -31,8 +31,8 @@ use std::time::{Duration, Instant};
 use rustix::event::epoll;
 use rustix::io::Errno;
 use rustix::net::{
-    AddressFamily, RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, SendAncillaryBuffer, SendAncillaryMessage,
-    SendFlags, SocketAddrUnix, SocketFlags, SocketType,
+    AddressFamily, RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, SendAncillaryBuffer,
+    SendAncillaryMessage, SendFlags, SocketAddrUnix, SocketFlags, SocketType,
 };
 
 use super::{Caps, RawFrame, RndvMode, TxError};
@@ -94,7 +94,9 @@ fn probe_cma(pid: u32, map: &Mapping, peer_side: usize) -> std::result::Result<(
         return Err("peer pid not visible (another pid namespace)".into());
     }
     let h = map.header();
-    let addr = h.map_base[peer_side].load(Relaxed).wrapping_add(segment::PROBE_OFFSET as u64);
+    let addr = h.map_base[peer_side]
+        .load(Relaxed)
+        .wrapping_add(segment::PROBE_OFFSET as u64);
     let want = h.probe.load(Relaxed);
     match cma::read_word(pid, addr) {
         Ok(v) if v == want => Ok(()),
@@ -116,7 +118,11 @@ fn caps(max_frame: usize, cma: bool) -> Caps {
         device: "memory".into(),
         max_short: segment::CELL - segment::CELL_HDR,
         max_frame,
-        rndv: if cma { RndvMode::RemoteRead } else { RndvMode::Push },
+        rndv: if cma {
+            RndvMode::RemoteRead
+        } else {
+            RndvMode::Push
+        },
         rndv_thresh: 16 << 10,
         peer_failure: true,
         wakeup: true,
@@ -136,10 +142,24 @@ struct Link {
 /// Build the two halves. `side` 0 = connector (sends on FIFO 0), 1 = acceptor.
 /// `n` is the cell count the mapping was created or checked for — never re-read from the
 /// shared header, which the peer could change after the check.
-fn make_link(sock: OwnedFd, map: Mapping, n: usize, side: usize, peer_pid: u32, cma: bool) -> Result<(Tx, Rx)> {
-    rustix::io::ioctl_fionbio(&sock, true).map_err(|e| Error::io("shm: making the socket non-blocking", e))?;
+fn make_link(
+    sock: OwnedFd,
+    map: Mapping,
+    n: usize,
+    side: usize,
+    peer_pid: u32,
+    cma: bool,
+) -> Result<(Tx, Rx)> {
+    rustix::io::ioctl_fionbio(&sock, true)
+        .map_err(|e| Error::io("shm: making the socket non-blocking", e))?;
     if !segment::valid_ncells(n) || map.len() < segment::fifo_offset(n, 2) {
-        return Err(Error::msg(Status::InvalidParam, format!("shm: mapping of {} bytes cannot hold two FIFOs of {n} cells", map.len())));
+        return Err(Error::msg(
+            Status::InvalidParam,
+            format!(
+                "shm: mapping of {} bytes cannot hold two FIFOs of {n} cells",
+                map.len()
+            ),
+        ));
     }
     let base = map.base();
     // SAFETY: checked just above: both FIFOs of `n` cells lie inside the mapping; the
@@ -150,10 +170,26 @@ fn make_link(sock: OwnedFd, map: Mapping, n: usize, side: usize, peer_pid: u32, 
             FifoRef::new(base.add(segment::fifo_offset(n, 1 - side)), n),
         )
     };
-    let link = Arc::new(Link { sock, _map: map, peer_pid });
+    let link = Arc::new(Link {
+        sock,
+        _map: map,
+        peer_pid,
+    });
     let prod = Producer::new(out_f);
     let caps = caps(prod.max_frame(), cma);
-    Ok((Tx { prod, link: link.clone(), caps, cma }, Rx { cons: Consumer::new(in_f), link, eof: false }))
+    Ok((
+        Tx {
+            prod,
+            link: link.clone(),
+            caps,
+            cma,
+        },
+        Rx {
+            cons: Consumer::new(in_f),
+            link,
+            eof: false,
+        },
+    ))
 }
 
 /// Sending half.
@@ -189,13 +225,20 @@ impl Tx {
     #[cold]
     fn wake(&self) -> Result<(), TxError> {
         loop {
-            match rustix::net::send(&self.link.sock, &[1u8], SendFlags::DONTWAIT | SendFlags::NOSIGNAL) {
+            match rustix::net::send(
+                &self.link.sock,
+                &[1u8],
+                SendFlags::DONTWAIT | SendFlags::NOSIGNAL,
+            ) {
                 Ok(_) | Err(Errno::AGAIN) => return Ok(()), // full: the peer has bytes to wake on
                 Err(Errno::INTR) => continue,
                 Err(e) => {
                     return Err(TxError::Failed(Error::msg(
                         Status::PeerFailure,
-                        format!("shm peer (pid {}) closed the connection or died ({e})", self.link.peer_pid),
+                        format!(
+                            "shm peer (pid {}) closed the connection or died ({e})",
+                            self.link.peer_pid
+                        ),
                     )));
                 }
             }
@@ -220,9 +263,16 @@ impl Tx {
         self.link.peer_pid
     }
 
-    pub(crate) unsafe fn remote_read(&mut self, local: &[(usize, usize)], remote: &[(u64, u64)]) -> Result<()> {
+    pub(crate) unsafe fn remote_read(
+        &mut self,
+        local: &[(usize, usize)],
+        remote: &[(u64, u64)],
+    ) -> Result<()> {
         if !self.cma {
-            return Err(Error::new(Status::Unsupported, "shm: this link has no CMA (remote reads are off or refused)"));
+            return Err(Error::new(
+                Status::Unsupported,
+                "shm: this link has no CMA (remote reads are off or refused)",
+            ));
         }
         // SAFETY: the caller guarantees every local segment is writable.
         unsafe { cma::read(self.link.peer_pid, local, remote) }
@@ -290,8 +340,13 @@ impl Rx {
 // ---------------------------------------------------------------------------------------
 
 fn unix_socket(flags: SocketFlags) -> Result<OwnedFd> {
-    rustix::net::socket_with(AddressFamily::UNIX, SocketType::STREAM, SocketFlags::CLOEXEC | flags, None)
-        .map_err(|e| Error::io("shm: creating a unix socket", e))
+    rustix::net::socket_with(
+        AddressFamily::UNIX,
+        SocketType::STREAM,
+        SocketFlags::CLOEXEC | flags,
+        None,
+    )
+    .map_err(|e| Error::io("shm: creating a unix socket", e))
 }
 
 fn name_text(name: &[u8]) -> String {
@@ -304,12 +359,27 @@ fn recv_exact(sock: &OwnedFd, buf: &mut [u8], what: &str) -> Result<()> {
     while got < buf.len() {
         match rustix::net::recv(sock, &mut buf[got..], RecvFlags::empty()) {
             Ok((_, 0)) => {
-                return Err(Error::msg(Status::Rejected, format!("shm: the peer closed the connection during setup ({what}); see its log")));
+                return Err(Error::msg(
+                    Status::Rejected,
+                    format!(
+                        "shm: the peer closed the connection during setup ({what}); see its log"
+                    ),
+                ));
             }
             Ok((_, n)) => got += n,
             Err(Errno::INTR) => {}
-            Err(Errno::AGAIN) => return Err(Error::msg(Status::Timeout, format!("shm: no {what} from the peer within {SETUP_TIMEOUT:?}"))),
-            Err(e) => return Err(Error::msg(Status::Unreachable, format!("shm: reading the {what}: {e}"))),
+            Err(Errno::AGAIN) => {
+                return Err(Error::msg(
+                    Status::Timeout,
+                    format!("shm: no {what} from the peer within {SETUP_TIMEOUT:?}"),
+                ));
+            }
+            Err(e) => {
+                return Err(Error::msg(
+                    Status::Unreachable,
+                    format!("shm: reading the {what}: {e}"),
+                ));
+            }
         }
     }
     Ok(())
@@ -321,14 +391,21 @@ fn send_all(sock: &OwnedFd, buf: &[u8], what: &str) -> Result<()> {
         match rustix::net::send(sock, &buf[sent..], SendFlags::NOSIGNAL) {
             Ok(n) => sent += n,
             Err(Errno::INTR) => {}
-            Err(e) => return Err(Error::msg(Status::Unreachable, format!("shm: sending the {what}: {e}"))),
+            Err(e) => {
+                return Err(Error::msg(
+                    Status::Unreachable,
+                    format!("shm: sending the {what}: {e}"),
+                ));
+            }
         }
     }
     Ok(())
 }
 
 fn peer_pid(sock: &OwnedFd) -> u32 {
-    rustix::net::sockopt::socket_peercred(sock).map(|c| c.pid.as_raw_nonzero().get() as u32).unwrap_or(0)
+    rustix::net::sockopt::socket_peercred(sock)
+        .map(|c| c.pid.as_raw_nonzero().get() as u32)
+        .unwrap_or(0)
 }
 
 /// Connect to the acceptor named `name` (abstract namespace, without the leading NUL).
@@ -338,20 +415,43 @@ pub fn connect(name: &[u8], cfg: &Config) -> Result<(Tx, Rx)> {
     let (memfd, map) = segment::create(cfg.shm_fifo_size)?;
     let n = cfg.shm_fifo_size;
     let sock = unix_socket(SocketFlags::empty())?;
-    for t in [rustix::net::sockopt::Timeout::Recv, rustix::net::sockopt::Timeout::Send] {
-        rustix::net::sockopt::set_socket_timeout(&sock, t, Some(SETUP_TIMEOUT)).map_err(|e| Error::io("shm: setting socket timeouts", e))?;
+    for t in [
+        rustix::net::sockopt::Timeout::Recv,
+        rustix::net::sockopt::Timeout::Send,
+    ] {
+        rustix::net::sockopt::set_socket_timeout(&sock, t, Some(SETUP_TIMEOUT))
+            .map_err(|e| Error::io("shm: setting socket timeouts", e))?;
     }
-    let addr = SocketAddrUnix::new_abstract_name(name)
-        .map_err(|_| Error::msg(Status::InvalidAddress, format!("shm: acceptor name {shown:?} is too long")))?;
+    let addr = SocketAddrUnix::new_abstract_name(name).map_err(|_| {
+        Error::msg(
+            Status::InvalidAddress,
+            format!("shm: acceptor name {shown:?} is too long"),
+        )
+    })?;
     loop {
         match rustix::net::connect(&sock, &addr) {
             Ok(()) => break,
             Err(Errno::INTR) => continue,
             Err(e @ (Errno::CONNREFUSED | Errno::NOENT)) => {
-                return Err(Error::msg(Status::Unreachable, format!("shm: no acceptor named {shown:?} on this host ({e}); the peer process is gone or on another host")));
+                return Err(Error::msg(
+                    Status::Unreachable,
+                    format!(
+                        "shm: no acceptor named {shown:?} on this host ({e}); the peer process is gone or on another host"
+                    ),
+                ));
             }
-            Err(Errno::AGAIN) => return Err(Error::msg(Status::Unreachable, format!("shm: acceptor {shown:?} is not accepting (backlog full)"))),
-            Err(e) => return Err(Error::msg(Status::Unreachable, format!("shm: connecting to {shown:?}: {e}"))),
+            Err(Errno::AGAIN) => {
+                return Err(Error::msg(
+                    Status::Unreachable,
+                    format!("shm: acceptor {shown:?} is not accepting (backlog full)"),
+                ));
+            }
+            Err(e) => {
+                return Err(Error::msg(
+                    Status::Unreachable,
+                    format!("shm: connecting to {shown:?}: {e}"),
+                ));
+            }
         }
     }
     let acc_pid = peer_pid(&sock);
@@ -369,15 +469,28 @@ pub fn connect(name: &[u8], cfg: &Config) -> Result<(Tx, Rx)> {
         let mut space = [MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(1))];
         let mut anc = SendAncillaryBuffer::new(&mut space);
         if !anc.push(SendAncillaryMessage::ScmRights(&fds)) {
-            return Err(Error::new(Status::IoError, "shm: ancillary buffer too small for one fd"));
+            return Err(Error::new(
+                Status::IoError,
+                "shm: ancillary buffer too small for one fd",
+            ));
         }
         let sent = loop {
-            match rustix::net::sendmsg(&sock, &[IoSlice::new(&hello)], &mut anc, SendFlags::NOSIGNAL) {
+            match rustix::net::sendmsg(
+                &sock,
+                &[IoSlice::new(&hello)],
+                &mut anc,
+                SendFlags::NOSIGNAL,
+            ) {
                 Err(Errno::INTR) => continue,
                 r => break r,
             }
         }
-        .map_err(|e| Error::msg(Status::Unreachable, format!("shm: sending the segment to {shown:?}: {e}")))?;
+        .map_err(|e| {
+            Error::msg(
+                Status::Unreachable,
+                format!("shm: sending the segment to {shown:?}: {e}"),
+            )
+        })?;
         if sent < HELLO_LEN {
             send_all(&sock, &hello[sent..], "hello")?;
         }
@@ -391,14 +504,25 @@ pub fn connect(name: &[u8], cfg: &Config) -> Result<(Tx, Rx)> {
     let rpid = u32_at(&reply, 12);
     if reply[0..8] == REPLY_NO {
         let why = match u32_at(&reply, 16) {
-            R_BAD_SEGMENT => "it could not use our shared segment (different Courier build?)".to_string(),
-            R_CMA_REQUIRED => "it requires CMA (COURIER_SHM_CMA=yes) and process_vm_readv on us was refused".to_string(),
+            R_BAD_SEGMENT => {
+                "it could not use our shared segment (different Courier build?)".to_string()
+            }
+            R_CMA_REQUIRED => {
+                "it requires CMA (COURIER_SHM_CMA=yes) and process_vm_readv on us was refused"
+                    .to_string()
+            }
             r => format!("reason code {r}"),
         };
-        return Err(Error::msg(Status::Rejected, format!("shm: acceptor {shown:?} (pid {rpid}) rejected the connection: {why}")));
+        return Err(Error::msg(
+            Status::Rejected,
+            format!("shm: acceptor {shown:?} (pid {rpid}) rejected the connection: {why}"),
+        ));
     }
     if reply[0..8] != REPLY_OK {
-        return Err(Error::msg(Status::ProtocolError, format!("shm: acceptor {shown:?} sent a malformed setup reply")));
+        return Err(Error::msg(
+            Status::ProtocolError,
+            format!("shm: acceptor {shown:?} sent a malformed setup reply"),
+        ));
     }
 
     // CMA decision: both policies allow it and both directions work.
@@ -422,12 +546,25 @@ pub fn connect(name: &[u8], cfg: &Config) -> Result<(Tx, Rx)> {
     let abort = required && !cma;
     let mut confirm = [0u8; CONFIRM_LEN];
     confirm[0..8].copy_from_slice(&CONFIRM_MAGIC);
-    let cflags = if abort { C_ABORT } else if cma { C_CMA } else { 0 };
+    let cflags = if abort {
+        C_ABORT
+    } else if cma {
+        C_CMA
+    } else {
+        0
+    };
     confirm[8..12].copy_from_slice(&cflags.to_ne_bytes());
     send_all(&sock, &confirm, "setup confirmation")?;
     if abort {
-        let who = if ours & F_CMA_REQUIRED != 0 { "COURIER_SHM_CMA=yes here" } else { "the peer sets COURIER_SHM_CMA=yes" };
-        return Err(Error::msg(Status::Unsupported, format!("shm: CMA is required ({who}) but unavailable: {why_not}")));
+        let who = if ours & F_CMA_REQUIRED != 0 {
+            "COURIER_SHM_CMA=yes here"
+        } else {
+            "the peer sets COURIER_SHM_CMA=yes"
+        };
+        return Err(Error::msg(
+            Status::Unsupported,
+            format!("shm: CMA is required ({who}) but unavailable: {why_not}"),
+        ));
     }
     let pid = if acc_pid != 0 { acc_pid } else { rpid };
     tracing::debug!("shm: connected to {shown:?} (pid {pid}), {n} cells per FIFO, cma {cma}");
@@ -442,7 +579,11 @@ enum Stage {
     /// Waiting for the hello (and its memfd).
     Hello { memfd: Option<OwnedFd> },
     /// Replied; waiting for the confirmation.
-    Confirm { map: Mapping, ncells: usize, cma_ok: bool },
+    Confirm {
+        map: Mapping,
+        ncells: usize,
+        cma_ok: bool,
+    },
 }
 
 struct Pending {
@@ -480,8 +621,14 @@ impl Acceptor {
         let listener = unix_socket(SocketFlags::NONBLOCK)?;
         let mut tries = 0;
         let name = loop {
-            let name = format!("courier-{}-{:016x}", std::process::id(), crate::base::sys::random_u64()).into_bytes();
-            let addr = SocketAddrUnix::new_abstract_name(&name).map_err(|e| Error::io("shm: abstract name", e))?;
+            let name = format!(
+                "courier-{}-{:016x}",
+                std::process::id(),
+                crate::base::sys::random_u64()
+            )
+            .into_bytes();
+            let addr = SocketAddrUnix::new_abstract_name(&name)
+                .map_err(|e| Error::io("shm: abstract name", e))?;
             match rustix::net::bind(&listener, &addr) {
                 Ok(()) => break name,
                 Err(Errno::ADDRINUSE) if tries < 8 => tries += 1,
@@ -489,10 +636,23 @@ impl Acceptor {
             }
         };
         rustix::net::listen(&listener, 128).map_err(|e| Error::io("shm: listen", e))?;
-        let ep = epoll::create(epoll::CreateFlags::CLOEXEC).map_err(|e| Error::io("shm: epoll_create", e))?;
-        epoll::add(&ep, &listener, epoll::EventData::new_u64(u64::MAX), epoll::EventFlags::IN)
-            .map_err(|e| Error::io("shm: epoll_ctl", e))?;
-        Ok(Acceptor { listener, epoll: ep, name, policy: cfg.shm_cma, pending: Vec::new(), ready: VecDeque::new() })
+        let ep = epoll::create(epoll::CreateFlags::CLOEXEC)
+            .map_err(|e| Error::io("shm: epoll_create", e))?;
+        epoll::add(
+            &ep,
+            &listener,
+            epoll::EventData::new_u64(u64::MAX),
+            epoll::EventFlags::IN,
+        )
+        .map_err(|e| Error::io("shm: epoll_ctl", e))?;
+        Ok(Acceptor {
+            listener,
+            epoll: ep,
+            name,
+            policy: cfg.shm_cma,
+            pending: Vec::new(),
+            ready: VecDeque::new(),
+        })
     }
 
     /// Socket name (abstract namespace, without the leading NUL).
@@ -511,15 +671,26 @@ impl Acceptor {
     /// dropped with a warning; `Err` only if the listening socket itself failed.
     pub fn accept(&mut self) -> Result<Option<(Tx, Rx)>> {
         loop {
-            match rustix::net::accept_with(&self.listener, SocketFlags::NONBLOCK | SocketFlags::CLOEXEC) {
+            match rustix::net::accept_with(
+                &self.listener,
+                SocketFlags::NONBLOCK | SocketFlags::CLOEXEC,
+            ) {
                 Ok(s) => self.add_pending(s),
                 Err(Errno::AGAIN) => break,
                 Err(Errno::INTR | Errno::CONNABORTED | Errno::PROTO) => {}
                 Err(e @ (Errno::MFILE | Errno::NFILE | Errno::NOBUFS | Errno::NOMEM)) => {
-                    tracing::warn!("shm: cannot accept a connection on {:?} now: {e}", name_text(&self.name));
+                    tracing::warn!(
+                        "shm: cannot accept a connection on {:?} now: {e}",
+                        name_text(&self.name)
+                    );
                     break;
                 }
-                Err(e) => return Err(Error::io(&format!("shm: accept on {:?}", name_text(&self.name)), e)),
+                Err(e) => {
+                    return Err(Error::io(
+                        &format!("shm: accept on {:?}", name_text(&self.name)),
+                        e,
+                    ));
+                }
             }
         }
         let mut i = 0;
@@ -529,7 +700,10 @@ impl Acceptor {
                 Step::Wait => {
                     if self.pending[i].since.elapsed() > SETUP_TIMEOUT {
                         let p = self.remove(i);
-                        tracing::warn!("shm: dropping connection from pid {}: setup not finished within {SETUP_TIMEOUT:?}", p.pid);
+                        tracing::warn!(
+                            "shm: dropping connection from pid {}: setup not finished within {SETUP_TIMEOUT:?}",
+                            p.pid
+                        );
                     } else {
                         i += 1;
                     }
@@ -561,7 +735,10 @@ impl Acceptor {
     fn add_pending(&mut self, sock: OwnedFd) {
         if self.pending.len() >= MAX_PENDING {
             let p = self.remove(0);
-            tracing::warn!("shm: too many connections being set up; dropping the oldest (pid {})", p.pid);
+            tracing::warn!(
+                "shm: too many connections being set up; dropping the oldest (pid {})",
+                p.pid
+            );
         }
         let pid = peer_pid(&sock);
         let flags = epoll::EventFlags::IN | epoll::EventFlags::RDHUP;
@@ -569,7 +746,14 @@ impl Acceptor {
             tracing::warn!("shm: dropping connection from pid {pid}: epoll_ctl: {e}");
             return;
         }
-        self.pending.push(Pending { sock, since: Instant::now(), buf: [0; HELLO_LEN], got: 0, stage: Stage::Hello { memfd: None }, pid });
+        self.pending.push(Pending {
+            sock,
+            since: Instant::now(),
+            buf: [0; HELLO_LEN],
+            got: 0,
+            stage: Stage::Hello { memfd: None },
+            pid,
+        });
     }
 
     fn remove(&mut self, i: usize) -> Pending {
@@ -579,7 +763,7 @@ impl Acceptor {
     }
 }
 
-    /// Tell a connecting peer why it is refused (best effort).
+/// Tell a connecting peer why it is refused (best effort).
 fn reject(p: &Pending, code: u32) {
     let mut r = [0u8; REPLY_LEN];
     r[0..8].copy_from_slice(&REPLY_NO);
@@ -602,8 +786,15 @@ impl Acceptor {
             let mut space = [MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(2))];
             let mut anc = RecvAncillaryBuffer::new(&mut space);
             let mut iov = [IoSliceMut::new(&mut p.buf[p.got..want])];
-            match rustix::net::recvmsg(&p.sock, &mut iov, &mut anc, RecvFlags::DONTWAIT | RecvFlags::CMSG_CLOEXEC) {
-                Ok(r) if r.bytes == 0 => return Step::Drop("peer closed the connection during setup".into(), true),
+            match rustix::net::recvmsg(
+                &p.sock,
+                &mut iov,
+                &mut anc,
+                RecvFlags::DONTWAIT | RecvFlags::CMSG_CLOEXEC,
+            ) {
+                Ok(r) if r.bytes == 0 => {
+                    return Step::Drop("peer closed the connection during setup".into(), true);
+                }
                 Ok(r) => {
                     p.got += r.bytes;
                     for msg in anc.drain() {
@@ -611,7 +802,12 @@ impl Acceptor {
                             for fd in fds {
                                 match &mut p.stage {
                                     Stage::Hello { memfd: slot @ None } => *slot = Some(fd),
-                                    _ => return Step::Drop("peer passed unexpected file descriptors".into(), true),
+                                    _ => {
+                                        return Step::Drop(
+                                            "peer passed unexpected file descriptors".into(),
+                                            true,
+                                        );
+                                    }
                                 }
                             }
                         }
@@ -626,7 +822,9 @@ impl Acceptor {
         p.got = 0;
         match stage {
             Stage::Hello { memfd } => {
-                let Some(memfd) = memfd else { return Step::Drop("hello carried no shared segment fd".into(), true) };
+                let Some(memfd) = memfd else {
+                    return Step::Drop("hello carried no shared segment fd".into(), true);
+                };
                 let b = p.buf;
                 if b[0..8] != HELLO_MAGIC {
                     return Step::Drop("not a Courier shm hello (bad magic)".into(), true);
@@ -638,9 +836,19 @@ impl Acceptor {
                 let size = u64_at(&b, 24);
                 if version != segment::VERSION || cell != segment::CELL {
                     reject(p, R_BAD_SEGMENT);
-                    return Step::Drop(format!("peer speaks layout version {version} with {cell}-byte cells; we speak {} with {}", segment::VERSION, segment::CELL), true);
+                    return Step::Drop(
+                        format!(
+                            "peer speaks layout version {version} with {cell}-byte cells; we speak {} with {}",
+                            segment::VERSION,
+                            segment::CELL
+                        ),
+                        true,
+                    );
                 }
-                let map = match usize::try_from(size).map_err(|_| "segment size overflows".to_string()).and_then(|s| segment::open(&memfd, ncells, s)) {
+                let map = match usize::try_from(size)
+                    .map_err(|_| "segment size overflows".to_string())
+                    .and_then(|s| segment::open(&memfd, ncells, s))
+                {
                     Ok(m) => m,
                     Err(why) => {
                         reject(p, R_BAD_SEGMENT);
@@ -662,7 +870,12 @@ impl Acceptor {
                         }
                         Err(why) if ours & F_CMA_REQUIRED != 0 => {
                             reject(p, R_CMA_REQUIRED);
-                            return Step::Drop(format!("CMA required (COURIER_SHM_CMA=yes) but unavailable: {why}"), true);
+                            return Step::Drop(
+                                format!(
+                                    "CMA required (COURIER_SHM_CMA=yes) but unavailable: {why}"
+                                ),
+                                true,
+                            );
                         }
                         Err(_) => {}
                     }
@@ -673,27 +886,46 @@ impl Acceptor {
                 r[12..16].copy_from_slice(&std::process::id().to_ne_bytes());
                 match rustix::net::send(&p.sock, &r, SendFlags::DONTWAIT | SendFlags::NOSIGNAL) {
                     Ok(REPLY_LEN) => {}
-                    Ok(_) | Err(_) => return Step::Drop("could not send the setup reply".into(), true),
+                    Ok(_) | Err(_) => {
+                        return Step::Drop("could not send the setup reply".into(), true);
+                    }
                 }
-                p.stage = Stage::Confirm { map, ncells, cma_ok };
+                p.stage = Stage::Confirm {
+                    map,
+                    ncells,
+                    cma_ok,
+                };
                 // The confirmation may already be there.
                 self.step(i)
             }
-            Stage::Confirm { map, ncells, cma_ok } => {
+            Stage::Confirm {
+                map,
+                ncells,
+                cma_ok,
+            } => {
                 let b = p.buf;
                 if b[0..8] != CONFIRM_MAGIC {
                     return Step::Drop("malformed setup confirmation".into(), true);
                 }
                 let f = u32_at(&b, 8);
                 if f & C_ABORT != 0 {
-                    return Step::Drop("the connecting side gave up (CMA required but unavailable)".into(), false);
+                    return Step::Drop(
+                        "the connecting side gave up (CMA required but unavailable)".into(),
+                        false,
+                    );
                 }
                 let cma = f & C_CMA != 0;
                 if cma && !cma_ok {
-                    return Step::Drop("peer claims CMA works although our probe failed".into(), true);
+                    return Step::Drop(
+                        "peer claims CMA works although our probe failed".into(),
+                        true,
+                    );
                 }
                 if policy == CmaPolicy::Yes && !cma {
-                    return Step::Drop("CMA required (COURIER_SHM_CMA=yes) but the peer cannot use it".into(), true);
+                    return Step::Drop(
+                        "CMA required (COURIER_SHM_CMA=yes) but the peer cannot use it".into(),
+                        true,
+                    );
                 }
                 Step::Done(map, ncells, cma)
             }
@@ -714,9 +946,13 @@ pub fn probe(cfg: &Config) -> std::result::Result<(), String> {
 /// A sentence on whether CMA (`process_vm_readv`) is likely to work between processes here,
 /// from the Yama ptrace policy (for `courier info`; the real decision is a per-link probe).
 pub fn cma_status() -> String {
-    match std::fs::read_to_string("/proc/sys/kernel/yama/ptrace_scope").map(|s| s.trim().to_string()) {
+    match std::fs::read_to_string("/proc/sys/kernel/yama/ptrace_scope")
+        .map(|s| s.trim().to_string())
+    {
         Ok(s) if s == "0" => "likely (Yama ptrace_scope 0)".into(),
-        Ok(s) if s == "1" => "only towards descendant processes (Yama ptrace_scope 1); probed per link".into(),
+        Ok(s) if s == "1" => {
+            "only towards descendant processes (Yama ptrace_scope 1); probed per link".into()
+        }
         Ok(s) => format!("unlikely (Yama ptrace_scope {s}); probed per link"),
         Err(_) => "no Yama policy; probed per link".into(),
     }

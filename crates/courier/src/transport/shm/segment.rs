@@ -114,7 +114,8 @@ impl Mapping {
             )
         }
         .map_err(|e| Error::io("shm: mmap of the shared segment", e))?;
-        let ptr = NonNull::new(p.cast::<u8>()).ok_or_else(|| Error::new(Status::IoError, "shm: mmap returned null"))?;
+        let ptr = NonNull::new(p.cast::<u8>())
+            .ok_or_else(|| Error::new(Status::IoError, "shm: mmap returned null"))?;
         Ok(Mapping { ptr, len })
     }
 
@@ -146,12 +147,21 @@ impl Drop for Mapping {
 pub(super) fn create(ncells: usize) -> Result<(OwnedFd, Mapping)> {
     use rustix::fs::{MemfdFlags, SealFlags};
     if !valid_ncells(ncells) {
-        return Err(Error::msg(Status::BadConfig, format!("shm: FIFO size {ncells} is not a power of two from {MIN_CELLS} to {MAX_CELLS}")));
+        return Err(Error::msg(
+            Status::BadConfig,
+            format!(
+                "shm: FIFO size {ncells} is not a power of two from {MIN_CELLS} to {MAX_CELLS}"
+            ),
+        ));
     }
     let size = seg_size(ncells);
-    let fd = rustix::fs::memfd_create("courier-shm", MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING)
-        .map_err(|e| Error::io("shm: memfd_create", e))?;
-    rustix::fs::ftruncate(&fd, size as u64).map_err(|e| Error::io("shm: sizing the segment (ftruncate)", e))?;
+    let fd = rustix::fs::memfd_create(
+        "courier-shm",
+        MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING,
+    )
+    .map_err(|e| Error::io("shm: memfd_create", e))?;
+    rustix::fs::ftruncate(&fd, size as u64)
+        .map_err(|e| Error::io("shm: sizing the segment (ftruncate)", e))?;
     // Sealed so that neither side can shrink the file under the other's mapping (SIGBUS).
     rustix::fs::fcntl_add_seals(&fd, SealFlags::SHRINK | SealFlags::GROW | SealFlags::SEAL)
         .map_err(|e| Error::io("shm: sealing the segment", e))?;
@@ -171,20 +181,32 @@ pub(super) fn create(ncells: usize) -> Result<(OwnedFd, Mapping)> {
 
 /// Check a segment received from a peer and map it. `ncells` and `size` are what the
 /// peer's hello announced. Errors are sentences for a warning log.
-pub(super) fn open(fd: &OwnedFd, ncells: usize, size: usize) -> std::result::Result<Mapping, String> {
+pub(super) fn open(
+    fd: &OwnedFd,
+    ncells: usize,
+    size: usize,
+) -> std::result::Result<Mapping, String> {
     use rustix::fs::SealFlags;
     if !valid_ncells(ncells) {
-        return Err(format!("FIFO size {ncells} is not a power of two from {MIN_CELLS} to {MAX_CELLS}"));
+        return Err(format!(
+            "FIFO size {ncells} is not a power of two from {MIN_CELLS} to {MAX_CELLS}"
+        ));
     }
     let want = seg_size(ncells);
     if size != want {
-        return Err(format!("announced segment size {size} != {want} expected for {ncells} cells"));
+        return Err(format!(
+            "announced segment size {size} != {want} expected for {ncells} cells"
+        ));
     }
     let st = rustix::fs::fstat(fd).map_err(|e| format!("fstat on the passed fd: {e}"))?;
     if st.st_size < 0 || st.st_size as u64 != want as u64 {
-        return Err(format!("passed file is {} bytes, expected {want}", st.st_size));
+        return Err(format!(
+            "passed file is {} bytes, expected {want}",
+            st.st_size
+        ));
     }
-    let seals = rustix::fs::fcntl_get_seals(fd).map_err(|e| format!("passed fd is not a sealable memfd ({e})"))?;
+    let seals = rustix::fs::fcntl_get_seals(fd)
+        .map_err(|e| format!("passed fd is not a sealable memfd ({e})"))?;
     if !seals.contains(SealFlags::SHRINK) {
         return Err("passed memfd is not sealed against shrinking".into());
     }
@@ -192,11 +214,26 @@ pub(super) fn open(fd: &OwnedFd, ncells: usize, size: usize) -> std::result::Res
     let h = map.header();
     let checks = [
         (h.magic.load(Relaxed) == MAGIC, "bad magic"),
-        (h.version.load(Relaxed) == VERSION, "layout version mismatch"),
-        (h.layout.load(Relaxed) == LAYOUT, "layout hash mismatch (different Courier build)"),
-        (h.cell_size.load(Relaxed) as usize == CELL, "cell size mismatch"),
-        (h.ncells.load(Relaxed) as usize == ncells, "cell count in header differs from hello"),
-        (h.seg_size.load(Relaxed) == want as u64, "segment size in header differs from hello"),
+        (
+            h.version.load(Relaxed) == VERSION,
+            "layout version mismatch",
+        ),
+        (
+            h.layout.load(Relaxed) == LAYOUT,
+            "layout hash mismatch (different Courier build)",
+        ),
+        (
+            h.cell_size.load(Relaxed) as usize == CELL,
+            "cell size mismatch",
+        ),
+        (
+            h.ncells.load(Relaxed) as usize == ncells,
+            "cell count in header differs from hello",
+        ),
+        (
+            h.seg_size.load(Relaxed) == want as u64,
+            "segment size in header differs from hello",
+        ),
     ];
     for (ok, why) in checks {
         if !ok {

@@ -5,12 +5,20 @@ use super::*;
 
 fn cfg(cells: usize, cma: &str) -> Config {
     let cells = cells.to_string();
-    Config::from_env_with(&[("COURIER_SHM_FIFO_SIZE", cells.as_str()), ("COURIER_SHM_CMA", cma)]).unwrap()
+    Config::from_env_with(&[
+        ("COURIER_SHM_FIFO_SIZE", cells.as_str()),
+        ("COURIER_SHM_CMA", cma),
+    ])
+    .unwrap()
 }
 
 /// Wait up to `ms` for `fd` to be readable (or hung up).
 fn readable(fd: BorrowedFd<'_>, ms: i32) -> bool {
-    let mut p = libc::pollfd { fd: fd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+    let mut p = libc::pollfd {
+        fd: fd.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
     // SAFETY: one valid pollfd.
     let n = unsafe { libc::poll(&mut p, 1, ms) };
     n > 0
@@ -39,7 +47,9 @@ fn pair(c: &Config) -> ((Tx, Rx), (Tx, Rx)) {
 }
 
 fn pattern(seq: u64, len: usize) -> Vec<u8> {
-    let mut v: Vec<u8> = (0..len).map(|i| (seq.wrapping_mul(31) as usize + i * 7) as u8).collect();
+    let mut v: Vec<u8> = (0..len)
+        .map(|i| (seq.wrapping_mul(31) as usize + i * 7) as u8)
+        .collect();
     let s = seq.to_le_bytes();
     let k = len.min(8);
     v[..k].copy_from_slice(&s[..k]);
@@ -73,7 +83,23 @@ fn stream(cells: usize, count: u64) {
     let ((mut ta, _ra), (_tb, mut rb)) = pair(&c);
     let max = ta.caps().max_frame;
     assert_eq!(max, fifo::max_frame(cells));
-    let sizes = [1, 2, 7, 8, 9, 239, 240, 241, 255, 256, 497, max / 3, max / 2, max - 1, max];
+    let sizes = [
+        1,
+        2,
+        7,
+        8,
+        9,
+        239,
+        240,
+        241,
+        255,
+        256,
+        497,
+        max / 3,
+        max / 2,
+        max - 1,
+        max,
+    ];
     let producer = std::thread::spawn(move || {
         for seq in 0..count {
             let len = sizes[seq as usize % sizes.len()];
@@ -89,7 +115,10 @@ fn stream(cells: usize, count: u64) {
         let len = sizes[seq as usize % sizes.len()];
         let got = recv_one(&mut rb);
         assert_eq!(got.len(), len, "frame {seq}");
-        assert!(got == pattern(seq, len), "frame {seq} of {len} bytes corrupted");
+        assert!(
+            got == pattern(seq, len),
+            "frame {seq} of {len} bytes corrupted"
+        );
     }
     let _ta = producer.join().unwrap();
     assert!(rb.peek().unwrap().is_none());
@@ -144,7 +173,10 @@ fn full_is_all_or_nothing_and_recovers() {
     for i in 0..3 {
         assert_eq!(recv_one(&mut rb), pattern(i, 100));
     }
-    assert!(matches!(ta.send(&[&big]), Err(TxError::NoResource)), "3 free cells must not take a 4-cell frame");
+    assert!(
+        matches!(ta.send(&[&big]), Err(TxError::NoResource)),
+        "3 free cells must not take a 4-cell frame"
+    );
     assert_eq!(recv_one(&mut rb), pattern(3, 100));
     ta.send(&[&big]).unwrap();
     for i in 4..16 {
@@ -198,7 +230,10 @@ fn arm_and_wake() {
         ta
     });
     let t0 = Instant::now();
-    assert!(readable(fd.as_fd(), 3000), "sleeping receiver was not woken");
+    assert!(
+        readable(fd.as_fd(), 3000),
+        "sleeping receiver was not woken"
+    );
     assert!(t0.elapsed() < Duration::from_secs(2));
     rb.on_readable().unwrap();
     assert_eq!(recv_one(&mut rb), b"wake up");
@@ -277,8 +312,15 @@ fn cma_round_trip_in_process() {
     let s2 = pattern(2, 3000);
     let mut d1 = vec![0u8; 1500];
     let mut d2 = vec![0u8; 2500];
-    let remote = [(s1.as_ptr() as u64, 1000u64), (0, 0), (s2.as_ptr() as u64, 3000)];
-    let local = [(d1.as_mut_ptr() as usize, 1500usize), (d2.as_mut_ptr() as usize, 2500)];
+    let remote = [
+        (s1.as_ptr() as u64, 1000u64),
+        (0, 0),
+        (s2.as_ptr() as u64, 3000),
+    ];
+    let local = [
+        (d1.as_mut_ptr() as usize, 1500usize),
+        (d2.as_mut_ptr() as usize, 2500),
+    ];
     // SAFETY: local buffers are ours and writable.
     unsafe { ta.remote_read(&local, &remote) }.unwrap();
     let want: Vec<u8> = s1.iter().chain(s2.iter()).copied().collect();
@@ -303,13 +345,16 @@ fn cma_forced_off() {
     let mut d = [0u8; 4];
     let s = [1u8; 4];
     // SAFETY: local buffer is ours.
-    let e = unsafe { ta.remote_read(&[(d.as_mut_ptr() as usize, 4)], &[(s.as_ptr() as u64, 4)]) }.unwrap_err();
+    let e = unsafe { ta.remote_read(&[(d.as_mut_ptr() as usize, 4)], &[(s.as_ptr() as u64, 4)]) }
+        .unwrap_err();
     assert_eq!(e.status(), Status::Unsupported);
 }
 
 #[test]
 fn connect_to_missing_name_is_unreachable() {
-    let e = connect(b"courier-no-such-acceptor-0000", &cfg(16, "auto")).err().unwrap();
+    let e = connect(b"courier-no-such-acceptor-0000", &cfg(16, "auto"))
+        .err()
+        .unwrap();
     assert_eq!(e.status(), Status::Unreachable);
     assert!(e.detail().contains("courier-no-such-acceptor"), "{e}");
 }
@@ -367,7 +412,10 @@ fn acceptor_fd_signals_every_setup_step() {
     let h = std::thread::spawn(move || connect(&name, &c2));
     // Every wait must be ended by readiness, never by the timeout.
     let (_ta, _ra) = loop {
-        assert!(readable(acc.fd(), 3000), "acceptor fd did not signal a setup step");
+        assert!(
+            readable(acc.fd(), 3000),
+            "acceptor fd did not signal a setup step"
+        );
         if let Some(l) = acc.accept().unwrap() {
             break l;
         }
@@ -391,7 +439,9 @@ const CHILD_ENV: &str = "COURIER_TEST_SHM_PEER";
 /// Not a test on its own: the child side of `killed_child_is_peer_failure`.
 #[test]
 fn shm_child_peer() {
-    let Ok(name) = std::env::var(CHILD_ENV) else { return };
+    let Ok(name) = std::env::var(CHILD_ENV) else {
+        return;
+    };
     let data = pattern(4242, 100_000);
     let (mut tx, _rx) = connect(name.as_bytes(), &cfg(64, "auto")).unwrap();
     let mut msg = Vec::new();
@@ -407,7 +457,12 @@ fn killed_child_is_peer_failure() {
     let mut acc = Acceptor::bind(&c).unwrap();
     let exe = std::env::current_exe().unwrap();
     let mut child = std::process::Command::new(exe)
-        .args(["--exact", "transport::shm::tests::shm_child_peer", "--nocapture", "--test-threads=1"])
+        .args([
+            "--exact",
+            "transport::shm::tests::shm_child_peer",
+            "--nocapture",
+            "--test-threads=1",
+        ])
         .env(CHILD_ENV, String::from_utf8(acc.name().to_vec()).unwrap())
         .stdout(std::process::Stdio::null())
         .spawn()
@@ -421,10 +476,16 @@ fn killed_child_is_peer_failure() {
     if tx.cma() {
         let mut buf = vec![0u8; len as usize];
         // SAFETY: buf is ours and writable.
-        unsafe { tx.remote_read(&[(buf.as_mut_ptr() as usize, buf.len())], &[(addr, len)]) }.unwrap();
-        assert!(buf == pattern(4242, 100_000), "CMA read the wrong bytes from the child");
+        unsafe { tx.remote_read(&[(buf.as_mut_ptr() as usize, buf.len())], &[(addr, len)]) }
+            .unwrap();
+        assert!(
+            buf == pattern(4242, 100_000),
+            "CMA read the wrong bytes from the child"
+        );
     } else {
-        eprintln!("CMA not available between processes here; remote read not tested across processes");
+        eprintln!(
+            "CMA not available between processes here; remote read not tested across processes"
+        );
     }
     assert!(!readable(rx.fd().unwrap(), 0));
     child.kill().unwrap(); // SIGKILL

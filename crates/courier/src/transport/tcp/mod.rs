@@ -140,17 +140,27 @@ impl Listener {
     pub fn bind(addr: SocketAddr, cfg: &Config) -> Result<Listener> {
         let what = format!("tcp listen on {addr}");
         let fd = sock::new_socket(&addr)?;
-        net::sockopt::set_socket_reuseaddr(&fd, true).map_err(|e| Error::io(&format!("{what}: SO_REUSEADDR"), e))?;
+        net::sockopt::set_socket_reuseaddr(&fd, true)
+            .map_err(|e| Error::io(&format!("{what}: SO_REUSEADDR"), e))?;
         // Accepted sockets inherit these; the receive buffer must be set before listen so
         // the window scale fits it.
         sock::set_buffers(fd.as_fd(), cfg.tcp_sndbuf, cfg.tcp_rcvbuf, &what)?;
         net::bind(&fd, &addr).map_err(|e| {
-            let status = if e == Errno::ADDRINUSE || e == Errno::ADDRNOTAVAIL { Status::InvalidAddress } else { Status::IoError };
+            let status = if e == Errno::ADDRINUSE || e == Errno::ADDRNOTAVAIL {
+                Status::InvalidAddress
+            } else {
+                Status::IoError
+            };
             Error::msg(status, format!("{what}: bind: {e}"))
         })?;
         net::listen(&fd, 1024).map_err(|e| Error::io(&format!("{what}: listen"), e))?;
         let local = sock::local_addr(fd.as_fd()).unwrap_or(addr);
-        Ok(Listener { fd, local, sndbuf: cfg.tcp_sndbuf, rcvbuf: cfg.tcp_rcvbuf })
+        Ok(Listener {
+            fd,
+            local,
+            sndbuf: cfg.tcp_sndbuf,
+            rcvbuf: cfg.tcp_rcvbuf,
+        })
     }
 
     /// The bound address (with the port the kernel picked).
@@ -169,16 +179,23 @@ impl Listener {
         loop {
             match net::acceptfrom_with(&self.fd, SocketFlags::NONBLOCK | SocketFlags::CLOEXEC) {
                 Ok((fd, addr)) => {
-                    let peer = addr
-                        .and_then(|a| SocketAddr::try_from(a).ok())
-                        .or_else(|| net::getpeername(&fd).ok().flatten().and_then(|a| SocketAddr::try_from(a).ok()));
+                    let peer = addr.and_then(|a| SocketAddr::try_from(a).ok()).or_else(|| {
+                        net::getpeername(&fd)
+                            .ok()
+                            .flatten()
+                            .and_then(|a| SocketAddr::try_from(a).ok())
+                    });
                     let Some(peer) = peer else {
-                        tracing::debug!("tcp accept on {}: connection without a peer address; dropped", self.local);
+                        tracing::debug!(
+                            "tcp accept on {}: connection without a peer address; dropped",
+                            self.local
+                        );
                         continue;
                     };
                     let what = format!("tcp connection from {peer}");
-                    let setup = sock::set_nodelay(fd.as_fd(), &what)
-                        .and_then(|()| sock::set_buffers(fd.as_fd(), self.sndbuf, self.rcvbuf, &what));
+                    let setup = sock::set_nodelay(fd.as_fd(), &what).and_then(|()| {
+                        sock::set_buffers(fd.as_fd(), self.sndbuf, self.rcvbuf, &what)
+                    });
                     if let Err(e) = setup {
                         tracing::debug!("{e}; connection dropped");
                         continue;
@@ -188,9 +205,15 @@ impl Listener {
                 }
                 Err(Errno::AGAIN) => return Ok(None),
                 // The connection died before we took it, or a signal: try the next one.
-                Err(Errno::INTR) | Err(Errno::CONNABORTED) | Err(Errno::PROTO) | Err(Errno::PERM) => continue,
+                Err(Errno::INTR)
+                | Err(Errno::CONNABORTED)
+                | Err(Errno::PROTO)
+                | Err(Errno::PERM) => continue,
                 Err(e @ (Errno::MFILE | Errno::NFILE | Errno::NOBUFS | Errno::NOMEM)) => {
-                    tracing::warn!("tcp accept on {}: {e}; incoming connections wait", self.local);
+                    tracing::warn!(
+                        "tcp accept on {}: {e}; incoming connections wait",
+                        self.local
+                    );
                     return Ok(None);
                 }
                 Err(e) => return Err(Error::io(&format!("tcp accept on {}", self.local), e)),
@@ -205,7 +228,12 @@ pub fn connect(addr: SocketAddr, cfg: &Config) -> Result<(Tx, Rx)> {
     let (mut tx, rx) = halves(fd, addr, false);
     tx.q.extend_from_slice(&PREAMBLE);
     // A fresh socket takes 8 bytes at once; anything left goes out with the next flush.
-    tx.flush().map_err(|e| Error::msg(Status::Unreachable, format!("connect to {addr}: {}", e.detail())))?;
+    tx.flush().map_err(|e| {
+        Error::msg(
+            Status::Unreachable,
+            format!("connect to {addr}: {}", e.detail()),
+        )
+    })?;
     Ok((tx, rx))
 }
 
@@ -233,9 +261,13 @@ impl Tx {
 
     fn fail(&mut self, what: &str, e: Errno) -> Error {
         let err = match e {
-            Errno::PIPE | Errno::CONNRESET | Errno::NOTCONN | Errno::SHUTDOWN => {
-                Error::msg(Status::PeerFailure, format!("{what} to {}: the peer closed the connection ({e})", self.peer))
-            }
+            Errno::PIPE | Errno::CONNRESET | Errno::NOTCONN | Errno::SHUTDOWN => Error::msg(
+                Status::PeerFailure,
+                format!(
+                    "{what} to {}: the peer closed the connection ({e})",
+                    self.peer
+                ),
+            ),
             _ => Error::msg(Status::PeerFailure, format!("{what} to {}: {e}", self.peer)),
         };
         self.failed = Some(err.clone());
@@ -245,7 +277,12 @@ impl Tx {
     /// One non-blocking write of `iov`; bytes taken (0 if the socket is full).
     fn write(&mut self, iov: &[IoSlice<'_>]) -> Result<usize> {
         loop {
-            let r = net::sendmsg(&*self.sock, iov, &mut SendAncillaryBuffer::default(), SendFlags::NOSIGNAL | SendFlags::DONTWAIT);
+            let r = net::sendmsg(
+                &*self.sock,
+                iov,
+                &mut SendAncillaryBuffer::default(),
+                SendFlags::NOSIGNAL | SendFlags::DONTWAIT,
+            );
             match r {
                 Ok(n) => return Ok(n),
                 Err(Errno::INTR) => continue,
@@ -263,7 +300,10 @@ impl Tx {
         if total == 0 || total > self.caps.max_frame {
             return Err(TxError::Failed(Error::msg(
                 Status::InvalidParam,
-                format!("tcp frame of {total} bytes to {}: frames must be 1 to {} bytes", self.peer, self.caps.max_frame),
+                format!(
+                    "tcp frame of {total} bytes to {}: frames must be 1 to {} bytes",
+                    self.peer, self.caps.max_frame
+                ),
             )));
         }
         let hdr = (total as u32).to_le_bytes();
@@ -317,7 +357,11 @@ impl Tx {
         }
         while self.head < self.q.len() {
             let n = loop {
-                match net::send(&*self.sock, &self.q[self.head..], SendFlags::NOSIGNAL | SendFlags::DONTWAIT) {
+                match net::send(
+                    &*self.sock,
+                    &self.q[self.head..],
+                    SendFlags::NOSIGNAL | SendFlags::DONTWAIT,
+                ) {
                     Ok(n) => break n,
                     Err(Errno::INTR) => continue,
                     Err(Errno::AGAIN) | Err(Errno::NOBUFS) | Err(Errno::NOMEM) => break 0,
@@ -341,8 +385,15 @@ impl Tx {
         &self.caps
     }
 
-    pub(crate) unsafe fn remote_read(&mut self, _local: &[(usize, usize)], _remote: &[(u64, u64)]) -> Result<()> {
-        Err(Error::new(Status::Unsupported, "tcp cannot read remote memory; it pushes data (RndvMode::Push)"))
+    pub(crate) unsafe fn remote_read(
+        &mut self,
+        _local: &[(usize, usize)],
+        _remote: &[(u64, u64)],
+    ) -> Result<()> {
+        Err(Error::new(
+            Status::Unsupported,
+            "tcp cannot read remote memory; it pushes data (RndvMode::Push)",
+        ))
     }
 }
 
@@ -368,7 +419,11 @@ impl Rx {
             let have = &self.buf[self.start..self.end];
             let n = have.len().min(PREAMBLE.len());
             if have[..n] != PREAMBLE[..n] {
-                let why = format!("not a Courier peer: bad preamble {} from {}", hex(&have[..n]), self.peer);
+                let why = format!(
+                    "not a Courier peer: bad preamble {} from {}",
+                    hex(&have[..n]),
+                    self.peer
+                );
                 return Err(self.protocol_error(why));
             }
             if n < PREAMBLE.len() {
@@ -385,10 +440,16 @@ impl Rx {
         h.copy_from_slice(&self.buf[self.start..self.start + HDR]);
         let len = u32::from_le_bytes(h) as usize;
         if len == 0 {
-            return Err(self.protocol_error(format!("frame length 0 from {}: empty frames are not allowed", self.peer)));
+            return Err(self.protocol_error(format!(
+                "frame length 0 from {}: empty frames are not allowed",
+                self.peer
+            )));
         }
         if len > MAX_FRAME {
-            return Err(self.protocol_error(format!("frame length {len} from {} exceeds the limit {MAX_FRAME}", self.peer)));
+            return Err(self.protocol_error(format!(
+                "frame length {len} from {} exceeds the limit {MAX_FRAME}",
+                self.peer
+            )));
         }
         Ok(if have >= HDR + len { Some(len) } else { None })
     }
@@ -402,7 +463,10 @@ impl Rx {
         }
         // `as_ptr` creates no reference, so later writes past `end` leave this pointer valid.
         let ptr = self.buf.as_ptr().wrapping_add(self.start + HDR);
-        Ok(Some(RawFrame { ptr, len: self.out - HDR }))
+        Ok(Some(RawFrame {
+            ptr,
+            len: self.out - HDR,
+        }))
     }
 
     pub(crate) fn consume(&mut self) {
@@ -458,10 +522,15 @@ impl Rx {
             let room = (self.buf.len() - self.end).min(budget);
             // SAFETY: `end + room <= buf.len()`; built from `as_mut_ptr` so that no reference
             // covers the bytes of a frame handed out by `peek` (they lie before `end`).
-            let dst = unsafe { std::slice::from_raw_parts_mut(self.buf.as_mut_ptr().add(self.end), room) };
+            let dst = unsafe {
+                std::slice::from_raw_parts_mut(self.buf.as_mut_ptr().add(self.end), room)
+            };
             match net::recv(&*self.sock, dst, RecvFlags::DONTWAIT) {
                 Ok((0, _)) => {
-                    self.closed = Some(Error::msg(Status::PeerFailure, format!("{} closed the connection", self.peer)));
+                    self.closed = Some(Error::msg(
+                        Status::PeerFailure,
+                        format!("{} closed the connection", self.peer),
+                    ));
                     return;
                 }
                 Ok((n, _)) => {
@@ -518,7 +587,10 @@ pub fn pair_on(ip: IpAddr, cfg: &Config) -> Result<((Tx, Rx), (Tx, Rx))> {
             return Ok((c, (tx, rx)));
         }
         if std::time::Instant::now() > deadline {
-            return Err(Error::new(Status::Timeout, "pair_on: accept saw no connection"));
+            return Err(Error::new(
+                Status::Timeout,
+                "pair_on: accept saw no connection",
+            ));
         }
         std::thread::sleep(std::time::Duration::from_millis(1));
     }

@@ -6,24 +6,40 @@ use std::time::Instant;
 
 use rustix::event::{PollFd, PollFlags, Timespec};
 use rustix::io::Errno;
-use rustix::net::{self, sockopt, AddressFamily, SocketFlags, SocketType};
+use rustix::net::{self, AddressFamily, SocketFlags, SocketType, sockopt};
 
 use crate::base::{Config, Error, Result, Status};
 
 /// A new non-blocking, close-on-exec TCP socket for `addr`'s family.
 pub(super) fn new_socket(addr: &SocketAddr) -> Result<OwnedFd> {
-    let family = if addr.is_ipv4() { AddressFamily::INET } else { AddressFamily::INET6 };
-    net::socket_with(family, SocketType::STREAM, SocketFlags::NONBLOCK | SocketFlags::CLOEXEC, Some(net::ipproto::TCP))
-        .map_err(|e| Error::io(&format!("tcp socket for {addr}"), e))
+    let family = if addr.is_ipv4() {
+        AddressFamily::INET
+    } else {
+        AddressFamily::INET6
+    };
+    net::socket_with(
+        family,
+        SocketType::STREAM,
+        SocketFlags::NONBLOCK | SocketFlags::CLOEXEC,
+        Some(net::ipproto::TCP),
+    )
+    .map_err(|e| Error::io(&format!("tcp socket for {addr}"), e))
 }
 
 /// Apply buffer sizes (0 = keep the system default).
-pub(super) fn set_buffers(fd: BorrowedFd<'_>, sndbuf: usize, rcvbuf: usize, what: &str) -> Result<()> {
+pub(super) fn set_buffers(
+    fd: BorrowedFd<'_>,
+    sndbuf: usize,
+    rcvbuf: usize,
+    what: &str,
+) -> Result<()> {
     if sndbuf > 0 {
-        sockopt::set_socket_send_buffer_size(fd, sndbuf).map_err(|e| Error::io(&format!("{what}: SO_SNDBUF={sndbuf}"), e))?;
+        sockopt::set_socket_send_buffer_size(fd, sndbuf)
+            .map_err(|e| Error::io(&format!("{what}: SO_SNDBUF={sndbuf}"), e))?;
     }
     if rcvbuf > 0 {
-        sockopt::set_socket_recv_buffer_size(fd, rcvbuf).map_err(|e| Error::io(&format!("{what}: SO_RCVBUF={rcvbuf}"), e))?;
+        sockopt::set_socket_recv_buffer_size(fd, rcvbuf)
+            .map_err(|e| Error::io(&format!("{what}: SO_RCVBUF={rcvbuf}"), e))?;
     }
     Ok(())
 }
@@ -35,12 +51,16 @@ pub(super) fn set_nodelay(fd: BorrowedFd<'_>, what: &str) -> Result<()> {
 
 /// The socket's local address, if the kernel reports an IP one.
 pub(super) fn local_addr(fd: BorrowedFd<'_>) -> Option<SocketAddr> {
-    net::getsockname(fd).ok().and_then(|a| SocketAddr::try_from(a).ok())
+    net::getsockname(fd)
+        .ok()
+        .and_then(|a| SocketAddr::try_from(a).ok())
 }
 
 /// Connect with a deadline. The socket is non-blocking; we wait for writability with poll.
 pub(super) fn connect_with_timeout(addr: SocketAddr, cfg: &Config) -> Result<OwnedFd> {
-    let unreachable = |why: &dyn std::fmt::Display| Error::msg(Status::Unreachable, format!("connect to {addr}: {why}"));
+    let unreachable = |why: &dyn std::fmt::Display| {
+        Error::msg(Status::Unreachable, format!("connect to {addr}: {why}"))
+    };
     let fd = new_socket(&addr).map_err(|e| unreachable(&e.detail()))?;
     let what = format!("connect to {addr}");
     // Buffer sizes before connecting, so the window scale is negotiated for them.
@@ -62,13 +82,19 @@ pub(super) fn connect_with_timeout(addr: SocketAddr, cfg: &Config) -> Result<Own
             Some(d) => {
                 let now = Instant::now();
                 if now >= d {
-                    return Err(Error::msg(Status::Timeout, format!("connect to {addr}: no answer within {timeout:?}")));
+                    return Err(Error::msg(
+                        Status::Timeout,
+                        format!("connect to {addr}: no answer within {timeout:?}"),
+                    ));
                 }
                 Some(d - now)
             }
             None => None,
         };
-        let ts = left.map(|l| Timespec { tv_sec: l.as_secs() as _, tv_nsec: l.subsec_nanos() as _ });
+        let ts = left.map(|l| Timespec {
+            tv_sec: l.as_secs() as _,
+            tv_nsec: l.subsec_nanos() as _,
+        });
         let mut pfd = [PollFd::new(&fd, PollFlags::OUT)];
         match rustix::event::poll(&mut pfd, ts.as_ref()) {
             Ok(0) => continue, // deadline check above reports the timeout
@@ -95,7 +121,10 @@ pub(super) fn interfaces(filter: Option<&[String]>) -> Vec<(String, IpAddr)> {
     let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
     // SAFETY: getifaddrs fills `head` with a list we free below with freeifaddrs.
     if unsafe { libc::getifaddrs(&mut head) } != 0 {
-        tracing::warn!("getifaddrs failed: {}; tcp sees no interfaces", std::io::Error::last_os_error());
+        tracing::warn!(
+            "getifaddrs failed: {}; tcp sees no interfaces",
+            std::io::Error::last_os_error()
+        );
         return out;
     }
     let mut cur = head;
@@ -103,11 +132,16 @@ pub(super) fn interfaces(filter: Option<&[String]>) -> Vec<(String, IpAddr)> {
         // SAFETY: `cur` is a node of the list getifaddrs returned, alive until freeifaddrs.
         let ifa = unsafe { &*cur };
         cur = ifa.ifa_next;
-        if ifa.ifa_addr.is_null() || ifa.ifa_name.is_null() || (ifa.ifa_flags & libc::IFF_UP as libc::c_uint) == 0 {
+        if ifa.ifa_addr.is_null()
+            || ifa.ifa_name.is_null()
+            || (ifa.ifa_flags & libc::IFF_UP as libc::c_uint) == 0
+        {
             continue;
         }
         // SAFETY: non-null, NUL-terminated name owned by the list.
-        let name = unsafe { std::ffi::CStr::from_ptr(ifa.ifa_name) }.to_string_lossy().into_owned();
+        let name = unsafe { std::ffi::CStr::from_ptr(ifa.ifa_name) }
+            .to_string_lossy()
+            .into_owned();
         // SAFETY: non-null sockaddr; its family says which struct it is.
         let family = unsafe { (*ifa.ifa_addr).sa_family } as libc::c_int;
         let ip = match family {
@@ -139,11 +173,20 @@ pub(super) fn interfaces(filter: Option<&[String]>) -> Vec<(String, IpAddr)> {
 
 /// A name for the device a local address belongs to: its interface, else the address.
 pub(super) fn device_for(local: Option<SocketAddr>) -> String {
-    let Some(local) = local else { return "unknown".into() };
+    let Some(local) = local else {
+        return "unknown".into();
+    };
     let ip = match local.ip() {
-        IpAddr::V6(v6) => v6.to_ipv4_mapped().map(IpAddr::V4).unwrap_or(IpAddr::V6(v6)),
+        IpAddr::V6(v6) => v6
+            .to_ipv4_mapped()
+            .map(IpAddr::V4)
+            .unwrap_or(IpAddr::V6(v6)),
         ip => ip,
     };
     // Unfiltered: the device is a fact about the socket, whatever the selection.
-    interfaces(None).into_iter().find(|(_, a)| *a == ip).map(|(n, _)| n).unwrap_or_else(|| ip.to_string())
+    interfaces(None)
+        .into_iter()
+        .find(|(_, a)| *a == ip)
+        .map(|(n, _)| n)
+        .unwrap_or_else(|| ip.to_string())
 }

@@ -13,7 +13,10 @@ fn cfg(over: &[(&str, &str)]) -> Config {
 }
 
 fn wait_readable(fd: BorrowedFd<'_>, ms: u64) {
-    let ts = Timespec { tv_sec: 0, tv_nsec: (ms * 1_000_000) as _ };
+    let ts = Timespec {
+        tv_sec: 0,
+        tv_nsec: (ms * 1_000_000) as _,
+    };
     let mut p = [PollFd::new(&fd, PollFlags::IN)];
     let _ = rustix::event::poll(&mut p, Some(&ts));
 }
@@ -48,7 +51,12 @@ fn exchange(tx: &mut Tx, rx: &mut Rx, frames: &[Vec<u8>]) -> Vec<Vec<u8>> {
     let deadline = Instant::now() + Duration::from_secs(20);
     let mut next = 0;
     while got.len() < frames.len() {
-        assert!(Instant::now() < deadline, "exchange stalled at {} of {}", got.len(), frames.len());
+        assert!(
+            Instant::now() < deadline,
+            "exchange stalled at {} of {}",
+            got.len(),
+            frames.len()
+        );
         while next < frames.len() {
             let f = &frames[next];
             let (a, rest) = f.split_at(f.len() / 3);
@@ -72,7 +80,12 @@ fn exchange(tx: &mut Tx, rx: &mut Rx, frames: &[Vec<u8>]) -> Vec<Vec<u8>> {
 fn check(frames: &[Vec<u8>], got: &[Vec<u8>]) {
     assert_eq!(got.len(), frames.len());
     for (i, (a, b)) in frames.iter().zip(got).enumerate() {
-        assert!(a == b, "frame {i} ({} bytes) differs (got {} bytes)", a.len(), b.len());
+        assert!(
+            a == b,
+            "frame {i} ({} bytes) differs (got {} bytes)",
+            a.len(),
+            b.len()
+        );
     }
 }
 
@@ -82,8 +95,29 @@ fn frames_of_every_size_both_directions() {
     assert_eq!(ctx.caps().name, "tcp");
     assert_eq!(ctx.caps().device, "lo");
     assert_eq!(ctx.caps().max_frame, MAX_SEND);
-    let sizes = [1, 2, 3, 4, 5, 255, 256, 257, 4095, 65536, 65537, (1 << 20) + 7, MAX_SEND, 1, 300_000, 9];
-    let frames: Vec<Vec<u8>> = sizes.iter().enumerate().map(|(i, &n)| pattern(i, n)).collect();
+    let sizes = [
+        1,
+        2,
+        3,
+        4,
+        5,
+        255,
+        256,
+        257,
+        4095,
+        65536,
+        65537,
+        (1 << 20) + 7,
+        MAX_SEND,
+        1,
+        300_000,
+        9,
+    ];
+    let frames: Vec<Vec<u8>> = sizes
+        .iter()
+        .enumerate()
+        .map(|(i, &n)| pattern(i, n))
+        .collect();
     check(&frames, &exchange(&mut ctx, &mut arx, &frames));
     let back: Vec<Vec<u8>> = frames.iter().rev().cloned().collect();
     check(&back, &exchange(&mut atx, &mut crx, &back));
@@ -111,7 +145,10 @@ fn small_frames_coalesce_in_the_queue() {
     let ((mut tx, _crx), (_atx, mut rx)) = pair_on(LO4, &cfg).unwrap();
     let mut frames = vec![pattern(0, 4 << 20)];
     tx.send(&[&frames[0]]).unwrap();
-    assert!(tx.queued() > 0, "a 4 MiB frame should not fit 16 KiB kernel buffers");
+    assert!(
+        tx.queued() > 0,
+        "a 4 MiB frame should not fit 16 KiB kernel buffers"
+    );
     let before = tx.queued();
     for i in 1..2000 {
         frames.push(pattern(i, 1 + i % 40));
@@ -158,7 +195,10 @@ fn back_pressure_then_recovery() {
         }
         let _ = tx.flush().unwrap();
     }
-    assert!(refused, "a receiver that does not read must eventually cause NoResource");
+    assert!(
+        refused,
+        "a receiver that does not read must eventually cause NoResource"
+    );
     assert!(tx.queued() <= 1 << 20);
     // The receiver catches up; the sender drains and can send again.
     let mut got = receive_all(&mut tx, &mut rx, frames.len());
@@ -207,7 +247,11 @@ fn bad_preamble_is_a_protocol_error() {
     let (mut rx, _s) = raw_peer(b"GET / HTTP/1.1\r\n\r\n");
     let e = until_error(&mut rx);
     assert_eq!(e.status(), Status::ProtocolError, "{e}");
-    assert!(e.detail().contains("not a Courier peer: bad preamble 474554202f204854"), "{e}");
+    assert!(
+        e.detail()
+            .contains("not a Courier peer: bad preamble 474554202f204854"),
+        "{e}"
+    );
     // Sticky.
     assert_eq!(rx.peek().unwrap_err().status(), Status::ProtocolError);
     // Even a short wrong start is caught without waiting for 8 bytes.
@@ -229,9 +273,20 @@ fn absurd_frame_lengths_are_protocol_errors() {
             Err(e) => break e,
         }
     };
-    assert_eq!(got, vec![b"hello".to_vec()], "the good frame before the bad one arrives");
+    assert_eq!(
+        got,
+        vec![b"hello".to_vec()],
+        "the good frame before the bad one arrives"
+    );
     assert_eq!(e.status(), Status::ProtocolError);
-    assert!(e.detail().contains(&format!("frame length {} from {} exceeds the limit {MAX_FRAME}", u32::MAX, s.local_addr().unwrap())), "{e}");
+    assert!(
+        e.detail().contains(&format!(
+            "frame length {} from {} exceeds the limit {MAX_FRAME}",
+            u32::MAX,
+            s.local_addr().unwrap()
+        )),
+        "{e}"
+    );
 
     let mut bytes = PREAMBLE.to_vec();
     bytes.extend_from_slice(&0u32.to_le_bytes());
@@ -256,14 +311,24 @@ fn peer_drop_is_peer_failure_after_buffered_frames() {
     };
     assert_eq!(got, vec![b"last words".to_vec()]);
     assert_eq!(e.status(), Status::PeerFailure);
-    assert!(e.detail().contains("closed the connection") && e.detail().contains(&arx.peer_addr().to_string()), "{e}");
+    assert!(
+        e.detail().contains("closed the connection")
+            && e.detail().contains(&arx.peer_addr().to_string()),
+        "{e}"
+    );
     assert_eq!(arx.on_readable().unwrap_err().status(), Status::PeerFailure);
     assert_eq!(arx.arm().unwrap_err().status(), Status::PeerFailure);
     // Sending: the first write may still be accepted; then the reset shows.
     let deadline = Instant::now() + Duration::from_secs(5);
     let e = loop {
-        assert!(Instant::now() < deadline, "send never noticed the dead peer");
-        match atx.send(&[b"anyone there?"]).and_then(|()| atx.flush().map(|_| ()).map_err(TxError::Failed)) {
+        assert!(
+            Instant::now() < deadline,
+            "send never noticed the dead peer"
+        );
+        match atx
+            .send(&[b"anyone there?"])
+            .and_then(|()| atx.flush().map(|_| ()).map_err(TxError::Failed))
+        {
             Ok(()) => std::thread::sleep(Duration::from_millis(2)),
             Err(TxError::Failed(e)) => break e,
             Err(TxError::NoResource) => panic!("unexpected NoResource"),
@@ -334,7 +399,10 @@ fn interfaces_list_and_filter() {
     let all = interfaces(&cfg(&[]));
     assert!(all.iter().any(|(n, a)| n == "lo" && *a == LO4), "{all:?}");
     let lo = interfaces(&cfg(&[("COURIER_NET_DEVICES", "lo")]));
-    assert!(!lo.is_empty() && lo.iter().all(|(n, _)| n == "lo"), "{lo:?}");
+    assert!(
+        !lo.is_empty() && lo.iter().all(|(n, _)| n == "lo"),
+        "{lo:?}"
+    );
     assert!(interfaces(&cfg(&[("COURIER_NET_DEVICES", "nosuchdev0")])).is_empty());
 }
 
@@ -344,9 +412,14 @@ fn connect_to_closed_port_is_unreachable() {
         let l = Listener::bind(SocketAddr::new(LO4, 0), &cfg(&[])).unwrap();
         l.local_addr()
     };
-    let e = connect(addr, &cfg(&[])).err().expect("nobody listens there");
+    let e = connect(addr, &cfg(&[]))
+        .err()
+        .expect("nobody listens there");
     assert_eq!(e.status(), Status::Unreachable, "{e}");
-    assert!(e.detail().starts_with(&format!("connect to {addr}: ")), "{e}");
+    assert!(
+        e.detail().starts_with(&format!("connect to {addr}: ")),
+        "{e}"
+    );
 }
 
 #[test]
@@ -356,4 +429,3 @@ fn listener_reports_nothing_pending() {
     assert!(l.accept().unwrap().is_none());
     let _ = l.fd();
 }
-

@@ -1,0 +1,36 @@
+# Courier — one command per workflow.
+#   make          build everything (release)
+#   make run      build and run the main job: the local benchmark suite, both processes started for you
+#   make test     every test: Rust (unit, conformance, multi-process), C examples, Go bindings
+#   make bench    side-by-side benchmarks against UCX and libfabric (installs them if missing)
+
+CARGO ?= cargo
+export CARGO_TERM_COLOR ?= never
+
+.PHONY: all build run test test-rust lint fmt bench clean deps
+
+all: build
+
+deps:
+	@bash scripts/deps.sh
+
+build: deps
+	$(CARGO) build --release --workspace
+
+run: build
+	./target/release/courier perf --local
+
+test: deps test-rust lint
+
+test-rust:
+	$(CARGO) test --workspace --release -- --test-threads=2
+
+lint:
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --workspace --all-targets --release -- -D warnings
+
+bench: build
+	bash bench/run.sh
+
+clean:
+	$(CARGO) clean
