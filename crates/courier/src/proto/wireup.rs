@@ -429,7 +429,6 @@ impl State {
     fn set_connected(&mut self, e: u32, loc: &str) {
         if let Some(ep) = self.ep(e) {
             ep.status = EpStatus::Connected;
-            ep.old = None;
         }
         self.log_selection(e, loc);
         self.progress_tx(e);
@@ -774,9 +773,11 @@ impl State {
                 let Some(e) = found else {
                     return Err(format!("upgrade for unknown connection {conn_id:#x}"));
                 };
-                let old = self.ep_take_link(e);
+                // The server closes its side of the TCP link; the client keeps its own
+                // (unwatched) until the endpoint goes, so the server never mistakes the
+                // switch for a failure while the upgrade is still on its way.
+                drop(self.ep_take_link(e));
                 if let Some(ep) = self.ep(e) {
-                    ep.old = old;
                     ep.peer = peer;
                 }
                 self.ep_install_link(e, tx, rx).map_err(|e| e.to_string())?;

@@ -1,0 +1,802 @@
+//! The test loops, client and server side, and the control exchange between them.
+//!
+//! Control: the client sends each test's parameters as a tag message (`TAG_CTRL`, JSON);
+//! the server answers `TAG_ACK` ("ok" or an error sentence), both run the test, and a
+//! `{"op":"done"}` ends the session. One-way tests end with the server's `TAG_FIN`, so the
+//! client's clock covers every message's arrival.
+
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use courier::{AmFlags, AmRndv, Endpoint, EndpointParams, Info, Request, Worker};
+
+use super::params::{Params, TestKind};
+use super::report::Meter;
+use crate::error::{CliError, CliResult};
+
+const TAG_CTRL: u64 = 0xC0DE_0000_0000_0001;
+const TAG_ACK: u64 = 0xC0DE_0000_0000_0002;
+const TAG_FIN: u64 = 0xC0DE_0000_0000_0003;
+const TAG_PING: u64 = 0x1000;
+const TAG_PONG: u64 = 0x1001;
+const AM_PING: u16 = 1;
+const AM_PONG: u16 = 2;
+const CTRL_MAX: usize = 64 << 10;
+
+/// Where an endpoint's failure is recorded (its error handler runs inside progress).
+#[derive(Default)]
+pub struct Failure {
+    flag: AtomicBool,
+    msg: Mutex<Option<String>>,
+}
+
+impl Failure {
+    fn set(&self, m: String) {
+        let mut g = self.msg.lock().unwrap_or_else(|p| p.into_inner());
+        if g.is_none() {
+            *g = Some(m);
+        }
+        self.flag.store(true, Ordering::Release);
+    }
+    /// Whether the endpoint failed.
+    pub fn is_set(&self) -> bool {
+        self.flag.load(Ordering::Acquire)
+    }
+    fn text(&self) -> String {
+        self.msg
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+            .unwrap_or_default()
+    }
+}
+
+/// Endpoint parameters whose error handler records into `f`.
+pub fn ep_params(f: &Arc<Failure>) -> EndpointParams {
+    let f = f.clone();
+    EndpointParams::default().error_handler(move |e| f.set(e.to_string()))
+}
+
+/// A connected endpoint with everything the loops need to wait on it safely.
+pub struct Link {
+    /// The worker.
+    pub worker: Worker,
+    /// The endpoint to the peer.
+    pub ep: Endpoint,
+    /// The endpoint's failure, if any.
+    pub failure: Arc<Failure>,
+    /// The peer, for messages.
+    pub peer: String,
+    /// Longest time without any progress before giving up on the peer.
+    pub stall: Duration,
+}
+
+#[derive(Default)]
+struct Idle {
+    spins: u32,
+    since: Option<Instant>,
+}
+
+impl Link {
+    fn peer_failed(&self, why: &str) -> CliError {
+        CliError::run(format!("peer {} failed: {why}", self.peer))
+    }
+
+    fn failed(&self) -> CliError {
+        self.peer_failed(&self.failure.text())
+    }
+
+    fn req_err(&self, e: &courier::Error) -> CliError {
+        if self.failure.is_set() {
+            self.failed()
+        } else {
+            self.peer_failed(&e.to_string())
+        }
+    }
+
+    /// One progress step; errors if the peer failed or nothing moved for `stall`.
+    #[inline]
+    fn poll(&self, idle: &mut Idle) -> CliResult<()> {
+        if self.worker.progress() != 0 {
+            idle.spins = 0;
+            idle.since = None;
+            return Ok(());
+        }
+        if self.failure.is_set() {
+            return Err(self.failed());
+        }
+        idle.spins = idle.spins.wrapping_add(1);
+        if idle.spins & 0x3ff == 0 {
+            let now = Instant::now();
+            match idle.since {
+                None => idle.since = Some(now),
+                Some(t) if now.duration_since(t) > self.stall => {
+                    return Err(CliError::run(format!(
+                        "peer {} stopped responding (no progress for {:?})",
+                        self.peer, self.stall
+                    )));
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// Progress until `r` completes.
+    #[inline]
+    fn wait(&self, r: &mut Request<'_>) -> CliResult<Info> {
+        let mut idle = Idle::default();
+        loop {
+            match r.test() {
+                Some(Ok(i)) => return Ok(*i),
+                Some(Err(e)) => return Err(self.req_err(e)),
+                None => self.poll(&mut idle)?,
+            }
+        }
+    }
+
+    fn check<T>(&self, r: courier::Result<T>) -> CliResult<T> {
+        r.map_err(|e| self.req_err(&e))
+    }
+
+    fn send_ctrl(&self, tag: u64, msg: &[u8]) -> CliResult<()> {
+        let mut r = self.check(self.ep.tag_send(msg, tag))?;
+        self.wait(&mut r).map(|_| ())
+    }
+
+    fn recv_ctrl(&self, tag: u64, buf: &mut [u8]) -> CliResult<usize> {
+        let mut r = self.check(self.worker.tag_recv(buf, tag, u64::MAX))?;
+        let n = self.wait(&mut r)?.len;
+        Ok(n)
+    }
+}
+
+/// Connect to a `courier perf` server.
+pub fn connect(worker: &Worker, addr: SocketAddr, shown: &str) -> CliResult<Link> {
+    let failure = Arc::new(Failure::default());
+    let ep = worker
+        .connect_sockaddr(addr, std::process::id() as u64, ep_params(&failure))
+        .map_err(|e| CliError::run(format!("cannot connect to {shown}: {e}")))?;
+    ep.wait_connected(Duration::from_secs(10))
+        .map_err(|e| CliError::run(format!("cannot connect to {shown}: {e}")))?;
+    if failure.is_set() {
+        return Err(CliError::run(format!(
+            "cannot connect to {shown}: {}",
+            failure.text()
+        )));
+    }
+    Ok(Link {
+        worker: worker.clone(),
+        ep,
+        failure,
+        peer: shown.to_string(),
+        stall: Duration::from_secs(30),
+    })
+}
+
+/// Wait (without limit) for one client on `listener`, as the ucx_perftest server does.
+pub fn accept(
+    worker: &Worker,
+    listener_addr: SocketAddr,
+    announce: impl FnOnce(u16),
+) -> CliResult<Link> {
+    type Slot = Arc<Mutex<Option<(Endpoint, String)>>>;
+    let slot: Slot = Arc::default();
+    let failure = Arc::new(Failure::default());
+    let (s, f) = (slot.clone(), failure.clone());
+    let listener = courier::Listener::new(worker, listener_addr, move |req| {
+        let mut g = s.lock().unwrap_or_else(|p| p.into_inner());
+        if g.is_some() {
+            req.reject();
+            return;
+        }
+        let who = req.client_addr().to_string();
+        if let Ok(ep) = req.accept(ep_params(&f)) {
+            *g = Some((ep, who));
+        }
+    })
+    .map_err(|e| CliError::run(format!("cannot listen on {listener_addr}: {e}")))?;
+    announce(listener.local_addr().port());
+    let mut idle = 0u32;
+    loop {
+        if let Some((ep, who)) = slot.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            drop(listener);
+            return Ok(Link {
+                worker: worker.clone(),
+                ep,
+                failure,
+                peer: who,
+                stall: Duration::from_secs(30),
+            });
+        }
+        if worker.progress() == 0 {
+            idle += 1;
+            if idle > 1000 {
+                let _ = worker.wait(Some(Duration::from_millis(10)));
+                idle = 0;
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Sessions
+// ---------------------------------------------------------------------------------------
+
+/// Ask the server to run `p`; returns once it is ready.
+pub fn client_start(link: &Link, p: &Params) -> CliResult<()> {
+    link.send_ctrl(TAG_CTRL, &p.encode())?;
+    let mut buf = vec![0u8; CTRL_MAX];
+    let n = link.recv_ctrl(TAG_ACK, &mut buf)?;
+    let reply = String::from_utf8_lossy(&buf[..n.min(buf.len())]).to_string();
+    if reply != "ok" {
+        return Err(CliError::run(format!(
+            "server {} refused the test: {reply}",
+            link.peer
+        )));
+    }
+    Ok(())
+}
+
+/// Tell the server the session is over and close.
+pub fn client_finish(link: Link) {
+    let _ = link.send_ctrl(TAG_CTRL, br#"{"op":"done"}"#);
+    let _ = link.ep.close();
+}
+
+/// Serve tests until the client says done (or fails).
+pub fn serve(link: Link, verbose: bool) -> CliResult<()> {
+    let mut buf = vec![0u8; CTRL_MAX];
+    loop {
+        // The client may take its time between tests (printing, spawning nothing): no stall limit.
+        let n = {
+            let mut r = link.check(link.worker.tag_recv(&mut buf, TAG_CTRL, u64::MAX))?;
+            let mut spins = 0u32;
+            loop {
+                match r.test() {
+                    Some(Ok(i)) => break i.len,
+                    Some(Err(e)) => return Err(link.req_err(e)),
+                    None => {
+                        if link.worker.progress() == 0 {
+                            if link.failure.is_set() {
+                                return Err(link.failed());
+                            }
+                            spins += 1;
+                            if spins > 100_000 {
+                                let _ = link.worker.wait(Some(Duration::from_millis(5)));
+                                spins = 0;
+                            }
+                        }
+                    }
+                }
+            }
+        };
+        let msg = &buf[..n.min(buf.len())];
+        let v: serde_json::Value = serde_json::from_slice(msg).unwrap_or(serde_json::Value::Null);
+        if v["op"] == "done" {
+            break;
+        }
+        let p = match Params::decode(msg) {
+            Ok(p) => p,
+            Err(e) => {
+                link.send_ctrl(TAG_ACK, e.msg.as_bytes())?;
+                continue;
+            }
+        };
+        if verbose {
+            eprintln!(
+                "running {} size {:?} iterations {}+{} window {}",
+                p.test.name(),
+                p.sizes,
+                p.warmup,
+                p.iters,
+                p.window
+            );
+        }
+        let mut b = Buffers::new(&p);
+        let am = setup_am(&link, &p, AM_PING)?;
+        link.send_ctrl(TAG_ACK, b"ok")?;
+        let t0 = Instant::now();
+        run_server(&link, &p, &mut b, am)?;
+        if verbose {
+            eprintln!(
+                "done {} in {:.3} s",
+                p.test.name(),
+                t0.elapsed().as_secs_f64()
+            );
+        }
+    }
+    let _ = link.ep.flush();
+    // Give the client a moment to close first, so its last receive is not cut short.
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while !link.failure.is_set() && Instant::now() < deadline {
+        if link.worker.progress() == 0 {
+            std::thread::sleep(Duration::from_micros(200));
+        }
+    }
+    if !link.failure.is_set() {
+        let _ = link.ep.close();
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------
+// Buffers and patterns
+// ---------------------------------------------------------------------------------------
+
+#[inline]
+fn pattern(i: usize) -> u8 {
+    (i.wrapping_mul(31).wrapping_add(7) & 0xff) as u8
+}
+
+fn verify(buf: &[u8]) -> bool {
+    buf.iter().enumerate().all(|(i, &b)| b == pattern(i))
+}
+
+struct Buffers {
+    send: Vec<u8>,
+    /// One receive buffer per window slot.
+    recv: Vec<u8>,
+    size: usize,
+    bounds: Vec<(usize, usize)>,
+}
+
+impl Buffers {
+    fn new(p: &Params) -> Buffers {
+        let size = p.msg_size();
+        let send: Vec<u8> = (0..size).map(pattern).collect();
+        let slots = p.window.max(1);
+        let mut bounds = Vec::new();
+        let mut off = 0;
+        for &s in &p.sizes {
+            bounds.push((off, s));
+            off += s;
+        }
+        Buffers {
+            send,
+            recv: vec![0u8; size * slots],
+            size,
+            bounds,
+        }
+    }
+
+    fn iov(&self) -> Vec<&[u8]> {
+        self.bounds
+            .iter()
+            .map(|&(o, l)| &self.send[o..o + l])
+            .collect()
+    }
+}
+
+/// A receive slot of `b.recv`, with a lifetime of the caller's choosing.
+///
+/// # Safety
+/// `base` must point to a live buffer of at least `(slot + 1) * size` bytes that outlives
+/// `'a`, and no two live slices may overlap (one request per slot at a time).
+#[inline]
+unsafe fn slot<'a>(base: *mut u8, slot: usize, size: usize) -> &'a mut [u8] {
+    // SAFETY: forwarded contract.
+    unsafe { std::slice::from_raw_parts_mut(base.add(slot * size), size) }
+}
+
+// ---------------------------------------------------------------------------------------
+// Active-message receive side
+// ---------------------------------------------------------------------------------------
+
+struct AmState {
+    count: AtomicU64,
+    rndv: Mutex<VecDeque<AmRndv>>,
+    has_rndv: AtomicBool,
+    bad: AtomicBool,
+}
+
+fn setup_am(link: &Link, p: &Params, id: u16) -> CliResult<Option<Arc<AmState>>> {
+    if !matches!(p.test, TestKind::AmLat | TestKind::AmBw) {
+        return Ok(None);
+    }
+    let st = Arc::new(AmState {
+        count: AtomicU64::new(0),
+        rndv: Mutex::new(VecDeque::new()),
+        has_rndv: AtomicBool::new(false),
+        bad: AtomicBool::new(false),
+    });
+    let s = st.clone();
+    let check = p.check;
+    link.worker
+        .am_set_handler(id, move |m| {
+            if m.is_rndv() {
+                if let Some(d) = m.take_rndv() {
+                    s.rndv
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .push_back(d);
+                    s.has_rndv.store(true, Ordering::Release);
+                }
+                return;
+            }
+            if check && !verify(m.data()) {
+                s.bad.store(true, Ordering::Relaxed);
+            }
+            s.count.fetch_add(1, Ordering::Release);
+        })
+        .map_err(|e| CliError::run(format!("cannot set the active-message handler: {e}")))?;
+    Ok(Some(st))
+}
+
+impl AmState {
+    /// Progress until at least `n` messages arrived (receiving rendezvous data into `buf`).
+    fn wait_count(&self, link: &Link, n: u64, buf: &mut [u8], check: bool) -> CliResult<()> {
+        let mut idle = Idle::default();
+        while self.count.load(Ordering::Acquire) < n {
+            if self.has_rndv.load(Ordering::Acquire) {
+                let d = {
+                    let mut q = self.rndv.lock().unwrap_or_else(|e| e.into_inner());
+                    let d = q.pop_front();
+                    if q.is_empty() {
+                        self.has_rndv.store(false, Ordering::Release);
+                    }
+                    d
+                };
+                if let Some(d) = d {
+                    let len = d.len().min(buf.len());
+                    let mut r = link.check(link.worker.am_recv_data(d, &mut buf[..len]))?;
+                    link.wait(&mut r)?;
+                    drop(r);
+                    if check && !verify(&buf[..len]) {
+                        self.bad.store(true, Ordering::Relaxed);
+                    }
+                    self.count.fetch_add(1, Ordering::Release);
+                    continue;
+                }
+            }
+            link.poll(&mut idle)?;
+        }
+        if self.bad.load(Ordering::Relaxed) {
+            return Err(CliError::run(format!(
+                "data check failed: an active message from {} had wrong contents",
+                link.peer
+            )));
+        }
+        Ok(())
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Sending one message of the test's kind
+// ---------------------------------------------------------------------------------------
+
+#[inline]
+fn send<'a>(
+    link: &Link,
+    kind: TestKind,
+    data: &'a [u8],
+    iov: &[&'a [u8]],
+    tag: u64,
+    am_id: u16,
+) -> CliResult<Request<'a>> {
+    let r = match kind {
+        TestKind::TagLat | TestKind::TagBw | TestKind::TagBibw => {
+            if iov.len() > 1 {
+                link.ep.tag_send_iov(iov, tag)
+            } else {
+                link.ep.tag_send(data, tag)
+            }
+        }
+        TestKind::TagSyncLat | TestKind::TagSyncBw => {
+            // The library has no synchronous IOV send: the contiguous copy goes instead.
+            link.ep.tag_send_sync(data, tag)
+        }
+        TestKind::AmLat | TestKind::AmBw => {
+            let flags = AmFlags {
+                reply: kind == TestKind::AmLat,
+                ..AmFlags::default()
+            };
+            if iov.len() > 1 {
+                link.ep.am_send_iov(am_id, &[], iov, flags)
+            } else {
+                link.ep.am_send(am_id, &[], data, flags)
+            }
+        }
+        TestKind::StreamLat | TestKind::StreamBw => link.ep.stream_send(data),
+    };
+    link.check(r)
+}
+
+fn check_tag(link: &Link, p: &Params, buf: &[u8], info: &Info) -> CliResult<()> {
+    if info.len != buf.len() {
+        return Err(CliError::run(format!(
+            "message from {} has {} bytes, expected {}",
+            link.peer,
+            info.len,
+            buf.len()
+        )));
+    }
+    if p.check && !verify(buf) {
+        return Err(CliError::run(format!(
+            "data check failed: a message from {} had wrong contents",
+            link.peer
+        )));
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------
+// Client side (measures)
+// ---------------------------------------------------------------------------------------
+
+/// Run `p` as the client; returns the final row.
+pub fn run_client(link: &Link, p: &Params, meter: &mut Meter<'_>) -> CliResult<super::report::Row> {
+    let mut b = Buffers::new(p);
+    let am = setup_am(link, p, AM_PONG)?;
+    let total = p.total();
+    let warm = p.warmup;
+    let size = b.size;
+    let rbase = b.recv.as_mut_ptr();
+    let iov = b.iov();
+    let data = &b.send[..];
+    let w = p.window.max(1);
+    if total == 0 {
+        return Ok(meter.finish(Instant::now()));
+    }
+    match p.test {
+        TestKind::TagLat | TestKind::TagSyncLat | TestKind::StreamLat => {
+            let stream = p.test == TestKind::StreamLat;
+            let mut t = Instant::now();
+            for i in 0..total {
+                if i == warm {
+                    t = Instant::now();
+                    meter.begin(t);
+                }
+                // SAFETY: slot 0 of b.recv; the request is dropped within the iteration.
+                let rb = unsafe { slot(rbase, 0, size) };
+                if p.check {
+                    rb.fill(0);
+                }
+                let mut rr = if stream {
+                    link.check(link.ep.stream_recv_exact(rb))?
+                } else {
+                    link.check(link.worker.tag_recv(rb, TAG_PONG, u64::MAX))?
+                };
+                let mut sr = send(link, p.test, data, &iov, TAG_PING, 0)?;
+                link.wait(&mut sr)?;
+                let info = link.wait(&mut rr)?;
+                drop(rr);
+                if !stream || p.check {
+                    // SAFETY: as above; the receive finished.
+                    check_tag(
+                        link,
+                        p,
+                        unsafe { slot(rbase, 0, size) },
+                        &if stream {
+                            Info { len: size, tag: 0 }
+                        } else {
+                            info
+                        },
+                    )?;
+                }
+                let now = Instant::now();
+                if i >= warm {
+                    meter.record(now, now.duration_since(t));
+                }
+                t = now;
+            }
+            Ok(meter.finish(Instant::now()))
+        }
+        TestKind::AmLat => {
+            let am = am.expect("set up for am tests");
+            // SAFETY: slot 0, used only by wait_count inside this loop.
+            let rb = unsafe { slot(rbase, 0, size) };
+            let mut t = Instant::now();
+            for i in 0..total {
+                if i == warm {
+                    t = Instant::now();
+                    meter.begin(t);
+                }
+                let mut sr = send(link, p.test, data, &iov, 0, AM_PING)?;
+                link.wait(&mut sr)?;
+                drop(sr);
+                am.wait_count(link, i + 1, rb, p.check)?;
+                let now = Instant::now();
+                if i >= warm {
+                    meter.record(now, now.duration_since(t));
+                }
+                t = now;
+            }
+            Ok(meter.finish(Instant::now()))
+        }
+        TestKind::TagBw | TestKind::TagSyncBw | TestKind::AmBw | TestKind::StreamBw => {
+            let mut ring: Vec<Option<Request<'_>>> = (0..w).map(|_| None).collect();
+            let mut t = Instant::now();
+            for i in 0..total {
+                if i == warm {
+                    t = Instant::now();
+                    meter.begin(t);
+                }
+                let s = &mut ring[(i % w as u64) as usize];
+                if let Some(mut r) = s.take() {
+                    link.wait(&mut r)?;
+                }
+                *s = Some(send(link, p.test, data, &iov, TAG_PING, AM_PING)?);
+                let now = Instant::now();
+                if i >= warm {
+                    meter.record(now, now.duration_since(t));
+                }
+                t = now;
+            }
+            for s in ring.iter_mut() {
+                if let Some(mut r) = s.take() {
+                    link.wait(&mut r)?;
+                }
+            }
+            drop(ring);
+            let mut fin = [0u8; 8];
+            link.recv_ctrl(TAG_FIN, &mut fin)?;
+            Ok(meter.finish(Instant::now()))
+        }
+        TestKind::TagBibw => {
+            let mut t = Instant::now();
+            for i in 0..total {
+                if i == warm {
+                    t = Instant::now();
+                    meter.begin(t);
+                }
+                bibw_round(link, p, data, &iov, rbase, TAG_PING, TAG_PONG)?;
+                let now = Instant::now();
+                if i >= warm {
+                    meter.record(now, now.duration_since(t));
+                }
+                t = now;
+            }
+            Ok(meter.finish(Instant::now()))
+        }
+    }
+}
+
+/// One bi-directional window: `w` receives and `w` sends in flight at once.
+fn bibw_round(
+    link: &Link,
+    p: &Params,
+    data: &[u8],
+    iov: &[&[u8]],
+    rbase: *mut u8,
+    stag: u64,
+    rtag: u64,
+) -> CliResult<()> {
+    let w = p.window.max(1);
+    let size = p.msg_size();
+    let mut recvs: Vec<Request<'_>> = Vec::with_capacity(w);
+    let mut sends: Vec<Request<'_>> = Vec::with_capacity(w);
+    for k in 0..w {
+        // SAFETY: slot k of the receive buffers, one request per slot, dropped below.
+        let rb = unsafe { slot(rbase, k, size) };
+        recvs.push(link.check(link.worker.tag_recv(rb, rtag, u64::MAX))?);
+    }
+    for _ in 0..w {
+        sends.push(send(link, TestKind::TagBibw, data, iov, stag, 0)?);
+    }
+    for r in sends.iter_mut().chain(recvs.iter_mut()) {
+        link.wait(r)?;
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------
+// Server side (answers, does not measure)
+// ---------------------------------------------------------------------------------------
+
+fn run_server(link: &Link, p: &Params, b: &mut Buffers, am: Option<Arc<AmState>>) -> CliResult<()> {
+    let total = p.total();
+    let size = b.size;
+    let w = p.window.max(1);
+    let rbase = b.recv.as_mut_ptr();
+    let iov = b.iov();
+    let data = &b.send[..];
+    match p.test {
+        TestKind::TagLat | TestKind::TagSyncLat | TestKind::StreamLat => {
+            let stream = p.test == TestKind::StreamLat;
+            for _ in 0..total {
+                // SAFETY: slot 0; the request is dropped within the iteration.
+                let rb = unsafe { slot(rbase, 0, size) };
+                if p.check {
+                    rb.fill(0);
+                }
+                let mut rr = if stream {
+                    link.check(link.ep.stream_recv_exact(rb))?
+                } else {
+                    link.check(link.worker.tag_recv(rb, TAG_PING, u64::MAX))?
+                };
+                let info = link.wait(&mut rr)?;
+                drop(rr);
+                if !stream || p.check {
+                    // SAFETY: as above.
+                    check_tag(
+                        link,
+                        p,
+                        unsafe { slot(rbase, 0, size) },
+                        &if stream {
+                            Info { len: size, tag: 0 }
+                        } else {
+                            info
+                        },
+                    )?;
+                }
+                let mut sr = send(link, p.test, data, &iov, TAG_PONG, 0)?;
+                link.wait(&mut sr)?;
+            }
+        }
+        TestKind::AmLat => {
+            let am = am.expect("set up for am tests");
+            // SAFETY: slot 0, used only by wait_count.
+            let rb = unsafe { slot(rbase, 0, size) };
+            for i in 0..total {
+                am.wait_count(link, i + 1, rb, p.check)?;
+                let mut sr = send(link, p.test, data, &iov, 0, AM_PONG)?;
+                link.wait(&mut sr)?;
+            }
+        }
+        TestKind::AmBw => {
+            let am = am.expect("set up for am tests");
+            // SAFETY: slot 0, used only by wait_count.
+            let rb = unsafe { slot(rbase, 0, size) };
+            am.wait_count(link, total, rb, p.check)?;
+            link.send_ctrl(TAG_FIN, &total.to_le_bytes())?;
+        }
+        TestKind::TagBw | TestKind::TagSyncBw => {
+            let mut ring: Vec<Option<Request<'_>>> = (0..w).map(|_| None).collect();
+            let post = |k: usize| -> CliResult<Request<'_>> {
+                // SAFETY: slot k, one request per slot at a time (the ring).
+                let rb = unsafe { slot(rbase, k, size) };
+                link.check(link.worker.tag_recv(rb, TAG_PING, u64::MAX))
+            };
+            for (k, s) in ring
+                .iter_mut()
+                .enumerate()
+                .take(total.min(w as u64) as usize)
+            {
+                *s = Some(post(k)?);
+            }
+            for i in 0..total {
+                let k = (i % w as u64) as usize;
+                let mut r = ring[k].take().expect("posted");
+                let info = link.wait(&mut r)?;
+                drop(r);
+                // SAFETY: slot k, its request finished.
+                check_tag(link, p, unsafe { slot(rbase, k, size) }, &info)?;
+                if i + (w as u64) < total {
+                    if p.check {
+                        // SAFETY: as above.
+                        unsafe { slot(rbase, k, size) }.fill(0);
+                    }
+                    ring[k] = Some(post(k)?);
+                }
+            }
+            drop(ring);
+            link.send_ctrl(TAG_FIN, &total.to_le_bytes())?;
+        }
+        TestKind::StreamBw => {
+            // SAFETY: slot 0; one receive at a time.
+            let rb = unsafe { slot(rbase, 0, size) };
+            for _ in 0..total {
+                let mut rr = link.check(link.ep.stream_recv_exact(rb))?;
+                link.wait(&mut rr)?;
+                drop(rr);
+                if p.check && !verify(rb) {
+                    return Err(CliError::run(format!(
+                        "data check failed: stream bytes from {} had wrong contents",
+                        link.peer
+                    )));
+                }
+            }
+            link.send_ctrl(TAG_FIN, &total.to_le_bytes())?;
+        }
+        TestKind::TagBibw => {
+            for _ in 0..total {
+                bibw_round(link, p, data, &iov, rbase, TAG_PONG, TAG_PING)?;
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,359 @@
+//! `courier perf`: a drop-in for ucx_perftest, plus `--local` (a suite with both processes
+//! started for you) and `--sweep` (OSU-style size sweeps).
+
+pub mod engine;
+pub mod local;
+pub mod params;
+pub mod report;
+pub mod sweep;
+
+use std::io::Write;
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use courier::{Context, ContextParams, ThreadMode, Worker, WorkerParams};
+
+use crate::error::{CliError, CliResult};
+use engine::Link;
+use params::{Params, TestKind};
+use report::{Meter, Output, Row, Watch};
+
+/// Options of `courier perf` (ucx_perftest's, plus a few of Courier's own).
+#[derive(clap::Args, Debug, Clone)]
+#[command(disable_version_flag = true)]
+pub struct PerfArgs {
+    /// Server to connect to; without it, wait for a client (server mode)
+    pub host: Option<String>,
+    /// TCP port of the server
+    #[arg(short = 'p', long = "port", default_value_t = 13337)]
+    pub port: u16,
+    /// Test: tag_lat, tag_bw, tag_sync_lat, tag_sync_bw, ucp_am_lat, ucp_am_bw, stream_lat, stream_bw
+    #[arg(short = 't', long = "test")]
+    pub test: Option<String>,
+    /// Message size; a comma list is the IOV of one message (k, m suffixes)
+    #[arg(short = 's', long = "size", default_value = "8")]
+    pub size: String,
+    /// Measured iterations
+    #[arg(short = 'n', long = "iters", default_value = "1000000")]
+    pub iters: String,
+    /// Warm-up iterations
+    #[arg(short = 'w', long = "warmup", default_value = "10000")]
+    pub warmup: String,
+    /// Outstanding operations (default 32 for tag_bw, tag_sync_bw, ucp_am_bw; 1 otherwise)
+    #[arg(short = 'O', long = "outstanding")]
+    pub outstanding: Option<String>,
+    /// Memory types SEND[,RECV] (host)
+    #[arg(short = 'm', long = "mem", default_value = "host")]
+    pub mem: String,
+    /// CPUs to pin threads to (e.g. 0,2-3)
+    #[arg(short = 'c', long = "cpus")]
+    pub cpus: Option<String>,
+    /// Threads (only 1 is supported)
+    #[arg(short = 'T', long = "threads", default_value_t = 1)]
+    pub threads: u32,
+    /// Thread mode: single, serialized, multi
+    #[arg(short = 'M', long = "thread-mode", default_value = "single")]
+    pub thread_mode: String,
+    /// Data layout: contig or iov (a comma list in -s implies iov)
+    #[arg(short = 'D', long = "layout")]
+    pub layout: Option<String>,
+    /// Wait mode: poll (sleep is not supported yet)
+    #[arg(short = 'E', long = "wait-mode", default_value = "poll")]
+    pub wait_mode: String,
+    /// Error handling (always on in Courier; accepted for compatibility)
+    #[arg(short = 'e')]
+    pub err_handling: bool,
+    /// Print only the final numbers
+    #[arg(short = 'f')]
+    pub final_only: bool,
+    /// Print CSV
+    #[arg(short = 'v')]
+    pub csv: bool,
+    /// Thousands separators
+    #[arg(short = 'N')]
+    pub thousands: bool,
+    /// Latency percentile to report
+    #[arg(short = 'R', default_value_t = 50.0)]
+    pub percentile: f64,
+    /// Loopback: server and client in this process
+    #[arg(short = 'l')]
+    pub loopback: bool,
+    /// Print the final result as one JSON object
+    #[arg(long)]
+    pub json: bool,
+    /// Verify message contents on the receiver
+    #[arg(long)]
+    pub check: bool,
+    /// Run the standard suite with both processes started here, on each transport
+    #[arg(long)]
+    pub local: bool,
+    /// OSU-style sweeps over message sizes 1 B .. 16 MiB
+    #[arg(long)]
+    pub sweep: bool,
+    /// Largest message size of --sweep
+    #[arg(long, default_value = "16m")]
+    pub max_size: String,
+    /// Pairs for the --sweep multi-pair message rate (with --local)
+    #[arg(long, default_value_t = 2)]
+    pub pairs: usize,
+    /// --sweep: a tenth of the iterations (for tests)
+    #[arg(long, hide = true)]
+    pub quick: bool,
+    /// Server: print what it runs
+    #[arg(long)]
+    pub verbose: bool,
+    /// Server: print "PORT <n>" on stdout once listening (used by --local)
+    #[arg(long, hide = true)]
+    pub announce: bool,
+}
+
+/// Validated options common to every mode.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// Output mode.
+    pub out: Output,
+    /// Thousands separators.
+    pub thousands: bool,
+    /// Percentile.
+    pub percentile: f64,
+    /// CPUs.
+    pub cpus: Vec<usize>,
+    /// Thread mode of every worker.
+    pub mode: ThreadMode,
+}
+
+impl Settings {
+    fn from_args(a: &PerfArgs) -> CliResult<Settings> {
+        params::parse_mem(&a.mem)?;
+        if a.threads != 1 {
+            return Err(CliError::usage(format!(
+                "-T {}: multiple threads per process are not supported yet; use -T 1",
+                a.threads
+            )));
+        }
+        if a.wait_mode != "poll" {
+            return Err(CliError::usage(format!(
+                "-E {}: only the poll wait mode is supported yet",
+                a.wait_mode
+            )));
+        }
+        if let Some(d) = &a.layout {
+            for l in d.split(',') {
+                if l != "contig" && l != "iov" {
+                    return Err(CliError::usage(format!("-D {d}: expected contig or iov")));
+                }
+            }
+        }
+        if !(0.0..=100.0).contains(&a.percentile) {
+            return Err(CliError::usage(format!(
+                "-R {}: expected a percentile from 0 to 100",
+                a.percentile
+            )));
+        }
+        let out = match (a.json, a.csv, a.final_only) {
+            (true, _, _) => Output::Json,
+            (_, true, _) => Output::Csv,
+            (_, _, true) => Output::FinalOnly,
+            _ => Output::Table,
+        };
+        Ok(Settings {
+            out,
+            thousands: a.thousands,
+            percentile: a.percentile,
+            cpus: a
+                .cpus
+                .as_deref()
+                .map(params::parse_cpus)
+                .transpose()?
+                .unwrap_or_default(),
+            mode: params::parse_thread_mode(&a.thread_mode)?,
+        })
+    }
+
+    fn pin(&self, idx: usize) -> CliResult<()> {
+        if self.cpus.is_empty() {
+            return Ok(());
+        }
+        params::pin_to(self.cpus[idx % self.cpus.len()])
+    }
+}
+
+fn params_from_args(a: &PerfArgs) -> CliResult<Params> {
+    let name = a.test.as_deref().ok_or_else(|| {
+        CliError::usage("a client needs a test: -t tag_lat (see courier perf --help)")
+    })?;
+    let test = TestKind::parse(name)?;
+    let sizes = params::parse_sizes(&a.size)?;
+    if sizes.len() > 1 && matches!(test, TestKind::StreamLat | TestKind::StreamBw) {
+        return Err(CliError::usage(
+            "stream tests take one message size (streams have no IOV send)",
+        ));
+    }
+    let window = match &a.outstanding {
+        Some(o) => params::parse_count("-O", o)? as usize,
+        None => test.default_window(),
+    };
+    if window == 0 {
+        return Err(CliError::usage("-O 0: the window must be at least 1"));
+    }
+    Ok(Params {
+        test,
+        sizes,
+        iters: params::parse_count("-n", &a.iters)?,
+        warmup: params::parse_count("-w", &a.warmup)?,
+        window,
+        check: a.check,
+    })
+}
+
+/// A worker on a fresh context; `tls` overrides COURIER_TLS.
+pub fn make_worker(mode: ThreadMode, tls: Option<&str>) -> CliResult<Worker> {
+    let mut cp = ContextParams::default();
+    if let Some(t) = tls {
+        cp = cp.config("COURIER_TLS", t);
+    }
+    let ctx = Context::new(cp)?;
+    Ok(Worker::new(&ctx, WorkerParams { thread_mode: mode })?)
+}
+
+fn resolve(host: &str, port: u16) -> CliResult<SocketAddr> {
+    let addrs: Vec<SocketAddr> = (host, port)
+        .to_socket_addrs()
+        .map_err(|e| CliError::run(format!("cannot resolve {host}: {e}")))?
+        .collect();
+    addrs
+        .iter()
+        .find(|a| a.is_ipv4())
+        .or(addrs.first())
+        .copied()
+        .ok_or_else(|| CliError::run(format!("cannot resolve {host}: no address")))
+}
+
+/// Run one test on a connected link and print it per `s`.
+pub fn run_test(link: &Link, p: &Params, s: &Settings, watch: Option<Watch<'_>>) -> CliResult<Row> {
+    engine::client_start(link, p)?;
+    let head = report::header(p, s.percentile, s.out);
+    if !head.is_empty() {
+        let mut o = std::io::stdout().lock();
+        let _ = o.write_all(head.as_bytes());
+        let _ = o.flush();
+    }
+    let mut meter = Meter::new(p, s.percentile, s.out, s.thousands, watch);
+    let row = engine::run_client(link, p, &mut meter)?;
+    if s.out == Output::Json {
+        println!(
+            "{}",
+            report::json(p, s.percentile, &row, link.ep.transport())
+        );
+    }
+    Ok(row)
+}
+
+/// Start a server thread in this process (for `-l`): returns its port and a way to collect
+/// its result.
+pub fn spawn_server_thread(
+    s: &Settings,
+    verbose: bool,
+) -> CliResult<(u16, mpsc::Receiver<CliResult<()>>)> {
+    let (ptx, prx) = mpsc::channel::<CliResult<u16>>();
+    let (dtx, drx) = mpsc::channel();
+    let s2 = s.clone();
+    std::thread::Builder::new()
+        .name("perf-server".into())
+        .spawn(move || {
+            let r = (|| -> CliResult<()> {
+                s2.pin(1)?;
+                let worker = make_worker(s2.mode, None)?;
+                let ptx2 = ptx.clone();
+                let link = engine::accept(
+                    &worker,
+                    SocketAddr::from(([127, 0, 0, 1], 0)),
+                    move |port| {
+                        let _ = ptx2.send(Ok(port));
+                    },
+                )?;
+                engine::serve(link, verbose)
+            })();
+            if let Err(e) = &r {
+                let _ = ptx.send(Err(CliError {
+                    code: e.code,
+                    msg: e.msg.clone(),
+                }));
+            }
+            let _ = dtx.send(r);
+        })
+        .map_err(|e| CliError::run(format!("cannot start the server thread: {e}")))?;
+    let port = prx
+        .recv_timeout(Duration::from_secs(10))
+        .map_err(|_| CliError::run("the loopback server did not start in 10 s"))??;
+    Ok((port, drx))
+}
+
+/// Entry point of `courier perf`.
+pub fn main(a: PerfArgs) -> CliResult<()> {
+    let s = Settings::from_args(&a)?;
+    if a.local && a.sweep {
+        return sweep::run(&a, &s, None);
+    }
+    if a.local {
+        return local::run(&a, &s);
+    }
+    if a.sweep {
+        let host = a
+            .host
+            .as_deref()
+            .ok_or_else(|| CliError::usage("--sweep needs a server (HOST) or --local"))?;
+        return sweep::run(&a, &s, Some(resolve(host, a.port)?));
+    }
+    if a.loopback {
+        let p = params_from_args(&a)?;
+        let (port, done) = spawn_server_thread(&s, a.verbose)?;
+        s.pin(0)?;
+        let worker = make_worker(s.mode, None)?;
+        let shown = format!("127.0.0.1:{port}");
+        let link = engine::connect(&worker, SocketAddr::from(([127, 0, 0, 1], port)), &shown)?;
+        run_test(&link, &p, &s, None)?;
+        engine::client_finish(link);
+        return match done.recv_timeout(Duration::from_secs(10)) {
+            Ok(r) => r,
+            Err(_) => Err(CliError::run("the loopback server did not finish")),
+        };
+    }
+    match a.host.as_deref() {
+        Some(host) => {
+            let p = params_from_args(&a)?;
+            s.pin(0)?;
+            let addr = resolve(host, a.port)?;
+            let worker = make_worker(s.mode, None)?;
+            let link = engine::connect(&worker, addr, &format!("{host}:{}", a.port))?;
+            run_test(&link, &p, &s, None)?;
+            engine::client_finish(link);
+            Ok(())
+        }
+        None => {
+            s.pin(0)?;
+            let worker = make_worker(s.mode, None)?;
+            let announce = a.announce;
+            let link = engine::accept(
+                &worker,
+                SocketAddr::from(([0, 0, 0, 0], a.port)),
+                move |port| {
+                    eprintln!("Waiting for connection...");
+                    if announce {
+                        println!("PORT {port}");
+                        let _ = std::io::stdout().flush();
+                    }
+                },
+            )?;
+            if a.verbose {
+                eprintln!(
+                    "connected: {} over {}",
+                    link.peer,
+                    link.ep.transport().unwrap_or("?")
+                );
+            }
+            engine::serve(link, a.verbose)
+        }
+    }
+}

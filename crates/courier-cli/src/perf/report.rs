@@ -1,0 +1,385 @@
+//! Measurement and ucx_perftest-shaped output.
+
+use std::io::Write;
+use std::time::{Duration, Instant};
+
+use hdrhistogram::Histogram;
+
+use super::params::{Params, TestKind};
+
+/// How results are printed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Output {
+    /// The full table with a row about once a second.
+    Table,
+    /// Header box, then one row of numbers (`-f`).
+    FinalOnly,
+    /// CSV (`-v`).
+    Csv,
+    /// One JSON object (`--json`).
+    Json,
+    /// Nothing (the numbers are used by the caller).
+    Silent,
+}
+
+/// One reported row.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Row {
+    /// Iterations so far.
+    pub iters: u64,
+    /// Percentile latency (usec).
+    pub lat_pct: f64,
+    /// Average latency since the previous row (usec).
+    pub lat_avg: f64,
+    /// Overall latency (usec).
+    pub lat_overall: f64,
+    /// Bandwidth since the previous row (MB/s, 2^20).
+    pub bw_avg: f64,
+    /// Overall bandwidth.
+    pub bw_overall: f64,
+    /// Message rate since the previous row.
+    pub mr_avg: f64,
+    /// Overall message rate.
+    pub mr_overall: f64,
+}
+
+const RULE: &str = "+--------------+--------------+----------+---------+---------+----------+----------+-----------+-----------+";
+
+/// The header box and the column headers, as ucx_perftest prints them.
+pub fn header(p: &Params, percentile: f64, out: Output) -> String {
+    let mut s = String::new();
+    if matches!(out, Output::Json | Output::Silent) {
+        return s;
+    }
+    let pct = pct_label(percentile);
+    if out == Output::Csv {
+        s.push_str(&format!("iterations,{pct}_percentile_lat,avg_lat,overall_lat,avg_bw,overall_bw,avg_mr,overall_mr\n"));
+        return s;
+    }
+    let line = |k: &str, v: &str| format!("| {k:<14}{v:<90} |\n");
+    s.push_str(&format!("+{}+\n", "-".repeat(106)));
+    s.push_str(&line("API:", "protocol layer"));
+    s.push_str(&line("Test:", p.test.description()));
+    s.push_str(&line(
+        "Data layout:",
+        if p.sizes.len() > 1 {
+            "iov"
+        } else {
+            "(automatic)"
+        },
+    ));
+    s.push_str(&line("Send memory:", "host"));
+    s.push_str(&line("Recv memory:", "host"));
+    let size = p
+        .sizes
+        .iter()
+        .map(|x| x.to_string())
+        .collect::<Vec<_>>()
+        .join(",");
+    s.push_str(&line("Message size:", &size));
+    if p.window > 1 {
+        s.push_str(&line("Window size:", &p.window.to_string()));
+    }
+    if out == Output::FinalOnly {
+        s.push_str(&format!("+{}+\n", "-".repeat(106)));
+        return s;
+    }
+    s.push_str(RULE);
+    s.push('\n');
+    s.push_str("|              |              |        latency (usec)        |   bandwidth (MB/s)  |  message rate (msg/s) |\n");
+    s.push_str(RULE);
+    s.push('\n');
+    s.push_str(&format!("|    Stage     | # iterations |{:^10}| average | overall |  average |  overall |  average  |  overall  |\n", format!("{pct}%ile")));
+    s.push_str(RULE);
+    s.push('\n');
+    s
+}
+
+fn pct_label(p: f64) -> String {
+    let s = format!("{p:.1}");
+    if (s.parse::<f64>().unwrap_or(p) - p).abs() > 1e-9 {
+        format!("{p}")
+    } else {
+        s
+    }
+}
+
+fn group(n: f64, thousands: bool) -> String {
+    let s = format!("{:.0}", n);
+    if !thousands {
+        return s;
+    }
+    let (sign, digits) = if let Some(d) = s.strip_prefix('-') {
+        ("-", d)
+    } else {
+        ("", s.as_str())
+    };
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    format!("{sign}{out}")
+}
+
+/// One row as text (`label` = `[thread 0]`, `Final:`, or None for `-f`).
+pub fn format_row(label: Option<&str>, r: &Row, out: Output, thousands: bool) -> String {
+    match out {
+        Output::Csv => format!(
+            "{},{:.3},{:.3},{:.3},{:.2},{:.2},{:.0},{:.0}\n",
+            r.iters,
+            r.lat_pct,
+            r.lat_avg,
+            r.lat_overall,
+            r.bw_avg,
+            r.bw_overall,
+            r.mr_avg,
+            r.mr_overall
+        ),
+        _ => {
+            let nums = format!(
+                "{:>14}{:>11.3}{:>10.3}{:>10.3}{:>12.2}{:>11.2}{:>12}{:>12}",
+                group(r.iters as f64, thousands),
+                r.lat_pct,
+                r.lat_avg,
+                r.lat_overall,
+                r.bw_avg,
+                r.bw_overall,
+                group(r.mr_avg, thousands),
+                group(r.mr_overall, thousands)
+            );
+            match label {
+                Some(l) => format!("{l:<14}{nums}\n"),
+                None => format!("{}\n", nums.trim_start()),
+            }
+        }
+    }
+}
+
+/// The final result as one JSON object.
+pub fn json(p: &Params, percentile: f64, r: &Row, transport: Option<&str>) -> String {
+    serde_json::json!({
+        "test": p.test.name(),
+        "message_size": p.msg_size(),
+        "iov": p.sizes,
+        "window": p.window,
+        "iterations": r.iters,
+        "percentile": percentile,
+        "latency_percentile_us": r.lat_pct,
+        "latency_avg_us": r.lat_avg,
+        "latency_overall_us": r.lat_overall,
+        "bandwidth_avg_mbs": r.bw_avg,
+        "bandwidth_overall_mbs": r.bw_overall,
+        "msgrate_avg": r.mr_avg,
+        "msgrate_overall": r.mr_overall,
+        "transport": transport,
+    })
+    .to_string()
+}
+
+/// Something that wants to see rows while the test runs (the `--local` live display).
+pub type Watch<'a> = &'a mut dyn FnMut(&Row);
+
+/// Collects per-iteration samples and prints rows about once a second.
+pub struct Meter<'w> {
+    all: Histogram<u64>,
+    interval: Histogram<u64>,
+    quantile: f64,
+    /// Divide samples by this for the latency columns (2 for ping-pong).
+    lat_div: f64,
+    /// Messages per iteration for the rate columns.
+    msgs_per_iter: f64,
+    size: f64,
+    start: Instant,
+    last: Instant,
+    last_iters: u64,
+    iters: u64,
+    out: Output,
+    thousands: bool,
+    period: Duration,
+    watch: Option<Watch<'w>>,
+}
+
+impl<'w> Meter<'w> {
+    /// A meter for `p`.
+    pub fn new(
+        p: &Params,
+        percentile: f64,
+        out: Output,
+        thousands: bool,
+        watch: Option<Watch<'w>>,
+    ) -> Meter<'w> {
+        let hist = || {
+            Histogram::<u64>::new_with_bounds(1, 3_600_000_000_000, 3)
+                .expect("histogram bounds are valid")
+        };
+        let (lat_div, msgs_per_iter) = match p.test {
+            t if t.is_pingpong() => (2.0, 2.0),
+            TestKind::TagBibw => (p.window as f64 * 2.0, p.window as f64 * 2.0),
+            _ => (1.0, 1.0),
+        };
+        let now = Instant::now();
+        Meter {
+            all: hist(),
+            interval: hist(),
+            quantile: (percentile / 100.0).clamp(0.0, 1.0),
+            lat_div,
+            msgs_per_iter,
+            size: p.msg_size() as f64,
+            start: now,
+            last: now,
+            last_iters: 0,
+            iters: 0,
+            out,
+            thousands,
+            period: Duration::from_secs(1),
+            watch,
+        }
+    }
+
+    /// Start measuring at `now` (after warm-up).
+    pub fn begin(&mut self, now: Instant) {
+        self.start = now;
+        self.last = now;
+    }
+
+    /// One measured iteration that took `sample` and ended at `now`.
+    #[inline]
+    pub fn record(&mut self, now: Instant, sample: Duration) {
+        let ns = (sample.as_nanos() as u64).clamp(1, 3_600_000_000_000);
+        let _ = self.all.record(ns);
+        let _ = self.interval.record(ns);
+        self.iters += 1;
+        if now.duration_since(self.last) >= self.period {
+            self.report(now);
+        }
+    }
+
+    fn row(&self, now: Instant, h: &Histogram<u64>) -> Row {
+        let dt = now.duration_since(self.last).as_secs_f64().max(1e-12);
+        let total = now.duration_since(self.start).as_secs_f64().max(1e-12);
+        let di = (self.iters - self.last_iters) as f64;
+        let ti = self.iters as f64;
+        let mr_avg = di * self.msgs_per_iter / dt;
+        let mr_overall = ti * self.msgs_per_iter / total;
+        let per = |t: f64, n: f64| {
+            if n > 0.0 {
+                t * 1e6 / n / self.lat_div
+            } else {
+                0.0
+            }
+        };
+        Row {
+            iters: self.iters,
+            lat_pct: h.value_at_quantile(self.quantile) as f64 / 1000.0 / self.lat_div,
+            lat_avg: per(dt, di),
+            lat_overall: per(total, ti),
+            bw_avg: mr_avg * self.size / (1u64 << 20) as f64,
+            bw_overall: mr_overall * self.size / (1u64 << 20) as f64,
+            mr_avg,
+            mr_overall,
+        }
+    }
+
+    fn report(&mut self, now: Instant) {
+        let r = self.row(now, &self.interval);
+        if self.out == Output::Table || self.out == Output::Csv {
+            let mut o = std::io::stdout().lock();
+            let _ = o
+                .write_all(format_row(Some("[thread 0]"), &r, self.out, self.thousands).as_bytes());
+            let _ = o.flush();
+        }
+        if let Some(w) = self.watch.as_mut() {
+            w(&r);
+        }
+        self.interval.reset();
+        self.last = now;
+        self.last_iters = self.iters;
+    }
+
+    /// The final row (over the whole measured run), printed per the output mode.
+    pub fn finish(&mut self, now: Instant) -> Row {
+        // "average" of the final row covers the time since the previous row.
+        let mut r = self.row(now, &self.all);
+        if self.iters == self.last_iters {
+            r.lat_avg = r.lat_overall;
+            r.bw_avg = r.bw_overall;
+            r.mr_avg = r.mr_overall;
+        }
+        let text = match self.out {
+            Output::Table => format_row(Some("Final:"), &r, self.out, self.thousands),
+            Output::Csv => format_row(None, &r, self.out, self.thousands),
+            Output::FinalOnly => format_row(None, &r, self.out, self.thousands),
+            Output::Json | Output::Silent => String::new(),
+        };
+        let mut o = std::io::stdout().lock();
+        let _ = o.write_all(text.as_bytes());
+        let _ = o.flush();
+        r
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn params() -> Params {
+        Params {
+            test: TestKind::TagLat,
+            sizes: vec![64],
+            iters: 10,
+            warmup: 0,
+            window: 1,
+            check: false,
+        }
+    }
+
+    #[test]
+    fn table_shape_matches_ucx_perftest() {
+        let h = header(&params(), 50.0, Output::Table);
+        let lines: Vec<&str> = h.lines().collect();
+        assert_eq!(lines[0].len(), 108);
+        assert!(lines.iter().all(|l| l.len() == 108), "{h}");
+        assert_eq!(
+            lines[1],
+            format!("| API:          protocol layer{} |", " ".repeat(76))
+        );
+        assert!(h.contains("| 50.0%ile |"));
+        let r = Row {
+            iters: 300000,
+            lat_pct: 4.903,
+            lat_avg: 4.962,
+            lat_overall: 5.109,
+            bw_avg: 12.30,
+            bw_overall: 11.95,
+            mr_avg: 201543.0,
+            mr_overall: 195742.0,
+        };
+        assert_eq!(
+            format_row(Some("Final:"), &r, Output::Table, false),
+            "Final:                300000      4.903     4.962     5.109       12.30      11.95      201543      195742\n"
+        );
+        let r = Row {
+            iters: 96737,
+            lat_pct: 4.908,
+            lat_avg: 5.165,
+            lat_overall: 5.165,
+            bw_avg: 11.82,
+            bw_overall: 11.82,
+            mr_avg: 193615.0,
+            mr_overall: 193615.0,
+        };
+        assert_eq!(
+            format_row(Some("[thread 0]"), &r, Output::Table, false),
+            "[thread 0]             96737      4.908     5.165     5.165       11.82      11.82      193615      193615\n"
+        );
+        assert_eq!(group(1234567.0, true), "1,234,567");
+        assert_eq!(group(123.0, true), "123");
+        assert!(
+            header(&params(), 99.9, Output::Csv)
+                .starts_with("iterations,99.9_percentile_lat,avg_lat")
+        );
+    }
+}

@@ -1,0 +1,254 @@
+//! `courier perf --sweep`: OSU-style sweeps over message sizes (powers of two).
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Barrier, mpsc};
+
+use super::engine::{self, Link};
+use super::local::ChildServer;
+use super::params::{Params, TestKind, parse_size};
+use super::report::{Output, Row};
+use super::{PerfArgs, Settings, make_worker, run_test};
+use crate::error::{CliError, CliResult};
+
+fn sizes(max: usize) -> Vec<usize> {
+    let mut v = Vec::new();
+    let mut s = 1usize;
+    while s <= max.max(1) {
+        v.push(s);
+        s *= 2;
+    }
+    v
+}
+
+fn window(size: usize) -> usize {
+    ((64usize << 20) / size.max(1)).clamp(2, 64)
+}
+
+/// Latency sweep point: (iterations, warm-up).
+fn lat_iters(size: usize) -> (u64, u64) {
+    if size <= 8192 {
+        (10_000, 1_000)
+    } else {
+        let n = ((32u64 << 20) / size as u64).clamp(10, 1000);
+        (n, (n / 10).max(1))
+    }
+}
+
+fn bw_msgs(size: usize) -> (u64, u64) {
+    let n = ((512u64 << 20) / size as u64).clamp(64, 100_000);
+    (n, (n / 10).max(8))
+}
+
+fn bibw_rounds(size: usize) -> (u64, u64) {
+    let n = ((256u64 << 20) / (size * window(size)) as u64).clamp(2, 200);
+    (n, (n / 10).max(1))
+}
+
+fn params(test: TestKind, size: usize, quick: bool) -> Params {
+    let ((iters, warmup), window) = match test {
+        TestKind::TagLat => (lat_iters(size), 1),
+        TestKind::TagBibw => (bibw_rounds(size), window(size)),
+        _ => (bw_msgs(size), window(size)),
+    };
+    let (iters, warmup) = if quick {
+        ((iters / 10).max(2), (warmup / 10).max(1))
+    } else {
+        (iters, warmup)
+    };
+    Params {
+        test,
+        sizes: vec![size],
+        iters,
+        warmup,
+        window,
+        check: false,
+    }
+}
+
+/// OSU reports MB/s as 10^6 bytes per second.
+fn osu_mbs(r: &Row, size: usize) -> f64 {
+    r.mr_overall * size as f64 / 1e6
+}
+
+fn section(
+    link: &Link,
+    s: &Settings,
+    quick: bool,
+    test: TestKind,
+    list: &[usize],
+    title: &str,
+    col: &str,
+) -> CliResult<()> {
+    println!(
+        "# OSU-style {title} (courier {}, transport {})",
+        test.name(),
+        link.ep.transport().unwrap_or("?")
+    );
+    println!("# Size{col:>26}");
+    let quiet = Settings {
+        out: Output::Silent,
+        ..s.clone()
+    };
+    for &size in list {
+        let p = params(test, size, quick);
+        let r = run_test(link, &p, &quiet, None)?;
+        match test {
+            TestKind::TagLat => println!("{size:<10}{:>20.2}", r.lat_overall),
+            _ => println!("{size:<10}{:>20.2}", osu_mbs(&r, size)),
+        }
+    }
+    println!();
+    Ok(())
+}
+
+/// Run the sweeps against `server`, or (None) against a server process started here.
+pub fn run(a: &PerfArgs, s: &Settings, server: Option<SocketAddr>) -> CliResult<()> {
+    let max = parse_size(&a.max_size)?;
+    let list = sizes(max);
+    s.pin(0)?;
+    let (child, link) = match server {
+        Some(addr) => {
+            let w = make_worker(s.mode, None)?;
+            (None, engine::connect(&w, addr, &addr.to_string())?)
+        }
+        None => {
+            let c = ChildServer::spawn(None)?;
+            let l = c.connect(None)?;
+            (Some(c), l)
+        }
+    };
+    section(
+        &link,
+        s,
+        a.quick,
+        TestKind::TagLat,
+        &list,
+        "Latency Test",
+        "Latency (us)",
+    )?;
+    section(
+        &link,
+        s,
+        a.quick,
+        TestKind::TagBw,
+        &list,
+        "Bandwidth Test",
+        "Bandwidth (MB/s)",
+    )?;
+    section(
+        &link,
+        s,
+        a.quick,
+        TestKind::TagBibw,
+        &list,
+        "Bi-Directional Bandwidth Test",
+        "Bandwidth (MB/s)",
+    )?;
+    engine::client_finish(link);
+    if let Some(c) = child {
+        c.finish(std::time::Duration::from_secs(5))?;
+    }
+    if server.is_none() {
+        multi_pair(a.pairs.max(1), &list, a.quick)?;
+    } else {
+        println!(
+            "# Multiple Bandwidth / Message Rate Test: needs --local (one server process per pair)"
+        );
+    }
+    Ok(())
+}
+
+/// osu_mbw_mr: `pairs` client threads, each with its own worker and server process,
+/// streaming tag messages at once; the sum of their rates.
+fn multi_pair(pairs: usize, list: &[usize], quick: bool) -> CliResult<()> {
+    let list: Vec<usize> = list.iter().copied().filter(|&s| s <= 4 << 20).collect();
+    let servers = (0..pairs)
+        .map(|_| ChildServer::spawn(None))
+        .collect::<CliResult<Vec<_>>>()?;
+    let barrier = Arc::new(Barrier::new(pairs));
+    let (tx, rx) = mpsc::channel::<(usize, CliResult<Row>)>();
+    let mut handles = Vec::new();
+    for srv in &servers {
+        let port = srv.port;
+        let (barrier, tx, list) = (barrier.clone(), tx.clone(), list.clone());
+        handles.push(std::thread::spawn(move || {
+            let go = || -> CliResult<Link> {
+                let w = make_worker(courier::ThreadMode::Single, None)?;
+                engine::connect(
+                    &w,
+                    SocketAddr::from(([127, 0, 0, 1], port)),
+                    &format!("127.0.0.1:{port}"),
+                )
+            };
+            let link = go();
+            let quiet = Settings {
+                out: Output::Silent,
+                thousands: false,
+                percentile: 50.0,
+                cpus: vec![],
+                mode: courier::ThreadMode::Single,
+            };
+            for (i, &size) in list.iter().enumerate() {
+                barrier.wait();
+                let r = match &link {
+                    Ok(l) => {
+                        let mut p = params(TestKind::TagBw, size, quick);
+                        p.iters = (p.iters / 4).max(64);
+                        run_test(l, &p, &quiet, None)
+                    }
+                    Err(e) => Err(CliError::run(e.msg.clone())),
+                };
+                let _ = tx.send((i, r));
+            }
+            if let Ok(l) = link {
+                engine::client_finish(l);
+            }
+        }));
+    }
+    drop(tx);
+    println!(
+        "# OSU-style Multiple Bandwidth / Message Rate Test (courier tag_bw, {pairs} pairs, {} processes)",
+        pairs * 2
+    );
+    println!("# [ pairs: {pairs} ] [ window size: 64 ]");
+    println!("# Size{:>20}{:>18}", "MB/s", "Messages/s");
+    let mut rows: Vec<Vec<Row>> = vec![Vec::new(); list.len()];
+    let mut failure = None;
+    let mut printed = 0;
+    for (i, r) in rx {
+        match r {
+            Ok(row) => rows[i].push(row),
+            Err(e) => failure = Some(e),
+        }
+        while printed < list.len() && rows[printed].len() == pairs {
+            let size = list[printed];
+            let mr: f64 = rows[printed].iter().map(|r| r.mr_overall).sum();
+            println!("{size:<10}{:>14.2}{:>18.2}", mr * size as f64 / 1e6, mr);
+            printed += 1;
+        }
+    }
+    for h in handles {
+        let _ = h.join();
+    }
+    for s in servers {
+        let _ = s.finish(std::time::Duration::from_secs(5));
+    }
+    match failure {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sweep_sizes_and_counts() {
+        assert_eq!(sizes(16), vec![1, 2, 4, 8, 16]);
+        assert_eq!(sizes(16 << 20).len(), 25);
+        assert_eq!(window(8), 64);
+        assert_eq!(window(16 << 20), 4);
+        assert!(lat_iters(16 << 20).0 >= 10);
+    }
+}

@@ -1,0 +1,322 @@
+//! The `courier` binary, run as users run it. No assertion looks at timing values.
+
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+fn courier(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_courier"));
+    c.args(args).stdin(Stdio::null());
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    c.output().expect("run courier")
+}
+
+fn text(o: &Output) -> (String, String) {
+    (
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+const TCP: &[(&str, &str)] = &[("COURIER_TLS", "tcp")];
+
+fn numbers(line: &str) -> Vec<f64> {
+    line.split_whitespace()
+        .filter_map(|w| w.replace(',', "").parse::<f64>().ok())
+        .collect()
+}
+
+#[test]
+fn loopback_tag_lat_prints_the_ucx_perftest_table() {
+    let o = courier(
+        &["perf", "-l", "-t", "tag_lat", "-n", "2000", "-w", "100"],
+        TCP,
+    );
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "stdout:\n{out}\nstderr:\n{err}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert!(
+        lines[0].starts_with("+---") && lines[0].len() == 108,
+        "{out}"
+    );
+    assert!(
+        lines[1].starts_with("| API:          protocol layer"),
+        "{out}"
+    );
+    assert!(lines[2].contains("Test:         tag match latency"));
+    assert!(out.contains("| Data layout:  (automatic)"));
+    assert!(out.contains("| Send memory:  host"));
+    assert!(out.contains("| Recv memory:  host"));
+    assert!(out.contains("| Message size: 8 "));
+    assert!(out.contains("|              |              |        latency (usec)        |   bandwidth (MB/s)  |  message rate (msg/s) |"));
+    assert!(out.contains("|    Stage     | # iterations | 50.0%ile | average | overall |  average |  overall |  average  |  overall  |"));
+    let fin = lines
+        .iter()
+        .find(|l| l.starts_with("Final:"))
+        .unwrap_or_else(|| panic!("no Final row:\n{out}"));
+    let n = numbers(fin);
+    assert_eq!(n.len(), 8, "{fin}");
+    assert_eq!(n[0], 2000.0);
+    for l in lines.iter().filter(|l| l.starts_with("[thread 0]")) {
+        assert_eq!(numbers(l).len(), 8, "{l}");
+    }
+}
+
+#[test]
+fn final_only_csv_and_json_shapes() {
+    let o = courier(
+        &[
+            "perf", "-l", "-t", "tag_bw", "-n", "2000", "-w", "100", "-f",
+        ],
+        TCP,
+    );
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{out}{err}");
+    let last = out.lines().last().unwrap();
+    assert!(!last.contains("Final:"));
+    assert_eq!(numbers(last).len(), 8, "{out}");
+    assert!(out.starts_with("+---") && out.contains("| Test:         tag match bandwidth"));
+    assert!(!out.contains("# iterations"));
+
+    let o = courier(
+        &[
+            "perf",
+            "-l",
+            "-t",
+            "ucp_am_lat",
+            "-n",
+            "1000",
+            "-w",
+            "10",
+            "-v",
+        ],
+        TCP,
+    );
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{out}{err}");
+    let mut lines = out.lines();
+    assert_eq!(
+        lines.next().unwrap(),
+        "iterations,50.0_percentile_lat,avg_lat,overall_lat,avg_bw,overall_bw,avg_mr,overall_mr"
+    );
+    let last = out.lines().last().unwrap();
+    assert_eq!(
+        last.split(',').filter(|f| f.parse::<f64>().is_ok()).count(),
+        8,
+        "{out}"
+    );
+
+    let o = courier(
+        &[
+            "perf",
+            "-l",
+            "-t",
+            "stream_lat",
+            "-s",
+            "1k",
+            "-n",
+            "1000",
+            "-w",
+            "10",
+            "--json",
+            "--check",
+        ],
+        TCP,
+    );
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{out}{err}");
+    let v: serde_json::Value =
+        serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{e}: {out}"));
+    assert_eq!(v["test"], "stream_lat");
+    assert_eq!(v["message_size"], 1024);
+    assert_eq!(v["iterations"], 1000);
+    assert_eq!(v["transport"], "tcp");
+    assert!(v["latency_avg_us"].as_f64().is_some());
+}
+
+#[test]
+fn every_test_runs_with_iov_and_check() {
+    for (t, s) in [
+        ("tag_sync_lat", "8"),
+        ("tag_sync_bw", "100k"),
+        ("ucp_am_bw", "4k,100"),
+        ("stream_bw", "64k"),
+        ("tag_lat", "64,64"),
+        ("ucp_am_lat", "100k"),
+    ] {
+        let o = courier(
+            &[
+                "perf", "-l", "-t", t, "-s", s, "-n", "200", "-w", "10", "-f", "--check",
+            ],
+            TCP,
+        );
+        let (out, err) = text(&o);
+        assert!(o.status.success(), "{t} {s}: {out}{err}");
+        assert_eq!(numbers(out.lines().last().unwrap()).len(), 8, "{t}: {out}");
+    }
+}
+
+#[test]
+fn bad_options_are_clear_errors() {
+    let cases: &[(&[&str], &str)] = &[
+        (&["-m", "cuda"], "memory type cuda not supported yet"),
+        (&["-m", "host,floppy"], "unknown memory type"),
+        (&["-T", "4"], "-T 4"),
+        (&["-M", "many"], "expected single, serialized or multi"),
+        (&["-s", "8,x"], "bad size"),
+        (&["-t", "ucp_put_lat"], "not supported yet"),
+        (&["-t", "nope"], "unknown test"),
+        (&["-c", "z"], "CPU list"),
+    ];
+    for (extra, want) in cases {
+        let mut args = vec!["perf", "-l", "-n", "10"];
+        args.extend_from_slice(extra);
+        if !extra.contains(&"-t") {
+            args.extend_from_slice(&["-t", "tag_lat"]);
+        }
+        let o = courier(&args, TCP);
+        let (_, err) = text(&o);
+        assert_eq!(o.status.code(), Some(2), "{extra:?}: {err}");
+        assert!(err.contains(want), "{extra:?}: {err}");
+    }
+}
+
+#[test]
+fn client_without_server_fails_fast() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let t = Instant::now();
+    let o = courier(
+        &[
+            "perf",
+            "127.0.0.1",
+            "-p",
+            &port.to_string(),
+            "-t",
+            "tag_lat",
+        ],
+        TCP,
+    );
+    let (_, err) = text(&o);
+    assert!(!o.status.success());
+    assert!(err.contains("cannot connect to 127.0.0.1"), "{err}");
+    assert!(t.elapsed() < Duration::from_secs(15));
+}
+
+#[test]
+fn killed_server_ends_the_client_with_an_error() {
+    let mut srv = Command::new(env!("CARGO_BIN_EXE_courier"))
+        .args(["perf", "-p", "0", "--announce"])
+        .env("COURIER_TLS", "tcp")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(srv.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    let port = line.trim().strip_prefix("PORT ").unwrap().to_string();
+    let client = Command::new(env!("CARGO_BIN_EXE_courier"))
+        .args([
+            "perf",
+            "127.0.0.1",
+            "-p",
+            &port,
+            "-t",
+            "tag_lat",
+            "-n",
+            "1000000000",
+            "-f",
+        ])
+        .env("COURIER_TLS", "tcp")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(700));
+    srv.kill().unwrap();
+    let _ = srv.wait();
+    let t = Instant::now();
+    let o = client.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success());
+    assert!(err.contains(&format!("127.0.0.1:{port}")), "{err}");
+    assert!(t.elapsed() < Duration::from_secs(40));
+}
+
+#[test]
+fn info_lists_config_and_rejects_bad_values() {
+    let o = courier(&["info", "-c"], &[]);
+    let (out, _) = text(&o);
+    assert!(o.status.success());
+    for v in courier::base::config::VARS {
+        assert!(
+            out.lines().any(|l| l.starts_with(&format!("{}=", v.name))),
+            "{} missing:\n{out}",
+            v.name
+        );
+    }
+    let o = courier(&["info", "-c", "-a"], &[]);
+    assert!(text(&o).0.contains("# default:"));
+    for args in [
+        &["info", "-c"][..],
+        &["info"][..],
+        &["perf", "-l", "-t", "tag_lat", "-n", "10"][..],
+    ] {
+        let o = courier(args, &[("COURIER_TLS", "tcp,ib")]);
+        let (_, err) = text(&o);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains("COURIER_TLS"), "{err}");
+    }
+    let o = courier(&["info", "-v"], &[]);
+    assert!(text(&o).0.contains("version="));
+    let o = courier(&["info", "-e", "-u", "tms", "-P", "inter"], TCP);
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{err}");
+    assert!(
+        out.contains("tag_send: 0..<egr/short>..") && out.contains("<rndv>..(inf)"),
+        "{out}"
+    );
+    let o = courier(&["info", "-d"], TCP);
+    let (out, _) = text(&o);
+    assert!(
+        out.contains("Transport: tcp") && out.contains("excluded by COURIER_TLS=tcp"),
+        "{out}"
+    );
+}
+
+#[test]
+fn sweep_local_prints_osu_columns() {
+    let o = courier(
+        &[
+            "perf",
+            "--local",
+            "--sweep",
+            "--max-size",
+            "4",
+            "--pairs",
+            "1",
+            "--quick",
+        ],
+        TCP,
+    );
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{out}{err}");
+    assert!(
+        out.contains("# Size") && out.contains("Latency (us)") && out.contains("Bandwidth (MB/s)"),
+        "{out}"
+    );
+    assert!(out.contains("Messages/s"), "{out}");
+    let rows = out
+        .lines()
+        .filter(|l| numbers(l).len() >= 2 && !l.starts_with('#'))
+        .count();
+    assert_eq!(rows, 3 * 3 + 3, "{out}");
+}

@@ -1,0 +1,651 @@
+//! Multi-process tests: every peer is a real process (this test binary re-run as a child
+//! with `COURIER_TEST_ROLE` set). Each test runs over shared memory and over TCP.
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use courier::*;
+
+const EXIT_TAG: u64 = 0xdead;
+const AM_ECHO: u16 = 1;
+const AM_BACK: u16 = 2;
+
+fn pattern(size: usize, seed: usize) -> Vec<u8> {
+    (0..size)
+        .map(|i| (i.wrapping_mul(31).wrapping_add(seed * 7 + size)) as u8)
+        .collect()
+}
+
+// ----- child side -------------------------------------------------------------------------
+
+/// Runs instead of the test when this binary is a child.
+fn child_main() -> bool {
+    let Ok(role) = std::env::var("COURIER_TEST_ROLE") else {
+        return false;
+    };
+    let code = match role.as_str() {
+        "echo" => run_echo(),
+        "sink" => run_sink(),
+        other => {
+            eprintln!("unknown role {other}");
+            3
+        }
+    };
+    std::process::exit(code);
+}
+
+fn serve_listener(w: &Worker) -> (Listener, Arc<Mutex<HashMap<u64, Endpoint>>>) {
+    let eps: Arc<Mutex<HashMap<u64, Endpoint>>> = Arc::default();
+    let e2 = eps.clone();
+    let l = Listener::new(
+        w,
+        "127.0.0.1:0".parse().unwrap(),
+        move |req: ConnRequest| {
+            let id = req.client_id();
+            match req.accept(EndpointParams::default()) {
+                Ok(ep) => {
+                    e2.lock().unwrap().insert(id, ep);
+                }
+                Err(e) => eprintln!("accept failed: {e}"),
+            }
+        },
+    )
+    .unwrap();
+    println!("PORT {}", l.local_addr().port());
+    std::io::stdout().flush().unwrap();
+    (l, eps)
+}
+
+/// Echo server: tag messages go back with the same tag to the client named in the tag's
+/// high 32 bits; active messages go back as AM_BACK; stream bytes go back as they come.
+fn run_echo() -> i32 {
+    let ctx = Context::new(ContextParams::default()).unwrap();
+    let w = Worker::new(&ctx, WorkerParams::default()).unwrap();
+    let (_l, eps) = serve_listener(&w);
+    let am_queue: Arc<Mutex<Vec<(Endpoint, Vec<u8>, Option<AmRndv>)>>> = Arc::default();
+    let q2 = am_queue.clone();
+    w.am_set_handler(AM_ECHO, move |m: &mut AmMessage| {
+        let ep = m.reply_ep().expect("reply requested");
+        let rndv = m.take_rndv();
+        q2.lock().unwrap().push((ep, m.data().to_vec(), rndv));
+    })
+    .unwrap();
+    let mut buf = vec![0u8; (64 << 20) + 64];
+    let mut sbuf = vec![0u8; 1 << 20];
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        // Tag echo.
+        let mut done = None;
+        {
+            let mut r = w.tag_recv(&mut buf, 0, 0).unwrap();
+            while done.is_none() {
+                if let Some(res) = r.test() {
+                    done = Some(res.clone());
+                    break;
+                }
+                w.progress();
+                // Active messages, handled outside the handler (they may need to wait).
+                let items: Vec<_> = am_queue.lock().unwrap().drain(..).collect();
+                for (ep, data, rndv) in items {
+                    let data = match rndv {
+                        Some(d) => {
+                            let mut v = vec![0u8; d.len()];
+                            w.am_recv_data(d, &mut v).unwrap().wait().unwrap();
+                            v
+                        }
+                        None => data,
+                    };
+                    let _ = ep
+                        .am_send(AM_BACK, b"back", &data, AmFlags::default())
+                        .and_then(|r| r.wait());
+                }
+                // Stream echo on every endpoint.
+                let list: Vec<Endpoint> = eps.lock().unwrap().values().cloned().collect();
+                for ep in list {
+                    let got = match ep.stream_recv(&mut sbuf) {
+                        Ok(mut r) => {
+                            let res = r.test().cloned();
+                            if res.is_none() {
+                                r.cancel();
+                            }
+                            res
+                        }
+                        Err(_) => None,
+                    };
+                    if let Some(Ok(info)) = got {
+                        let _ = ep.stream_send(&sbuf[..info.len]).and_then(|r| r.wait());
+                    }
+                }
+                if Instant::now() > deadline {
+                    eprintln!("echo: deadline reached");
+                    return 4;
+                }
+            }
+            if done.is_none() {
+                drop(r);
+            }
+        }
+        let info = match done {
+            Some(Ok(i)) => i,
+            Some(Err(e)) => {
+                eprintln!("echo: receive failed: {e}");
+                continue;
+            }
+            None => continue,
+        };
+        if info.tag & 0xffff_ffff == EXIT_TAG {
+            return 0;
+        }
+        let ep = eps.lock().unwrap().get(&(info.tag >> 32)).cloned();
+        match ep {
+            Some(ep) => {
+                if let Err(e) = ep
+                    .tag_send(&buf[..info.len], info.tag)
+                    .and_then(|r| r.wait())
+                {
+                    eprintln!("echo: send back failed: {e}");
+                }
+            }
+            None => eprintln!("echo: no endpoint for client {}", info.tag >> 32),
+        }
+    }
+}
+
+/// Accepts and never answers: the test kills it.
+fn run_sink() -> i32 {
+    let ctx = Context::new(ContextParams::default()).unwrap();
+    let w = Worker::new(&ctx, WorkerParams::default()).unwrap();
+    let (_l, _eps) = serve_listener(&w);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while Instant::now() < deadline {
+        w.progress();
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    0
+}
+
+// ----- parent side ------------------------------------------------------------------------
+
+struct Peer {
+    child: Child,
+    port: u16,
+    stderr: Arc<Mutex<String>>,
+}
+
+impl Peer {
+    fn spawn(role: &str, tls: &str, extra_env: &[(&str, &str)]) -> Peer {
+        let mut cmd = Command::new(std::env::current_exe().unwrap());
+        cmd.args(["--exact", "child_entry", "--nocapture", "--test-threads=1"])
+            .env("COURIER_TEST_ROLE", role)
+            .env("COURIER_TLS", tls)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        for (k, v) in extra_env {
+            cmd.env(k, v);
+        }
+        let mut child = cmd.spawn().expect("spawn child");
+        let stdout = child.stdout.take().unwrap();
+        let mut lines = BufReader::new(stdout).lines();
+        let port = loop {
+            let line = lines
+                .next()
+                .expect("child exited before printing its port")
+                .unwrap();
+            if let Some(pos) = line.find("PORT ") {
+                break line[pos + 5..].trim().parse().unwrap();
+            }
+        };
+        let stderr = Arc::new(Mutex::new(String::new()));
+        let s2 = stderr.clone();
+        let mut es = child.stderr.take().unwrap();
+        std::thread::spawn(move || {
+            let mut b = [0u8; 4096];
+            while let Ok(n) = es.read(&mut b) {
+                if n == 0 {
+                    break;
+                }
+                s2.lock()
+                    .unwrap()
+                    .push_str(&String::from_utf8_lossy(&b[..n]));
+            }
+        });
+        Peer {
+            child,
+            port,
+            stderr,
+        }
+    }
+
+    fn addr(&self) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], self.port))
+    }
+
+    fn stderr(&self) -> String {
+        self.stderr.lock().unwrap().clone()
+    }
+
+    fn wait_exit(&mut self, timeout: Duration) -> Option<i32> {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if let Some(st) = self.child.try_wait().unwrap() {
+                return st.code();
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        None
+    }
+}
+
+impl Drop for Peer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn client(tls: &str) -> (Context, Worker) {
+    let ctx = Context::new(ContextParams::default().config("COURIER_TLS", tls)).unwrap();
+    let w = Worker::new(&ctx, WorkerParams::default()).unwrap();
+    (ctx, w)
+}
+
+fn connect(w: &Worker, peer: &Peer, id: u64) -> Endpoint {
+    let ep = w
+        .connect_sockaddr(peer.addr(), id, EndpointParams::default())
+        .unwrap();
+    ep.wait_connected(Duration::from_secs(10)).unwrap();
+    ep
+}
+
+fn tag_echo(w: &Worker, ep: &Endpoint, id: u64, size: usize, seed: usize) {
+    let data = pattern(size, seed);
+    let mut back = vec![0u8; size];
+    let tag = (id << 32) | (seed as u64 + 1);
+    let r = w.tag_recv(&mut back, tag, u64::MAX).unwrap();
+    ep.tag_send(&data, tag).unwrap().wait().unwrap();
+    let info = r.wait().unwrap();
+    assert_eq!(info.len, size);
+    assert!(back == data, "echo of {size} bytes differs");
+}
+
+fn stop(w: &Worker, ep: &Endpoint, peer: &mut Peer) {
+    ep.tag_send(b"", EXIT_TAG).unwrap().wait().unwrap();
+    let _ = ep.flush();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while peer.child.try_wait().unwrap().is_none() && Instant::now() < deadline {
+        w.progress();
+    }
+    assert_eq!(
+        peer.wait_exit(Duration::from_secs(10)),
+        Some(0),
+        "child stderr:\n{}",
+        peer.stderr()
+    );
+}
+
+const SIZES: &[usize] = &[
+    0,
+    1,
+    7,
+    64,
+    240,
+    241,
+    4095,
+    16383,
+    16384,
+    65536,
+    (1 << 20) + 3,
+    16 << 20,
+    64 << 20,
+];
+
+fn sizes_case(tls: &str, expect: &str) {
+    let mut peer = Peer::spawn("echo", tls, &[]);
+    let (_c, w) = client(tls);
+    let ep = connect(&w, &peer, 1);
+    assert_eq!(ep.transport(), Some(expect));
+    for (i, &size) in SIZES.iter().enumerate() {
+        tag_echo(&w, &ep, 1, size, i);
+    }
+    // IOV: gather on send, scatter on receive.
+    let parts = [pattern(100, 1), pattern(70_000, 2), pattern(3, 3)];
+    let mut a = vec![0u8; 50];
+    let mut b = vec![0u8; 70_053];
+    {
+        let mut iov = [&mut a[..], &mut b[..]];
+        let r = w.tag_recv_iov(&mut iov, (1 << 32) | 99, u64::MAX).unwrap();
+        let send: Vec<&[u8]> = parts.iter().map(|p| &p[..]).collect();
+        ep.tag_send_iov(&send, (1 << 32) | 99)
+            .unwrap()
+            .wait()
+            .unwrap();
+        assert_eq!(r.wait().unwrap().len, 70_103);
+    }
+    let all: Vec<u8> = parts.concat();
+    assert_eq!(&a[..], &all[..50]);
+    assert_eq!(&b[..], &all[50..]);
+    stop(&w, &ep, &mut peer);
+}
+
+#[test]
+fn child_entry() {
+    // The entry point children run; as a plain test it does nothing.
+    child_main();
+}
+
+#[test]
+fn tag_sizes_1b_to_64mib_shm() {
+    sizes_case("all", "shm");
+}
+
+#[test]
+fn tag_sizes_1b_to_64mib_tcp() {
+    sizes_case("tcp", "tcp");
+}
+
+fn am_case(tls: &str) {
+    let mut peer = Peer::spawn("echo", tls, &[]);
+    let (_c, w) = client(tls);
+    let ep = connect(&w, &peer, 5);
+    let got: Arc<Mutex<Vec<(Vec<u8>, Vec<u8>)>>> = Arc::default();
+    let g2 = got.clone();
+    let pend: Arc<Mutex<Vec<AmRndv>>> = Arc::default();
+    let p2 = pend.clone();
+    w.am_set_handler(AM_BACK, move |m: &mut AmMessage| match m.take_rndv() {
+        Some(d) => p2.lock().unwrap().push(d),
+        None => g2
+            .lock()
+            .unwrap()
+            .push((m.header().to_vec(), m.data().to_vec())),
+    })
+    .unwrap();
+    let roundtrip = |data: &[u8], flags: AmFlags| -> Result<()> {
+        ep.am_send(
+            AM_ECHO,
+            b"hdr",
+            data,
+            AmFlags {
+                reply: true,
+                ..flags
+            },
+        )?
+        .wait()?;
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let back = loop {
+            w.progress();
+            if let Some(d) = pend.lock().unwrap().pop() {
+                let mut v = vec![0u8; d.len()];
+                w.am_recv_data(d, &mut v).unwrap().wait().unwrap();
+                break v;
+            }
+            if let Some((h, d)) = got.lock().unwrap().pop() {
+                assert_eq!(h, b"back");
+                break d;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no echo for {}-byte active message",
+                data.len()
+            );
+        };
+        assert!(
+            back == data,
+            "active message of {} bytes came back different",
+            data.len()
+        );
+        Ok(())
+    };
+    for (i, &size) in [0usize, 5, 1000, 20_000, 300_000, 4 << 20]
+        .iter()
+        .enumerate()
+    {
+        roundtrip(&pattern(size, i), AmFlags::default()).unwrap();
+    }
+    // Forced rendezvous for a small message, forced eager for one that fits a frame.
+    roundtrip(
+        &pattern(100, 9),
+        AmFlags {
+            rndv: true,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    roundtrip(
+        &pattern(2000, 10),
+        AmFlags {
+            eager: true,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    // Forced eager beyond the transport's frame is refused with a reason.
+    let big = vec![1u8; 32 << 20];
+    let e = ep
+        .am_send(
+            AM_ECHO,
+            b"",
+            &big,
+            AmFlags {
+                eager: true,
+                reply: true,
+                ..Default::default()
+            },
+        )
+        .err()
+        .expect("too big for eager");
+    assert_eq!(e.status(), Status::InvalidParam);
+    assert!(e.detail().contains("exceeds"), "{e}");
+    stop(&w, &ep, &mut peer);
+}
+
+#[test]
+fn active_messages_shm() {
+    am_case("all");
+}
+
+#[test]
+fn active_messages_tcp() {
+    am_case("tcp");
+}
+
+fn stream_case(tls: &str) {
+    let mut peer = Peer::spawn("echo", tls, &[]);
+    let (_c, w) = client(tls);
+    let ep = connect(&w, &peer, 6);
+    let total = 3 << 20;
+    let data = pattern(total, 4);
+    let mut back = vec![0u8; total];
+    {
+        let r = ep.stream_recv_exact(&mut back).unwrap();
+        let mut off = 0;
+        let mut step = 1;
+        while off < total {
+            let n = step.min(total - off);
+            ep.stream_send(&data[off..off + n]).unwrap().wait().unwrap();
+            off += n;
+            step = step * 3 + 1;
+        }
+        r.wait().unwrap();
+    }
+    assert!(back == data, "stream bytes came back different");
+    stop(&w, &ep, &mut peer);
+}
+
+#[test]
+fn streams_shm() {
+    stream_case("all");
+}
+
+#[test]
+fn streams_tcp() {
+    stream_case("tcp");
+}
+
+fn killed_case(tls: &str) {
+    let sink = Peer::spawn("sink", tls, &[]);
+    let mut echo = Peer::spawn("echo", tls, &[]);
+    let (_c, w) = client(tls);
+    let calls = Arc::new(AtomicUsize::new(0));
+    let c2 = calls.clone();
+    let ep = w
+        .connect_sockaddr(
+            sink.addr(),
+            2,
+            EndpointParams::default().error_handler(move |e| {
+                assert_eq!(e.status(), Status::PeerFailure, "{e}");
+                c2.fetch_add(1, Ordering::SeqCst);
+            }),
+        )
+        .unwrap();
+    ep.wait_connected(Duration::from_secs(10)).unwrap();
+    let other = connect(&w, &echo, 3);
+    let big = pattern(32 << 20, 1);
+    let mut sbuf = vec![0u8; 100];
+    let mut send = ep
+        .tag_send(&big, 7)
+        .unwrap_or_else(|e| panic!("{e}; sink log:\n{}", sink.stderr()));
+    let mut srecv = ep.stream_recv_exact(&mut sbuf).unwrap();
+    for _ in 0..1000 {
+        w.progress();
+    }
+    assert!(
+        !send.is_done(),
+        "nobody received the message, so the send cannot be done"
+    );
+    let mut sink = sink;
+    sink.child.kill().unwrap();
+    let t = Instant::now();
+    while !(send.is_done() && srecv.is_done()) {
+        w.progress();
+        assert!(
+            t.elapsed() < Duration::from_secs(3),
+            "requests still pending {:?} after the peer was killed",
+            t.elapsed()
+        );
+    }
+    let e = send.test().unwrap().clone().unwrap_err();
+    assert_eq!(e.status(), Status::PeerFailure, "{e}");
+    assert!(srecv.test().unwrap().is_err());
+    drop(send);
+    drop(srecv);
+    for _ in 0..100 {
+        w.progress();
+    }
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        1,
+        "error handler must run exactly once"
+    );
+    // The worker and its other endpoint go on.
+    tag_echo(&w, &other, 3, 100_000, 1);
+    let e = ep
+        .tag_send(b"x", 1)
+        .err()
+        .expect("send on a failed endpoint must fail");
+    assert_eq!(e.status(), Status::PeerFailure);
+    ep.close_force();
+    stop(&w, &other, &mut echo);
+}
+
+#[test]
+fn peer_killed_mid_transfer_shm() {
+    killed_case("all");
+}
+
+#[test]
+fn peer_killed_mid_transfer_tcp() {
+    killed_case("tcp");
+}
+
+fn frame(bytes: &[u8]) -> Vec<u8> {
+    let mut v = (bytes.len() as u32).to_le_bytes().to_vec();
+    v.extend_from_slice(bytes);
+    v
+}
+
+#[test]
+fn garbage_to_listener_and_open_connection() {
+    use courier::wire::address::WorkerAddress;
+    use courier::wire::frame::{Header, Kind};
+    let mut peer = Peer::spawn("echo", "tcp", &[]);
+    // Not Courier at all.
+    let mut s = TcpStream::connect(peer.addr()).unwrap();
+    s.write_all(b"GET / HTTP/1.0\r\n\r\n").unwrap();
+    // A Courier peer that accepts, delivers one message, then lies about a length.
+    let mut raw = TcpStream::connect(peer.addr()).unwrap();
+    raw.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    raw.write_all(b"COURIER\x01").unwrap();
+    let fake = WorkerAddress {
+        worker_id: 1,
+        host_id: [0xee; 16],
+        pid: 1,
+        uds_name: vec![],
+        tcp: vec![],
+    };
+    let mut req = Header::new(Kind::ConnReq).word(1, 77).as_bytes().to_vec();
+    req.extend(fake.pack());
+    raw.write_all(&frame(&req)).unwrap();
+    let mut len = [0u8; 4];
+    raw.read_exact(&mut len).unwrap();
+    let mut accept = vec![0u8; u32::from_le_bytes(len) as usize];
+    raw.read_exact(&mut accept).unwrap();
+    assert_eq!(accept[0], Kind::ConnAccept as u8);
+    let tag = (77u64 << 32) | 5;
+    let mut msg = Header::new(Kind::TagEager).word(1, tag).as_bytes().to_vec();
+    msg.extend_from_slice(b"delivered before the lie");
+    raw.write_all(&frame(&msg)).unwrap();
+    raw.read_exact(&mut len).unwrap();
+    let mut echo = vec![0u8; u32::from_le_bytes(len) as usize];
+    raw.read_exact(&mut echo).unwrap();
+    assert_eq!(&echo[16..], b"delivered before the lie");
+    raw.write_all(&u32::MAX.to_le_bytes()).unwrap();
+    raw.write_all(&[0u8; 64]).unwrap();
+    // The server keeps serving real clients.
+    let (_c, w) = client("tcp");
+    let ep = connect(&w, &peer, 9);
+    tag_echo(&w, &ep, 9, 70_000, 3);
+    stop(&w, &ep, &mut peer);
+    let log = peer.stderr();
+    assert!(
+        log.contains("dropped connection from") && log.contains("bad preamble"),
+        "log:\n{log}"
+    );
+    assert!(
+        log.contains("dropping connection to") && log.contains("exceeds the limit"),
+        "log:\n{log}"
+    );
+}
+
+fn selection_case(tls: &str, want: &str) {
+    let mut peer = Peer::spawn("echo", tls, &[("COURIER_LOG_LEVEL", "info")]);
+    let (_c, w) = client(tls);
+    let ep = connect(&w, &peer, 1);
+    tag_echo(&w, &ep, 1, 10, 0);
+    stop(&w, &ep, &mut peer);
+    let log = peer.stderr();
+    assert!(log.contains("COURIER_TLS="), "log:\n{log}");
+    let line = log
+        .lines()
+        .find(|l| l.contains("intra-node cfg#"))
+        .unwrap_or_else(|| panic!("no selection line in:\n{log}"));
+    assert!(
+        line.contains(want),
+        "selection line {line:?} lacks {want:?}"
+    );
+    assert!(line.contains(" am(") && line.contains(" stream("), "{line}");
+}
+
+#[test]
+fn selection_line_same_host() {
+    selection_case("all", "tag(shm/memory");
+}
+
+#[test]
+fn selection_line_tcp_only() {
+    selection_case("tcp", "tag(tcp/");
+}
