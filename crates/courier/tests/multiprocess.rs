@@ -11,6 +11,9 @@ use std::time::{Duration, Instant};
 
 use courier::*;
 
+type EpMap = Arc<Mutex<HashMap<u64, Endpoint>>>;
+type AmQueue = Arc<Mutex<Vec<(Endpoint, Vec<u8>, Option<AmRndv>)>>>;
+
 const EXIT_TAG: u64 = 0xdead;
 const AM_ECHO: u16 = 1;
 const AM_BACK: u16 = 2;
@@ -39,8 +42,8 @@ fn child_main() -> bool {
     std::process::exit(code);
 }
 
-fn serve_listener(w: &Worker) -> (Listener, Arc<Mutex<HashMap<u64, Endpoint>>>) {
-    let eps: Arc<Mutex<HashMap<u64, Endpoint>>> = Arc::default();
+fn serve_listener(w: &Worker) -> (Listener, EpMap) {
+    let eps: EpMap = Arc::default();
     let e2 = eps.clone();
     let l = Listener::new(
         w,
@@ -67,7 +70,7 @@ fn run_echo() -> i32 {
     let ctx = Context::new(ContextParams::default()).unwrap();
     let w = Worker::new(&ctx, WorkerParams::default()).unwrap();
     let (_l, eps) = serve_listener(&w);
-    let am_queue: Arc<Mutex<Vec<(Endpoint, Vec<u8>, Option<AmRndv>)>>> = Arc::default();
+    let am_queue: AmQueue = Arc::default();
     let q2 = am_queue.clone();
     w.am_set_handler(AM_ECHO, move |m: &mut AmMessage| {
         let ep = m.reply_ep().expect("reply requested");
@@ -314,7 +317,7 @@ fn sizes_case(tls: &str, expect: &str) {
     }
     // IOV: gather on send, scatter on receive.
     let parts = [pattern(100, 1), pattern(70_000, 2), pattern(3, 3)];
-    let mut a = vec![0u8; 50];
+    let mut a = [0u8; 50];
     let mut b = vec![0u8; 70_053];
     {
         let mut iov = [&mut a[..], &mut b[..]];
@@ -352,7 +355,8 @@ fn am_case(tls: &str) {
     let mut peer = Peer::spawn("echo", tls, &[]);
     let (_c, w) = client(tls);
     let ep = connect(&w, &peer, 5);
-    let got: Arc<Mutex<Vec<(Vec<u8>, Vec<u8>)>>> = Arc::default();
+    type Got = Arc<Mutex<Vec<(Vec<u8>, Vec<u8>)>>>;
+    let got: Got = Arc::default();
     let g2 = got.clone();
     let pend: Arc<Mutex<Vec<AmRndv>>> = Arc::default();
     let p2 = pend.clone();
@@ -425,11 +429,12 @@ fn am_case(tls: &str) {
     .unwrap();
     // Forced eager beyond the transport's frame is refused with a reason.
     let big = vec![1u8; 32 << 20];
+    let big = big.as_slice();
     let e = ep
         .am_send(
             AM_ECHO,
             b"",
-            &big,
+            big,
             AmFlags {
                 eager: true,
                 reply: true,
