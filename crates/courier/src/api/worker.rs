@@ -153,7 +153,7 @@ impl Worker {
         g.progress_calls = g.progress_calls.wrapping_add(1);
         let mut n = 0;
         let has_conns = g.pending_conns.slots.iter().any(|p| p.live);
-        if g.fd_links > 0 || has_conns || g.progress_calls & 31 == 0 {
+        if g.fd_links > 0 || has_conns || g.progress_calls & 255 == 0 {
             n += g.progress_events();
             n += g.progress_conns();
         }

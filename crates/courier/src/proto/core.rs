@@ -195,7 +195,6 @@ impl State {
     }
 
     pub(crate) fn ep_alloc(&mut self, peer: String) -> u32 {
-        let now = Instant::now();
         let slot = EpSlot {
             generation: 0,
             live: true,
@@ -214,8 +213,6 @@ impl State {
             peer,
             conn_id: 0,
             peer_worker: 0,
-            last_rx: now,
-            last_tx: now,
             rx_busy: false,
         };
         if let Some(idx) = self.eps.free.pop() {
@@ -241,8 +238,8 @@ impl State {
                 epoll::EventFlags::IN | epoll::EventFlags::RDHUP,
             )
             .map_err(|err| Error::io("epoll add", err))?;
-            self.fd_links += 1;
-            if caps.name == "tcp" {
+            if caps.data_via_fd {
+                self.fd_links += 1;
                 crate::proto::wireup::set_tcp_keepalive(fd, &self.cfg);
             }
         }
@@ -253,7 +250,6 @@ impl State {
         ep.caps = Some(caps);
         ep.tx = Some(tx);
         ep.rx = Some(rx);
-        ep.last_rx = Instant::now();
         if !self.active.contains(&e) {
             self.active.push(e);
         }
@@ -265,13 +261,15 @@ impl State {
         let epfd = &self.epoll;
         let ep = self.eps.slots.get_mut(e as usize)?;
         let (tx, rx) = (ep.tx.take(), ep.rx.take());
-        ep.caps = None;
+        let via_fd = ep.caps.take().is_some_and(|c| c.data_via_fd);
         self.active.retain(|&x| x != e);
         match (tx, rx) {
             (Some(tx), Some(rx)) => {
                 if let Some(fd) = rx.fd() {
                     let _ = epoll::delete(epfd, fd);
-                    self.fd_links = self.fd_links.saturating_sub(1);
+                    if via_fd {
+                        self.fd_links = self.fd_links.saturating_sub(1);
+                    }
                 }
                 Some((tx, rx))
             }
@@ -370,10 +368,7 @@ impl State {
         if ep.pending.is_empty() && ep.status == EpStatus::Connected {
             if let Some(tx) = ep.tx.as_mut() {
                 match send_parts(tx, hdr.as_bytes(), extra, data) {
-                    Ok(()) => {
-                        ep.last_tx = Instant::now_cheap();
-                        return Ok(true);
-                    }
+                    Ok(()) => return Ok(true),
                     Err(TxError::NoResource) => {}
                     Err(TxError::Failed(err)) => {
                         self.fail_ep(e, err.clone());
@@ -437,17 +432,6 @@ impl State {
             }
         }
         n
-    }
-}
-
-/// Low-resolution "now" for bookkeeping on the hot path.
-trait NowCheap {
-    fn now_cheap() -> Instant;
-}
-impl NowCheap for Instant {
-    #[inline]
-    fn now_cheap() -> Instant {
-        Instant::now()
     }
 }
 

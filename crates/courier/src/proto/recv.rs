@@ -4,8 +4,6 @@
 //! can call the user's handler with the state lock released (the handler may send, even on
 //! the same endpoint), then `finish_am` consumes the frame.
 
-use std::time::Instant;
-
 use super::am::AmRndv;
 use super::core::State;
 use crate::base::{Error, Status};
@@ -49,7 +47,6 @@ impl State {
                 return PollOne::Empty;
             }
         };
-        ep.last_rx = Instant::now();
         // SAFETY: valid until `consume`, which happens below or in `finish_am`.
         let bytes = unsafe { raw.bytes() };
         let frame = match Frame::parse(bytes) {

@@ -5,7 +5,6 @@
 //! peer is detected instead of hitting a reused slot.
 
 use std::collections::VecDeque;
-use std::time::Instant;
 
 use crate::base::{Error, Status};
 use crate::transport::{Caps, LinkRx, LinkTx};
@@ -223,8 +222,6 @@ pub(crate) struct EpSlot {
     pub conn_id: u64,
     /// The peer's worker id (when known) and whether it runs in this process's worker.
     pub peer_worker: u64,
-    pub last_rx: Instant,
-    pub last_tx: Instant,
     /// A handler is running on a frame of this endpoint's rx: do not drop the link now.
     pub rx_busy: bool,
 }

@@ -47,6 +47,7 @@ fn caps() -> Caps {
         rndv_thresh: 64 << 10,
         peer_failure: true,
         wakeup: true,
+        data_via_fd: false,
         latency_ns: 0.0,
         bandwidth_mbs: 20000.0,
     }

@@ -55,6 +55,9 @@ pub struct Caps {
     pub peer_failure: bool,
     /// Whether the link can wake a sleeping peer.
     pub wakeup: bool,
+    /// Whether arriving data is noticed only through the link's fd (so progress must poll
+    /// it each time); otherwise the fd only signals wakeups and hang-ups.
+    pub data_via_fd: bool,
     /// Estimated one-way latency in nanoseconds.
     pub latency_ns: f64,
     /// Estimated bandwidth in MB/s.

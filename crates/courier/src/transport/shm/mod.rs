@@ -126,6 +126,7 @@ fn caps(max_frame: usize, cma: bool) -> Caps {
         rndv_thresh: 16 << 10,
         peer_failure: true,
         wakeup: true,
+        data_via_fd: false,
         latency_ns: 100.0,
         bandwidth_mbs: 10000.0,
     }

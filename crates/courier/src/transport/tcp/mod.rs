@@ -60,6 +60,7 @@ fn caps(local: Option<SocketAddr>) -> Caps {
         rndv_thresh: 64 << 10,
         peer_failure: true,
         wakeup: true,
+        data_via_fd: true,
         latency_ns: 6000.0,
         bandwidth_mbs: 4000.0,
     }
