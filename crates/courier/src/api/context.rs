@@ -65,6 +65,7 @@ impl ContextParams {
 
 pub(crate) struct ContextInner {
     pub cfg: Arc<Config>,
+    pub mem: Arc<crate::proto::memreg::MemRegistry>,
     pub features: Features,
     pub name: String,
 }
@@ -92,6 +93,7 @@ impl Context {
         Ok(Context {
             inner: Arc::new(ContextInner {
                 cfg: Arc::new(cfg),
+                mem: Arc::new(crate::proto::memreg::MemRegistry::new()),
                 features: params.features,
                 name,
             }),

@@ -79,6 +79,30 @@ impl Endpoint {
         f(&mut g, self.idx)
     }
 
+    pub(crate) fn with_state<T>(&self, f: impl FnOnce(&mut State, u32) -> Result<T>) -> Result<T> {
+        self.with(f)
+    }
+
+    /// Whether two handles name the same endpoint.
+    pub fn same_as(&self, other: &Endpoint) -> bool {
+        self.idx == other.idx
+            && self.generation == other.generation
+            && std::sync::Arc::ptr_eq(&self.worker.inner, &other.worker.inner)
+    }
+
+    /// The link's large-message mode, and whether CMA works on it.
+    pub(crate) fn link_mode(&self) -> (Option<crate::transport::RndvMode>, bool) {
+        self.with(|st, e| {
+            let ep = st.ep(e).ok_or(Status::EndpointClosed)?;
+            let mode = ep.caps.as_ref().map(|c| c.rndv);
+            let cma = ep.caps.as_ref().is_some_and(|c| {
+                c.name == "shm" && c.rndv == crate::transport::RndvMode::RemoteRead
+            });
+            Ok((mode, cma))
+        })
+        .unwrap_or((None, false))
+    }
+
     fn req<'a>(&self, s: Result<Started>) -> Result<Request<'a>> {
         s.map(|s| Request::new(&self.worker, s))
     }
@@ -266,11 +290,12 @@ impl Endpoint {
             Some(tx) => tx.flush()?,
             None => true,
         };
-        let sends = st
-            .reqs
-            .slots
-            .iter()
-            .any(|s| s.live && !s.done && s.ep == Some(e) && s.kind == ReqKind::Send);
+        let sends = st.reqs.slots.iter().any(|s| {
+            s.live
+                && !s.done
+                && s.ep == Some(e)
+                && matches!(s.kind, ReqKind::Send | ReqKind::Rma | ReqKind::Get)
+        });
         Ok(flushed && !sends)
     }
 

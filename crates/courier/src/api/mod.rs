@@ -5,6 +5,7 @@ pub mod context;
 pub mod endpoint;
 pub mod listener;
 pub(crate) mod lock;
+pub mod memory;
 pub mod request;
 pub mod worker;
 
@@ -12,5 +13,9 @@ pub use context::{Context, ContextParams, Features};
 pub use endpoint::{Endpoint, EndpointParams};
 pub use listener::{ConnRequest, Listener};
 pub use lock::ThreadMode;
+pub use memory::{
+    AtomicOp, Cmp, MemAttr, MemMapParams, Memory, MemoryType, RemoteKey, SEM_MAX, Semaphore,
+    SignalOp, access, sem_flags,
+};
 pub use request::Request;
 pub use worker::{AmMessage, Worker, WorkerParams};

@@ -92,7 +92,11 @@ impl AmMessage<'_> {
 impl Worker {
     /// Create a worker of `ctx`.
     pub fn new(ctx: &Context, params: WorkerParams) -> Result<Worker> {
-        let state = State::new(ctx.inner.cfg.clone(), ctx.inner.name.clone())?;
+        let state = State::new(
+            ctx.inner.cfg.clone(),
+            ctx.inner.name.clone(),
+            ctx.inner.mem.clone(),
+        )?;
         let epoll_raw = state.epoll_as_fd().as_raw_fd();
         Ok(Worker {
             inner: Arc::new(WorkerInner {

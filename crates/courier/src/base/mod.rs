@@ -2,6 +2,7 @@
 //! system helpers. Every other layer uses this one; it uses none of them.
 
 pub mod config;
+pub mod cuda;
 pub mod log;
 pub mod status;
 pub mod sys;

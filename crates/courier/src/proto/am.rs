@@ -108,7 +108,13 @@ impl State {
                 if ep.pending.is_empty() && ep.status == EpStatus::Connected {
                     if let Some(tx) = ep.tx.as_mut() {
                         match super::core::send_parts(tx, hdr.as_bytes(), header, &data) {
-                            Ok(()) => return Ok(Started::Done(Info { len, tag: 0 })),
+                            Ok(()) => {
+                                return Ok(Started::Done(Info {
+                                    len,
+                                    tag: 0,
+                                    value: 0,
+                                }));
+                            }
                             Err(crate::transport::TxError::NoResource) => {}
                             Err(crate::transport::TxError::Failed(err)) => {
                                 self.fail_ep(e, err.clone());
@@ -123,7 +129,14 @@ impl State {
             }
             let rid = self.req_alloc(ReqKind::Send, Some(e), data.clone(), cb);
             if self.send_frame(e, &hdr, header, &data, Some(rid))? {
-                self.complete(rid, Ok(Info { len, tag: 0 }));
+                self.complete(
+                    rid,
+                    Ok(Info {
+                        len,
+                        tag: 0,
+                        value: 0,
+                    }),
+                );
             }
             return Ok(Started::Pending(rid));
         }

@@ -68,6 +68,7 @@ pub(crate) struct PendingConn {
 
 pub(crate) struct State {
     pub cfg: Arc<Config>,
+    pub mem: Arc<crate::proto::memreg::MemRegistry>,
     pub ctx_name: String,
     pub worker_id: u64,
     pub address: WorkerAddress,
@@ -414,7 +415,14 @@ impl State {
                             || kind == Kind::Stream as u8
                         {
                             let len = self.req(id).map(|s| s.buf.len()).unwrap_or(0);
-                            self.complete(id, Ok(Info { len, tag: 0 }));
+                            self.complete(
+                                id,
+                                Ok(Info {
+                                    len,
+                                    tag: 0,
+                                    value: 0,
+                                }),
+                            );
                         }
                     }
                 }

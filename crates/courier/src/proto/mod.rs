@@ -4,7 +4,9 @@
 
 pub mod am;
 pub(crate) mod core;
+pub mod memreg;
 pub(crate) mod recv;
+pub(crate) mod rma;
 pub mod state;
 pub(crate) mod stream;
 pub mod tag;

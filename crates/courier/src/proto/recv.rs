@@ -174,6 +174,31 @@ impl State {
                     "connection request on an established connection",
                 ),
             ),
+            Frame::Put { target, req, data } => self.on_put(e, target, req, data),
+            Frame::RmaAck { req, status, value } => self.on_rma_ack(e, req, status, value),
+            Frame::GetReq { target, req, len } => self.on_get_req(e, target, req, len),
+            Frame::GetResp {
+                req,
+                offset,
+                status,
+                data,
+            } => self.on_get_resp(e, req, offset, status, data),
+            Frame::Atomic {
+                target,
+                req,
+                op,
+                bits32,
+                operand,
+                compare,
+            } => self.on_atomic(e, target, req, op, bits32, operand, compare),
+            Frame::PutSignal {
+                target,
+                req,
+                signal,
+                op,
+                value,
+                data,
+            } => self.on_put_signal(e, target, req, signal, op, value, data),
             Frame::Am { .. } | Frame::AmRts { .. } => {}
         }
     }

@@ -17,6 +17,8 @@ pub struct Info {
     pub len: usize,
     /// The message's tag (tag receives).
     pub tag: u64,
+    /// The old value (fetching atomics).
+    pub value: u64,
 }
 
 /// Completion notification for a request.
@@ -110,6 +112,10 @@ pub(crate) enum ReqKind {
     TagRecv,
     StreamRecv,
     AmData,
+    /// Put, atomic, put-with-signal: acknowledged by the target.
+    Rma,
+    /// Get: answered with data.
+    Get,
 }
 
 pub(crate) struct ReqSlot {

@@ -22,7 +22,13 @@ impl State {
                 if ep.pending.is_empty() && ep.status == EpStatus::Connected {
                     if let Some(tx) = ep.tx.as_mut() {
                         match super::core::send_parts(tx, hdr.as_bytes(), &[], &data) {
-                            Ok(()) => return Ok(Started::Done(Info { len, tag: 0 })),
+                            Ok(()) => {
+                                return Ok(Started::Done(Info {
+                                    len,
+                                    tag: 0,
+                                    value: 0,
+                                }));
+                            }
                             Err(crate::transport::TxError::NoResource) => {}
                             Err(crate::transport::TxError::Failed(err)) => {
                                 self.fail_ep(e, err.clone());
@@ -56,7 +62,14 @@ impl State {
             }
         }
         if all_sent {
-            self.complete(id, Ok(Info { len, tag: 0 }));
+            self.complete(
+                id,
+                Ok(Info {
+                    len,
+                    tag: 0,
+                    value: 0,
+                }),
+            );
         }
         Ok(Started::Pending(id))
     }
@@ -78,12 +91,20 @@ impl State {
         if ep.stream_reqs.is_empty() {
             got = drain_into(&mut ep.stream_in, &buf, 0);
             if got == cap && cap > 0 || (!waitall && got > 0) {
-                return Ok(Started::Done(Info { len: got, tag: 0 }));
+                return Ok(Started::Done(Info {
+                    len: got,
+                    tag: 0,
+                    value: 0,
+                }));
             }
         }
         if let Some(err) = ep.dead_error() {
             return if got > 0 {
-                Ok(Started::Done(Info { len: got, tag: 0 }))
+                Ok(Started::Done(Info {
+                    len: got,
+                    tag: 0,
+                    value: 0,
+                }))
             } else {
                 Err(err)
             };
@@ -124,7 +145,14 @@ impl State {
                 if let Some(ep) = self.ep(e) {
                     ep.stream_reqs.pop_front();
                 }
-                self.complete(id, Ok(Info { len, tag: 0 }));
+                self.complete(
+                    id,
+                    Ok(Info {
+                        len,
+                        tag: 0,
+                        value: 0,
+                    }),
+                );
             }
         }
         if !data.is_empty() {

@@ -38,7 +38,7 @@ fn done_or_truncated(len: usize, cap: usize, tag: u64) -> Result<Started> {
     if len > cap {
         Err(truncated(len, cap))
     } else {
-        Ok(Started::Done(Info { len, tag }))
+        Ok(Started::Done(Info { len, tag, value: 0 }))
     }
 }
 
@@ -70,7 +70,7 @@ impl State {
                     if ep.pending.is_empty() && ep.status == EpStatus::Connected {
                         if let Some(tx) = ep.tx.as_mut() {
                             match super::core::send_parts(tx, hdr.as_bytes(), &[], &data) {
-                                Ok(()) => return Ok(Started::Done(Info { len, tag })),
+                                Ok(()) => return Ok(Started::Done(Info { len, tag, value: 0 })),
                                 Err(crate::transport::TxError::NoResource) => {}
                                 Err(crate::transport::TxError::Failed(err)) => {
                                     self.fail_ep(e, err.clone());
@@ -85,7 +85,7 @@ impl State {
                 }
                 let id = self.req_alloc(ReqKind::Send, Some(e), data.clone(), cb);
                 if self.send_frame(e, &hdr, &[], &data, Some(id))? {
-                    self.complete(id, Ok(Info { len, tag }));
+                    self.complete(id, Ok(Info { len, tag, value: 0 }));
                 }
                 return Ok(Started::Pending(id));
             }
@@ -257,7 +257,7 @@ impl State {
     /// Complete a receive of a `len`-byte message into a `cap`-byte buffer; a truncated one
     /// fails with `MessageTruncated` and keeps the real length in its info.
     pub(crate) fn complete_recv(&mut self, id: u64, len: usize, cap: usize, tag: u64) {
-        let info = Info { len, tag };
+        let info = Info { len, tag, value: 0 };
         let res = if len > cap {
             Err(truncated(len, cap))
         } else {
@@ -482,7 +482,14 @@ impl State {
             if let Some((sreq, _)) = done_job {
                 ep.push.pop_front();
                 let len = self.req(sreq).map(|s| s.expect).unwrap_or(0);
-                self.complete(sreq, Ok(Info { len, tag: 0 }));
+                self.complete(
+                    sreq,
+                    Ok(Info {
+                        len,
+                        tag: 0,
+                        value: 0,
+                    }),
+                );
             }
         }
     }
@@ -496,7 +503,11 @@ impl State {
         }
         let len = self.req(sreq).map(|s| s.expect).unwrap_or(0);
         let res = if status == 0 {
-            Ok(Info { len, tag: 0 })
+            Ok(Info {
+                len,
+                tag: 0,
+                value: 0,
+            })
         } else {
             let st = Status::from_code(status).unwrap_or(Status::IoError);
             Err(Error::msg(st, "the receiver could not read the message"))
@@ -509,7 +520,14 @@ impl State {
         let valid = matches!(self.req(sreq), Some(s) if s.ep == Some(e) && !s.done && s.kind == ReqKind::Send);
         if valid {
             let len = self.req(sreq).map(|s| s.buf.len()).unwrap_or(0);
-            self.complete(sreq, Ok(Info { len, tag: 0 }));
+            self.complete(
+                sreq,
+                Ok(Info {
+                    len,
+                    tag: 0,
+                    value: 0,
+                }),
+            );
         }
     }
 

@@ -80,7 +80,11 @@ fn locality(peer: &WorkerAddress, me: u64) -> &'static str {
 
 impl State {
     /// A fresh worker state: event fds, acceptors, address.
-    pub(crate) fn new(cfg: Arc<Config>, ctx_name: String) -> Result<State> {
+    pub(crate) fn new(
+        cfg: Arc<Config>,
+        ctx_name: String,
+        mem: Arc<crate::proto::memreg::MemRegistry>,
+    ) -> Result<State> {
         let epollfd =
             epoll::create(epoll::CreateFlags::CLOEXEC).map_err(|e| Error::io("epoll_create", e))?;
         let eventfd = rustix::event::eventfd(
@@ -170,6 +174,7 @@ impl State {
         };
         Ok(State {
             cfg,
+            mem,
             ctx_name,
             worker_id,
             address_bytes: address.pack(),

@@ -28,6 +28,9 @@ pub mod field {
     pub const W3: Field = 24..32;
     pub const W4: Field = 32..40;
     pub const W5: Field = 40..48;
+    pub const W6: Field = 48..56;
+    pub const W7: Field = 56..64;
+    pub const W8: Field = 64..72;
 }
 
 /// Protocol version carried in wireup frames.
@@ -74,6 +77,23 @@ pub enum Kind {
     /// Endpoint wireup by worker address: W1 connection id, aux32 purpose; payload the
     /// initiator's worker address.
     Wireup = 23,
+    /// Remote write: W1 region, W2 secret, W3 remote address, W4 origin request; payload data.
+    Put = 30,
+    /// Result of a remote operation: W1 origin request, aux32 status (i32), W2 value
+    /// (fetching atomics).
+    RmaAck = 31,
+    /// Remote read request: W1 region, W2 secret, W3 remote address, W4 origin request,
+    /// W5 length.
+    GetReq = 32,
+    /// Remote read data: W1 origin request, W2 offset, aux32 status; payload data.
+    GetResp = 33,
+    /// Remote atomic: aux16 op, flags bit 0 = 32-bit, W1 region, W2 secret, W3 address,
+    /// W4 origin request, W5 operand, W6 compare.
+    Atomic = 34,
+    /// Put with signal: aux16 signal op, W1 region, W2 secret, W3 address, W4 origin
+    /// request, W5 signal region, W6 signal secret, W7 signal address, W8 signal value;
+    /// payload data. The target writes the data, then updates the signal (release order).
+    PutSignal = 35,
 }
 
 impl Kind {
@@ -96,6 +116,12 @@ impl Kind {
             21 => ConnAccept,
             22 => ConnReject,
             23 => Wireup,
+            30 => Put,
+            31 => RmaAck,
+            32 => GetReq,
+            33 => GetResp,
+            34 => Atomic,
+            35 => PutSignal,
             _ => return None,
         })
     }
@@ -110,6 +136,11 @@ impl Kind {
             RndvRtr | AmRts => 32,
             Am => 8,
             TagRts => 32,
+            RmaAck | GetResp => 24,
+            Put => 40,
+            GetReq => 48,
+            Atomic => 56,
+            PutSignal => 72,
         }
     }
 }
@@ -225,6 +256,56 @@ pub enum Frame<'a> {
         purpose: u32,
         address: &'a [u8],
     },
+    /// See [`Kind::Put`].
+    Put {
+        target: RemoteRef,
+        req: u64,
+        data: &'a [u8],
+    },
+    /// See [`Kind::RmaAck`].
+    RmaAck { req: u64, status: i32, value: u64 },
+    /// See [`Kind::GetReq`].
+    GetReq {
+        target: RemoteRef,
+        req: u64,
+        len: u64,
+    },
+    /// See [`Kind::GetResp`].
+    GetResp {
+        req: u64,
+        offset: u64,
+        status: i32,
+        data: &'a [u8],
+    },
+    /// See [`Kind::Atomic`].
+    Atomic {
+        target: RemoteRef,
+        req: u64,
+        op: u16,
+        bits32: bool,
+        operand: u64,
+        compare: u64,
+    },
+    /// See [`Kind::PutSignal`].
+    PutSignal {
+        target: RemoteRef,
+        req: u64,
+        signal: RemoteRef,
+        op: u16,
+        value: u64,
+        data: &'a [u8],
+    },
+}
+
+/// A remote location as a frame names it: region, secret, address.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RemoteRef {
+    /// Region id.
+    pub region: u64,
+    /// Region secret.
+    pub secret: u64,
+    /// Address in the target process.
+    pub addr: u64,
 }
 
 /// A list of (address, length) segments, validated to fit, iterated lazily.
@@ -390,14 +471,59 @@ impl<'a> Frame<'a> {
                 purpose: u32_at(b, field::AUX32),
                 address: rest,
             },
+            Kind::Put => Frame::Put {
+                target: rref(b, field::W1, field::W2, field::W3),
+                req: u64_at(b, field::W4),
+                data: rest,
+            },
+            Kind::RmaAck => Frame::RmaAck {
+                req: u64_at(b, field::W1),
+                status: u32_at(b, field::AUX32) as i32,
+                value: u64_at(b, field::W2),
+            },
+            Kind::GetReq => Frame::GetReq {
+                target: rref(b, field::W1, field::W2, field::W3),
+                req: u64_at(b, field::W4),
+                len: u64_at(b, field::W5),
+            },
+            Kind::GetResp => Frame::GetResp {
+                req: u64_at(b, field::W1),
+                offset: u64_at(b, field::W2),
+                status: u32_at(b, field::AUX32) as i32,
+                data: rest,
+            },
+            Kind::Atomic => Frame::Atomic {
+                target: rref(b, field::W1, field::W2, field::W3),
+                req: u64_at(b, field::W4),
+                op: u16_at(b, field::AUX16),
+                bits32: fl & 1 != 0,
+                operand: u64_at(b, field::W5),
+                compare: u64_at(b, field::W6),
+            },
+            Kind::PutSignal => Frame::PutSignal {
+                target: rref(b, field::W1, field::W2, field::W3),
+                req: u64_at(b, field::W4),
+                signal: rref(b, field::W5, field::W6, field::W7),
+                op: u16_at(b, field::AUX16),
+                value: u64_at(b, field::W8),
+                data: rest,
+            },
         })
+    }
+}
+
+fn rref(b: &[u8], r: Field, s: Field, a: Field) -> RemoteRef {
+    RemoteRef {
+        region: u64_at(b, r),
+        secret: u64_at(b, s),
+        addr: u64_at(b, a),
     }
 }
 
 /// A fixed header being built; `as_bytes` gives exactly the kind's header length.
 #[derive(Clone, Copy)]
 pub struct Header {
-    buf: [u8; 48],
+    buf: [u8; 72],
     len: usize,
 }
 
@@ -405,7 +531,7 @@ impl Header {
     /// A header of `kind` with zeroed fields.
     #[inline]
     pub fn new(kind: Kind) -> Header {
-        let mut buf = [0u8; 48];
+        let mut buf = [0u8; 72];
         buf[field::KIND] = kind as u8;
         Header {
             buf,
@@ -544,7 +670,7 @@ mod tests {
         }
 
         #[test]
-        fn parse_never_panics_on_known_kinds(k in prop::sample::select(vec![1u8,2,3,4,5,6,7,8,9,10,11,12,20,21,22,23]),
+        fn parse_never_panics_on_known_kinds(k in prop::sample::select(vec![1u8,2,3,4,5,6,7,8,9,10,11,12,20,21,22,23,30,31,32,33,34,35]),
                                              rest in proptest::collection::vec(any::<u8>(), 0..96)) {
             let mut b = vec![k];
             b.extend(rest);

@@ -7,5 +7,6 @@
 
 pub mod address;
 pub mod frame;
+pub mod rkey;
 
 pub use frame::{Frame, Kind, WireError};

@@ -154,3 +154,57 @@ fn map_errno(pid: u32, e: i32) -> Error {
         ),
     }
 }
+
+/// Copy `len` bytes between `local` in this process and `remote` in process `pid`, in
+/// either direction, looping over partial transfers.
+fn contiguous(pid: u32, local: usize, len: usize, remote: u64, write: bool) -> Result<()> {
+    let mut done = 0usize;
+    while done < len {
+        let l = libc::iovec {
+            iov_base: (local + done) as *mut libc::c_void,
+            iov_len: len - done,
+        };
+        let r = libc::iovec {
+            iov_base: (remote as usize + done) as *mut libc::c_void,
+            iov_len: len - done,
+        };
+        // SAFETY: the caller vouches for the local range; the kernel checks the remote one.
+        let got = unsafe {
+            if write {
+                libc::process_vm_writev(pid as libc::pid_t, &l, 1, &r, 1, 0)
+            } else {
+                libc::process_vm_readv(pid as libc::pid_t, &l, 1, &r, 1, 0)
+            }
+        };
+        if got < 0 {
+            let e = errno();
+            if e == libc::EINTR {
+                continue;
+            }
+            return Err(map_errno(pid, e));
+        }
+        if got == 0 {
+            return Err(map_errno(pid, libc::EFAULT));
+        }
+        done += got as usize;
+    }
+    Ok(())
+}
+
+/// Read `len` bytes at `remote` in process `pid` into `local`.
+///
+/// # Safety
+/// `local` must be valid for writes of `len` bytes.
+pub(crate) unsafe fn read_contiguous(
+    pid: u32,
+    local: usize,
+    len: usize,
+    remote: u64,
+) -> Result<()> {
+    contiguous(pid, local, len, remote, false)
+}
+
+/// Write `len` bytes from `local` to `remote` in process `pid`.
+pub(crate) fn write_contiguous(pid: u32, local: usize, len: usize, remote: u64) -> Result<()> {
+    contiguous(pid, local, len, remote, true)
+}

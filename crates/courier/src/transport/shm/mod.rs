@@ -15,6 +15,20 @@
 //! [`RndvMode::Push`] through the FIFO.
 
 mod cma;
+
+/// Write `len` bytes at `local` into process `pid` at `remote` (CMA).
+pub fn cma_write(pid: u32, local: usize, len: usize, remote: u64) -> Result<()> {
+    cma::write_contiguous(pid, local, len, remote)
+}
+
+/// Read `len` bytes at `remote` in process `pid` into `local` (CMA).
+///
+/// # Safety
+/// `local` must be valid for writes of `len` bytes.
+pub unsafe fn cma_read(pid: u32, local: usize, len: usize, remote: u64) -> Result<()> {
+    // SAFETY: forwarded contract.
+    unsafe { cma::read_contiguous(pid, local, len, remote) }
+}
 mod fifo;
 mod segment;
 #[cfg(test)]

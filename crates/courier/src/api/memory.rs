@@ -1,0 +1,769 @@
+//! Memory regions, remote keys, one-sided operations, signals and semaphores.
+//!
+//! `Context::mem_map` registers a buffer or allocates one. Allocated host memory lives in a
+//! shared segment, so a peer on the same host reaches it with plain loads, stores and CPU
+//! atomics, without the owner's CPU; registered memory is reached with CMA on the same host.
+//! Elsewhere (or over tcp) the owner's worker carries operations out as it progresses.
+//! Whatever the path, every access is checked against the owner's own record of the region.
+
+use std::sync::atomic::{AtomicU64, Ordering, fence};
+use std::sync::{Arc, Once};
+use std::time::{Duration, Instant};
+
+use super::context::Context;
+use super::endpoint::Endpoint;
+use super::request::Request;
+use super::worker::Worker;
+use crate::base::sys::host_id;
+use crate::base::{Error, Result, Status};
+pub use crate::proto::memreg::MemoryType;
+use crate::proto::memreg::{Mapping, MemRegistry, PeerMaps, check};
+pub use crate::proto::rma::{AtomicOp, SignalOp};
+use crate::proto::rma::{do_atomic, do_signal};
+use crate::proto::state::{Buf, Callback, Info};
+use crate::proto::tag::Started;
+use crate::transport::RndvMode;
+use crate::wire::frame::RemoteRef;
+use crate::wire::rkey::RkeyRepr;
+pub use crate::wire::rkey::access;
+
+/// How to map memory.
+#[derive(Clone, Copy, Debug)]
+pub struct MemMapParams {
+    /// Register this existing buffer (with `length`); `None` with `allocate`.
+    pub address: Option<*mut u8>,
+    /// Length in bytes.
+    pub length: usize,
+    /// Allocate the memory (in a shared segment for host memory).
+    pub allocate: bool,
+    /// Memory type asked for.
+    pub memory_type: MemoryType,
+    /// Remote rights: `access::READ | WRITE | ATOMIC`.
+    pub access: u16,
+}
+
+impl Default for MemMapParams {
+    fn default() -> Self {
+        MemMapParams {
+            address: None,
+            length: 0,
+            allocate: false,
+            memory_type: MemoryType::Host,
+            access: access::ALL,
+        }
+    }
+}
+
+impl MemMapParams {
+    /// Allocate `length` bytes.
+    pub fn allocate(length: usize) -> Self {
+        MemMapParams {
+            length,
+            allocate: true,
+            ..Default::default()
+        }
+    }
+    /// Register an existing buffer.
+    pub fn register(ptr: *mut u8, length: usize) -> Self {
+        MemMapParams {
+            address: Some(ptr),
+            length,
+            ..Default::default()
+        }
+    }
+    /// Set the memory type.
+    pub fn memory_type(mut self, t: MemoryType) -> Self {
+        self.memory_type = t;
+        self
+    }
+    /// Set the remote rights.
+    pub fn access(mut self, a: u16) -> Self {
+        self.access = a;
+        self
+    }
+}
+
+/// A mapped region. Unmapped on drop; every remote key made from it stops working.
+pub struct Memory {
+    reg: Arc<MemRegistry>,
+    id: u64,
+    ptr: *mut u8,
+    len: usize,
+    mem_type: MemoryType,
+}
+
+// SAFETY: the region is plain memory shared through raw pointers and atomics.
+unsafe impl Send for Memory {}
+// SAFETY: as above.
+unsafe impl Sync for Memory {}
+
+static NIC_FALLBACK: Once = Once::new();
+
+impl Context {
+    /// Register or allocate memory.
+    pub fn mem_map(&self, p: MemMapParams) -> Result<Memory> {
+        let reg = self.inner.mem.clone();
+        let mut mem_type = p.memory_type;
+        match mem_type {
+            MemoryType::Cuda => return Err(crate::base::cuda::unavailable()),
+            MemoryType::Nic => {
+                NIC_FALLBACK.call_once(|| tracing::info!("memory type nic: no RDMA device with on-chip memory here; using host memory"));
+                mem_type = MemoryType::Host;
+            }
+            MemoryType::Host => {}
+        }
+        if p.access & !access::ALL != 0 {
+            return Err(Error::new(Status::InvalidParam, "unknown access bits"));
+        }
+        if p.allocate {
+            if p.address.is_some() {
+                return Err(Error::new(
+                    Status::InvalidParam,
+                    "give an address to register, or allocate, not both",
+                ));
+            }
+            let (id, _, ptr) = reg.allocate(p.length, p.access, mem_type)?;
+            return Ok(Memory {
+                reg,
+                id,
+                ptr,
+                len: p.length,
+                mem_type,
+            });
+        }
+        let ptr = p.address.ok_or_else(|| {
+            Error::new(
+                Status::InvalidParam,
+                "no address to register (or set allocate)",
+            )
+        })?;
+        if ptr.is_null() && p.length > 0 {
+            return Err(Error::new(Status::InvalidParam, "null address"));
+        }
+        let (id, _) = reg.add(ptr as u64, p.length as u64, p.access, mem_type, None, None)?;
+        Ok(Memory {
+            reg,
+            id,
+            ptr,
+            len: p.length,
+            mem_type,
+        })
+    }
+}
+
+/// What `Memory::query` tells.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MemAttr {
+    /// Start address.
+    pub address: usize,
+    /// Length.
+    pub length: usize,
+    /// Memory type actually given.
+    pub memory_type: MemoryType,
+}
+
+/// Comparison for signal waits (OpenSHMEM's `SHMEM_CMP_*`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Cmp {
+    /// ==
+    Eq,
+    /// !=
+    Ne,
+    /// >
+    Gt,
+    /// >=
+    Ge,
+    /// <
+    Lt,
+    /// <=
+    Le,
+}
+
+impl Cmp {
+    fn holds(self, a: u64, b: u64) -> bool {
+        match self {
+            Cmp::Eq => a == b,
+            Cmp::Ne => a != b,
+            Cmp::Gt => a > b,
+            Cmp::Ge => a >= b,
+            Cmp::Lt => a < b,
+            Cmp::Le => a <= b,
+        }
+    }
+}
+
+impl Memory {
+    /// Address, length and the memory type actually given.
+    pub fn query(&self) -> MemAttr {
+        MemAttr {
+            address: self.ptr as usize,
+            length: self.len,
+            memory_type: self.mem_type,
+        }
+    }
+    /// Start address.
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.ptr
+    }
+    /// Length.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+    /// Whether the length is 0.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+    /// Bytes to send to peers so they can reach this region.
+    pub fn pack_rkey(&self) -> Result<Vec<u8>> {
+        self.reg.pack(self.id)
+    }
+    /// Unmap now (also done on drop).
+    pub fn unmap(self) {}
+
+    fn word(&self, offset: usize) -> Result<&AtomicU64> {
+        if !offset.is_multiple_of(8) || offset.checked_add(8).is_none_or(|e| e > self.len) {
+            return Err(Error::msg(
+                Status::OutOfRange,
+                format!(
+                    "signal offset {offset} is not an aligned word inside {} bytes",
+                    self.len
+                ),
+            ));
+        }
+        // SAFETY: inside the region, aligned; the region outlives the borrow.
+        Ok(unsafe { AtomicU64::from_ptr(self.ptr.add(offset) as *mut u64) })
+    }
+
+    /// Read a signal word (OpenSHMEM `shmem_signal_fetch`).
+    pub fn signal_fetch(&self, offset: usize) -> Result<u64> {
+        Ok(self.word(offset)?.load(Ordering::Acquire))
+    }
+
+    /// Wait until the signal word at `offset` satisfies `cmp value`, progressing `worker`
+    /// meanwhile; returns the value that met the condition. With `sleep`, waits on the
+    /// worker's event fd between checks instead of spinning.
+    pub fn signal_wait_until(
+        &self,
+        worker: &Worker,
+        offset: usize,
+        cmp: Cmp,
+        value: u64,
+        sleep: bool,
+    ) -> Result<u64> {
+        let w = self.word(offset)?;
+        let mut spins = 0u32;
+        loop {
+            let v = w.load(Ordering::Acquire);
+            if cmp.holds(v, value) {
+                return Ok(v);
+            }
+            if worker.progress() == 0 {
+                spins += 1;
+                if sleep && spins > 1000 {
+                    worker.wait(Some(Duration::from_millis(1)))?;
+                    spins = 0;
+                } else {
+                    std::hint::spin_loop();
+                }
+            }
+        }
+    }
+}
+
+impl Drop for Memory {
+    fn drop(&mut self) {
+        self.reg.remove(self.id);
+    }
+}
+
+enum Path {
+    /// The region belongs to this very context.
+    Local(Arc<MemRegistry>),
+    /// Same host: the owner's key table is mapped here; allocated regions are mapped too.
+    Direct {
+        peer: Arc<PeerMaps>,
+        seg: Option<Arc<Mapping>>,
+        cma: bool,
+    },
+    /// Through the owner's progress.
+    Remote,
+}
+
+/// A peer's remote key, unpacked on an endpoint.
+pub struct RemoteKey {
+    key: RkeyRepr,
+    path: Path,
+    ep: Endpoint,
+}
+
+impl RemoteKey {
+    /// The region's start and length in the owner's process.
+    pub fn bounds(&self) -> (u64, u64) {
+        (self.key.base, self.key.length)
+    }
+    /// A pointer valid in this process for `addr` in the owner's process, when the region
+    /// is mapped here (same host, allocated memory, or the same context).
+    pub fn direct_ptr(&self, addr: u64) -> Option<*mut u8> {
+        match &self.path {
+            Path::Direct { seg: Some(m), .. } => {
+                let off = addr.checked_sub(self.key.base)?;
+                (off < m.len as u64).then(|| m.ptr.wrapping_add(off as usize))
+            }
+            Path::Local(_) => Some(addr as *mut u8),
+            _ => None,
+        }
+    }
+    /// How operations reach the region: `local`, `direct`, `cma` or `remote`.
+    pub fn path(&self) -> &'static str {
+        match &self.path {
+            Path::Local(_) => "local",
+            Path::Direct { seg: Some(_), .. } => "direct",
+            Path::Direct { cma: true, .. } => "cma",
+            _ => "remote",
+        }
+    }
+
+    /// Check an access against the owner's record; the local address if mapped here.
+    fn resolve(&self, addr: u64, len: u64, need: u16) -> Result<Option<*mut u8>> {
+        match &self.path {
+            Path::Local(reg) => reg
+                .lookup(self.key.region, self.key.secret, addr, len, need)
+                .map(Some),
+            Path::Direct { peer, seg, .. } => {
+                let rec = peer.record(self.key.region).ok_or_else(|| {
+                    Error::new(Status::InvalidKey, "region id out of range (forged key)")
+                })?;
+                check(&rec, self.key.region, self.key.secret, addr, len, need)?;
+                Ok(seg
+                    .as_ref()
+                    .map(|m| m.ptr.wrapping_add((addr - rec.base) as usize))
+                    .filter(|_| rec.base == self.key.base))
+            }
+            Path::Remote => Ok(None),
+        }
+    }
+}
+
+fn rref(k: &RemoteKey, addr: u64) -> RemoteRef {
+    RemoteRef {
+        region: k.key.region,
+        secret: k.key.secret,
+        addr,
+    }
+}
+
+impl Endpoint {
+    /// Unpack a peer's remote key for use on this endpoint.
+    pub fn rkey_unpack(&self, bytes: &[u8]) -> Result<RemoteKey> {
+        let key =
+            RkeyRepr::unpack(bytes).map_err(|e| Error::msg(Status::InvalidKey, e.to_string()))?;
+        let reg = self.worker().context().inner.mem.clone();
+        let same_host = key.host_id == host_id();
+        let (mode, cma) = self.link_mode();
+        let path = if key.pid == std::process::id() && key.ctx_id == reg.ctx_id {
+            Path::Local(reg)
+        } else if same_host && mode == Some(RndvMode::RemoteRead) {
+            match reg.peer(&key) {
+                Ok(peer) => {
+                    let seg = if key.region_fd >= 0 {
+                        peer.region(key.region_fd, key.length as usize).ok()
+                    } else {
+                        None
+                    };
+                    Path::Direct { peer, seg, cma }
+                }
+                Err(e) => {
+                    tracing::info!(
+                        "remote key of pid {}: {e}; operations go through the owner",
+                        key.pid
+                    );
+                    Path::Remote
+                }
+            }
+        } else {
+            Path::Remote
+        };
+        Ok(RemoteKey {
+            key,
+            path,
+            ep: self.clone(),
+        })
+    }
+
+    fn check_key(&self, k: &RemoteKey) -> Result<()> {
+        if !k.ep.same_as(self) {
+            return Err(Error::new(
+                Status::InvalidParam,
+                "remote key was unpacked on another endpoint",
+            ));
+        }
+        Ok(())
+    }
+
+    /// Write `data` at `raddr` in the peer's region. Completes when the data is in place
+    /// (at once when the region is mapped here).
+    pub fn put<'a>(&self, data: &'a [u8], raddr: u64, key: &RemoteKey) -> Result<Request<'a>> {
+        // SAFETY: the request borrows `data` for its lifetime.
+        let s = unsafe {
+            self.put_raw(
+                Buf::One((data.as_ptr() as usize, data.len())),
+                raddr,
+                key,
+                Callback::None,
+            )?
+        };
+        Ok(Request::new(self.worker(), s))
+    }
+
+    /// Read into `buf` from `raddr` in the peer's region.
+    pub fn get<'a>(&self, buf: &'a mut [u8], raddr: u64, key: &RemoteKey) -> Result<Request<'a>> {
+        // SAFETY: the request borrows `buf` for its lifetime.
+        let s = unsafe {
+            self.get_raw(
+                Buf::One((buf.as_mut_ptr() as usize, buf.len())),
+                raddr,
+                key,
+                Callback::None,
+            )?
+        };
+        Ok(Request::new(self.worker(), s))
+    }
+
+    /// Put with a raw buffer and a callback.
+    ///
+    /// # Safety
+    /// `data` must stay valid until completion.
+    pub unsafe fn put_raw(
+        &self,
+        data: Buf,
+        raddr: u64,
+        key: &RemoteKey,
+        cb: Callback,
+    ) -> Result<Started> {
+        self.check_key(key)?;
+        let len = data.len();
+        match key.resolve(raddr, len as u64, access::WRITE)? {
+            Some(dst) => {
+                let mut off = 0;
+                for &(a, l) in data.segs() {
+                    // SAFETY: the owner's record covers [raddr, raddr+len); source is the caller's.
+                    unsafe { std::ptr::copy_nonoverlapping(a as *const u8, dst.add(off), l) };
+                    off += l;
+                }
+                Ok(Started::Done(Info {
+                    len,
+                    ..Info::default()
+                }))
+            }
+            None if matches!(key.path, Path::Direct { cma: true, .. }) => {
+                let pid = key.key.pid;
+                let mut off = 0u64;
+                for &(a, l) in data.segs() {
+                    crate::transport::shm::cma_write(pid, a, l, raddr + off)?;
+                    off += l as u64;
+                }
+                Ok(Started::Done(Info {
+                    len,
+                    ..Info::default()
+                }))
+            }
+            None => self.with_state(|st, e| st.rma_put(e, data, rref(key, raddr), cb)),
+        }
+    }
+
+    /// Get with a raw buffer and a callback.
+    ///
+    /// # Safety
+    /// `buf` must stay valid until completion.
+    pub unsafe fn get_raw(
+        &self,
+        buf: Buf,
+        raddr: u64,
+        key: &RemoteKey,
+        cb: Callback,
+    ) -> Result<Started> {
+        self.check_key(key)?;
+        let len = buf.len();
+        match key.resolve(raddr, len as u64, access::READ)? {
+            Some(src) => {
+                let mut off = 0;
+                for &(a, l) in buf.segs() {
+                    // SAFETY: record covers the source range; destination is the caller's.
+                    unsafe { std::ptr::copy_nonoverlapping(src.add(off), a as *mut u8, l) };
+                    off += l;
+                }
+                Ok(Started::Done(Info {
+                    len,
+                    ..Info::default()
+                }))
+            }
+            None if matches!(key.path, Path::Direct { cma: true, .. }) => {
+                let pid = key.key.pid;
+                let mut off = 0u64;
+                for &(a, l) in buf.segs() {
+                    // SAFETY: `buf` segments are the caller's writable buffer.
+                    unsafe { crate::transport::shm::cma_read(pid, a, l, raddr + off)? };
+                    off += l as u64;
+                }
+                Ok(Started::Done(Info {
+                    len,
+                    ..Info::default()
+                }))
+            }
+            None => self.with_state(|st, e| st.rma_get(e, buf, rref(key, raddr), cb)),
+        }
+    }
+
+    /// An atomic on a 64-bit (or, with `bits32`, 32-bit) word at `raddr`; the old value is
+    /// in the completion's `Info::value`. `compare` is used by `Cswap` only.
+    pub fn atomic(
+        &self,
+        op: AtomicOp,
+        value: u64,
+        compare: u64,
+        raddr: u64,
+        key: &RemoteKey,
+        bits32: bool,
+    ) -> Result<Request<'static>> {
+        let s = self.atomic_raw(op, value, compare, raddr, key, bits32, Callback::None)?;
+        Ok(Request::new(self.worker(), s))
+    }
+
+    /// Atomic with a callback.
+    #[allow(clippy::too_many_arguments)]
+    pub fn atomic_raw(
+        &self,
+        op: AtomicOp,
+        value: u64,
+        compare: u64,
+        raddr: u64,
+        key: &RemoteKey,
+        bits32: bool,
+        cb: Callback,
+    ) -> Result<Started> {
+        self.check_key(key)?;
+        let width = if bits32 { 4 } else { 8 };
+        if !raddr.is_multiple_of(width) {
+            return Err(Error::msg(
+                Status::InvalidParam,
+                format!("atomic address {raddr:#x} is not {width}-byte aligned"),
+            ));
+        }
+        match key.resolve(raddr, width, access::ATOMIC)? {
+            // SAFETY: checked in range and aligned; shared memory is touched only atomically.
+            Some(p) => Ok(Started::Done(Info {
+                len: width as usize,
+                tag: 0,
+                value: unsafe { do_atomic(p, op, bits32, value, compare) },
+            })),
+            None => self.with_state(|st, e| {
+                st.rma_atomic(e, op, bits32, value, compare, rref(key, raddr), cb)
+            }),
+        }
+    }
+
+    /// Write `data` at `raddr` and then update the signal word at `sig_addr` (`Set` or
+    /// `Add` `value`) as one operation: whoever sees the signal change sees the data.
+    #[allow(clippy::too_many_arguments)]
+    pub fn put_signal<'a>(
+        &self,
+        data: &'a [u8],
+        raddr: u64,
+        key: &RemoteKey,
+        sig_addr: u64,
+        sig_key: &RemoteKey,
+        value: u64,
+        op: SignalOp,
+    ) -> Result<Request<'a>> {
+        // SAFETY: the request borrows `data`.
+        let s = unsafe {
+            self.put_signal_raw(
+                Buf::One((data.as_ptr() as usize, data.len())),
+                raddr,
+                key,
+                sig_addr,
+                sig_key,
+                value,
+                op,
+                Callback::None,
+            )?
+        };
+        Ok(Request::new(self.worker(), s))
+    }
+
+    /// Put-with-signal with a raw buffer and a callback.
+    ///
+    /// # Safety
+    /// `data` must stay valid until completion.
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn put_signal_raw(
+        &self,
+        data: Buf,
+        raddr: u64,
+        key: &RemoteKey,
+        sig_addr: u64,
+        sig_key: &RemoteKey,
+        value: u64,
+        op: SignalOp,
+        cb: Callback,
+    ) -> Result<Started> {
+        self.check_key(key)?;
+        self.check_key(sig_key)?;
+        if !sig_addr.is_multiple_of(8) {
+            return Err(Error::new(
+                Status::InvalidParam,
+                "signal address is not 8-byte aligned",
+            ));
+        }
+        let len = data.len();
+        let dst = key.resolve(raddr, len as u64, access::WRITE)?;
+        let sig = sig_key.resolve(sig_addr, 8, access::WRITE)?;
+        match (dst, sig) {
+            (Some(dst), Some(sig)) => {
+                let mut off = 0;
+                for &(a, l) in data.segs() {
+                    // SAFETY: both ranges checked against the owner's records.
+                    unsafe { std::ptr::copy_nonoverlapping(a as *const u8, dst.add(off), l) };
+                    off += l;
+                }
+                fence(Ordering::Release);
+                // SAFETY: checked and aligned.
+                unsafe { do_signal(sig, op, value) };
+                Ok(Started::Done(Info {
+                    len,
+                    ..Info::default()
+                }))
+            }
+            _ => self.with_state(|st, e| {
+                st.rma_put_signal(
+                    e,
+                    data,
+                    rref(key, raddr),
+                    rref(sig_key, sig_addr),
+                    op,
+                    value,
+                    cb,
+                )
+            }),
+        }
+    }
+
+    /// Order: operations issued after the fence are carried out after those before it.
+    pub fn fence(&self) -> Result<()> {
+        // Operations through the owner run in order on one link; direct ones are done when
+        // issued. A full fence orders this process's own loads and stores.
+        fence(Ordering::SeqCst);
+        Ok(())
+    }
+}
+
+/// A Berkeley UPC-style semaphore living in this process's memory.
+pub struct Semaphore {
+    mem: Memory,
+    flags: u32,
+}
+
+/// Semaphore flags (`bupc_sem_alloc`).
+pub mod sem_flags {
+    /// Value is 0 or 1.
+    pub const BOOLEAN: u32 = 1;
+    /// Value counts up to 65535.
+    pub const INTEGER: u32 = 2;
+    /// One producer.
+    pub const SPRODUCER: u32 = 4;
+    /// Many producers.
+    pub const MPRODUCER: u32 = 8;
+    /// One consumer.
+    pub const SCONSUMER: u32 = 16;
+    /// Many consumers.
+    pub const MCONSUMER: u32 = 32;
+}
+
+/// The largest value a semaphore holds.
+pub const SEM_MAX: u64 = 65535;
+
+impl Semaphore {
+    /// Allocate a semaphore at 0 (flags 0 = INTEGER | MPRODUCER | MCONSUMER).
+    pub fn new(ctx: &Context, flags: u32) -> Result<Semaphore> {
+        use sem_flags::*;
+        let flags = if flags == 0 {
+            INTEGER | MPRODUCER | MCONSUMER
+        } else {
+            flags
+        };
+        if flags & !(BOOLEAN | INTEGER | SPRODUCER | MPRODUCER | SCONSUMER | MCONSUMER) != 0
+            || (flags & BOOLEAN != 0) == (flags & INTEGER != 0)
+            || flags & (SPRODUCER | MPRODUCER) == (SPRODUCER | MPRODUCER)
+            || flags & (SCONSUMER | MCONSUMER) == (SCONSUMER | MCONSUMER)
+        {
+            return Err(Error::new(
+                Status::InvalidParam,
+                "semaphore flags: exactly one of BOOLEAN/INTEGER, at most one of each producer and consumer kind",
+            ));
+        }
+        let mem = ctx.mem_map(MemMapParams::allocate(64))?;
+        Ok(Semaphore { mem, flags })
+    }
+
+    fn limit(&self) -> u64 {
+        if self.flags & sem_flags::BOOLEAN != 0 {
+            1
+        } else {
+            SEM_MAX
+        }
+    }
+
+    /// Key and address for peers that post to it remotely (atomic add or put-with-signal
+    /// with `SignalOp::Add`).
+    pub fn remote(&self) -> Result<(Vec<u8>, u64)> {
+        Ok((self.mem.pack_rkey()?, self.mem.as_ptr() as u64))
+    }
+
+    /// The current value.
+    pub fn value(&self) -> u64 {
+        self.mem.signal_fetch(0).unwrap_or(0)
+    }
+
+    /// Add `n`; fails if that would pass the maximum.
+    pub fn post(&self, n: u64) -> Result<()> {
+        let w = self.mem.word(0)?;
+        let lim = self.limit();
+        w.fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| {
+            v.checked_add(n).filter(|x| *x <= lim)
+        })
+        .map(|_| ())
+        .map_err(|v| {
+            Error::msg(
+                Status::InvalidParam,
+                format!("semaphore at {v} cannot rise by {n} past {lim}"),
+            )
+        })
+    }
+
+    /// Take `n` if available now.
+    pub fn try_wait(&self, n: u64) -> bool {
+        self.mem
+            .word(0)
+            .map(|w| {
+                w.fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| v.checked_sub(n))
+                    .is_ok()
+            })
+            .unwrap_or(false)
+    }
+
+    /// Wait until at least `n` is there, then take it (progressing `worker`).
+    pub fn wait(&self, worker: &Worker, n: u64) -> Result<()> {
+        let deadline = Instant::now() + Duration::from_secs(3600);
+        loop {
+            if self.try_wait(n) {
+                return Ok(());
+            }
+            if worker.progress() == 0 {
+                std::hint::spin_loop();
+            }
+            if Instant::now() > deadline {
+                return Err(Error::new(Status::Timeout, "semaphore wait"));
+            }
+        }
+    }
+}

@@ -1,0 +1,574 @@
+//! Memory regions of a context, and the key table that same-host peers check keys against.
+//!
+//! Every mapped region gets a slot in a shared *key table* (a memfd, 64-byte entries) that
+//! holds the owner's record: region id, secret, bounds, rights, and a valid word. A peer on
+//! the same host maps the table (and, for allocated regions, the region's own memfd)
+//! through `pidfd_getfd`, then checks every access against the owner's record before it
+//! loads, stores or runs a CPU atomic: forged keys, stale keys (after unmap), accesses out
+//! of range or without the right are refused without touching the region. Peers elsewhere
+//! send operations to the owner's worker, which checks them against the same records.
+
+use std::collections::HashMap;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use crate::base::sys::{host_id, pid, random_u64};
+use crate::base::{Error, Result, Status};
+use crate::wire::rkey::{RkeyRepr, access};
+
+/// Entries in a key table (slot 0 is the header).
+pub const TABLE_SLOTS: usize = 4096;
+const ENTRY: usize = 64;
+const TABLE_BYTES: usize = TABLE_SLOTS * ENTRY;
+const TABLE_MAGIC: u64 = 0x434f_5552_4b54_4231; // "COURKTB1"
+
+/// Memory types.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MemoryType {
+    /// Host memory.
+    Host,
+    /// CUDA device memory.
+    Cuda,
+    /// On-NIC memory (device memory for atomics).
+    Nic,
+}
+
+impl MemoryType {
+    /// Code carried in remote keys.
+    pub fn code(self) -> u8 {
+        match self {
+            MemoryType::Host => 0,
+            MemoryType::Cuda => 1,
+            MemoryType::Nic => 2,
+        }
+    }
+    /// Name as in `-m host,cuda`.
+    pub fn name(self) -> &'static str {
+        match self {
+            MemoryType::Host => "host",
+            MemoryType::Cuda => "cuda",
+            MemoryType::Nic => "nic",
+        }
+    }
+}
+
+/// A shared mapping that unmaps itself.
+pub(crate) struct Mapping {
+    pub ptr: *mut u8,
+    pub len: usize,
+}
+
+// SAFETY: a mapping is plain shared memory; all access goes through raw pointers and atomics.
+unsafe impl Send for Mapping {}
+// SAFETY: as above.
+unsafe impl Sync for Mapping {}
+
+impl Mapping {
+    fn map(fd: impl AsFd, len: usize) -> Result<Mapping> {
+        use rustix::mm::{MapFlags, ProtFlags, mmap};
+        // SAFETY: a fresh shared mapping of a memfd we hold; no Rust references alias it.
+        let p = unsafe {
+            mmap(
+                std::ptr::null_mut(),
+                len.max(1),
+                ProtFlags::READ | ProtFlags::WRITE,
+                MapFlags::SHARED,
+                fd,
+                0,
+            )
+        }
+        .map_err(|e| Error::io("mmap", e))?;
+        Ok(Mapping {
+            ptr: p as *mut u8,
+            len: len.max(1),
+        })
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: we own this mapping.
+        let _ = unsafe { rustix::mm::munmap(self.ptr as *mut _, self.len) };
+    }
+}
+
+fn memfd(name: &str, len: usize) -> Result<OwnedFd> {
+    use rustix::fs::{MemfdFlags, ftruncate, memfd_create};
+    let fd = memfd_create(name, MemfdFlags::CLOEXEC).map_err(|e| Error::io("memfd_create", e))?;
+    ftruncate(&fd, len as u64).map_err(|e| Error::io("ftruncate", e))?;
+    Ok(fd)
+}
+
+/// The record of one region in a key table, read with atomics (the table is shared).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Record {
+    pub valid: u64,
+    pub region: u64,
+    pub secret: u64,
+    pub base: u64,
+    pub len: u64,
+    pub access: u64,
+}
+
+fn word(table: *mut u8, slot: usize, w: usize) -> &'static AtomicU64 {
+    // SAFETY: slot < TABLE_SLOTS, w < 8: inside the mapping, 8-byte aligned (page-aligned
+    // mapping, 64-byte entries). The mapping lives as long as its owner keeps it.
+    unsafe { AtomicU64::from_ptr(table.add(slot * ENTRY + w * 8) as *mut u64) }
+}
+
+fn read_record(table: *mut u8, slot: usize) -> Record {
+    Record {
+        valid: word(table, slot, 0).load(Ordering::Acquire),
+        region: word(table, slot, 1).load(Ordering::Relaxed),
+        secret: word(table, slot, 2).load(Ordering::Relaxed),
+        base: word(table, slot, 3).load(Ordering::Relaxed),
+        len: word(table, slot, 4).load(Ordering::Relaxed),
+        access: word(table, slot, 5).load(Ordering::Relaxed),
+    }
+}
+
+/// Check an access of `len` bytes at `addr` needing `need` rights against a record.
+pub(crate) fn check(
+    rec: &Record,
+    region: u64,
+    secret: u64,
+    addr: u64,
+    len: u64,
+    need: u16,
+) -> Result<()> {
+    if rec.valid != 1 || rec.region != region {
+        return Err(Error::msg(
+            Status::InvalidKey,
+            format!("region {region:#x} is not mapped (stale key, or unmapped)"),
+        ));
+    }
+    if rec.secret != secret {
+        return Err(Error::msg(
+            Status::InvalidKey,
+            format!("remote key for region {region:#x} has a wrong secret (forged key)"),
+        ));
+    }
+    if rec.access & need as u64 != need as u64 {
+        let what = match need {
+            access::READ => "remote read",
+            access::WRITE => "remote write",
+            _ => "remote atomics",
+        };
+        return Err(Error::msg(
+            Status::AccessDenied,
+            format!("region {region:#x} was not mapped with {what} access"),
+        ));
+    }
+    let end = addr.checked_add(len);
+    if addr < rec.base || end.is_none_or(|e| e > rec.base + rec.len) {
+        return Err(Error::msg(
+            Status::OutOfRange,
+            format!(
+                "access [{addr:#x}, +{len}) outside region [{:#x}, +{})",
+                rec.base, rec.len
+            ),
+        ));
+    }
+    Ok(())
+}
+
+struct Region {
+    secret: u64,
+    base: u64,
+    len: u64,
+    access: u16,
+    mem_type: MemoryType,
+    memfd: Option<OwnedFd>,
+    _alloc: Option<Mapping>,
+}
+
+/// A peer process's key table and region segments, mapped here.
+pub(crate) struct PeerMaps {
+    pidfd: OwnedFd,
+    pub table: Mapping,
+    regions: Mutex<HashMap<i32, Arc<Mapping>>>,
+}
+
+impl PeerMaps {
+    pub(crate) fn record(&self, region: u64) -> Option<Record> {
+        let slot = (region & 0xfff) as usize;
+        if slot == 0 || slot >= TABLE_SLOTS {
+            return None;
+        }
+        Some(read_record(self.table.ptr, slot))
+    }
+
+    /// Map the owner's region memfd `fd` of `len` bytes (cached).
+    pub(crate) fn region(&self, fd: i32, len: usize) -> Result<Arc<Mapping>> {
+        let mut g = self.regions.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(m) = g.get(&fd) {
+            if m.len >= len {
+                return Ok(m.clone());
+            }
+        }
+        let local = rustix::process::pidfd_getfd(
+            &self.pidfd,
+            fd,
+            rustix::process::PidfdGetfdFlags::empty(),
+        )
+        .map_err(|e| {
+            Error::msg(
+                Status::Unreachable,
+                format!("cannot take the peer's memory segment: {e}"),
+            )
+        })?;
+        let size = rustix::fs::fstat(&local)
+            .map_err(|e| Error::io("fstat", e))?
+            .st_size as usize;
+        if size < len {
+            return Err(Error::new(
+                Status::InvalidKey,
+                "peer's memory segment is smaller than the key claims",
+            ));
+        }
+        let m = Arc::new(Mapping::map(&local, size)?);
+        g.insert(fd, m.clone());
+        Ok(m)
+    }
+}
+
+/// The regions of one context.
+pub struct MemRegistry {
+    pub(crate) ctx_id: u64,
+    table_fd: Option<OwnedFd>,
+    table: Option<Mapping>,
+    inner: Mutex<RegInner>,
+    peers: Mutex<HashMap<(u32, u64), Arc<PeerMaps>>>,
+}
+
+struct RegInner {
+    slots: Vec<Option<Region>>,
+    generations: Vec<u64>,
+    /// Host-memory-only table when no shared table could be made.
+    private: Vec<Record>,
+}
+
+impl MemRegistry {
+    pub(crate) fn new() -> MemRegistry {
+        let ctx_id = random_u64();
+        let shared = memfd("courier-keys", TABLE_BYTES)
+            .and_then(|fd| Mapping::map(&fd, TABLE_BYTES).map(|m| (fd, m)));
+        let (table_fd, table) = match shared {
+            Ok((fd, m)) => {
+                word(m.ptr, 0, 0).store(TABLE_MAGIC, Ordering::Relaxed);
+                word(m.ptr, 0, 1).store(ctx_id, Ordering::Release);
+                (Some(fd), Some(m))
+            }
+            Err(e) => {
+                tracing::info!(
+                    "no shared key table ({e}); same-host peers will reach memory through this process"
+                );
+                (None, None)
+            }
+        };
+        MemRegistry {
+            ctx_id,
+            table_fd,
+            table,
+            inner: Mutex::new(RegInner {
+                slots: (0..TABLE_SLOTS).map(|_| None).collect(),
+                generations: vec![0; TABLE_SLOTS],
+                private: vec![
+                    Record {
+                        valid: 0,
+                        region: 0,
+                        secret: 0,
+                        base: 0,
+                        len: 0,
+                        access: 0
+                    };
+                    TABLE_SLOTS
+                ],
+            }),
+            peers: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, RegInner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn publish(&self, g: &mut RegInner, slot: usize, rec: Record) {
+        match &self.table {
+            Some(t) => {
+                word(t.ptr, slot, 0).store(0, Ordering::Release);
+                for (w, v) in [
+                    (1, rec.region),
+                    (2, rec.secret),
+                    (3, rec.base),
+                    (4, rec.len),
+                    (5, rec.access),
+                ] {
+                    word(t.ptr, slot, w).store(v, Ordering::Relaxed);
+                }
+                word(t.ptr, slot, 0).store(rec.valid, Ordering::Release);
+            }
+            None => g.private[slot] = rec,
+        }
+    }
+
+    /// Record a region; returns its id. `alloc` keeps an allocated segment alive.
+    pub(crate) fn add(
+        &self,
+        base: u64,
+        len: u64,
+        acc: u16,
+        mem_type: MemoryType,
+        memfd: Option<OwnedFd>,
+        alloc: Option<Mapping>,
+    ) -> Result<(u64, u64)> {
+        let mut g = self.lock();
+        let slot = (1..TABLE_SLOTS)
+            .find(|&i| g.slots[i].is_none())
+            .ok_or_else(|| {
+                Error::msg(
+                    Status::NoMemory,
+                    format!(
+                        "too many mapped regions (at most {} per context)",
+                        TABLE_SLOTS - 1
+                    ),
+                )
+            })?;
+        g.generations[slot] += 1;
+        let id = (g.generations[slot] << 12) | slot as u64;
+        let secret = random_u64() | 1;
+        g.slots[slot] = Some(Region {
+            secret,
+            base,
+            len,
+            access: acc,
+            mem_type,
+            memfd,
+            _alloc: alloc,
+        });
+        self.publish(
+            &mut g,
+            slot,
+            Record {
+                valid: 1,
+                region: id,
+                secret,
+                base,
+                len,
+                access: acc as u64,
+            },
+        );
+        Ok((id, secret))
+    }
+
+    /// Allocate `len` bytes in a shared segment and record them.
+    pub(crate) fn allocate(
+        &self,
+        len: usize,
+        acc: u16,
+        mem_type: MemoryType,
+    ) -> Result<(u64, u64, *mut u8)> {
+        let fd = memfd("courier-mem", len.max(1))?;
+        let m = Mapping::map(&fd, len.max(1))?;
+        let ptr = m.ptr;
+        let (id, secret) = self.add(ptr as u64, len as u64, acc, mem_type, Some(fd), Some(m))?;
+        Ok((id, secret, ptr))
+    }
+
+    /// Remove a region: every key made from it is refused from now on.
+    pub(crate) fn remove(&self, id: u64) {
+        let slot = (id & 0xfff) as usize;
+        let mut g = self.lock();
+        if slot > 0 && slot < TABLE_SLOTS && g.generations[slot] == id >> 12 {
+            self.publish(
+                &mut g,
+                slot,
+                Record {
+                    valid: 0,
+                    region: 0,
+                    secret: 0,
+                    base: 0,
+                    len: 0,
+                    access: 0,
+                },
+            );
+            g.slots[slot] = None;
+        }
+    }
+
+    /// Pack a key for region `id`.
+    pub(crate) fn pack(&self, id: u64) -> Result<Vec<u8>> {
+        let g = self.lock();
+        let slot = (id & 0xfff) as usize;
+        let r = g
+            .slots
+            .get(slot)
+            .and_then(|r| r.as_ref())
+            .filter(|_| g.generations[slot] == id >> 12)
+            .ok_or(Status::InvalidKey)?;
+        Ok(RkeyRepr {
+            mem_type: r.mem_type.code(),
+            access: r.access,
+            region: id,
+            secret: r.secret,
+            base: r.base,
+            length: r.len,
+            ctx_id: self.ctx_id,
+            host_id: host_id(),
+            pid: pid(),
+            table_fd: self.table_fd.as_ref().map(|f| f.as_raw_fd()).unwrap_or(-1),
+            region_fd: r.memfd.as_ref().map(|f| f.as_raw_fd()).unwrap_or(-1),
+        }
+        .pack())
+    }
+
+    /// Check an access by a peer against this context's own records; the local address.
+    pub(crate) fn lookup(
+        &self,
+        region: u64,
+        secret: u64,
+        addr: u64,
+        len: u64,
+        need: u16,
+    ) -> Result<*mut u8> {
+        let slot = (region & 0xfff) as usize;
+        if slot == 0 || slot >= TABLE_SLOTS {
+            return Err(Error::msg(
+                Status::InvalidKey,
+                format!("region {region:#x} does not exist (forged key)"),
+            ));
+        }
+        let rec = match &self.table {
+            Some(t) => read_record(t.ptr, slot),
+            None => self.lock().private[slot],
+        };
+        check(&rec, region, secret, addr, len, need)?;
+        Ok(addr as *mut u8)
+    }
+
+    /// Map a same-host peer's key table (cached per process and context).
+    pub(crate) fn peer(&self, key: &RkeyRepr) -> Result<Arc<PeerMaps>> {
+        let mut g = self.peers.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(p) = g.get(&(key.pid, key.ctx_id)) {
+            return Ok(p.clone());
+        }
+        if key.table_fd < 0 {
+            return Err(Error::new(
+                Status::Unsupported,
+                "the owner publishes no key table",
+            ));
+        }
+        let pid = rustix::process::Pid::from_raw(key.pid as i32).ok_or(Status::InvalidKey)?;
+        let pidfd = rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty())
+            .map_err(|e| {
+                Error::msg(Status::Unreachable, format!("pidfd_open({}): {e}", key.pid))
+            })?;
+        let fd = rustix::process::pidfd_getfd(
+            &pidfd,
+            key.table_fd,
+            rustix::process::PidfdGetfdFlags::empty(),
+        )
+        .map_err(|e| {
+            Error::msg(
+                Status::Unreachable,
+                format!("pidfd_getfd refused ({e}); the kernel's ptrace policy forbids it"),
+            )
+        })?;
+        let size = rustix::fs::fstat(&fd)
+            .map_err(|e| Error::io("fstat", e))?
+            .st_size as usize;
+        if size != TABLE_BYTES {
+            return Err(Error::new(
+                Status::InvalidKey,
+                "the key names something that is not a Courier key table",
+            ));
+        }
+        let table = Mapping::map(&fd, TABLE_BYTES)?;
+        if word(table.ptr, 0, 0).load(Ordering::Acquire) != TABLE_MAGIC
+            || word(table.ptr, 0, 1).load(Ordering::Acquire) != key.ctx_id
+        {
+            return Err(Error::new(
+                Status::InvalidKey,
+                "the key's owner is gone (its process id now belongs to something else)",
+            ));
+        }
+        let p = Arc::new(PeerMaps {
+            pidfd,
+            table,
+            regions: Mutex::new(HashMap::new()),
+        });
+        g.insert((key.pid, key.ctx_id), p.clone());
+        Ok(p)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn register_check_unmap() {
+        let r = MemRegistry::new();
+        let mut buf = vec![0u8; 100];
+        let base = buf.as_mut_ptr() as u64;
+        let (id, secret) = r
+            .add(
+                base,
+                100,
+                access::READ | access::WRITE,
+                MemoryType::Host,
+                None,
+                None,
+            )
+            .unwrap();
+        assert!(r.lookup(id, secret, base + 10, 8, access::WRITE).is_ok());
+        assert_eq!(
+            r.lookup(id, secret ^ 1, base, 8, access::WRITE)
+                .unwrap_err()
+                .status(),
+            Status::InvalidKey
+        );
+        assert_eq!(
+            r.lookup(id, secret, base + 96, 8, access::WRITE)
+                .unwrap_err()
+                .status(),
+            Status::OutOfRange
+        );
+        assert_eq!(
+            r.lookup(id, secret, base - 1, 1, access::READ)
+                .unwrap_err()
+                .status(),
+            Status::OutOfRange
+        );
+        assert_eq!(
+            r.lookup(id, secret, base, 8, access::ATOMIC)
+                .unwrap_err()
+                .status(),
+            Status::AccessDenied
+        );
+        assert_eq!(
+            r.lookup(id + (1 << 12), secret, base, 8, access::READ)
+                .unwrap_err()
+                .status(),
+            Status::InvalidKey
+        );
+        r.remove(id);
+        assert_eq!(
+            r.lookup(id, secret, base, 8, access::READ)
+                .unwrap_err()
+                .status(),
+            Status::InvalidKey
+        );
+        let key = RkeyRepr::unpack(
+            &r.pack(
+                r.add(base, 100, access::ALL, MemoryType::Host, None, None)
+                    .unwrap()
+                    .0,
+            )
+            .unwrap(),
+        )
+        .unwrap();
+        assert_eq!(key.length, 100);
+    }
+}

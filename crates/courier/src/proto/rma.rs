@@ -1,0 +1,465 @@
+//! Remote memory access through the target's progress: put, get, atomics, put-with-signal.
+//!
+//! Used where the origin cannot reach the target's memory itself (another host, tcp, or a
+//! same-host peer whose memory the kernel will not let us map). Every operation names a
+//! region, its secret and an address; the target checks them against its registry and
+//! answers with `RmaAck` (or `GetResp`), whose status names why a refused operation was
+//! refused. Operations on one endpoint are carried out in the order they were sent, so a
+//! put-with-signal's signal is seen only after its data.
+
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering, fence};
+
+use super::core::State;
+use super::state::*;
+use super::tag::Started;
+use crate::base::{Error, Result, Status};
+use crate::wire::frame::{Header, Kind, RemoteRef};
+use crate::wire::rkey::access;
+
+/// Atomic operations.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u16)]
+pub enum AtomicOp {
+    /// `*p += v`
+    Add = 0,
+    /// `*p &= v`
+    And = 1,
+    /// `*p |= v`
+    Or = 2,
+    /// `*p ^= v`
+    Xor = 3,
+    /// `*p = v`
+    Swap = 4,
+    /// `if *p == compare { *p = v }`
+    Cswap = 5,
+}
+
+impl AtomicOp {
+    fn from_u16(v: u16) -> Option<AtomicOp> {
+        Some(match v {
+            0 => AtomicOp::Add,
+            1 => AtomicOp::And,
+            2 => AtomicOp::Or,
+            3 => AtomicOp::Xor,
+            4 => AtomicOp::Swap,
+            5 => AtomicOp::Cswap,
+            _ => return None,
+        })
+    }
+}
+
+/// How a put-with-signal updates the signal word.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u16)]
+pub enum SignalOp {
+    /// Store the value.
+    Set = 0,
+    /// Add the value.
+    Add = 1,
+}
+
+/// Run an atomic on local memory; returns the old value.
+///
+/// # Safety
+/// `p` must be valid and aligned for the width, and shared only through atomics.
+pub(crate) unsafe fn do_atomic(
+    p: *mut u8,
+    op: AtomicOp,
+    bits32: bool,
+    v: u64,
+    compare: u64,
+) -> u64 {
+    if bits32 {
+        // SAFETY: caller guarantees alignment and validity.
+        let a = unsafe { AtomicU32::from_ptr(p as *mut u32) };
+        let (v, c) = (v as u32, compare as u32);
+        (match op {
+            AtomicOp::Add => a.fetch_add(v, Ordering::AcqRel),
+            AtomicOp::And => a.fetch_and(v, Ordering::AcqRel),
+            AtomicOp::Or => a.fetch_or(v, Ordering::AcqRel),
+            AtomicOp::Xor => a.fetch_xor(v, Ordering::AcqRel),
+            AtomicOp::Swap => a.swap(v, Ordering::AcqRel),
+            AtomicOp::Cswap => a
+                .compare_exchange(c, v, Ordering::AcqRel, Ordering::Acquire)
+                .unwrap_or_else(|x| x),
+        }) as u64
+    } else {
+        // SAFETY: as above.
+        let a = unsafe { AtomicU64::from_ptr(p as *mut u64) };
+        match op {
+            AtomicOp::Add => a.fetch_add(v, Ordering::AcqRel),
+            AtomicOp::And => a.fetch_and(v, Ordering::AcqRel),
+            AtomicOp::Or => a.fetch_or(v, Ordering::AcqRel),
+            AtomicOp::Xor => a.fetch_xor(v, Ordering::AcqRel),
+            AtomicOp::Swap => a.swap(v, Ordering::AcqRel),
+            AtomicOp::Cswap => a
+                .compare_exchange(compare, v, Ordering::AcqRel, Ordering::Acquire)
+                .unwrap_or_else(|x| x),
+        }
+    }
+}
+
+/// Apply a signal update after the data it covers.
+///
+/// # Safety
+/// `p` must be valid and 8-byte aligned.
+pub(crate) unsafe fn do_signal(p: *mut u8, op: SignalOp, value: u64) {
+    // SAFETY: caller guarantees alignment and validity.
+    let a = unsafe { AtomicU64::from_ptr(p as *mut u64) };
+    match op {
+        SignalOp::Set => a.store(value, Ordering::Release),
+        SignalOp::Add => {
+            a.fetch_add(value, Ordering::AcqRel);
+        }
+    }
+}
+
+fn refused(status: i32) -> Error {
+    let st = Status::from_code(status).unwrap_or(Status::IoError);
+    Error::msg(
+        st,
+        format!("the target refused the operation: {}", st.as_str()),
+    )
+}
+
+fn hdr(kind: Kind, t: &RemoteRef, req: u64) -> Header {
+    Header::new(kind)
+        .word(1, t.region)
+        .word(2, t.secret)
+        .word(3, t.addr)
+        .word(4, req)
+}
+
+impl State {
+    fn rma_req(&mut self, e: u32, kind: ReqKind, buf: Buf, frames: usize, cb: Callback) -> u64 {
+        let len = buf.len();
+        let id = self.req_alloc(kind, Some(e), buf, cb);
+        if let Some(s) = self.req(id) {
+            s.expect = frames;
+            s.real_len = len;
+        }
+        id
+    }
+
+    fn chunk_of(&mut self, e: u32, kind: Kind) -> Result<usize> {
+        let (_, max_frame, _) = self.ep_limits(e)?;
+        Ok((max_frame - kind.header_len()).max(1))
+    }
+
+    /// Put `data` at `target`; completes when the target has written it.
+    pub(crate) fn rma_put(
+        &mut self,
+        e: u32,
+        data: Buf,
+        target: RemoteRef,
+        cb: Callback,
+    ) -> Result<Started> {
+        let chunk = self.chunk_of(e, Kind::Put)?;
+        let len = data.len();
+        let n = len.div_ceil(chunk).max(1);
+        let id = self.rma_req(e, ReqKind::Rma, data.clone(), n, cb);
+        for i in 0..n {
+            let off = i * chunk;
+            let part = Buf::Many(data.slice(off, chunk.min(len - off)));
+            let t = RemoteRef {
+                addr: target.addr.wrapping_add(off as u64),
+                ..target
+            };
+            if let Err(err) = self.send_frame(e, &hdr(Kind::Put, &t, id), &[], &part, None) {
+                self.req_free(id);
+                return Err(err);
+            }
+        }
+        Ok(Started::Pending(id))
+    }
+
+    /// Get `buf.len()` bytes from `target`.
+    pub(crate) fn rma_get(
+        &mut self,
+        e: u32,
+        buf: Buf,
+        target: RemoteRef,
+        cb: Callback,
+    ) -> Result<Started> {
+        let len = buf.len();
+        let id = self.rma_req(e, ReqKind::Get, buf, 0, cb);
+        if let Some(s) = self.req(id) {
+            s.expect = len;
+        }
+        let h = hdr(Kind::GetReq, &target, id).word(5, len as u64);
+        if let Err(err) = self.send_frame(e, &h, &[], &Buf::EMPTY, None) {
+            self.req_free(id);
+            return Err(err);
+        }
+        Ok(Started::Pending(id))
+    }
+
+    /// An atomic at `target`; the old value comes back in `Info::value`.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn rma_atomic(
+        &mut self,
+        e: u32,
+        op: AtomicOp,
+        bits32: bool,
+        operand: u64,
+        compare: u64,
+        target: RemoteRef,
+        cb: Callback,
+    ) -> Result<Started> {
+        self.ep_limits(e)?;
+        let id = self.rma_req(e, ReqKind::Rma, Buf::EMPTY, 1, cb);
+        let h = hdr(Kind::Atomic, &target, id)
+            .aux16(op as u16)
+            .flags(bits32 as u8)
+            .word(5, operand)
+            .word(6, compare);
+        if let Err(err) = self.send_frame(e, &h, &[], &Buf::EMPTY, None) {
+            self.req_free(id);
+            return Err(err);
+        }
+        Ok(Started::Pending(id))
+    }
+
+    /// Put `data` at `target` and then update `signal`, in one message when it fits.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn rma_put_signal(
+        &mut self,
+        e: u32,
+        data: Buf,
+        target: RemoteRef,
+        signal: RemoteRef,
+        op: SignalOp,
+        value: u64,
+        cb: Callback,
+    ) -> Result<Started> {
+        let chunk = self.chunk_of(e, Kind::PutSignal)?;
+        let len = data.len();
+        let n = len.div_ceil(chunk).max(1);
+        let id = self.rma_req(e, ReqKind::Rma, data.clone(), n, cb);
+        for i in 0..n {
+            let off = i * chunk;
+            let part = Buf::Many(data.slice(off, chunk.min(len - off)));
+            let t = RemoteRef {
+                addr: target.addr.wrapping_add(off as u64),
+                ..target
+            };
+            // Large puts are split; the signal rides on the last fragment, so it rises once,
+            // after all the data (the link delivers in order).
+            let h = if i + 1 == n {
+                hdr(Kind::PutSignal, &t, id)
+                    .aux16(op as u16)
+                    .word(5, signal.region)
+                    .word(6, signal.secret)
+                    .word(7, signal.addr)
+                    .word(8, value)
+            } else {
+                hdr(Kind::Put, &t, id)
+            };
+            if let Err(err) = self.send_frame(e, &h, &[], &part, None) {
+                self.req_free(id);
+                return Err(err);
+            }
+        }
+        Ok(Started::Pending(id))
+    }
+
+    // ----- target side -------------------------------------------------------------------
+
+    fn ack(&mut self, e: u32, req: u64, res: Result<u64>) {
+        let (status, value) = match res {
+            Ok(v) => (0, v),
+            Err(err) => {
+                let peer = self.ep(e).map(|ep| ep.peer.clone()).unwrap_or_default();
+                tracing::warn!("refused a remote operation from {peer}: {err}");
+                (err.status().code(), 0)
+            }
+        };
+        let h = Header::new(Kind::RmaAck)
+            .word(1, req)
+            .aux32(status as u32)
+            .word(2, value);
+        let _ = self.send_frame(e, &h, &[], &Buf::EMPTY, None);
+    }
+
+    pub(crate) fn on_put(&mut self, e: u32, t: RemoteRef, req: u64, data: &[u8]) {
+        let res = self
+            .mem
+            .lookup(t.region, t.secret, t.addr, data.len() as u64, access::WRITE)
+            .map(|p| {
+                // SAFETY: the registry checked the whole range is inside a mapped region.
+                unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), p, data.len()) };
+                0
+            });
+        self.ack(e, req, res);
+    }
+
+    pub(crate) fn on_get_req(&mut self, e: u32, t: RemoteRef, req: u64, len: u64) {
+        let p = match self
+            .mem
+            .lookup(t.region, t.secret, t.addr, len, access::READ)
+        {
+            Ok(p) => p,
+            Err(err) => {
+                tracing::warn!("refused a remote read: {err}");
+                let h = Header::new(Kind::GetResp)
+                    .word(1, req)
+                    .aux32(err.status().code() as u32);
+                let _ = self.send_frame(e, &h, &[], &Buf::EMPTY, None);
+                return;
+            }
+        };
+        let Ok(chunk) = self.chunk_of(e, Kind::GetResp) else {
+            return;
+        };
+        let len = len as usize;
+        let mut off = 0;
+        loop {
+            let n = chunk.min(len - off);
+            let h = Header::new(Kind::GetResp).word(1, req).word(2, off as u64);
+            if self
+                .send_frame(e, &h, &[], &Buf::One((p as usize + off, n)), None)
+                .is_err()
+            {
+                return;
+            }
+            off += n;
+            if off >= len {
+                return;
+            }
+        }
+    }
+
+    pub(crate) fn on_get_resp(&mut self, e: u32, req: u64, offset: u64, status: i32, data: &[u8]) {
+        let ok = matches!(self.req(req), Some(s) if s.ep == Some(e) && !s.done && s.kind == ReqKind::Get);
+        if !ok {
+            tracing::debug!("read data for unknown request {req:#x}; dropped");
+            return;
+        }
+        if status != 0 {
+            self.complete(req, Err(refused(status)));
+            return;
+        }
+        let Some(s) = self.req(req) else { return };
+        let end = offset.checked_add(data.len() as u64);
+        if end.is_none_or(|x| x > s.expect as u64) {
+            self.fail_ep(
+                e,
+                Error::new(
+                    Status::ProtocolError,
+                    "read data beyond the length asked for",
+                ),
+            );
+            return;
+        }
+        // SAFETY: bounds checked against the request's buffer length.
+        unsafe { s.buf.write_at(offset as usize, data) };
+        s.got += data.len();
+        if s.got >= s.expect {
+            let len = s.expect;
+            self.complete(
+                req,
+                Ok(Info {
+                    len,
+                    ..Info::default()
+                }),
+            );
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn on_atomic(
+        &mut self,
+        e: u32,
+        t: RemoteRef,
+        req: u64,
+        op: u16,
+        bits32: bool,
+        operand: u64,
+        compare: u64,
+    ) {
+        let width = if bits32 { 4 } else { 8 };
+        let res = match AtomicOp::from_u16(op) {
+            None => Err(Error::msg(
+                Status::Unsupported,
+                format!("unknown atomic operation {op}"),
+            )),
+            Some(_) if !t.addr.is_multiple_of(width) => Err(Error::msg(
+                Status::InvalidParam,
+                format!("atomic address {:#x} is not {width}-byte aligned", t.addr),
+            )),
+            Some(op) => self
+                .mem
+                .lookup(t.region, t.secret, t.addr, width, access::ATOMIC)
+                .map(|p| {
+                    // SAFETY: checked in range and aligned.
+                    unsafe { do_atomic(p, op, bits32, operand, compare) }
+                }),
+        };
+        self.ack(e, req, res);
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn on_put_signal(
+        &mut self,
+        e: u32,
+        t: RemoteRef,
+        req: u64,
+        sig: RemoteRef,
+        op: u16,
+        value: u64,
+        data: &[u8],
+    ) {
+        let res = (|| {
+            let op = match op {
+                0 => SignalOp::Set,
+                1 => SignalOp::Add,
+                _ => {
+                    return Err(Error::msg(
+                        Status::Unsupported,
+                        format!("unknown signal operation {op}"),
+                    ));
+                }
+            };
+            if !sig.addr.is_multiple_of(8) {
+                return Err(Error::new(
+                    Status::InvalidParam,
+                    "signal address is not 8-byte aligned",
+                ));
+            }
+            // Check both before touching either.
+            let dst =
+                self.mem
+                    .lookup(t.region, t.secret, t.addr, data.len() as u64, access::WRITE)?;
+            let sp = self
+                .mem
+                .lookup(sig.region, sig.secret, sig.addr, 8, access::WRITE)?;
+            // SAFETY: both ranges checked.
+            unsafe {
+                std::ptr::copy_nonoverlapping(data.as_ptr(), dst, data.len());
+                fence(Ordering::Release);
+                do_signal(sp, op, value);
+            }
+            Ok(0)
+        })();
+        self.ack(e, req, res);
+    }
+
+    pub(crate) fn on_rma_ack(&mut self, e: u32, req: u64, status: i32, value: u64) {
+        let ok = matches!(self.req(req), Some(s) if s.ep == Some(e) && !s.done && s.kind == ReqKind::Rma);
+        if !ok {
+            tracing::debug!("acknowledgement for unknown request {req:#x}; dropped");
+            return;
+        }
+        if status != 0 {
+            self.complete(req, Err(refused(status)));
+            return;
+        }
+        let Some(s) = self.req(req) else { return };
+        s.got += 1;
+        s.info.value = value;
+        if s.got >= s.expect {
+            let len = s.real_len;
+            self.complete(req, Ok(Info { len, tag: 0, value }));
+        }
+    }
+}

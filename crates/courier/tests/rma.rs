@@ -1,0 +1,585 @@
+//! One-sided operations between real processes. The parent owns the memory; children
+//! (this binary re-run) connect, unpack the keys passed in their environment, and act.
+//! Each scenario runs over shared memory and over TCP.
+
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use courier::*;
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+fn unhex(s: &str) -> Vec<u8> {
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+        .collect()
+}
+
+fn ctx(tls: &str) -> Context {
+    let f = Features {
+        rma: true,
+        atomics: true,
+        ..Default::default()
+    };
+    Context::new(
+        ContextParams::default()
+            .features(f)
+            .config("COURIER_TLS", tls),
+    )
+    .unwrap()
+}
+
+// ----- the owner (parent) -------------------------------------------------------------------
+
+struct Owner {
+    _ctx: Context,
+    w: Worker,
+    _l: Listener,
+    eps: Arc<Mutex<Vec<Endpoint>>>,
+    port: u16,
+}
+
+fn owner(tls: &str) -> (Owner, Context) {
+    let c = ctx(tls);
+    let w = Worker::new(&c, WorkerParams::default()).unwrap();
+    let eps: Arc<Mutex<Vec<Endpoint>>> = Arc::default();
+    let e2 = eps.clone();
+    let l = Listener::new(&w, "127.0.0.1:0".parse().unwrap(), move |r: ConnRequest| {
+        if let Ok(ep) = r.accept(EndpointParams::default()) {
+            e2.lock().unwrap().push(ep);
+        }
+    })
+    .unwrap();
+    let port = l.local_addr().port();
+    (
+        Owner {
+            _ctx: c.clone(),
+            w,
+            _l: l,
+            eps,
+            port,
+        },
+        c,
+    )
+}
+
+fn spawn(
+    tls: &str,
+    scenario: &str,
+    port: u16,
+    keys: &[Vec<u8>],
+    extra: &[(&str, String)],
+) -> Child {
+    let mut cmd = Command::new(std::env::current_exe().unwrap());
+    cmd.args(["--exact", "child_entry", "--nocapture", "--test-threads=1"])
+        .env("COURIER_TEST_ROLE", scenario)
+        .env("COURIER_TLS", tls)
+        .env("COURIER_TEST_PORT", port.to_string())
+        .env(
+            "COURIER_TEST_KEYS",
+            keys.iter().map(|k| hex(k)).collect::<Vec<_>>().join(","),
+        )
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    for (k, v) in extra {
+        cmd.env(k, v);
+    }
+    cmd.spawn().unwrap()
+}
+
+/// Progress the owner until every child exits; each must exit 0.
+fn serve_until_done(o: &Owner, mut children: Vec<Child>, mut also: impl FnMut()) {
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while !children.is_empty() {
+        o.w.progress();
+        also();
+        let mut i = 0;
+        while i < children.len() {
+            if let Some(st) = children[i].try_wait().unwrap() {
+                let mut c = children.remove(i);
+                let mut err = String::new();
+                use std::io::Read;
+                let _ = c.stderr.take().unwrap().read_to_string(&mut err);
+                assert!(st.success(), "child failed ({st}):\n{err}");
+            } else {
+                i += 1;
+            }
+        }
+        assert!(Instant::now() < deadline, "children did not finish in time");
+    }
+}
+
+// ----- the children -------------------------------------------------------------------------
+
+fn child_entry_main() -> bool {
+    let Ok(role) = std::env::var("COURIER_TEST_ROLE") else {
+        return false;
+    };
+    let tls = std::env::var("COURIER_TLS").unwrap();
+    let port: u16 = std::env::var("COURIER_TEST_PORT").unwrap().parse().unwrap();
+    let keys: Vec<Vec<u8>> = std::env::var("COURIER_TEST_KEYS")
+        .unwrap()
+        .split(',')
+        .filter(|s| !s.is_empty())
+        .map(unhex)
+        .collect();
+    let c = ctx(&tls);
+    let w = Worker::new(&c, WorkerParams::default()).unwrap();
+    let ep = w
+        .connect_sockaddr(
+            ([127, 0, 0, 1], port).into(),
+            std::process::id() as u64,
+            EndpointParams::default(),
+        )
+        .unwrap();
+    ep.wait_connected(Duration::from_secs(10)).unwrap();
+    let rk: Vec<RemoteKey> = keys.iter().map(|k| ep.rkey_unpack(k).unwrap()).collect();
+    match role.as_str() {
+        "putget" => child_putget(&w, &ep, &rk, &tls),
+        "atomics" => child_atomics(&ep, &rk),
+        "liar" => child_liar(&ep, &rk, &keys),
+        "fadd" => {
+            let n: u64 = std::env::var("COURIER_TEST_N").unwrap().parse().unwrap();
+            let (base, _) = rk[0].bounds();
+            for _ in 0..n {
+                ep.atomic(AtomicOp::Add, 1, 0, base, &rk[0], false)
+                    .unwrap()
+                    .wait()
+                    .unwrap();
+            }
+        }
+        "signaler" => child_signaler(&w, &ep, &rk),
+        other => panic!("unknown role {other}"),
+    }
+    ep.flush().unwrap();
+    std::process::exit(0);
+}
+
+fn pattern(n: usize, seed: u8) -> Vec<u8> {
+    (0..n)
+        .map(|i| (i as u8).wrapping_mul(7).wrapping_add(seed))
+        .collect()
+}
+
+fn child_putget(_w: &Worker, ep: &Endpoint, rk: &[RemoteKey], tls: &str) {
+    // rk[0]: allocated (direct on shm), rk[1]: registered (cma on shm).
+    let want = if tls == "tcp" {
+        ["remote", "remote"]
+    } else {
+        ["direct", "cma"]
+    };
+    for (k, w) in rk.iter().zip(want) {
+        assert_eq!(k.path(), w);
+        let (base, len) = k.bounds();
+        for (i, &size) in [1usize, 8, 100, 4096, 65537, 300_000, len as usize]
+            .iter()
+            .enumerate()
+        {
+            let off = if size < len as usize {
+                (i * 977) as u64 % (len - size as u64)
+            } else {
+                0
+            };
+            let data = pattern(size, i as u8);
+            ep.put(&data, base + off, k).unwrap().wait().unwrap();
+            let mut back = vec![0u8; size];
+            ep.get(&mut back, base + off, k).unwrap().wait().unwrap();
+            assert!(
+                back == data,
+                "{}: {size} bytes at offset {off} came back different",
+                k.path()
+            );
+        }
+        // Leave a known pattern for the owner to check.
+        let fin = pattern(len as usize, 42);
+        ep.put(&fin, base, k).unwrap().wait().unwrap();
+    }
+}
+
+fn child_atomics(ep: &Endpoint, rk: &[RemoteKey]) {
+    let k = &rk[0];
+    let (base, _) = k.bounds();
+    let a = base; // 64-bit word, starts at 0
+    let b = base + 8; // 32-bit word, starts at 0
+    let f = |op, v, c, addr, b32| {
+        ep.atomic(op, v, c, addr, k, b32)
+            .unwrap()
+            .wait()
+            .unwrap()
+            .value
+    };
+    assert_eq!(f(AtomicOp::Add, 5, 0, a, false), 0);
+    assert_eq!(f(AtomicOp::Add, 10, 0, a, false), 5);
+    assert_eq!(f(AtomicOp::Swap, 0xff00, 0, a, false), 15);
+    assert_eq!(f(AtomicOp::And, 0x0ff0, 0, a, false), 0xff00);
+    assert_eq!(f(AtomicOp::Or, 0x000f, 0, a, false), 0x0f00);
+    assert_eq!(f(AtomicOp::Xor, 0x0001, 0, a, false), 0x0f0f);
+    assert_eq!(
+        f(AtomicOp::Cswap, 77, 0x1234, a, false),
+        0x0f0e,
+        "failed compare leaves the value"
+    );
+    assert_eq!(f(AtomicOp::Cswap, 77, 0x0f0e, a, false), 0x0f0e);
+    assert_eq!(f(AtomicOp::Add, 0, 0, a, false), 77);
+    assert_eq!(f(AtomicOp::Add, u32::MAX as u64, 0, b, true), 0);
+    assert_eq!(
+        f(AtomicOp::Add, 2, 0, b, true),
+        u32::MAX as u64,
+        "32-bit wraps"
+    );
+    assert_eq!(f(AtomicOp::Cswap, 9, 1, b, true), 1);
+    assert_eq!(f(AtomicOp::Swap, 3, 0, b, true), 9);
+    let e = ep
+        .atomic(AtomicOp::Add, 1, 0, a + 1, k, false)
+        .err()
+        .expect("misaligned");
+    assert_eq!(e.status(), Status::InvalidParam);
+}
+
+fn expect_err(r: Result<Request<'_>>, st: Status) {
+    let e = match r {
+        Err(e) => e,
+        Ok(req) => req
+            .wait()
+            .err()
+            .expect("operation should have been refused"),
+    };
+    assert_eq!(e.status(), st, "{e}");
+}
+
+fn child_liar(ep: &Endpoint, rk: &[RemoteKey], raw: &[Vec<u8>]) {
+    // rk[0]: writable region of 4096, rk[1]: read-only region, rk[2]: unmapped before we ran.
+    let (base, len) = rk[0].bounds();
+    let junk = [0xeeu8; 64];
+    // Forged secret.
+    let mut forged = raw[0].clone();
+    forged[16] ^= 0x55;
+    let fk = ep.rkey_unpack(&forged).unwrap();
+    expect_err(ep.put(&junk, base, &fk), Status::InvalidKey);
+    expect_err(
+        ep.atomic(AtomicOp::Add, 1, 0, base, &fk, false),
+        Status::InvalidKey,
+    );
+    // Forged bounds: claims 1 MiB on a 4 KiB region.
+    let mut big = raw[0].clone();
+    big[32..40].copy_from_slice(&(1u64 << 20).to_le_bytes());
+    let bk = ep.rkey_unpack(&big).unwrap();
+    expect_err(ep.put(&junk, base + len, &bk), Status::OutOfRange);
+    // Out of range with an honest key.
+    expect_err(ep.put(&junk, base + len - 8, &rk[0]), Status::OutOfRange);
+    let mut sink = [0u8; 16];
+    expect_err(ep.get(&mut sink, base - 16, &rk[0]), Status::OutOfRange);
+    // No right.
+    let (rbase, _) = rk[1].bounds();
+    expect_err(ep.put(&junk, rbase, &rk[1]), Status::AccessDenied);
+    expect_err(
+        ep.atomic(AtomicOp::Add, 1, 0, rbase, &rk[1], false),
+        Status::AccessDenied,
+    );
+    // Stale key (region unmapped by its owner).
+    let (sbase, _) = rk[2].bounds();
+    expect_err(ep.put(&junk, sbase, &rk[2]), Status::InvalidKey);
+    // Garbage key bytes.
+    assert_eq!(
+        ep.rkey_unpack(&raw[0][..20]).err().map(|e| e.status()),
+        Some(Status::InvalidKey)
+    );
+    // Honest operations still work afterwards.
+    let mut back = [0u8; 8];
+    ep.get(&mut back, rbase, &rk[1]).unwrap().wait().unwrap();
+    assert_eq!(back, [7u8; 8]);
+}
+
+const SLOTS: u64 = 16;
+const SLOT: usize = 4096;
+
+fn child_signaler(w: &Worker, ep: &Endpoint, rk: &[RemoteKey]) {
+    let n: u64 = std::env::var("COURIER_TEST_N").unwrap().parse().unwrap();
+    let (dbase, _) = rk[0].bounds();
+    let (sbase, _) = rk[1].bounds();
+    let mut msg = vec![0u8; SLOT];
+    for i in 1..=n {
+        msg[..8].copy_from_slice(&i.to_le_bytes());
+        msg[8..].fill(i as u8);
+        let slot = (i % SLOTS) * SLOT as u64;
+        ep.put_signal(&msg, dbase + slot, &rk[0], sbase, &rk[1], i, SignalOp::Set)
+            .unwrap()
+            .wait()
+            .unwrap();
+        if i % SLOTS == 0 {
+            // Wait for the consumer to have read this round before overwriting slots.
+            let mut ack = [0u8; 8];
+            w.tag_recv(&mut ack, 0xac, u64::MAX)
+                .unwrap()
+                .wait()
+                .unwrap();
+            assert_eq!(u64::from_le_bytes(ack), i);
+        }
+    }
+}
+
+#[test]
+fn child_entry() {
+    child_entry_main();
+}
+
+// ----- the scenarios ------------------------------------------------------------------------
+
+fn putget(tls: &str) {
+    let (o, c) = owner(tls);
+    let alloc = c.mem_map(MemMapParams::allocate(1 << 20)).unwrap();
+    let mut reg = vec![0u8; 1 << 20];
+    let regm = c
+        .mem_map(MemMapParams::register(reg.as_mut_ptr(), reg.len()))
+        .unwrap();
+    let keys = vec![alloc.pack_rkey().unwrap(), regm.pack_rkey().unwrap()];
+    let child = spawn(tls, "putget", o.port, &keys, &[]);
+    serve_until_done(&o, vec![child], || {});
+    let want = pattern(1 << 20, 42);
+    // SAFETY: the allocated region is ours and idle now.
+    let got = unsafe { std::slice::from_raw_parts(alloc.as_ptr(), 1 << 20) };
+    assert!(
+        got == &want[..],
+        "allocated region does not hold what the peer put"
+    );
+    drop(regm);
+    assert!(
+        reg == want,
+        "registered region does not hold what the peer put"
+    );
+}
+
+#[test]
+fn put_get_shm() {
+    putget("all");
+}
+
+#[test]
+fn put_get_tcp() {
+    putget("tcp");
+}
+
+fn atomics(tls: &str) {
+    let (o, c) = owner(tls);
+    let m = c.mem_map(MemMapParams::allocate(64)).unwrap();
+    let child = spawn(tls, "atomics", o.port, &[m.pack_rkey().unwrap()], &[]);
+    serve_until_done(&o, vec![child], || {});
+    assert_eq!(m.signal_fetch(0).unwrap(), 77);
+}
+
+#[test]
+fn atomics_shm() {
+    atomics("all");
+}
+
+#[test]
+fn atomics_tcp() {
+    atomics("tcp");
+}
+
+fn liar(tls: &str) {
+    let (o, c) = owner(tls);
+    let target = c.mem_map(MemMapParams::allocate(4096)).unwrap();
+    // SAFETY: our own fresh region.
+    unsafe { std::ptr::write_bytes(target.as_ptr(), 0x11, 4096) };
+    let mut ro = vec![7u8; 4096];
+    let rom = c
+        .mem_map(MemMapParams::register(ro.as_mut_ptr(), ro.len()).access(access::READ))
+        .unwrap();
+    let stale = c.mem_map(MemMapParams::allocate(4096)).unwrap();
+    let keys = vec![
+        target.pack_rkey().unwrap(),
+        rom.pack_rkey().unwrap(),
+        stale.pack_rkey().unwrap(),
+    ];
+    let stale_ptr = stale.as_ptr() as usize;
+    drop(stale);
+    let _ = stale_ptr;
+    let child = spawn(tls, "liar", o.port, &keys, &[]);
+    serve_until_done(&o, vec![child], || {});
+    // SAFETY: our own region.
+    let t = unsafe { std::slice::from_raw_parts(target.as_ptr(), 4096) };
+    assert!(
+        t.iter().all(|&b| b == 0x11),
+        "a refused operation touched the target's memory"
+    );
+    drop(rom);
+    assert!(
+        ro.iter().all(|&b| b == 7),
+        "a refused put touched read-only memory"
+    );
+}
+
+#[test]
+fn forged_and_stale_keys_shm() {
+    liar("all");
+}
+
+#[test]
+fn forged_and_stale_keys_tcp() {
+    liar("tcp");
+}
+
+fn fadd(tls: &str) {
+    let (o, c) = owner(tls);
+    let m = c.mem_map(MemMapParams::allocate(64)).unwrap();
+    let key = m.pack_rkey().unwrap();
+    let (procs, each) = (4u64, 2000u64);
+    let children = (0..procs)
+        .map(|_| {
+            spawn(
+                tls,
+                "fadd",
+                o.port,
+                std::slice::from_ref(&key),
+                &[("COURIER_TEST_N", each.to_string())],
+            )
+        })
+        .collect();
+    // The owner adds too, locally, through the same memory.
+    let own = Endpoint::clone(
+        &o.w.connect(&o.w.address().unwrap(), EndpointParams::default())
+            .unwrap(),
+    );
+    let ok = own.rkey_unpack(&key).unwrap();
+    let mut mine = 0;
+    serve_until_done(&o, children, || {
+        if mine < each {
+            own.atomic(AtomicOp::Add, 1, 0, m.as_ptr() as u64, &ok, false)
+                .unwrap()
+                .wait()
+                .unwrap();
+            mine += 1;
+        }
+    });
+    while mine < each {
+        own.atomic(AtomicOp::Add, 1, 0, m.as_ptr() as u64, &ok, false)
+            .unwrap()
+            .wait()
+            .unwrap();
+        mine += 1;
+    }
+    assert_eq!(m.signal_fetch(0).unwrap(), (procs + 1) * each);
+    drop(o.eps);
+}
+
+#[test]
+fn n_processes_fetch_add_one_counter_shm() {
+    fadd("all");
+}
+
+#[test]
+fn n_processes_fetch_add_one_counter_tcp() {
+    fadd("tcp");
+}
+
+fn signals(tls: &str) {
+    let (o, c) = owner(tls);
+    let data = c
+        .mem_map(MemMapParams::allocate(SLOTS as usize * SLOT))
+        .unwrap();
+    let sig = c.mem_map(MemMapParams::allocate(64)).unwrap();
+    let n = 3000u64;
+    let child = spawn(
+        tls,
+        "signaler",
+        o.port,
+        &[data.pack_rkey().unwrap(), sig.pack_rkey().unwrap()],
+        &[("COURIER_TEST_N", n.to_string())],
+    );
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while o.eps.lock().unwrap().is_empty() {
+        o.w.progress();
+        assert!(Instant::now() < deadline);
+    }
+    let ep = o.eps.lock().unwrap()[0].clone();
+    for i in 1..=n {
+        let seen = sig.signal_wait_until(&o.w, 0, Cmp::Ge, i, false).unwrap();
+        assert!(
+            seen >= i && seen <= n,
+            "signal went backwards or beyond what was sent: {seen} while waiting for {i}"
+        );
+        let slot = ((i % SLOTS) as usize) * SLOT;
+        // SAFETY: our region; the producer does not touch this slot until we ack the round.
+        let s = unsafe { std::slice::from_raw_parts(data.as_ptr().add(slot), SLOT) };
+        assert_eq!(
+            u64::from_le_bytes(s[..8].try_into().unwrap()),
+            i,
+            "signal {i} seen before its data"
+        );
+        assert!(
+            s[8..].iter().all(|&b| b == i as u8),
+            "signal {i} seen before all of its data"
+        );
+        if i % SLOTS == 0 {
+            ep.tag_send(&i.to_le_bytes(), 0xac).unwrap().wait().unwrap();
+        }
+    }
+    serve_until_done(&o, vec![child], || {});
+}
+
+#[test]
+fn put_signal_never_before_data_shm() {
+    signals("all");
+}
+
+#[test]
+fn put_signal_never_before_data_tcp() {
+    signals("tcp");
+}
+
+#[test]
+fn memory_types_and_semaphores() {
+    let c = ctx("all");
+    let w = Worker::new(&c, WorkerParams::default()).unwrap();
+    // nic falls back to host and says so.
+    let m = c
+        .mem_map(MemMapParams::allocate(128).memory_type(MemoryType::Nic))
+        .unwrap();
+    assert_eq!(m.query().memory_type, MemoryType::Host);
+    // cuda without a driver or device is a clear error (with one, this build says so too).
+    let e = c
+        .mem_map(MemMapParams::allocate(128).memory_type(MemoryType::Cuda))
+        .err()
+        .unwrap();
+    assert!(
+        matches!(e.status(), Status::NoDevice | Status::Unsupported),
+        "{e}"
+    );
+    assert!(
+        e.detail().contains("CUDA") || e.detail().contains("cuda"),
+        "{e}"
+    );
+    // Semaphores.
+    let s = Semaphore::new(&c, 0).unwrap();
+    assert!(!s.try_wait(1));
+    s.post(3).unwrap();
+    assert!(s.try_wait(2));
+    assert_eq!(s.value(), 1);
+    s.wait(&w, 1).unwrap();
+    assert!(s.post(SEM_MAX + 1).is_err());
+    let b = Semaphore::new(
+        &c,
+        sem_flags::BOOLEAN | sem_flags::SPRODUCER | sem_flags::SCONSUMER,
+    )
+    .unwrap();
+    b.post(1).unwrap();
+    assert!(b.post(1).is_err(), "boolean semaphore holds at most 1");
+    assert!(Semaphore::new(&c, sem_flags::BOOLEAN | sem_flags::INTEGER).is_err());
+    // A remote post through an atomic add on a self endpoint.
+    let ep = w
+        .connect(&w.address().unwrap(), EndpointParams::default())
+        .unwrap();
+    let (key, addr) = s.remote().unwrap();
+    let rk = ep.rkey_unpack(&key).unwrap();
+    ep.atomic(AtomicOp::Add, 2, 0, addr, &rk, false)
+        .unwrap()
+        .wait()
+        .unwrap();
+    s.wait(&w, 2).unwrap();
+    assert_eq!(s.value(), 0);
+}
