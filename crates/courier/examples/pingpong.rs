@@ -1,0 +1,78 @@
+//! A minimal tag ping-pong between two processes, for profiling the small-message path.
+//!
+//! ```sh
+//! cargo run --release --example pingpong -- server            # prints PORT n
+//! cargo run --release --example pingpong -- client PORT 100000
+//! ```
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use courier::*;
+
+fn main() -> Result<()> {
+    let args: Vec<String> = std::env::args().collect();
+    let ctx = Context::new(ContextParams::default())?;
+    let w = Worker::new(&ctx, WorkerParams::default())?;
+    let mut buf = [0u8; 8];
+    match args.get(1).map(String::as_str) {
+        Some("server") => {
+            let slot: Arc<Mutex<Option<Endpoint>>> = Arc::default();
+            let s2 = slot.clone();
+            let l = Listener::new(
+                &w,
+                "127.0.0.1:0".parse().map_err(|_| Status::InvalidAddress)?,
+                move |r: ConnRequest| {
+                    *s2.lock().unwrap() = r.accept(EndpointParams::default()).ok();
+                },
+            )?;
+            println!("PORT {}", l.local_addr().port());
+            let ep = loop {
+                w.progress();
+                if let Some(ep) = slot.lock().unwrap().take() {
+                    break ep;
+                }
+            };
+            loop {
+                let info = match w.tag_recv(&mut buf, 0, 0)?.wait() {
+                    Ok(i) => i,
+                    Err(_) => return Ok(()),
+                };
+                if info.tag == 0 {
+                    return Ok(());
+                }
+                let mut r = ep.tag_send(&buf, 1)?;
+                while !r.is_done() {
+                    w.progress();
+                }
+            }
+        }
+        Some("client") => {
+            let port: u16 = args[2].parse().map_err(|_| Status::InvalidParam)?;
+            let n: u64 = args[3].parse().map_err(|_| Status::InvalidParam)?;
+            let ep =
+                w.connect_sockaddr(([127, 0, 0, 1], port).into(), 1, EndpointParams::default())?;
+            ep.wait_connected(std::time::Duration::from_secs(5))?;
+            let t = Instant::now();
+            for _ in 0..n {
+                let mut r = w.tag_recv(&mut buf, 1, u64::MAX)?;
+                ep.tag_send(b"pingpong", 2)?.wait()?;
+                while !r.is_done() {
+                    w.progress();
+                }
+            }
+            let el = t.elapsed();
+            println!(
+                "{} round trips over {:?}: {:.3} us one-way",
+                n,
+                ep.transport(),
+                el.as_secs_f64() * 1e6 / n as f64 / 2.0
+            );
+            ep.tag_send(b"", 0)?.wait()?;
+            Ok(())
+        }
+        _ => {
+            eprintln!("usage: pingpong server | pingpong client PORT N");
+            Ok(())
+        }
+    }
+}
