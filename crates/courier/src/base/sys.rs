@@ -2,8 +2,10 @@
 
 use std::sync::OnceLock;
 
-/// A 16-byte identity of this host's boot: processes with equal ids share a kernel, so
-/// shared memory and CMA can work between them.
+/// A 16-byte identity of this "host": the kernel's boot id mixed with the network
+/// namespace. Processes with equal ids share a kernel and a network namespace, so shared
+/// memory wireup (abstract unix sockets, which are per namespace) and CMA work between them;
+/// containers or namespaces on one machine count as separate hosts.
 pub fn host_id() -> [u8; 16] {
     static ID: OnceLock<[u8; 16]> = OnceLock::new();
     *ID.get_or_init(|| {
@@ -21,6 +23,19 @@ pub fn host_id() -> [u8; 16] {
             let name = h.nodename().to_bytes();
             for (i, b) in name.iter().take(16).enumerate() {
                 id[i] = *b;
+            }
+        }
+        // The network namespace's inode number, folded into the last 8 bytes.
+        if let Ok(link) = std::fs::read_link("/proc/self/ns/net") {
+            let ns: u64 = link
+                .to_string_lossy()
+                .bytes()
+                .filter(u8::is_ascii_digit)
+                .fold(0u64, |a, d| {
+                    a.wrapping_mul(10).wrapping_add((d - b'0') as u64)
+                });
+            for (i, b) in ns.to_le_bytes().iter().enumerate() {
+                id[8 + i] ^= *b;
             }
         }
         id

@@ -1,0 +1,294 @@
+//! Two "hosts" in network namespaces joined by a veth pair, made and removed by the test.
+//! Skipped (with the reason printed) where namespaces cannot be made.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use courier::*;
+
+struct Net {
+    a: String,
+    b: String,
+    ip_a: String,
+    ip_b: String,
+}
+
+fn ip(args: &[&str]) -> Result<(), String> {
+    let out = Command::new("ip")
+        .args(args)
+        .output()
+        .map_err(|e| format!("ip: {e}"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "ip {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
+    }
+}
+
+impl Net {
+    fn new(tag: &str) -> Result<Net, String> {
+        let id = std::process::id() % 200 + 20;
+        let n = Net {
+            a: format!("crt{tag}a{}", std::process::id()),
+            b: format!("crt{tag}b{}", std::process::id()),
+            ip_a: format!("10.251.{id}.1"),
+            ip_b: format!("10.251.{id}.2"),
+        };
+        ip(&["netns", "add", &n.a])?;
+        ip(&["netns", "add", &n.b])?;
+        let (va, vb) = (format!("va{}{tag}", id), format!("vb{}{tag}", id));
+        ip(&["link", "add", &va, "type", "veth", "peer", "name", &vb])?;
+        ip(&["link", "set", &va, "netns", &n.a])?;
+        ip(&["link", "set", &vb, "netns", &n.b])?;
+        ip(&[
+            "-n",
+            &n.a,
+            "addr",
+            "add",
+            &format!("{}/24", n.ip_a),
+            "dev",
+            &va,
+        ])?;
+        ip(&[
+            "-n",
+            &n.b,
+            "addr",
+            "add",
+            &format!("{}/24", n.ip_b),
+            "dev",
+            &vb,
+        ])?;
+        for (ns, dev) in [(&n.a, &va), (&n.b, &vb)] {
+            ip(&["-n", ns, "link", "set", dev, "up"])?;
+            ip(&["-n", ns, "link", "set", "lo", "up"])?;
+        }
+        Ok(n)
+    }
+
+    fn dev_a(&self) -> String {
+        format!("va{}{}", std::process::id() % 200 + 20, &self.a[3..4])
+    }
+
+    fn spawn(&self, ns: &str, role: &str, env: &[(&str, &str)]) -> Child {
+        let mut cmd = Command::new("ip");
+        cmd.args(["netns", "exec", ns])
+            .arg(std::env::current_exe().unwrap())
+            .args(["--exact", "child_entry", "--nocapture", "--test-threads=1"]);
+        cmd.env("COURIER_TEST_ROLE", role)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        cmd.spawn().unwrap()
+    }
+}
+
+impl Drop for Net {
+    fn drop(&mut self) {
+        let _ = ip(&["netns", "del", &self.a]);
+        let _ = ip(&["netns", "del", &self.b]);
+    }
+}
+
+fn wait_line(child: &mut Child, word: &str) -> String {
+    let out = child.stdout.as_mut().unwrap();
+    let mut r = BufReader::new(out);
+    let mut line = String::new();
+    loop {
+        line.clear();
+        if r.read_line(&mut line).unwrap() == 0 {
+            panic!("child exited before saying {word}");
+        }
+        if let Some(p) = line.find(word) {
+            return line[p + word.len()..].trim().to_string();
+        }
+    }
+}
+
+fn finish(mut c: Child, limit: Duration) -> (bool, String) {
+    let t = Instant::now();
+    loop {
+        if let Some(st) = c.try_wait().unwrap() {
+            let mut err = String::new();
+            use std::io::Read;
+            let _ = c.stderr.take().unwrap().read_to_string(&mut err);
+            return (st.success(), err);
+        }
+        if t.elapsed() > limit {
+            let _ = c.kill();
+            let _ = c.wait();
+            return (false, "timed out".into());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+// ----- child roles ----------------------------------------------------------------------------
+
+fn child_main() {
+    let Ok(role) = std::env::var("COURIER_TEST_ROLE") else {
+        return;
+    };
+    let ctx = Context::new(ContextParams::default()).unwrap();
+    let w = Worker::new(&ctx, WorkerParams::default()).unwrap();
+    match role.as_str() {
+        "server" => {
+            let slot = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+            let s2 = slot.clone();
+            let l = Listener::new(&w, "0.0.0.0:0".parse().unwrap(), move |r: ConnRequest| {
+                s2.lock()
+                    .unwrap()
+                    .push(r.accept(EndpointParams::default()).unwrap());
+            })
+            .unwrap();
+            println!("PORT {}", l.local_addr().port());
+            let mut buf = vec![0u8; 16 << 20];
+            let deadline = Instant::now() + Duration::from_secs(60);
+            loop {
+                let r = w.tag_recv(&mut buf, 0, 0).unwrap();
+                let info = match r.wait() {
+                    Ok(i) => i,
+                    Err(_) => continue,
+                };
+                if info.tag == 0 || Instant::now() > deadline {
+                    std::process::exit(0);
+                }
+                let ep = slot.lock().unwrap()[0].clone();
+                let _ = ep
+                    .tag_send(&buf[..info.len], info.tag)
+                    .and_then(|r| r.wait());
+            }
+        }
+        "client" => {
+            let to: std::net::SocketAddr =
+                std::env::var("COURIER_TEST_TO").unwrap().parse().unwrap();
+            let ep = w
+                .connect_sockaddr(to, 1, EndpointParams::default())
+                .unwrap();
+            ep.wait_connected(Duration::from_secs(10)).unwrap();
+            assert_eq!(ep.transport(), Some("tcp"));
+            for (i, size) in [1usize, 1000, 100_000, 16 << 20].into_iter().enumerate() {
+                let data: Vec<u8> = (0..size).map(|j| (j * 7 + i) as u8).collect();
+                let mut back = vec![0u8; size];
+                let r = w.tag_recv(&mut back, 5, u64::MAX).unwrap();
+                ep.tag_send(&data, 5).unwrap().wait().unwrap();
+                r.wait().unwrap();
+                assert!(
+                    back == data,
+                    "{size} bytes came back different across hosts"
+                );
+            }
+            ep.tag_send(b"", 0).unwrap().wait().unwrap();
+            ep.flush().unwrap();
+        }
+        "cut" => {
+            let to: std::net::SocketAddr =
+                std::env::var("COURIER_TEST_TO").unwrap().parse().unwrap();
+            let called = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+            let c2 = called.clone();
+            let ep = w
+                .connect_sockaddr(
+                    to,
+                    2,
+                    EndpointParams::default().error_handler(move |_| {
+                        c2.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    }),
+                )
+                .unwrap();
+            ep.wait_connected(Duration::from_secs(10)).unwrap();
+            let mut sbuf = [0u8; 8];
+            let mut r = ep.stream_recv_exact(&mut sbuf).unwrap();
+            println!("READY");
+            use std::io::Write;
+            std::io::stdout().flush().unwrap();
+            let t = Instant::now();
+            while !r.is_done() {
+                w.progress();
+                assert!(
+                    t.elapsed() < Duration::from_secs(8),
+                    "no failure noticed {:?} after the link went down",
+                    t.elapsed()
+                );
+            }
+            assert!(r.test().unwrap().is_err());
+            drop(r);
+            eprintln!("failure noticed after {:?}", t.elapsed());
+            assert_eq!(called.load(std::sync::atomic::Ordering::SeqCst), 1);
+        }
+        other => panic!("unknown role {other}"),
+    }
+    std::process::exit(0);
+}
+
+#[test]
+fn child_entry() {
+    child_main();
+}
+
+#[test]
+fn two_hosts_over_veth() {
+    let net = match Net::new("x") {
+        Ok(n) => n,
+        Err(e) => {
+            eprintln!("SKIPPED two_hosts_over_veth: cannot make network namespaces here: {e}");
+            return;
+        }
+    };
+    let mut srv = net.spawn(&net.a, "server", &[("COURIER_LOG_LEVEL", "info")]);
+    let port = wait_line(&mut srv, "PORT ");
+    let to = format!("{}:{port}", net.ip_a);
+    let cli = net.spawn(
+        &net.b,
+        "client",
+        &[("COURIER_TEST_TO", &to), ("COURIER_LOG_LEVEL", "info")],
+    );
+    let (ok, err) = finish(cli, Duration::from_secs(60));
+    assert!(ok, "client in the other namespace failed:\n{err}");
+    assert!(
+        err.contains("inter-node cfg#") && err.contains("tag(tcp/"),
+        "no inter-node selection line:\n{err}"
+    );
+    let (ok, err) = finish(srv, Duration::from_secs(20));
+    assert!(ok, "server failed:\n{err}");
+    let _ = net.ip_b;
+}
+
+#[test]
+fn dead_host_is_noticed_within_the_keepalive_timeout() {
+    let net = match Net::new("y") {
+        Ok(n) => n,
+        Err(e) => {
+            eprintln!("SKIPPED dead_host_is_noticed: cannot make network namespaces here: {e}");
+            return;
+        }
+    };
+    let mut srv = net.spawn(&net.a, "server", &[]);
+    let port = wait_line(&mut srv, "PORT ");
+    let to = format!("{}:{port}", net.ip_a);
+    let mut cli = net.spawn(
+        &net.b,
+        "cut",
+        &[
+            ("COURIER_TEST_TO", &to),
+            ("COURIER_KEEPALIVE_TIMEOUT", "2s"),
+            ("COURIER_KEEPALIVE_INTERVAL", "500ms"),
+        ],
+    );
+    wait_line(&mut cli, "READY");
+    // The server's host vanishes from the network: nothing answers, no reset is sent.
+    ip(&["-n", &net.a, "link", "set", &net.dev_a(), "down"]).unwrap();
+    let (ok, err) = finish(cli, Duration::from_secs(15));
+    assert!(ok, "client did not notice the dead host:\n{err}");
+    eprintln!(
+        "{}",
+        err.lines().find(|l| l.contains("noticed")).unwrap_or("")
+    );
+    let _ = srv.kill();
+    let _ = srv.wait();
+}
