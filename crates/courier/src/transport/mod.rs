@@ -23,6 +23,8 @@ use std::os::fd::BorrowedFd;
 
 use crate::base::{Error, Result};
 
+#[cfg(test)]
+mod conformance;
 pub mod loopback;
 pub mod shm;
 pub mod tcp;

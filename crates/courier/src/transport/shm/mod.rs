@@ -972,3 +972,25 @@ pub fn cma_status() -> String {
         Err(_) => "no Yama policy; probed per link".into(),
     }
 }
+
+/// A connected pair in one process (connector side, acceptor side), for tests.
+#[cfg(test)]
+pub(crate) fn pair_for_tests(cfg: &Config) -> ((Tx, Rx), (Tx, Rx)) {
+    let mut acc = Acceptor::bind(cfg).expect("bind shm acceptor");
+    let name = acc.name().to_vec();
+    let c2 = cfg.clone();
+    let h = std::thread::spawn(move || connect(&name, &c2));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    let a = loop {
+        if let Some(l) = acc.accept().expect("accept") {
+            break l;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no shm connection accepted"
+        );
+        std::thread::sleep(std::time::Duration::from_micros(200));
+    };
+    let b = h.join().expect("connector thread").expect("shm connect");
+    (b, a)
+}
