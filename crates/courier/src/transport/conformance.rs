@@ -8,12 +8,13 @@ use super::{LinkRx, LinkTx, RndvMode, TxError};
 use crate::base::{Config, Status};
 
 type Pair = ((LinkTx, LinkRx), (LinkTx, LinkRx));
+type MakePair = Box<dyn Fn() -> Pair>;
 
 fn cfg(over: &[(&str, &str)]) -> Config {
     Config::from_env_with(over).expect("config")
 }
 
-fn pairs() -> Vec<(&'static str, Box<dyn Fn() -> Pair>)> {
+fn pairs() -> Vec<(&'static str, MakePair)> {
     vec![
         (
             "self",
