@@ -13,7 +13,8 @@ use crate::proto::tag::Started;
 /// not started, otherwise waits for it (bounded by peer-failure detection).
 #[must_use = "a request completes only while the worker progresses; wait() or test() it"]
 pub struct Request<'a> {
-    worker: Worker,
+    /// Only requests still in flight need their worker; completed ones skip the clone.
+    worker: Option<Worker>,
     id: u64,
     done: Option<Result<Info>>,
     info: Info,
@@ -23,12 +24,12 @@ pub struct Request<'a> {
 
 impl<'a> Request<'a> {
     pub(crate) fn new(worker: &Worker, started: Started) -> Request<'a> {
-        let (id, done, info) = match started {
-            Started::Done(i) => (0, Some(Ok(i)), i),
-            Started::Pending(id) => (id, None, Info::default()),
+        let (id, done, info, worker) = match started {
+            Started::Done(i) => (0, Some(Ok(i)), i, None),
+            Started::Pending(id) => (id, None, Info::default(), Some(worker.clone())),
         };
         Request {
-            worker: worker.clone(),
+            worker,
             id,
             done,
             info,
@@ -40,7 +41,7 @@ impl<'a> Request<'a> {
     /// Whether it has completed (progress the worker to move it on).
     pub fn test(&mut self) -> Option<&Result<Info>> {
         if self.done.is_none() {
-            let r = self.worker.take_result(self.id)?;
+            let r = self.worker.as_ref()?.take_result(self.id)?;
             self.info = r.1;
             self.done = Some(r.0);
         }
@@ -68,10 +69,13 @@ impl<'a> Request<'a> {
             if let Some(r) = self.test() {
                 return r.clone();
             }
-            if self.worker.progress() == 0 {
+            let Some(w) = self.worker.as_ref() else {
+                continue;
+            };
+            if w.progress() == 0 {
                 idle += 1;
                 if idle > 2000 {
-                    let _ = self.worker.wait(Some(Duration::from_millis(1)));
+                    let _ = w.wait(Some(Duration::from_millis(1)));
                     idle = 0;
                 }
             } else {
@@ -93,7 +97,7 @@ impl<'a> Request<'a> {
 
     /// Cancel it if it has not started moving data.
     pub fn cancel(&mut self) -> bool {
-        self.done.is_none() && self.worker.cancel(self.id)
+        self.done.is_none() && self.worker.as_ref().is_some_and(|w| w.cancel(self.id))
     }
 }
 
@@ -102,16 +106,17 @@ impl Drop for Request<'_> {
         if self.done.is_some() {
             return;
         }
-        if self.worker.cancel(self.id) {
+        let Some(w) = self.worker.clone() else { return };
+        if w.cancel(self.id) {
             let _ = self.test();
             return;
         }
-        if self.worker.in_progress() {
+        if w.in_progress() {
             // Dropped inside a callback: cannot progress here; the request finishes on its own.
             tracing::warn!(
                 "a request in flight was dropped inside a callback; its buffer must stay valid until it completes"
             );
-            self.worker.detach(self.id);
+            w.detach(self.id);
             return;
         }
         let _ = self.wait_inner(None);
