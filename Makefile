@@ -9,6 +9,8 @@ export CARGO_TERM_COLOR ?= never
 
 .PHONY: all build run test test-rust lint fmt bench clean deps
 
+include crates/courier-capi/capi.mk
+
 all: build
 
 deps:
@@ -20,7 +22,8 @@ build: deps
 run: build
 	./target/release/courier perf --local
 
-test: deps test-rust lint
+test: deps test-rust capi-check-header capi-test capi-go-test lint
+	@echo "make test: all suites passed"
 
 test-rust:
 	$(CARGO) test --workspace --release -- --test-threads=2

@@ -178,6 +178,7 @@ struct Peer {
     child: Child,
     port: u16,
     stderr: Arc<Mutex<String>>,
+    reader: Option<std::thread::JoinHandle<()>>,
 }
 
 impl Peer {
@@ -206,7 +207,7 @@ impl Peer {
         let stderr = Arc::new(Mutex::new(String::new()));
         let s2 = stderr.clone();
         let mut es = child.stderr.take().unwrap();
-        std::thread::spawn(move || {
+        let reader = std::thread::spawn(move || {
             let mut b = [0u8; 4096];
             while let Ok(n) = es.read(&mut b) {
                 if n == 0 {
@@ -221,7 +222,17 @@ impl Peer {
             child,
             port,
             stderr,
+            reader: Some(reader),
         }
+    }
+
+    /// Everything the child wrote to stderr, once it has exited and the pipe is drained.
+    fn stderr_final(&mut self) -> String {
+        let _ = self.wait_exit(Duration::from_secs(10));
+        if let Some(r) = self.reader.take() {
+            let _ = r.join();
+        }
+        self.stderr()
     }
 
     fn addr(&self) -> SocketAddr {
@@ -615,7 +626,7 @@ fn garbage_to_listener_and_open_connection() {
     let ep = connect(&w, &peer, 9);
     tag_echo(&w, &ep, 9, 70_000, 3);
     stop(&w, &ep, &mut peer);
-    let log = peer.stderr();
+    let log = peer.stderr_final();
     assert!(
         log.contains("dropped connection from") && log.contains("bad preamble"),
         "log:\n{log}"
@@ -632,7 +643,7 @@ fn selection_case(tls: &str, want: &str) {
     let ep = connect(&w, &peer, 1);
     tag_echo(&w, &ep, 1, 10, 0);
     stop(&w, &ep, &mut peer);
-    let log = peer.stderr();
+    let log = peer.stderr_final();
     assert!(log.contains("COURIER_TLS="), "log:\n{log}");
     let line = log
         .lines()

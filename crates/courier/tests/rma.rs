@@ -157,6 +157,7 @@ fn child_entry_main() -> bool {
         other => panic!("unknown role {other}"),
     }
     ep.flush().unwrap();
+    w.flush().unwrap();
     std::process::exit(0);
 }
 
@@ -195,6 +196,16 @@ fn child_putget(_w: &Worker, ep: &Endpoint, rk: &[RemoteKey], tls: &str) {
                 k.path()
             );
         }
+        // Gather and scatter.
+        let parts = [pattern(10, 1), pattern(5000, 2), pattern(3, 3)];
+        let refs: Vec<&[u8]> = parts.iter().map(|p| &p[..]).collect();
+        ep.put_iov(&refs, base + 64, k).unwrap().wait().unwrap();
+        let (mut x, mut y) = (vec![0u8; 4000], vec![0u8; 1013]);
+        {
+            let mut iov = [&mut x[..], &mut y[..]];
+            ep.get_iov(&mut iov, base + 64, k).unwrap().wait().unwrap();
+        }
+        assert_eq!([x, y].concat(), parts.concat(), "{}: iov put/get", k.path());
         // Leave a known pattern for the owner to check.
         let fin = pattern(len as usize, 42);
         ep.put(&fin, base, k).unwrap().wait().unwrap();

@@ -429,6 +429,35 @@ impl Endpoint {
         Ok(Request::new(self.worker(), s))
     }
 
+    /// Write the buffers of `iov`, one after another, starting at `raddr`.
+    pub fn put_iov<'a>(
+        &self,
+        iov: &[&'a [u8]],
+        raddr: u64,
+        key: &RemoteKey,
+    ) -> Result<Request<'a>> {
+        let segs = iov.iter().map(|b| (b.as_ptr() as usize, b.len())).collect();
+        // SAFETY: the request borrows the buffers for its lifetime.
+        let s = unsafe { self.put_raw(Buf::Many(segs), raddr, key, Callback::None)? };
+        Ok(Request::new(self.worker(), s))
+    }
+
+    /// Read consecutive bytes from `raddr` into the buffers of `iov`, filling each in turn.
+    pub fn get_iov<'a>(
+        &self,
+        iov: &mut [&'a mut [u8]],
+        raddr: u64,
+        key: &RemoteKey,
+    ) -> Result<Request<'a>> {
+        let segs = iov
+            .iter_mut()
+            .map(|b| (b.as_mut_ptr() as usize, b.len()))
+            .collect();
+        // SAFETY: the request borrows the buffers for its lifetime.
+        let s = unsafe { self.get_raw(Buf::Many(segs), raddr, key, Callback::None)? };
+        Ok(Request::new(self.worker(), s))
+    }
+
     /// Put with a raw buffer and a callback.
     ///
     /// # Safety

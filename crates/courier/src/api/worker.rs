@@ -26,6 +26,8 @@ pub(crate) struct WorkerInner {
     pub ctx: Context,
     pub mode: ThreadMode,
     pub epoll_raw: RawFd,
+    /// The wakeup eventfd (owned by the state; valid as long as the worker).
+    pub event_raw: RawFd,
 }
 
 /// Parameters of a worker.
@@ -98,12 +100,14 @@ impl Worker {
             ctx.inner.mem.clone(),
         )?;
         let epoll_raw = state.epoll_as_fd().as_raw_fd();
+        let event_raw = state.eventfd.as_raw_fd();
         Ok(Worker {
             inner: Arc::new(WorkerInner {
                 cell: StateCell::new(params.thread_mode, state),
                 ctx: ctx.clone(),
                 mode: params.thread_mode,
                 epoll_raw,
+                event_raw,
             }),
         })
     }
@@ -427,9 +431,11 @@ impl Worker {
 
     /// Wake a thread sleeping in `wait` (or on the event fd).
     pub fn signal(&self) -> Result<()> {
-        let g = self.lock()?;
-        rustix::io::write(&g.eventfd, &1u64.to_ne_bytes())
-            .map_err(|e| Error::io("eventfd write", e))?;
+        // Callable from any thread, also for a single-thread worker: the eventfd is not
+        // part of the locked state, and it lives as long as the worker `self` keeps alive.
+        // SAFETY: see above.
+        let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(self.inner.event_raw) };
+        rustix::io::write(fd, &1u64.to_ne_bytes()).map_err(|e| Error::io("eventfd write", e))?;
         Ok(())
     }
 
@@ -484,6 +490,30 @@ impl Worker {
             }
         }
         None
+    }
+
+    /// Flush every endpoint of this worker: all sends and remote operations complete.
+    /// Returns the first error met (endpoints that failed report their failure).
+    pub fn flush(&self) -> Result<()> {
+        let eps: Vec<Endpoint> = {
+            let mut g = self.lock()?;
+            let ids: Vec<(u32, u32)> = g.active.iter().map(|&e| (e, 0)).collect();
+            ids.into_iter()
+                .filter_map(|(e, _)| g.ep(e).map(|ep| (e, ep.generation)))
+                .collect::<Vec<_>>()
+        }
+        .into_iter()
+        .map(|(e, generation)| Endpoint::from_parts(self, e, generation))
+        .collect();
+        let mut first = Ok(());
+        for ep in eps {
+            if let Err(e) = ep.flush() {
+                if first.is_ok() {
+                    first = Err(e);
+                }
+            }
+        }
+        first
     }
 
     /// Why transports are not usable by this worker (excluded, unavailable).

@@ -1,0 +1,453 @@
+//! The two-sided API on every transport: worker B runs in multi-thread mode with its own
+//! progress thread (so shared use is exercised too), worker A is single-thread on the test
+//! thread. For `self` both ends are one worker.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use courier::*;
+
+struct Pair {
+    a: Worker,
+    b: Worker,
+    /// A → B.
+    ab: Endpoint,
+    /// B → A.
+    ba: Endpoint,
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+    _ctx: Context,
+}
+
+impl Drop for Pair {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn pair(tls: &str) -> Pair {
+    let ctx = Context::new(ContextParams::default().config("COURIER_TLS", tls)).unwrap();
+    let a = Worker::new(&ctx, WorkerParams::default()).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    if tls == "self" {
+        let ab = a
+            .connect(&a.address().unwrap(), EndpointParams::default())
+            .unwrap();
+        let ba = a.incoming_endpoint().expect("passive self endpoint");
+        return Pair {
+            b: a.clone(),
+            a,
+            ab,
+            ba,
+            stop,
+            thread: None,
+            _ctx: ctx,
+        };
+    }
+    let b = Worker::new(
+        &ctx,
+        WorkerParams {
+            thread_mode: ThreadMode::Multi,
+        },
+    )
+    .unwrap();
+    let (b2, s2) = (b.clone(), stop.clone());
+    let thread = std::thread::spawn(move || {
+        while !s2.load(Ordering::Relaxed) {
+            if b2.progress() == 0 {
+                std::thread::yield_now();
+            }
+        }
+    });
+    let ab = a
+        .connect(&b.address().unwrap(), EndpointParams::default())
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let ba = loop {
+        a.progress();
+        if let Some(e) = b.incoming_endpoint() {
+            break e;
+        }
+        assert!(Instant::now() < deadline, "no incoming endpoint");
+    };
+    assert_eq!(ab.transport(), Some(tls));
+    Pair {
+        a,
+        b,
+        ab,
+        ba,
+        stop,
+        thread: Some(thread),
+        _ctx: ctx,
+    }
+}
+
+const TLS: [&str; 3] = ["self", "shm", "tcp"];
+
+fn wait_on(w: &Worker, r: &mut Request<'_>) -> Result<Info> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Some(x) = r.test() {
+            return x.clone();
+        }
+        w.progress();
+        assert!(Instant::now() < deadline, "request did not complete");
+    }
+}
+
+#[test]
+fn unexpected_messages_probe_truncation_order() {
+    for tls in TLS {
+        let p = pair(tls);
+        let small = b"small unexpected".to_vec();
+        let big: Vec<u8> = (0..(3 << 20)).map(|i| (i % 251) as u8).collect();
+        // Sent before any receive is posted: they wait as unexpected messages.
+        let mut s1 = p.ba.tag_send(&small, 0x10).unwrap();
+        let mut s2 = p.ba.tag_send(&big, 0x20).unwrap();
+        let ordered: Vec<Vec<u8>> = (0..20u8).map(|i| vec![i; 100 + i as usize]).collect();
+        let mut os: Vec<Request> = ordered
+            .iter()
+            .map(|m| p.ba.tag_send(m, 0x30).unwrap())
+            .collect();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while p.a.tag_probe(0x20, u64::MAX).unwrap().is_none() {
+            p.a.progress();
+            assert!(
+                Instant::now() < deadline,
+                "{tls}: probe never saw the message"
+            );
+        }
+        assert_eq!(
+            p.a.tag_probe(0x20, u64::MAX).unwrap().unwrap().len,
+            3 << 20,
+            "{tls}"
+        );
+        assert_eq!(
+            p.a.tag_probe(0x10, 0xf0).unwrap().unwrap().tag,
+            0x10,
+            "{tls}: masked probe"
+        );
+        assert!(p.a.tag_probe(0x99, u64::MAX).unwrap().is_none());
+        // Truncation reports the real length.
+        let mut tiny = [0u8; 5];
+        let e =
+            p.a.tag_recv(&mut tiny, 0x10, u64::MAX)
+                .err()
+                .expect("truncated");
+        assert_eq!(e.status(), Status::MessageTruncated, "{tls}: {e}");
+        assert!(e.detail().contains("16 bytes"), "{tls}: {e}");
+        assert_eq!(&tiny, b"small");
+        let mut got = vec![0u8; 3 << 20];
+        let mut r = p.a.tag_recv(&mut got, 0x20, u64::MAX).unwrap();
+        assert_eq!(wait_on(&p.a, &mut r).unwrap().len, 3 << 20);
+        drop(r);
+        assert!(got == big, "{tls}: unexpected rendezvous message differs");
+        // Same tag: matched in send order.
+        for (i, m) in ordered.iter().enumerate() {
+            let mut buf = vec![0u8; 200];
+            let mut r = p.a.tag_recv(&mut buf, 0x30, u64::MAX).unwrap();
+            let n = wait_on(&p.a, &mut r).unwrap().len;
+            drop(r);
+            assert_eq!(&buf[..n], &m[..], "{tls}: message {i} out of order");
+        }
+        wait_on(&p.b, &mut s1).unwrap();
+        wait_on(&p.b, &mut s2).unwrap();
+        for s in os.iter_mut() {
+            wait_on(&p.b, s).unwrap();
+        }
+    }
+}
+
+#[test]
+fn truncated_rendezvous_and_posted_truncation() {
+    for tls in TLS {
+        let p = pair(tls);
+        let big = vec![9u8; 200_000];
+        let mut small = vec![0u8; 1000];
+        let mut r = p.a.tag_recv(&mut small, 7, u64::MAX).unwrap();
+        let mut s = p.ba.tag_send(&big, 7).unwrap();
+        let e = wait_on(&p.a, &mut r).err().expect("truncated");
+        assert_eq!(e.status(), Status::MessageTruncated, "{tls}");
+        assert_eq!(r.info().len, 200_000, "{tls}: real length reported");
+        drop(r);
+        assert!(small.iter().all(|&b| b == 9));
+        wait_on(&p.b, &mut s).unwrap();
+    }
+}
+
+#[test]
+fn sync_send_completes_only_when_matched_and_cancel() {
+    for tls in TLS {
+        let p = pair(tls);
+        let mut s = p.ba.tag_send_sync(b"sync", 0x55).unwrap();
+        for _ in 0..2000 {
+            p.a.progress();
+        }
+        std::thread::sleep(Duration::from_millis(20));
+        assert!(
+            !s.is_done(),
+            "{tls}: synchronous send completed before it was matched"
+        );
+        let mut buf = [0u8; 4];
+        let mut r = p.a.tag_recv(&mut buf, 0x55, u64::MAX).unwrap();
+        wait_on(&p.a, &mut r).unwrap();
+        drop(r);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !s.is_done() {
+            p.a.progress();
+            assert!(
+                Instant::now() < deadline,
+                "{tls}: sync send never completed"
+            );
+        }
+        // Cancel a posted receive.
+        let mut buf = [0u8; 4];
+        let mut r = p.a.tag_recv(&mut buf, 0xdead, u64::MAX).unwrap();
+        assert!(r.cancel(), "{tls}");
+        assert_eq!(
+            r.test().unwrap().as_ref().unwrap_err().status(),
+            Status::Canceled
+        );
+    }
+}
+
+#[test]
+fn active_messages_reply_and_rendezvous_descriptors() {
+    for tls in TLS {
+        let p = pair(tls);
+        let seen: Arc<Mutex<Vec<(Vec<u8>, usize, bool)>>> = Arc::default();
+        let s2 = seen.clone();
+        let kept: Arc<Mutex<Option<AmRndv>>> = Arc::default();
+        let k2 = kept.clone();
+        p.a.am_set_handler(3, move |m: &mut AmMessage| {
+            s2.lock()
+                .unwrap()
+                .push((m.header().to_vec(), m.data_len(), m.reply_ep().is_some()));
+            if m.is_rndv() {
+                *k2.lock().unwrap() = m.take_rndv();
+            } else if let Some(ep) = m.reply_ep() {
+                // Reply from inside the handler, fire and forget.
+                let _ = ep.am_send(4, b"re", b"", AmFlags::default());
+            }
+        })
+        .unwrap();
+        let replies = Arc::new(AtomicUsize::new(0));
+        let r2 = replies.clone();
+        p.b.am_set_handler(4, move |m: &mut AmMessage| {
+            assert_eq!(m.header(), b"re");
+            r2.fetch_add(1, Ordering::SeqCst);
+        })
+        .unwrap();
+        let big: Vec<u8> = (0..500_000).map(|i| (i % 13) as u8).collect();
+        let mut x =
+            p.ba.am_send(
+                3,
+                b"h1",
+                b"eager",
+                AmFlags {
+                    reply: true,
+                    ..Default::default()
+                },
+            )
+            .unwrap();
+        let mut y = p.ba.am_send(3, b"h2", &big, AmFlags::default()).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while kept.lock().unwrap().is_none() || replies.load(Ordering::SeqCst) == 0 {
+            p.a.progress();
+            assert!(
+                Instant::now() < deadline,
+                "{tls}: active messages not delivered"
+            );
+        }
+        let desc = kept.lock().unwrap().take().unwrap();
+        let mut into = vec![0u8; desc.len()];
+        let mut r = p.a.am_recv_data(desc, &mut into).unwrap();
+        wait_on(&p.a, &mut r).unwrap();
+        drop(r);
+        assert!(into == big, "{tls}: rendezvous active message differs");
+        wait_on(&p.b, &mut x).unwrap();
+        wait_on(&p.b, &mut y).unwrap();
+        let seen = seen.lock().unwrap();
+        assert_eq!(seen[0], (b"h1".to_vec(), 5, true), "{tls}");
+        assert_eq!(seen[1], (b"h2".to_vec(), 500_000, false), "{tls}");
+        // A message for an id nobody handles is dropped with a warning, and nothing breaks.
+        p.ba.am_send(99, b"", b"lost", AmFlags::default())
+            .unwrap()
+            .wait()
+            .ok();
+    }
+}
+
+#[test]
+fn streams_partial_and_exact() {
+    for tls in TLS {
+        let p = pair(tls);
+        p.ba.stream_send(b"abc").unwrap().wait().ok();
+        let mut buf = [0u8; 10];
+        let mut r = p.ab.stream_recv(&mut buf).unwrap();
+        let n = wait_on(&p.a, &mut r).unwrap().len;
+        drop(r);
+        assert!(
+            (1..=3).contains(&n),
+            "{tls}: partial receive returns what arrived"
+        );
+        let rest = 3 - n;
+        let data: Vec<u8> = (0..1_000_000).map(|i| (i % 97) as u8).collect();
+        let mut s = p.ba.stream_send(&data).unwrap();
+        let mut all = vec![0u8; rest + data.len()];
+        let mut r = p.ab.stream_recv_exact(&mut all).unwrap();
+        wait_on(&p.a, &mut r).unwrap();
+        drop(r);
+        assert_eq!(&all[..rest], &b"abc"[n..]);
+        assert!(all[rest..] == data[..], "{tls}: stream bytes differ");
+        wait_on(&p.b, &mut s).unwrap();
+    }
+}
+
+#[test]
+fn wakeup_sleeps_until_a_message_or_a_signal() {
+    for tls in ["shm", "tcp"] {
+        let p = pair(tls);
+        // Nothing pending: sleep is allowed and a signal from another thread wakes it.
+        let a2 = p.a.clone();
+        let t = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(100));
+            a2.signal().unwrap();
+        });
+        let t0 = Instant::now();
+        p.a.wait(Some(Duration::from_secs(5))).unwrap();
+        assert!(
+            t0.elapsed() < Duration::from_secs(4),
+            "{tls}: signal did not wake the worker"
+        );
+        t.join().unwrap();
+        while p.a.progress() > 0 {}
+        // A message wakes it too.
+        let ba = p.ba.clone();
+        let t = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(100));
+            ba.tag_send(b"wake", 1).unwrap().wait().unwrap();
+        });
+        let mut buf = [0u8; 4];
+        let mut r = p.a.tag_recv(&mut buf, 1, u64::MAX).unwrap();
+        let t0 = Instant::now();
+        while !r.is_done() {
+            if p.a.arm().unwrap() {
+                p.a.wait(Some(Duration::from_secs(5))).unwrap();
+            }
+            p.a.progress();
+            assert!(
+                t0.elapsed() < Duration::from_secs(4),
+                "{tls}: message did not wake the worker"
+            );
+        }
+        drop(r);
+        t.join().unwrap();
+        assert_eq!(&buf, b"wake");
+    }
+}
+
+#[test]
+fn rejected_connection_and_error_handler() {
+    let ctx = Context::new(ContextParams::default()).unwrap();
+    let w = Worker::new(&ctx, WorkerParams::default()).unwrap();
+    let seen: Arc<Mutex<Vec<(String, u64)>>> = Arc::default();
+    let s2 = seen.clone();
+    let l = Listener::new(&w, "127.0.0.1:0".parse().unwrap(), move |r: ConnRequest| {
+        s2.lock()
+            .unwrap()
+            .push((r.client_addr().to_string(), r.client_id()));
+        r.reject();
+    })
+    .unwrap();
+    let calls = Arc::new(AtomicUsize::new(0));
+    let c2 = calls.clone();
+    let ep = w
+        .connect_sockaddr(
+            l.local_addr(),
+            4242,
+            EndpointParams::default().error_handler(move |e| {
+                assert_eq!(e.status(), Status::Rejected);
+                c2.fetch_add(1, Ordering::SeqCst);
+            }),
+        )
+        .unwrap();
+    let e = ep
+        .wait_connected(Duration::from_secs(10))
+        .err()
+        .expect("rejected");
+    assert_eq!(e.status(), Status::Rejected, "{e}");
+    for _ in 0..10 {
+        w.progress();
+    }
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+    let seen = seen.lock().unwrap();
+    assert_eq!(seen[0].1, 4242);
+    assert!(seen[0].0.starts_with("127.0.0.1:"), "{:?}", seen[0]);
+    // Closing a failed endpoint returns at once.
+    let t = Instant::now();
+    let _ = ep.close();
+    assert!(t.elapsed() < Duration::from_secs(1));
+}
+
+#[test]
+fn bad_configuration_is_refused_with_the_variable_named() {
+    let e = Context::new(ContextParams::default().config("COURIER_TLS", "shm,infiniband"))
+        .err()
+        .unwrap();
+    assert_eq!(e.status(), Status::BadConfig);
+    assert!(
+        e.detail().contains("COURIER_TLS") && e.detail().contains("infiniband"),
+        "{e}"
+    );
+    let e = Context::new(ContextParams::default().config("COURIER_KEEPALIVE_TIMEOUT", "soon"))
+        .err()
+        .unwrap();
+    assert!(e.detail().contains("COURIER_KEEPALIVE_TIMEOUT"), "{e}");
+    let e = Context::new(ContextParams::default().config("COURIER_NOT_A_VAR", "1"))
+        .err()
+        .unwrap();
+    assert!(e.detail().contains("COURIER_NOT_A_VAR"), "{e}");
+}
+
+#[test]
+fn unreachable_peer_says_why() {
+    let shm_only = Context::new(ContextParams::default().config("COURIER_TLS", "shm")).unwrap();
+    let w = Worker::new(&shm_only, WorkerParams::default()).unwrap();
+    // A peer "on another host": a worker address with a different host id.
+    let other = courier::wire::address::WorkerAddress {
+        worker_id: 5,
+        host_id: [1; 16],
+        pid: 1,
+        uds_name: vec![],
+        tcp: vec!["127.0.0.1:9".parse().unwrap()],
+    };
+    let e = w
+        .connect(&other.pack(), EndpointParams::default())
+        .err()
+        .unwrap();
+    assert_eq!(e.status(), Status::Unreachable);
+    assert!(
+        e.detail().contains("another host") && e.detail().contains("excluded by COURIER_TLS"),
+        "{e}"
+    );
+    let e = w
+        .connect(b"garbage", EndpointParams::default())
+        .err()
+        .unwrap();
+    assert_eq!(e.status(), Status::InvalidAddress);
+}
+
+#[test]
+fn single_thread_worker_refuses_other_threads() {
+    let ctx = Context::new(ContextParams::default()).unwrap();
+    let w = Worker::new(&ctx, WorkerParams::default()).unwrap();
+    let w2 = w.clone();
+    let r = std::thread::spawn(move || w2.address()).join().unwrap();
+    let e = r.err().expect("refused");
+    assert!(e.detail().contains("ThreadMode::Multi"), "{e}");
+}
