@@ -170,7 +170,7 @@ fn truncated_rendezvous_and_posted_truncation() {
         let mut small = vec![0u8; 1000];
         let mut r = p.a.tag_recv(&mut small, 7, u64::MAX).unwrap();
         let mut s = p.ba.tag_send(&big, 7).unwrap();
-        let e = wait_on(&p.a, &mut r).err().expect("truncated");
+        let e = wait_on(&p.a, &mut r).expect_err("truncated");
         assert_eq!(e.status(), Status::MessageTruncated, "{tls}");
         assert_eq!(r.info().len, 200_000, "{tls}: real length reported");
         drop(r);
@@ -219,7 +219,8 @@ fn sync_send_completes_only_when_matched_and_cancel() {
 fn active_messages_reply_and_rendezvous_descriptors() {
     for tls in TLS {
         let p = pair(tls);
-        let seen: Arc<Mutex<Vec<(Vec<u8>, usize, bool)>>> = Arc::default();
+        type Seen = Arc<Mutex<Vec<(Vec<u8>, usize, bool)>>>;
+        let seen: Seen = Arc::default();
         let s2 = seen.clone();
         let kept: Arc<Mutex<Option<AmRndv>>> = Arc::default();
         let k2 = kept.clone();
@@ -378,8 +379,7 @@ fn rejected_connection_and_error_handler() {
         .unwrap();
     let e = ep
         .wait_connected(Duration::from_secs(10))
-        .err()
-        .expect("rejected");
+        .expect_err("rejected");
     assert_eq!(e.status(), Status::Rejected, "{e}");
     for _ in 0..10 {
         w.progress();
@@ -448,6 +448,6 @@ fn single_thread_worker_refuses_other_threads() {
     let w = Worker::new(&ctx, WorkerParams::default()).unwrap();
     let w2 = w.clone();
     let r = std::thread::spawn(move || w2.address()).join().unwrap();
-    let e = r.err().expect("refused");
+    let e = r.expect_err("refused");
     assert!(e.detail().contains("ThreadMode::Multi"), "{e}");
 }
