@@ -1,0 +1,59 @@
+// Package courier is the Go binding of Courier, over its C ABI (libcourier.a).
+//
+// The flow is the one UCX's Go binding made familiar: a Context (features, configuration),
+// Workers (progress engines with an address), Listeners and Endpoints, and non-blocking
+// operations (tag-matched messages, active messages, streams) that return a *Request.
+//
+// Nothing moves unless a worker progresses: call Worker.Progress in a loop (a goroutine
+// per worker is the usual shape), or Request.Wait, which progresses while it waits.
+// Callbacks (completion callbacks, active-message handlers, connection and error handlers)
+// run inside Progress, on the goroutine that called it.
+//
+// Thread modes: a ThreadModeSingle worker may be used only from the OS thread that created
+// it (create and use it from a goroutine that called runtime.LockOSThread); a
+// ThreadModeMulti worker may be used from any goroutine.
+//
+// Buffers handed to a non-blocking operation are pinned (runtime.Pinner) until the
+// operation completes and must not be modified (sends) or read (receives) before then.
+package courier
+
+/*
+#cgo CFLAGS: -I${SRCDIR}/../../crates/courier-capi/include
+#cgo LDFLAGS: ${SRCDIR}/../../target/release/libcourier.a -lgcc_s -lutil -lrt -lpthread -lm -ldl -lc
+#include <stdlib.h>
+#include <courier.h>
+
+#include "shim.h"
+*/
+import "C"
+
+import (
+	"runtime"
+	"unsafe"
+)
+
+// lastError builds the Go error for a failed call; it must run on the OS thread that made
+// the call (the detail is per thread), which callers ensure with runtime.LockOSThread.
+func lastError(s C.courier_status_t) error {
+	if s >= 0 {
+		return nil
+	}
+	return &Error{Status: Status(s), Detail: C.GoString(C.courier_last_error_detail())}
+}
+
+// call runs one C call and turns its status into an error with the thread's detail.
+func call(f func() C.courier_status_t) (C.courier_status_t, error) {
+	runtime.LockOSThread()
+	s := f()
+	err := lastError(s)
+	runtime.UnlockOSThread()
+	return s, err
+}
+
+// bytePtr is the address of b's first byte, or nil for an empty slice.
+func bytePtr(b []byte) unsafe.Pointer {
+	if len(b) == 0 {
+		return nil
+	}
+	return unsafe.Pointer(&b[0])
+}

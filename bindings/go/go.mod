@@ -1,0 +1,3 @@
+module courier.dev/courier
+
+go 1.24

@@ -1,0 +1,746 @@
+//! The C ABI called from Rust the way C calls it (unit tests: the crate builds no rlib, whose
+//! name would collide with the core library's `libcourier.rlib`): status codes and strings, NULL arguments,
+//! panics stopped at the boundary, and a round trip through every kind of handle.
+
+use std::ffi::{CStr, c_void};
+use std::ptr::{null, null_mut};
+use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
+
+use crate::*;
+use courier_core::Status;
+
+fn cstr(p: *const std::ffi::c_char) -> String {
+    unsafe { CStr::from_ptr(p) }.to_str().unwrap().to_string()
+}
+
+fn tls(value: &'static CStr) -> (courier_context_params_t, Box<[courier_config_entry_t; 1]>) {
+    let cfg = Box::new([courier_config_entry_t {
+        name: c"COURIER_TLS".as_ptr(),
+        value: value.as_ptr(),
+    }]);
+    let p = courier_context_params_t {
+        field_mask: COURIER_CONTEXT_FIELD_CONFIG | COURIER_CONTEXT_FIELD_NAME,
+        features: 0,
+        name: c"abi-test".as_ptr(),
+        config: cfg.as_ptr(),
+        config_count: 1,
+    };
+    (p, cfg)
+}
+
+struct Setup {
+    ctx: *mut courier_context_t,
+    w: *mut courier_worker_t,
+    ep: *mut courier_ep_t,
+}
+
+impl Setup {
+    /// A worker connected to itself (the `self` transport).
+    fn new() -> Setup {
+        unsafe {
+            let (p, _cfg) = tls(c"all");
+            let mut ctx = null_mut();
+            assert_eq!(courier_context_create(&p, &mut ctx), COURIER_OK);
+            assert_eq!(cstr(courier_context_name(ctx)), "abi-test");
+            let mut w = null_mut();
+            assert_eq!(courier_worker_create(ctx, null(), &mut w), COURIER_OK);
+            let mut addr = null_mut();
+            let mut len = 0usize;
+            assert_eq!(courier_worker_address(w, &mut addr, &mut len), COURIER_OK);
+            assert!(len > 0);
+            let ep_p = courier_ep_params_t {
+                field_mask: COURIER_EP_FIELD_REMOTE_ADDRESS,
+                address: addr,
+                address_length: len,
+                sockaddr: null(),
+                client_id: 0,
+                err_handler: None,
+                user_data: null_mut(),
+            };
+            let mut ep = null_mut();
+            assert_eq!(courier_ep_create(w, &ep_p, &mut ep), COURIER_OK);
+            courier_buffer_free(addr);
+            assert_eq!(courier_ep_wait_connected(ep, 5000), COURIER_OK);
+            assert_eq!(cstr(courier_ep_transport(ep)), "self");
+            Setup { ctx, w, ep }
+        }
+    }
+}
+
+impl Drop for Setup {
+    fn drop(&mut self) {
+        unsafe {
+            assert_eq!(courier_ep_close_force(self.ep), COURIER_OK);
+            courier_worker_destroy(self.w);
+            courier_context_destroy(self.ctx);
+        }
+    }
+}
+
+#[test]
+fn status_strings_match_the_library() {
+    for s in Status::ALL {
+        assert_eq!(cstr(courier_status_string(s.code())), s.as_str(), "{s:?}");
+    }
+    assert_eq!(
+        cstr(courier_status_string(COURIER_ERR_REJECTED)),
+        "connection rejected by peer"
+    );
+    assert!(cstr(courier_status_string(COURIER_ERR_PANIC)).contains("panic"));
+    assert_eq!(cstr(courier_status_string(12345)), "unknown status");
+}
+
+#[test]
+fn config_table_is_listed() {
+    let n = courier_config_var_count();
+    assert!(n > 0);
+    let mut names = Vec::new();
+    for i in 0..n {
+        let mut v = courier_config_var_t {
+            name: null(),
+            default_value: null(),
+            help: null(),
+        };
+        assert_eq!(unsafe { courier_config_var(i, &mut v) }, COURIER_OK);
+        names.push(cstr(v.name));
+        assert!(!cstr(v.help).is_empty());
+    }
+    assert!(names.iter().any(|n| n == "COURIER_TLS"));
+    let mut v = courier_config_var_t {
+        name: null(),
+        default_value: null(),
+        help: null(),
+    };
+    assert_eq!(
+        unsafe { courier_config_var(n, &mut v) },
+        COURIER_ERR_INVALID_PARAM
+    );
+}
+
+#[test]
+fn bad_config_reports_status_and_detail() {
+    let (p, _cfg) = tls(c"carrier-pigeon");
+    let mut ctx = null_mut();
+    assert_eq!(
+        unsafe { courier_context_create(&p, &mut ctx) },
+        COURIER_ERR_BAD_CONFIG
+    );
+    assert!(ctx.is_null(), "output written on failure");
+    assert!(cstr(courier_last_error_detail()).contains("carrier-pigeon"));
+}
+
+#[test]
+fn null_arguments_are_invalid_param() {
+    unsafe {
+        assert_eq!(
+            courier_context_create(null(), null_mut()),
+            COURIER_ERR_INVALID_PARAM
+        );
+        assert!(cstr(courier_last_error_detail()).contains("context_out"));
+        let mut w = null_mut();
+        assert_eq!(
+            courier_worker_create(null(), null(), &mut w),
+            COURIER_ERR_INVALID_PARAM
+        );
+        assert!(w.is_null());
+        assert_eq!(courier_worker_progress(null()), 0);
+        assert_eq!(courier_worker_signal(null()), COURIER_ERR_INVALID_PARAM);
+        assert_eq!(courier_worker_wait(null(), 0), COURIER_ERR_INVALID_PARAM);
+        assert_eq!(
+            courier_worker_address(null(), null_mut(), null_mut()),
+            COURIER_ERR_INVALID_PARAM
+        );
+        assert_eq!(
+            courier_worker_event_fd(null(), null_mut()),
+            COURIER_ERR_INVALID_PARAM
+        );
+        assert_eq!(
+            courier_ep_create(null(), null(), null_mut()),
+            COURIER_ERR_INVALID_PARAM
+        );
+        assert_eq!(courier_ep_close(null_mut()), COURIER_ERR_INVALID_PARAM);
+        assert_eq!(
+            courier_ep_close_force(null_mut()),
+            COURIER_ERR_INVALID_PARAM
+        );
+        assert_eq!(courier_ep_flush(null()), COURIER_ERR_INVALID_PARAM);
+        assert_eq!(
+            courier_listener_create(null(), null(), null_mut()),
+            COURIER_ERR_INVALID_PARAM
+        );
+        assert_eq!(
+            courier_conn_request_accept(null_mut(), null(), null_mut()),
+            COURIER_ERR_INVALID_PARAM
+        );
+        assert_eq!(
+            courier_conn_request_reject(null_mut()),
+            COURIER_ERR_INVALID_PARAM
+        );
+        assert_eq!(
+            courier_conn_request_query(null(), null_mut()),
+            COURIER_ERR_INVALID_PARAM
+        );
+        let mut req = null_mut();
+        assert_eq!(
+            courier_ep_tag_send(null(), null(), 0, 1, null(), &mut req),
+            COURIER_ERR_INVALID_PARAM
+        );
+        assert_eq!(
+            courier_worker_tag_recv(null(), null_mut(), 0, 1, 0, null(), &mut req),
+            COURIER_ERR_INVALID_PARAM
+        );
+        assert_eq!(
+            courier_worker_tag_probe(null(), 0, 0, null_mut()),
+            COURIER_ERR_INVALID_PARAM
+        );
+        assert_eq!(
+            courier_ep_stream_send(null(), null(), 0, null(), &mut req),
+            COURIER_ERR_INVALID_PARAM
+        );
+        assert_eq!(
+            courier_ep_am_send(null(), 0, null(), 0, null(), 0, 0, null(), &mut req),
+            COURIER_ERR_INVALID_PARAM
+        );
+        assert_eq!(
+            courier_worker_set_am_handler(null(), 0, None, null_mut()),
+            COURIER_ERR_INVALID_PARAM
+        );
+        assert_eq!(
+            courier_worker_am_recv_data(null(), null_mut(), null_mut(), 0, null(), &mut req),
+            COURIER_ERR_INVALID_PARAM
+        );
+        assert_eq!(courier_request_test(null()), COURIER_ERR_INVALID_PARAM);
+        assert_eq!(courier_request_wait(null()), COURIER_ERR_INVALID_PARAM);
+        assert_eq!(courier_request_cancel(null()), COURIER_ERR_INVALID_PARAM);
+        assert_eq!(
+            courier_request_info(null(), null_mut()),
+            COURIER_ERR_INVALID_PARAM
+        );
+        assert!(req.is_null());
+        // Releasing NULL is fine.
+        courier_request_free(null_mut());
+        courier_worker_destroy(null_mut());
+        courier_context_destroy(null_mut());
+        courier_listener_destroy(null_mut());
+        courier_buffer_free(null_mut());
+
+        // With a live worker and endpoint: NULL buffers with a length, NULL outputs.
+        let s = Setup::new();
+        assert_eq!(
+            courier_ep_tag_send(s.ep, null(), 10, 1, null(), &mut req),
+            COURIER_ERR_INVALID_PARAM
+        );
+        assert_eq!(
+            courier_ep_tag_send(s.ep, c"x".as_ptr().cast(), 1, 1, null(), null_mut()),
+            COURIER_ERR_INVALID_PARAM
+        );
+        assert_eq!(
+            courier_worker_tag_recv_iov(s.w, null(), 2, 1, 0, null(), &mut req),
+            COURIER_ERR_INVALID_PARAM
+        );
+        assert_eq!(
+            courier_ep_create(s.w, null(), &mut null_mut()),
+            COURIER_ERR_INVALID_PARAM
+        );
+        let both = courier_ep_params_t {
+            field_mask: COURIER_EP_FIELD_REMOTE_ADDRESS | COURIER_EP_FIELD_SOCK_ADDR,
+            address: null(),
+            address_length: 0,
+            sockaddr: null(),
+            client_id: 0,
+            err_handler: None,
+            user_data: null_mut(),
+        };
+        assert_eq!(
+            courier_ep_create(s.w, &both, &mut null_mut()),
+            COURIER_ERR_INVALID_PARAM
+        );
+        assert!(req.is_null());
+    }
+}
+
+static COMPLETIONS: AtomicUsize = AtomicUsize::new(0);
+
+unsafe extern "C-unwind" fn panicking_completion(
+    _s: courier_status_t,
+    _i: *const courier_request_info_t,
+    _u: *mut c_void,
+) {
+    COMPLETIONS.fetch_add(1, Ordering::SeqCst);
+    panic!("a callback that panics");
+}
+
+unsafe extern "C-unwind" fn panicking_am(
+    _p: *const courier_am_recv_param_t,
+    _u: *mut c_void,
+) -> courier_status_t {
+    panic!("an active-message handler that panics");
+}
+
+#[test]
+fn panic_in_callback_stays_inside() {
+    let s = Setup::new();
+    unsafe {
+        let mut buf = [0u8; 8];
+        let op = courier_op_params_t {
+            field_mask: COURIER_OP_FIELD_CALLBACK,
+            cb: Some(panicking_completion),
+            user_data: null_mut(),
+            info: null_mut(),
+        };
+        let mut rreq = null_mut();
+        let st = courier_worker_tag_recv(
+            s.w,
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+            5,
+            u64::MAX,
+            &op,
+            &mut rreq,
+        );
+        assert_eq!(st, COURIER_INPROGRESS);
+        let mut sreq = null_mut();
+        let st = courier_ep_tag_send(s.ep, c"payload".as_ptr().cast(), 8, 5, null(), &mut sreq);
+        assert!(st == COURIER_OK || st == COURIER_INPROGRESS);
+        if st == COURIER_INPROGRESS {
+            assert_eq!(courier_request_wait(sreq), COURIER_OK);
+            courier_request_free(sreq);
+        }
+        // The callback panics inside progress; progress returns normally.
+        assert_eq!(courier_request_wait(rreq), COURIER_OK);
+        for _ in 0..10 {
+            courier_worker_progress(s.w);
+        }
+        assert_eq!(COMPLETIONS.load(Ordering::SeqCst), 1);
+        let mut info = courier_request_info_t::default();
+        assert_eq!(courier_request_info(rreq, &mut info), COURIER_OK);
+        assert_eq!((info.length, info.tag), (8, 5));
+        courier_request_free(rreq);
+        assert_eq!(&buf, b"payload\0");
+        assert!(cstr(courier_last_error_detail()).contains("panicked"));
+
+        // A panicking active-message handler: the message is dropped, the worker goes on.
+        assert_eq!(
+            courier_worker_set_am_handler(s.w, 3, Some(panicking_am), null_mut()),
+            COURIER_OK
+        );
+        let mut req = null_mut();
+        let st = courier_ep_am_send(
+            s.ep,
+            3,
+            null(),
+            0,
+            c"x".as_ptr().cast(),
+            1,
+            0,
+            null(),
+            &mut req,
+        );
+        assert!(st >= 0);
+        for _ in 0..100 {
+            courier_worker_progress(s.w);
+        }
+        if st == COURIER_INPROGRESS {
+            assert_eq!(courier_request_wait(req), COURIER_OK);
+            courier_request_free(req);
+        }
+        // Still usable.
+        round_trip(&s, 7, b"after the panic");
+    }
+}
+
+unsafe fn round_trip(s: &Setup, tag: u64, msg: &[u8]) {
+    unsafe {
+        let mut buf = vec![0u8; msg.len()];
+        let mut info = courier_request_info_t::default();
+        let op = courier_op_params_t {
+            field_mask: COURIER_OP_FIELD_INFO,
+            cb: None,
+            user_data: null_mut(),
+            info: &mut info,
+        };
+        let mut rreq = null_mut();
+        let rs = courier_worker_tag_recv(
+            s.w,
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+            tag,
+            u64::MAX,
+            &op,
+            &mut rreq,
+        );
+        assert_eq!(rs, COURIER_INPROGRESS);
+        let mut sreq = null_mut();
+        let ss = courier_ep_tag_send(s.ep, msg.as_ptr().cast(), msg.len(), tag, null(), &mut sreq);
+        if ss == COURIER_INPROGRESS {
+            assert_eq!(courier_request_wait(sreq), COURIER_OK);
+            courier_request_free(sreq);
+        } else {
+            assert_eq!(ss, COURIER_OK);
+        }
+        assert_eq!(courier_request_wait(rreq), COURIER_OK);
+        assert_eq!(courier_request_info(rreq, &mut info), COURIER_OK);
+        courier_request_free(rreq);
+        assert_eq!(info.length, msg.len());
+        assert_eq!(buf, msg);
+    }
+}
+
+#[test]
+fn tag_round_trip_truncation_and_probe() {
+    let s = Setup::new();
+    unsafe {
+        round_trip(&s, 1, b"hello");
+        round_trip(&s, 2, &vec![7u8; 1 << 20]);
+        // An unexpected message is visible to probe, then truncates a short receive.
+        let mut sreq = null_mut();
+        let st = courier_ep_tag_send(
+            s.ep,
+            c"0123456789".as_ptr().cast(),
+            10,
+            9,
+            null(),
+            &mut sreq,
+        );
+        assert!(st >= 0);
+        let mut info = courier_request_info_t::default();
+        let mut found = COURIER_ERR_NO_MESSAGE;
+        for _ in 0..1000 {
+            courier_worker_progress(s.w);
+            found = courier_worker_tag_probe(s.w, 9, u64::MAX, &mut info);
+            if found == COURIER_OK {
+                break;
+            }
+        }
+        assert_eq!(found, COURIER_OK);
+        assert_eq!((info.length, info.tag), (10, 9));
+        if st == COURIER_INPROGRESS {
+            assert_eq!(courier_request_wait(sreq), COURIER_OK);
+            courier_request_free(sreq);
+        }
+        let mut small = [0u8; 4];
+        let mut rreq = null_mut();
+        let rs = courier_worker_tag_recv(
+            s.w,
+            small.as_mut_ptr().cast(),
+            4,
+            9,
+            u64::MAX,
+            null(),
+            &mut rreq,
+        );
+        let rs = if rs == COURIER_INPROGRESS {
+            let r = courier_request_wait(rreq);
+            courier_request_free(rreq);
+            r
+        } else {
+            rs
+        };
+        assert_eq!(rs, COURIER_ERR_MESSAGE_TRUNCATED);
+        assert!(!cstr(courier_last_error_detail()).is_empty());
+        assert_eq!(
+            courier_worker_tag_probe(s.w, 9, u64::MAX, &mut info),
+            COURIER_ERR_NO_MESSAGE
+        );
+    }
+}
+
+static EP_ERR: AtomicI32 = AtomicI32::new(0);
+
+unsafe extern "C-unwind" fn on_ep_error(
+    _ep: *mut courier_ep_t,
+    status: courier_status_t,
+    _u: *mut c_void,
+) {
+    EP_ERR.store(status, Ordering::SeqCst);
+}
+
+unsafe extern "C-unwind" fn reject_all(cr: *mut courier_conn_request_t, _u: *mut c_void) {
+    let mut a = courier_conn_request_attr_t {
+        field_mask: COURIER_CONN_REQUEST_ATTR_FIELD_CLIENT_ID
+            | COURIER_CONN_REQUEST_ATTR_FIELD_CLIENT_ADDR,
+        client_address: [0; COURIER_SOCKADDR_STRLEN],
+        client_id: 0,
+    };
+    unsafe {
+        assert_eq!(
+            courier_conn_request_query(cr, &a as *const _ as *mut _),
+            COURIER_OK
+        );
+        a.client_id = 0;
+        assert_eq!(courier_conn_request_query(cr, &mut a), COURIER_OK);
+        assert_eq!(a.client_id, 42);
+        assert!(cstr(a.client_address.as_ptr()).starts_with("127.0.0.1:"));
+        assert_eq!(courier_conn_request_reject(cr), COURIER_OK);
+    }
+}
+
+#[test]
+fn listener_reject_reaches_error_handler() {
+    unsafe {
+        let (p, _cfg) = tls(c"tcp");
+        let mut ctx = null_mut();
+        assert_eq!(courier_context_create(&p, &mut ctx), COURIER_OK);
+        let mut w = null_mut();
+        assert_eq!(courier_worker_create(ctx, null(), &mut w), COURIER_OK);
+        let lp = courier_listener_params_t {
+            field_mask: COURIER_LISTENER_FIELD_SOCK_ADDR | COURIER_LISTENER_FIELD_CONN_HANDLER,
+            sockaddr: c"127.0.0.1:0".as_ptr(),
+            conn_handler: Some(reject_all),
+            user_data: null_mut(),
+        };
+        let mut l = null_mut();
+        assert_eq!(courier_listener_create(w, &lp, &mut l), COURIER_OK);
+        let mut buf = [0 as std::ffi::c_char; COURIER_SOCKADDR_STRLEN];
+        assert_eq!(
+            courier_listener_address(l, buf.as_mut_ptr(), buf.len()),
+            COURIER_OK
+        );
+        assert_eq!(
+            courier_listener_address(l, buf.as_mut_ptr(), 3),
+            COURIER_ERR_INVALID_PARAM
+        );
+        let where_ = std::ffi::CString::new(cstr(buf.as_ptr())).unwrap();
+        let ep_p = courier_ep_params_t {
+            field_mask: COURIER_EP_FIELD_SOCK_ADDR
+                | COURIER_EP_FIELD_CLIENT_ID
+                | COURIER_EP_FIELD_ERR_HANDLER,
+            address: null(),
+            address_length: 0,
+            sockaddr: where_.as_ptr(),
+            client_id: 42,
+            err_handler: Some(on_ep_error),
+            user_data: null_mut(),
+        };
+        let mut ep = null_mut();
+        assert_eq!(courier_ep_create(w, &ep_p, &mut ep), COURIER_OK);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while EP_ERR.load(Ordering::SeqCst) == 0 {
+            courier_worker_progress(w);
+            assert!(std::time::Instant::now() < deadline);
+        }
+        assert_eq!(EP_ERR.load(Ordering::SeqCst), COURIER_ERR_REJECTED);
+        assert_eq!(courier_ep_status(ep), COURIER_ERR_REJECTED);
+        assert_eq!(courier_ep_close_force(ep), COURIER_OK);
+        courier_listener_destroy(l);
+        courier_worker_destroy(w);
+        courier_context_destroy(ctx);
+    }
+}
+
+#[test]
+fn single_thread_worker_refuses_other_threads() {
+    let s = Setup::new();
+    let w = s.w as usize;
+    let (st, sig) = std::thread::spawn(move || unsafe {
+        let w = w as *const courier_worker_t;
+        let mut armed = false;
+        (courier_worker_arm(w, &mut armed), courier_worker_signal(w))
+    })
+    .join()
+    .unwrap();
+    assert_eq!(st, COURIER_ERR_INVALID_PARAM);
+    // Waking a worker is allowed from any thread.
+    assert_eq!(sig, COURIER_OK);
+}
+
+/// Wait for an operation that may have completed at once; its final status and info.
+unsafe fn settle(
+    st: courier_status_t,
+    req: *mut courier_request_t,
+    info: &mut courier_request_info_t,
+) -> courier_status_t {
+    if st != COURIER_INPROGRESS {
+        return st;
+    }
+    unsafe {
+        let s = courier_request_wait(req);
+        courier_request_info(req, info);
+        courier_request_free(req);
+        s
+    }
+}
+
+#[test]
+fn one_sided_on_a_local_region() {
+    let s = Setup::new();
+    unsafe {
+        // CUDA memory is refused here (no device), never a panic.
+        let mut mp = courier_mem_map_params_t {
+            field_mask: COURIER_MEM_MAP_FIELD_LENGTH
+                | COURIER_MEM_MAP_FIELD_FLAGS
+                | COURIER_MEM_MAP_FIELD_MEMORY_TYPE,
+            address: null_mut(),
+            length: 4096,
+            flags: COURIER_MEM_MAP_FLAG_ALLOCATE,
+            memory_type: COURIER_MEMORY_TYPE_CUDA,
+            access: 0,
+        };
+        let mut mem = null_mut();
+        assert!(courier_mem_map(s.ctx, &mp, &mut mem) < 0);
+        assert!(mem.is_null());
+        mp.memory_type = 99;
+        assert_eq!(
+            courier_mem_map(s.ctx, &mp, &mut mem),
+            COURIER_ERR_INVALID_PARAM
+        );
+        mp.memory_type = COURIER_MEMORY_TYPE_HOST;
+        assert_eq!(courier_mem_map(s.ctx, &mp, &mut mem), COURIER_OK);
+        let mut attr = std::mem::zeroed::<courier_mem_attr_t>();
+        assert_eq!(courier_mem_query(mem, &mut attr), COURIER_OK);
+        assert_eq!(attr.length, 4096);
+        assert_eq!(attr.memory_type, COURIER_MEMORY_TYPE_HOST);
+        let base = attr.address as u64;
+
+        let (mut kb, mut kl) = (null_mut(), 0usize);
+        assert_eq!(courier_rkey_pack(mem, &mut kb, &mut kl), COURIER_OK);
+        let mut rk = null_mut();
+        assert_eq!(
+            courier_ep_rkey_unpack(s.ep, c"junk".as_ptr().cast(), 4, &mut rk),
+            COURIER_ERR_INVALID_KEY
+        );
+        assert_eq!(courier_ep_rkey_unpack(s.ep, kb, kl, &mut rk), COURIER_OK);
+        courier_buffer_free(kb);
+        assert_eq!(cstr(courier_rkey_path(rk)), "local");
+        let (mut b, mut l) = (0u64, 0u64);
+        assert_eq!(courier_rkey_bounds(rk, &mut b, &mut l), COURIER_OK);
+        assert_eq!((b, l), (base, 4096));
+
+        let data = [5u8; 100];
+        let mut info = courier_request_info_t::default();
+        let mut req = null_mut();
+        let st = courier_ep_put(
+            s.ep,
+            data.as_ptr().cast(),
+            100,
+            base + 8,
+            rk,
+            null(),
+            &mut req,
+        );
+        assert_eq!(settle(st, req, &mut info), COURIER_OK);
+        let mut back = [0u8; 100];
+        let st = courier_ep_get(
+            s.ep,
+            back.as_mut_ptr().cast(),
+            100,
+            base + 8,
+            rk,
+            null(),
+            &mut req,
+        );
+        assert_eq!(settle(st, req, &mut info), COURIER_OK);
+        assert_eq!(back, data);
+        let st = courier_ep_put(
+            s.ep,
+            data.as_ptr().cast(),
+            100,
+            base + 4090,
+            rk,
+            null(),
+            &mut req,
+        );
+        assert_eq!(settle(st, req, &mut info), COURIER_ERR_OUT_OF_RANGE);
+
+        let op = courier_op_params_t {
+            field_mask: COURIER_OP_FIELD_INFO,
+            cb: None,
+            user_data: null_mut(),
+            info: &mut info,
+        };
+        for (v, old) in [(3u64, 0u64), (4, 3)] {
+            let st = courier_ep_atomic(
+                s.ep,
+                COURIER_ATOMIC_OP_ADD,
+                v,
+                0,
+                8,
+                base + 1024,
+                rk,
+                &op,
+                &mut req,
+            );
+            assert_eq!(settle(st, req, &mut info), COURIER_OK);
+            assert_eq!(info.value, old);
+        }
+        assert_eq!(
+            courier_ep_atomic(s.ep, 77, 1, 0, 8, base + 1024, rk, &op, &mut req),
+            COURIER_ERR_INVALID_PARAM
+        );
+        assert_eq!(
+            courier_ep_atomic(
+                s.ep,
+                COURIER_ATOMIC_OP_ADD,
+                1,
+                0,
+                2,
+                base + 1024,
+                rk,
+                &op,
+                &mut req
+            ),
+            COURIER_ERR_INVALID_PARAM
+        );
+
+        let st = courier_ep_put_signal(
+            s.ep,
+            data.as_ptr().cast(),
+            100,
+            base + 2048,
+            rk,
+            base + 4088,
+            rk,
+            2,
+            COURIER_SIGNAL_ADD,
+            null(),
+            &mut req,
+        );
+        assert_eq!(settle(st, req, &mut info), COURIER_OK);
+        assert_eq!(courier_ep_fence(s.ep), COURIER_OK);
+        let mut sig = 0u64;
+        assert_eq!(courier_signal_fetch(mem, 4088, &mut sig), COURIER_OK);
+        assert_eq!(sig, 2);
+        assert_eq!(
+            courier_signal_fetch(mem, 4089, &mut sig),
+            COURIER_ERR_OUT_OF_RANGE
+        );
+        assert_eq!(
+            courier_signal_wait_until(mem, s.w, 4088, COURIER_CMP_GE, 2, 0, 1000, &mut sig),
+            COURIER_OK
+        );
+        assert_eq!(
+            courier_signal_wait_until(mem, s.w, 4088, COURIER_CMP_GT, 2, 0, 20, &mut sig),
+            COURIER_ERR_TIMEOUT
+        );
+        courier_rkey_destroy(rk);
+        courier_mem_unmap(mem);
+
+        let mut sem = null_mut();
+        assert_eq!(
+            courier_sem_create(
+                s.ctx,
+                COURIER_SEM_FLAG_BOOLEAN | COURIER_SEM_FLAG_INTEGER,
+                &mut sem
+            ),
+            COURIER_ERR_INVALID_PARAM
+        );
+        assert_eq!(courier_sem_create(s.ctx, 0, &mut sem), COURIER_OK);
+        assert_eq!(courier_sem_try(sem, 1), COURIER_ERR_NO_RESOURCE);
+        assert_eq!(courier_sem_post(sem, 3), COURIER_OK);
+        assert_eq!(courier_sem_wait(sem, s.w, 2), COURIER_OK);
+        let mut v = 0u64;
+        assert_eq!(courier_sem_value(sem, &mut v), COURIER_OK);
+        assert_eq!(v, 1);
+        assert_eq!(
+            courier_sem_post(sem, COURIER_SEM_MAX),
+            COURIER_ERR_INVALID_PARAM
+        );
+        let (mut kb, mut kl, mut addr) = (null_mut(), 0usize, 0u64);
+        assert_eq!(
+            courier_sem_remote(sem, &mut kb, &mut kl, &mut addr),
+            COURIER_OK
+        );
+        courier_buffer_free(kb);
+        courier_sem_destroy(sem);
+    }
+}

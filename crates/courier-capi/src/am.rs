@@ -1,0 +1,318 @@
+//! Active messages: handlers by id, sends (eager, rendezvous, with replies), and receiving a
+//! rendezvous message's data later.
+//!
+//! A handler sees the message in place: `header` and `data` are valid only during the call.
+//! A large message arrives as a descriptor (`COURIER_AM_RECV_FLAG_RNDV`, `desc`), its data
+//! still at the sender. The handler may receive it at once with
+//! `courier_worker_am_recv_data`, keep it by returning `COURIER_INPROGRESS` (then receive it
+//! or release it with `courier_worker_am_desc_release` later), or return anything else to
+//! decline it (the sender's request completes).
+
+use std::ffi::c_void;
+use std::ptr;
+
+use courier_core::{AmFlags, AmMessage, AmRndv, Error, Status};
+
+use crate::endpoint::courier_ep_t;
+use crate::request::{courier_op_params_t, courier_request_t, start, start_polled};
+use crate::status::*;
+use crate::tag::{courier_iov_t, iov_buf, one};
+use crate::worker::courier_worker_t;
+
+/// Always eager (error if the message does not fit one frame).
+pub const COURIER_AM_SEND_FLAG_EAGER: u32 = 1 << 0;
+/// Always rendezvous.
+pub const COURIER_AM_SEND_FLAG_RNDV: u32 = 1 << 1;
+/// The receiver may reply on the endpoint the message arrived on.
+pub const COURIER_AM_SEND_FLAG_REPLY: u32 = 1 << 2;
+
+/// The data is still at the sender: `desc` is set, `data` is NULL.
+pub const COURIER_AM_RECV_FLAG_RNDV: u32 = 1 << 0;
+/// The sender allows replies: `reply_ep` is set.
+pub const COURIER_AM_RECV_FLAG_REPLY: u32 = 1 << 1;
+
+/// An active message as its handler sees it (valid only during the handler).
+#[repr(C)]
+pub struct courier_am_recv_param_t {
+    /// Handler id.
+    pub id: u16,
+    /// `COURIER_AM_RECV_FLAG_*`.
+    pub flags: u32,
+    /// User header.
+    pub header: *const c_void,
+    /// Its length.
+    pub header_length: usize,
+    /// Eager data (NULL for rendezvous).
+    pub data: *const c_void,
+    /// Length of the data, wherever it is.
+    pub data_length: usize,
+    /// Rendezvous descriptor (NULL for eager).
+    pub desc: *mut courier_am_desc_t,
+    /// Endpoint to reply on, lent for the duration of the handler (do not close it).
+    pub reply_ep: *mut courier_ep_t,
+}
+
+/// Handler for one active-message id; runs inside progress. Return `COURIER_INPROGRESS` to
+/// keep a rendezvous descriptor for later, anything else otherwise.
+pub type courier_am_cb_t = Option<
+    unsafe extern "C-unwind" fn(
+        param: *const courier_am_recv_param_t,
+        user_data: *mut c_void,
+    ) -> courier_status_t,
+>;
+
+/// A rendezvous active message's data, still at the sender.
+pub struct courier_am_desc_t {
+    rndv: Option<AmRndv>,
+    /// The message, while its handler runs (the descriptor is taken from it only if used).
+    msg: *mut AmMessage<'static>,
+    in_handler: bool,
+    /// Received or released inside the handler; the handler's wrapper frees it.
+    consumed: bool,
+}
+
+impl courier_am_desc_t {
+    fn take(&mut self) -> Option<AmRndv> {
+        if let Some(r) = self.rndv.take() {
+            return Some(r);
+        }
+        if self.msg.is_null() {
+            return None;
+        }
+        // SAFETY: `msg` is set only while the handler runs, on this thread.
+        unsafe { (*self.msg).take_rndv() }
+    }
+}
+
+fn send_flags(f: u32) -> AmFlags {
+    AmFlags {
+        eager: has(f as u64, COURIER_AM_SEND_FLAG_EAGER as u64),
+        rndv: has(f as u64, COURIER_AM_SEND_FLAG_RNDV as u64),
+        reply: has(f as u64, COURIER_AM_SEND_FLAG_REPLY as u64),
+    }
+}
+
+fn deliver(
+    cb: unsafe extern "C-unwind" fn(
+        *const courier_am_recv_param_t,
+        *mut c_void,
+    ) -> courier_status_t,
+    ud: usize,
+    msg: &mut AmMessage<'_>,
+) {
+    let rndv = msg.is_rndv();
+    let (hp, hl) = (msg.header().as_ptr(), msg.header().len());
+    let dp = if rndv {
+        ptr::null()
+    } else {
+        msg.data().as_ptr()
+    };
+    let dl = msg.data_len();
+    let id = msg.id();
+    let reply = msg
+        .reply_ep()
+        .map(courier_ep_t::new_borrowed)
+        .unwrap_or(ptr::null_mut());
+    let mut flags = 0;
+    if !reply.is_null() {
+        flags |= COURIER_AM_RECV_FLAG_REPLY;
+    }
+    let desc = if rndv {
+        flags |= COURIER_AM_RECV_FLAG_RNDV;
+        let m = (msg as *mut AmMessage<'_>).cast::<AmMessage<'static>>();
+        Box::into_raw(Box::new(courier_am_desc_t {
+            rndv: None,
+            msg: m,
+            in_handler: true,
+            consumed: false,
+        }))
+    } else {
+        ptr::null_mut()
+    };
+    let param = courier_am_recv_param_t {
+        id,
+        flags,
+        header: hp as *const c_void,
+        header_length: hl,
+        data: dp as *const c_void,
+        data_length: dl,
+        desc,
+        reply_ep: reply,
+    };
+    // SAFETY: a C callback with the user's own data; `param` lives across the call.
+    let ret = call_user(COURIER_OK, || unsafe { cb(&param, ud as *mut c_void) });
+    if !desc.is_null() {
+        // SAFETY: made above; the C side may keep it only if we leave it alive here.
+        let d = unsafe { &mut *desc };
+        d.in_handler = false;
+        d.msg = ptr::null_mut();
+        if !d.consumed && ret == COURIER_INPROGRESS {
+            d.rndv = msg.take_rndv();
+        } else {
+            // Declined (the library tells the sender once the handler returns) or done.
+            drop(unsafe { Box::from_raw(desc) });
+        }
+    }
+    if !reply.is_null() {
+        // SAFETY: lent for the call only.
+        drop(unsafe { Box::from_raw(reply) });
+    }
+}
+
+/// Register the handler of active-message `id` (replacing any earlier one). A NULL `cb`
+/// installs a handler that drops every message (and declines rendezvous data).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn courier_worker_set_am_handler(
+    worker: *const courier_worker_t,
+    id: u16,
+    cb: courier_am_cb_t,
+    user_data: *mut c_void,
+) -> courier_status_t {
+    boundary(|| {
+        let w = unsafe { arg(worker, "worker") }?;
+        let ud = user_data as usize;
+        match cb {
+            Some(cb) => {
+                w.w.am_set_handler(id, move |msg: &mut AmMessage<'_>| deliver(cb, ud, msg))?
+            }
+            None => w.w.am_set_handler(id, |_: &mut AmMessage<'_>| {})?,
+        }
+        Ok(COURIER_OK)
+    })
+}
+
+/// Send an active message to handler `id` on the peer: `header` is copied at once; `buffer`
+/// must stay valid until completion. `flags`: `COURIER_AM_SEND_FLAG_*`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn courier_ep_am_send(
+    ep: *const courier_ep_t,
+    id: u16,
+    header: *const c_void,
+    header_length: usize,
+    buffer: *const c_void,
+    length: usize,
+    flags: u32,
+    params: *const courier_op_params_t,
+    req_out: *mut *mut courier_request_t,
+) -> courier_status_t {
+    boundary(|| {
+        let e = unsafe { arg(ep, "ep") }?;
+        let h = unsafe { bytes_arg(header, header_length, "header") }?;
+        let b = one(buffer, length, "buffer")?;
+        let f = send_flags(flags);
+        unsafe {
+            start(e.ep.worker(), params, req_out, |cb| {
+                e.ep.am_send_raw(id, h, b, f, cb)
+            })
+        }
+    })
+}
+
+/// Send an active message whose data is gathered from `iov_count` segments.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn courier_ep_am_send_iov(
+    ep: *const courier_ep_t,
+    id: u16,
+    header: *const c_void,
+    header_length: usize,
+    iov: *const courier_iov_t,
+    iov_count: usize,
+    flags: u32,
+    params: *const courier_op_params_t,
+    req_out: *mut *mut courier_request_t,
+) -> courier_status_t {
+    boundary(|| {
+        let e = unsafe { arg(ep, "ep") }?;
+        let h = unsafe { bytes_arg(header, header_length, "header") }?;
+        let b = unsafe { iov_buf(iov, iov_count) }?;
+        let f = send_flags(flags);
+        unsafe {
+            start(e.ep.worker(), params, req_out, |cb| {
+                e.ep.am_send_raw(id, h, b, f, cb)
+            })
+        }
+    })
+}
+
+/// Receive a rendezvous message's data into `buffer` (at least the message's length).
+/// Consumes `desc` (also on failure). Always returns a request (`COURIER_INPROGRESS`).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn courier_worker_am_recv_data(
+    worker: *const courier_worker_t,
+    desc: *mut courier_am_desc_t,
+    buffer: *mut c_void,
+    length: usize,
+    params: *const courier_op_params_t,
+    req_out: *mut *mut courier_request_t,
+) -> courier_status_t {
+    boundary(|| {
+        let w = unsafe { arg(worker, "worker") }?;
+        out_arg(req_out, "req_out")?;
+        one(buffer, length, "buffer")?;
+        let rndv = unsafe { consume(desc) }?;
+        // SAFETY: the caller promises `length` writable bytes until completion.
+        let buf: &'static mut [u8] = if length == 0 {
+            &mut []
+        } else {
+            unsafe { std::slice::from_raw_parts_mut(buffer as *mut u8, length) }
+        };
+        unsafe { start_polled(w, params, req_out, || w.w.am_recv_data(rndv, buf)) }
+    })
+}
+
+/// Take the descriptor's data handle and end the descriptor (freed here, or by the
+/// handler's wrapper when used inside the handler).
+unsafe fn consume(desc: *mut courier_am_desc_t) -> Result<AmRndv, Error> {
+    unsafe { arg(desc as *const courier_am_desc_t, "desc") }?;
+    // SAFETY: a descriptor handed to a handler and not consumed yet.
+    let d = unsafe { &mut *desc };
+    let r = d.take();
+    if d.in_handler {
+        d.consumed = true;
+    } else {
+        drop(unsafe { Box::from_raw(desc) });
+    }
+    r.ok_or_else(|| {
+        Error::new(
+            Status::InvalidParam,
+            "the active-message descriptor was already used",
+        )
+    })
+}
+
+/// Decline a kept rendezvous message: the sender's request completes. Inside the handler
+/// this is the same as returning without keeping it. Later, the library has no way to
+/// decline, so the data is received into a scratch buffer and dropped (progress the worker
+/// to finish it).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn courier_worker_am_desc_release(
+    worker: *const courier_worker_t,
+    desc: *mut courier_am_desc_t,
+) -> courier_status_t {
+    boundary(|| {
+        let w = unsafe { arg(worker, "worker") }?;
+        unsafe { arg(desc as *const courier_am_desc_t, "desc") }?;
+        // SAFETY: checked non-NULL; a live descriptor.
+        if unsafe { (*desc).in_handler } {
+            unsafe { (*desc).consumed = true };
+            return Ok(COURIER_OK);
+        }
+        let rndv = unsafe { consume(desc) }?;
+        let scratch: &'static mut [u8] = Box::leak(vec![0u8; rndv.len()].into_boxed_slice());
+        let scratch_ptr = scratch as *mut [u8];
+        let mut req: *mut courier_request_t = ptr::null_mut();
+        let s = unsafe {
+            start_polled(w, ptr::null(), &mut req, || {
+                w.w.am_recv_data(rndv, scratch).inspect_err(|_| {
+                    // SAFETY: the receive never started; nothing refers to the scratch.
+                    drop(Box::from_raw(scratch_ptr));
+                })
+            })
+        }?;
+        // The scratch buffer is reclaimed with the request only once it completed; a
+        // worker destroyed mid-transfer leaks it rather than free memory being written.
+        crate::request::attach_scratch(req, scratch_ptr);
+        unsafe { crate::request::courier_request_free(req) };
+        Ok(s)
+    })
+}

@@ -1,0 +1,221 @@
+//! Context: features, a log name, configuration overrides; and the configuration table.
+
+use std::ffi::{CString, c_char};
+use std::sync::OnceLock;
+
+use courier_core::base::config::VARS;
+use courier_core::{Context, ContextParams, Features};
+
+use crate::status::*;
+
+/// Tag-matched messages.
+pub const COURIER_FEATURE_TAG: u64 = 1 << 0;
+/// Active messages.
+pub const COURIER_FEATURE_AM: u64 = 1 << 1;
+/// Streams.
+pub const COURIER_FEATURE_STREAM: u64 = 1 << 2;
+/// Remote memory access (put/get, `courier_mem_map`).
+pub const COURIER_FEATURE_RMA: u64 = 1 << 3;
+/// Remote atomics (`courier_ep_atomic`).
+pub const COURIER_FEATURE_AMO: u64 = 1 << 4;
+/// Sleeping on the worker's event fd (`courier_worker_arm` / `_wait`).
+pub const COURIER_FEATURE_WAKEUP: u64 = 1 << 5;
+
+/// `courier_context_params_t.features` is set (otherwise: tag, am, stream, wakeup).
+pub const COURIER_CONTEXT_FIELD_FEATURES: u64 = 1 << 0;
+/// `courier_context_params_t.name` is set.
+pub const COURIER_CONTEXT_FIELD_NAME: u64 = 1 << 1;
+/// `courier_context_params_t.config` and `config_count` are set.
+pub const COURIER_CONTEXT_FIELD_CONFIG: u64 = 1 << 2;
+
+/// One `COURIER_*` configuration override.
+#[repr(C)]
+pub struct courier_config_entry_t {
+    /// Variable name, e.g. `"COURIER_TLS"`.
+    pub name: *const c_char,
+    /// Value as it would be written in the environment, e.g. `"tcp"`.
+    pub value: *const c_char,
+}
+
+/// Parameters of `courier_context_create`.
+#[repr(C)]
+pub struct courier_context_params_t {
+    /// Which fields below are set (`COURIER_CONTEXT_FIELD_*`).
+    pub field_mask: u64,
+    /// `COURIER_FEATURE_*` bits.
+    pub features: u64,
+    /// Name used in log lines (copied).
+    pub name: *const c_char,
+    /// Overrides of the environment's `COURIER_*` values (copied).
+    pub config: *const courier_config_entry_t,
+    /// Number of entries in `config`.
+    pub config_count: usize,
+}
+
+/// The root object: configuration and features shared by workers.
+pub struct courier_context_t {
+    pub(crate) ctx: Context,
+    name: CString,
+}
+
+fn features_from_mask(m: u64) -> Features {
+    Features {
+        tag: has(m, COURIER_FEATURE_TAG),
+        am: has(m, COURIER_FEATURE_AM),
+        stream: has(m, COURIER_FEATURE_STREAM),
+        rma: has(m, COURIER_FEATURE_RMA),
+        atomics: has(m, COURIER_FEATURE_AMO),
+        wakeup: has(m, COURIER_FEATURE_WAKEUP),
+    }
+}
+
+fn features_to_mask(f: Features) -> u64 {
+    let mut m = 0;
+    for (on, bit) in [
+        (f.tag, COURIER_FEATURE_TAG),
+        (f.am, COURIER_FEATURE_AM),
+        (f.stream, COURIER_FEATURE_STREAM),
+        (f.rma, COURIER_FEATURE_RMA),
+        (f.atomics, COURIER_FEATURE_AMO),
+        (f.wakeup, COURIER_FEATURE_WAKEUP),
+    ] {
+        if on {
+            m |= bit;
+        }
+    }
+    m
+}
+
+/// Create a context from the environment and `params` (NULL: all defaults).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn courier_context_create(
+    params: *const courier_context_params_t,
+    context_out: *mut *mut courier_context_t,
+) -> courier_status_t {
+    boundary(|| {
+        let out = out_arg(context_out, "context_out")?;
+        let mut p = ContextParams::default();
+        // SAFETY: NULL or a valid params struct.
+        if let Some(params) = unsafe { params.as_ref() } {
+            if has(params.field_mask, COURIER_CONTEXT_FIELD_FEATURES) {
+                p.features = features_from_mask(params.features);
+            }
+            if has(params.field_mask, COURIER_CONTEXT_FIELD_NAME) && !params.name.is_null() {
+                p.name = Some(unsafe { str_arg(params.name, "params->name") }?.to_string());
+            }
+            if has(params.field_mask, COURIER_CONTEXT_FIELD_CONFIG) && params.config_count > 0 {
+                let entries = unsafe { arg(params.config, "params->config") }?
+                    as *const courier_config_entry_t;
+                for i in 0..params.config_count {
+                    // SAFETY: the caller promises `config_count` entries.
+                    let e = unsafe { &*entries.add(i) };
+                    let name = unsafe { str_arg(e.name, "config[i].name") }?;
+                    let value = unsafe { str_arg(e.value, "config[i].value") }?;
+                    p.config.push((name.to_string(), value.to_string()));
+                }
+            }
+        }
+        let ctx = Context::new(p)?;
+        let name = CString::new(ctx.name().replace('\0', " ")).unwrap_or_default();
+        let h = Box::new(courier_context_t { ctx, name });
+        // SAFETY: checked non-NULL above.
+        unsafe { *out = Box::into_raw(h) };
+        Ok(COURIER_OK)
+    })
+}
+
+/// Destroy a context. Workers made from it keep what they need and stay usable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn courier_context_destroy(context: *mut courier_context_t) {
+    boundary_or((), || {
+        if !context.is_null() {
+            // SAFETY: made by courier_context_create; destroyed once.
+            drop(unsafe { Box::from_raw(context) });
+        }
+    })
+}
+
+/// The context's log name (valid while the context lives; "" for NULL).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn courier_context_name(context: *const courier_context_t) -> *const c_char {
+    boundary_or(c"".as_ptr(), || match unsafe { context.as_ref() } {
+        Some(c) => c.name.as_ptr(),
+        None => c"".as_ptr(),
+    })
+}
+
+/// The `COURIER_FEATURE_*` bits the context was created with.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn courier_context_features(
+    context: *const courier_context_t,
+    features_out: *mut u64,
+) -> courier_status_t {
+    boundary(|| {
+        let c = unsafe { arg(context, "context") }?;
+        let out = out_arg(features_out, "features_out")?;
+        unsafe { *out = features_to_mask(c.ctx.features()) };
+        Ok(COURIER_OK)
+    })
+}
+
+/// One `COURIER_*` configuration variable as `courier info` lists it.
+#[repr(C)]
+pub struct courier_config_var_t {
+    /// Full name, e.g. `COURIER_TLS`.
+    pub name: *const c_char,
+    /// Default value.
+    pub default_value: *const c_char,
+    /// One-line help.
+    pub help: *const c_char,
+}
+
+struct VarStrings {
+    name: CString,
+    default: CString,
+    help: CString,
+}
+
+static VAR_STRINGS: OnceLock<Vec<VarStrings>> = OnceLock::new();
+
+fn var_strings() -> &'static [VarStrings] {
+    VAR_STRINGS.get_or_init(|| {
+        let c = |s: &str| CString::new(s).unwrap_or_default();
+        VARS.iter()
+            .map(|v| VarStrings {
+                name: c(v.name),
+                default: c(v.default),
+                help: c(v.help),
+            })
+            .collect()
+    })
+}
+
+/// Number of `COURIER_*` configuration variables.
+#[unsafe(no_mangle)]
+pub extern "C" fn courier_config_var_count() -> usize {
+    boundary_or(0, || var_strings().len())
+}
+
+/// Variable `index` (0 ≤ index < `courier_config_var_count()`); the strings are static.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn courier_config_var(
+    index: usize,
+    var_out: *mut courier_config_var_t,
+) -> courier_status_t {
+    boundary(|| {
+        let out = out_arg(var_out, "var_out")?;
+        let v = var_strings().get(index).ok_or_else(|| {
+            invalid(&format!(
+                "configuration variable index {index} out of range"
+            ))
+        })?;
+        unsafe {
+            *out = courier_config_var_t {
+                name: v.name.as_ptr(),
+                default_value: v.default.as_ptr(),
+                help: v.help.as_ptr(),
+            }
+        };
+        Ok(COURIER_OK)
+    })
+}

@@ -1,0 +1,44 @@
+//! Courier's C ABI (`libcourier.so`, `libcourier.a`, `include/courier.h`).
+//!
+//! Conventions, the same for every export:
+//! - Objects are opaque handles made by `courier_<object>_create` (or handed out by the
+//!   library: connection requests, incoming endpoints) and released by the matching
+//!   `_destroy` / `_close` / `_free`.
+//! - Arguments go object first, inputs next, outputs last. Outputs are written only when the
+//!   call succeeds (`COURIER_OK`, or `COURIER_INPROGRESS` for operations that started).
+//! - Every call returns a `courier_status_t` with the same stable numbers as
+//!   `courier::Status`; `courier_status_string` names it and `courier_last_error_detail`
+//!   gives the sentence of the last failure on the calling thread.
+//! - Parameter structs begin with `uint64_t field_mask`; a field is read only when its
+//!   `COURIER_*_FIELD_*` bit is set, so structs can grow without breaking callers.
+//! - No Rust panic ever unwinds into C: every export and every call into a user callback
+//!   runs behind a panic boundary (a caught panic is reported as `COURIER_ERR_PANIC`).
+//! - Callbacks carry a `void *user_data` given at registration and run inside
+//!   `courier_worker_progress` (or a wait that progresses), on the progressing thread.
+#![allow(non_camel_case_types)]
+#![allow(clippy::missing_safety_doc)]
+
+mod am;
+mod context;
+mod endpoint;
+mod listener;
+mod memory;
+mod request;
+mod status;
+mod stream;
+mod tag;
+mod worker;
+
+#[cfg(test)]
+mod abi_tests;
+
+pub use am::*;
+pub use context::*;
+pub use endpoint::*;
+pub use listener::*;
+pub use memory::*;
+pub use request::*;
+pub use status::*;
+pub use stream::*;
+pub use tag::*;
+pub use worker::*;

@@ -1,0 +1,239 @@
+//! Listeners and the connection requests they hand to their handler.
+//!
+//! Socket addresses cross the ABI as strings, "ip:port" (IPv6 "[addr]:port"): the same
+//! form the library prints, easy to build from every language, no `struct sockaddr`
+//! casting.
+
+use std::ffi::{c_char, c_void};
+
+use courier_core::{ConnRequest, Listener};
+
+use crate::endpoint::{courier_ep_params_t, courier_ep_t, ep_params, parse_sockaddr};
+use crate::status::*;
+use crate::worker::courier_worker_t;
+
+/// Called inside progress for each client that connects. The handler owns `conn_request`
+/// and must end it with `courier_conn_request_accept` or `_reject`, now or later (on the
+/// worker's thread for single-thread workers).
+pub type courier_conn_handler_cb_t = Option<
+    unsafe extern "C-unwind" fn(conn_request: *mut courier_conn_request_t, user_data: *mut c_void),
+>;
+
+/// `courier_listener_params_t.sockaddr` is set (otherwise "0.0.0.0:0").
+pub const COURIER_LISTENER_FIELD_SOCK_ADDR: u64 = 1 << 0;
+/// `conn_handler` is set (required).
+pub const COURIER_LISTENER_FIELD_CONN_HANDLER: u64 = 1 << 1;
+/// `user_data` is set.
+pub const COURIER_LISTENER_FIELD_USER_DATA: u64 = 1 << 2;
+
+/// Parameters of `courier_listener_create`.
+#[repr(C)]
+pub struct courier_listener_params_t {
+    /// Which fields below are set (`COURIER_LISTENER_FIELD_*`).
+    pub field_mask: u64,
+    /// Where to listen, "ip:port"; port 0 picks a free one.
+    pub sockaddr: *const c_char,
+    /// Called for each connection request.
+    pub conn_handler: courier_conn_handler_cb_t,
+    /// Passed to `conn_handler`.
+    pub user_data: *mut c_void,
+}
+
+/// A listening socket of a worker.
+pub struct courier_listener_t {
+    l: Listener,
+}
+
+/// A client asking to connect.
+pub struct courier_conn_request_t {
+    r: ConnRequest,
+}
+
+/// Largest client address string, NUL included.
+pub const COURIER_SOCKADDR_STRLEN: usize = 64;
+
+/// `client_address` is wanted.
+pub const COURIER_CONN_REQUEST_ATTR_FIELD_CLIENT_ADDR: u64 = 1 << 0;
+/// `client_id` is wanted.
+pub const COURIER_CONN_REQUEST_ATTR_FIELD_CLIENT_ID: u64 = 1 << 1;
+
+/// What `courier_conn_request_query` reports.
+#[repr(C)]
+pub struct courier_conn_request_attr_t {
+    /// Which fields to fill (`COURIER_CONN_REQUEST_ATTR_FIELD_*`).
+    pub field_mask: u64,
+    /// The client's socket address, "ip:port", NUL-terminated.
+    pub client_address: [c_char; COURIER_SOCKADDR_STRLEN],
+    /// The id the client chose.
+    pub client_id: u64,
+}
+
+/// Listen for clients (`conn_handler` required).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn courier_listener_create(
+    worker: *const courier_worker_t,
+    params: *const courier_listener_params_t,
+    listener_out: *mut *mut courier_listener_t,
+) -> courier_status_t {
+    boundary(|| {
+        let w = unsafe { arg(worker, "worker") }?;
+        let p = unsafe { arg(params, "params") }?;
+        let out = out_arg(listener_out, "listener_out")?;
+        let sa = if has(p.field_mask, COURIER_LISTENER_FIELD_SOCK_ADDR) {
+            parse_sockaddr(unsafe { str_arg(p.sockaddr, "params->sockaddr") }?)?
+        } else {
+            "0.0.0.0:0"
+                .parse()
+                .map_err(|_| invalid("default address"))?
+        };
+        let cb = if has(p.field_mask, COURIER_LISTENER_FIELD_CONN_HANDLER) {
+            p.conn_handler
+        } else {
+            None
+        };
+        let cb =
+            cb.ok_or_else(|| invalid("a listener needs COURIER_LISTENER_FIELD_CONN_HANDLER"))?;
+        let ud = if has(p.field_mask, COURIER_LISTENER_FIELD_USER_DATA) {
+            p.user_data as usize
+        } else {
+            0
+        };
+        let l = Listener::new(&w.w, sa, move |r: ConnRequest| {
+            let h = Box::into_raw(Box::new(courier_conn_request_t { r }));
+            // SAFETY: a C callback; it now owns `h`.
+            call_user((), || unsafe { cb(h, ud as *mut c_void) });
+        })?;
+        unsafe { *out = Box::into_raw(Box::new(courier_listener_t { l })) };
+        Ok(COURIER_OK)
+    })
+}
+
+/// Stop listening. Connection requests already handed out stay valid.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn courier_listener_destroy(listener: *mut courier_listener_t) {
+    boundary_or((), || {
+        if !listener.is_null() {
+            // SAFETY: made by courier_listener_create; destroyed once.
+            drop(unsafe { Box::from_raw(listener) });
+        }
+    })
+}
+
+/// The bound address as "ip:port" (the port picked, if 0 was asked for), NUL-terminated in
+/// `buf` of `buf_length` bytes; `COURIER_ERR_INVALID_PARAM` if it does not fit
+/// (`COURIER_SOCKADDR_STRLEN` always does).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn courier_listener_address(
+    listener: *const courier_listener_t,
+    buf: *mut c_char,
+    buf_length: usize,
+) -> courier_status_t {
+    boundary(|| {
+        let l = unsafe { arg(listener, "listener") }?;
+        let out = out_arg(buf, "buf")?;
+        let s = l.l.local_addr().to_string();
+        unsafe { write_cstr(&s, out, buf_length) }?;
+        Ok(COURIER_OK)
+    })
+}
+
+/// The bound port.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn courier_listener_port(
+    listener: *const courier_listener_t,
+    port_out: *mut u16,
+) -> courier_status_t {
+    boundary(|| {
+        let l = unsafe { arg(listener, "listener") }?;
+        let out = out_arg(port_out, "port_out")?;
+        unsafe { *out = l.l.local_addr().port() };
+        Ok(COURIER_OK)
+    })
+}
+
+unsafe fn write_cstr(s: &str, out: *mut c_char, cap: usize) -> Result<(), courier_core::Error> {
+    if s.len() + 1 > cap {
+        return Err(invalid(&format!(
+            "buffer of {cap} bytes is too small for {:?}",
+            s
+        )));
+    }
+    // SAFETY: `cap` writable bytes at `out`, checked above.
+    unsafe {
+        std::ptr::copy_nonoverlapping(s.as_ptr() as *const c_char, out, s.len());
+        *out.add(s.len()) = 0;
+    }
+    Ok(())
+}
+
+/// Who is asking: fills the fields `attr->field_mask` names.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn courier_conn_request_query(
+    conn_request: *const courier_conn_request_t,
+    attr: *mut courier_conn_request_attr_t,
+) -> courier_status_t {
+    boundary(|| {
+        let r = unsafe { arg(conn_request, "conn_request") }?;
+        let a = out_arg(attr, "attr")?;
+        // SAFETY: a valid attr struct (checked non-NULL).
+        let a = unsafe { &mut *a };
+        if has(a.field_mask, COURIER_CONN_REQUEST_ATTR_FIELD_CLIENT_ADDR) {
+            let s = r.r.client_addr();
+            let s = if s.len() >= COURIER_SOCKADDR_STRLEN {
+                &s[..COURIER_SOCKADDR_STRLEN - 1]
+            } else {
+                s
+            };
+            unsafe { write_cstr(s, a.client_address.as_mut_ptr(), COURIER_SOCKADDR_STRLEN) }?;
+        }
+        if has(a.field_mask, COURIER_CONN_REQUEST_ATTR_FIELD_CLIENT_ID) {
+            a.client_id = r.r.client_id();
+        }
+        Ok(COURIER_OK)
+    })
+}
+
+/// Accept: an endpoint to the client (params may be NULL; only the error handler and
+/// user data are used). Consumes `conn_request`, also on failure.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn courier_conn_request_accept(
+    conn_request: *mut courier_conn_request_t,
+    params: *const courier_ep_params_t,
+    ep_out: *mut *mut courier_ep_t,
+) -> courier_status_t {
+    boundary(|| {
+        unsafe {
+            arg(
+                conn_request as *const courier_conn_request_t,
+                "conn_request",
+            )
+        }?;
+        // SAFETY: handed out by the listener; consumed once.
+        let r = unsafe { Box::from_raw(conn_request) };
+        let out = out_arg(ep_out, "ep_out")?;
+        let (p, cell) = unsafe { ep_params(params.as_ref()) };
+        let ep = r.r.accept(p)?;
+        unsafe { *out = courier_ep_t::new_owned(ep, cell) };
+        Ok(COURIER_OK)
+    })
+}
+
+/// Reject: the client's endpoint fails with `COURIER_ERR_REJECTED`. Consumes
+/// `conn_request`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn courier_conn_request_reject(
+    conn_request: *mut courier_conn_request_t,
+) -> courier_status_t {
+    boundary(|| {
+        unsafe {
+            arg(
+                conn_request as *const courier_conn_request_t,
+                "conn_request",
+            )
+        }?;
+        // SAFETY: handed out by the listener; consumed once.
+        let r = unsafe { Box::from_raw(conn_request) };
+        r.r.reject();
+        Ok(COURIER_OK)
+    })
+}

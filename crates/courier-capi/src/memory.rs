@@ -1,0 +1,755 @@
+//! One-sided communication: memory regions, remote keys, put / get / atomics /
+//! put-with-signal, fences, signal words and semaphores.
+//!
+//! The owner maps memory (`courier_mem_map`), packs a remote key (`courier_rkey_pack`) and
+//! sends it to a peer by any means; the peer unpacks it on its endpoint to the owner
+//! (`courier_ep_rkey_unpack`) and reads, writes and updates the region with addresses in
+//! the owner's process (`courier_mem_query` gives the base). Same-host peers reach
+//! allocated memory directly; otherwise the owner's worker carries operations out while it
+//! progresses, so the owner must keep progressing.
+
+use std::ffi::{c_char, c_void};
+use std::time::{Duration, Instant};
+
+use courier_core::{
+    AtomicOp, Buf, Cmp, MemMapParams, Memory, MemoryType, RemoteKey, Semaphore, SignalOp, Status,
+    access,
+};
+
+use crate::context::courier_context_t;
+use crate::endpoint::courier_ep_t;
+use crate::request::{courier_op_params_t, courier_request_t, start};
+use crate::status::*;
+use crate::tag::one;
+use crate::worker::courier_worker_t;
+
+// ----- memory regions -----------------------------------------------------------------
+
+/// Host memory.
+pub const COURIER_MEMORY_TYPE_HOST: u32 = 0;
+/// CUDA device memory (`COURIER_ERR_NO_DEVICE` / `COURIER_ERR_UNSUPPORTED` without CUDA).
+pub const COURIER_MEMORY_TYPE_CUDA: u32 = 1;
+/// On-NIC memory (falls back to host memory where there is none; see `courier_mem_query`).
+pub const COURIER_MEMORY_TYPE_NIC: u32 = 2;
+
+/// Peers may read the region (get).
+pub const COURIER_ACCESS_READ: u32 = 1;
+/// Peers may write the region (put, put-with-signal).
+pub const COURIER_ACCESS_WRITE: u32 = 2;
+/// Peers may run atomics on the region.
+pub const COURIER_ACCESS_ATOMIC: u32 = 4;
+/// All of the above (the default).
+pub const COURIER_ACCESS_ALL: u32 = 7;
+
+const _: () = {
+    assert!(COURIER_ACCESS_READ == access::READ as u32);
+    assert!(COURIER_ACCESS_WRITE == access::WRITE as u32);
+    assert!(COURIER_ACCESS_ATOMIC == access::ATOMIC as u32);
+    assert!(COURIER_ACCESS_ALL == access::ALL as u32);
+};
+
+/// `courier_mem_map_params_t.address` is set: register that existing buffer.
+pub const COURIER_MEM_MAP_FIELD_ADDRESS: u64 = 1 << 0;
+/// `courier_mem_map_params_t.length` is set.
+pub const COURIER_MEM_MAP_FIELD_LENGTH: u64 = 1 << 1;
+/// `courier_mem_map_params_t.flags` is set.
+pub const COURIER_MEM_MAP_FIELD_FLAGS: u64 = 1 << 2;
+/// `courier_mem_map_params_t.memory_type` is set (otherwise host).
+pub const COURIER_MEM_MAP_FIELD_MEMORY_TYPE: u64 = 1 << 3;
+/// `courier_mem_map_params_t.access` is set (otherwise `COURIER_ACCESS_ALL`).
+pub const COURIER_MEM_MAP_FIELD_ACCESS: u64 = 1 << 4;
+
+/// Allocate the memory (host memory goes in a shared segment same-host peers map).
+pub const COURIER_MEM_MAP_FLAG_ALLOCATE: u32 = 1 << 0;
+
+/// Parameters of `courier_mem_map`: either an address and length to register, or a length
+/// with `COURIER_MEM_MAP_FLAG_ALLOCATE`.
+#[repr(C)]
+pub struct courier_mem_map_params_t {
+    /// Which fields below are set (`COURIER_MEM_MAP_FIELD_*`).
+    pub field_mask: u64,
+    /// The buffer to register (stays the caller's; must outlive the mapping).
+    pub address: *mut c_void,
+    /// Length in bytes.
+    pub length: usize,
+    /// `COURIER_MEM_MAP_FLAG_*`.
+    pub flags: u32,
+    /// `COURIER_MEMORY_TYPE_*` asked for.
+    pub memory_type: u32,
+    /// `COURIER_ACCESS_*` rights given to peers.
+    pub access: u32,
+}
+
+/// What `courier_mem_query` reports.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct courier_mem_attr_t {
+    /// Start address (in this process; peers use it as the remote address).
+    pub address: *mut c_void,
+    /// Length in bytes.
+    pub length: usize,
+    /// The `COURIER_MEMORY_TYPE_*` actually given.
+    pub memory_type: u32,
+}
+
+/// A mapped memory region.
+pub struct courier_mem_t {
+    pub(crate) mem: Memory,
+}
+
+fn mem_type_from(t: u32) -> Result<MemoryType, courier_core::Error> {
+    match t {
+        COURIER_MEMORY_TYPE_HOST => Ok(MemoryType::Host),
+        COURIER_MEMORY_TYPE_CUDA => Ok(MemoryType::Cuda),
+        COURIER_MEMORY_TYPE_NIC => Ok(MemoryType::Nic),
+        _ => Err(invalid(&format!("unknown memory type {t}"))),
+    }
+}
+
+fn mem_type_to(t: MemoryType) -> u32 {
+    match t {
+        MemoryType::Host => COURIER_MEMORY_TYPE_HOST,
+        MemoryType::Cuda => COURIER_MEMORY_TYPE_CUDA,
+        MemoryType::Nic => COURIER_MEMORY_TYPE_NIC,
+    }
+}
+
+/// Register (`COURIER_MEM_MAP_FIELD_ADDRESS` + length) or allocate
+/// (`COURIER_MEM_MAP_FLAG_ALLOCATE` + length) memory peers can reach with a remote key.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn courier_mem_map(
+    context: *const courier_context_t,
+    params: *const courier_mem_map_params_t,
+    mem_out: *mut *mut courier_mem_t,
+) -> courier_status_t {
+    boundary(|| {
+        let c = unsafe { arg(context, "context") }?;
+        let p = unsafe { arg(params, "params") }?;
+        let out = out_arg(mem_out, "mem_out")?;
+        let mut mp = MemMapParams::default();
+        if has(p.field_mask, COURIER_MEM_MAP_FIELD_ADDRESS) {
+            mp.address = Some(p.address as *mut u8);
+        }
+        if has(p.field_mask, COURIER_MEM_MAP_FIELD_LENGTH) {
+            mp.length = p.length;
+        }
+        if has(p.field_mask, COURIER_MEM_MAP_FIELD_FLAGS) {
+            if p.flags & !COURIER_MEM_MAP_FLAG_ALLOCATE != 0 {
+                return Err(invalid(&format!("unknown mem_map flags {:#x}", p.flags)));
+            }
+            mp.allocate = p.flags & COURIER_MEM_MAP_FLAG_ALLOCATE != 0;
+        }
+        if has(p.field_mask, COURIER_MEM_MAP_FIELD_MEMORY_TYPE) {
+            mp.memory_type = mem_type_from(p.memory_type)?;
+        }
+        if has(p.field_mask, COURIER_MEM_MAP_FIELD_ACCESS) {
+            if p.access & !COURIER_ACCESS_ALL != 0 {
+                return Err(invalid(&format!("unknown access bits {:#x}", p.access)));
+            }
+            mp.access = p.access as u16;
+        }
+        let mem = c.ctx.mem_map(mp)?;
+        unsafe { *out = Box::into_raw(Box::new(courier_mem_t { mem })) };
+        Ok(COURIER_OK)
+    })
+}
+
+/// Unmap a region (NULL is fine). Remote keys made from it stop working; allocated memory
+/// is released.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn courier_mem_unmap(mem: *mut courier_mem_t) {
+    boundary_or((), || {
+        if !mem.is_null() {
+            // SAFETY: made by courier_mem_map; unmapped once.
+            drop(unsafe { Box::from_raw(mem) });
+        }
+    })
+}
+
+/// Address, length and the memory type actually given.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn courier_mem_query(
+    mem: *const courier_mem_t,
+    attr_out: *mut courier_mem_attr_t,
+) -> courier_status_t {
+    boundary(|| {
+        let m = unsafe { arg(mem, "mem") }?;
+        let out = out_arg(attr_out, "attr_out")?;
+        let a = m.mem.query();
+        unsafe {
+            *out = courier_mem_attr_t {
+                address: a.address as *mut c_void,
+                length: a.length,
+                memory_type: mem_type_to(a.memory_type),
+            }
+        };
+        Ok(COURIER_OK)
+    })
+}
+
+fn malloc_copy(bytes: &[u8]) -> Result<*mut c_void, courier_core::Error> {
+    // SAFETY: plain allocation; released by courier_buffer_free (free).
+    let p = unsafe { libc::malloc(bytes.len().max(1)) } as *mut u8;
+    if p.is_null() {
+        return Err(courier_core::Error::new(Status::NoMemory, "malloc failed"));
+    }
+    unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), p, bytes.len()) };
+    Ok(p as *mut c_void)
+}
+
+/// Pack the region's remote key: bytes to send to peers. Release `*buffer_out` with
+/// `courier_buffer_free`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn courier_rkey_pack(
+    mem: *const courier_mem_t,
+    buffer_out: *mut *mut c_void,
+    length_out: *mut usize,
+) -> courier_status_t {
+    boundary(|| {
+        let m = unsafe { arg(mem, "mem") }?;
+        let out = out_arg(buffer_out, "buffer_out")?;
+        let len_out = out_arg(length_out, "length_out")?;
+        let k = m.mem.pack_rkey()?;
+        let p = malloc_copy(&k)?;
+        unsafe {
+            *out = p;
+            *len_out = k.len();
+        }
+        Ok(COURIER_OK)
+    })
+}
+
+// ----- remote keys ----------------------------------------------------------------------
+
+/// A peer's remote key, unpacked for use on one endpoint.
+pub struct courier_rkey_t {
+    pub(crate) key: RemoteKey,
+}
+
+/// Unpack a peer's packed remote key for operations on `ep` (the endpoint to that peer).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn courier_ep_rkey_unpack(
+    ep: *const courier_ep_t,
+    buffer: *const c_void,
+    length: usize,
+    rkey_out: *mut *mut courier_rkey_t,
+) -> courier_status_t {
+    boundary(|| {
+        let e = unsafe { arg(ep, "ep") }?;
+        let out = out_arg(rkey_out, "rkey_out")?;
+        let bytes = unsafe { bytes_arg(buffer, length, "buffer") }?;
+        let key = e.ep.rkey_unpack(bytes)?;
+        unsafe { *out = Box::into_raw(Box::new(courier_rkey_t { key })) };
+        Ok(COURIER_OK)
+    })
+}
+
+/// Release an unpacked remote key (NULL is fine). Operations in flight keep what they need.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn courier_rkey_destroy(rkey: *mut courier_rkey_t) {
+    boundary_or((), || {
+        if !rkey.is_null() {
+            // SAFETY: made by courier_ep_rkey_unpack; destroyed once.
+            drop(unsafe { Box::from_raw(rkey) });
+        }
+    })
+}
+
+/// The region's start address and length in the owner's process.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn courier_rkey_bounds(
+    rkey: *const courier_rkey_t,
+    base_out: *mut u64,
+    length_out: *mut u64,
+) -> courier_status_t {
+    boundary(|| {
+        let k = unsafe { arg(rkey, "rkey") }?;
+        let b = out_arg(base_out, "base_out")?;
+        let l = out_arg(length_out, "length_out")?;
+        let (base, len) = k.key.bounds();
+        unsafe {
+            *b = base;
+            *l = len;
+        }
+        Ok(COURIER_OK)
+    })
+}
+
+/// How operations with this key reach the region: "local", "direct", "cma" or "remote"
+/// (static string; "" for NULL).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn courier_rkey_path(rkey: *const courier_rkey_t) -> *const c_char {
+    boundary_or(c"".as_ptr(), || match unsafe { rkey.as_ref() } {
+        Some(k) => match k.key.path() {
+            "local" => c"local".as_ptr(),
+            "direct" => c"direct".as_ptr(),
+            "cma" => c"cma".as_ptr(),
+            _ => c"remote".as_ptr(),
+        },
+        None => c"".as_ptr(),
+    })
+}
+
+/// A pointer valid in this process for `remote_addr`, when the region is mapped here
+/// (same host and allocated memory, or this very context); `COURIER_ERR_UNSUPPORTED`
+/// otherwise. Such memory may be accessed with plain loads and stores.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn courier_rkey_ptr(
+    rkey: *const courier_rkey_t,
+    remote_addr: u64,
+    ptr_out: *mut *mut c_void,
+) -> courier_status_t {
+    boundary(|| {
+        let k = unsafe { arg(rkey, "rkey") }?;
+        let out = out_arg(ptr_out, "ptr_out")?;
+        match k.key.direct_ptr(remote_addr) {
+            Some(p) => {
+                unsafe { *out = p as *mut c_void };
+                Ok(COURIER_OK)
+            }
+            None => Err(courier_core::Error::new(
+                Status::Unsupported,
+                "the region is not mapped in this process",
+            )),
+        }
+    })
+}
+
+// ----- operations -------------------------------------------------------------------------
+
+/// `*p += value`
+pub const COURIER_ATOMIC_OP_ADD: u32 = 0;
+/// `*p &= value`
+pub const COURIER_ATOMIC_OP_AND: u32 = 1;
+/// `*p |= value`
+pub const COURIER_ATOMIC_OP_OR: u32 = 2;
+/// `*p ^= value`
+pub const COURIER_ATOMIC_OP_XOR: u32 = 3;
+/// `*p = value`
+pub const COURIER_ATOMIC_OP_SWAP: u32 = 4;
+/// `if (*p == compare) *p = value`
+pub const COURIER_ATOMIC_OP_CSWAP: u32 = 5;
+
+/// Put-with-signal: store the value in the signal word.
+pub const COURIER_SIGNAL_SET: u32 = 0;
+/// Put-with-signal: add the value to the signal word.
+pub const COURIER_SIGNAL_ADD: u32 = 1;
+
+fn atomic_op(op: u32) -> Result<AtomicOp, courier_core::Error> {
+    Ok(match op {
+        COURIER_ATOMIC_OP_ADD => AtomicOp::Add,
+        COURIER_ATOMIC_OP_AND => AtomicOp::And,
+        COURIER_ATOMIC_OP_OR => AtomicOp::Or,
+        COURIER_ATOMIC_OP_XOR => AtomicOp::Xor,
+        COURIER_ATOMIC_OP_SWAP => AtomicOp::Swap,
+        COURIER_ATOMIC_OP_CSWAP => AtomicOp::Cswap,
+        _ => return Err(invalid(&format!("unknown atomic op {op}"))),
+    })
+}
+
+fn signal_op(op: u32) -> Result<SignalOp, courier_core::Error> {
+    Ok(match op {
+        COURIER_SIGNAL_SET => SignalOp::Set,
+        COURIER_SIGNAL_ADD => SignalOp::Add,
+        _ => return Err(invalid(&format!("unknown signal op {op}"))),
+    })
+}
+
+/// Write `length` bytes from `buffer` at `remote_addr` in the peer's region. Completes when
+/// the data is in place (`COURIER_OK` at once when the region is mapped here).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn courier_ep_put(
+    ep: *const courier_ep_t,
+    buffer: *const c_void,
+    length: usize,
+    remote_addr: u64,
+    rkey: *const courier_rkey_t,
+    params: *const courier_op_params_t,
+    req_out: *mut *mut courier_request_t,
+) -> courier_status_t {
+    boundary(|| {
+        let e = unsafe { arg(ep, "ep") }?;
+        let k = unsafe { arg(rkey, "rkey") }?;
+        let b = one(buffer, length, "buffer")?;
+        unsafe {
+            start(e.ep.worker(), params, req_out, |cb| {
+                e.ep.put_raw(b, remote_addr, &k.key, cb)
+            })
+        }
+    })
+}
+
+/// Read `length` bytes at `remote_addr` in the peer's region into `buffer`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn courier_ep_get(
+    ep: *const courier_ep_t,
+    buffer: *mut c_void,
+    length: usize,
+    remote_addr: u64,
+    rkey: *const courier_rkey_t,
+    params: *const courier_op_params_t,
+    req_out: *mut *mut courier_request_t,
+) -> courier_status_t {
+    boundary(|| {
+        let e = unsafe { arg(ep, "ep") }?;
+        let k = unsafe { arg(rkey, "rkey") }?;
+        let b = one(buffer, length, "buffer")?;
+        unsafe {
+            start(e.ep.worker(), params, req_out, |cb| {
+                e.ep.get_raw(b, remote_addr, &k.key, cb)
+            })
+        }
+    })
+}
+
+/// An atomic `op` (`COURIER_ATOMIC_OP_*`) on the `size`-byte word (4 or 8, aligned) at
+/// `remote_addr`. The word's old value is the completion info's `value` (`params->info` when
+/// it completes at once, else `courier_request_info` or the callback's info). `compare` is
+/// used by `COURIER_ATOMIC_OP_CSWAP` only.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn courier_ep_atomic(
+    ep: *const courier_ep_t,
+    op: u32,
+    value: u64,
+    compare: u64,
+    size: u32,
+    remote_addr: u64,
+    rkey: *const courier_rkey_t,
+    params: *const courier_op_params_t,
+    req_out: *mut *mut courier_request_t,
+) -> courier_status_t {
+    boundary(|| {
+        let e = unsafe { arg(ep, "ep") }?;
+        let k = unsafe { arg(rkey, "rkey") }?;
+        let op = atomic_op(op)?;
+        let bits32 = match size {
+            4 => true,
+            8 => false,
+            _ => return Err(invalid(&format!("atomic size {size} (expected 4 or 8)"))),
+        };
+        unsafe {
+            start(e.ep.worker(), params, req_out, |cb| {
+                e.ep.atomic_raw(op, value, compare, remote_addr, &k.key, bits32, cb)
+            })
+        }
+    })
+}
+
+/// Write `length` bytes at `remote_addr`, then update the 8-byte signal word at
+/// `signal_addr` (`COURIER_SIGNAL_SET` or `COURIER_SIGNAL_ADD` `signal_value`), as one
+/// operation: whoever sees the signal change sees the data.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn courier_ep_put_signal(
+    ep: *const courier_ep_t,
+    buffer: *const c_void,
+    length: usize,
+    remote_addr: u64,
+    rkey: *const courier_rkey_t,
+    signal_addr: u64,
+    signal_rkey: *const courier_rkey_t,
+    signal_value: u64,
+    signal_op_: u32,
+    params: *const courier_op_params_t,
+    req_out: *mut *mut courier_request_t,
+) -> courier_status_t {
+    boundary(|| {
+        let e = unsafe { arg(ep, "ep") }?;
+        let k = unsafe { arg(rkey, "rkey") }?;
+        let sk = unsafe { arg(signal_rkey, "signal_rkey") }?;
+        let op = signal_op(signal_op_)?;
+        let b: Buf = one(buffer, length, "buffer")?;
+        unsafe {
+            start(e.ep.worker(), params, req_out, |cb| {
+                e.ep.put_signal_raw(
+                    b,
+                    remote_addr,
+                    &k.key,
+                    signal_addr,
+                    &sk.key,
+                    signal_value,
+                    op,
+                    cb,
+                )
+            })
+        }
+    })
+}
+
+/// Order: operations on `ep` issued after the fence are carried out after those before it.
+/// (`courier_ep_flush` waits until they are all complete.)
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn courier_ep_fence(ep: *const courier_ep_t) -> courier_status_t {
+    boundary(|| {
+        unsafe { arg(ep, "ep") }?.ep.fence()?;
+        Ok(COURIER_OK)
+    })
+}
+
+// ----- signal words -----------------------------------------------------------------------
+
+/// `==`
+pub const COURIER_CMP_EQ: u32 = 0;
+/// `!=`
+pub const COURIER_CMP_NE: u32 = 1;
+/// `>`
+pub const COURIER_CMP_GT: u32 = 2;
+/// `>=`
+pub const COURIER_CMP_GE: u32 = 3;
+/// `<`
+pub const COURIER_CMP_LT: u32 = 4;
+/// `<=`
+pub const COURIER_CMP_LE: u32 = 5;
+
+/// `courier_signal_wait_until`: sleep on the worker's event fd between checks instead of
+/// spinning (needs `COURIER_FEATURE_WAKEUP`).
+pub const COURIER_SIGNAL_WAIT_FLAG_SLEEP: u32 = 1 << 0;
+
+fn cmp_holds(cmp: u32, a: u64, b: u64) -> Result<bool, courier_core::Error> {
+    Ok(match cmp {
+        COURIER_CMP_EQ => a == b,
+        COURIER_CMP_NE => a != b,
+        COURIER_CMP_GT => a > b,
+        COURIER_CMP_GE => a >= b,
+        COURIER_CMP_LT => a < b,
+        COURIER_CMP_LE => a <= b,
+        _ => return Err(invalid(&format!("unknown comparison {cmp}"))),
+    })
+}
+
+// The C numbers follow the library's order.
+const _: () = {
+    assert!(COURIER_CMP_EQ == Cmp::Eq as u32);
+    assert!(COURIER_CMP_LE == Cmp::Le as u32);
+};
+
+/// Read the 8-byte signal word at `offset` (aligned) in a local region.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn courier_signal_fetch(
+    mem: *const courier_mem_t,
+    offset: usize,
+    value_out: *mut u64,
+) -> courier_status_t {
+    boundary(|| {
+        let m = unsafe { arg(mem, "mem") }?;
+        let out = out_arg(value_out, "value_out")?;
+        let v = m.mem.signal_fetch(offset)?;
+        unsafe { *out = v };
+        Ok(COURIER_OK)
+    })
+}
+
+/// Wait until the signal word at `offset` satisfies `word <cmp> value` (`COURIER_CMP_*`),
+/// progressing `worker` meanwhile (NULL: only watch the word, for a peer that writes it
+/// directly). `timeout_ms` < 0 waits without limit; `COURIER_ERR_TIMEOUT` when it passes.
+/// `*value_out` (may be NULL) gets the value that met the condition. Not inside a callback.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn courier_signal_wait_until(
+    mem: *const courier_mem_t,
+    worker: *const courier_worker_t,
+    offset: usize,
+    cmp: u32,
+    value: u64,
+    flags: u32,
+    timeout_ms: i64,
+    value_out: *mut u64,
+) -> courier_status_t {
+    boundary(|| {
+        let m = unsafe { arg(mem, "mem") }?;
+        let w = unsafe { worker.as_ref() };
+        cmp_holds(cmp, 0, 0)?;
+        if w.is_some() && in_callback() {
+            return Err(invalid(
+                "courier_signal_wait_until inside a callback cannot progress the worker",
+            ));
+        }
+        let sleep = flags & COURIER_SIGNAL_WAIT_FLAG_SLEEP != 0;
+        let deadline =
+            (timeout_ms >= 0).then(|| Instant::now() + Duration::from_millis(timeout_ms as u64));
+        let mut idle = 0u32;
+        loop {
+            let v = m.mem.signal_fetch(offset)?;
+            if cmp_holds(cmp, v, value)? {
+                if !value_out.is_null() {
+                    unsafe { *value_out = v };
+                }
+                return Ok(COURIER_OK);
+            }
+            if deadline.is_some_and(|d| Instant::now() > d) {
+                return Err(courier_core::Error::new(
+                    Status::Timeout,
+                    "signal word did not meet the condition in time",
+                ));
+            }
+            let busy = match w {
+                Some(w) => w.progress_all() > 0,
+                None => false,
+            };
+            if busy {
+                idle = 0;
+                continue;
+            }
+            idle += 1;
+            if idle > 1000 {
+                idle = 0;
+                match w {
+                    Some(w) if sleep => match w.w.wait(Some(Duration::from_millis(1))) {
+                        Ok(()) => {}
+                        Err(e) if e.status() == Status::Unsupported => std::thread::yield_now(),
+                        Err(e) => return Err(e),
+                    },
+                    _ => std::thread::yield_now(),
+                }
+            } else {
+                std::hint::spin_loop();
+            }
+        }
+    })
+}
+
+// ----- semaphores ---------------------------------------------------------------------------
+
+/// Value 0 or 1.
+pub const COURIER_SEM_FLAG_BOOLEAN: u32 = 1;
+/// Value counts up to `COURIER_SEM_MAX`.
+pub const COURIER_SEM_FLAG_INTEGER: u32 = 2;
+/// One producer.
+pub const COURIER_SEM_FLAG_SPRODUCER: u32 = 4;
+/// Many producers.
+pub const COURIER_SEM_FLAG_MPRODUCER: u32 = 8;
+/// One consumer.
+pub const COURIER_SEM_FLAG_SCONSUMER: u32 = 16;
+/// Many consumers.
+pub const COURIER_SEM_FLAG_MCONSUMER: u32 = 32;
+/// The largest value an integer semaphore holds.
+pub const COURIER_SEM_MAX: u64 = 65535;
+
+const _: () = {
+    use courier_core::sem_flags;
+    assert!(COURIER_SEM_FLAG_BOOLEAN == sem_flags::BOOLEAN);
+    assert!(COURIER_SEM_FLAG_INTEGER == sem_flags::INTEGER);
+    assert!(COURIER_SEM_FLAG_SPRODUCER == sem_flags::SPRODUCER);
+    assert!(COURIER_SEM_FLAG_MPRODUCER == sem_flags::MPRODUCER);
+    assert!(COURIER_SEM_FLAG_SCONSUMER == sem_flags::SCONSUMER);
+    assert!(COURIER_SEM_FLAG_MCONSUMER == sem_flags::MCONSUMER);
+    assert!(COURIER_SEM_MAX == courier_core::SEM_MAX);
+};
+
+/// A semaphore in this process's memory (Berkeley UPC `bupc_sem_t`); peers post to it with
+/// an atomic add or a put-with-signal (`COURIER_SIGNAL_ADD`) through `courier_sem_remote`.
+pub struct courier_sem_t {
+    sem: Semaphore,
+}
+
+/// Create a semaphore at 0. `flags` 0 is INTEGER | MPRODUCER | MCONSUMER.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn courier_sem_create(
+    context: *const courier_context_t,
+    flags: u32,
+    sem_out: *mut *mut courier_sem_t,
+) -> courier_status_t {
+    boundary(|| {
+        let c = unsafe { arg(context, "context") }?;
+        let out = out_arg(sem_out, "sem_out")?;
+        let sem = Semaphore::new(&c.ctx, flags)?;
+        unsafe { *out = Box::into_raw(Box::new(courier_sem_t { sem })) };
+        Ok(COURIER_OK)
+    })
+}
+
+/// Destroy a semaphore (NULL is fine).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn courier_sem_destroy(sem: *mut courier_sem_t) {
+    boundary_or((), || {
+        if !sem.is_null() {
+            // SAFETY: made by courier_sem_create; destroyed once.
+            drop(unsafe { Box::from_raw(sem) });
+        }
+    })
+}
+
+/// Add `n`; `COURIER_ERR_INVALID_PARAM` if that would pass the maximum.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn courier_sem_post(sem: *const courier_sem_t, n: u64) -> courier_status_t {
+    boundary(|| {
+        unsafe { arg(sem, "sem") }?.sem.post(n)?;
+        Ok(COURIER_OK)
+    })
+}
+
+/// Take `n` if available now: `COURIER_OK`, or `COURIER_ERR_NO_RESOURCE` (nothing taken).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn courier_sem_try(sem: *const courier_sem_t, n: u64) -> courier_status_t {
+    boundary(|| {
+        if unsafe { arg(sem, "sem") }?.sem.try_wait(n) {
+            Ok(COURIER_OK)
+        } else {
+            Ok(COURIER_ERR_NO_RESOURCE)
+        }
+    })
+}
+
+/// Wait until at least `n` is there and take it, progressing `worker`. Not inside a
+/// callback.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn courier_sem_wait(
+    sem: *const courier_sem_t,
+    worker: *const courier_worker_t,
+    n: u64,
+) -> courier_status_t {
+    boundary(|| {
+        let s = unsafe { arg(sem, "sem") }?;
+        let w = unsafe { arg(worker, "worker") }?;
+        if in_callback() {
+            return Err(invalid(
+                "courier_sem_wait inside a callback cannot progress the worker",
+            ));
+        }
+        loop {
+            if s.sem.try_wait(n) {
+                return Ok(COURIER_OK);
+            }
+            if w.progress_all() == 0 {
+                std::hint::spin_loop();
+            }
+        }
+    })
+}
+
+/// The current value.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn courier_sem_value(
+    sem: *const courier_sem_t,
+    value_out: *mut u64,
+) -> courier_status_t {
+    boundary(|| {
+        let s = unsafe { arg(sem, "sem") }?;
+        let out = out_arg(value_out, "value_out")?;
+        unsafe { *out = s.sem.value() };
+        Ok(COURIER_OK)
+    })
+}
+
+/// What peers need to post remotely: the packed remote key (release `*rkey_out` with
+/// `courier_buffer_free`) and the address of the semaphore's 8-byte word.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn courier_sem_remote(
+    sem: *const courier_sem_t,
+    rkey_out: *mut *mut c_void,
+    rkey_length_out: *mut usize,
+    address_out: *mut u64,
+) -> courier_status_t {
+    boundary(|| {
+        let s = unsafe { arg(sem, "sem") }?;
+        let out = out_arg(rkey_out, "rkey_out")?;
+        let len_out = out_arg(rkey_length_out, "rkey_length_out")?;
+        let addr_out = out_arg(address_out, "address_out")?;
+        let (k, addr) = s.sem.remote()?;
+        let p = malloc_copy(&k)?;
+        unsafe {
+            *out = p;
+            *len_out = k.len();
+            *addr_out = addr;
+        }
+        Ok(COURIER_OK)
+    })
+}

@@ -1,0 +1,427 @@
+//! Requests: operations in flight, completed by a callback, `courier_request_test`, or
+//! `courier_request_wait`.
+//!
+//! An operation that finishes at once returns `COURIER_OK`, writes no request (`*req_out`
+//! is set to NULL), runs no callback, and writes `params->info` if given. One that fails
+//! returns the error and never runs its callback. One that starts
+//! returns `COURIER_INPROGRESS` and a request the caller must `courier_request_free`; its
+//! callback (if any) runs once, inside progress, when it completes. Freeing a request that
+//! is still in flight does not stop the operation: its buffer must stay valid and its
+//! callback still runs.
+//!
+//! A request is shared by the C handle and the library's completion (an `Arc`): the
+//! completion path never touches the worker, so an operation that never completes (a
+//! receive nobody matched when the worker goes away) holds no worker alive.
+
+use std::ffi::c_void;
+use std::mem::ManuallyDrop;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::time::Duration;
+
+use courier_core::{Callback, Error, Info, Request, Started, Status, Worker};
+
+use crate::status::*;
+use crate::worker::courier_worker_t;
+
+/// What a completed operation reports.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct courier_request_info_t {
+    /// Bytes moved (for a receive: the message length).
+    pub length: usize,
+    /// The message's tag (tag receives).
+    pub tag: u64,
+    /// The word's old value (fetching atomics: `courier_ep_atomic`).
+    pub value: u64,
+}
+
+impl From<Info> for courier_request_info_t {
+    fn from(i: Info) -> Self {
+        courier_request_info_t {
+            length: i.len,
+            tag: i.tag,
+            value: i.value,
+        }
+    }
+}
+
+/// Completion callback: the final status, what the operation reported, and the
+/// `user_data` given with the operation. Runs inside progress. On failure,
+/// `courier_last_error_detail()` holds the reason while the callback runs.
+pub type courier_completion_cb_t = Option<
+    unsafe extern "C-unwind" fn(
+        status: courier_status_t,
+        info: *const courier_request_info_t,
+        user_data: *mut c_void,
+    ),
+>;
+
+/// `courier_op_params_t.cb` is set.
+pub const COURIER_OP_FIELD_CALLBACK: u64 = 1 << 0;
+/// `courier_op_params_t.user_data` is set.
+pub const COURIER_OP_FIELD_USER_DATA: u64 = 1 << 1;
+/// `courier_op_params_t.info` is set.
+pub const COURIER_OP_FIELD_INFO: u64 = 1 << 2;
+
+/// Options of a non-blocking operation (may be NULL: no callback).
+#[repr(C)]
+pub struct courier_op_params_t {
+    /// Which fields below are set (`COURIER_OP_FIELD_*`).
+    pub field_mask: u64,
+    /// Called when an operation that returned `COURIER_INPROGRESS` completes.
+    pub cb: courier_completion_cb_t,
+    /// Passed to `cb`.
+    pub user_data: *mut c_void,
+    /// Written when the operation completes at once (`COURIER_OK`).
+    pub info: *mut courier_request_info_t,
+}
+
+/// A rendezvous receive the library completes only by polling (`Worker::am_recv_data`
+/// returns a `Request`, not a callback). Kept with its request until it completes.
+pub(crate) struct Polled(ManuallyDrop<Request<'static>>, Option<*mut [u8]>);
+
+// SAFETY: `Request` is !Send only to keep it beside the buffer it borrows; here the buffer
+// is the C caller's (valid until completion by contract) and every access to the request
+// goes through the worker's own lock, which refuses wrong threads in single-thread mode.
+unsafe impl Send for Polled {}
+
+impl Drop for Polled {
+    fn drop(&mut self) {
+        if !self.0.is_done() && !self.0.cancel() {
+            // Still moving data: dropping the Rust request would block until it finishes.
+            // Leak it instead (only when a worker is destroyed with receives in flight).
+            return;
+        }
+        // SAFETY: dropped once, here.
+        unsafe { ManuallyDrop::drop(&mut self.0) };
+        if let Some(s) = self.1.take() {
+            // SAFETY: a leaked Box the finished request no longer writes to.
+            drop(unsafe { Box::from_raw(s) });
+        }
+    }
+}
+
+/// An operation in flight.
+pub struct courier_request_t {
+    result: OnceLock<(courier_status_t, courier_request_info_t, Option<Error>)>,
+    cb: courier_completion_cb_t,
+    user_data: usize,
+    /// For `courier_request_wait`; taken by `courier_request_free`.
+    worker: Mutex<Option<Worker>>,
+    polled: Mutex<Option<Polled>>,
+    /// The start call failed: no callback may run (the library may still complete it).
+    abandoned: AtomicBool,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+struct OpParams {
+    cb: courier_completion_cb_t,
+    user_data: usize,
+    info: *mut courier_request_info_t,
+}
+
+unsafe fn op_params(p: *const courier_op_params_t) -> OpParams {
+    let mut o = OpParams {
+        cb: None,
+        user_data: 0,
+        info: std::ptr::null_mut(),
+    };
+    // SAFETY: NULL or a valid struct.
+    if let Some(p) = unsafe { p.as_ref() } {
+        if has(p.field_mask, COURIER_OP_FIELD_CALLBACK) {
+            o.cb = p.cb;
+        }
+        if has(p.field_mask, COURIER_OP_FIELD_USER_DATA) {
+            o.user_data = p.user_data as usize;
+        }
+        if has(p.field_mask, COURIER_OP_FIELD_INFO) {
+            o.info = p.info;
+        }
+    }
+    o
+}
+
+/// The library's completion: `word` is the operation's reference to the request.
+fn on_complete(word: usize, r: Result<Info, Error>) {
+    // SAFETY: `word` came from Arc::into_raw in `start`, and the library calls this once.
+    let req = unsafe { Arc::from_raw(word as *const courier_request_t) };
+    req.finish(r);
+}
+
+impl courier_request_t {
+    fn new(worker: Worker, p: &OpParams) -> courier_request_t {
+        courier_request_t {
+            result: OnceLock::new(),
+            cb: p.cb,
+            user_data: p.user_data,
+            worker: Mutex::new(Some(worker)),
+            polled: Mutex::new(None),
+            abandoned: AtomicBool::new(false),
+        }
+    }
+
+    fn finish(&self, r: Result<Info, Error>) {
+        let (status, info, err) = match r {
+            Ok(i) => (COURIER_OK, i.into(), None),
+            Err(e) => (
+                e.status().code(),
+                courier_request_info_t::default(),
+                Some(e),
+            ),
+        };
+        if self.result.set((status, info, err.clone())).is_err()
+            || self.abandoned.load(Ordering::Acquire)
+        {
+            return;
+        }
+        if let Some(cb) = self.cb {
+            if let Some(e) = &err {
+                record(e);
+            }
+            let ud = self.user_data as *mut c_void;
+            // SAFETY: a C callback with the user's own data.
+            call_user((), || unsafe { cb(status, &info, ud) });
+        }
+    }
+
+    /// The final status, if complete (polling a rendezvous receive moves it on).
+    pub(crate) fn poll(&self) -> Option<courier_status_t> {
+        if let Some(r) = self.result.get() {
+            return Some(r.0);
+        }
+        let done = {
+            let mut g = lock(&self.polled);
+            g.as_mut().and_then(|p| p.0.test().cloned())
+        };
+        if let Some(r) = done {
+            self.finish(r);
+        }
+        self.result.get().map(|r| r.0)
+    }
+
+    fn report(&self) -> courier_status_t {
+        match self.result.get() {
+            Some((s, _, Some(e))) => {
+                record(e);
+                *s
+            }
+            Some((s, _, None)) => *s,
+            None => COURIER_INPROGRESS,
+        }
+    }
+
+    fn wait(&self) -> Result<courier_status_t, Error> {
+        let mut idle = 0u32;
+        loop {
+            if self.poll().is_some() {
+                return Ok(self.report());
+            }
+            if in_callback() {
+                return Err(invalid(
+                    "courier_request_wait inside a callback cannot progress the worker; complete the request from outside the callback",
+                ));
+            }
+            let w = lock(&self.worker)
+                .clone()
+                .ok_or_else(|| invalid("request has no worker"))?;
+            if w.progress() > 0 {
+                idle = 0;
+                continue;
+            }
+            idle += 1;
+            if idle > 1000 {
+                idle = 0;
+                match w.wait(Some(Duration::from_millis(1))) {
+                    Ok(()) => {}
+                    Err(e) if e.status() == Status::Unsupported => std::thread::yield_now(),
+                    // The wrong thread for a single-thread worker, or the worker is gone.
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+    }
+}
+
+/// Start an operation that completes through the library's callback.
+pub(crate) unsafe fn start(
+    worker: &Worker,
+    params: *const courier_op_params_t,
+    req_out: *mut *mut courier_request_t,
+    op: impl FnOnce(Callback) -> Result<Started, Error>,
+) -> Result<courier_status_t, Error> {
+    let out = out_arg(req_out, "req_out")?;
+    let p = unsafe { op_params(params) };
+    let req = Arc::new(courier_request_t::new(worker.clone(), &p));
+    let word = Arc::into_raw(req.clone()) as usize;
+    match op(Callback::Raw(on_complete, word)) {
+        Ok(Started::Done(info)) => {
+            // SAFETY: the library runs no callback for `Done`: take the operation's reference back.
+            drop(unsafe { Arc::from_raw(word as *const courier_request_t) });
+            if !p.info.is_null() {
+                unsafe { *p.info = info.into() };
+            }
+            unsafe { *out = std::ptr::null_mut() };
+            Ok(COURIER_OK)
+        }
+        Ok(Started::Pending(_)) => {
+            unsafe { *out = Arc::into_raw(req) as *mut courier_request_t };
+            Ok(COURIER_INPROGRESS)
+        }
+        Err(e) => {
+            // The library may still complete the request (it fails every request of an
+            // endpoint that broke during the call), so the operation's reference stays with
+            // it, holding no worker; the caller was told it failed, so no callback runs.
+            req.abandoned.store(true, Ordering::Release);
+            lock(&req.worker).take();
+            Err(e)
+        }
+    }
+}
+
+/// Start an operation the library completes only by polling a `Request`.
+pub(crate) unsafe fn start_polled(
+    worker: &courier_worker_t,
+    params: *const courier_op_params_t,
+    req_out: *mut *mut courier_request_t,
+    op: impl FnOnce() -> Result<Request<'static>, Error>,
+) -> Result<courier_status_t, Error> {
+    let out = out_arg(req_out, "req_out")?;
+    let p = unsafe { op_params(params) };
+    let r = op()?;
+    let req = Arc::new(courier_request_t::new(worker.w.clone(), &p));
+    *lock(&req.polled) = Some(Polled(ManuallyDrop::new(r), None));
+    worker.add_polled(req.clone());
+    unsafe { *out = Arc::into_raw(req) as *mut courier_request_t };
+    Ok(COURIER_INPROGRESS)
+}
+
+/// Give a polled request the scratch buffer it receives into, to free after completion.
+pub(crate) fn attach_scratch(req: *mut courier_request_t, scratch: *mut [u8]) {
+    // SAFETY: a live request just made by `start_polled`.
+    let r = unsafe { &*req };
+    if let Some(p) = lock(&r.polled).as_mut() {
+        p.1 = Some(scratch);
+    }
+}
+
+/// Requests completed only by polling, per worker handle; `courier_worker_progress` polls
+/// them so their callbacks run like every other's.
+#[derive(Default)]
+pub(crate) struct PolledList {
+    list: Mutex<Vec<Arc<courier_request_t>>>,
+    count: AtomicUsize,
+}
+
+impl PolledList {
+    pub(crate) fn add(&self, r: Arc<courier_request_t>) {
+        let mut g = lock(&self.list);
+        g.push(r);
+        self.count.store(g.len(), Ordering::Relaxed);
+    }
+
+    pub(crate) fn poll(&self) -> usize {
+        if self.count.load(Ordering::Relaxed) == 0 {
+            return 0;
+        }
+        // Poll without the lock: a callback may start another polled receive.
+        let mut mine = std::mem::take(&mut *lock(&self.list));
+        let before = mine.len();
+        mine.retain(|r| r.poll().is_none());
+        let n = before - mine.len();
+        let mut g = lock(&self.list);
+        g.append(&mut mine);
+        self.count.store(g.len(), Ordering::Relaxed);
+        n
+    }
+}
+
+/// `COURIER_INPROGRESS` while the request is in flight, else its final status (on failure
+/// the reason is in `courier_last_error_detail()`). Does not progress the worker.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn courier_request_test(req: *const courier_request_t) -> courier_status_t {
+    boundary(|| {
+        let r = unsafe { arg(req, "req") }?;
+        r.poll();
+        Ok(r.report())
+    })
+}
+
+/// Progress the request's worker until the request completes; returns its final status.
+/// Must run on a thread allowed to progress the worker, never inside a callback.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn courier_request_wait(req: *const courier_request_t) -> courier_status_t {
+    boundary(|| unsafe { arg(req, "req") }?.wait())
+}
+
+/// What the completed request reported. `COURIER_INPROGRESS` (nothing written) while in
+/// flight.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn courier_request_info(
+    req: *const courier_request_t,
+    info_out: *mut courier_request_info_t,
+) -> courier_status_t {
+    boundary(|| {
+        let r = unsafe { arg(req, "req") }?;
+        let out = out_arg(info_out, "info_out")?;
+        r.poll();
+        match r.result.get() {
+            Some((_, info, _)) => {
+                unsafe { *out = *info };
+                Ok(COURIER_OK)
+            }
+            None => Ok(COURIER_INPROGRESS),
+        }
+    })
+}
+
+/// Ask to cancel a request that has not started moving data. `COURIER_OK`: it completes
+/// (callback included) with `COURIER_ERR_CANCELED`. `COURIER_ERR_NO_RESOURCE`: too late to
+/// cancel. `COURIER_ERR_UNSUPPORTED`: the library offers no cancel for this kind of request
+/// yet (it cancels only requests it hands out as `Request`s; see the crate's README).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn courier_request_cancel(req: *const courier_request_t) -> courier_status_t {
+    boundary(|| {
+        let r = unsafe { arg(req, "req") }?;
+        if r.result.get().is_some() {
+            return Err(Error::new(Status::NoResource, "request already completed"));
+        }
+        let canceled = {
+            let mut g = lock(&r.polled);
+            match g.as_mut() {
+                Some(p) => p.0.cancel(),
+                None => {
+                    return Err(Error::new(
+                        Status::Unsupported,
+                        "canceling this request needs a cancel-by-id in the library (only rendezvous active-message receives can be canceled)",
+                    ));
+                }
+            }
+        };
+        if !canceled {
+            return Err(Error::new(
+                Status::NoResource,
+                "request already moving data; cannot cancel",
+            ));
+        }
+        r.poll();
+        Ok(COURIER_OK)
+    })
+}
+
+/// Release the request handle. An operation still in flight continues (its buffer must
+/// stay valid, its callback still runs).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn courier_request_free(req: *mut courier_request_t) {
+    boundary_or((), || {
+        if req.is_null() {
+            return;
+        }
+        // SAFETY: made by `start`/`start_polled`; freed once.
+        let r = unsafe { Arc::from_raw(req as *const courier_request_t) };
+        lock(&r.worker).take();
+    })
+}

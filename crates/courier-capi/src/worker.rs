@@ -1,0 +1,220 @@
+//! Worker: progress, sleeping (arm / wait / signal / event fd), its address, endpoints
+//! peers opened to it.
+
+use std::ffi::c_void;
+use std::sync::Arc;
+use std::time::Duration;
+
+use courier_core::{ThreadMode, Worker, WorkerParams};
+
+use crate::context::courier_context_t;
+use crate::endpoint::courier_ep_t;
+use crate::request::{PolledList, courier_request_t};
+use crate::status::*;
+
+/// Used only by the thread that created it; no locking. Calls from another thread fail
+/// with `COURIER_ERR_INVALID_PARAM`.
+pub const COURIER_THREAD_MODE_SINGLE: u32 = 0;
+/// Usable from many threads at once.
+pub const COURIER_THREAD_MODE_MULTI: u32 = 1;
+
+/// `courier_worker_params_t.thread_mode` is set (otherwise single).
+pub const COURIER_WORKER_FIELD_THREAD_MODE: u64 = 1 << 0;
+
+/// Parameters of `courier_worker_create`.
+#[repr(C)]
+pub struct courier_worker_params_t {
+    /// Which fields below are set (`COURIER_WORKER_FIELD_*`).
+    pub field_mask: u64,
+    /// `COURIER_THREAD_MODE_SINGLE` or `COURIER_THREAD_MODE_MULTI`.
+    pub thread_mode: u32,
+}
+
+/// A progress engine with its own address and connections.
+pub struct courier_worker_t {
+    pub(crate) w: Worker,
+    polled: PolledList,
+}
+
+impl courier_worker_t {
+    pub(crate) fn add_polled(&self, r: Arc<courier_request_t>) {
+        self.polled.add(r);
+    }
+
+    /// Progress the library and the requests completed only by polling.
+    pub(crate) fn progress_all(&self) -> usize {
+        self.w.progress() + self.polled.poll()
+    }
+}
+
+/// Create a worker of `context` (params may be NULL: single-thread mode).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn courier_worker_create(
+    context: *const courier_context_t,
+    params: *const courier_worker_params_t,
+    worker_out: *mut *mut courier_worker_t,
+) -> courier_status_t {
+    boundary(|| {
+        let c = unsafe { arg(context, "context") }?;
+        let out = out_arg(worker_out, "worker_out")?;
+        let mut p = WorkerParams::default();
+        let params = unsafe { params.as_ref() };
+        if let Some(params) = params.filter(|p| has(p.field_mask, COURIER_WORKER_FIELD_THREAD_MODE))
+        {
+            p.thread_mode = match params.thread_mode {
+                COURIER_THREAD_MODE_SINGLE => ThreadMode::Single,
+                COURIER_THREAD_MODE_MULTI => ThreadMode::Multi,
+                m => return Err(invalid(&format!("unknown thread mode {m}"))),
+            };
+        }
+        let w = Worker::new(&c.ctx, p)?;
+        let h = Box::new(courier_worker_t {
+            w,
+            polled: PolledList::default(),
+        });
+        unsafe { *out = Box::into_raw(h) };
+        Ok(COURIER_OK)
+    })
+}
+
+/// Destroy a worker handle. Endpoints, listeners and requests made from it keep the
+/// worker's state alive until they are released; release them first.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn courier_worker_destroy(worker: *mut courier_worker_t) {
+    boundary_or((), || {
+        if !worker.is_null() {
+            // SAFETY: made by courier_worker_create; destroyed once.
+            drop(unsafe { Box::from_raw(worker) });
+        }
+    })
+}
+
+/// Make progress: handle arrivals, retry queued sends, run callbacks. Returns how many
+/// events were handled (0 for a NULL worker or the wrong thread).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn courier_worker_progress(worker: *const courier_worker_t) -> u32 {
+    boundary_or(0, || match unsafe { worker.as_ref() } {
+        Some(w) => {
+            let n = w.progress_all();
+            n.min(u32::MAX as usize) as u32
+        }
+        None => 0,
+    })
+}
+
+/// Prepare to sleep. `*armed_out = true`: nothing is waiting and the event fd will wake on
+/// the next arrival; `false`: progress instead. Needs `COURIER_FEATURE_WAKEUP`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn courier_worker_arm(
+    worker: *const courier_worker_t,
+    armed_out: *mut bool,
+) -> courier_status_t {
+    boundary(|| {
+        let w = unsafe { arg(worker, "worker") }?;
+        let out = out_arg(armed_out, "armed_out")?;
+        let armed = w.w.arm()?;
+        unsafe { *out = armed };
+        Ok(COURIER_OK)
+    })
+}
+
+/// Sleep until something arrives, `courier_worker_signal` is called, or `timeout_ms`
+/// passes (negative: no limit). Returns at once if there is work to progress.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn courier_worker_wait(
+    worker: *const courier_worker_t,
+    timeout_ms: i64,
+) -> courier_status_t {
+    boundary(|| {
+        let w = unsafe { arg(worker, "worker") }?;
+        let t = u64::try_from(timeout_ms).ok().map(Duration::from_millis);
+        w.w.wait(t)?;
+        Ok(COURIER_OK)
+    })
+}
+
+/// Wake a thread sleeping in `courier_worker_wait` or on the event fd. Callable from any
+/// thread, also for a single-thread worker.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn courier_worker_signal(
+    worker: *const courier_worker_t,
+) -> courier_status_t {
+    boundary(|| {
+        unsafe { arg(worker, "worker") }?.w.signal()?;
+        Ok(COURIER_OK)
+    })
+}
+
+/// An fd that becomes readable when the worker has work (after arming); add it to your own
+/// poll loop. Owned by the worker: do not close it.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn courier_worker_event_fd(
+    worker: *const courier_worker_t,
+    fd_out: *mut i32,
+) -> courier_status_t {
+    boundary(|| {
+        let w = unsafe { arg(worker, "worker") }?;
+        let out = out_arg(fd_out, "fd_out")?;
+        unsafe { *out = w.w.event_fd() };
+        Ok(COURIER_OK)
+    })
+}
+
+/// This worker's address for peers to connect to (`courier_ep_create` with
+/// `COURIER_EP_FIELD_REMOTE_ADDRESS`). Release `*address_out` with `courier_buffer_free`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn courier_worker_address(
+    worker: *const courier_worker_t,
+    address_out: *mut *mut c_void,
+    length_out: *mut usize,
+) -> courier_status_t {
+    boundary(|| {
+        let w = unsafe { arg(worker, "worker") }?;
+        let out = out_arg(address_out, "address_out")?;
+        let len_out = out_arg(length_out, "length_out")?;
+        let a = w.w.address()?;
+        // SAFETY: plain allocation; released by courier_buffer_free (free).
+        let p = unsafe { libc::malloc(a.len().max(1)) } as *mut u8;
+        if p.is_null() {
+            return Err(courier_core::Error::new(
+                courier_core::Status::NoMemory,
+                "malloc failed",
+            ));
+        }
+        unsafe {
+            std::ptr::copy_nonoverlapping(a.as_ptr(), p, a.len());
+            *out = p as *mut c_void;
+            *len_out = a.len();
+        }
+        Ok(COURIER_OK)
+    })
+}
+
+/// Release a buffer the library allocated for the caller (NULL is fine).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn courier_buffer_free(buffer: *mut c_void) {
+    // SAFETY: allocated with malloc by the library, or NULL.
+    unsafe { libc::free(buffer) }
+}
+
+/// The next endpoint a peer opened to this worker by its address (passive side).
+/// `COURIER_ERR_NO_MESSAGE` if there is none now. Endpoints made through a listener go to
+/// its connection handler instead. Close it like any endpoint. It has no error handler
+/// (the library cannot attach one to an incoming endpoint yet).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn courier_worker_incoming_ep(
+    worker: *const courier_worker_t,
+    ep_out: *mut *mut courier_ep_t,
+) -> courier_status_t {
+    boundary(|| {
+        let w = unsafe { arg(worker, "worker") }?;
+        let out = out_arg(ep_out, "ep_out")?;
+        match w.w.incoming_endpoint() {
+            Some(ep) => {
+                unsafe { *out = courier_ep_t::new_owned(ep, None) };
+                Ok(COURIER_OK)
+            }
+            None => Ok(COURIER_ERR_NO_MESSAGE),
+        }
+    })
+}
