@@ -84,7 +84,8 @@ impl Context {
             .iter()
             .map(|(k, v)| (k.as_str(), v.as_str()))
             .collect();
-        let cfg = Config::from_env_with(&over)?;
+        let mut cfg = Config::from_env_with(&over)?;
+        cfg.wakeup = params.features.wakeup;
         log::init(cfg.log_level);
         let name = params
             .name

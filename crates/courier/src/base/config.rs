@@ -126,6 +126,9 @@ pub struct Config {
     pub tcp_rcvbuf: usize,
     /// TCP connect timeout.
     pub tcp_connect_timeout: Duration,
+    /// Whether this process may sleep on its event fd (the context's `wakeup` feature; not
+    /// an environment variable). Without it, shared-memory peers skip the wakeup protocol.
+    pub wakeup: bool,
 }
 
 /// Transport names known to Courier.
@@ -401,6 +404,7 @@ impl Config {
             tcp_sndbuf: size("COURIER_TCP_SNDBUF")?,
             tcp_rcvbuf: size("COURIER_TCP_RCVBUF")?,
             tcp_connect_timeout: dur("COURIER_TCP_CONNECT_TIMEOUT")?,
+            wakeup: true,
             raw,
         })
     }

@@ -35,6 +35,10 @@ pub(super) struct FifoCtl {
     tail: Line<AtomicU64>,
     /// Non-zero: the consumer sleeps and wants a wakeup byte.
     armed: Line<AtomicU32>,
+    /// Non-zero: the consumer may sleep at all (its context asked for wakeup). Written by
+    /// the consumer's side during the handshake, before the producer's first frame; the
+    /// producer pays the store-load fence of the wakeup protocol only when it is set.
+    sleeper: Line<AtomicU32>,
 }
 const _: () = assert!(std::mem::size_of::<FifoCtl>() <= CTL_SIZE);
 
@@ -179,6 +183,10 @@ impl Producer {
         h.ncells.store(k as u32, Relaxed);
         h.seq.store(self.head + 1, Release);
         self.head += k as u64;
+        if self.f.ctl().sleeper.0.load(Relaxed) == 0 {
+            // This consumer never sleeps: no wakeup protocol, no fence.
+            return Ok(false);
+        }
         // Pairs with the fence in `Consumer::arm`: either we see `armed`, or the consumer
         // sees our `seq` before it sleeps.
         fence(SeqCst);
@@ -297,9 +305,10 @@ impl Consumer {
         self.f.hdr(idx).seq.load(Acquire) == self.head + 1
     }
 
-    /// Ask for a wakeup. `false` if a frame is already waiting (do not sleep).
+    /// Ask for a wakeup. `false` if a frame is already waiting (do not sleep), or if this
+    /// consumer declared it never sleeps (then its producer sends no wakeups).
     pub fn arm(&self) -> bool {
-        if self.cur.is_some() {
+        if self.cur.is_some() || self.f.ctl().sleeper.0.load(Relaxed) == 0 {
             return false;
         }
         let a = &self.f.ctl().armed.0;
@@ -310,6 +319,14 @@ impl Consumer {
             return false;
         }
         true
+    }
+}
+
+impl FifoRef {
+    /// Declare whether this FIFO's consumer may sleep (see `FifoCtl::sleeper`). Called by
+    /// the consumer's side before the handshake message that lets the producer start.
+    pub fn set_sleeper(&self, may_sleep: bool) {
+        self.ctl().sleeper.0.store(may_sleep as u32, Release);
     }
 }
 

@@ -569,6 +569,10 @@ pub fn connect(name: &[u8], cfg: &Config) -> Result<(Tx, Rx)> {
         0
     };
     confirm[8..12].copy_from_slice(&cflags.to_ne_bytes());
+    // Our incoming FIFO is the acceptor's outgoing one: say whether we may sleep before
+    // the confirmation lets it send.
+    // SAFETY: the mapping holds both FIFOs of `n` cells (checked at creation).
+    unsafe { FifoRef::new(map.base().add(segment::fifo_offset(n, 1)), n) }.set_sleeper(cfg.wakeup);
     send_all(&sock, &confirm, "setup confirmation")?;
     if abort {
         let who = if ours & F_CMA_REQUIRED != 0 {
@@ -626,6 +630,7 @@ pub struct Acceptor {
     epoll: OwnedFd,
     name: Vec<u8>,
     policy: CmaPolicy,
+    wakeup: bool,
     pending: Vec<Pending>,
     ready: VecDeque<(Tx, Rx)>,
 }
@@ -665,6 +670,7 @@ impl Acceptor {
             epoll: ep,
             name,
             policy: cfg.shm_cma,
+            wakeup: cfg.wakeup,
             pending: Vec::new(),
             ready: VecDeque::new(),
         })
@@ -791,6 +797,7 @@ impl Acceptor {
     /// Make progress on pending connection `i`.
     fn step(&mut self, i: usize) -> Step {
         let policy = self.policy;
+        let wakeup = self.wakeup;
         let p = &mut self.pending[i];
         let want = match p.stage {
             Stage::Hello { .. } => HELLO_LEN,
@@ -895,6 +902,11 @@ impl Acceptor {
                         Err(_) => {}
                     }
                 }
+                // Our incoming FIFO: say whether we may sleep before the reply lets the
+                // connector send.
+                // SAFETY: `segment::open` checked the mapping holds both FIFOs.
+                unsafe { FifoRef::new(map.base().add(segment::fifo_offset(ncells, 0)), ncells) }
+                    .set_sleeper(wakeup);
                 let mut r = [0u8; REPLY_LEN];
                 r[0..8].copy_from_slice(&REPLY_OK);
                 r[8..12].copy_from_slice(&rflags.to_ne_bytes());
