@@ -1,0 +1,735 @@
+#!/usr/bin/env python3
+"""Courier side-by-side benchmark: run plan, output parsing, aggregation, report and plots.
+
+Python 3.11, standard library only.  Sub-commands:
+
+  report.py plan [--quick]            print the run plan (one run description per line) for run.sh
+  report.py build --work DIR --out DIR
+                                      parse the runs listed in DIR/runs.tsv, write OUT/results/raw.json,
+                                      OUT/RESULTS.md and OUT/results/*.svg
+  report.py render --out DIR          re-render RESULTS.md and the plots from OUT/results/raw.json
+  report.py selftest                  check the parsers on canned outputs
+
+Metric conventions (same as ucx_perftest's -f row):
+  lat  = 50%ile latency in usec (one-way for ping-pong tests; per operation otherwise)
+  bw   = overall bandwidth in MB/s where MB = 2^20 bytes
+  mr   = overall message rate in msg/s
+fi_pingpong prints decimal MB/s; it is converted to 2^20-byte MB/s here.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import statistics
+import subprocess
+import sys
+from datetime import datetime, timezone
+from xml.sax.saxutils import escape
+
+KIB = 1024
+MIB = 1024 * 1024
+
+# ---------------------------------------------------------------------------------------------
+# What to measure.  `metric` picks the number the ratio is computed on; `op` says which way is
+# better; `fi` says whether a fi_pingpong run of the same size and transport is shown beside it.
+# ---------------------------------------------------------------------------------------------
+TARGETS = [
+    dict(tls="shm", test="tag_lat", size=8, metric="lat", op="<=", target=0.8, fi=True),
+    dict(tls="shm", test="tag_bw", size=8, metric="mr", op=">=", target=1.25, fi=False),
+    dict(tls="shm", test="tag_bw", size=16 * MIB, metric="bw", op=">=", target=2.0, fi=True),
+    dict(tls="shm", test="ucp_am_lat", size=8, metric="lat", op="<=", target=0.8, fi=False),
+    dict(tls="shm", test="ucp_put_lat", size=8, metric="lat", op="<=", target=1.0, fi=False),
+    dict(tls="shm", test="ucp_fadd", size=8, metric="lat", op="<=", target=1.0, fi=False),
+    dict(tls="tcp", test="tag_lat", size=8, metric="lat", op="<=", target=1.0, fi=True),
+    dict(tls="tcp", test="tag_bw", size=8, metric="mr", op=">=", target=3.0, fi=False),
+    dict(tls="tcp", test="tag_bw", size=1 * MIB, metric="bw", op=">=", target=1.2, fi=True),
+    dict(tls="tcp", test="ucp_put_bw", size=1 * MIB, metric="bw", op=">=", target=4.0, fi=False),
+    dict(tls="tcp", test="ucp_get", size=1 * MIB, metric="bw", op=">=", target=4.0, fi=False),
+    dict(tls="tcp", test="ucp_fadd", size=8, metric="lat", op="<=", target=0.8, fi=False),
+]
+
+# Iteration counts of the full run (BENCH_QUICK=1 divides them by 10).  Small messages: 200k,
+# except round-trip tests over TCP: 50k (a TCP round trip costs ~10x more, and on a loaded
+# 2-core machine 200k TCP ping-pongs take 30-45 s each); 2000 for 1 MiB; 200 for 16 MiB.
+# fi_pingpong is a reference column only and gets a quarter of them for large messages.
+def target_iters(tls: str, size: int, tool: str = "", test: str = "pingpong") -> int:
+    if size <= 64 * KIB:
+        streaming = test.endswith("_bw")
+        return 200_000 if tls == "shm" or streaming else 50_000
+    n = 2_000 if size <= 1 * MIB else 200
+    return n // 4 if tool == "fi" else n
+
+
+def warmup_for(iters: int) -> int:
+    return max(1, min(10_000, iters // 10))
+
+
+SWEEP_SIZES = [4 ** k for k in range(13)]  # 1 B .. 16 MiB, powers of 4
+SWEEP_TESTS = ["tag_lat", "tag_bw"]
+SWEEP_TLS = ["shm", "tcp"]
+
+
+def sweep_iters(tls: str, test: str, size: int) -> int:
+    if test.endswith("_lat"):
+        cap, volume, floor = 20_000, 256 << 20, 16  # up to 256 MiB moved each way
+    else:
+        cap, volume, floor = 100_000, 512 << 20, 32  # up to 512 MiB streamed
+    if tls == "tcp":
+        cap //= 2
+    return max(floor, min(cap, volume // size))
+
+
+WINDOWS = {"tag_bw": 32, "tag_sync_bw": 32, "ucp_put_bw": 32, "ucp_am_bw": 32}
+
+METRIC_NAMES = {
+    "lat": "50%ile latency (usec)",
+    "bw": "overall bandwidth (MB/s)",
+    "mr": "overall message rate (msg/s)",
+}
+
+
+def plan(quick: bool) -> list[str]:
+    """Lines: kind tls test size iters warmup window tools(comma list)."""
+    div = 10 if quick else 1
+    lines = []
+    fi_done = set()
+    for t in TARGETS:
+        n = max(10, target_iters(t["tls"], t["size"], "", t["test"]) // div)
+        w = warmup_for(n)
+        win = WINDOWS.get(t["test"], 1)
+        lines.append(f"target {t['tls']} {t['test']} {t['size']} {n} {w} {win} courier,ucx")
+        key = (t["tls"], t["size"])
+        if t["fi"] and key not in fi_done:
+            fi_done.add(key)
+            nf = max(10, target_iters(t["tls"], t["size"], "fi") // div)
+            lines.append(f"target {t['tls']} pingpong {t['size']} {nf} 0 1 fi")
+    for tls in SWEEP_TLS:
+        for test in SWEEP_TESTS:
+            for size in SWEEP_SIZES:
+                n = max(8, sweep_iters(tls, test, size) // div)
+                w = max(1, min(1000, n // 10))
+                lines.append(f"sweep {tls} {test} {size} {n} {w} {WINDOWS.get(test, 1)} courier,ucx")
+    return lines
+
+
+# ---------------------------------------------------------------------------------------------
+# Parsing
+# ---------------------------------------------------------------------------------------------
+NUM = r"[-+]?(?:(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|inf|nan)"
+ROW8 = re.compile(r"^\s*(?:Final:|\[thread \d+\])?\s*((?:" + NUM + r"\s+){7}" + NUM + r")\s*$")
+FIELDS8 = ["iterations", "lat_p50_us", "lat_avg_us", "lat_overall_us",
+           "bw_avg_mbs", "bw_overall_mbs", "mr_avg", "mr_overall"]
+
+
+def parse_row8(text: str) -> dict | None:
+    """Last row of eight numbers (ucx_perftest / courier perf -f, optionally 'Final:'-labelled)."""
+    found = None
+    for line in text.splitlines():
+        m = ROW8.match(line)
+        if m:
+            found = m.group(1)
+    if found is None:
+        return None
+    vals = [float(x) for x in found.split()]
+    # ucx_perftest prints "inf" for an average over an empty interval: keep JSON standard
+    return {k: (v if math.isfinite(v) else None) for k, v in zip(FIELDS8, vals)}
+
+
+def parse_courier_json(text: str) -> dict | None:
+    obj = None
+    for line in text.splitlines():
+        line = line.strip()
+        if line.startswith("{") and line.endswith("}"):
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError:
+                pass
+    if obj is None:
+        return None
+    g = obj.get
+    out = {
+        "iterations": g("iterations"),
+        "lat_p50_us": g("latency_percentile_us"),
+        "lat_avg_us": g("latency_avg_us"),
+        "lat_overall_us": g("latency_overall_us"),
+        "bw_avg_mbs": g("bandwidth_avg_mbs"),
+        "bw_overall_mbs": g("bandwidth_overall_mbs"),
+        "mr_avg": g("msgrate_avg"),
+        "mr_overall": g("msgrate_overall"),
+    }
+    if g("transport") is not None:
+        out["courier_transport"] = g("transport")
+    if g("window") is not None:
+        out["window"] = g("window")
+    return out
+
+
+_SUFFIX = {"": 1, "k": 1e3, "m": 1e6, "g": 1e9}
+
+
+def _fi_count(tok: str) -> float:
+    m = re.fullmatch(r"=?(" + NUM + r")([kmgKMG]?)", tok)
+    if not m:
+        return float("nan")
+    return float(m.group(1)) * _SUFFIX[m.group(2).lower()]
+
+
+def parse_fi(text: str) -> dict | None:
+    """fi_pingpong: 'bytes #sent #ack total time MB/sec usec/xfer Mxfers/sec' then one row."""
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
+        if line.split()[:2] == ["bytes", "#sent"]:
+            for row in lines[i + 1:]:
+                f = row.split()
+                if len(f) >= 8:
+                    try:
+                        mbs_dec = float(f[5])
+                        usec = float(f[6])
+                    except ValueError:
+                        continue
+                    return {
+                        "iterations": _fi_count(f[1]),
+                        "lat_p50_us": usec,  # fi_pingpong only has the mean; shown as latency
+                        "lat_avg_us": usec,
+                        "lat_overall_us": usec,
+                        "bw_avg_mbs": mbs_dec * 1e6 / MIB,
+                        "bw_overall_mbs": mbs_dec * 1e6 / MIB,
+                        "mr_avg": 1e6 / usec if usec > 0 else None,
+                        "mr_overall": 1e6 / usec if usec > 0 else None,
+                        "fi_mbs_decimal": mbs_dec,
+                        "fi_time": f[4],
+                    }
+    return None
+
+
+def tail(path: str, n: int = 600) -> str:
+    try:
+        with open(path, "r", errors="replace") as fh:
+            data = fh.read()
+    except OSError:
+        return ""
+    return data[-n:]
+
+
+def read(path: str) -> str:
+    try:
+        with open(path, "r", errors="replace") as fh:
+            return fh.read()
+    except OSError:
+        return ""
+
+
+RUN_COLS = ["id", "kind", "tool", "tls", "test", "size", "rep", "iters", "warmup", "window",
+            "rc", "elapsed_s", "port", "cmd", "out", "err", "srv_out", "srv_err", "env"]
+
+
+def parse_runs(work: str) -> list[dict]:
+    runs = []
+    path = os.path.join(work, "runs.tsv")
+    for line in read(path).splitlines():
+        if not line.strip():
+            continue
+        cols = line.split("\t")
+        if len(cols) < len(RUN_COLS):
+            cols += [""] * (len(RUN_COLS) - len(cols))
+        r = dict(zip(RUN_COLS, cols))
+        for k in ("size", "rep", "iters", "warmup", "window", "rc", "port"):
+            try:
+                r[k] = int(r[k])
+            except ValueError:
+                r[k] = None
+        try:
+            r["elapsed_s"] = float(r["elapsed_s"])
+        except ValueError:
+            r["elapsed_s"] = None
+        out, err = read(r["out"]), read(r["err"])
+        srv_err = read(r["srv_err"])
+        nums = None
+        if r["tool"] == "courier":
+            nums = parse_courier_json(out) or parse_row8(out)
+        elif r["tool"] == "ucx":
+            nums = parse_row8(out)
+        elif r["tool"] == "fi":
+            nums = parse_fi(out)
+        rc = r["rc"]
+        unsupported = (r["tool"] == "courier" and (rc == 2 or "not supported" in err.lower()))
+        if rc in (124, 137):
+            status = "timeout"
+        elif unsupported:
+            status = "unsupported"
+        elif rc == 0 and nums:
+            status = "ok"
+        else:
+            status = "failed"
+        rec = {
+            "id": r["id"], "kind": r["kind"], "tool": r["tool"], "transport": r["tls"],
+            "test": r["test"], "size": r["size"], "rep": r["rep"], "iters": r["iters"],
+            "warmup": r["warmup"], "window": r["window"], "rc": rc, "status": status,
+            "elapsed_s": r["elapsed_s"], "port": r["port"], "env": r["env"], "cmd": r["cmd"],
+            "numbers": nums if status == "ok" else None,
+        }
+        if status != "ok":
+            msg = (err.strip() or out.strip())[-400:]
+            if srv_err.strip():
+                msg += " | server: " + srv_err.strip()[-200:]
+            rec["message"] = msg
+        runs.append(rec)
+    return runs
+
+
+# ---------------------------------------------------------------------------------------------
+# Machine / version facts
+# ---------------------------------------------------------------------------------------------
+def sh(cmd: list[str], first_line: bool = True) -> str:
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.SubprocessError) as e:
+        return f"unavailable ({type(e).__name__})"
+    text = (p.stdout or p.stderr).strip()
+    if not text:
+        return "unavailable"
+    return text.splitlines()[0] if first_line else text
+
+
+def collect_meta(work: str) -> dict:
+    meta = {}
+    for line in read(os.path.join(work, "meta.tsv")).splitlines():
+        if "\t" in line:
+            k, v = line.split("\t", 1)
+            meta[k] = v
+    cpu = "unknown"
+    for line in read("/proc/cpuinfo").splitlines():
+        if line.startswith("model name"):
+            cpu = line.split(":", 1)[1].strip()
+            break
+    meta.setdefault("nproc", sh(["nproc"]))
+    meta["cpu_model"] = cpu
+    meta["kernel"] = sh(["uname", "-r"])
+    meta["os"] = next((l.split("=", 1)[1].strip('"') for l in read("/etc/os-release").splitlines()
+                       if l.startswith("PRETTY_NAME=")), "unknown")
+    meta["ucx_version"] = sh(["ucx_info", "-v"])
+    fi = sh(["fi_info", "--version"], first_line=False)
+    meta["fi_version"] = "; ".join(fi.splitlines()) if fi else fi
+    courier = meta.get("courier_bin", "courier")
+    meta["courier_version"] = sh([courier, "info", "-v"])
+    return meta
+
+
+# ---------------------------------------------------------------------------------------------
+# Aggregation
+# ---------------------------------------------------------------------------------------------
+def metric_value(nums: dict, metric: str) -> float | None:
+    key = {"lat": "lat_p50_us", "bw": "bw_overall_mbs", "mr": "mr_overall"}[metric]
+    v = nums.get(key)
+    return float(v) if v is not None else None
+
+
+def select(runs, kind, tool, tls, test, size):
+    return [r for r in runs if r["kind"] == kind and r["tool"] == tool and r["transport"] == tls
+            and r["test"] == test and r["size"] == size]
+
+
+def summarize(sel: list[dict], metric: str) -> dict:
+    vals = [metric_value(r["numbers"], metric) for r in sel if r["status"] == "ok"]
+    vals = [v for v in vals if v is not None and math.isfinite(v)]
+    statuses = sorted({r["status"] for r in sel})
+    out = {"n": len(vals), "runs": len(sel), "statuses": statuses, "values": vals}
+    if vals:
+        out["median"] = statistics.median(vals)
+        out["min"] = min(vals)
+        out["max"] = max(vals)
+    return out
+
+
+def fmt_num(v: float | None, metric: str) -> str:
+    if v is None:
+        return "—"
+    if metric == "mr":
+        return f"{v:,.0f}"
+    if metric == "bw":
+        return f"{v:,.1f}" if v >= 100 else f"{v:.2f}"
+    return f"{v:.3f}" if v < 10 else f"{v:,.1f}"
+
+
+def fmt_size(n: int) -> str:
+    if n >= MIB and n % MIB == 0:
+        return f"{n // MIB} MiB"
+    if n >= KIB and n % KIB == 0:
+        return f"{n // KIB} KiB"
+    return f"{n} B"
+
+
+def fmt_size_short(n: int) -> str:
+    if n >= MIB and n % MIB == 0:
+        return f"{n // MIB}M"
+    if n >= KIB and n % KIB == 0:
+        return f"{n // KIB}K"
+    return str(n)
+
+
+def cell(s: dict, metric: str) -> str:
+    if "median" not in s:
+        if not s["runs"]:
+            return "not run"
+        if "unsupported" in s["statuses"]:
+            return "not supported yet"
+        return "/".join(s["statuses"]) or "—"
+    txt = fmt_num(s["median"], metric)
+    if s["n"] > 1:
+        txt += f" <sub>({fmt_num(s['min'], metric)}–{fmt_num(s['max'], metric)}, n={s['n']})</sub>"
+    extra = [st for st in s["statuses"] if st != "ok"]
+    if extra:
+        txt += f" <sub>[{s['runs'] - s['n']} {'/'.join(extra)}]</sub>"
+    return txt
+
+
+def target_rows(runs: list[dict]) -> list[dict]:
+    rows = []
+    for t in TARGETS:
+        c = summarize(select(runs, "target", "courier", t["tls"], t["test"], t["size"]), t["metric"])
+        u = summarize(select(runs, "target", "ucx", t["tls"], t["test"], t["size"]), t["metric"])
+        f = (summarize(select(runs, "target", "fi", t["tls"], "pingpong", t["size"]), t["metric"])
+             if t["fi"] else None)
+        ratio = None
+        if "median" in c and "median" in u and u["median"]:
+            ratio = c["median"] / u["median"]
+        if ratio is not None:
+            ok = ratio <= t["target"] if t["op"] == "<=" else ratio >= t["target"]
+            verdict = "PASS" if ok else "MISS"
+        elif "unsupported" in c["statuses"] and "median" not in c:
+            verdict = "not supported yet"
+        elif not u["runs"]:
+            verdict = "no UCX"
+        elif "median" not in u:
+            verdict = "UCX failed"
+        elif "median" not in c:
+            verdict = "Courier failed"
+        else:
+            verdict = "—"
+        rows.append(dict(t, courier=c, ucx=u, fi=f, ratio=ratio, verdict=verdict))
+    return rows
+
+
+def sweep_series(runs: list[dict]) -> dict:
+    """{(tls, test, tool): [(size, median)]} with metric lat for *_lat and bw for *_bw."""
+    series = {}
+    for tls in SWEEP_TLS:
+        for test in SWEEP_TESTS:
+            metric = "lat" if test.endswith("_lat") else "bw"
+            for tool in ("courier", "ucx"):
+                pts = []
+                for size in SWEEP_SIZES:
+                    s = summarize(select(runs, "sweep", tool, tls, test, size), metric)
+                    pts.append((size, s.get("median"), s))
+                series[(tls, test, tool)] = pts
+    return series
+
+
+# ---------------------------------------------------------------------------------------------
+# SVG plots (stdlib only): log2 x axis, log10 y axis, lines with markers, legend
+# ---------------------------------------------------------------------------------------------
+COLORS = {"courier": "#d62728", "ucx": "#1f77b4"}
+LABELS = {"courier": "Courier", "ucx": "UCX ucx_perftest"}
+MARKERS = {"courier": "circle", "ucx": "square"}
+
+
+def _nice_ticks(lo: float, hi: float) -> list[float]:
+    e0, e1 = math.floor(math.log10(lo)), math.ceil(math.log10(hi))
+    mult = [1] if e1 - e0 > 3 else [1, 2, 5]
+    ticks = []
+    for e in range(e0, e1 + 1):
+        for m in mult:
+            v = m * 10.0 ** e
+            if lo <= v <= hi:
+                ticks.append(v)
+    return ticks
+
+
+def _fmt_tick(v: float) -> str:
+    if v >= 1e6:
+        return f"{v / 1e6:g}M"
+    if v >= 1e4:
+        return f"{v / 1e3:g}K"
+    return f"{v:g}"
+
+
+def svg_plot(path: str, title: str, ylabel: str, series: dict[str, list[tuple[int, float]]]) -> None:
+    W, H = 760, 470
+    L, R, T, B = 80, 30, 50, 60
+    pw, ph = W - L - R, H - T - B
+    xs = [s for pts in series.values() for s, v in pts if v]
+    ys = [v for pts in series.values() for s, v in pts if v and v > 0]
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" '
+           f'viewBox="0 0 {W} {H}" font-family="Helvetica, Arial, sans-serif" font-size="12">',
+           f'<rect x="0" y="0" width="{W}" height="{H}" fill="white"/>',
+           f'<text x="{W / 2}" y="24" text-anchor="middle" font-size="16" font-weight="bold">'
+           f'{escape(title)}</text>']
+    if not ys:
+        out.append(f'<text x="{W / 2}" y="{H / 2}" text-anchor="middle">no data</text></svg>')
+        with open(path, "w") as fh:
+            fh.write("\n".join(out) + "\n")
+        return
+    x_lo, x_hi = math.log2(min(xs)), math.log2(max(xs))
+    if x_hi == x_lo:
+        x_hi += 1
+    y_lo = 10 ** math.floor(math.log10(min(ys)))
+    y_hi = 10 ** math.ceil(math.log10(max(ys)))
+    if y_hi <= y_lo:
+        y_hi = y_lo * 10
+    ly_lo, ly_hi = math.log10(y_lo), math.log10(y_hi)
+
+    def px(x):
+        return L + (math.log2(x) - x_lo) / (x_hi - x_lo) * pw
+
+    def py(y):
+        return T + ph - (math.log10(y) - ly_lo) / (ly_hi - ly_lo) * ph
+
+    # grid and ticks
+    for v in _nice_ticks(y_lo, y_hi):
+        y = py(v)
+        out.append(f'<line x1="{L}" y1="{y:.1f}" x2="{L + pw}" y2="{y:.1f}" stroke="#e0e0e0"/>')
+        out.append(f'<text x="{L - 6}" y="{y + 4:.1f}" text-anchor="end">{_fmt_tick(v)}</text>')
+    for s in sorted(set(xs)):
+        x = px(s)
+        out.append(f'<line x1="{x:.1f}" y1="{T}" x2="{x:.1f}" y2="{T + ph}" stroke="#eeeeee"/>')
+        out.append(f'<text x="{x:.1f}" y="{T + ph + 16}" text-anchor="middle">{fmt_size_short(s)}</text>')
+    out.append(f'<rect x="{L}" y="{T}" width="{pw}" height="{ph}" fill="none" stroke="black"/>')
+    out.append(f'<text x="{L + pw / 2}" y="{H - 16}" text-anchor="middle">message size (bytes, log scale)</text>')
+    out.append(f'<text x="18" y="{T + ph / 2}" text-anchor="middle" '
+               f'transform="rotate(-90 18 {T + ph / 2})">{escape(ylabel)} (log scale)</text>')
+    # series
+    for i, (tool, pts) in enumerate(series.items()):
+        col = COLORS.get(tool, "#333333")
+        good = [(s, v) for s, v in pts if v and v > 0]
+        if len(good) > 1:
+            d = " ".join(f"{px(s):.1f},{py(v):.1f}" for s, v in good)
+            out.append(f'<polyline points="{d}" fill="none" stroke="{col}" stroke-width="2"/>')
+        for s, v in good:
+            if MARKERS.get(tool) == "square":
+                out.append(f'<rect x="{px(s) - 3.5:.1f}" y="{py(v) - 3.5:.1f}" width="7" height="7" fill="{col}"/>')
+            else:
+                out.append(f'<circle cx="{px(s):.1f}" cy="{py(v):.1f}" r="3.5" fill="{col}"/>')
+        # legend
+        lx, ly = L + 14, T + 16 + i * 20
+        out.append(f'<line x1="{lx}" y1="{ly}" x2="{lx + 26}" y2="{ly}" stroke="{col}" stroke-width="2"/>')
+        out.append(f'<text x="{lx + 32}" y="{ly + 4}">{escape(LABELS.get(tool, tool))}</text>')
+    out.append("</svg>")
+    with open(path, "w") as fh:
+        fh.write("\n".join(out) + "\n")
+
+
+# ---------------------------------------------------------------------------------------------
+# RESULTS.md
+# ---------------------------------------------------------------------------------------------
+def render(doc: dict, outdir: str) -> None:
+    runs, meta = doc["runs"], doc["meta"]
+    resdir = os.path.join(outdir, "results")
+    os.makedirs(resdir, exist_ok=True)
+    rows = target_rows(runs)
+    series = sweep_series(runs)
+    have_ucx = meta.get("have_ucx", "1") == "1"
+    have_fi = meta.get("have_fi", "1") == "1"
+
+    plots = []
+    for tls in SWEEP_TLS:
+        for test, name, ylabel in (("tag_lat", "latency", "50%ile one-way latency (usec)"),
+                                   ("tag_bw", "bandwidth", "bandwidth (MB/s, 2^20 B)")):
+            data = {tool: [(s, v) for s, v, _ in series[(tls, test, tool)]] for tool in ("courier", "ucx")}
+            if not any(v for pts in data.values() for _, v in pts):
+                continue
+            fname = f"{name}_{tls}.svg"
+            svg_plot(os.path.join(resdir, fname), f"{test} {name} vs message size — {tls}", ylabel, data)
+            plots.append((fname, f"{test} {name}, {tls}"))
+
+    L = []
+    L.append("# Courier vs UCX — side-by-side benchmarks\n")
+    L.append("Generated by `make bench` (`bench/run.sh` → `bench/report.py`). "
+             "Raw runs: [`results/raw.json`](results/raw.json).\n")
+    L.append(f"- Date: {meta.get('date_start', '?')} → {meta.get('date_end', '?')} "
+             f"(wall time {meta.get('duration', '?')})")
+    L.append(f"- Machine: {meta.get('nproc', '?')} CPUs, {meta.get('cpu_model', '?')}; "
+             f"kernel {meta.get('kernel', '?')}; {meta.get('os', '?')}; load average "
+             f"{meta.get('loadavg_start', '?')} at the start, {meta.get('loadavg_end', '?')} at the end")
+    L.append(f"- Courier: `{meta.get('courier_version', '?')}`")
+    L.append(f"- UCX: `{meta.get('ucx_version', '?')}`" + ("" if have_ucx else " — **not available**"))
+    L.append(f"- libfabric: `{meta.get('fi_version', '?')}`" + ("" if have_fi else " — **not available**"))
+    L.append(f"- Settings: {meta.get('reps', '?')} repetitions per target test "
+             f"(`BENCH_REPS`), sweeps {meta.get('sweep_reps', '?')} repetition(s) per point, "
+             f"quick mode {'on' if meta.get('quick') == '1' else 'off'} (`BENCH_QUICK`); "
+             f"server pinned to CPU {meta.get('server_cpu', '?')}, client to CPU "
+             f"{meta.get('client_cpu', '?')} (`taskset`); Courier and ucx_perftest alternate run by run.")
+    L.append("- Transports: **shm** = both defaults (Courier without `COURIER_TLS`, UCX without "
+             "`UCX_TLS`; UCX picks its own shared-memory/CMA lanes); **tcp** = `COURIER_TLS=tcp` vs "
+             "`UCX_TLS=tcp`. fi_pingpong uses `-p shm -e rdm` / `-p tcp -e rdm -d lo`.")
+    if meta.get("install_note"):
+        L.append(f"- Install: {meta['install_note']}")
+    if not have_ucx:
+        L.append("\n> **UCX (`ucx_perftest`) could not be installed on this machine; only Courier "
+                 "numbers are shown and no ratios are computed.**")
+    L.append("")
+
+    m = re.search(r"\d+\.\d+(?:\.\d+)?", meta.get("ucx_version", ""))
+    L.append(f"## Targets (Courier / UCX {m.group(0) if m else ''}, same machine, same run)\n")
+    L.append("Medians over repetitions, with (min–max, n) below. Latency rows use the 50%ile latency "
+             "(usec; `*_lat` are one-way, RTT/2; `ucp_fadd` is per operation); bandwidth rows the "
+             "overall bandwidth (MB/s, 2^20 B); message-rate rows the overall message rate (msg/s). "
+             "Ratio = Courier / UCX: lower is better for latency, higher for bandwidth and message rate. "
+             "fi_pingpong is a ping-pong (its usec/xfer is one-way; its bandwidth is ping-pong bandwidth, "
+             "not a windowed stream), shown for reference only.\n")
+    L.append("| Transport | Test | Size | Metric | Courier | UCX | fi_pingpong | Ratio | Target | Result |")
+    L.append("|---|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        fi = cell(r["fi"], r["metric"]) if r["fi"] is not None else "—"
+        ratio = f"{r['ratio']:.2f}" if r["ratio"] is not None else "—"
+        verdict = f"**{r['verdict']}**" if r["verdict"] in ("PASS", "MISS") else r["verdict"]
+        L.append(f"| {r['tls']} | {r['test']} | {fmt_size(r['size'])} | {METRIC_NAMES[r['metric']]} | "
+                 f"{cell(r['courier'], r['metric'])} | {cell(r['ucx'], r['metric'])} | {fi} | {ratio} | "
+                 f"{r['op']} {r['target']} | {verdict} |")
+    n_pass = sum(r["verdict"] == "PASS" for r in rows)
+    n_miss = sum(r["verdict"] == "MISS" for r in rows)
+    n_uns = sum(r["verdict"] == "not supported yet" for r in rows)
+    L.append(f"\n{n_pass} PASS, {n_miss} MISS, {n_uns} not supported yet by Courier, "
+             f"{len(rows) - n_pass - n_miss - n_uns} other.\n")
+
+    # transports Courier actually used
+    used = {}
+    for r in runs:
+        if r["tool"] == "courier" and r["numbers"] and r["numbers"].get("courier_transport"):
+            used.setdefault(r["transport"], set()).add(r["numbers"]["courier_transport"])
+    if used:
+        L.append("Transport Courier reported using: " +
+                 "; ".join(f"{k} runs → {', '.join(sorted(v))}" for k, v in sorted(used.items())) + ".\n")
+
+    L.append("## Size sweeps (OSU style)\n")
+    L.append("`tag_lat` (50%ile one-way latency, usec) and `tag_bw` (overall bandwidth, MB/s, window 32) "
+             "for message sizes 1 B .. 16 MiB in powers of 4; iterations shrink with size. "
+             "Median over the sweep repetitions.\n")
+    for tls in SWEEP_TLS:
+        L.append(f"### {tls}\n")
+        L.append("| Size | Courier lat (us) | UCX lat (us) | lat ratio | Courier bw (MB/s) | UCX bw (MB/s) | bw ratio |")
+        L.append("|---:|---:|---:|---:|---:|---:|---:|")
+        for i, size in enumerate(SWEEP_SIZES):
+            cl = series[(tls, "tag_lat", "courier")][i]
+            ul = series[(tls, "tag_lat", "ucx")][i]
+            cb = series[(tls, "tag_bw", "courier")][i]
+            ub = series[(tls, "tag_bw", "ucx")][i]
+
+            def v(p, m):
+                return fmt_num(p[1], m) if p[1] is not None else ("—" if not p[2]["runs"] else "/".join(p[2]["statuses"]))
+
+            lr = f"{cl[1] / ul[1]:.2f}" if cl[1] and ul[1] else "—"
+            br = f"{cb[1] / ub[1]:.2f}" if cb[1] and ub[1] else "—"
+            L.append(f"| {fmt_size(size)} | {v(cl, 'lat')} | {v(ul, 'lat')} | {lr} | "
+                     f"{v(cb, 'bw')} | {v(ub, 'bw')} | {br} |")
+        L.append("")
+    if plots:
+        L.append("## Plots\n")
+        for fname, cap in plots:
+            L.append(f"![{cap}](results/{fname})\n")
+
+    bad = [r for r in runs if r["status"] not in ("ok", "unsupported")]
+    uns = sorted({(r["transport"], r["test"]) for r in runs if r["status"] == "unsupported"})
+    L.append("## Run log\n")
+    L.append(f"{len(runs)} runs: {sum(r['status'] == 'ok' for r in runs)} ok, "
+             f"{sum(r['status'] == 'unsupported' for r in runs)} not supported by Courier yet "
+             f"({', '.join(f'{a}/{b}' for a, b in uns) or 'none'}), "
+             f"{sum(r['status'] == 'failed' for r in runs)} failed, "
+             f"{sum(r['status'] == 'timeout' for r in runs)} timed out.\n")
+    if bad:
+        L.append("| Tool | Transport | Test | Size | Rep | Status | rc | Message |")
+        L.append("|---|---|---|---|---|---|---|---|")
+        for r in bad[:60]:
+            msg = (r.get("message") or "").replace("|", "\\|").replace("\n", " ")[-200:]
+            L.append(f"| {r['tool']} | {r['transport']} | {r['test']} | {fmt_size(r['size'] or 0)} | "
+                     f"{r['rep']} | {r['status']} | {r['rc']} | {msg} |")
+        if len(bad) > 60:
+            L.append(f"\n… and {len(bad) - 60} more (see raw.json).")
+        L.append("")
+    L.append("Caveats: the machine is small and shared, so single numbers are noisy; the medians and "
+             "the min–max spread are what to read. UCX's \"default\" shared-memory transport is whatever "
+             "UCX 1.13.1 selects with `UCX_TLS` unset.")
+    with open(os.path.join(outdir, "RESULTS.md"), "w") as fh:
+        fh.write("\n".join(L) + "\n")
+
+
+# ---------------------------------------------------------------------------------------------
+# Self test of the parsers
+# ---------------------------------------------------------------------------------------------
+def selftest() -> None:
+    ucx = """+----+
+|     Test     | # iterations | 50.0%ile | average | overall |  average |  overall |  average  |  overall  |
++--------------+
+                       20000      0.256     0.380     0.380       20.05      20.05     2628463     2628463
+"""
+    r = parse_row8(ucx)
+    assert r and r["iterations"] == 20000 and r["lat_p50_us"] == 0.256 and r["mr_overall"] == 2628463, r
+    r = parse_row8("Final:                300000      4.903     4.962     5.109       12.30      11.95      201543      195742\n")
+    assert r and r["bw_overall_mbs"] == 11.95, r
+    r = parse_row8("        64  22549.883       inf 74645.532        0.00     214.35           0          13\n")
+    assert r and r["lat_p50_us"] == 22549.883 and r["lat_avg_us"] is None, r
+    cj = '{"bandwidth_avg_mbs":9.0,"bandwidth_overall_mbs":9.1,"iterations":20000,"latency_avg_us":0.8,' \
+         '"latency_overall_us":0.8,"latency_percentile_us":0.647,"msgrate_avg":1.0,"msgrate_overall":2.0,' \
+         '"transport":"shm","window":1}'
+    r = parse_courier_json("noise\n" + cj + "\n")
+    assert r and r["lat_p50_us"] == 0.647 and r["courier_transport"] == "shm", r
+    fi = """bytes   #sent   #ack     total       time     MB/sec    usec/xfer   Mxfers/sec
+1m      100     =100     200m        0.12s   1750.24     599.10       0.00
+"""
+    r = parse_fi(fi)
+    assert r and r["lat_p50_us"] == 599.10 and abs(r["bw_overall_mbs"] - 1750.24e6 / MIB) < 1e-6, r
+    assert r["iterations"] == 100
+    assert parse_fi("bytes   #sent\n") is None
+    assert len(plan(False)) > 0 and len(plan(True)) == len(plan(False))
+    print("selftest ok")
+
+
+def main(argv: list[str]) -> int:
+    if not argv:
+        print(__doc__)
+        return 2
+    cmd, args = argv[0], argv[1:]
+
+    def opt(name, default=None):
+        if name in args:
+            i = args.index(name)
+            return args[i + 1] if i + 1 < len(args) else default
+        return default
+
+    if cmd == "plan":
+        print("\n".join(plan("--quick" in args)))
+        return 0
+    if cmd == "selftest":
+        selftest()
+        return 0
+    outdir = opt("--out", os.path.dirname(os.path.abspath(__file__)))
+    raw = os.path.join(outdir, "results", "raw.json")
+    if cmd == "build":
+        work = opt("--work")
+        if not work:
+            print("build needs --work DIR", file=sys.stderr)
+            return 2
+        runs = parse_runs(work)
+        meta = collect_meta(work)
+        meta["generated"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        doc = {"schema": 1, "meta": meta, "targets": TARGETS, "runs": runs}
+        os.makedirs(os.path.dirname(raw), exist_ok=True)
+        with open(raw, "w") as fh:
+            json.dump(doc, fh, indent=1)
+        render(doc, outdir)
+        print(f"wrote {raw} ({len(runs)} runs), {os.path.join(outdir, 'RESULTS.md')}")
+        return 0
+    if cmd == "render":
+        with open(raw) as fh:
+            doc = json.load(fh)
+        render(doc, outdir)
+        print(f"wrote {os.path.join(outdir, 'RESULTS.md')}")
+        return 0
+    print(__doc__)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
