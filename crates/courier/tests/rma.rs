@@ -154,6 +154,39 @@ fn child_entry_main() -> bool {
             }
         }
         "signaler" => child_signaler(&w, &ep, &rk),
+        "remap" => {
+            // Write into the first region, then into a second one whose key arrives later
+            // (its owner unmapped the first: the fd number is likely reused).
+            let (a, alen) = rk[0].bounds();
+            ep.put(&vec![0x11u8; alen as usize], a, &rk[0])
+                .unwrap()
+                .wait()
+                .unwrap();
+            ep.flush().unwrap();
+            ep.tag_send(b"A", 0xa1).unwrap().wait().unwrap();
+            let mut kb = vec![0u8; 200];
+            let n = w
+                .tag_recv(&mut kb, 0xb, u64::MAX)
+                .unwrap()
+                .wait()
+                .unwrap()
+                .len;
+            let k2 = ep.rkey_unpack(&kb[..n]).unwrap();
+            let (b, blen) = k2.bounds();
+            ep.put(&vec![0x22u8; blen as usize], b, &k2)
+                .unwrap()
+                .wait()
+                .unwrap();
+            ep.flush().unwrap();
+            // The first key is stale now.
+            let e = ep
+                .put(&[1u8; 8], a, &rk[0])
+                .and_then(|r| r.wait())
+                .and_then(|_| ep.flush())
+                .expect_err("stale key");
+            assert_eq!(e.status(), Status::InvalidKey, "{e}");
+            ep.tag_send(b"B", 0xb1).unwrap().wait().unwrap();
+        }
         other => panic!("unknown role {other}"),
     }
     ep.flush().unwrap();
@@ -542,6 +575,51 @@ fn put_signal_never_before_data_shm() {
 #[test]
 fn put_signal_never_before_data_tcp() {
     signals("tcp");
+}
+
+fn remap(tls: &str) {
+    let (o, c) = owner(tls);
+    let a = c.mem_map(MemMapParams::allocate(4096)).unwrap();
+    let child = spawn(tls, "remap", o.port, &[a.pack_rkey().unwrap()], &[]);
+    let mut buf = [0u8; 1];
+    let mut r = o.w.tag_recv(&mut buf, 0xa1, u64::MAX).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !r.is_done() {
+        o.w.progress();
+        assert!(Instant::now() < deadline, "no word from the child");
+    }
+    drop(r);
+    // SAFETY: our region, idle now.
+    assert!(
+        unsafe { std::slice::from_raw_parts(a.as_ptr(), 4096) }
+            .iter()
+            .all(|&x| x == 0x11)
+    );
+    drop(a);
+    let b = c.mem_map(MemMapParams::allocate(4096)).unwrap();
+    let ep = o.eps.lock().unwrap()[0].clone();
+    ep.tag_send(&b.pack_rkey().unwrap(), 0xb)
+        .unwrap()
+        .wait()
+        .unwrap();
+    serve_until_done(&o, vec![child], || {});
+    // SAFETY: as above.
+    assert!(
+        unsafe { std::slice::from_raw_parts(b.as_ptr(), 4096) }
+            .iter()
+            .all(|&x| x == 0x22),
+        "writes through the new key did not reach the new region"
+    );
+}
+
+#[test]
+fn remapped_region_gets_the_writes_shm() {
+    remap("all");
+}
+
+#[test]
+fn remapped_region_gets_the_writes_tcp() {
+    remap("tcp");
 }
 
 #[test]

@@ -366,7 +366,8 @@ impl Endpoint {
             match reg.peer(&key) {
                 Ok(peer) => {
                     let seg = if key.region_fd >= 0 {
-                        peer.region(key.region_fd, key.length as usize).ok()
+                        peer.region(key.region, key.region_fd, key.length as usize)
+                            .ok()
                     } else {
                         None
                     };

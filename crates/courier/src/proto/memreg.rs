@@ -187,7 +187,9 @@ struct Region {
 pub(crate) struct PeerMaps {
     pidfd: OwnedFd,
     pub table: Mapping,
-    regions: Mutex<HashMap<i32, Arc<Mapping>>>,
+    /// Mapped region segments by region id (never reused), not by fd number (which the
+    /// owner's kernel reuses after an unmap).
+    regions: Mutex<HashMap<u64, Arc<Mapping>>>,
 }
 
 impl PeerMaps {
@@ -199,14 +201,30 @@ impl PeerMaps {
         Some(read_record(self.table.ptr, slot))
     }
 
-    /// Map the owner's region memfd `fd` of `len` bytes (cached).
-    pub(crate) fn region(&self, fd: i32, len: usize) -> Result<Arc<Mapping>> {
+    /// Map the owner's segment of region `region` (memfd `fd`, `len` bytes), cached per
+    /// region. The owner's record must still describe that region, so a segment is never
+    /// taken for a region that was unmapped (and its fd number reused) meanwhile.
+    pub(crate) fn region(&self, region: u64, fd: i32, len: usize) -> Result<Arc<Mapping>> {
         let mut g = self.regions.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(m) = g.get(&fd) {
+        if let Some(m) = g.get(&region) {
             if m.len >= len {
                 return Ok(m.clone());
             }
         }
+        if self
+            .record(region)
+            .is_none_or(|r| r.valid != 1 || r.region != region)
+        {
+            return Err(Error::new(
+                Status::InvalidKey,
+                "the region is no longer mapped by its owner",
+            ));
+        }
+        // Regions the owner has unmapped are dropped from the cache as we go.
+        g.retain(|id, _| {
+            self.record(*id)
+                .is_some_and(|r| r.valid == 1 && r.region == *id)
+        });
         let local = rustix::process::pidfd_getfd(
             &self.pidfd,
             fd,
@@ -228,7 +246,7 @@ impl PeerMaps {
             ));
         }
         let m = Arc::new(Mapping::map(&local, size)?);
-        g.insert(fd, m.clone());
+        g.insert(region, m.clone());
         Ok(m)
     }
 }
