@@ -303,9 +303,18 @@ impl Endpoint {
     pub fn flush(&self) -> Result<()> {
         let limit = self.flush_limit();
         let deadline = Instant::now() + limit;
+        // Everything sent has left and every acknowledged operation is answered; then the
+        // target confirms the unacknowledged puts, and reports any it refused.
+        let mut confirm: Option<u64> = None;
         loop {
             if self.with(Self::quiet)? {
-                return Ok(());
+                match confirm {
+                    None => match self.with(|st, e| st.rma_flush_start(e))? {
+                        None => return self.with(|st, e| st.rma_take_error(e).map_or(Ok(()), Err)),
+                        Some(id) => confirm = Some(id),
+                    },
+                    Some(_) => return self.with(|st, e| st.rma_take_error(e).map_or(Ok(()), Err)),
+                }
             }
             self.worker.progress();
             if Instant::now() > deadline {

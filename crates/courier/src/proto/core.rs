@@ -131,13 +131,18 @@ impl State {
         };
         if let Some(idx) = self.reqs.free.pop() {
             let s = &mut self.reqs.slots[idx as usize];
-            let generation = s.generation.wrapping_add(1);
+            let generation = s.generation.wrapping_add(1).max(1);
             *s = ReqSlot { generation, ..slot };
             make_id(generation, idx)
         } else {
+            // Generations start at 1, so no request id is 0: the wire uses 0 for "no
+            // request" (puts that are acknowledged only when refused).
             let idx = self.reqs.slots.len() as u32;
-            self.reqs.slots.push(slot);
-            make_id(0, idx)
+            self.reqs.slots.push(ReqSlot {
+                generation: 1,
+                ..slot
+            });
+            make_id(1, idx)
         }
     }
 
@@ -215,6 +220,8 @@ impl State {
             conn_id: 0,
             peer_worker: 0,
             rx_busy: false,
+            rma_unacked: false,
+            rma_error: None,
         };
         if let Some(idx) = self.eps.free.pop() {
             let s = &mut self.eps.slots[idx as usize];
@@ -410,10 +417,14 @@ impl State {
                     }) = p
                     {
                         let kind = hdr.as_bytes()[0];
-                        if kind == Kind::TagEager as u8
-                            || kind == Kind::Am as u8
-                            || kind == Kind::Stream as u8
-                        {
+                        let eager = [
+                            Kind::TagEager,
+                            Kind::Am,
+                            Kind::Stream,
+                            Kind::Put,
+                            Kind::PutSignal,
+                        ];
+                        if eager.iter().any(|k| *k as u8 == kind) {
                             let len = self.req(id).map(|s| s.buf.len()).unwrap_or(0);
                             self.complete(
                                 id,

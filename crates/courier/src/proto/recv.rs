@@ -199,6 +199,8 @@ impl State {
                 value,
                 data,
             } => self.on_put_signal(e, target, req, signal, op, value, data),
+            Frame::FlushReq { req } => self.on_flush_req(e, req),
+            Frame::FlushAck { req } => self.on_flush_ack(e, req),
             Frame::Am { .. } | Frame::AmRts { .. } => {}
         }
     }

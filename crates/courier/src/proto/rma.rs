@@ -146,18 +146,25 @@ impl State {
         Ok((max_frame - kind.header_len()).max(1))
     }
 
-    /// Put `data` at `target`; completes when the target has written it.
-    pub(crate) fn rma_put(
+    /// Send put frames for `data` at `target`, the last one with header `last`; completes
+    /// locally when every frame has left (remote completion is `flush`). The target answers
+    /// only when it refuses a frame; the refusal is reported by the next flush.
+    fn unacked(
         &mut self,
         e: u32,
         data: Buf,
         target: RemoteRef,
+        last: impl Fn(RemoteRef) -> Header,
+        kind: Kind,
         cb: Callback,
     ) -> Result<Started> {
-        let chunk = self.chunk_of(e, Kind::Put)?;
+        let chunk = self.chunk_of(e, kind)?;
         let len = data.len();
         let n = len.div_ceil(chunk).max(1);
-        let id = self.rma_req(e, ReqKind::Rma, data.clone(), n, cb);
+        if let Some(ep) = self.ep(e) {
+            ep.rma_unacked = true;
+        }
+        let mut queued = false;
         for i in 0..n {
             let off = i * chunk;
             let part = Buf::Many(data.slice(off, chunk.min(len - off)));
@@ -165,12 +172,38 @@ impl State {
                 addr: target.addr.wrapping_add(off as u64),
                 ..target
             };
-            if let Err(err) = self.send_frame(e, &hdr(Kind::Put, &t, id), &[], &part, None) {
-                self.req_free(id);
-                return Err(err);
-            }
+            let h = if i + 1 == n {
+                last(t)
+            } else {
+                hdr(Kind::Put, &t, 0)
+            };
+            // Once one frame waits behind back-pressure, all later ones queue behind it.
+            queued |= !self.send_frame(e, &h, &[], &part, None)?;
+        }
+        if !queued {
+            return Ok(Started::Done(Info {
+                len,
+                ..Info::default()
+            }));
+        }
+        // The last queued frame is this operation's last: it completes the request when it
+        // leaves (progress_tx).
+        let id = self.req_alloc(ReqKind::Send, Some(e), data, cb);
+        if let Some(p) = self.ep(e).and_then(|ep| ep.pending.back_mut()) {
+            p.req = Some(id);
         }
         Ok(Started::Pending(id))
+    }
+
+    /// Put `data` at `target`.
+    pub(crate) fn rma_put(
+        &mut self,
+        e: u32,
+        data: Buf,
+        target: RemoteRef,
+        cb: Callback,
+    ) -> Result<Started> {
+        self.unacked(e, data, target, |t| hdr(Kind::Put, &t, 0), Kind::Put, cb)
     }
 
     /// Get `buf.len()` bytes from `target`.
@@ -221,6 +254,8 @@ impl State {
     }
 
     /// Put `data` at `target` and then update `signal`, in one message when it fits.
+    /// Large puts are split; the signal rides on the last fragment, so it rises once, after
+    /// all the data (the link delivers and the target executes in order).
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn rma_put_signal(
         &mut self,
@@ -232,40 +267,72 @@ impl State {
         value: u64,
         cb: Callback,
     ) -> Result<Started> {
-        let chunk = self.chunk_of(e, Kind::PutSignal)?;
-        let len = data.len();
-        let n = len.div_ceil(chunk).max(1);
-        let id = self.rma_req(e, ReqKind::Rma, data.clone(), n, cb);
-        for i in 0..n {
-            let off = i * chunk;
-            let part = Buf::Many(data.slice(off, chunk.min(len - off)));
-            let t = RemoteRef {
-                addr: target.addr.wrapping_add(off as u64),
-                ..target
-            };
-            // Large puts are split; the signal rides on the last fragment, so it rises once,
-            // after all the data (the link delivers in order).
-            let h = if i + 1 == n {
-                hdr(Kind::PutSignal, &t, id)
-                    .aux16(op as u16)
-                    .word(5, signal.region)
-                    .word(6, signal.secret)
-                    .word(7, signal.addr)
-                    .word(8, value)
-            } else {
-                hdr(Kind::Put, &t, id)
-            };
-            if let Err(err) = self.send_frame(e, &h, &[], &part, None) {
-                self.req_free(id);
-                return Err(err);
-            }
+        let last = move |t: RemoteRef| {
+            hdr(Kind::PutSignal, &t, 0)
+                .aux16(op as u16)
+                .word(5, signal.region)
+                .word(6, signal.secret)
+                .word(7, signal.addr)
+                .word(8, value)
+        };
+        self.unacked(e, data, target, last, Kind::PutSignal, cb)
+    }
+
+    /// Ask the target to confirm every earlier operation on `e`; `Ok(None)` if nothing
+    /// unconfirmed was sent.
+    pub(crate) fn rma_flush_start(&mut self, e: u32) -> Result<Option<u64>> {
+        let need = self.ep(e).is_some_and(|ep| ep.rma_unacked);
+        if !need {
+            return Ok(None);
         }
-        Ok(Started::Pending(id))
+        let id = self.rma_req(e, ReqKind::Rma, Buf::EMPTY, 1, Callback::None);
+        if let Some(s) = self.req(id) {
+            s.detached = true; // nobody collects it: freed when the answer comes
+        }
+        if let Err(err) = self.send_frame(
+            e,
+            &Header::new(Kind::FlushReq).word(1, id),
+            &[],
+            &Buf::EMPTY,
+            None,
+        ) {
+            self.req_free(id);
+            return Err(err);
+        }
+        if let Some(ep) = self.ep(e) {
+            ep.rma_unacked = false;
+        }
+        Ok(Some(id))
+    }
+
+    /// The first refusal of an unacknowledged put since the last flush.
+    pub(crate) fn rma_take_error(&mut self, e: u32) -> Option<Error> {
+        self.ep(e).and_then(|ep| ep.rma_error.take())
+    }
+
+    pub(crate) fn on_flush_req(&mut self, e: u32, req: u64) {
+        let _ = self.send_frame(
+            e,
+            &Header::new(Kind::FlushAck).word(1, req),
+            &[],
+            &Buf::EMPTY,
+            None,
+        );
+    }
+
+    pub(crate) fn on_flush_ack(&mut self, e: u32, req: u64) {
+        let ok = matches!(self.req(req), Some(s) if s.ep == Some(e) && !s.done && s.kind == ReqKind::Rma);
+        if ok {
+            self.complete(req, Ok(Info::default()));
+        }
     }
 
     // ----- target side -------------------------------------------------------------------
 
     fn ack(&mut self, e: u32, req: u64, res: Result<u64>) {
+        if req == 0 && res.is_ok() {
+            return; // unacknowledged put: only refusals are reported
+        }
         let (status, value) = match res {
             Ok(v) => (0, v),
             Err(err) => {
@@ -445,6 +512,21 @@ impl State {
     }
 
     pub(crate) fn on_rma_ack(&mut self, e: u32, req: u64, status: i32, value: u64) {
+        if req == 0 {
+            // A refused unacknowledged put: remembered for the next flush.
+            if status != 0 {
+                if let Some(ep) = self.ep(e) {
+                    if ep.rma_error.is_none() {
+                        let st = Status::from_code(status).unwrap_or(Status::IoError);
+                        ep.rma_error = Some(Error::msg(
+                            st,
+                            format!("the target refused an earlier put: {}", st.as_str()),
+                        ));
+                    }
+                }
+            }
+            return;
+        }
         let ok = matches!(self.req(req), Some(s) if s.ep == Some(e) && !s.done && s.kind == ReqKind::Rma);
         if !ok {
             tracing::debug!("acknowledgement for unknown request {req:#x}; dropped");

@@ -94,6 +94,11 @@ pub enum Kind {
     /// request, W5 signal region, W6 signal secret, W7 signal address, W8 signal value;
     /// payload data. The target writes the data, then updates the signal (release order).
     PutSignal = 35,
+    /// Remote completion: W1 origin request. The target answers `FlushAck` after every
+    /// earlier operation on this link has been carried out.
+    FlushReq = 36,
+    /// Answer to `FlushReq`: W1 origin request.
+    FlushAck = 37,
 }
 
 impl Kind {
@@ -122,6 +127,8 @@ impl Kind {
             33 => GetResp,
             34 => Atomic,
             35 => PutSignal,
+            36 => FlushReq,
+            37 => FlushAck,
             _ => return None,
         })
     }
@@ -137,6 +144,7 @@ impl Kind {
             Am => 8,
             TagRts => 32,
             RmaAck | GetResp => 24,
+            FlushReq | FlushAck => 16,
             Put => 40,
             GetReq => 48,
             Atomic => 56,
@@ -286,6 +294,10 @@ pub enum Frame<'a> {
         operand: u64,
         compare: u64,
     },
+    /// See [`Kind::FlushReq`].
+    FlushReq { req: u64 },
+    /// See [`Kind::FlushAck`].
+    FlushAck { req: u64 },
     /// See [`Kind::PutSignal`].
     PutSignal {
         target: RemoteRef,
@@ -500,6 +512,12 @@ impl<'a> Frame<'a> {
                 operand: u64_at(b, field::W5),
                 compare: u64_at(b, field::W6),
             },
+            Kind::FlushReq => Frame::FlushReq {
+                req: u64_at(b, field::W1),
+            },
+            Kind::FlushAck => Frame::FlushAck {
+                req: u64_at(b, field::W1),
+            },
             Kind::PutSignal => Frame::PutSignal {
                 target: rref(b, field::W1, field::W2, field::W3),
                 req: u64_at(b, field::W4),
@@ -670,7 +688,7 @@ mod tests {
         }
 
         #[test]
-        fn parse_never_panics_on_known_kinds(k in prop::sample::select(vec![1u8,2,3,4,5,6,7,8,9,10,11,12,20,21,22,23,30,31,32,33,34,35]),
+        fn parse_never_panics_on_known_kinds(k in prop::sample::select(vec![1u8,2,3,4,5,6,7,8,9,10,11,12,20,21,22,23,30,31,32,33,34,35,36,37]),
                                              rest in proptest::collection::vec(any::<u8>(), 0..96)) {
             let mut b = vec![k];
             b.extend(rest);
