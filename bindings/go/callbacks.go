@@ -38,7 +38,7 @@ func courierGoCompletion(status C.courier_status_t, info *C.courier_request_info
 	if !ok {
 		return
 	}
-	r.complete(Info{Length: int(info.length), Tag: uint64(info.tag)}, detailOf(status))
+	r.complete(Info{Length: int(info.length), Tag: uint64(info.tag), Value: uint64(info.value)}, detailOf(status))
 }
 
 //export courierGoAM

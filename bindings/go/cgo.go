@@ -2,7 +2,8 @@
 //
 // The flow is the one UCX's Go binding made familiar: a Context (features, configuration),
 // Workers (progress engines with an address), Listeners and Endpoints, and non-blocking
-// operations (tag-matched messages, active messages, streams) that return a *Request.
+// operations (tag-matched messages, active messages, streams, one-sided put/get/atomics) that
+// return a *Request; Listen and Dial give net.Listener and net.Conn over streams.
 //
 // Nothing moves unless a worker progresses: call Worker.Progress in a loop (a goroutine
 // per worker is the usual shape), or Request.Wait, which progresses while it waits.

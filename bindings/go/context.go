@@ -21,6 +21,8 @@ const (
 	FeatureTag    Feature = C.COURIER_FEATURE_TAG
 	FeatureAM     Feature = C.COURIER_FEATURE_AM
 	FeatureStream Feature = C.COURIER_FEATURE_STREAM
+	FeatureRMA    Feature = C.COURIER_FEATURE_RMA
+	FeatureAMO    Feature = C.COURIER_FEATURE_AMO
 	FeatureWakeup Feature = C.COURIER_FEATURE_WAKEUP
 )
 
@@ -43,6 +45,12 @@ func (p *ContextParams) EnableAM() *ContextParams { p.Features |= FeatureAM; ret
 
 // EnableStream asks for streams.
 func (p *ContextParams) EnableStream() *ContextParams { p.Features |= FeatureStream; return p }
+
+// EnableRMA asks for remote memory access (MemMap, Put, Get).
+func (p *ContextParams) EnableRMA() *ContextParams { p.Features |= FeatureRMA; return p }
+
+// EnableAtomics asks for remote atomics (Endpoint.Atomic).
+func (p *ContextParams) EnableAtomics() *ContextParams { p.Features |= FeatureAMO; return p }
 
 // EnableWakeup asks for sleeping on the worker's event fd (Worker.Wait).
 func (p *ContextParams) EnableWakeup() *ContextParams { p.Features |= FeatureWakeup; return p }

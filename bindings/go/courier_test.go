@@ -683,10 +683,15 @@ func TestSingleThreadMode(t *testing.T) {
 	go func() {
 		runtime.LockOSThread()
 		defer runtime.UnlockOSThread()
-		other <- w.Signal()
+		_, err := w.Arm()
+		other <- err
+		other <- w.Signal() // waking a worker is allowed from any thread
 	}()
 	if err := <-other; !errors.Is(err, ErrInvalidParam) {
 		t.Fatalf("use from another thread: %v", err)
+	}
+	if err := <-other; err != nil {
+		t.Fatalf("signal from another thread: %v", err)
 	}
 }
 

@@ -18,6 +18,12 @@ type Info struct {
 	Length int
 	// Tag is the message's tag (tag receives).
 	Tag uint64
+	// Value is the word's old value (fetching atomics: Endpoint.Atomic).
+	Value uint64
+}
+
+func infoOf(i *C.courier_request_info_t) Info {
+	return Info{Length: int(i.length), Tag: uint64(i.tag), Value: uint64(i.value)}
 }
 
 // Callback is called once when an operation completes: inside Worker.Progress for
@@ -83,7 +89,7 @@ func (r *Request) start(op func(p *C.courier_op_params_t, out **C.courier_reques
 		return r, nil
 	default:
 		r.mu.Unlock()
-		r.complete(Info{Length: int(r.op.info.length), Tag: uint64(r.op.info.tag)}, nil)
+		r.complete(infoOf(&r.op.info), nil)
 		return r, nil
 	}
 }

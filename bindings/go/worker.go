@@ -118,7 +118,8 @@ func (w *Worker) Wait(timeout time.Duration) error {
 	return err
 }
 
-// Signal wakes a thread sleeping in Wait.
+// Signal wakes a thread sleeping in Wait; callable from any goroutine, also for a
+// ThreadModeSingle worker.
 func (w *Worker) Signal() error {
 	if w.closed.Load() {
 		return errClosed("worker")

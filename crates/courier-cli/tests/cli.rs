@@ -160,12 +160,14 @@ fn every_test_runs_with_iov_and_check() {
 #[test]
 fn bad_options_are_clear_errors() {
     let cases: &[(&[&str], &str)] = &[
-        (&["-m", "cuda"], "memory type cuda not supported yet"),
+        (&["-m", "cuda"], "CUDA"),
+        (&["-m", "nic"], "memory types apply to the one-sided tests"),
         (&["-m", "host,floppy"], "unknown memory type"),
+        (&["-t", "ucp_fadd", "-s", "16"], "takes 4 or 8"),
+        (&["-t", "ucp_put_bw", "-s", "8,8"], "one message size"),
         (&["-T", "4"], "-T 4"),
         (&["-M", "many"], "expected single, serialized or multi"),
         (&["-s", "8,x"], "bad size"),
-        (&["-t", "ucp_put_lat"], "not supported yet"),
         (&["-t", "nope"], "unknown test"),
         (&["-c", "z"], "CPU list"),
     ];
@@ -319,4 +321,107 @@ fn sweep_local_prints_osu_columns() {
         .filter(|l| numbers(l).len() >= 2 && !l.starts_with('#'))
         .count();
     assert_eq!(rows, 3 * 3 + 3, "{out}");
+}
+
+const ONE_SIDED: [&str; 10] = [
+    "ucp_put_lat",
+    "ucp_put_bw",
+    "ucp_get",
+    "ucp_add",
+    "ucp_fadd",
+    "ucp_swap",
+    "ucp_cswap",
+    "put_signal_lat",
+    "put_signal_bw",
+    "put_flush_signal_lat",
+];
+
+#[test]
+fn one_sided_tests_run_over_tcp() {
+    for t in ONE_SIDED {
+        let o = courier(
+            &["perf", "-l", "-t", t, "-n", "300", "-w", "20", "--check"],
+            TCP,
+        );
+        let (out, err) = text(&o);
+        assert!(o.status.success(), "{t}: {out}{err}");
+        assert!(out.contains("| Send memory:  host "), "{t}: {out}");
+        assert!(out.contains("| Recv memory:  host "), "{t}: {out}");
+        let fin = out
+            .lines()
+            .find(|l| l.starts_with("Final:"))
+            .unwrap_or_else(|| panic!("{t}: no Final row:\n{out}"));
+        let n = numbers(fin);
+        assert_eq!(n.len(), 8, "{t}: {fin}");
+        assert_eq!(n[0], 300.0, "{t}: {fin}");
+    }
+    // 32-bit atomics and a window on fetching atomics and gets.
+    for args in [
+        &["-t", "ucp_fadd", "-s", "4", "-O", "8"][..],
+        &["-t", "ucp_cswap", "-s", "4"][..],
+        &["-t", "ucp_get", "-s", "64k", "-O", "4"][..],
+        &["-t", "ucp_put_lat", "-s", "3"][..],
+    ] {
+        let mut a = vec!["perf", "-l", "-n", "300", "-w", "20", "-f", "--check"];
+        a.extend_from_slice(args);
+        let o = courier(&a, TCP);
+        let (out, err) = text(&o);
+        assert!(o.status.success(), "{args:?}: {out}{err}");
+        assert_eq!(numbers(out.lines().last().unwrap()).len(), 8, "{out}");
+    }
+}
+
+#[test]
+fn put_signal_lat_runs_over_the_default_transport() {
+    for t in ["put_signal_lat", "ucp_put_lat"] {
+        let o = courier(
+            &["perf", "-l", "-t", t, "-n", "500", "-w", "20", "--json"],
+            &[],
+        );
+        let (out, err) = text(&o);
+        assert!(o.status.success(), "{t}: {out}{err}");
+        let v: serde_json::Value =
+            serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{e}: {out}"));
+        assert_eq!(v["test"], t);
+        assert_eq!(v["iterations"], 500);
+        assert!(v["latency_avg_us"].as_f64().is_some(), "{out}");
+    }
+}
+
+#[test]
+fn memory_types_for_one_sided_tests() {
+    let o = courier(
+        &[
+            "perf", "-l", "-t", "ucp_fadd", "-m", "nic,host", "-n", "300", "-w", "20", "-f",
+        ],
+        TCP,
+    );
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{out}{err}");
+    assert!(
+        out.contains("| Send memory:  nic (host fallback) "),
+        "{out}"
+    );
+    assert!(out.contains("| Recv memory:  host "), "{out}");
+    assert_eq!(numbers(out.lines().last().unwrap()).len(), 8, "{out}");
+
+    let o = courier(
+        &[
+            "perf", "-l", "-t", "ucp_add", "-m", "host,nic", "-n", "300", "-w", "20", "-v",
+        ],
+        TCP,
+    );
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{out}{err}");
+    assert!(out.starts_with("iterations,"), "{out}");
+
+    for m in ["cuda", "host,cuda"] {
+        let o = courier(
+            &["perf", "-l", "-t", "ucp_put_lat", "-m", m, "-n", "10"],
+            TCP,
+        );
+        let (_, err) = text(&o);
+        assert_eq!(o.status.code(), Some(2), "-m {m}: {err}");
+        assert!(err.contains("CUDA"), "-m {m}: {err}");
+    }
 }

@@ -7,7 +7,7 @@
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -15,11 +15,12 @@ use courier::{AmFlags, AmRndv, Endpoint, EndpointParams, Info, Request, Worker};
 
 use super::params::{Params, TestKind};
 use super::report::Meter;
+use super::rma;
 use crate::error::{CliError, CliResult};
 
 const TAG_CTRL: u64 = 0xC0DE_0000_0000_0001;
 const TAG_ACK: u64 = 0xC0DE_0000_0000_0002;
-const TAG_FIN: u64 = 0xC0DE_0000_0000_0003;
+pub(super) const TAG_FIN: u64 = 0xC0DE_0000_0000_0003;
 const TAG_PING: u64 = 0x1000;
 const TAG_PONG: u64 = 0x1001;
 const AM_PING: u16 = 1;
@@ -31,6 +32,8 @@ const CTRL_MAX: usize = 64 << 10;
 pub struct Failure {
     flag: AtomicBool,
     msg: Mutex<Option<String>>,
+    /// A signal word to set to `u64::MAX` on failure, so a signal wait returns.
+    wake: AtomicPtr<u64>,
 }
 
 impl Failure {
@@ -40,6 +43,29 @@ impl Failure {
             *g = Some(m);
         }
         self.flag.store(true, Ordering::Release);
+        let w = self.wake.load(Ordering::Acquire);
+        if !w.is_null() {
+            // SAFETY: armed with an aligned word of a live mapped region, disarmed before
+            // the region is unmapped (see `arm`).
+            unsafe { AtomicU64::from_ptr(w) }.store(u64::MAX, Ordering::Release);
+        }
+    }
+
+    /// On failure, set the word at `w` to `u64::MAX` (ends signal waits on it).
+    ///
+    /// # Safety
+    /// `w` must be an 8-byte aligned word that stays valid until `disarm`.
+    pub unsafe fn arm(&self, w: *mut u64) {
+        self.wake.store(w, Ordering::Release);
+        if self.is_set() {
+            // SAFETY: forwarded contract.
+            unsafe { AtomicU64::from_ptr(w) }.store(u64::MAX, Ordering::Release);
+        }
+    }
+
+    /// Stop touching the word given to `arm`.
+    pub fn disarm(&self) {
+        self.wake.store(std::ptr::null_mut(), Ordering::Release);
     }
     /// Whether the endpoint failed.
     pub fn is_set(&self) -> bool {
@@ -72,10 +98,15 @@ pub struct Link {
     pub peer: String,
     /// Longest time without any progress before giving up on the peer.
     pub stall: Duration,
+    /// Regions of finished one-sided tests, kept mapped until the session ends: the
+    /// library caches a peer's segment by its descriptor number, so unmapping one (and
+    /// reusing the number for the next test's region) would leave the peer writing into
+    /// the old segment.
+    pub(super) retired: std::cell::RefCell<Vec<courier::Memory>>,
 }
 
 #[derive(Default)]
-struct Idle {
+pub(super) struct Idle {
     spins: u32,
     since: Option<Instant>,
 }
@@ -85,11 +116,11 @@ impl Link {
         CliError::run(format!("peer {} failed: {why}", self.peer))
     }
 
-    fn failed(&self) -> CliError {
+    pub(super) fn failed(&self) -> CliError {
         self.peer_failed(&self.failure.text())
     }
 
-    fn req_err(&self, e: &courier::Error) -> CliError {
+    pub(super) fn req_err(&self, e: &courier::Error) -> CliError {
         if self.failure.is_set() {
             self.failed()
         } else {
@@ -99,7 +130,7 @@ impl Link {
 
     /// One progress step; errors if the peer failed or nothing moved for `stall`.
     #[inline]
-    fn poll(&self, idle: &mut Idle) -> CliResult<()> {
+    pub(super) fn poll(&self, idle: &mut Idle) -> CliResult<()> {
         if self.worker.progress() != 0 {
             idle.spins = 0;
             idle.since = None;
@@ -127,7 +158,7 @@ impl Link {
 
     /// Progress until `r` completes.
     #[inline]
-    fn wait(&self, r: &mut Request<'_>) -> CliResult<Info> {
+    pub(super) fn wait(&self, r: &mut Request<'_>) -> CliResult<Info> {
         let mut idle = Idle::default();
         loop {
             match r.test() {
@@ -138,19 +169,46 @@ impl Link {
         }
     }
 
-    fn check<T>(&self, r: courier::Result<T>) -> CliResult<T> {
+    #[inline]
+    pub(super) fn check<T>(&self, r: courier::Result<T>) -> CliResult<T> {
         r.map_err(|e| self.req_err(&e))
     }
 
-    fn send_ctrl(&self, tag: u64, msg: &[u8]) -> CliResult<()> {
+    pub(super) fn send_ctrl(&self, tag: u64, msg: &[u8]) -> CliResult<()> {
         let mut r = self.check(self.ep.tag_send(msg, tag))?;
         self.wait(&mut r).map(|_| ())
     }
 
-    fn recv_ctrl(&self, tag: u64, buf: &mut [u8]) -> CliResult<usize> {
+    pub(super) fn recv_ctrl(&self, tag: u64, buf: &mut [u8]) -> CliResult<usize> {
         let mut r = self.check(self.worker.tag_recv(buf, tag, u64::MAX))?;
         let n = self.wait(&mut r)?.len;
         Ok(n)
+    }
+
+    /// Progress until `r` completes, however long that takes (the peer decides), ending
+    /// only if the peer fails. Progresses hot while anything moves.
+    pub(super) fn wait_patient(&self, r: &mut Request<'_>) -> CliResult<Info> {
+        let mut spins = 0u32;
+        loop {
+            match r.test() {
+                Some(Ok(i)) => return Ok(*i),
+                Some(Err(e)) => return Err(self.req_err(e)),
+                None => {
+                    if self.worker.progress() == 0 {
+                        if self.failure.is_set() {
+                            return Err(self.failed());
+                        }
+                        spins += 1;
+                        if spins > 100_000 {
+                            let _ = self.worker.wait(Some(Duration::from_millis(5)));
+                            spins = 0;
+                        }
+                    } else {
+                        spins = 0;
+                    }
+                }
+            }
+        }
     }
 }
 
@@ -174,6 +232,7 @@ pub fn connect(worker: &Worker, addr: SocketAddr, shown: &str) -> CliResult<Link
         failure,
         peer: shown.to_string(),
         stall: Duration::from_secs(30),
+        retired: Default::default(),
     })
 }
 
@@ -210,6 +269,7 @@ pub fn accept(
                 failure,
                 peer: who,
                 stall: Duration::from_secs(30),
+                retired: Default::default(),
             });
         }
         if worker.progress() == 0 {
@@ -226,19 +286,46 @@ pub fn accept(
 // Sessions
 // ---------------------------------------------------------------------------------------
 
-/// Ask the server to run `p`; returns once it is ready.
-pub fn client_start(link: &Link, p: &Params) -> CliResult<()> {
-    link.send_ctrl(TAG_CTRL, &p.encode())?;
+/// Ask the server to run `p`; returns once it is ready. For one-sided tests this maps the
+/// client's memory and exchanges remote keys (the client's go with the parameters, the
+/// server's come back with its "ok").
+pub fn client_start(link: &Link, p: &Params) -> CliResult<Option<rma::Side>> {
+    let mut side = if p.test.is_rma() {
+        Some(rma::Side::map(link, p, p.mem[0])?)
+    } else {
+        None
+    };
+    let mut msg = p.to_json();
+    if let Some(s) = &side {
+        msg["rkey"] = serde_json::Value::String(s.packed_hex()?);
+    }
+    link.send_ctrl(TAG_CTRL, msg.to_string().as_bytes())?;
     let mut buf = vec![0u8; CTRL_MAX];
     let n = link.recv_ctrl(TAG_ACK, &mut buf)?;
     let reply = String::from_utf8_lossy(&buf[..n.min(buf.len())]).to_string();
-    if reply != "ok" {
-        return Err(CliError::run(format!(
-            "server {} refused the test: {reply}",
-            link.peer
-        )));
+    let extra = match reply.strip_prefix("ok") {
+        Some("") => None,
+        Some(rest) if rest.starts_with(' ') => Some(rest.trim()),
+        _ => {
+            return Err(CliError::run(format!(
+                "server {} refused the test: {reply}",
+                link.peer
+            )));
+        }
+    };
+    if let Some(s) = side.as_mut() {
+        let v: serde_json::Value = extra
+            .and_then(|e| serde_json::from_str(e).ok())
+            .ok_or_else(|| {
+                CliError::run(format!(
+                    "server {} sent no remote key for {}",
+                    link.peer,
+                    p.test.name()
+                ))
+            })?;
+        s.attach_peer(link, &v)?;
     }
-    Ok(())
+    Ok(side)
 }
 
 /// Tell the server the session is over and close.
@@ -296,6 +383,30 @@ pub fn serve(link: Link, verbose: bool) -> CliResult<()> {
                 p.window
             );
         }
+        if p.test.is_rma() {
+            let side = match rma::Side::map(&link, &p, p.mem[1]).and_then(|mut s| {
+                s.attach_peer(&link, &v)?;
+                Ok(s)
+            }) {
+                Ok(s) => s,
+                Err(e) => {
+                    link.send_ctrl(TAG_ACK, e.msg.as_bytes())?;
+                    continue;
+                }
+            };
+            let ack = format!("ok {}", side.ack_json()?);
+            link.send_ctrl(TAG_ACK, ack.as_bytes())?;
+            let t0 = Instant::now();
+            rma::run_server(&link, &p, side)?;
+            if verbose {
+                eprintln!(
+                    "done {} in {:.3} s",
+                    p.test.name(),
+                    t0.elapsed().as_secs_f64()
+                );
+            }
+            continue;
+        }
         let mut b = Buffers::new(&p);
         let am = setup_am(&link, &p, AM_PING)?;
         link.send_ctrl(TAG_ACK, b"ok")?;
@@ -328,11 +439,11 @@ pub fn serve(link: Link, verbose: bool) -> CliResult<()> {
 // ---------------------------------------------------------------------------------------
 
 #[inline]
-fn pattern(i: usize) -> u8 {
+pub(super) fn pattern(i: usize) -> u8 {
     (i.wrapping_mul(31).wrapping_add(7) & 0xff) as u8
 }
 
-fn verify(buf: &[u8]) -> bool {
+pub(super) fn verify(buf: &[u8]) -> bool {
     buf.iter().enumerate().all(|(i, &b)| b == pattern(i))
 }
 
@@ -501,6 +612,12 @@ fn send<'a>(
             }
         }
         TestKind::StreamLat | TestKind::StreamBw => link.ep.stream_send(data),
+        t => {
+            return Err(CliError::run(format!(
+                "{} is a one-sided test: it sends no messages",
+                t.name()
+            )));
+        }
     };
     link.check(r)
 }
@@ -528,7 +645,15 @@ fn check_tag(link: &Link, p: &Params, buf: &[u8], info: &Info) -> CliResult<()> 
 // ---------------------------------------------------------------------------------------
 
 /// Run `p` as the client; returns the final row.
-pub fn run_client(link: &Link, p: &Params, meter: &mut Meter<'_>) -> CliResult<super::report::Row> {
+pub fn run_client(
+    link: &Link,
+    p: &Params,
+    meter: &mut Meter<'_>,
+    side: Option<rma::Side>,
+) -> CliResult<super::report::Row> {
+    if let Some(side) = side {
+        return rma::run_client(link, p, meter, side);
+    }
     let mut b = Buffers::new(p);
     let am = setup_am(link, p, AM_PONG)?;
     let total = p.total();
@@ -571,7 +696,10 @@ pub fn run_client(link: &Link, p: &Params, meter: &mut Meter<'_>) -> CliResult<s
                         p,
                         unsafe { slot(rbase, 0, size) },
                         &if stream {
-                            Info { len: size, tag: 0 }
+                            Info {
+                                len: size,
+                                ..Info::default()
+                            }
                         } else {
                             info
                         },
@@ -652,6 +780,10 @@ pub fn run_client(link: &Link, p: &Params, meter: &mut Meter<'_>) -> CliResult<s
             }
             Ok(meter.finish(Instant::now()))
         }
+        t => Err(CliError::run(format!(
+            "{}: a one-sided test started without remote keys",
+            t.name()
+        ))),
     }
 }
 
@@ -717,7 +849,10 @@ fn run_server(link: &Link, p: &Params, b: &mut Buffers, am: Option<Arc<AmState>>
                         p,
                         unsafe { slot(rbase, 0, size) },
                         &if stream {
-                            Info { len: size, tag: 0 }
+                            Info {
+                                len: size,
+                                ..Info::default()
+                            }
                         } else {
                             info
                         },
@@ -796,6 +931,12 @@ fn run_server(link: &Link, p: &Params, b: &mut Buffers, am: Option<Arc<AmState>>
             for _ in 0..total {
                 bibw_round(link, p, data, &iov, rbase, TAG_PONG, TAG_PING)?;
             }
+        }
+        t => {
+            return Err(CliError::run(format!(
+                "{}: a one-sided test started without remote keys",
+                t.name()
+            )));
         }
     }
     Ok(())

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use comfy_table::{Cell, CellAlignment, ContentArrangement, Table, presets::UTF8_FULL};
 
 use super::engine::{self, Link};
-use super::params::{Params, TestKind};
+use super::params::{MemKind, Params, TestKind};
 use super::report::{Output, Row};
 use super::{PerfArgs, Settings, make_worker};
 use crate::error::{CliError, CliResult};
@@ -166,7 +166,7 @@ struct Case {
     warmup: u64,
 }
 
-const SUITE: [Case; 5] = [
+const SUITE: [Case; 10] = [
     Case {
         test: TestKind::TagLat,
         size: 8,
@@ -197,6 +197,36 @@ const SUITE: [Case; 5] = [
         iters: 10_000,
         warmup: 500,
     },
+    Case {
+        test: TestKind::PutLat,
+        size: 8,
+        iters: 20_000,
+        warmup: 1_000,
+    },
+    Case {
+        test: TestKind::Fadd,
+        size: 8,
+        iters: 20_000,
+        warmup: 1_000,
+    },
+    Case {
+        test: TestKind::PutSignalLat,
+        size: 8,
+        iters: 20_000,
+        warmup: 1_000,
+    },
+    Case {
+        test: TestKind::PutFlushSignalLat,
+        size: 8,
+        iters: 20_000,
+        warmup: 1_000,
+    },
+    Case {
+        test: TestKind::PutBw,
+        size: 1 << 20,
+        iters: 1_000,
+        warmup: 50,
+    },
 ];
 
 struct Outcome {
@@ -208,7 +238,7 @@ struct Outcome {
 
 fn line(tls: &str, c: &Case, r: &Row) -> String {
     format!(
-        "{tls:<4} {:<11} {:>7}  {:>9} iters  {:>9.3} us  {:>10.2} MB/s  {:>11.0} msg/s",
+        "{tls:<4} {:<20} {:>7}  {:>9} iters  {:>9.3} us  {:>10.2} MB/s  {:>11.0} msg/s",
         c.test.name(),
         human_size(c.size),
         r.iters,
@@ -273,7 +303,7 @@ pub fn run(_a: &PerfArgs, s: &Settings) -> CliResult<()> {
                     Ok(x) => session = Some(x),
                     Err(e) => {
                         println!(
-                            "{tls:<4} {:<11} {:>7}  error: {}",
+                            "{tls:<4} {:<20} {:>7}  error: {}",
                             c.test.name(),
                             human_size(c.size),
                             e.msg
@@ -296,6 +326,7 @@ pub fn run(_a: &PerfArgs, s: &Settings) -> CliResult<()> {
                 warmup: c.warmup,
                 window: c.test.default_window(),
                 check: false,
+                mem: [MemKind::Host; 2],
             };
             let mut watch = |r: &Row| {
                 if tty {
@@ -305,7 +336,7 @@ pub fn run(_a: &PerfArgs, s: &Settings) -> CliResult<()> {
             };
             if tty {
                 print!(
-                    "\r{tls:<4} {:<11} {:>7}  running...",
+                    "\r{tls:<4} {:<20} {:>7}  running...",
                     c.test.name(),
                     human_size(c.size)
                 );
@@ -335,7 +366,7 @@ pub fn run(_a: &PerfArgs, s: &Settings) -> CliResult<()> {
                         format!("{} (server: {more})", e.msg)
                     };
                     println!(
-                        "{}{tls:<4} {:<11} {:>7}  error: {msg}",
+                        "{}{tls:<4} {:<20} {:>7}  error: {msg}",
                         if tty { "\r\x1b[2K" } else { "" },
                         c.test.name(),
                         human_size(c.size)

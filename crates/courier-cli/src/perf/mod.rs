@@ -5,6 +5,7 @@ pub mod engine;
 pub mod local;
 pub mod params;
 pub mod report;
+pub mod rma;
 pub mod sweep;
 
 use std::io::Write;
@@ -12,11 +13,11 @@ use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use courier::{Context, ContextParams, ThreadMode, Worker, WorkerParams};
+use courier::{Context, ContextParams, Features, ThreadMode, Worker, WorkerParams};
 
 use crate::error::{CliError, CliResult};
 use engine::Link;
-use params::{Params, TestKind};
+use params::{MemKind, Params, TestKind};
 use report::{Meter, Output, Row, Watch};
 
 /// Options of `courier perf` (ucx_perftest's, plus a few of Courier's own).
@@ -28,7 +29,9 @@ pub struct PerfArgs {
     /// TCP port of the server
     #[arg(short = 'p', long = "port", default_value_t = 13337)]
     pub port: u16,
-    /// Test: tag_lat, tag_bw, tag_sync_lat, tag_sync_bw, ucp_am_lat, ucp_am_bw, stream_lat, stream_bw
+    /// Test: tag_lat, tag_bw, tag_sync_lat, tag_sync_bw, ucp_am_lat, ucp_am_bw, stream_lat,
+    /// stream_bw, ucp_put_lat, ucp_put_bw, ucp_get, ucp_add, ucp_fadd, ucp_swap, ucp_cswap,
+    /// put_signal_lat, put_signal_bw, put_flush_signal_lat
     #[arg(short = 't', long = "test")]
     pub test: Option<String>,
     /// Message size; a comma list is the IOV of one message (k, m suffixes)
@@ -40,10 +43,12 @@ pub struct PerfArgs {
     /// Warm-up iterations
     #[arg(short = 'w', long = "warmup", default_value = "10000")]
     pub warmup: String,
-    /// Outstanding operations (default 32 for tag_bw, tag_sync_bw, ucp_am_bw; 1 otherwise)
+    /// Outstanding operations (default 32 for tag_bw, tag_sync_bw, ucp_am_bw, ucp_put_bw,
+    /// put_signal_bw; 1 otherwise)
     #[arg(short = 'O', long = "outstanding")]
     pub outstanding: Option<String>,
-    /// Memory types SEND[,RECV] (host)
+    /// Memory types SEND[,RECV] for the one-sided tests: host, nic (on-NIC memory, host
+    /// when there is none), cuda
     #[arg(short = 'm', long = "mem", default_value = "host")]
     pub mem: String,
     /// CPUs to pin threads to (e.g. 0,2-3)
@@ -197,19 +202,50 @@ fn params_from_args(a: &PerfArgs) -> CliResult<Params> {
     if window == 0 {
         return Err(CliError::usage("-O 0: the window must be at least 1"));
     }
-    Ok(Params {
+    let p = Params {
         test,
         sizes,
         iters: params::parse_count("-n", &a.iters)?,
         warmup: params::parse_count("-w", &a.warmup)?,
         window,
         check: a.check,
-    })
+        mem: params::parse_mem(&a.mem)?,
+    };
+    check_mem(&p)?;
+    if p.test.is_rma() {
+        rma::validate(&p)?;
+    }
+    Ok(p)
 }
 
-/// A worker on a fresh context; `tls` overrides COURIER_TLS.
+/// Memory types: CUDA must be available (the library says why not), and the two-sided
+/// tests use host memory only.
+fn check_mem(p: &Params) -> CliResult<()> {
+    if p.mem.contains(&MemKind::Cuda) {
+        let ctx = Context::new(ContextParams::default())?;
+        rma::map_memory(&ctx, MemKind::Cuda, 8)?;
+    }
+    if !p.test.is_rma()
+        && let Some(k) = p.mem.iter().find(|k| **k != MemKind::Host)
+    {
+        return Err(CliError::usage(format!(
+            "-m {}: {} uses host memory; memory types apply to the one-sided tests \
+             (ucp_put_*, ucp_get, ucp_add, ucp_fadd, ucp_swap, ucp_cswap, put_*signal*)",
+            k.name(),
+            p.test.name()
+        )));
+    }
+    Ok(())
+}
+
+/// A worker on a fresh context (with remote memory access and atomics); `tls` overrides
+/// COURIER_TLS.
 pub fn make_worker(mode: ThreadMode, tls: Option<&str>) -> CliResult<Worker> {
-    let mut cp = ContextParams::default();
+    let mut cp = ContextParams::default().features(Features {
+        rma: true,
+        atomics: true,
+        ..Default::default()
+    });
     if let Some(t) = tls {
         cp = cp.config("COURIER_TLS", t);
     }
@@ -232,15 +268,19 @@ fn resolve(host: &str, port: u16) -> CliResult<SocketAddr> {
 
 /// Run one test on a connected link and print it per `s`.
 pub fn run_test(link: &Link, p: &Params, s: &Settings, watch: Option<Watch<'_>>) -> CliResult<Row> {
-    engine::client_start(link, p)?;
-    let head = report::header(p, s.percentile, s.out);
+    let side = engine::client_start(link, p)?;
+    let mem = match &side {
+        Some(sd) => sd.labels(p),
+        None => p.mem.map(|k| k.name().to_string()),
+    };
+    let head = report::header(p, s.percentile, s.out, &mem);
     if !head.is_empty() {
         let mut o = std::io::stdout().lock();
         let _ = o.write_all(head.as_bytes());
         let _ = o.flush();
     }
     let mut meter = Meter::new(p, s.percentile, s.out, s.thousands, watch);
-    let row = engine::run_client(link, p, &mut meter)?;
+    let row = engine::run_client(link, p, &mut meter, side)?;
     if s.out == Output::Json {
         println!(
             "{}",

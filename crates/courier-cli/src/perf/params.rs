@@ -23,10 +23,30 @@ pub enum TestKind {
     StreamBw,
     /// Both sides stream tag messages at once (for `--sweep`).
     TagBibw,
+    /// Put ping-pong: each side puts into the other's memory and polls its own.
+    PutLat,
+    /// Puts with a window into the server's memory.
+    PutBw,
+    /// Gets from the server's memory.
+    Get,
+    /// Posted atomic add.
+    Add,
+    /// Fetch-and-add.
+    Fadd,
+    /// Atomic swap.
+    Swap,
+    /// Atomic compare-and-swap.
+    Cswap,
+    /// Put-with-signal ping-pong: each side waits on its own signal word.
+    PutSignalLat,
+    /// Puts-with-signal with a window; the server waits for the final signal.
+    PutSignalBw,
+    /// The baseline of put-with-signal: put, flush, then an atomic on the signal word.
+    PutFlushSignalLat,
 }
 
 /// Every test, for help and errors.
-pub const ALL_TESTS: [TestKind; 9] = [
+pub const ALL_TESTS: [TestKind; 19] = [
     TestKind::TagLat,
     TestKind::TagBw,
     TestKind::TagSyncLat,
@@ -36,6 +56,16 @@ pub const ALL_TESTS: [TestKind; 9] = [
     TestKind::StreamLat,
     TestKind::StreamBw,
     TestKind::TagBibw,
+    TestKind::PutLat,
+    TestKind::PutBw,
+    TestKind::Get,
+    TestKind::Add,
+    TestKind::Fadd,
+    TestKind::Swap,
+    TestKind::Cswap,
+    TestKind::PutSignalLat,
+    TestKind::PutSignalBw,
+    TestKind::PutFlushSignalLat,
 ];
 
 impl TestKind {
@@ -51,6 +81,16 @@ impl TestKind {
             TestKind::StreamLat => "stream_lat",
             TestKind::StreamBw => "stream_bw",
             TestKind::TagBibw => "tag_bibw",
+            TestKind::PutLat => "ucp_put_lat",
+            TestKind::PutBw => "ucp_put_bw",
+            TestKind::Get => "ucp_get",
+            TestKind::Add => "ucp_add",
+            TestKind::Fadd => "ucp_fadd",
+            TestKind::Swap => "ucp_swap",
+            TestKind::Cswap => "ucp_cswap",
+            TestKind::PutSignalLat => "put_signal_lat",
+            TestKind::PutSignalBw => "put_signal_bw",
+            TestKind::PutFlushSignalLat => "put_flush_signal_lat",
         }
     }
 
@@ -66,6 +106,16 @@ impl TestKind {
             TestKind::StreamLat => "stream latency",
             TestKind::StreamBw => "stream bandwidth",
             TestKind::TagBibw => "tag match bi-directional bandwidth",
+            TestKind::PutLat => "put latency",
+            TestKind::PutBw => "put bandwidth",
+            TestKind::Get => "get latency / bandwidth / message rate",
+            TestKind::Add => "atomic add bandwidth / message rate",
+            TestKind::Fadd => "atomic fetch-and-add latency / bandwidth / rate",
+            TestKind::Swap => "atomic swap latency / bandwidth / rate",
+            TestKind::Cswap => "atomic compare-and-swap latency / bandwidth / rate",
+            TestKind::PutSignalLat => "put with signal latency",
+            TestKind::PutSignalBw => "put with signal bandwidth / message rate",
+            TestKind::PutFlushSignalLat => "put + flush + atomic signal latency",
         }
     }
 
@@ -75,33 +125,102 @@ impl TestKind {
             return Ok(*t);
         }
         let known: Vec<&str> = ALL_TESTS.iter().map(|t| t.name()).collect();
-        match s {
-            "ucp_put_lat" | "ucp_put_bw" | "ucp_get" | "ucp_add" | "ucp_fadd" | "ucp_swap"
-            | "ucp_cswap" => Err(CliError::usage(format!(
-                "test {s} is not supported yet (Courier has no RMA or atomics); supported tests: {}",
-                known.join(", ")
-            ))),
-            _ => Err(CliError::usage(format!(
-                "unknown test {s:?}; supported tests: {}",
-                known.join(", ")
-            ))),
-        }
+        Err(CliError::usage(format!(
+            "unknown test {s:?}; supported tests: {}",
+            known.join(", ")
+        )))
     }
 
     /// Ping-pong tests report one-way latency (RTT/2).
     pub fn is_pingpong(self) -> bool {
         matches!(
             self,
-            TestKind::TagLat | TestKind::TagSyncLat | TestKind::AmLat | TestKind::StreamLat
+            TestKind::TagLat
+                | TestKind::TagSyncLat
+                | TestKind::AmLat
+                | TestKind::StreamLat
+                | TestKind::PutLat
+                | TestKind::PutSignalLat
+                | TestKind::PutFlushSignalLat
+        )
+    }
+
+    /// One-sided tests: both sides map memory and exchange remote keys.
+    pub fn is_rma(self) -> bool {
+        matches!(
+            self,
+            TestKind::PutLat
+                | TestKind::PutBw
+                | TestKind::Get
+                | TestKind::Add
+                | TestKind::Fadd
+                | TestKind::Swap
+                | TestKind::Cswap
+                | TestKind::PutSignalLat
+                | TestKind::PutSignalBw
+                | TestKind::PutFlushSignalLat
+        )
+    }
+
+    /// Atomic tests: `-s` is the word width (4 or 8).
+    pub fn is_atomic(self) -> bool {
+        matches!(
+            self,
+            TestKind::Add | TestKind::Fadd | TestKind::Swap | TestKind::Cswap
         )
     }
 
     /// The window when `-O` is not given.
     pub fn default_window(self) -> usize {
         match self {
-            TestKind::TagBw | TestKind::TagSyncBw | TestKind::AmBw => 32,
+            TestKind::TagBw
+            | TestKind::TagSyncBw
+            | TestKind::AmBw
+            | TestKind::PutBw
+            | TestKind::PutSignalBw => 32,
             TestKind::TagBibw => 64,
             _ => 1,
+        }
+    }
+}
+
+/// A memory type of `-m` (ucx_perftest's names, plus `nic` for on-NIC memory).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MemKind {
+    /// Host memory.
+    Host,
+    /// On-NIC memory (MEMIC; ucx_perftest's `rdma`); the library falls back to host memory.
+    Nic,
+    /// CUDA device memory.
+    Cuda,
+}
+
+impl MemKind {
+    /// The name in `-m` and in the header box.
+    pub fn name(self) -> &'static str {
+        match self {
+            MemKind::Host => "host",
+            MemKind::Nic => "nic",
+            MemKind::Cuda => "cuda",
+        }
+    }
+
+    /// Parse one name (`rdma` is ucx_perftest's name for on-NIC memory).
+    pub fn parse(s: &str) -> Option<MemKind> {
+        match s {
+            "host" => Some(MemKind::Host),
+            "nic" | "rdma" => Some(MemKind::Nic),
+            "cuda" => Some(MemKind::Cuda),
+            _ => None,
+        }
+    }
+
+    /// The library's memory type.
+    pub fn memory_type(self) -> courier::MemoryType {
+        match self {
+            MemKind::Host => courier::MemoryType::Host,
+            MemKind::Nic => courier::MemoryType::Nic,
+            MemKind::Cuda => courier::MemoryType::Cuda,
         }
     }
 }
@@ -121,6 +240,8 @@ pub struct Params {
     pub window: usize,
     /// Verify message contents on the receiver.
     pub check: bool,
+    /// Memory types: the client's (sender's) and the server's (receiver's).
+    pub mem: [MemKind; 2],
 }
 
 impl Params {
@@ -134,8 +255,8 @@ impl Params {
         self.iters + self.warmup
     }
 
-    /// The wire form (JSON text).
-    pub fn encode(&self) -> Vec<u8> {
+    /// The wire form as a JSON value (the caller may add fields).
+    pub fn to_json(&self) -> serde_json::Value {
         serde_json::json!({
             "op": "test",
             "test": self.test.name(),
@@ -144,9 +265,14 @@ impl Params {
             "warmup": self.warmup,
             "window": self.window,
             "check": self.check,
+            "mem": [self.mem[0].name(), self.mem[1].name()],
         })
-        .to_string()
-        .into_bytes()
+    }
+
+    /// The wire form (JSON text).
+    #[cfg(test)]
+    pub fn encode(&self) -> Vec<u8> {
+        self.to_json().to_string().into_bytes()
     }
 
     /// Parse the wire form.
@@ -170,6 +296,15 @@ impl Params {
             return Err(bad("empty size list"));
         }
         let num = |k: &str| v[k].as_u64().ok_or_else(|| bad(k));
+        let mut mem = [MemKind::Host; 2];
+        if let Some(a) = v["mem"].as_array() {
+            for (slot, x) in mem.iter_mut().zip(a) {
+                *slot = x
+                    .as_str()
+                    .and_then(MemKind::parse)
+                    .ok_or_else(|| bad("unknown memory type"))?;
+            }
+        }
         Ok(Params {
             test,
             sizes,
@@ -177,6 +312,7 @@ impl Params {
             warmup: num("warmup")?,
             window: (num("window")? as usize).max(1),
             check: v["check"].as_bool().unwrap_or(false),
+            mem,
         })
     }
 }
@@ -222,28 +358,25 @@ pub fn parse_count(opt: &str, s: &str) -> CliResult<u64> {
         })
 }
 
-/// Parse `-m SEND[,RECV]`: only host memory is supported.
-pub fn parse_mem(s: &str) -> CliResult<()> {
-    for part in s.split(',') {
-        match part.trim() {
-            "host" => {}
-            t @ ("cuda" | "cuda-managed" | "rocm" | "rocm-managed" | "ze-host" | "ze-device"
-            | "ze-managed" | "rdma") => {
+/// Parse `-m SEND[,RECV]` (RECV defaults to SEND, as in ucx_perftest).
+pub fn parse_mem(s: &str) -> CliResult<[MemKind; 2]> {
+    let parts: Vec<&str> = s.split(',').map(str::trim).collect();
+    if parts.len() > 2 {
+        return Err(CliError::usage(format!("-m {s:?}: expected SEND[,RECV]")));
+    }
+    let mut v = Vec::with_capacity(2);
+    for part in &parts {
+        match MemKind::parse(part) {
+            Some(k) => v.push(k),
+            None => {
                 return Err(CliError::usage(format!(
-                    "memory type {t} not supported yet; accepted: host"
-                )));
-            }
-            t => {
-                return Err(CliError::usage(format!(
-                    "unknown memory type {t:?}; accepted: host"
+                    "unknown memory type {part:?}; accepted: host, nic, cuda"
                 )));
             }
         }
     }
-    if s.split(',').count() > 2 {
-        return Err(CliError::usage(format!("-m {s:?}: expected SEND[,RECV]")));
-    }
-    Ok(())
+    let send = v[0];
+    Ok([send, v.get(1).copied().unwrap_or(send)])
 }
 
 /// Parse `-M`.
@@ -315,11 +448,13 @@ mod tests {
         assert_eq!(parse_count("-n", "100k").unwrap(), 100_000);
         assert_eq!(parse_count("-n", "2000").unwrap(), 2000);
         assert!(parse_count("-n", "-1").is_err());
-        assert!(parse_mem("host").is_ok() && parse_mem("host,host").is_ok());
+        assert_eq!(parse_mem("host").unwrap(), [MemKind::Host; 2]);
         assert_eq!(
-            parse_mem("cuda").unwrap_err().msg,
-            "memory type cuda not supported yet; accepted: host"
+            parse_mem("nic,host").unwrap(),
+            [MemKind::Nic, MemKind::Host]
         );
+        assert_eq!(parse_mem("cuda").unwrap(), [MemKind::Cuda; 2]);
+        assert!(parse_mem("host,host,host").is_err());
         assert!(
             parse_mem("floppy")
                 .unwrap_err()
@@ -344,16 +479,18 @@ mod tests {
             warmup: 2,
             window: 32,
             check: true,
+            mem: [MemKind::Nic, MemKind::Host],
         };
         assert_eq!(Params::decode(&p.encode()).unwrap(), p);
         for t in ALL_TESTS {
             assert_eq!(TestKind::parse(t.name()).unwrap(), t);
         }
+        assert!(TestKind::parse("ucp_put_lat").unwrap().is_rma());
         assert!(
-            TestKind::parse("ucp_put_lat")
+            TestKind::parse("nope")
                 .unwrap_err()
                 .msg
-                .contains("not supported yet")
+                .contains("unknown test")
         );
     }
 }

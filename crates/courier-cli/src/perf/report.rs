@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
 
-use super::params::{Params, TestKind};
+use super::params::{MemKind, Params, TestKind};
 
 /// How results are printed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -45,8 +45,19 @@ pub struct Row {
 
 const RULE: &str = "+--------------+--------------+----------+---------+---------+----------+----------+-----------+-----------+";
 
-/// The header box and the column headers, as ucx_perftest prints them.
-pub fn header(p: &Params, percentile: f64, out: Output) -> String {
+/// What the header box shows for a memory type: the name, and `(host fallback)` when the
+/// library gave host memory instead.
+pub fn mem_label(kind: MemKind, actual: Option<courier::MemoryType>) -> String {
+    match (kind, actual) {
+        (MemKind::Host, _) | (_, None) => kind.name().to_string(),
+        (_, Some(courier::MemoryType::Host)) => format!("{} (host fallback)", kind.name()),
+        _ => kind.name().to_string(),
+    }
+}
+
+/// The header box and the column headers, as ucx_perftest prints them; `mem` are the
+/// Send memory and Recv memory rows.
+pub fn header(p: &Params, percentile: f64, out: Output, mem: &[String; 2]) -> String {
     let mut s = String::new();
     if matches!(out, Output::Json | Output::Silent) {
         return s;
@@ -68,8 +79,8 @@ pub fn header(p: &Params, percentile: f64, out: Output) -> String {
             "(automatic)"
         },
     ));
-    s.push_str(&line("Send memory:", "host"));
-    s.push_str(&line("Recv memory:", "host"));
+    s.push_str(&line("Send memory:", &mem[0]));
+    s.push_str(&line("Recv memory:", &mem[1]));
     let size = p
         .sizes
         .iter()
@@ -333,12 +344,29 @@ mod tests {
             warmup: 0,
             window: 1,
             check: false,
+            mem: [MemKind::Host; 2],
         }
+    }
+
+    fn host2() -> [String; 2] {
+        ["host".to_string(), "host".to_string()]
+    }
+
+    #[test]
+    fn memory_rows() {
+        let mem = [
+            mem_label(MemKind::Nic, Some(courier::MemoryType::Host)),
+            mem_label(MemKind::Host, Some(courier::MemoryType::Host)),
+        ];
+        let h = header(&params(), 50.0, Output::FinalOnly, &mem);
+        assert!(h.contains("| Send memory:  nic (host fallback) "), "{h}");
+        assert!(h.contains("| Recv memory:  host "), "{h}");
+        assert!(h.lines().all(|l| l.len() == 108), "{h}");
     }
 
     #[test]
     fn table_shape_matches_ucx_perftest() {
-        let h = header(&params(), 50.0, Output::Table);
+        let h = header(&params(), 50.0, Output::Table, &host2());
         let lines: Vec<&str> = h.lines().collect();
         assert_eq!(lines[0].len(), 108);
         assert!(lines.iter().all(|l| l.len() == 108), "{h}");
@@ -378,7 +406,7 @@ mod tests {
         assert_eq!(group(1234567.0, true), "1,234,567");
         assert_eq!(group(123.0, true), "123");
         assert!(
-            header(&params(), 99.9, Output::Csv)
+            header(&params(), 99.9, Output::Csv, &host2())
                 .starts_with("iterations,99.9_percentile_lat,avg_lat")
         );
     }

@@ -5,7 +5,7 @@ use std::sync::{Arc, Barrier, mpsc};
 
 use super::engine::{self, Link};
 use super::local::ChildServer;
-use super::params::{Params, TestKind, parse_size};
+use super::params::{MemKind, Params, TestKind, parse_size};
 use super::report::{Output, Row};
 use super::{PerfArgs, Settings, make_worker, run_test};
 use crate::error::{CliError, CliResult};
@@ -62,6 +62,7 @@ fn params(test: TestKind, size: usize, quick: bool) -> Params {
         warmup,
         window,
         check: false,
+        mem: [MemKind::Host; 2],
     }
 }
 

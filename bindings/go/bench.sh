@@ -1,0 +1,126 @@
+#!/usr/bin/env bash
+# Go binding benchmark: builds cmd/goperftest, runs server and client pinned to different
+# CPUs (taskset -c $SERVER_CPU / -c $CLIENT_CPU), 3 repetitions per point, and prints the
+# medians as one JSON line per point:
+#   8 B      active-message ping-pong latency (one-way, RTT/2)   goperftest -lat
+#   1, 4, 16 MiB  active-message bandwidth (window of 32)       goperftest
+# With NATIVE=1 the same points run with `target/release/courier perf` (-t ucp_am_lat /
+# ucp_am_bw) and print lines with "impl":"native" next to "impl":"go".
+#
+# Environment: REPS (3), SIZES ("8 1048576 4194304 16777216"), SERVER_CPU (0),
+# CLIENT_CPU (1), PORT (first port, 13400), COURIER_TLS (as usual), NATIVE (0),
+# ITERS_LAT / ITERS_BW_1M / ITERS_BW_4M / ITERS_BW_16M, GOPERFTEST_FLAGS (e.g. -wakeup),
+# GOPERFTEST_BIN (a prebuilt goperftest: skip the build).
+# Needs target/release/libcourier.a (make capi). Run from anywhere.
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+root="$(cd "$here/../.." && pwd)"
+REPS=${REPS:-3}
+SIZES=${SIZES:-"8 1048576 4194304 16777216"}
+SERVER_CPU=${SERVER_CPU:-0}
+CLIENT_CPU=${CLIENT_CPU:-1}
+PORT=${PORT:-13400}
+NATIVE=${NATIVE:-0}
+ITERS_LAT=${ITERS_LAT:-20000}
+ITERS_BW_1M=${ITERS_BW_1M:-1000}
+ITERS_BW_4M=${ITERS_BW_4M:-300}
+ITERS_BW_16M=${ITERS_BW_16M:-100}
+GOPERFTEST_FLAGS=${GOPERFTEST_FLAGS:-}
+
+bin="${GOPERFTEST_BIN:-$root/target/goperftest}"
+[ -n "${GOPERFTEST_BIN:-}" ] || (cd "$here" && go build -o "$bin" ./cmd/goperftest)
+native="$root/target/release/courier"
+
+pin() { # pin CPU cmd...: taskset when there is such a CPU, else unpinned
+    local cpu=$1; shift
+    if command -v taskset >/dev/null && taskset -c "$cpu" true 2>/dev/null; then
+        taskset -c "$cpu" "$@"
+    else
+        "$@"
+    fi
+}
+
+wait_listen() { # wait until something listens on TCP port $1 (up to 10 s)
+    for _ in $(seq 100); do
+        if command -v ss >/dev/null; then
+            # without connecting (a probe connection would be a failed client to the server)
+            if ss -Hltn "sport = :$1" 2>/dev/null | grep -q .; then return 0; fi
+        elif (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; then
+            return 0
+        fi
+        sleep 0.1
+    done
+    echo "bench.sh: nothing listens on port $1" >&2
+    return 1
+}
+
+field() { # field NAME < json: the number after "NAME":
+    sed -n "s/.*\"$1\":\([-0-9.eE+]*\).*/\1/p"
+}
+
+median() { # median of the numbers on stdin
+    sort -g | awk '{a[NR]=$1} END {if (NR==0) print "null"; else if (NR%2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2}'
+}
+
+iters_for() {
+    case $1 in
+        8) echo "$ITERS_LAT" ;;
+        1048576) echo "$ITERS_BW_1M" ;;
+        4194304) echo "$ITERS_BW_4M" ;;
+        16777216) echo "$ITERS_BW_16M" ;;
+        *) echo 1000 ;;
+    esac
+}
+
+# One run of goperftest; prints its JSON line.
+run_go() { # size iters lat(0/1)
+    local size=$1 iters=$2 lat=$3 port=$((PORT++)) flags=()
+    [ "$lat" = 1 ] && flags+=(-lat)
+    # shellcheck disable=SC2206
+    flags+=($GOPERFTEST_FLAGS)
+    pin "$SERVER_CPU" "$bin" -p "$port" -s "$size" "${flags[@]}" &
+    local srv=$!
+    wait_listen "$port"
+    pin "$CLIENT_CPU" "$bin" -i 127.0.0.1 -p "$port" -s "$size" -n "$iters" -warmup $((iters / 10 + 1)) -json "${flags[@]}"
+    wait "$srv"
+}
+
+# One run of the native perftest; prints its JSON line.
+run_native() { # size iters lat(0/1)
+    local size=$1 iters=$2 lat=$3 port=$((PORT++)) test=ucp_am_bw
+    [ "$lat" = 1 ] && test=ucp_am_lat
+    pin "$SERVER_CPU" "$native" perf -p "$port" >/dev/null &
+    local srv=$!
+    wait_listen "$port"
+    pin "$CLIENT_CPU" "$native" perf 127.0.0.1 -p "$port" -t "$test" -s "$size" -n "$iters" -w $((iters / 10 + 1)) --json | grep '^{'
+    wait "$srv"
+}
+
+for size in $SIZES; do
+    lat=0; test=am_bw
+    if [ "$size" -le 8 ]; then lat=1; test=am_lat; fi
+    iters=$(iters_for "$size")
+    lats=(); gbps=(); mbs=()
+    for _ in $(seq "$REPS"); do
+        j=$(run_go "$size" "$iters" "$lat")
+        lats+=("$(field latency_us <<<"$j")")
+        gbps+=("$(field bandwidth_gbps <<<"$j")")
+        mbs+=("$(field bandwidth_mbs <<<"$j")")
+    done
+    printf '{"impl":"go","test":"%s","size":%d,"iterations":%d,"reps":%d,"latency_us":%s,"bandwidth_gbps":%s,"bandwidth_mbs":%s}\n' \
+        "$test" "$size" "$iters" "$REPS" \
+        "$(printf '%s\n' "${lats[@]}" | median)" "$(printf '%s\n' "${gbps[@]}" | median)" "$(printf '%s\n' "${mbs[@]}" | median)"
+    if [ "$NATIVE" = 1 ]; then
+        lats=(); mbs=()
+        for _ in $(seq "$REPS"); do
+            j=$(run_native "$size" "$iters" "$lat")
+            lats+=("$(field latency_avg_us <<<"$j")")
+            mbs+=("$(field bandwidth_avg_mbs <<<"$j")")
+        done
+        m=$(printf '%s\n' "${mbs[@]}" | median)
+        printf '{"impl":"native","test":"ucp_%s","size":%d,"iterations":%d,"reps":%d,"latency_us":%s,"bandwidth_gbps":%s,"bandwidth_mbs":%s}\n' \
+            "$test" "$size" "$iters" "$REPS" \
+            "$(printf '%s\n' "${lats[@]}" | median)" "$(awk -v m="$m" 'BEGIN {printf "%.6f", m * 1048576 * 8 / 1e9}')" "$m"
+    fi
+done

@@ -1,0 +1,225 @@
+package courier
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"testing"
+)
+
+// rmaPair makes an owner and a user in separate contexts (so keys take the path a separate
+// process would: shared memory, CMA, or through the owner's worker over tcp), each worker
+// progressed by its own goroutine, and an endpoint from the user to the owner.
+func rmaPair(t *testing.T, tls string) (ownerCtx *Context, owner *Worker, ep *Endpoint) {
+	t.Helper()
+	mk := func(name string) *Context {
+		p := (&ContextParams{}).EnableTag().EnableStream().EnableRMA().EnableAtomics().EnableWakeup().SetName(name)
+		if tls != "" {
+			p.SetConfig("COURIER_TLS", tls)
+		}
+		c, err := NewContext(p)
+		if err != nil {
+			t.Fatalf("NewContext: %v", err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	ownerCtx, userCtx := mk("owner"), mk("user")
+	owner = newWorker(t, ownerCtx, ThreadModeMulti)
+	user := newWorker(t, userCtx, ThreadModeMulti)
+	addr, err := owner.Address()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopO, stopU := progress(owner), progress(user)
+	ep, err = user.NewEndpoint((&EndpointParams{}).SetWorkerAddress(addr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ep.CloseForce()
+		stopU()
+		stopO()
+		user.Close()
+		owner.Close()
+	})
+	if err := ep.WaitConnected(testTimeout); err != nil {
+		t.Fatal(err)
+	}
+	return ownerCtx, owner, ep
+}
+
+func TestOneSided(t *testing.T) {
+	for _, tls := range []string{"", "tcp"} {
+		name := tls
+		if name == "" {
+			name = "default"
+		}
+		t.Run(name, func(t *testing.T) { testOneSided(t, tls) })
+	}
+}
+
+func testOneSided(t *testing.T, tls string) {
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	oc, _, ep := rmaPair(t, tls)
+
+	if _, err := oc.MemMap((&MemMapParams{}).SetMemoryType(MemoryTypeCuda).Allocate().SetLength(4096)); err == nil ||
+		!(errors.Is(err, ErrNoDevice) || errors.Is(err, ErrUnsupported)) {
+		t.Fatalf("cuda memory without a device: %v", err)
+	}
+	const size = 1 << 20
+	mem, err := oc.MemMap((&MemMapParams{}).SetMemoryType(MemoryTypeHost).Allocate().SetLength(size).SetAccess(AccessAll))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mem.Close()
+	attr := mem.Query()
+	if attr.Length != size || attr.MemoryType != MemoryTypeHost || attr.Address == 0 {
+		t.Fatalf("query: %+v", attr)
+	}
+	region := mem.Bytes()
+	packed, err := mem.PackRkey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ep.UnpackRkey([]byte("junk")); !errors.Is(err, ErrInvalidKey) {
+		t.Fatalf("junk key: %v", err)
+	}
+	rk, err := ep.UnpackRkey(packed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rk.Close()
+	if b, l := rk.Bounds(); b != attr.Address || l != size {
+		t.Fatalf("bounds %x+%d, want %x+%d", b, l, attr.Address, size)
+	}
+	t.Logf("transport %s, key path %s", ep.Transport(), rk.Path())
+	base := attr.Address
+
+	// put, fence, get
+	data := pattern(64<<10, 1)
+	r, err := ep.Put(data, base, rk, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	maybeGC()
+	wait(t, r)
+	if err := ep.Fence(); err != nil {
+		t.Fatal(err)
+	}
+	back := make([]byte, len(data))
+	if r, err = ep.Get(back, base, rk, nil); err != nil {
+		t.Fatal(err)
+	}
+	wait(t, r)
+	if !bytes.Equal(back, data) {
+		t.Fatal("get returned other bytes than were put")
+	}
+
+	// fetching atomics: the old value comes back in Info.Value
+	fetch := func(r *Request, err error) uint64 {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return wait(t, r).Value
+	}
+	if v := fetch(ep.Atomic(AtomicAdd, 5, 0, base+size-64, rk, nil)); v != 0 {
+		t.Fatalf("first fetch-add returned %d", v)
+	}
+	if v := fetch(ep.Atomic(AtomicAdd, 7, 0, base+size-64, rk, nil)); v != 5 {
+		t.Fatalf("second fetch-add returned %d", v)
+	}
+	if v := fetch(ep.Atomic32(AtomicCswap, 0xabcd, 0, base+size-56, rk, nil)); v != 0 {
+		t.Fatalf("cswap32 returned %d", v)
+	}
+	if _, err := ep.Atomic(AtomicAdd, 1, 0, base+3, rk, nil); !errors.Is(err, ErrInvalidParam) {
+		t.Fatalf("unaligned atomic: %v", err)
+	}
+	if r, err := ep.Put(data[:16], base+size-8, rk, nil); err == nil {
+		<-r.Done()
+		err = r.Err()
+		if !errors.Is(err, ErrOutOfRange) {
+			t.Fatalf("put past the end: %v", err)
+		}
+	} else if !errors.Is(err, ErrOutOfRange) {
+		t.Fatalf("put past the end: %v", err)
+	}
+
+	// put with signal; the owner waits on the word (its worker progressed elsewhere)
+	data2 := pattern(64<<10, 2)
+	if r, err = ep.PutSignal(data2, base+256<<10, rk, base+size-8, rk, 1, SignalAdd, nil); err != nil {
+		t.Fatal(err)
+	}
+	v, err := mem.SignalWaitUntil(ctx, nil, size-8, CmpGE, 1)
+	if err != nil || v != 1 {
+		t.Fatalf("signal wait: %d, %v", v, err)
+	}
+	wait(t, r)
+	if !bytes.Equal(region[256<<10:256<<10+len(data2)], data2) || !bytes.Equal(region[:len(data)], data) {
+		t.Fatal("owner sees other bytes than were put")
+	}
+	if got, _ := mem.SignalFetch(size - 8); got != 1 {
+		t.Fatalf("signal word %d", got)
+	}
+
+	// a registered Go buffer
+	gobuf := make([]byte, 8192)
+	reg, err := oc.MemMap((&MemMapParams{}).SetBuffer(gobuf))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reg.Close()
+	rpacked, _ := reg.PackRkey()
+	rrk, err := ep.UnpackRkey(rpacked)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rrk.Close()
+	if r, err = ep.Put(data[:4096], reg.Query().Address+100, rrk, nil); err != nil {
+		t.Fatal(err)
+	}
+	wait(t, r)
+	if !bytes.Equal(gobuf[100:4196], data[:4096]) {
+		t.Fatal("registered buffer not written")
+	}
+
+	// a semaphore posted remotely
+	sem, err := oc.NewSemaphore(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sem.Close()
+	skey, saddr, err := sem.Remote()
+	if err != nil {
+		t.Fatal(err)
+	}
+	srk, err := ep.UnpackRkey(skey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srk.Close()
+	if sem.TryWait(1) {
+		t.Fatal("took from an empty semaphore")
+	}
+	fetch(ep.Atomic(AtomicAdd, 2, 0, saddr, srk, nil))
+	if err := sem.Wait(ctx, nil, 1); err != nil {
+		t.Fatal(err)
+	}
+	if sem.Value() != 1 {
+		t.Fatalf("semaphore value %d", sem.Value())
+	}
+	if err := sem.Post(1); err != nil || !sem.TryWait(2) {
+		t.Fatalf("post/try: %v", err)
+	}
+	if _, err := oc.NewSemaphore(SemBoolean | SemInteger); !errors.Is(err, ErrInvalidParam) {
+		t.Fatalf("bad semaphore flags: %v", err)
+	}
+	// a wait that cannot succeed ends with its context
+	short, cancel2 := context.WithTimeout(ctx, 20e6)
+	defer cancel2()
+	if _, err := mem.SignalWaitUntil(short, nil, size-8, CmpEQ, 99); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("wait with a deadline: %v", err)
+	}
+}

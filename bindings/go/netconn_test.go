@@ -1,0 +1,210 @@
+package courier
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+func streamContext(t *testing.T, tls string) *Context {
+	t.Helper()
+	p := (&ContextParams{}).EnableStream().EnableWakeup().SetName(t.Name())
+	if tls != "" {
+		p.SetConfig("COURIER_TLS", tls)
+	}
+	c, err := NewContext(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func forTransports(t *testing.T, f func(t *testing.T, tls string)) {
+	for _, tls := range []string{"", "tcp"} {
+		name := tls
+		if name == "" {
+			name = "default"
+		}
+		t.Run(name, func(t *testing.T) { f(t, tls) })
+	}
+}
+
+func TestNetConn(t *testing.T) {
+	forTransports(t, func(t *testing.T, tls string) {
+		c := streamContext(t, tls)
+		l, err := Listen(c, "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		accepted := make(chan net.Conn, 1)
+		go func() {
+			s, err := l.Accept()
+			if err != nil {
+				t.Error(err)
+				close(accepted)
+				return
+			}
+			accepted <- s
+		}()
+		cl, err := Dial(c, l.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cl.Close()
+		if _, err := cl.Write([]byte("ping")); err != nil {
+			t.Fatal(err)
+		}
+		s := <-accepted
+		if s == nil {
+			t.FailNow()
+		}
+		if s.LocalAddr().String() != l.Addr().String() || s.RemoteAddr().Network() != "courier" ||
+			cl.RemoteAddr().String() != l.Addr().String() {
+			t.Fatalf("addresses: %v %v %v", s.LocalAddr(), s.RemoteAddr(), cl.RemoteAddr())
+		}
+		buf := make([]byte, 4)
+		if _, err := io.ReadFull(s, buf); err != nil || string(buf) != "ping" {
+			t.Fatalf("read %q, %v", buf, err)
+		}
+		// A read deadline ends a read with nothing to read; the next read still works.
+		s.SetReadDeadline(time.Now().Add(30 * time.Millisecond))
+		start := time.Now()
+		_, err = s.Read(buf)
+		var ne net.Error
+		if !errors.Is(err, os.ErrDeadlineExceeded) || !errors.As(err, &ne) || !ne.Timeout() {
+			t.Fatalf("read past the deadline: %v", err)
+		}
+		if time.Since(start) > 5*time.Second {
+			t.Fatal("deadline honoured late")
+		}
+		// A deadline moved into the past wakes a blocked read.
+		s.SetReadDeadline(time.Time{})
+		woke := make(chan error, 1)
+		go func() { _, err := s.Read(buf); woke <- err }()
+		time.Sleep(20 * time.Millisecond)
+		s.SetReadDeadline(time.Unix(1, 0))
+		if err := <-woke; !errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Fatalf("read woken by a past deadline: %v", err)
+		}
+		s.SetReadDeadline(time.Time{})
+		big := pattern(3<<20+5, 9)
+		go func() { cl.Write(big) }()
+		got := make([]byte, len(big))
+		if _, err := io.ReadFull(s, got); err != nil || !bytes.Equal(got, big) {
+			t.Fatalf("big read: %v", err)
+		}
+		// Close on one side is EOF on the other.
+		cl.Close()
+		if n, err := s.Read(buf); err != io.EOF {
+			t.Fatalf("read after the peer closed: %d, %v", n, err)
+		}
+		s.Close()
+		if _, err := s.Read(buf); !errors.Is(err, net.ErrClosed) {
+			t.Fatalf("read after close: %v", err)
+		}
+	})
+}
+
+func TestHTTPOverCourier(t *testing.T) {
+	forTransports(t, func(t *testing.T, tls string) {
+		c := streamContext(t, tls)
+		l, err := Listen(c, "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		big := pattern(1<<20, 3)
+		mux := http.NewServeMux()
+		mux.HandleFunc("/hello", func(w http.ResponseWriter, r *http.Request) {
+			fmt.Fprintf(w, "hello %s", r.URL.Query().Get("name"))
+		})
+		mux.HandleFunc("/big", func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "application/octet-stream")
+			w.Write(big)
+		})
+		mux.HandleFunc("/echo", func(w http.ResponseWriter, r *http.Request) {
+			b, err := io.ReadAll(r.Body) // HTTP/1 handlers are not full duplex: read, then write
+			if err != nil {
+				http.Error(w, err.Error(), http.StatusBadRequest)
+				return
+			}
+			w.Write(b)
+		})
+		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		served := make(chan error, 1)
+		go func() { served <- srv.Serve(l) }()
+
+		tr := &http.Transport{
+			DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+				return DialContext(ctx, c, addr)
+			},
+			MaxIdleConnsPerHost: 4,
+		}
+		client := &http.Client{Transport: tr, Timeout: testTimeout}
+		base := "http://" + l.Addr().String()
+		get := func(path string) []byte {
+			resp, err := client.Get(base + path)
+			if err != nil {
+				t.Errorf("GET %s: %v", path, err)
+				return nil
+			}
+			defer resp.Body.Close()
+			b, err := io.ReadAll(resp.Body)
+			if err != nil || resp.StatusCode != 200 {
+				t.Errorf("GET %s: %d, %v", path, resp.StatusCode, err)
+			}
+			return b
+		}
+		if b := get("/hello?name=courier"); string(b) != "hello courier" {
+			t.Fatalf("hello: %q", b)
+		}
+		if b := get("/big"); !bytes.Equal(b, big) {
+			t.Fatalf("big: %d bytes", len(b))
+		}
+		// several at once, over several connections
+		var wg sync.WaitGroup
+		for i := 0; i < 6; i++ {
+			wg.Add(1)
+			go func(i int) {
+				defer wg.Done()
+				if i%2 == 0 {
+					if b := get("/big"); !bytes.Equal(b, big) {
+						t.Errorf("big %d: %d bytes", i, len(b))
+					}
+					return
+				}
+				body := strings.Repeat(fmt.Sprint(i), 100000)
+				resp, err := client.Post(base+"/echo", "text/plain", strings.NewReader(body))
+				if err != nil {
+					t.Errorf("POST: %v", err)
+					return
+				}
+				b, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if string(b) != body {
+					t.Errorf("echo %d: %d bytes", i, len(b))
+				}
+			}(i)
+		}
+		wg.Wait()
+		tr.CloseIdleConnections()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := srv.Shutdown(ctx); err != nil {
+			t.Fatalf("shutdown: %v", err)
+		}
+		if err := <-served; !errors.Is(err, http.ErrServerClosed) {
+			t.Fatalf("serve: %v", err)
+		}
+	})
+}

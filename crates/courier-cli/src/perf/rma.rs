@@ -1,0 +1,644 @@
+//! One-sided tests: puts, gets, atomics and signaling puts (ucx_perftest's `ucp_put_lat`,
+//! `ucp_put_bw`, `ucp_get`, `ucp_add`, `ucp_fadd`, `ucp_swap`, `ucp_cswap`, plus Courier's
+//! `put_signal_lat`, `put_signal_bw` and `put_flush_signal_lat`).
+//!
+//! Both sides map one region of their `-m` memory type (the client's is the sender's, the
+//! server's the receiver's) with the same layout; the client sends its packed key with the
+//! test parameters and the server answers with its own. The server then progresses its
+//! worker until the client's `TAG_FIN` (over tcp, the target's progress carries the remote
+//! operations out), so its region stays mapped while the client uses it.
+
+use std::sync::Arc;
+use std::sync::atomic::{Ordering, fence};
+use std::time::Instant;
+
+use courier::{AtomicOp, Cmp, MemMapParams, Memory, MemoryType, RemoteKey, Request, SignalOp};
+
+use super::engine::{Failure, Idle, Link, TAG_FIN, pattern, verify};
+use super::params::{MemKind, Params, TestKind};
+use super::report::{Meter, Row, mem_label};
+use crate::error::{CliError, CliResult};
+
+/// Where things are in a region; both sides use the same layout.
+#[derive(Clone, Copy, Debug)]
+struct Layout {
+    /// Message size.
+    size: usize,
+    /// Offset of the send area (after `slots` receive slots at offset 0).
+    send: usize,
+    /// Offset of the 64-bit signal word (also the target of the atomic tests).
+    sig: usize,
+    /// Region length.
+    len: usize,
+}
+
+fn round8(n: usize) -> usize {
+    n.div_ceil(8) * 8
+}
+
+impl Layout {
+    fn new(p: &Params) -> Layout {
+        let size = p.msg_size();
+        // Gets in flight each need their own landing slot.
+        let slots = if p.test == TestKind::Get {
+            p.window.max(1)
+        } else {
+            1
+        };
+        let send = round8(size * slots);
+        let sig = send + round8(size);
+        Layout {
+            size,
+            send,
+            sig,
+            len: sig + 8,
+        }
+    }
+}
+
+/// Check the parameters of a one-sided test (usage errors).
+pub fn validate(p: &Params) -> CliResult<()> {
+    if p.sizes.len() != 1 {
+        return Err(CliError::usage(format!(
+            "{} takes one message size (one-sided tests have no IOV form)",
+            p.test.name()
+        )));
+    }
+    let size = p.sizes[0];
+    if p.test.is_atomic() && size != 4 && size != 8 {
+        return Err(CliError::usage(format!(
+            "-s {size}: {} takes 4 or 8 (the width of the atomic word)",
+            p.test.name()
+        )));
+    }
+    if p.test == TestKind::PutLat && size == 0 {
+        return Err(CliError::usage(
+            "ucp_put_lat needs at least 1 byte: the message carries the iteration number",
+        ));
+    }
+    Ok(())
+}
+
+fn mem_type_name(t: MemoryType) -> &'static str {
+    match t {
+        MemoryType::Host => "host",
+        MemoryType::Nic => "nic",
+        MemoryType::Cuda => "cuda",
+    }
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+fn unhex(s: &str) -> Option<Vec<u8>> {
+    if !s.len().is_multiple_of(2) || !s.is_ascii() {
+        return None;
+    }
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).ok())
+        .collect()
+}
+
+/// Map `len` bytes of memory type `kind` (a usage error when the type cannot be had).
+pub fn map_memory(ctx: &courier::Context, kind: MemKind, len: usize) -> CliResult<Memory> {
+    let mem = ctx
+        .mem_map(MemMapParams::allocate(len.max(8)).memory_type(kind.memory_type()))
+        .map_err(|e| CliError::usage(format!("memory type {}: {e}", kind.name())))?;
+    let actual = mem.query().memory_type;
+    if actual != MemoryType::Host {
+        return Err(CliError::usage(format!(
+            "memory type {}: courier perf writes its buffers with the CPU and cannot use {} memory yet",
+            kind.name(),
+            mem_type_name(actual)
+        )));
+    }
+    Ok(mem)
+}
+
+/// One side's mapped region and the peer's key.
+pub struct Side {
+    /// Always `Some` until `retire`.
+    mem: Option<Memory>,
+    layout: Layout,
+    failure: Arc<Failure>,
+    peer: Option<RemoteKey>,
+    peer_base: u64,
+    /// The memory type the peer actually got (the client learns the server's).
+    peer_actual: Option<MemoryType>,
+}
+
+impl Drop for Side {
+    fn drop(&mut self) {
+        // Before the region goes: a late failure must not write into it.
+        self.failure.disarm();
+    }
+}
+
+impl Side {
+    /// Map this side's region of memory type `kind` for `p`.
+    pub fn map(link: &Link, p: &Params, kind: MemKind) -> CliResult<Side> {
+        validate(p)?;
+        let layout = Layout::new(p);
+        let mem = map_memory(link.worker.context(), kind, layout.len)?;
+        let base = mem.as_ptr();
+        // SAFETY: the region is `layout.len` bytes of CPU-accessible memory, not yet
+        // known to any peer.
+        unsafe {
+            std::ptr::write_bytes(base, 0, layout.len);
+            let send = std::slice::from_raw_parts_mut(base.add(layout.send), layout.size);
+            for (i, b) in send.iter_mut().enumerate() {
+                *b = pattern(i);
+            }
+            // SAFETY: the signal word is aligned (offset and base are multiples of 8) and
+            // is disarmed in Drop, before the region is unmapped.
+            link.failure.arm(base.add(layout.sig) as *mut u64);
+        }
+        Ok(Side {
+            mem: Some(mem),
+            layout,
+            failure: link.failure.clone(),
+            peer: None,
+            peer_base: 0,
+            peer_actual: None,
+        })
+    }
+
+    fn mem(&self) -> &Memory {
+        self.mem.as_ref().expect("mapped until retired")
+    }
+
+    /// Done with the test: keep the region mapped for the rest of the session (see
+    /// `Link::retired`).
+    fn retire(mut self, link: &Link) {
+        self.failure.disarm();
+        if let Some(m) = self.mem.take() {
+            link.retired.borrow_mut().push(m);
+        }
+    }
+
+    /// This side's packed key, as hex for the control messages.
+    pub fn packed_hex(&self) -> CliResult<String> {
+        self.mem()
+            .pack_rkey()
+            .map(|k| hex(&k))
+            .map_err(|e| CliError::run(format!("cannot pack the remote key: {e}")))
+    }
+
+    /// The server's answer: its key and the memory type it actually got.
+    pub fn ack_json(&self) -> CliResult<String> {
+        Ok(serde_json::json!({
+            "rkey": self.packed_hex()?,
+            "mem": mem_type_name(self.mem().query().memory_type),
+        })
+        .to_string())
+    }
+
+    /// Unpack the peer's key from its control message (`rkey`, and `mem` from a server).
+    pub fn attach_peer(&mut self, link: &Link, v: &serde_json::Value) -> CliResult<()> {
+        let bad = |why: String| CliError::run(format!("remote key from {}: {why}", link.peer));
+        let bytes = v["rkey"]
+            .as_str()
+            .and_then(unhex)
+            .ok_or_else(|| bad("missing or not hex".into()))?;
+        let key = link
+            .ep
+            .rkey_unpack(&bytes)
+            .map_err(|e| bad(e.to_string()))?;
+        let (base, len) = key.bounds();
+        if len < self.layout.len as u64 {
+            return Err(bad(format!(
+                "region of {len} bytes, the test needs {}",
+                self.layout.len
+            )));
+        }
+        self.peer_actual = v["mem"].as_str().and_then(|m| match m {
+            "host" => Some(MemoryType::Host),
+            "nic" => Some(MemoryType::Nic),
+            "cuda" => Some(MemoryType::Cuda),
+            _ => None,
+        });
+        self.peer_base = base;
+        self.peer = Some(key);
+        Ok(())
+    }
+
+    /// The header box's Send memory and Recv memory rows (the client's view).
+    pub fn labels(&self, p: &Params) -> [String; 2] {
+        [
+            mem_label(p.mem[0], Some(self.mem().query().memory_type)),
+            mem_label(p.mem[1], self.peer_actual),
+        ]
+    }
+
+    fn key(&self, link: &Link) -> CliResult<&RemoteKey> {
+        self.peer
+            .as_ref()
+            .ok_or_else(|| CliError::run(format!("no remote key from {}", link.peer)))
+    }
+
+    /// Wait until this side's signal word is at least `v` (progressing the worker).
+    #[inline]
+    fn wait_signal(&self, link: &Link, v: u64) -> CliResult<()> {
+        let got = link.check(self.mem().signal_wait_until(
+            &link.worker,
+            self.layout.sig,
+            Cmp::Ge,
+            v,
+            false,
+        ))?;
+        if got == u64::MAX && link.failure.is_set() {
+            return Err(link.failed());
+        }
+        Ok(())
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Helpers of the loops
+// ---------------------------------------------------------------------------------------
+
+/// The iteration number as carried in `size` bytes (the low bytes when fewer than 8).
+#[inline]
+fn mask(size: usize, v: u64) -> u64 {
+    if size >= 8 {
+        v
+    } else {
+        v & ((1u64 << (8 * size)) - 1)
+    }
+}
+
+/// Write the iteration number into the last (up to 8) bytes of a message.
+///
+/// # Safety
+/// `p` must be valid for writes of `size` bytes, with no operation reading them.
+#[inline]
+unsafe fn stamp(p: *mut u8, size: usize, v: u64) {
+    let k = size.min(8);
+    // SAFETY: forwarded contract; k <= size.
+    unsafe { std::ptr::copy_nonoverlapping(v.to_le_bytes().as_ptr(), p.add(size - k), k) };
+}
+
+/// Read the iteration number a peer wrote at the end of the message at `p`.
+///
+/// # Safety
+/// `p` must be valid for reads of `size` bytes.
+#[inline]
+unsafe fn read_stamp(p: *const u8, size: usize) -> u64 {
+    let k = size.min(8);
+    let mut b = [0u8; 8];
+    for (j, x) in b.iter_mut().enumerate().take(k) {
+        // SAFETY: inside the message; volatile because the peer writes it.
+        *x = unsafe { std::ptr::read_volatile(p.add(size - k + j)) };
+    }
+    u64::from_le_bytes(b)
+}
+
+/// Poll this side's receive area until the message of iteration `v` is there.
+#[inline]
+fn poll_stamp(link: &Link, p: *const u8, size: usize, v: u64) -> CliResult<()> {
+    let want = mask(size, v);
+    let mut idle = Idle::default();
+    loop {
+        // SAFETY: `p` is the receive area of a live region of at least `size` bytes.
+        if unsafe { read_stamp(p, size) } == want {
+            fence(Ordering::Acquire);
+            return Ok(());
+        }
+        link.poll(&mut idle)?;
+    }
+}
+
+fn check_data(link: &Link, p: &Params, buf: &[u8]) -> CliResult<()> {
+    if p.check && !verify(buf) {
+        return Err(CliError::run(format!(
+            "data check failed: {} bytes from {} had wrong contents",
+            buf.len(),
+            link.peer
+        )));
+    }
+    Ok(())
+}
+
+/// Run `body(i)` for every iteration, timing each after the warm-up.
+#[inline]
+fn timed(
+    meter: &mut Meter<'_>,
+    p: &Params,
+    mut body: impl FnMut(u64) -> CliResult<()>,
+) -> CliResult<()> {
+    let (total, warm) = (p.total(), p.warmup);
+    let mut t = Instant::now();
+    for i in 0..total {
+        if i == warm {
+            t = Instant::now();
+            meter.begin(t);
+        }
+        body(i)?;
+        let now = Instant::now();
+        if i >= warm {
+            meter.record(now, now.duration_since(t));
+        }
+        t = now;
+    }
+    Ok(())
+}
+
+/// Wait for a finished-or-not request slot, then empty it.
+#[inline]
+fn settle(link: &Link, slot: &mut Option<Request<'_>>) -> CliResult<u64> {
+    match slot.take() {
+        Some(mut r) => Ok(link.wait(&mut r)?.value),
+        None => Ok(0),
+    }
+}
+
+/// The old value a fetching atomic of iteration `j` must return: every test's operation
+/// `j` moves the word from `j` to `j + 1` (add 1, swap in `j + 1`, compare `j` swap `j + 1`).
+#[inline]
+fn expect_old(link: &Link, p: &Params, j: u64, got: u64) -> CliResult<()> {
+    if p.check && p.test != TestKind::Add && got != mask(p.msg_size(), j) {
+        return Err(CliError::run(format!(
+            "data check failed: {} operation {j} on {}'s word returned {got}, expected {}",
+            p.test.name(),
+            link.peer,
+            mask(p.msg_size(), j)
+        )));
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------
+// Client side (measures)
+// ---------------------------------------------------------------------------------------
+
+/// Run a one-sided test as the client; returns the final row.
+pub fn run_client(link: &Link, p: &Params, meter: &mut Meter<'_>, side: Side) -> CliResult<Row> {
+    let row = client_loops(link, p, meter, &side)?;
+    // Every operation has completed: the server may unmap.
+    link.send_ctrl(TAG_FIN, &p.total().to_le_bytes())?;
+    side.retire(link);
+    Ok(row)
+}
+
+fn client_loops(link: &Link, p: &Params, meter: &mut Meter<'_>, side: &Side) -> CliResult<Row> {
+    let l = side.layout;
+    let size = l.size;
+    let w = p.window.max(1);
+    let rk = side.key(link)?;
+    let rb = side.peer_base;
+    let base = side.mem().as_ptr();
+    // SAFETY: offsets inside the region (Layout); the region outlives every request below,
+    // which all complete before this function returns.
+    let (send_ptr, recv_ptr) = unsafe { (base.add(l.send), base as *const u8) };
+    // SAFETY: the send area; written again only by `stamp` while no request reads it.
+    let data: &[u8] = unsafe { std::slice::from_raw_parts(send_ptr, size) };
+    let (r_recv, r_send, r_sig) = (rb, rb + l.send as u64, rb + l.sig as u64);
+    let ep = &link.ep;
+    if p.total() == 0 {
+        return Ok(meter.finish(Instant::now()));
+    }
+    match p.test {
+        TestKind::PutLat => {
+            let mut pending: Option<Request<'_>> = None;
+            timed(meter, p, |i| {
+                settle(link, &mut pending)?;
+                // SAFETY: the previous put from the send area has completed.
+                unsafe { stamp(send_ptr, size, i + 1) };
+                // SAFETY: as for `data`.
+                let msg: &[u8] = unsafe { std::slice::from_raw_parts(send_ptr, size) };
+                pending = Some(link.check(ep.put(msg, r_recv, rk))?);
+                poll_stamp(link, recv_ptr, size, i + 1)?;
+                if p.check {
+                    // SAFETY: the receive area; the peer is waiting for our next put.
+                    let got = unsafe { std::slice::from_raw_parts(recv_ptr, size) };
+                    check_data(link, p, &got[..size - size.min(8)])?;
+                }
+                Ok(())
+            })?;
+            settle(link, &mut pending)?;
+        }
+        TestKind::PutSignalLat => {
+            let mut pending: Option<Request<'_>> = None;
+            timed(meter, p, |i| {
+                settle(link, &mut pending)?;
+                pending = Some(link.check(ep.put_signal(
+                    data,
+                    r_recv,
+                    rk,
+                    r_sig,
+                    rk,
+                    i + 1,
+                    SignalOp::Set,
+                ))?);
+                side.wait_signal(link, i + 1)?;
+                if p.check {
+                    // SAFETY: the receive area; the peer is waiting for our next put.
+                    check_data(link, p, unsafe {
+                        std::slice::from_raw_parts(recv_ptr, size)
+                    })?;
+                }
+                Ok(())
+            })?;
+            settle(link, &mut pending)?;
+        }
+        TestKind::PutFlushSignalLat => {
+            let mut pending: Option<Request<'_>> = None;
+            timed(meter, p, |i| {
+                settle(link, &mut pending)?;
+                let mut put = link.check(ep.put(data, r_recv, rk))?;
+                link.check(ep.flush())?;
+                link.wait(&mut put)?;
+                drop(put);
+                pending =
+                    Some(link.check(ep.atomic(AtomicOp::Swap, i + 1, 0, r_sig, rk, false))?);
+                side.wait_signal(link, i + 1)?;
+                if p.check {
+                    // SAFETY: the receive area; the peer is waiting for our next put.
+                    check_data(link, p, unsafe {
+                        std::slice::from_raw_parts(recv_ptr, size)
+                    })?;
+                }
+                Ok(())
+            })?;
+            settle(link, &mut pending)?;
+        }
+        TestKind::PutBw | TestKind::PutSignalBw => {
+            let signal = p.test == TestKind::PutSignalBw;
+            let mut ring: Vec<Option<Request<'_>>> = (0..w).map(|_| None).collect();
+            timed(meter, p, |i| {
+                let s = &mut ring[(i % w as u64) as usize];
+                settle(link, s)?;
+                *s = Some(link.check(if signal {
+                    ep.put_signal(data, r_recv, rk, r_sig, rk, 1, SignalOp::Add)
+                } else {
+                    ep.put(data, r_recv, rk)
+                })?);
+                Ok(())
+            })?;
+            for s in ring.iter_mut() {
+                settle(link, s)?;
+            }
+            link.check(ep.flush())?;
+            if signal {
+                // The server saw the last signal: every message arrived.
+                let mut fin = [0u8; 8];
+                link.recv_ctrl(TAG_FIN, &mut fin)?;
+            }
+        }
+        TestKind::Get => {
+            let mut ring: Vec<Option<Request<'_>>> = (0..w).map(|_| None).collect();
+            let slot_ptr = |k: usize| base.wrapping_add(k * size);
+            timed(meter, p, |i| {
+                let k = (i % w as u64) as usize;
+                settle(link, &mut ring[k])?;
+                if p.check && i >= w as u64 {
+                    // SAFETY: slot k's get has completed.
+                    check_data(link, p, unsafe {
+                        std::slice::from_raw_parts(slot_ptr(k), size)
+                    })?;
+                }
+                // SAFETY: slot k of the receive slots (Layout has one per window slot);
+                // one request per slot at a time.
+                let buf = unsafe { std::slice::from_raw_parts_mut(slot_ptr(k), size) };
+                ring[k] = Some(link.check(ep.get(buf, r_send, rk))?);
+                Ok(())
+            })?;
+            for s in ring.iter_mut() {
+                settle(link, s)?;
+            }
+        }
+        TestKind::Add | TestKind::Fadd | TestKind::Swap | TestKind::Cswap => {
+            let bits32 = size == 4;
+            let op = match p.test {
+                TestKind::Add | TestKind::Fadd => AtomicOp::Add,
+                TestKind::Swap => AtomicOp::Swap,
+                _ => AtomicOp::Cswap,
+            };
+            let mut ring: Vec<Option<(u64, Request<'static>)>> = (0..w).map(|_| None).collect();
+            let drain = |s: &mut Option<(u64, Request<'static>)>| -> CliResult<()> {
+                if let Some((j, mut r)) = s.take() {
+                    let old = link.wait(&mut r)?.value;
+                    expect_old(link, p, j, old)?;
+                }
+                Ok(())
+            };
+            timed(meter, p, |i| {
+                let s = &mut ring[(i % w as u64) as usize];
+                drain(s)?;
+                let (value, compare) = match op {
+                    AtomicOp::Add => (1, 0),
+                    _ => (mask(size, i + 1), mask(size, i)),
+                };
+                *s = Some((
+                    i,
+                    link.check(ep.atomic(op, value, compare, r_sig, rk, bits32))?,
+                ));
+                Ok(())
+            })?;
+            for s in ring.iter_mut() {
+                drain(s)?;
+            }
+        }
+        t => {
+            return Err(CliError::run(format!(
+                "{} is not a one-sided test",
+                t.name()
+            )));
+        }
+    }
+    Ok(meter.finish(Instant::now()))
+}
+
+// ---------------------------------------------------------------------------------------
+// Server side (answers and progresses, does not measure)
+// ---------------------------------------------------------------------------------------
+
+/// Run a one-sided test as the server: answer the ping-pongs, then progress until the
+/// client's `TAG_FIN` (its operations need this side's progress over tcp).
+pub fn run_server(link: &Link, p: &Params, side: Side) -> CliResult<()> {
+    server_loops(link, p, &side)?;
+    let mut fin = [0u8; 8];
+    let mut r = link.check(link.worker.tag_recv(&mut fin, TAG_FIN, u64::MAX))?;
+    link.wait_patient(&mut r)?;
+    drop(r);
+    side.retire(link);
+    Ok(())
+}
+
+fn server_loops(link: &Link, p: &Params, side: &Side) -> CliResult<()> {
+    let l = side.layout;
+    let size = l.size;
+    let total = p.total();
+    let rk = side.key(link)?;
+    let rb = side.peer_base;
+    let base = side.mem().as_ptr();
+    // SAFETY: offsets inside the region (Layout).
+    let (send_ptr, recv_ptr) = unsafe { (base.add(l.send), base as *const u8) };
+    // SAFETY: the send area; written again only by `stamp` while no request reads it.
+    let data: &[u8] = unsafe { std::slice::from_raw_parts(send_ptr, size) };
+    let (r_recv, r_sig) = (rb, rb + l.sig as u64);
+    let ep = &link.ep;
+    match p.test {
+        TestKind::PutLat => {
+            let mut pending: Option<Request<'_>> = None;
+            for i in 0..total {
+                poll_stamp(link, recv_ptr, size, i + 1)?;
+                settle(link, &mut pending)?;
+                // SAFETY: the previous put from the send area has completed.
+                unsafe { stamp(send_ptr, size, i + 1) };
+                // SAFETY: as for `data`.
+                let msg: &[u8] = unsafe { std::slice::from_raw_parts(send_ptr, size) };
+                pending = Some(link.check(ep.put(msg, r_recv, rk))?);
+            }
+            settle(link, &mut pending)?;
+        }
+        TestKind::PutSignalLat => {
+            let mut pending: Option<Request<'_>> = None;
+            for i in 0..total {
+                side.wait_signal(link, i + 1)?;
+                settle(link, &mut pending)?;
+                pending = Some(link.check(ep.put_signal(
+                    data,
+                    r_recv,
+                    rk,
+                    r_sig,
+                    rk,
+                    i + 1,
+                    SignalOp::Set,
+                ))?);
+            }
+            settle(link, &mut pending)?;
+        }
+        TestKind::PutFlushSignalLat => {
+            let mut pending: Option<Request<'_>> = None;
+            for i in 0..total {
+                side.wait_signal(link, i + 1)?;
+                settle(link, &mut pending)?;
+                let mut put = link.check(ep.put(data, r_recv, rk))?;
+                link.check(ep.flush())?;
+                link.wait(&mut put)?;
+                drop(put);
+                pending =
+                    Some(link.check(ep.atomic(AtomicOp::Swap, i + 1, 0, r_sig, rk, false))?);
+            }
+            settle(link, &mut pending)?;
+        }
+        TestKind::PutSignalBw => {
+            if total > 0 {
+                side.wait_signal(link, total)?;
+            }
+            if p.check {
+                // SAFETY: the receive area; every put has landed.
+                check_data(link, p, unsafe {
+                    std::slice::from_raw_parts(recv_ptr, size)
+                })?;
+            }
+            link.send_ctrl(TAG_FIN, &total.to_le_bytes())?;
+        }
+        // The client's operations need only this side's progress (in run_server).
+        _ => {}
+    }
+    Ok(())
+}
