@@ -5,11 +5,12 @@
 //! `{"op":"done"}` ends the session. One-way tests end with the server's `TAG_FIN`, so the
 //! client's clock covers every message's arrival.
 
+use super::clock::Instant;
 use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use courier::{AmFlags, AmRndv, Endpoint, EndpointParams, Info, Request, Worker};
 

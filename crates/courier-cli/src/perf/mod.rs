@@ -1,6 +1,7 @@
 //! `courier perf`: a drop-in for ucx_perftest, plus `--local` (a suite with both processes
 //! started for you) and `--sweep` (OSU-style size sweeps).
 
+pub mod clock;
 pub mod engine;
 pub mod local;
 pub mod params;
@@ -241,9 +242,12 @@ fn check_mem(p: &Params) -> CliResult<()> {
 /// A worker on a fresh context (with remote memory access and atomics); `tls` overrides
 /// COURIER_TLS.
 pub fn make_worker(mode: ThreadMode, tls: Option<&str>) -> CliResult<Worker> {
+    // Like ucx_perftest, the perf loops poll and never sleep: without the wakeup feature,
+    // shared-memory peers skip the wakeup protocol's fence on every message.
     let mut cp = ContextParams::default().features(Features {
         rma: true,
         atomics: true,
+        wakeup: false,
         ..Default::default()
     });
     if let Some(t) = tls {

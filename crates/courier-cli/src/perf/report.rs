@@ -1,7 +1,8 @@
 //! Measurement and ucx_perftest-shaped output.
 
+use super::clock::Instant;
 use std::io::Write;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use hdrhistogram::Histogram;
 

@@ -8,9 +8,9 @@
 //! worker until the client's `TAG_FIN` (over tcp, the target's progress carries the remote
 //! operations out), so its region stays mapped while the client uses it.
 
+use super::clock::Instant;
 use std::sync::Arc;
 use std::sync::atomic::{Ordering, fence};
-use std::time::Instant;
 
 use courier::{AtomicOp, Cmp, MemMapParams, Memory, MemoryType, RemoteKey, Request, SignalOp};
 
