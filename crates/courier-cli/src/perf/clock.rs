@@ -90,6 +90,7 @@ impl Instant {
 
 impl Add<Duration> for Instant {
     type Output = Instant;
+    #[allow(clippy::suspicious_arithmetic_impl)] // nanoseconds to ticks
     fn add(self, d: Duration) -> Instant {
         Instant(
             self.0
