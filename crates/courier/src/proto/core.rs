@@ -356,6 +356,38 @@ impl State {
 
     // ----- sending --------------------------------------------------------------------
 
+    /// Try to send one frame on `e` at once, without a request: `Ok(true)` if it left,
+    /// `Ok(false)` if it must wait (earlier frames queued, link busy or not connected yet).
+    #[inline]
+    pub(crate) fn try_send_now(
+        &mut self,
+        e: u32,
+        hdr: &Header,
+        extra: &[u8],
+        data: &Buf,
+    ) -> Result<bool> {
+        let Some(ep) = self.ep(e) else {
+            return Err(Error::new(Status::EndpointClosed, "endpoint was closed"));
+        };
+        if let EpStatus::Dead(err) = &ep.status {
+            return Err(err.clone());
+        }
+        if !(ep.pending.is_empty() && ep.status == EpStatus::Connected) {
+            return Ok(false);
+        }
+        let Some(tx) = ep.tx.as_mut() else {
+            return Ok(false);
+        };
+        match send_parts(tx, hdr.as_bytes(), extra, data) {
+            Ok(()) => Ok(true),
+            Err(TxError::NoResource) => Ok(false),
+            Err(TxError::Failed(err)) => {
+                self.fail_ep(e, err.clone());
+                Err(self.ep(e).and_then(|ep| ep.dead_error()).unwrap_or(err))
+            }
+        }
+    }
+
     /// Send one frame on `e` now, or queue it behind earlier ones. `Ok(true)`: sent now.
     /// On a dead endpoint returns its error.
     #[inline]
@@ -367,23 +399,8 @@ impl State {
         data: &Buf,
         req: Option<u64>,
     ) -> Result<bool> {
-        let Some(ep) = self.ep(e) else {
-            return Err(Error::new(Status::EndpointClosed, "endpoint was closed"));
-        };
-        if let EpStatus::Dead(err) = &ep.status {
-            return Err(err.clone());
-        }
-        if ep.pending.is_empty() && ep.status == EpStatus::Connected {
-            if let Some(tx) = ep.tx.as_mut() {
-                match send_parts(tx, hdr.as_bytes(), extra, data) {
-                    Ok(()) => return Ok(true),
-                    Err(TxError::NoResource) => {}
-                    Err(TxError::Failed(err)) => {
-                        self.fail_ep(e, err.clone());
-                        return Err(self.ep(e).and_then(|ep| ep.dead_error()).unwrap_or(err));
-                    }
-                }
-            }
+        if self.try_send_now(e, hdr, extra, data)? {
+            return Ok(true);
         }
         let ep = self
             .ep(e)

@@ -17,29 +17,12 @@ impl State {
         let chunk = max_frame - Kind::Stream.header_len();
         let hdr = Header::new(Kind::Stream);
         if len <= chunk {
-            {
-                let ep = self.ep(e).ok_or(Status::EndpointClosed)?;
-                if ep.pending.is_empty() && ep.status == EpStatus::Connected {
-                    if let Some(tx) = ep.tx.as_mut() {
-                        match super::core::send_parts(tx, hdr.as_bytes(), &[], &data) {
-                            Ok(()) => {
-                                return Ok(Started::Done(Info {
-                                    len,
-                                    tag: 0,
-                                    value: 0,
-                                }));
-                            }
-                            Err(crate::transport::TxError::NoResource) => {}
-                            Err(crate::transport::TxError::Failed(err)) => {
-                                self.fail_ep(e, err.clone());
-                                return Err(self
-                                    .ep(e)
-                                    .and_then(|ep| ep.dead_error())
-                                    .unwrap_or(err));
-                            }
-                        }
-                    }
-                }
+            if self.try_send_now(e, &hdr, &[], &data)? {
+                return Ok(Started::Done(Info {
+                    len,
+                    tag: 0,
+                    value: 0,
+                }));
             }
         }
         let id = self.req_alloc(ReqKind::Send, Some(e), data.clone(), cb);

@@ -65,23 +65,8 @@ impl State {
             if !sync {
                 let hdr = Header::new(Kind::TagEager).word(1, tag);
                 // Fast path: no request unless the frame has to wait.
-                {
-                    let ep = self.ep(e).ok_or(Status::EndpointClosed)?;
-                    if ep.pending.is_empty() && ep.status == EpStatus::Connected {
-                        if let Some(tx) = ep.tx.as_mut() {
-                            match super::core::send_parts(tx, hdr.as_bytes(), &[], &data) {
-                                Ok(()) => return Ok(Started::Done(Info { len, tag, value: 0 })),
-                                Err(crate::transport::TxError::NoResource) => {}
-                                Err(crate::transport::TxError::Failed(err)) => {
-                                    self.fail_ep(e, err.clone());
-                                    return Err(self
-                                        .ep(e)
-                                        .and_then(|ep| ep.dead_error())
-                                        .unwrap_or(err));
-                                }
-                            }
-                        }
-                    }
+                if self.try_send_now(e, &hdr, &[], &data)? {
+                    return Ok(Started::Done(Info { len, tag, value: 0 }));
                 }
                 let id = self.req_alloc(ReqKind::Send, Some(e), data.clone(), cb);
                 if self.send_frame(e, &hdr, &[], &data, Some(id))? {
