@@ -122,4 +122,27 @@ static inline void read_all(int fd, void *p, size_t n)
     }
 }
 
+/* Run `parent(write_fd, child_pid)` here and `child(read_fd)` in a forked process, joined
+ * by a pipe (the parent tells the child where to connect). Prints "<name>: OK" when the
+ * parent side succeeds; returns its exit code. A watchdog ends a run that hangs. */
+static inline int run_two_processes(const char *name, unsigned timeout_s, int (*parent)(int, pid_t),
+                                    int (*child)(int))
+{
+    watchdog(timeout_s);
+    int fds[2];
+    EXPECT(pipe(fds) == 0);
+    fflush(stdout);
+    pid_t pid = fork();
+    EXPECT(pid >= 0);
+    if (pid == 0) {
+        close(fds[1]);
+        exit(child(fds[0]));
+    }
+    close(fds[0]);
+    int rc = parent(fds[1], pid);
+    if (rc == 0)
+        printf("%s: OK\n", name);
+    return rc;
+}
+
 #endif

@@ -241,19 +241,5 @@ static int user(int port_fd)
 
 int main(void)
 {
-    watchdog(90);
-    int fds[2];
-    EXPECT(pipe(fds) == 0);
-    fflush(stdout);
-    pid_t pid = fork();
-    EXPECT(pid >= 0);
-    if (pid == 0) {
-        close(fds[1]);
-        exit(user(fds[0]));
-    }
-    close(fds[0]);
-    int rc = owner(fds[1], pid);
-    if (rc == 0)
-        printf("rma: OK\n");
-    return rc;
+    return run_two_processes("rma", 90, owner, user);
 }

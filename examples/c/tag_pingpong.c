@@ -145,19 +145,5 @@ static int client(int addr_fd)
 
 int main(void)
 {
-    watchdog(60);
-    int fds[2];
-    EXPECT(pipe(fds) == 0);
-    fflush(stdout);
-    pid_t pid = fork();
-    EXPECT(pid >= 0);
-    if (pid == 0) {
-        close(fds[1]);
-        exit(client(fds[0]));
-    }
-    close(fds[0]);
-    int rc = server(fds[1], pid);
-    if (rc == 0)
-        printf("tag_pingpong: OK\n");
-    return rc;
+    return run_two_processes("tag_pingpong", 60, server, client);
 }
