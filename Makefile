@@ -7,7 +7,7 @@
 CARGO ?= cargo
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: all build run test test-rust lint fmt bench clean deps
+.PHONY: all build run test test-rust lint fmt bench clean deps deps-test
 
 include crates/courier-capi/capi.mk
 
@@ -16,13 +16,16 @@ all: build
 deps:
 	@bash scripts/deps.sh
 
+deps-test:
+	@bash scripts/deps.sh test
+
 build: deps
 	$(CARGO) build --release --workspace
 
 run: build
 	./target/release/courier perf --local
 
-test: deps test-rust capi-check-header capi-test capi-go-test lint
+test: deps-test test-rust capi-check-header capi-test capi-go-test lint
 	@echo "make test: all suites passed"
 
 test-rust:
