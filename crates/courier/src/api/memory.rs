@@ -344,6 +344,57 @@ impl RemoteKey {
     }
 }
 
+/// Which way a one-sided copy goes.
+#[derive(Clone, Copy)]
+enum Dir {
+    /// From the caller's buffer into the region (put).
+    ToRegion,
+    /// From the region into the caller's buffer (get).
+    FromRegion,
+}
+
+fn done(len: usize) -> Started {
+    Started::Done(Info {
+        len,
+        ..Info::default()
+    })
+}
+
+/// Copy between the caller's segments and a region mapped at `region`, in order.
+///
+/// # Safety
+/// `region` must be valid for `buf.len()` bytes and the segments for their lengths.
+unsafe fn copy_local(buf: &Buf, region: *mut u8, dir: Dir) {
+    let mut off = 0;
+    for &(a, l) in buf.segs() {
+        // SAFETY: per the function's contract.
+        unsafe {
+            match dir {
+                Dir::ToRegion => std::ptr::copy_nonoverlapping(a as *const u8, region.add(off), l),
+                Dir::FromRegion => std::ptr::copy_nonoverlapping(region.add(off), a as *mut u8, l),
+            }
+        }
+        off += l;
+    }
+}
+
+/// Copy between the caller's segments and process `pid`'s memory at `raddr` with CMA.
+///
+/// # Safety
+/// The segments must be valid for their lengths (writable for `FromRegion`).
+unsafe fn copy_cma(pid: u32, buf: &Buf, raddr: u64, dir: Dir) -> Result<()> {
+    let mut off = 0u64;
+    for &(a, l) in buf.segs() {
+        match dir {
+            Dir::ToRegion => crate::transport::shm::cma_write(pid, a, l, raddr + off)?,
+            // SAFETY: per the function's contract.
+            Dir::FromRegion => unsafe { crate::transport::shm::cma_read(pid, a, l, raddr + off)? },
+        }
+        off += l as u64;
+    }
+    Ok(())
+}
+
 fn rref(k: &RemoteKey, addr: u64) -> RemoteRef {
     RemoteRef {
         region: k.key.region,
@@ -474,28 +525,14 @@ impl Endpoint {
         let len = data.len();
         match key.resolve(raddr, len as u64, access::WRITE)? {
             Some(dst) => {
-                let mut off = 0;
-                for &(a, l) in data.segs() {
-                    // SAFETY: the owner's record covers [raddr, raddr+len); source is the caller's.
-                    unsafe { std::ptr::copy_nonoverlapping(a as *const u8, dst.add(off), l) };
-                    off += l;
-                }
-                Ok(Started::Done(Info {
-                    len,
-                    ..Info::default()
-                }))
+                // SAFETY: the owner's record covers [raddr, raddr+len); source is the caller's.
+                unsafe { copy_local(&data, dst, Dir::ToRegion) };
+                Ok(done(len))
             }
             None if matches!(key.path, Path::Direct { cma: true, .. }) => {
-                let pid = key.key.pid;
-                let mut off = 0u64;
-                for &(a, l) in data.segs() {
-                    crate::transport::shm::cma_write(pid, a, l, raddr + off)?;
-                    off += l as u64;
-                }
-                Ok(Started::Done(Info {
-                    len,
-                    ..Info::default()
-                }))
+                // SAFETY: the segments are the caller's buffer.
+                unsafe { copy_cma(key.key.pid, &data, raddr, Dir::ToRegion)? };
+                Ok(done(len))
             }
             None => self.with_state(|st, e| st.rma_put(e, data, rref(key, raddr), cb)),
         }
@@ -516,29 +553,14 @@ impl Endpoint {
         let len = buf.len();
         match key.resolve(raddr, len as u64, access::READ)? {
             Some(src) => {
-                let mut off = 0;
-                for &(a, l) in buf.segs() {
-                    // SAFETY: record covers the source range; destination is the caller's.
-                    unsafe { std::ptr::copy_nonoverlapping(src.add(off), a as *mut u8, l) };
-                    off += l;
-                }
-                Ok(Started::Done(Info {
-                    len,
-                    ..Info::default()
-                }))
+                // SAFETY: the record covers the source range; destination is the caller's.
+                unsafe { copy_local(&buf, src, Dir::FromRegion) };
+                Ok(done(len))
             }
             None if matches!(key.path, Path::Direct { cma: true, .. }) => {
-                let pid = key.key.pid;
-                let mut off = 0u64;
-                for &(a, l) in buf.segs() {
-                    // SAFETY: `buf` segments are the caller's writable buffer.
-                    unsafe { crate::transport::shm::cma_read(pid, a, l, raddr + off)? };
-                    off += l as u64;
-                }
-                Ok(Started::Done(Info {
-                    len,
-                    ..Info::default()
-                }))
+                // SAFETY: the segments are the caller's writable buffer.
+                unsafe { copy_cma(key.key.pid, &buf, raddr, Dir::FromRegion)? };
+                Ok(done(len))
             }
             None => self.with_state(|st, e| st.rma_get(e, buf, rref(key, raddr), cb)),
         }
@@ -650,19 +672,12 @@ impl Endpoint {
         let sig = sig_key.resolve(sig_addr, 8, access::WRITE)?;
         match (dst, sig) {
             (Some(dst), Some(sig)) => {
-                let mut off = 0;
-                for &(a, l) in data.segs() {
-                    // SAFETY: both ranges checked against the owner's records.
-                    unsafe { std::ptr::copy_nonoverlapping(a as *const u8, dst.add(off), l) };
-                    off += l;
-                }
+                // SAFETY: both ranges checked against the owner's records.
+                unsafe { copy_local(&data, dst, Dir::ToRegion) };
                 fence(Ordering::Release);
                 // SAFETY: checked and aligned.
                 unsafe { do_signal(sig, op, value) };
-                Ok(Started::Done(Info {
-                    len,
-                    ..Info::default()
-                }))
+                Ok(done(len))
             }
             _ => self.with_state(|st, e| {
                 st.rma_put_signal(
