@@ -318,9 +318,18 @@ const SIZES: &[usize] = &[
     64 << 20,
 ];
 
-fn sizes_case(tls: &str, expect: &str) {
-    let mut peer = Peer::spawn("echo", tls, &[]);
-    let (_c, w) = client(tls);
+fn sizes_case(tls: &str, expect: &str, split: Option<&str>) {
+    let env: Vec<(&str, &str)> = split
+        .map(|v| ("COURIER_CMA_SPLIT", v))
+        .into_iter()
+        .collect();
+    let mut peer = Peer::spawn("echo", tls, &env);
+    let mut params = ContextParams::default().config("COURIER_TLS", tls);
+    if let Some(v) = split {
+        params = params.config("COURIER_CMA_SPLIT", v);
+    }
+    let _c = Context::new(params).unwrap();
+    let w = Worker::new(&_c, WorkerParams::default()).unwrap();
     let ep = connect(&w, &peer, 1);
     assert_eq!(ep.transport(), Some(expect));
     for (i, &size) in SIZES.iter().enumerate() {
@@ -354,12 +363,25 @@ fn child_entry() {
 
 #[test]
 fn tag_sizes_1b_to_64mib_shm() {
-    sizes_case("all", "shm");
+    sizes_case("all", "shm", None);
+}
+
+/// Large messages copied half by the receiver, half by the sender (split CMA rendezvous)
+/// from 8 KiB on, so IOV messages split inside a segment on both sides.
+#[test]
+fn tag_sizes_split_copy_shm() {
+    sizes_case("all", "shm", Some("8k"));
+}
+
+/// The receiver copies everything itself.
+#[test]
+fn tag_sizes_no_split_shm() {
+    sizes_case("all", "shm", Some("off"));
 }
 
 #[test]
 fn tag_sizes_1b_to_64mib_tcp() {
-    sizes_case("tcp", "tcp");
+    sizes_case("tcp", "tcp", None);
 }
 
 fn am_case(tls: &str) {

@@ -55,6 +55,12 @@ pub const VARS: &[Var] = &[
         accepts: "auto | a size",
     },
     Var {
+        name: "COURIER_CMA_SPLIT",
+        default: "256k",
+        help: "Rendezvous size from which both sides of a shared-memory link copy half of a message each with CMA, in parallel ('off' disables)",
+        accepts: "off | a size such as 256k, 1m",
+    },
+    Var {
         name: "COURIER_KEEPALIVE_INTERVAL",
         default: "500ms",
         help: "How often an idle connection proves the peer is alive",
@@ -112,6 +118,8 @@ pub struct Config {
     pub rndv_thresh: Option<usize>,
     /// Bounce-copy threshold; `None` = per transport.
     pub bcopy_thresh: Option<usize>,
+    /// Split-copy threshold for CMA rendezvous; `None` = off.
+    pub cma_split: Option<usize>,
     /// Keepalive interval.
     pub keepalive_interval: Duration,
     /// Keepalive timeout.
@@ -397,6 +405,13 @@ impl Config {
             log_level,
             rndv_thresh: auto_size("COURIER_RNDV_THRESH")?,
             bcopy_thresh: auto_size("COURIER_BCOPY_THRESH")?,
+            cma_split: match get("COURIER_CMA_SPLIT").trim() {
+                "off" | "no" | "0" => None,
+                other => Some(
+                    parse_size(other)
+                        .ok_or_else(|| bad("COURIER_CMA_SPLIT", other, "not a size or 'off'"))?,
+                ),
+            },
             keepalive_interval,
             keepalive_timeout,
             shm_fifo_size,

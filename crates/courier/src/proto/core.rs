@@ -98,6 +98,8 @@ pub(crate) struct State {
     pub link_errors: Vec<(u32, Error)>,
     /// Endpoints peers created to this worker, not yet taken by the application.
     pub incoming: VecDeque<(u32, u32)>,
+    /// Split rendezvous receives waiting for the sender's part.
+    pub splits: Vec<SplitWait>,
 }
 
 impl State {
@@ -327,6 +329,8 @@ impl State {
             self.expected.retain(|&x| x != id);
             self.complete(id, Err(err.clone()));
         }
+        // Split receives from this peer: their requests failed above.
+        self.splits.retain(|w| w.ep != e);
         // Rendezvous offers from this peer can no longer be fetched.
         self.unexpected
             .retain(|u| !(u.ep == e && matches!(u.body, UnexpBody::Rts { .. })));

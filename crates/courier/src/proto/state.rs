@@ -199,6 +199,18 @@ pub(crate) struct PushJob {
     pub total: usize,
 }
 
+/// A split rendezvous receive: this side read the first part; the sender writes the rest.
+pub(crate) struct SplitWait {
+    pub rreq: u64,
+    pub ep: u32,
+    pub sreq: u64,
+    /// Result of this side's own read.
+    pub own: crate::base::Result<()>,
+    /// The rest: where it goes here, and where it lies in the sender (for a fallback read).
+    pub rest_local: Vec<(usize, usize)>,
+    pub rest_remote: Vec<(u64, u64)>,
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum EpStatus {
     /// Waiting for the peer to accept (listener flow) or for a link upgrade.

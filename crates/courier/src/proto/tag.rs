@@ -15,6 +15,30 @@ use crate::base::{Error, Result, Status};
 use crate::transport::RndvMode;
 use crate::wire::frame::{self, Header, Kind, Segments, emit_segments};
 
+/// Bytes `[off, off + len)` of local segments.
+fn local_range(segs: &[(usize, usize)], off: usize, len: usize) -> Vec<(usize, usize)> {
+    Buf::Many(segs.to_vec()).slice(off, len)
+}
+
+/// Bytes `[off, off + len)` of remote segments.
+fn remote_range(segs: &[(u64, u64)], mut off: u64, mut len: u64) -> Vec<(u64, u64)> {
+    let mut out = Vec::new();
+    for &(a, l) in segs {
+        if len == 0 {
+            break;
+        }
+        if off >= l {
+            off -= l;
+            continue;
+        }
+        let n = (l - off).min(len);
+        out.push((a + off, n));
+        len -= n;
+        off = 0;
+    }
+    out
+}
+
 /// How an operation started.
 #[derive(Debug)]
 pub enum Started {
@@ -319,6 +343,11 @@ impl State {
                 remote.push((a, n));
                 left -= n;
             }
+            if let Some(at) = self.split_point(e, want) {
+                if self.start_split(e, id, sreq, at, want, &local, &remote) {
+                    return;
+                }
+            }
             let res = match self.ep(e).and_then(|ep| ep.tx.as_mut()) {
                 // SAFETY: `local` segments are the request's live receive buffer.
                 Some(tx) => unsafe { tx.remote_read(&local, &remote) },
@@ -356,6 +385,159 @@ impl State {
         }
         if want == 0 {
             self.finish_recv(id);
+        }
+    }
+
+    /// Where to split a remote-read rendezvous of `want` bytes on `e` so that the sender
+    /// writes the second part while this side reads the first, if worth it.
+    fn split_point(&mut self, e: u32, want: usize) -> Option<usize> {
+        let min = self.cfg.cma_split?;
+        if want < min.max(8192) {
+            return None;
+        }
+        let tx = self.ep(e)?.tx.as_ref()?;
+        if !tx.writes_remote() {
+            return None;
+        }
+        // Page-aligned, so the two copies touch different pages.
+        Some((want / 2) & !4095)
+    }
+
+    /// Start a split rendezvous: ask the sender to write bytes `[at, want)`, read `[0, at)`
+    /// here. `false` if the request could not be sent (then read everything here).
+    #[allow(clippy::too_many_arguments)]
+    fn start_split(
+        &mut self,
+        e: u32,
+        id: u64,
+        sreq: u64,
+        at: usize,
+        want: usize,
+        local: &[(usize, usize)],
+        remote: &[(u64, u64)],
+    ) -> bool {
+        let rest_local = local_range(local, at, want - at);
+        let rest_remote = remote_range(remote, at as u64, (want - at) as u64);
+        let mut extra = Vec::with_capacity(rest_local.len() * frame::SEG_LEN);
+        emit_segments(
+            &mut extra,
+            rest_local.iter().map(|&(a, l)| (a as u64, l as u64)),
+        );
+        let hdr = Header::new(Kind::RndvSplit)
+            .word(1, sreq)
+            .word(2, id)
+            .word(3, at as u64)
+            .word(4, (want - at) as u64)
+            .aux32(rest_local.len() as u32);
+        if self.send_frame(e, &hdr, &extra, &Buf::EMPTY, None).is_err() {
+            return false;
+        }
+        let own_local = local_range(local, 0, at);
+        let own_remote = remote_range(remote, 0, at as u64);
+        let own = match self.ep(e).and_then(|ep| ep.tx.as_mut()) {
+            // SAFETY: `own_local` lies in the request's live receive buffer.
+            Some(tx) => unsafe { tx.remote_read(&own_local, &own_remote) },
+            None => Err(Error::new(Status::EndpointClosed, "endpoint has no link")),
+        };
+        self.splits.push(SplitWait {
+            rreq: id,
+            ep: e,
+            sreq,
+            own,
+            rest_local,
+            rest_remote,
+        });
+        true
+    }
+
+    /// The receiver asks this sender to write part of send `sreq` into its memory.
+    pub(crate) fn on_rndv_split(
+        &mut self,
+        e: u32,
+        sreq: u64,
+        rreq: u64,
+        offset: u64,
+        len: u64,
+        segs: Segments<'_>,
+    ) {
+        let valid = matches!(self.req(sreq), Some(s) if s.ep == Some(e) && !s.done
+            && s.kind == ReqKind::Send
+            && offset.checked_add(len).is_some_and(|end| end <= s.expect as u64));
+        if !valid {
+            self.fail_ep(
+                e,
+                Error::new(
+                    Status::ProtocolError,
+                    "split rendezvous for an unknown send or beyond the message",
+                ),
+            );
+            return;
+        }
+        let local = self
+            .req(sreq)
+            .map(|s| s.buf.slice(offset as usize, len as usize))
+            .unwrap_or_default();
+        let remote: Vec<(u64, u64)> = segs.iter().collect();
+        let res = match self.ep(e).and_then(|ep| ep.tx.as_mut()) {
+            // SAFETY: `local` lies in the send request's buffer, live until the receiver's
+            // final acknowledgement, which comes after this answer.
+            Some(tx) => unsafe { tx.remote_write(&local, &remote) },
+            None => Err(Error::new(Status::EndpointClosed, "endpoint has no link")),
+        };
+        let status = match &res {
+            Ok(()) => 0,
+            Err(err) => {
+                tracing::debug!("split rendezvous: writing to the receiver failed: {err}");
+                err.status().code()
+            }
+        };
+        let _ = self.send_frame(
+            e,
+            &Header::new(Kind::RndvSplitDone)
+                .word(1, rreq)
+                .aux32(status as u32),
+            &[],
+            &Buf::EMPTY,
+            None,
+        );
+    }
+
+    /// The sender wrote its part of a split rendezvous (or could not).
+    pub(crate) fn on_rndv_split_done(&mut self, e: u32, rreq: u64, status: i32) {
+        let Some(pos) = self.splits.iter().position(|w| w.rreq == rreq && w.ep == e) else {
+            tracing::debug!("split rendezvous answer for unknown receive {rreq:#x}; ignored");
+            return;
+        };
+        let w = self.splits.swap_remove(pos);
+        let mut res = w.own;
+        if status != 0 {
+            // The sender could not write here: read its part instead (its buffer stays
+            // valid until our acknowledgement).
+            let rest = match self.ep(e).and_then(|ep| ep.tx.as_mut()) {
+                // SAFETY: `rest_local` lies in the request's live receive buffer.
+                Some(tx) => unsafe { tx.remote_read(&w.rest_local, &w.rest_remote) },
+                None => Err(Error::new(Status::EndpointClosed, "endpoint has no link")),
+            };
+            if res.is_ok() {
+                res = rest;
+            }
+        }
+        let code = match &res {
+            Ok(()) => 0,
+            Err(err) => err.status().code(),
+        };
+        let _ = self.send_frame(
+            e,
+            &Header::new(Kind::RndvAts)
+                .word(1, w.sreq)
+                .aux32(code as u32),
+            &[],
+            &Buf::EMPTY,
+            None,
+        );
+        match res {
+            Ok(()) => self.finish_recv(rreq),
+            Err(err) => self.complete(rreq, Err(err)),
         }
     }
 

@@ -200,6 +200,7 @@ impl State {
             excluded,
             link_errors: Vec::new(),
             incoming: VecDeque::new(),
+            splits: Vec::new(),
         })
     }
 

@@ -164,6 +164,25 @@ impl LinkTx {
         // SAFETY: forwarded contract.
         unsafe { dispatch!(self, t => t.remote_read(local, remote)) }
     }
+
+    /// Whether `remote_write` works on this link (shared memory with CMA).
+    pub fn writes_remote(&self) -> bool {
+        dispatch!(self, t => t.writes_remote())
+    }
+
+    /// Write `local` segments (in this process) into the peer's `remote` segments: the
+    /// other half of a split rendezvous. Links without single-copy access refuse.
+    ///
+    /// # Safety
+    /// Every `local` segment must be valid for reads of its length.
+    pub unsafe fn remote_write(
+        &mut self,
+        local: &[(usize, usize)],
+        remote: &[(u64, u64)],
+    ) -> Result<()> {
+        // SAFETY: forwarded contract.
+        unsafe { dispatch!(self, t => t.remote_write(local, remote)) }
+    }
 }
 
 impl LinkRx {

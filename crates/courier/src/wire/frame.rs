@@ -57,6 +57,13 @@ pub enum Kind {
     RndvData = 6,
     /// Synchronous send matched: W1 sender request.
     SyncAck = 7,
+    /// Split rendezvous (the receiver copies the first part itself): the sender is asked to
+    /// write bytes `[W3, W3 + W4)` of its message into the receiver's memory. W1 sender
+    /// request, W2 receiver request, W3 offset, W4 length, aux32 segment count; payload: the
+    /// receiver's segments as (address u64, length u64).
+    RndvSplit = 13,
+    /// Answer to `RndvSplit`: W1 receiver request, aux32 status (i32; 0 = written).
+    RndvSplitDone = 14,
     /// Active message: aux16 handler id, aux32 user-header length; payload header + data.
     Am = 8,
     /// Active message by rendezvous: aux16 id, aux32 header length, W1 sender request,
@@ -117,6 +124,8 @@ impl Kind {
             10 => Stream,
             11 => Close,
             12 => Keepalive,
+            13 => RndvSplit,
+            14 => RndvSplitDone,
             20 => ConnReq,
             21 => ConnAccept,
             22 => ConnReject,
@@ -138,7 +147,8 @@ impl Kind {
         use Kind::*;
         match self {
             Stream | Close | Keepalive | ConnReject => 8,
-            TagEager | RndvAts | SyncAck | ConnReq | ConnAccept | Wireup => 16,
+            TagEager | RndvAts | SyncAck | ConnReq | ConnAccept | Wireup | RndvSplitDone => 16,
+            RndvSplit => 40,
             TagEagerSync | RndvData => 24,
             RndvRtr | AmRts => 32,
             Am => 8,
@@ -222,6 +232,16 @@ pub enum Frame<'a> {
     RndvAts { sreq: u64, status: i32 },
     /// See [`Kind::RndvRtr`].
     RndvRtr { sreq: u64, rreq: u64, len: u64 },
+    /// See [`Kind::RndvSplit`].
+    RndvSplit {
+        sreq: u64,
+        rreq: u64,
+        offset: u64,
+        len: u64,
+        segs: Segments<'a>,
+    },
+    /// See [`Kind::RndvSplitDone`].
+    RndvSplitDone { rreq: u64, status: i32 },
     /// See [`Kind::RndvData`].
     RndvData {
         rreq: u64,
@@ -424,6 +444,21 @@ impl<'a> Frame<'a> {
                 sreq: u64_at(b, field::W1),
                 rreq: u64_at(b, field::W2),
                 len: u64_at(b, field::W3),
+            },
+            Kind::RndvSplit => {
+                let len = u64_at(b, field::W4);
+                let count = u32_at(b, field::AUX32) as usize;
+                Frame::RndvSplit {
+                    sreq: u64_at(b, field::W1),
+                    rreq: u64_at(b, field::W2),
+                    offset: u64_at(b, field::W3),
+                    len,
+                    segs: Segments::new(rest, count, len)?,
+                }
+            }
+            Kind::RndvSplitDone => Frame::RndvSplitDone {
+                rreq: u64_at(b, field::W1),
+                status: u32_at(b, field::AUX32) as i32,
             },
             Kind::RndvData => Frame::RndvData {
                 rreq: u64_at(b, field::W1),

@@ -1,4 +1,5 @@
-//! Cross-memory attach: reading the peer's memory with `process_vm_readv`.
+//! Cross-memory attach: reading and writing the peer's memory with `process_vm_readv` and
+//! `process_vm_writev`.
 
 use crate::base::{Error, Result, Status};
 
@@ -41,6 +42,32 @@ pub(super) fn read_word(pid: u32, addr: u64) -> std::result::Result<u64, i32> {
 /// # Safety
 /// Every `local` segment must be valid for writes of its length.
 pub(super) unsafe fn read(pid: u32, local: &[(usize, usize)], remote: &[(u64, u64)]) -> Result<()> {
+    // SAFETY: forwarded contract.
+    unsafe { vectored(pid, local, remote, false) }
+}
+
+/// Scatter/gather write of `local` segments into `remote` segments of process `pid`; copies
+/// min(total local, total remote) bytes.
+///
+/// # Safety
+/// Every `local` segment must be valid for reads of its length.
+pub(super) unsafe fn write(
+    pid: u32,
+    local: &[(usize, usize)],
+    remote: &[(u64, u64)],
+) -> Result<()> {
+    // SAFETY: forwarded contract.
+    unsafe { vectored(pid, local, remote, true) }
+}
+
+/// # Safety
+/// Every `local` segment must be valid for writes (`write == false`) or reads of its length.
+unsafe fn vectored(
+    pid: u32,
+    local: &[(usize, usize)],
+    remote: &[(u64, u64)],
+    write: bool,
+) -> Result<()> {
     for &(a, l) in remote {
         if a.checked_add(l).is_none() || usize::try_from(a.saturating_add(l)).is_err() {
             return Err(Error::msg(
@@ -96,24 +123,35 @@ pub(super) unsafe fn read(pid: u32, local: &[(usize, usize)], remote: &[(u64, u6
         // SAFETY: local iovecs lie in segments the caller vouches for; the kernel checks the
         // remote ones against the peer's address space.
         let got = unsafe {
-            libc::process_vm_readv(
-                pid as libc::pid_t,
-                liov.as_ptr(),
-                ln as _,
-                riov.as_ptr(),
-                rn as _,
-                0,
-            )
+            if write {
+                libc::process_vm_writev(
+                    pid as libc::pid_t,
+                    liov.as_ptr(),
+                    ln as _,
+                    riov.as_ptr(),
+                    rn as _,
+                    0,
+                )
+            } else {
+                libc::process_vm_readv(
+                    pid as libc::pid_t,
+                    liov.as_ptr(),
+                    ln as _,
+                    riov.as_ptr(),
+                    rn as _,
+                    0,
+                )
+            }
         };
         if got < 0 {
             let e = errno();
             if e == libc::EINTR {
                 continue;
             }
-            return Err(map_errno(pid, e));
+            return Err(map_errno(pid, e, write));
         }
         if got == 0 {
-            return Err(map_errno(pid, libc::EFAULT));
+            return Err(map_errno(pid, libc::EFAULT, write));
         }
         // Advance both cursors by `got` bytes.
         let mut left = got as usize;
@@ -141,7 +179,7 @@ pub(super) unsafe fn read(pid: u32, local: &[(usize, usize)], remote: &[(u64, u6
     }
 }
 
-fn map_errno(pid: u32, e: i32) -> Error {
+fn map_errno(pid: u32, e: i32, write: bool) -> Error {
     match e {
         libc::EFAULT => Error::msg(
             Status::OutOfRange,
@@ -150,7 +188,15 @@ fn map_errno(pid: u32, e: i32) -> Error {
         libc::ESRCH => Error::msg(Status::PeerFailure, format!("shm peer (pid {pid}) is gone")),
         _ => Error::msg(
             Status::IoError,
-            format!("process_vm_readv from pid {pid}: {}", errno_text(e)),
+            format!(
+                "{} pid {pid}: {}",
+                if write {
+                    "process_vm_writev to"
+                } else {
+                    "process_vm_readv from"
+                },
+                errno_text(e)
+            ),
         ),
     }
 }
@@ -181,10 +227,10 @@ fn contiguous(pid: u32, local: usize, len: usize, remote: u64, write: bool) -> R
             if e == libc::EINTR {
                 continue;
             }
-            return Err(map_errno(pid, e));
+            return Err(map_errno(pid, e, write));
         }
         if got == 0 {
-            return Err(map_errno(pid, libc::EFAULT));
+            return Err(map_errno(pid, libc::EFAULT, write));
         }
         done += got as usize;
     }

@@ -292,6 +292,25 @@ impl Tx {
         // SAFETY: the caller guarantees every local segment is writable.
         unsafe { cma::read(self.link.peer_pid, local, remote) }
     }
+
+    pub(crate) fn writes_remote(&self) -> bool {
+        self.cma
+    }
+
+    pub(crate) unsafe fn remote_write(
+        &mut self,
+        local: &[(usize, usize)],
+        remote: &[(u64, u64)],
+    ) -> Result<()> {
+        if !self.cma {
+            return Err(Error::new(
+                Status::Unsupported,
+                "shm: this link has no CMA (remote writes are off or refused)",
+            ));
+        }
+        // SAFETY: the caller guarantees every local segment is readable.
+        unsafe { cma::write(self.link.peer_pid, local, remote) }
+    }
 }
 
 impl Rx {

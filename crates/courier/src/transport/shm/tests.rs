@@ -331,6 +331,26 @@ fn cma_round_trip_in_process() {
     // SAFETY: as above.
     let e = unsafe { ta.remote_read(&[(d.as_mut_ptr() as usize, 8)], &[(8, 8)]) }.unwrap_err();
     assert_eq!(e.status(), Status::OutOfRange, "{e}");
+    // Writes scatter the same way (the sender's half of a split rendezvous).
+    assert!(ta.writes_remote());
+    let mut w1 = vec![0u8; 1000];
+    let mut w2 = vec![0u8; 3000];
+    let wremote = [
+        (w1.as_mut_ptr() as u64, 1000u64),
+        (w2.as_mut_ptr() as u64, 3000),
+    ];
+    let wlocal = [
+        (d1.as_ptr() as usize, 1500usize),
+        (d2.as_ptr() as usize, 2500),
+    ];
+    // SAFETY: local segments are our readable buffers.
+    unsafe { ta.remote_write(&wlocal, &wremote) }.unwrap();
+    assert_eq!(&w1[..], &want[..1000]);
+    assert_eq!(&w2[..], &want[1000..]);
+    // SAFETY: as above.
+    let e = unsafe { ta.remote_write(&[(d.as_ptr() as usize, 8)], &[(8, 8)]) }.unwrap_err();
+    assert_eq!(e.status(), Status::OutOfRange, "{e}");
+    assert!(e.detail().contains("not mapped"), "{e}");
     // Required works too when CMA does.
     let ((ty, _), _) = pair(&cfg(16, "yes"));
     assert!(ty.cma());
@@ -346,6 +366,11 @@ fn cma_forced_off() {
     let s = [1u8; 4];
     // SAFETY: local buffer is ours.
     let e = unsafe { ta.remote_read(&[(d.as_mut_ptr() as usize, 4)], &[(s.as_ptr() as u64, 4)]) }
+        .unwrap_err();
+    assert_eq!(e.status(), Status::Unsupported);
+    assert!(!ta.writes_remote());
+    // SAFETY: as above.
+    let e = unsafe { ta.remote_write(&[(s.as_ptr() as usize, 4)], &[(d.as_mut_ptr() as u64, 4)]) }
         .unwrap_err();
     assert_eq!(e.status(), Status::Unsupported);
 }
