@@ -3,6 +3,7 @@
 //! ```sh
 //! cargo run --release --example pingpong -- server            # prints PORT n
 //! cargo run --release --example pingpong -- client PORT 100000
+//! cargo run --release --example pingpong -- client PORT 100000 idle  # cost of an idle progress
 //! ```
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -67,11 +68,21 @@ fn main() -> Result<()> {
                 ep.transport(),
                 el.as_secs_f64() * 1e6 / n as f64 / 2.0
             );
+            if args.get(4).map(String::as_str) == Some("idle") {
+                let t = Instant::now();
+                for _ in 0..n * 10 {
+                    w.progress();
+                }
+                println!(
+                    "idle progress: {:.1} ns per call",
+                    t.elapsed().as_secs_f64() * 1e9 / (n * 10) as f64
+                );
+            }
             ep.tag_send(b"", 0)?.wait()?;
             Ok(())
         }
         _ => {
-            eprintln!("usage: pingpong server | pingpong client PORT N");
+            eprintln!("usage: pingpong server | pingpong client PORT N [idle]");
             Ok(())
         }
     }

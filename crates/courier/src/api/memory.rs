@@ -410,10 +410,19 @@ impl Endpoint {
             RkeyRepr::unpack(bytes).map_err(|e| Error::msg(Status::InvalidKey, e.to_string()))?;
         let reg = self.worker().context().inner.mem.clone();
         let same_host = key.host_id == host_id();
-        let (mode, cma) = self.link_mode();
+        let (mode, link_cma) = self.link_mode();
+        let cfg = self.worker().context().inner.cfg.clone();
+        // A peer on this host is reached directly whenever shared memory may be used, also
+        // while the endpoint still runs on the tcp link it started on (its shm upgrade may
+        // land after this key is unpacked).
+        let upgrading = mode != Some(RndvMode::RemoteRead) && cfg.tls.allows("shm");
+        let cma = link_cma
+            || (upgrading
+                && cfg.shm_cma != crate::base::config::CmaPolicy::No
+                && crate::transport::shm::cma_probe(key.pid, key.base));
         let path = if key.pid == std::process::id() && key.ctx_id == reg.ctx_id {
             Path::Local(reg)
-        } else if same_host && mode == Some(RndvMode::RemoteRead) {
+        } else if same_host && (mode == Some(RndvMode::RemoteRead) || upgrading) {
             match reg.peer(&key) {
                 Ok(peer) => {
                     let seg = if key.region_fd >= 0 {

@@ -595,6 +595,16 @@ impl State {
     /// connections. Returns how many events were handled.
     pub(crate) fn progress_conns(&mut self) -> usize {
         let mut n = 0;
+        for i in 0..self.pending_conns.slots.len() as u32 {
+            n += self.pending_step(i);
+        }
+        n
+    }
+
+    /// Take the shared-memory connections waiting on the acceptor (its fd was readable:
+    /// an `accept` on an empty queue still costs the kernel a socket allocation).
+    fn accept_shm(&mut self) -> usize {
+        let mut n = 0;
         while let Some(a) = self.shm_acceptor.as_mut() {
             match a.accept() {
                 Ok(Some((tx, rx))) => {
@@ -611,9 +621,6 @@ impl State {
                 Err(e) => tracing::warn!("shm acceptor: {e}"),
             }
             break;
-        }
-        for i in 0..self.pending_conns.slots.len() as u32 {
-            n += self.pending_step(i);
         }
         n
     }
@@ -896,6 +903,7 @@ impl State {
                     handled += 1;
                 }
                 token::PENDING => handled += self.pending_step(idx),
+                token::SHM_ACCEPT => handled += self.accept_shm(),
                 token::TCP_ACCEPT => handled += self.accept_tcp(None),
                 token::LISTENER => handled += self.accept_tcp(Some(idx)),
                 token::EVENT => {

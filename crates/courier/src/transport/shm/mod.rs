@@ -16,6 +16,12 @@
 
 mod cma;
 
+/// Whether this process may read process `pid`'s memory at `addr` with CMA (a
+/// `process_vm_readv` of one word).
+pub(crate) fn cma_probe(pid: u32, addr: u64) -> bool {
+    cma::read_word(pid, addr).is_ok()
+}
+
 /// Write `len` bytes at `local` into process `pid` at `remote` (CMA).
 pub fn cma_write(pid: u32, local: usize, len: usize, remote: u64) -> Result<()> {
     cma::write_contiguous(pid, local, len, remote)
