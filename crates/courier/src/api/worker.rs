@@ -160,7 +160,8 @@ impl Worker {
         g.in_progress = true;
         g.progress_calls = g.progress_calls.wrapping_add(1);
         let mut n = 0;
-        let has_conns = g.pending_conns.slots.iter().any(|p| p.live);
+        // Every dead pending-connection slot is on the free list.
+        let has_conns = g.pending_conns.slots.len() > g.pending_conns.free.len();
         if g.fd_links > 0 || has_conns || g.progress_calls & 255 == 0 {
             n += g.progress_events();
             n += g.progress_conns();
@@ -168,6 +169,18 @@ impl Worker {
         let mut i = 0;
         while i < g.active.len() {
             let e = g.active[i];
+            let (ready, busy) = match g.eps.slots.get(e as usize) {
+                Some(ep) => (
+                    ep.rx.as_ref().is_some_and(|rx| rx.maybe_ready()),
+                    !ep.pending.is_empty() || !ep.push.is_empty(),
+                ),
+                None => (false, false),
+            };
+            if !ready && !busy && g.fd_links == 0 {
+                // The common idle case on shared memory: nothing in, nothing queued.
+                i += 1;
+                continue;
+            }
             for _ in 0..32 {
                 match g.poll_one(e) {
                     PollOne::Empty => break,

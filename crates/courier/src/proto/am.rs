@@ -74,6 +74,32 @@ impl State {
         flags: AmFlags,
         cb: Callback,
     ) -> Result<Started> {
+        if let (Buf::One((addr, len)), false, Ok(hlen32)) =
+            (&data, flags.rndv, u32::try_from(header.len()))
+        {
+            let mut hdr = [0u8; 8];
+            hdr[0] = Kind::Am as u8;
+            hdr[1] = if flags.reply {
+                frame::flags::AM_REPLY
+            } else {
+                0
+            };
+            hdr[2..4].copy_from_slice(&id.to_le_bytes());
+            hdr[4..8].copy_from_slice(&hlen32.to_le_bytes());
+            let total = header.len() + len;
+            let eager_len = (!flags.eager).then_some(total);
+            let frame = total + Kind::Am.header_len();
+            if let Some(r) = self.send_now_fast(e, &hdr, header, (*addr, *len), eager_len, frame) {
+                let len = *len;
+                return r.map(|()| {
+                    Started::Done(Info {
+                        len,
+                        tag: 0,
+                        value: 0,
+                    })
+                });
+            }
+        }
         let (thresh, max_frame, mode) = self.ep_limits(e)?;
         let len = data.len();
         let hlen = header.len();

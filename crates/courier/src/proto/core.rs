@@ -182,13 +182,13 @@ impl State {
         }
         s.done = true;
         s.info = info;
-        let cb = std::mem::replace(&mut s.callback, Callback::None);
         let detached = s.detached;
-        if !matches!(cb, Callback::None) {
-            self.deferred.push(Deferred::Req(cb, result.clone()));
-        }
-        if let Some(s) = self.req(id) {
+        if matches!(s.callback, Callback::None) {
             s.result = result;
+        } else {
+            let cb = std::mem::replace(&mut s.callback, Callback::None);
+            s.result = result.clone();
+            self.deferred.push(Deferred::Req(cb, result));
         }
         if detached {
             self.req_free(id);
@@ -388,6 +388,45 @@ impl State {
             Err(TxError::Failed(err)) => {
                 self.fail_ep(e, err.clone());
                 Err(self.ep(e).and_then(|ep| ep.dead_error()).unwrap_or(err))
+            }
+        }
+    }
+
+    /// The small-message fast path: header, extra bytes and one contiguous data segment
+    /// go straight into the link of a connected endpoint with nothing queued. `eager_len`
+    /// must be below the rendezvous threshold (`None`: eager regardless) and `frame` (the
+    /// size checked against the link's largest frame) must fit. `None`: take the general
+    /// path (which queues, or reports the endpoint's error).
+    #[inline]
+    pub(crate) fn send_now_fast(
+        &mut self,
+        e: u32,
+        hdr: &[u8],
+        extra: &[u8],
+        (addr, len): (usize, usize),
+        eager_len: Option<usize>,
+        frame: usize,
+    ) -> Option<Result<()>> {
+        let ep = self.eps.slots.get_mut(e as usize)?;
+        if !(ep.live && ep.status == EpStatus::Connected && ep.pending.is_empty())
+            || eager_len.is_some_and(|l| l >= ep.rndv_thresh)
+        {
+            return None;
+        }
+        let tx = ep.tx.as_mut()?;
+        if frame > tx.max_frame() {
+            return None;
+        }
+        let data: &[u8] = seg_slice(addr, len);
+        match tx.send(&[hdr, extra, data]) {
+            Ok(()) => Some(Ok(())),
+            Err(TxError::NoResource) => None,
+            Err(TxError::Failed(err)) => {
+                self.fail_ep(e, err.clone());
+                Some(Err(self
+                    .ep(e)
+                    .and_then(|ep| ep.dead_error())
+                    .unwrap_or(err)))
             }
         }
     }

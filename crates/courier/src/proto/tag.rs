@@ -83,6 +83,17 @@ impl State {
         sync: bool,
         cb: Callback,
     ) -> Result<Started> {
+        if !sync {
+            if let Buf::One((addr, len)) = data {
+                let mut hdr = [0u8; 16];
+                hdr[0] = Kind::TagEager as u8;
+                hdr[8..16].copy_from_slice(&tag.to_le_bytes());
+                let frame = len + Kind::TagEagerSync.header_len();
+                if let Some(r) = self.send_now_fast(e, &hdr, &[], (addr, len), Some(len), frame) {
+                    return r.map(|()| Started::Done(Info { len, tag, value: 0 }));
+                }
+            }
+        }
         let (thresh, max_frame, mode) = self.ep_limits(e)?;
         let len = data.len();
         if len < thresh && len + Kind::TagEagerSync.header_len() <= max_frame {
@@ -237,8 +248,17 @@ impl State {
         if let Some(id) = self.match_expected(tag) {
             let Some(s) = self.req(id) else { return };
             let cap = s.buf.len();
-            // SAFETY: the posted buffer is kept alive by its request.
-            unsafe { s.buf.write_at(0, data) };
+            match s.buf {
+                Buf::One((addr, _)) => {
+                    let n = data.len().min(cap);
+                    // SAFETY: the posted buffer (cap bytes) is kept alive by its request.
+                    unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), addr as *mut u8, n) };
+                }
+                // SAFETY: as above.
+                Buf::Many(_) => unsafe {
+                    s.buf.write_at(0, data);
+                },
+            }
             self.complete_recv(id, data.len(), cap, tag);
             if let Some(sreq) = sync_sreq {
                 let _ = self.send_frame(

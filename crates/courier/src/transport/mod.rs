@@ -151,6 +151,12 @@ impl LinkTx {
         dispatch!(self, t => t.caps())
     }
 
+    /// Largest frame `send` accepts.
+    #[inline]
+    pub fn max_frame(&self) -> usize {
+        self.caps().max_frame
+    }
+
     /// Read `remote` segments of the peer's memory into `local` (RndvMode::RemoteRead only).
     /// `local` is (address, length) pairs in this process.
     ///
@@ -186,6 +192,16 @@ impl LinkTx {
 }
 
 impl LinkRx {
+    /// `false` only when certainly nothing is waiting: a cheap check before `peek` for
+    /// links read from shared memory (others always answer `true`).
+    #[inline]
+    pub fn maybe_ready(&self) -> bool {
+        match self {
+            LinkRx::Shm(r) => r.ready(),
+            _ => true,
+        }
+    }
+
     /// The next complete frame, not consumed. No system call.
     #[inline]
     pub fn peek(&mut self) -> Result<Option<RawFrame>> {

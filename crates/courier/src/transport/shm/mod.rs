@@ -320,6 +320,12 @@ impl Tx {
 }
 
 impl Rx {
+    /// Whether a frame is waiting (one load; no validation, `peek` does that).
+    #[inline]
+    pub(crate) fn ready(&self) -> bool {
+        self.cons.ready()
+    }
+
     #[inline]
     pub(crate) fn peek(&mut self) -> Result<Option<RawFrame>> {
         self.cons.peek()
