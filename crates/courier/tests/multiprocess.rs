@@ -384,6 +384,58 @@ fn tag_sizes_1b_to_64mib_tcp() {
     sizes_case("tcp", "tcp", None);
 }
 
+/// Many messages of mixed sizes in flight at once, every receive posted first: small ones
+/// are coalesced into shared writes and parsed many per read, large ones are read straight
+/// into the posted buffers; every byte is checked.
+fn burst_case(tls: &str) {
+    const BURST_SIZES: &[usize] = &[1, 8, 100, 1000, 5000, 40_000, 200_000, 3, 0, 70_001];
+    let mut peer = Peer::spawn("echo", tls, &[]);
+    let (_c, w) = client(tls);
+    let ep = connect(&w, &peer, 1);
+    for round in 0..3 {
+        let n = 200;
+        let sent: Vec<Vec<u8>> = (0..n)
+            .map(|k| pattern(BURST_SIZES[k % BURST_SIZES.len()], round * 1000 + k))
+            .collect();
+        let mut back: Vec<Vec<u8>> = sent.iter().map(|d| vec![0u8; d.len()]).collect();
+        let tag = |k: usize| (1u64 << 32) | (10_000 + k as u64);
+        let recvs: Vec<Request<'_>> = back
+            .iter_mut()
+            .enumerate()
+            .map(|(k, b)| w.tag_recv(b, tag(k), u64::MAX).unwrap())
+            .collect();
+        let sends: Vec<Request<'_>> = sent
+            .iter()
+            .enumerate()
+            .map(|(k, d)| ep.tag_send(d, tag(k)).unwrap())
+            .collect();
+        for r in sends {
+            r.wait().unwrap();
+        }
+        for (k, r) in recvs.into_iter().enumerate() {
+            assert_eq!(r.wait().unwrap().len, sent[k].len(), "message {k}");
+        }
+        for (k, (a, b)) in sent.iter().zip(&back).enumerate() {
+            assert!(
+                a == b,
+                "round {round} message {k} ({} bytes) differs",
+                a.len()
+            );
+        }
+    }
+    stop(&w, &ep, &mut peer);
+}
+
+#[test]
+fn bursts_of_mixed_sizes_shm() {
+    burst_case("all");
+}
+
+#[test]
+fn bursts_of_mixed_sizes_tcp() {
+    burst_case("tcp");
+}
+
 fn am_case(tls: &str) {
     let mut peer = Peer::spawn("echo", tls, &[]);
     let (_c, w) = client(tls);

@@ -326,9 +326,19 @@ fn child_liar(ep: &Endpoint, rk: &[RemoteKey], raw: &[Vec<u8>]) {
     );
     let mut sink = [0u8; 16];
     expect_err(ep, ep.get(&mut sink, base - 16, &rk[0]), Status::OutOfRange);
+    // The same lies with payloads large enough to be read straight into memory on tcp:
+    // refused before a byte lands.
+    let big_junk = vec![0xeeu8; 300_000];
+    expect_err(ep, ep.put(&big_junk, base, &fk), Status::InvalidKey);
+    expect_err(ep, ep.put(&big_junk, base, &bk), Status::OutOfRange);
     // No right.
     let (rbase, _) = rk[1].bounds();
     expect_err(ep, ep.put(&junk, rbase, &rk[1]), Status::AccessDenied);
+    expect_err(
+        ep,
+        ep.put(&big_junk[..40_000], rbase, &rk[1]),
+        Status::AccessDenied,
+    );
     expect_err(
         ep,
         ep.atomic(AtomicOp::Add, 1, 0, rbase, &rk[1], false),
@@ -440,7 +450,7 @@ fn liar(tls: &str) {
     let target = c.mem_map(MemMapParams::allocate(4096)).unwrap();
     // SAFETY: our own fresh region.
     unsafe { std::ptr::write_bytes(target.as_ptr(), 0x11, 4096) };
-    let mut ro = vec![7u8; 4096];
+    let mut ro = vec![7u8; 65536];
     let rom = c
         .mem_map(MemMapParams::register(ro.as_mut_ptr(), ro.len()).access(access::READ))
         .unwrap();

@@ -17,6 +17,7 @@ use super::request::Request;
 use crate::base::{Error, Result, Status};
 use crate::proto::am::{AmDelivery, AmRndv};
 use crate::proto::core::{Deferred, State};
+use crate::proto::fdpoll;
 use crate::proto::recv::{AmPending, PollOne};
 use crate::proto::state::{Buf, Callback, Info};
 use crate::proto::tag::{ProbeInfo, Started};
@@ -162,9 +163,22 @@ impl Worker {
         let mut n = 0;
         // Every dead pending-connection slot is on the free list.
         let has_conns = g.pending_conns.slots.len() > g.pending_conns.free.len();
-        if g.fd_links > 0 || has_conns || g.progress_calls & 255 == 0 {
+        // Coalesced sends leave before we look for their answers.
+        let direct = g.fd_links > 0 && g.fd_links <= fdpoll::DIRECT_POLL_LINKS;
+        if g.fd_links > 0 {
+            g.flush_fd_links();
+        }
+        let every = if direct {
+            fdpoll::DIRECT_EPOLL_EVERY
+        } else {
+            256
+        };
+        if (g.fd_links > 0 && !direct) || has_conns || g.progress_calls & (every - 1) == 0 {
             n += g.progress_events();
             n += g.progress_conns();
+        }
+        if direct {
+            g.read_fd_links();
         }
         let mut i = 0;
         while i < g.active.len() {
@@ -415,7 +429,12 @@ impl Worker {
         self.inner
             .ctx
             .require(self.inner.ctx.features().wakeup, "wakeup")?;
-        self.lock()?.arm()
+        let mut g = self.lock()?;
+        // Coalesced sends must leave before the worker sleeps.
+        if !g.arm_fd_links()? {
+            return Ok(false);
+        }
+        g.arm()
     }
 
     /// Sleep until something arrives, `signal` is called, or `timeout` passes.

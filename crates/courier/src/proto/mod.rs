@@ -4,7 +4,9 @@
 
 pub mod am;
 pub(crate) mod core;
+pub(crate) mod fdpoll;
 pub mod memreg;
+pub(crate) mod place;
 pub(crate) mod recv;
 pub(crate) mod rma;
 pub mod state;

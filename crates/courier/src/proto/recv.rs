@@ -41,7 +41,7 @@ impl State {
         };
         let raw = match rx.peek() {
             Ok(Some(raw)) => raw,
-            Ok(None) => return PollOne::Empty,
+            Ok(None) => return self.poll_placed(e),
             Err(err) => {
                 self.fail_ep(e, err);
                 return PollOne::Empty;

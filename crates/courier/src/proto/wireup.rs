@@ -918,7 +918,7 @@ impl State {
     }
 
     /// Remember a link failure; the endpoint fails once its buffered frames are handled.
-    fn drain_then_fail(&mut self, e: u32, err: Error) {
+    pub(crate) fn drain_then_fail(&mut self, e: u32, err: Error) {
         let has_frame = self
             .ep(e)
             .and_then(|ep| ep.rx.as_mut())

@@ -225,6 +225,58 @@ impl LinkRx {
         dispatch!(self, r => r.on_readable())
     }
 
+    /// Read without a readiness report, for links with `Caps::data_via_fd` that progress
+    /// polls itself; does nothing while a complete frame is buffered. Other links: no-op.
+    pub fn poll_read(&mut self) -> Result<()> {
+        match self {
+            Self::Tcp(r) => r.poll_read(),
+            Self::Loopback(_) | Self::Shm(_) => Ok(()),
+        }
+    }
+
+    /// Direct placement (links that read from a socket): the buffered start of the next
+    /// frame if it is large and incomplete, with the frame's length. The caller answers with
+    /// `place`, `decline`, or nothing (to look again when more has arrived). Calling it
+    /// tells the link that large frames need not be buffered whole before they are offered.
+    #[inline]
+    pub fn peek_partial(&mut self) -> Option<(RawFrame, usize)> {
+        match self {
+            Self::Tcp(r) => r.peek_partial(),
+            Self::Loopback(_) | Self::Shm(_) => None,
+        }
+    }
+
+    /// Read the rest of the frame `peek_partial` offered, from byte `data_start` on,
+    /// straight into `segs` (their lengths add up to that rest). `false`: not done.
+    ///
+    /// # Safety
+    /// The segments must be valid for writes, not overlap, and stay valid until the frame
+    /// is returned by `take_placed` or the link is dropped.
+    pub unsafe fn place(&mut self, data_start: usize, segs: Vec<(usize, usize)>) -> bool {
+        match self {
+            // SAFETY: forwarded contract.
+            Self::Tcp(r) => unsafe { r.place(data_start, segs) },
+            Self::Loopback(_) | Self::Shm(_) => false,
+        }
+    }
+
+    /// Keep the frame `peek_partial` offered in the link's buffer; `peek` returns it whole.
+    pub fn decline(&mut self) {
+        if let Self::Tcp(r) = self {
+            r.decline()
+        }
+    }
+
+    /// A placed frame whose payload has fully arrived: (its bytes before `data_start`, the
+    /// payload length). Release it with `consume`.
+    #[inline]
+    pub fn take_placed(&mut self) -> Option<(RawFrame, usize)> {
+        match self {
+            Self::Tcp(r) => r.take_placed(),
+            Self::Loopback(_) | Self::Shm(_) => None,
+        }
+    }
+
     /// Prepare to sleep on `fd()`: ask the peer to wake us on its next send. Returns
     /// `Ok(false)` if a frame is already waiting (do not sleep).
     pub fn arm(&mut self) -> Result<bool> {

@@ -27,6 +27,7 @@ use rustix::net::{self, RecvFlags, SendAncillaryBuffer, SendFlags, SocketFlags};
 use super::{Caps, RawFrame, RndvMode, TxError};
 use crate::base::{Config, Error, Result, Status};
 
+mod place;
 mod sock;
 #[cfg(test)]
 mod tests;
@@ -46,6 +47,13 @@ const HDR: usize = 4;
 const RX_INITIAL: usize = 256 << 10;
 /// Parts that go straight into one `sendmsg`; frames with more parts go through the queue.
 const MAX_IOV: usize = 16;
+/// Coalesced small frames are written once this many bytes wait (and again after each
+/// further COALESCE bytes while the socket is full).
+const COALESCE: usize = 64 << 10;
+/// Frames at least this long are written from the caller's memory, not copied first.
+const DIRECT_SEND: usize = 16 << 10;
+/// Most `sendmsg` calls for one large frame before its rest is queued.
+const WRITE_TRIES: usize = 4;
 /// A send queue whose capacity grew beyond this is shrunk back when it empties.
 const TXQ_SHRINK_ABOVE: usize = 32 << 20;
 const TXQ_SHRINK_TO: usize = 4 << 20;
@@ -80,6 +88,10 @@ pub struct Tx {
     q: Vec<u8>,
     head: usize,
     high_water: usize,
+    /// A frame was queued since the last `flush`: the next small one is coalesced.
+    burst: bool,
+    /// Queued bytes at which `send` writes out without waiting for `flush`.
+    next_flush: usize,
     failed: Option<Error>,
 }
 
@@ -99,6 +111,13 @@ pub struct Rx {
     closed: Option<Error>,
     /// The peer broke the protocol; reported at once.
     failed: Option<Error>,
+    /// The frame at `start` whose payload is read into the protocol's memory.
+    place: Option<place::Placing>,
+    /// The protocol declined to place the (large) frame at `start`: buffer it whole.
+    declined: bool,
+    /// The protocol looks at large frames before they are complete (it called
+    /// `peek_partial`): do not buffer them whole unless it declines.
+    placing_user: bool,
 }
 
 /// Listens for TCP connections.
@@ -120,6 +139,8 @@ fn halves(fd: OwnedFd, peer: SocketAddr, accepting: bool) -> (Tx, Rx) {
         q: Vec::new(),
         head: 0,
         high_water: HIGH_WATER,
+        burst: false,
+        next_flush: COALESCE,
         failed: None,
     };
     let rx = Rx {
@@ -132,6 +153,9 @@ fn halves(fd: OwnedFd, peer: SocketAddr, accepting: bool) -> (Tx, Rx) {
         need_preamble: accepting,
         closed: None,
         failed: None,
+        place: None,
+        declined: false,
+        placing_user: false,
     };
     (tx, rx)
 }
@@ -276,10 +300,10 @@ impl Tx {
     }
 
     /// One non-blocking write of `iov`; bytes taken (0 if the socket is full).
-    fn write(&mut self, iov: &[IoSlice<'_>]) -> Result<usize> {
+    fn write(sock: &OwnedFd, iov: &[IoSlice<'_>]) -> std::result::Result<usize, Errno> {
         loop {
             let r = net::sendmsg(
-                &*self.sock,
+                sock,
                 iov,
                 &mut SendAncillaryBuffer::default(),
                 SendFlags::NOSIGNAL | SendFlags::DONTWAIT,
@@ -288,7 +312,7 @@ impl Tx {
                 Ok(n) => return Ok(n),
                 Err(Errno::INTR) => continue,
                 Err(Errno::AGAIN) | Err(Errno::NOBUFS) | Err(Errno::NOMEM) => return Ok(0),
-                Err(e) => return Err(self.fail("tcp send", e)),
+                Err(e) => return Err(e),
             }
         }
     }
@@ -308,21 +332,90 @@ impl Tx {
             )));
         }
         let hdr = (total as u32).to_le_bytes();
-        if self.queued() == 0 && parts.len() < MAX_IOV {
+        if self.queued() > 0 && self.queued() + HDR + total > self.high_water {
+            self.flush()?;
+            if self.queued() > 0 && self.queued() + HDR + total > self.high_water {
+                return Err(TxError::NoResource);
+            }
+        }
+        let burst = std::mem::replace(&mut self.burst, true);
+        // A lone frame (the first since the last flush) leaves at once: latency. Frames of a
+        // burst are coalesced and leave together (at `flush`, or when COALESCE bytes wait);
+        // large ones are written from the caller's memory together with what is queued.
+        if ((self.queued() == 0 && !burst) || HDR + total >= DIRECT_SEND)
+            && parts.len() + 2 <= MAX_IOV
+        {
+            return self.write_through(&hdr, parts, total);
+        }
+        self.compact();
+        self.q.reserve(HDR + total);
+        self.q.extend_from_slice(&hdr);
+        for p in parts {
+            self.q.extend_from_slice(p);
+        }
+        if self.queued() >= self.next_flush {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    /// Drop the written prefix of the queue once it is at least half of it: amortized O(1).
+    fn compact(&mut self) {
+        if self.head > 0 && self.head * 2 >= self.q.len() {
+            self.q.drain(..self.head);
+            self.head = 0;
+        }
+    }
+
+    /// Write what is queued and then the frame (`hdr` and `parts`) with as few `sendmsg`
+    /// calls as the kernel allows; the part of the frame it does not take is queued.
+    fn write_through(
+        &mut self,
+        hdr: &[u8; HDR],
+        parts: &[&[u8]],
+        total: usize,
+    ) -> Result<(), TxError> {
+        let queued = self.queued();
+        let mut skip = 0usize;
+        let want = queued + HDR + total;
+        // A large frame may need a few calls: the kernel takes what fits its buffer, and on
+        // a fast link (loopback) room opens again at once. Stop at the first refusal.
+        for _ in 0..WRITE_TRIES {
             let mut iov = [IoSlice::new(&[]); MAX_IOV];
-            iov[0] = IoSlice::new(&hdr);
-            let mut n = 1;
-            for p in parts.iter().filter(|p| !p.is_empty()) {
-                iov[n] = IoSlice::new(p);
+            let mut n = 0;
+            let mut off = skip;
+            for piece in std::iter::once(&self.q[self.head..])
+                .chain(std::iter::once(&hdr[..]))
+                .chain(parts.iter().copied())
+            {
+                if off >= piece.len() {
+                    off -= piece.len();
+                    continue;
+                }
+                iov[n] = IoSlice::new(&piece[off..]);
+                off = 0;
                 n += 1;
             }
-            let wrote = self.write(&iov[..n])?;
-            if wrote == HDR + total {
-                return Ok(());
+            let wrote = match Self::write(&self.sock, &iov[..n]) {
+                Ok(w) => w,
+                Err(e) => return Err(TxError::Failed(self.fail("tcp send", e))),
+            };
+            skip += wrote;
+            if skip == want || wrote == 0 {
+                break;
             }
+        }
+        // What was written of the queue, then the frame's leftover, which joins the queue.
+        let from_q = skip.min(queued);
+        self.head += from_q;
+        if self.head == self.q.len() {
             self.q.clear();
             self.head = 0;
-            let mut skip = wrote;
+        }
+        let mut skip = skip - from_q;
+        if skip < HDR + total {
+            self.compact();
+            self.q.reserve(HDR + total - skip);
             for piece in std::iter::once(&hdr[..]).chain(parts.iter().copied()) {
                 if skip >= piece.len() {
                     skip -= piece.len();
@@ -331,24 +424,8 @@ impl Tx {
                     skip = 0;
                 }
             }
-            return Ok(());
         }
-        if self.queued() + HDR + total > self.high_water {
-            self.flush()?;
-            if self.queued() > 0 && self.queued() + HDR + total > self.high_water {
-                return Err(TxError::NoResource);
-            }
-        }
-        // Drop the written prefix once it is at least half the buffer: amortized O(1).
-        if self.head > 0 && self.head * 2 >= self.q.len() {
-            self.q.drain(..self.head);
-            self.head = 0;
-        }
-        self.q.reserve(HDR + total);
-        self.q.extend_from_slice(&hdr);
-        for p in parts {
-            self.q.extend_from_slice(p);
-        }
+        self.next_flush = self.queued() + COALESCE;
         Ok(())
     }
 
@@ -356,6 +433,7 @@ impl Tx {
         if let Some(e) = &self.failed {
             return Err(e.clone());
         }
+        self.burst = false;
         while self.head < self.q.len() {
             let n = loop {
                 match net::send(
@@ -370,12 +448,14 @@ impl Tx {
                 }
             };
             if n == 0 {
+                self.next_flush = self.queued() + COALESCE;
                 return Ok(false);
             }
             self.head += n;
         }
         self.q.clear();
         self.head = 0;
+        self.next_flush = COALESCE;
         if self.q.capacity() > TXQ_SHRINK_ABOVE {
             self.q.shrink_to(TXQ_SHRINK_TO);
         }
@@ -471,6 +551,13 @@ impl Rx {
     }
 
     pub(crate) fn peek(&mut self) -> Result<Option<RawFrame>> {
+        if self.place.is_some() {
+            // A placed frame is taken with `take_placed`; nothing after it comes first.
+            if self.placed_ready() {
+                return Ok(None);
+            }
+            return self.closed.as_ref().map_or(Ok(None), |e| Err(e.clone()));
+        }
         if self.out == 0 {
             match self.parse()? {
                 Some(len) => self.out = HDR + len,
@@ -489,6 +576,8 @@ impl Rx {
         if self.out != 0 {
             self.start += self.out;
             self.out = 0;
+            self.place = None;
+            self.declined = false;
             if self.start == self.end {
                 self.start = 0;
                 self.end = 0;
@@ -514,7 +603,13 @@ impl Rx {
         let need = if !self.need_preamble && have >= HDR {
             let mut h = [0u8; HDR];
             h.copy_from_slice(&self.buf[self.start..self.start + HDR]);
-            HDR + u32::from_le_bytes(h) as usize
+            let len = u32::from_le_bytes(h) as usize;
+            if self.placeable(len) {
+                // The protocol may place its payload: room for the head is enough.
+                HDR + len.min(place::PLACE_MIN)
+            } else {
+                HDR + len
+            }
         } else {
             PREAMBLE.len() + HDR
         };
@@ -552,6 +647,10 @@ impl Rx {
                 Ok((n, _)) => {
                     self.end += n;
                     budget = budget.saturating_sub(n);
+                    if n < room {
+                        // Drained for now; asking again would only answer EAGAIN.
+                        return;
+                    }
                 }
                 Err(Errno::INTR) => continue,
                 Err(Errno::AGAIN) => return,
@@ -571,6 +670,9 @@ impl Rx {
         if let Some(e) = &self.failed {
             return Err(e.clone());
         }
+        if self.place.is_some() {
+            return self.read_placing();
+        }
         if self.closed.is_none() {
             if self.out == 0 {
                 self.make_room()?;
@@ -584,8 +686,21 @@ impl Rx {
         self.closed.as_ref().map_or(Ok(()), |e| Err(e.clone()))
     }
 
-    pub(crate) fn arm(&mut self) -> Result<bool> {
+    /// Read without a readiness report (progress polls the socket itself when it watches
+    /// few links): a no-op while a complete frame is already buffered, so a busy link costs
+    /// one `recv` per buffer of frames, not per frame.
+    pub(crate) fn poll_read(&mut self) -> Result<()> {
+        if self.place.is_some() {
+            return self.on_readable();
+        }
         if self.out != 0 || self.parse()?.is_some() {
+            return Ok(());
+        }
+        self.on_readable()
+    }
+
+    pub(crate) fn arm(&mut self) -> Result<bool> {
+        if self.placed_ready() || self.out != 0 || self.parse()?.is_some() {
             return Ok(false);
         }
         self.closed.as_ref().map_or(Ok(true), |e| Err(e.clone()))

@@ -429,3 +429,184 @@ fn listener_reports_nothing_pending() {
     assert!(l.accept().unwrap().is_none());
     let _ = l.fd();
 }
+
+#[test]
+fn a_lone_frame_leaves_at_once_and_a_burst_waits_for_flush() {
+    let ((mut tx, _crx), (_atx, mut rx)) = pair_for_tests();
+    let first = pattern(0, 8);
+    tx.send(&[&first]).unwrap();
+    assert_eq!(
+        tx.queued(),
+        0,
+        "the first frame since a flush is written at once"
+    );
+    let mut frames = vec![first];
+    for i in 1..300 {
+        frames.push(pattern(i, 1 + i % 100));
+        tx.send(&[&frames[i]]).unwrap();
+    }
+    // The rest of the burst is coalesced in one buffer: no write per frame.
+    let burst: usize = frames[1..].iter().map(|f| f.len() + 4).sum();
+    assert!(burst < COALESCE);
+    assert_eq!(tx.queued(), burst);
+    assert!(tx.flush().unwrap(), "one write takes the whole burst");
+    let after = pattern(9999, 3);
+    tx.send(&[&after]).unwrap();
+    assert_eq!(
+        tx.queued(),
+        0,
+        "after a flush, a lone frame is written at once again"
+    );
+    frames.push(after);
+    check(&frames, &receive_all(&mut tx, &mut rx, frames.len()));
+}
+
+#[test]
+fn a_long_burst_is_written_every_coalesce_bytes() {
+    let ((mut tx, _crx), (_atx, mut rx)) = pair_for_tests();
+    let frames: Vec<Vec<u8>> = (0..20_000).map(|i| pattern(i, 1 + i % 64)).collect();
+    for f in &frames {
+        tx.send(&[f]).unwrap();
+        assert!(
+            tx.queued() <= COALESCE + 4 + 64,
+            "queue grew past the coalescing limit"
+        );
+    }
+    check(&frames, &receive_all(&mut tx, &mut rx, frames.len()));
+}
+
+/// Read until the next large frame is offered with at least `head` bytes buffered.
+fn until_offered(rx: &mut Rx, head: usize) -> usize {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        assert!(Instant::now() < deadline, "no large frame offered");
+        assert!(
+            rx.peek().unwrap().is_none(),
+            "a large frame was buffered whole before the protocol could place it"
+        );
+        if let Some((pre, len)) = rx.peek_partial() {
+            if pre.len >= head {
+                return len;
+            }
+        }
+        rx.on_readable().unwrap();
+        wait_readable(rx.fd().unwrap(), 1);
+    }
+}
+
+/// A raw peer that has sent the preamble and the start of a frame of `24 + size` bytes:
+/// its length, a 24-byte head, and `first` bytes of the payload.
+fn raw_frame_start(head: &[u8], payload: &[u8], first: usize) -> (Rx, TcpStream) {
+    let mut bytes = PREAMBLE.to_vec();
+    bytes.extend_from_slice(&((head.len() + payload.len()) as u32).to_le_bytes());
+    bytes.extend_from_slice(head);
+    bytes.extend_from_slice(&payload[..first]);
+    raw_peer(&bytes)
+}
+
+#[test]
+fn large_payloads_are_read_straight_into_their_destination() {
+    for size in [place::PLACE_MIN, 100_003, (1 << 20) + 5, 5 << 20] {
+        let (head, payload, tail) = (pattern(1, 24), pattern(2, size), pattern(3, 10));
+        let (mut rx, mut s) = raw_frame_start(&head, &payload, 7);
+        // Tell the link the protocol places large frames.
+        assert!(rx.peek_partial().is_none());
+        let len = until_offered(&mut rx, 24);
+        assert_eq!(len, 24 + size);
+        // Two destination segments, to cross a boundary.
+        let mut a = vec![0u8; 1000];
+        let mut b = vec![0u8; size - 1000];
+        // SAFETY: `a` and `b` outlive the placement (taken below). Wrong lengths are
+        // refused and change nothing.
+        assert!(!unsafe { rx.place(24, vec![(a.as_mut_ptr() as usize, 10)]) });
+        let segs = vec![
+            (a.as_mut_ptr() as usize, a.len()),
+            (b.as_mut_ptr() as usize, b.len()),
+        ];
+        // SAFETY: as above.
+        assert!(unsafe { rx.place(24, segs) });
+        std::thread::scope(|sc| {
+            sc.spawn(|| {
+                s.write_all(&payload[7..]).unwrap();
+                s.write_all(&(tail.len() as u32).to_le_bytes()).unwrap();
+                s.write_all(&tail).unwrap();
+            });
+            let deadline = Instant::now() + Duration::from_secs(10);
+            let (h, n) = loop {
+                assert!(Instant::now() < deadline, "placement stalled");
+                if let Some(t) = rx.take_placed() {
+                    break t;
+                }
+                assert!(
+                    rx.peek().unwrap().is_none(),
+                    "nothing overtakes a placed frame"
+                );
+                rx.on_readable().unwrap();
+                if rx.arm().unwrap() {
+                    wait_readable(rx.fd().unwrap(), 1);
+                }
+            };
+            assert_eq!(n, size);
+            // SAFETY: between take_placed and consume.
+            assert_eq!(unsafe { h.bytes() }, &head[..]);
+            rx.consume();
+            let got = receive_all_rx(&mut rx, 1);
+            assert_eq!(got[0], tail, "the frame after a placed one");
+        });
+        assert!([a, b].concat() == payload, "{size}: placed payload differs");
+    }
+}
+
+/// Read until `n` frames have arrived (the sender flushes by itself).
+fn receive_all_rx(rx: &mut Rx, n: usize) -> Vec<Vec<u8>> {
+    let mut got = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while got.len() < n {
+        assert!(Instant::now() < deadline, "stalled at {} of {n}", got.len());
+        rx.on_readable().unwrap();
+        drain(rx, &mut got).unwrap();
+        if got.len() < n && rx.arm().unwrap() {
+            wait_readable(rx.fd().unwrap(), 1);
+        }
+    }
+    got
+}
+
+#[test]
+fn a_declined_large_frame_arrives_whole() {
+    let (head, payload, tail) = (pattern(1, 24), pattern(2, 3 << 20), pattern(3, 10));
+    let (mut rx, mut s) = raw_frame_start(&head, &payload, 100);
+    assert!(rx.peek_partial().is_none());
+    until_offered(&mut rx, 24);
+    rx.decline();
+    assert!(
+        rx.peek_partial().is_none(),
+        "a declined frame is not offered again"
+    );
+    std::thread::scope(|sc| {
+        sc.spawn(|| {
+            s.write_all(&payload[100..]).unwrap();
+            s.write_all(&(tail.len() as u32).to_le_bytes()).unwrap();
+            s.write_all(&tail).unwrap();
+        });
+        let got = receive_all_rx(&mut rx, 2);
+        assert!(got[0] == [head.clone(), payload.clone()].concat());
+        assert_eq!(got[1], tail);
+    });
+}
+
+#[test]
+fn peer_gone_in_the_middle_of_a_placed_frame_is_peer_failure() {
+    let (mut rx, s) = raw_frame_start(&pattern(1, 24), &pattern(2, 1 << 20), 100_000);
+    assert!(rx.peek_partial().is_none());
+    until_offered(&mut rx, 24);
+    let mut dst = vec![0u8; 1 << 20];
+    // SAFETY: `dst` outlives `rx`'s use of it (the link fails below, before `dst` drops).
+    assert!(unsafe { rx.place(24, vec![(dst.as_mut_ptr() as usize, dst.len())]) });
+    drop(s);
+    let e = until_error(&mut rx);
+    assert_eq!(e.status(), Status::PeerFailure, "{e}");
+    assert!(rx.take_placed().is_none());
+    assert!(dst[..100_000] == pattern(2, 100_000)[..]);
+    drop(rx);
+}

@@ -1,0 +1,177 @@
+//! Direct placement of large payloads on links that read from a socket.
+//!
+//! When a large frame is still arriving, the link shows its head (`LinkRx::peek_partial`).
+//! If the head names memory we already know and have checked — pushed rendezvous data for a
+//! posted receive, a get's answer for its buffer, a put into registered memory whose key
+//! and range pass the registry's check — the link reads the payload straight into it and
+//! hands the head back when the payload is complete (`take_placed`); the bookkeeping the
+//! frame's handler would do then follows. Anything else is declined and takes the usual
+//! path (the whole frame buffered, then handled), so refusals, logging and protocol errors
+//! stay in one place.
+//!
+//! A request's buffer stays valid while its request lives (dropping a request waits for
+//! it), and requests waiting on a link end only when the link is dropped with its
+//! endpoint. A region unmapped while a put into it is being placed is the owner's race, as
+//! it is with shared memory.
+
+use super::core::State;
+use super::recv::PollOne;
+use super::state::{Info, ReqKind};
+use crate::wire::frame::{Frame, Header, Kind};
+use crate::wire::rkey::access;
+
+/// What to do with a large frame whose head arrived.
+enum Placement {
+    /// Read the frame from this offset on into these segments.
+    Place(usize, Vec<(usize, usize)>),
+    /// Buffer it and handle it as usual.
+    Decline,
+    /// The head is not all here yet.
+    Wait,
+}
+
+impl State {
+    /// Called when `e`'s link has no complete frame: finish a placed frame, or offer the
+    /// arriving one a destination.
+    pub(crate) fn poll_placed(&mut self, e: u32) -> PollOne {
+        let Some(rx) = self.ep(e).and_then(|ep| ep.rx.as_mut()) else {
+            return PollOne::Empty;
+        };
+        if let Some((head, payload)) = rx.take_placed() {
+            // SAFETY: valid until `consume` below.
+            let bytes = unsafe { head.bytes() };
+            self.placed_done(e, bytes, payload);
+            if let Some(rx) = self.ep(e).and_then(|ep| ep.rx.as_mut()) {
+                rx.consume();
+            }
+            return PollOne::Handled;
+        }
+        let Some((prefix, len)) = rx.peek_partial() else {
+            return PollOne::Empty;
+        };
+        // SAFETY: valid until the link reads again, which happens after this call.
+        let bytes = unsafe { prefix.bytes() };
+        let decision = self.placement(e, bytes, len);
+        let Some(rx) = self.ep(e).and_then(|ep| ep.rx.as_mut()) else {
+            return PollOne::Empty;
+        };
+        match decision {
+            Placement::Place(start, segs) => {
+                // SAFETY: the segments are a live request's buffer or a checked registered
+                // range (see the module doc).
+                if !unsafe { rx.place(start, segs) } {
+                    rx.decline();
+                }
+            }
+            Placement::Decline => rx.decline(),
+            Placement::Wait => {}
+        }
+        PollOne::Empty
+    }
+
+    /// Where the payload of the `len`-byte frame starting with `head` goes, if anywhere.
+    fn placement(&mut self, e: u32, head: &[u8], len: usize) -> Placement {
+        let frame = match Frame::parse(head) {
+            Ok(f) => f,
+            Err(crate::wire::frame::WireError::Truncated { .. }) => return Placement::Wait,
+            Err(_) => return Placement::Decline,
+        };
+        let (start, segs) = match frame {
+            Frame::RndvData { rreq, offset, data } => {
+                let start = head.len() - data.len();
+                let n = len - start;
+                let Some(s) = self.req(rreq) else {
+                    return Placement::Decline;
+                };
+                let ok = s.ep == Some(e)
+                    && !s.done
+                    && s.rndv_push
+                    && (s.kind == ReqKind::TagRecv || s.kind == ReqKind::AmData)
+                    && offset
+                        .checked_add(n as u64)
+                        .is_some_and(|x| x <= s.expect as u64);
+                if !ok {
+                    return Placement::Decline;
+                }
+                (start, s.buf.slice(offset as usize, n))
+            }
+            Frame::GetResp {
+                req,
+                offset,
+                status,
+                data,
+            } => {
+                let start = head.len() - data.len();
+                let n = len - start;
+                let Some(s) = self.req(req) else {
+                    return Placement::Decline;
+                };
+                let ok = status == 0
+                    && s.ep == Some(e)
+                    && !s.done
+                    && s.kind == ReqKind::Get
+                    && offset
+                        .checked_add(n as u64)
+                        .is_some_and(|x| x <= s.expect as u64);
+                if !ok {
+                    return Placement::Decline;
+                }
+                (start, s.buf.slice(offset as usize, n))
+            }
+            Frame::Put { target, data, .. } => {
+                let start = head.len() - data.len();
+                let n = len - start;
+                // Refused puts are declined: the usual handler refuses, logs and answers.
+                match self.mem.lookup(
+                    target.region,
+                    target.secret,
+                    target.addr,
+                    n as u64,
+                    access::WRITE,
+                ) {
+                    Ok(p) => (start, vec![(p as usize, n)]),
+                    Err(_) => return Placement::Decline,
+                }
+            }
+            _ => return Placement::Decline,
+        };
+        if segs.iter().map(|s| s.1).sum::<usize>() != len - start {
+            return Placement::Decline;
+        }
+        Placement::Place(start, segs)
+    }
+
+    /// A placed frame's payload is in place: do what its handler does after copying.
+    fn placed_done(&mut self, e: u32, head: &[u8], payload: usize) {
+        match Frame::parse(head) {
+            Ok(Frame::RndvData { rreq, .. }) => {
+                let Some(s) = self.req(rreq) else { return };
+                s.got += payload;
+                if s.got >= s.expect {
+                    let (real, cap, tag) = (s.real_len, s.buf.len(), s.tag);
+                    self.complete_recv(rreq, real, cap, tag);
+                }
+            }
+            Ok(Frame::GetResp { req, .. }) => {
+                let Some(s) = self.req(req) else { return };
+                s.got += payload;
+                if s.got >= s.expect {
+                    let len = s.expect;
+                    self.complete(
+                        req,
+                        Ok(Info {
+                            len,
+                            ..Info::default()
+                        }),
+                    );
+                }
+            }
+            // Acknowledged puts are answered; unacknowledged ones (req 0) only if refused.
+            Ok(Frame::Put { req, .. }) if req != 0 => {
+                let h = Header::new(Kind::RmaAck).word(1, req);
+                let _ = self.send_frame(e, &h, &[], &super::state::Buf::EMPTY, None);
+            }
+            _ => {}
+        }
+    }
+}
