@@ -681,12 +681,14 @@ pub fn run_client(
                 if p.check {
                     rb.fill(0);
                 }
+                // Send, then post the receive for the answer, as ucx_perftest does: the
+                // answer cannot arrive before a one-way trip, and posting takes less.
+                let mut sr = send(link, p.test, data, &iov, TAG_PING, 0)?;
                 let mut rr = if stream {
                     link.check(link.ep.stream_recv_exact(rb))?
                 } else {
                     link.check(link.worker.tag_recv(rb, TAG_PONG, u64::MAX))?
                 };
-                let mut sr = send(link, p.test, data, &iov, TAG_PING, 0)?;
                 link.wait(&mut sr)?;
                 let info = link.wait(&mut rr)?;
                 drop(rr);

@@ -134,7 +134,24 @@ impl State {
         if let Some(idx) = self.reqs.free.pop() {
             let s = &mut self.reqs.slots[idx as usize];
             let generation = s.generation.wrapping_add(1).max(1);
-            *s = ReqSlot { generation, ..slot };
+            // Field by field: cheaper than building and moving a whole slot.
+            s.generation = generation;
+            s.live = true;
+            s.done = false;
+            s.result = Ok(Info::default());
+            s.kind = slot.kind;
+            s.ep = slot.ep;
+            s.buf = slot.buf;
+            s.expect = 0;
+            s.got = 0;
+            s.tag = 0;
+            s.tag_mask = 0;
+            s.waitall = false;
+            s.rndv_push = false;
+            s.real_len = 0;
+            s.info = Info::default();
+            s.callback = slot.callback;
+            s.detached = false;
             make_id(generation, idx)
         } else {
             // Generations start at 1, so no request id is 0: the wire uses 0 for "no
