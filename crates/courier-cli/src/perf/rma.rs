@@ -32,8 +32,10 @@ struct Layout {
     len: usize,
 }
 
-fn round8(n: usize) -> usize {
-    n.div_ceil(8) * 8
+/// Areas start on their own cache line: the peer writes the receive slots while this side
+/// writes its send area, and sharing a line would bounce it between the CPUs.
+fn round_line(n: usize) -> usize {
+    n.div_ceil(64) * 64
 }
 
 impl Layout {
@@ -45,8 +47,8 @@ impl Layout {
         } else {
             1
         };
-        let send = round8(size * slots);
-        let sig = send + round8(size);
+        let send = round_line(size * slots);
+        let sig = send + round_line(size);
         Layout {
             size,
             send,
@@ -301,10 +303,14 @@ fn poll_stamp(link: &Link, p: *const u8, size: usize, v: u64) -> CliResult<()> {
     let want = mask(size, v);
     let mut idle = Idle::default();
     loop {
-        // SAFETY: `p` is the receive area of a live region of at least `size` bytes.
-        if unsafe { read_stamp(p, size) } == want {
-            fence(Ordering::Acquire);
-            return Ok(());
+        // Several looks per progress call: a same-host peer's put lands without our
+        // progress, and an idle progress costs more than a load.
+        for _ in 0..16 {
+            // SAFETY: `p` is the receive area of a live region of at least `size` bytes.
+            if unsafe { read_stamp(p, size) } == want {
+                fence(Ordering::Acquire);
+                return Ok(());
+            }
         }
         link.poll(&mut idle)?;
     }

@@ -253,17 +253,20 @@ impl Memory {
         let w = self.word(offset)?;
         let mut spins = 0u32;
         loop {
-            let v = w.load(Ordering::Acquire);
-            if cmp.holds(v, value) {
-                return Ok(v);
+            // Look at the word several times per progress call: a same-host peer writes
+            // it directly, and an idle progress costs more than a load, so checking only
+            // between progress calls would notice the change late.
+            for _ in 0..SIGNAL_LOADS_PER_PROGRESS {
+                let v = w.load(Ordering::Acquire);
+                if cmp.holds(v, value) {
+                    return Ok(v);
+                }
             }
             if worker.progress() == 0 {
                 spins += 1;
                 if sleep && spins > 1000 {
                     worker.wait(Some(Duration::from_millis(1)))?;
                     spins = 0;
-                } else {
-                    std::hint::spin_loop();
                 }
             }
         }
@@ -275,6 +278,9 @@ impl Drop for Memory {
         self.reg.remove(self.id);
     }
 }
+
+/// Loads of a signal word between two progress calls in `signal_wait_until`.
+const SIGNAL_LOADS_PER_PROGRESS: usize = 16;
 
 enum Path {
     /// The region belongs to this very context.
