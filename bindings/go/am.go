@@ -87,7 +87,10 @@ func (w *Worker) runEagerAM(id uint16, src []byte, hl int, primary bool) {
 		if v := recover(); v != nil {
 			w.notePanic(v)
 		}
-		m.endHandler()
+		// An eager message has no descriptor or reply endpoint to settle.
+		m.mu.Lock()
+		m.inHandler = false
+		m.mu.Unlock()
 	}()
 	fn(m)
 }

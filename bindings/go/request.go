@@ -143,7 +143,7 @@ func (o *pendingOp) started(s C.courier_status_t) (*Request, error) {
 	case s >= 0:
 		// Completed at once: no completion will come.
 		info := infoOf(&o.sl.info)
-		w.slab.put(o.slot)
+		w.slab.putUnregistered(o.sl)
 		r := o.r
 		if r == nil {
 			callback(w, o.cb, info, nil)
@@ -156,7 +156,7 @@ func (o *pendingOp) started(s C.courier_status_t) (*Request, error) {
 		return r, nil
 	default:
 		err := &Error{Status: Status(s), Detail: takeDetail(o.sl)}
-		w.slab.put(o.slot)
+		w.slab.putUnregistered(o.sl)
 		if o.r != nil {
 			o.r.unpin()
 		}

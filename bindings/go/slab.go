@@ -7,6 +7,7 @@ import "C"
 
 import (
 	"sync"
+	"sync/atomic"
 	"unsafe"
 )
 
@@ -20,6 +21,10 @@ import (
 // ThreadModeMulti worker another thread may deliver the completion first: it then finds
 // no request and marks the slot early, and register hands the completion over instead.
 type slab struct {
+	// hot is one free slot, taken and given back with one atomic each: the slot of an
+	// operation that completed at once (never registered) goes straight back here.
+	hot atomic.Pointer[C.cg_slot_t]
+
 	mu     sync.Mutex
 	free   []uint32
 	slots  []*C.cg_slot_t
@@ -33,6 +38,11 @@ const slabChunk = 64
 
 // get takes a free slot (growing the slab by a chunk when none is free).
 func (s *slab) get() (*C.cg_slot_t, uint32, error) {
+	if sl := s.hot.Swap(nil); sl != nil {
+		sl.req = nil
+		sl.detail = nil
+		return sl, uint32(sl.index), nil
+	}
 	s.mu.Lock()
 	if len(s.free) == 0 {
 		first := uint32(len(s.slots))
@@ -89,6 +99,13 @@ func (s *slab) completion(i uint32) *Request {
 	return r
 }
 
+// putUnregistered returns the slot of an operation that completed at once.
+func (s *slab) putUnregistered(sl *C.cg_slot_t) {
+	if !s.hot.CompareAndSwap(nil, sl) {
+		s.put(uint32(sl.index))
+	}
+}
+
 // put returns slot i; the library no longer refers to it.
 func (s *slab) put(i uint32) {
 	s.mu.Lock()
@@ -108,12 +125,17 @@ func (s *slab) close() []*Request {
 			live = append(live, r)
 		}
 	}
-	if len(s.free) == len(s.slots) {
+	free := len(s.free)
+	if s.hot.Load() != nil {
+		free++
+	}
+	if free == len(s.slots) {
 		for _, c := range s.chunks {
 			C.free(unsafe.Pointer(c))
 		}
 	}
 	s.chunks, s.slots, s.reqs, s.early, s.free = nil, nil, nil, nil, nil
+	s.hot.Store(nil)
 	return live
 }
 

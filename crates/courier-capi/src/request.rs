@@ -13,6 +13,7 @@
 //! completion path never touches the worker, so an operation that never completes (a
 //! receive nobody matched when the worker goes away) holds no worker alive.
 
+use std::cell::Cell;
 use std::ffi::c_void;
 use std::mem::ManuallyDrop;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -152,16 +153,33 @@ fn on_complete(word: usize, r: Result<Info, Error>) {
     req.finish(r);
 }
 
+thread_local! {
+    /// The request made for this thread's last operation that completed at once, for the
+    /// next one: most small operations complete at once, and then need no allocation.
+    static SPARE: Cell<Option<Arc<courier_request_t>>> = const { Cell::new(None) };
+}
+
 impl courier_request_t {
-    fn new(worker: Worker, p: &OpParams) -> courier_request_t {
+    fn new(worker: Option<Worker>, p: &OpParams) -> courier_request_t {
         courier_request_t {
             result: OnceLock::new(),
             cb: p.cb,
             user_data: p.user_data,
-            worker: Mutex::new(Some(worker)),
+            worker: Mutex::new(worker),
             polled: Mutex::new(None),
             abandoned: AtomicBool::new(false),
         }
+    }
+
+    /// A request for `start`: this thread's spare, or a new one. It has no worker yet.
+    fn take(p: &OpParams) -> Arc<courier_request_t> {
+        if let Some(mut r) = SPARE.take() {
+            if let Some(m) = Arc::get_mut(&mut r) {
+                *m = courier_request_t::new(None, p);
+                return r;
+            }
+        }
+        Arc::new(courier_request_t::new(None, p))
     }
 
     fn finish(&self, r: Result<Info, Error>) {
@@ -255,7 +273,7 @@ pub(crate) unsafe fn start(
 ) -> Result<courier_status_t, Error> {
     let out = out_arg(req_out, "req_out")?;
     let p = unsafe { op_params(params) };
-    let req = Arc::new(courier_request_t::new(worker.clone(), &p));
+    let req = courier_request_t::take(&p);
     let word = Arc::into_raw(req.clone()) as usize;
     match op(Callback::Raw(on_complete, word)) {
         Ok(Started::Done(info)) => {
@@ -265,9 +283,13 @@ pub(crate) unsafe fn start(
                 unsafe { *p.info = info.into() };
             }
             unsafe { *out = std::ptr::null_mut() };
+            SPARE.set(Some(req));
             Ok(COURIER_OK)
         }
         Ok(Started::Pending(_)) => {
+            // Only now: an operation that completed at once needs no worker reference. The
+            // completion may already be running elsewhere; it does not read `worker`.
+            *lock(&req.worker) = Some(worker.clone());
             unsafe { *out = Arc::into_raw(req) as *mut courier_request_t };
             Ok(COURIER_INPROGRESS)
         }
@@ -292,7 +314,7 @@ pub(crate) unsafe fn start_polled(
     let out = out_arg(req_out, "req_out")?;
     let p = unsafe { op_params(params) };
     let r = op()?;
-    let req = Arc::new(courier_request_t::new(worker.w.clone(), &p));
+    let req = Arc::new(courier_request_t::new(Some(worker.w.clone()), &p));
     *lock(&req.polled) = Some(Polled(ManuallyDrop::new(r), None));
     worker.add_polled(req.clone());
     unsafe { *out = Arc::into_raw(req) as *mut courier_request_t };
