@@ -298,6 +298,46 @@ func TestTagRoundTrip(t *testing.T) {
 	wait(t, sr)
 }
 
+// A posted tag receive can be canceled: it completes with ErrCanceled (callback and
+// Wait), and a message sent afterwards is left for the next receive.
+func TestCancelTagReceive(t *testing.T) {
+	_, b, ep := pair(t)
+	if err := ep.WaitConnected(10 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 16)
+	cbErr := make(chan error, 1)
+	r, err := b.RecvTag(buf, 7, ^uint64(0), func(_ Info, err error) { cbErr <- err })
+	if err != nil {
+		t.Fatal(err)
+	}
+	maybeGC()
+	if err := r.Cancel(); err != nil {
+		t.Fatalf("Cancel: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	if err := r.Wait(ctx); !errors.Is(err, ErrCanceled) {
+		t.Fatalf("Wait after Cancel: %v, want ErrCanceled", err)
+	}
+	if err := <-cbErr; !errors.Is(err, ErrCanceled) {
+		t.Fatalf("callback after Cancel: %v, want ErrCanceled", err)
+	}
+	if err := r.Cancel(); err != nil {
+		t.Fatalf("Cancel of a completed request: %v", err)
+	}
+	if _, err := ep.SendTag([]byte("after"), 7, nil); err != nil {
+		t.Fatal(err)
+	}
+	r2, err := b.RecvTag(buf, 7, ^uint64(0), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info := wait(t, r2); string(buf[:info.Length]) != "after" {
+		t.Fatalf("received %q", buf[:info.Length])
+	}
+}
+
 func TestStreamRoundTrip(t *testing.T) {
 	_, b, ep := pair(t)
 	if err := ep.WaitConnected(10 * time.Second); err != nil {

@@ -278,8 +278,10 @@ func (r *Request) Wait(ctx context.Context) error {
 	}
 }
 
-// Cancel asks the library to cancel the request; it then completes with ErrCanceled. The
-// library cancels only some kinds of requests (ErrUnsupported for the others).
+// Cancel asks the library to cancel the request; it then completes with ErrCanceled
+// (callback included; in the next progress unless it is a rendezvous receive). Tag and
+// stream receives, sends queued behind earlier ones and rendezvous receives can be
+// canceled until they start moving data; after that Cancel reports ErrNoResource.
 func (r *Request) Cancel() error {
 	if r == nil {
 		return nil
