@@ -176,11 +176,11 @@ impl courier_request_t {
 
     /// A request for `start`: this thread's spare, or a new one. It has no worker yet.
     fn take(p: &OpParams) -> Arc<courier_request_t> {
-        if let Some(mut r) = SPARE.take() {
-            if let Some(m) = Arc::get_mut(&mut r) {
-                *m = courier_request_t::new(None, p);
-                return r;
-            }
+        if let Some(mut r) = SPARE.take()
+            && let Some(m) = Arc::get_mut(&mut r)
+        {
+            *m = courier_request_t::new(None, p);
+            return r;
         }
         Arc::new(courier_request_t::new(None, p))
     }
