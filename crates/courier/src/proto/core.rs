@@ -181,7 +181,9 @@ impl State {
         s.done = true;
         s.info = info;
         let cb = std::mem::replace(&mut s.callback, Callback::None);
-        let detached = s.detached;
+        // A request with a callback belongs to it (nobody polls it): free it now, or the
+        // slot of every operation started with a callback (the C ABI's) stays taken.
+        let detached = s.detached || !matches!(cb, Callback::None);
         if !matches!(cb, Callback::None) {
             self.deferred.push(Deferred::Req(cb, result.clone()));
         }
