@@ -15,7 +15,9 @@
 // ThreadModeMulti worker may be used from any goroutine.
 //
 // Buffers handed to a non-blocking operation are pinned (runtime.Pinner) until the
-// operation completes and must not be modified (sends) or read (receives) before then.
+// operation completes and must not be modified (sends) or read (receives) before then;
+// sends of at most 256 bytes are copied at once instead. A send that completed at once
+// returns a nil *Request, which every Request method treats as completed.
 package courier
 
 /*
