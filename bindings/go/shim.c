@@ -78,7 +78,9 @@ uint32_t cg_progress(uintptr_t worker, uintptr_t batch) {
 	cg_batch_t *b = (cg_batch_t *)batch;
 	b->prev = cg_cur;
 	cg_cur = b;
-	uint32_t n = courier_worker_progress(w);
+	uint32_t n = 0;
+	for (int i = 0; i < CG_PROGRESS_POLLS && n == 0; i++)
+		n = courier_worker_progress(w);
 	cg_cur = b->prev;
 	b->prev = NULL;
 	return n;

@@ -72,6 +72,10 @@ void cg_batch_free(cg_batch_t *b);
  * uintptr_t: cgo checks every pointer argument for Go pointers, which costs more than the
  * call itself, and these are C memory. Only Go buffers are passed as pointers. */
 
+/* Progresses up to CG_PROGRESS_POLLS times, until something happened: a Go loop of
+ * Progress calls then notices an arrival about as soon as a C loop would, instead of once
+ * per cgo call (which costs several times an idle progress). */
+#define CG_PROGRESS_POLLS 8
 uint32_t cg_progress(uintptr_t worker, uintptr_t batch);
 
 /* Sends through a slot. copied != 0: Go copied the header and the data into the slot's
