@@ -7,8 +7,8 @@ import "C"
 
 import (
 	"runtime"
-	"runtime/cgo"
 	"sync"
+	"unsafe"
 )
 
 // AMFlags choose how an active message is sent.
@@ -24,11 +24,6 @@ const (
 	AMReply AMFlags = C.COURIER_AM_SEND_FLAG_REPLY
 )
 
-type amEntry struct {
-	w  *Worker
-	fn func(*AMMessage)
-}
-
 // SetAMHandler registers the handler for active-message id (replacing any earlier one);
 // nil drops every message with that id. The handler runs inside Progress.
 func (w *Worker) SetAMHandler(id uint16, fn func(msg *AMMessage)) error {
@@ -37,30 +32,103 @@ func (w *Worker) SetAMHandler(id uint16, fn func(msg *AMMessage)) error {
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	var h cgo.Handle
 	var err error
 	if fn == nil {
 		_, err = call(func() C.courier_status_t { return C.courier_worker_set_am_handler(w.ptr, C.uint16_t(id), nil, nil) })
 	} else {
-		h = cgo.NewHandle(&amEntry{w: w, fn: fn})
-		_, err = call(func() C.courier_status_t { return C.cg_set_am_handler(w.ptr, C.uint16_t(id), C.uintptr_t(h)) })
+		_, err = call(func() C.courier_status_t { return C.cg_set_am_handler(w.ptr, C.uint16_t(id), C.uintptr_t(w.handle)) })
 	}
 	runtime.KeepAlive(w)
 	if err != nil {
-		if h != 0 {
-			h.Delete()
-		}
 		return err
 	}
-	// The old handler can no longer be called: the library replaced it under its lock.
-	if old, ok := w.amHandles[id]; ok {
-		old.Delete()
-		delete(w.amHandles, id)
+	var t []func(*AMMessage)
+	if old := w.am.Load(); old != nil {
+		t = *old
 	}
-	if h != 0 {
-		w.amHandles[id] = h
+	t = append([]func(*AMMessage){}, t...)
+	for len(t) <= int(id) {
+		t = append(t, nil)
+	}
+	t[id] = fn
+	w.am.Store(&t)
+	return nil
+}
+
+func (w *Worker) amHandler(id uint16) func(*AMMessage) {
+	if t := w.am.Load(); t != nil && int(id) < len(*t) {
+		return (*t)[id]
 	}
 	return nil
+}
+
+// runEagerAM runs the handler of a batched eager message: src (C memory, valid until the
+// batch is emptied) holds its header (the first hl bytes) and data. primary: the batch is
+// the worker's own, whose holder may lend the worker's message and cut copies from its
+// chunk instead of allocating.
+func (w *Worker) runEagerAM(id uint16, src []byte, hl int, primary bool) {
+	fn := w.amHandler(id)
+	if fn == nil {
+		return // unregistered since: dropped, as the library drops it
+	}
+	var b []byte
+	var m *AMMessage
+	if primary && !w.amMsgBusy {
+		b = w.amCopy(src)
+		m = &w.amMsg
+		w.amMsgBusy = true
+		defer func() { w.amMsgBusy = false }()
+	} else {
+		b = append(make([]byte, 0, len(src)), src...)
+		m = new(AMMessage)
+	}
+	*m = AMMessage{ID: id, Header: b[:hl:hl], Data: b[hl:], DataLen: len(src) - hl, w: w, inHandler: true}
+	defer func() {
+		if v := recover(); v != nil {
+			w.notePanic(v)
+		}
+		// An eager message has no descriptor or reply endpoint to settle.
+		m.mu.Lock()
+		m.inHandler = false
+		m.mu.Unlock()
+	}()
+	fn(m)
+}
+
+// amCopy copies src into the worker's chunk: one allocation for many small messages. The
+// copies are the handlers' to keep (a kept one keeps its chunk alive).
+func (w *Worker) amCopy(src []byte) []byte {
+	const chunk = 32 << 10
+	if len(src) > chunk/8 {
+		return append(make([]byte, 0, len(src)), src...)
+	}
+	if len(src) > len(w.amBytes) {
+		w.amBytes = make([]byte, chunk)
+	}
+	b := w.amBytes[:len(src):len(src)]
+	copy(b, src)
+	w.amBytes = w.amBytes[len(src):]
+	return b
+}
+
+// runAM runs the handler of a message delivered by a direct call from the library
+// (rendezvous, reply, or large messages): what it returns tells the library whether the
+// rendezvous descriptor is kept.
+func (w *Worker) runAM(p *C.courier_am_recv_param_t) (ret C.courier_status_t) {
+	fn := w.amHandler(uint16(p.id))
+	if fn == nil {
+		return C.COURIER_OK
+	}
+	ret = C.COURIER_OK
+	m := newAMMessage(w, p)
+	defer func() {
+		if v := recover(); v != nil {
+			w.notePanic(v)
+		}
+		ret = m.endHandler()
+	}()
+	fn(m)
+	return
 }
 
 // SendAM sends an active message to handler id on the peer. header is copied at once; data
@@ -69,13 +137,23 @@ func (e *Endpoint) SendAM(id uint16, header, data []byte, flags AMFlags, cb Call
 	if err := e.usable(); err != nil {
 		return nil, err
 	}
-	r := newRequest(e.w, cb, data)
-	defer runtime.KeepAlive(e)
-	defer runtime.KeepAlive(header)
-	return r.start(func(p *C.courier_op_params_t, out **C.courier_request_t) C.courier_status_t {
-		return C.courier_ep_am_send(e.ptr, C.uint16_t(id), bytePtr(header), C.size_t(len(header)),
-			bytePtr(data), C.size_t(len(data)), C.uint32_t(flags), p, out)
-	})
+	o, err := e.w.newOp(cb)
+	if err != nil {
+		return nil, err
+	}
+	hl, dl := len(header), len(data)
+	copied := o.copyIn(header, data)
+	if copied {
+		header, data = nil, nil // passed in the slot
+	} else {
+		o.pin(data)
+	}
+	s := C.cg_am_send(uptr(unsafe.Pointer(e.ptr)), C.uint16_t(id), bytePtr(header), C.size_t(hl),
+		bytePtr(data), C.size_t(dl), C.uint32_t(flags), uptr(unsafe.Pointer(o.sl)), cbool(copied))
+	runtime.KeepAlive(e)
+	runtime.KeepAlive(header)
+	runtime.KeepAlive(data)
+	return o.started(s)
 }
 
 // SendAMIOV sends an active message whose data is gathered from several buffers.
@@ -83,16 +161,23 @@ func (e *Endpoint) SendAMIOV(id uint16, header []byte, bufs [][]byte, flags AMFl
 	if err := e.usable(); err != nil {
 		return nil, err
 	}
-	r := newRequest(e.w, cb, bufs...)
+	o, err := e.w.newOp(cb)
+	if err != nil {
+		return nil, err
+	}
+	o.pin(bufs...)
 	v, n, free := iov(bufs)
 	defer free()
 	defer runtime.KeepAlive(e)
-	return r.start(func(p *C.courier_op_params_t, out **C.courier_request_t) C.courier_status_t {
+	return o.call(func(p *C.courier_op_params_t, out **C.courier_request_t) C.courier_status_t {
 		return C.courier_ep_am_send_iov(e.ptr, C.uint16_t(id), bytePtr(header), C.size_t(len(header)), v, n, C.uint32_t(flags), p, out)
 	})
 }
 
-// AMMessage is an active message as its handler sees it.
+// AMMessage is an active message as its handler sees it. The *AMMessage is lent to the
+// handler: do not use it after the handler returned, except a rendezvous message kept with
+// Keep (the worker reuses the struct of small eager messages). Header and Data are copies
+// the handler may keep.
 type AMMessage struct {
 	// ID is the handler id.
 	ID uint16
@@ -106,7 +191,7 @@ type AMMessage struct {
 	w     *Worker
 	rndv  bool
 	reply *Endpoint
-	ended chan struct{} // closed when the handler has returned
+	ended chan struct{} // rendezvous only: closed when the handler has returned
 
 	mu        sync.Mutex
 	desc      *C.courier_am_desc_t
@@ -123,9 +208,10 @@ func newAMMessage(w *Worker, p *C.courier_am_recv_param_t) *AMMessage {
 		rndv:      p.flags&C.COURIER_AM_RECV_FLAG_RNDV != 0,
 		desc:      p.desc,
 		inHandler: true,
-		ended:     make(chan struct{}),
 	}
-	if !m.rndv {
+	if m.rndv {
+		m.ended = make(chan struct{})
+	} else {
 		m.Data = C.GoBytes(p.data, C.int(p.data_length))
 	}
 	if p.reply_ep != nil {
@@ -137,7 +223,9 @@ func newAMMessage(w *Worker, p *C.courier_am_recv_param_t) *AMMessage {
 // endHandler settles the message when its handler returns: what to tell the library.
 func (m *AMMessage) endHandler() C.courier_status_t {
 	m.mu.Lock()
-	defer close(m.ended)
+	if m.ended != nil {
+		defer close(m.ended)
+	}
 	defer m.mu.Unlock()
 	m.inHandler = false
 	if m.reply != nil {
@@ -187,7 +275,7 @@ func (m *AMMessage) ReplyEndpoint() *Endpoint {
 func (m *AMMessage) Keep() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.inHandler {
+	if m.inHandler && m.desc != nil {
 		m.keep = true
 	}
 }
@@ -202,9 +290,14 @@ func (m *AMMessage) ReceiveData(buf []byte, cb Callback) (*Request, error) {
 	if desc == nil {
 		return nil, &Error{Status: ErrInvalidParam, Detail: "no rendezvous data to receive (eager message, already received, or not kept)"}
 	}
-	r := newRequest(m.w, cb, buf)
+	o, err := m.w.newOp(cb)
+	if err != nil {
+		return nil, err
+	}
+	o.request() // its Info matters even when it completes at once
+	o.pin(buf)
 	defer runtime.KeepAlive(m.w)
-	return r.start(func(p *C.courier_op_params_t, out **C.courier_request_t) C.courier_status_t {
+	return o.call(func(p *C.courier_op_params_t, out **C.courier_request_t) C.courier_status_t {
 		return C.courier_worker_am_recv_data(m.w.ptr, desc, bytePtr(buf), C.size_t(len(buf)), p, out)
 	})
 }

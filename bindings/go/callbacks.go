@@ -1,10 +1,12 @@
 package courier
 
-// The Go functions C calls. Each finds its Go object through a cgo.Handle passed as the
-// callback's user_data and recovers any panic, which the worker re-raises from Progress:
-// a Go panic must never unwind through C.
+// The Go functions C calls (from shim.c). Each finds its Go object through a cgo.Handle
+// passed as the callback's user_data and recovers any panic, which the worker re-raises
+// from Progress: a Go panic must never unwind through C. Those that run inside a progress
+// call first deliver the events batched so far (batch), so that the order is the library's.
 
 /*
+#include <stdint.h>
 #include <courier.h>
 */
 import "C"
@@ -14,57 +16,51 @@ import (
 	"unsafe"
 )
 
-// handleValue is h's value, or nil for a handle already deleted (a late completion of an
-// operation whose start failed).
-func handleValue(ud unsafe.Pointer) (v any) {
+// handleValue is h's value, or nil for a handle already deleted (a late callback of an
+// object already closed).
+func handleValue(h uintptr) (v any) {
 	defer func() {
 		if recover() != nil {
 			v = nil
 		}
 	}()
-	return cgo.Handle(uintptr(ud)).Value()
+	return cgo.Handle(h).Value()
 }
 
-func detailOf(status C.courier_status_t) error {
-	if status >= 0 {
-		return nil
+// flushBatch delivers the events batched so far by w's progress call (batch belongs to
+// the worker whose progress is running on this thread, maybe another one).
+func (w *Worker) flushBatch(batch unsafe.Pointer) {
+	b := (*cgBatch)(batch)
+	if b != nil && uintptr(b.worker) == uintptr(w.handle) && b.n != 0 {
+		w.deliver(b)
 	}
-	return &Error{Status: Status(status), Detail: C.GoString(C.courier_last_error_detail())}
 }
 
-//export courierGoCompletion
-func courierGoCompletion(status C.courier_status_t, info *C.courier_request_info_t, ud unsafe.Pointer) {
-	r, ok := handleValue(ud).(*Request)
-	if !ok {
-		return
+//export courierGoDone
+func courierGoDone(slot unsafe.Pointer) {
+	s := (*cgSlot)(slot)
+	if w := workerOf(uintptr(s.worker)); w != nil {
+		w.done(uint32(s.index))
 	}
-	r.complete(Info{Length: int(info.length), Tag: uint64(info.tag), Value: uint64(info.value)}, detailOf(status))
 }
 
 //export courierGoAM
-func courierGoAM(param *C.courier_am_recv_param_t, ud unsafe.Pointer) (ret C.courier_status_t) {
-	e, ok := handleValue(ud).(*amEntry)
-	if !ok {
+func courierGoAM(param unsafe.Pointer, worker C.uintptr_t, batch unsafe.Pointer) C.courier_status_t {
+	w := workerOf(uintptr(worker))
+	if w == nil {
 		return C.COURIER_OK
 	}
-	ret = C.COURIER_OK
-	msg := newAMMessage(e.w, param)
-	defer func() {
-		if v := recover(); v != nil {
-			e.w.notePanic(v)
-		}
-		ret = msg.endHandler()
-	}()
-	e.fn(msg)
-	return
+	w.flushBatch(batch)
+	return w.runAM((*C.courier_am_recv_param_t)(param))
 }
 
 //export courierGoEpError
-func courierGoEpError(ep *C.courier_ep_t, status C.courier_status_t, ud unsafe.Pointer) {
-	e, ok := handleValue(ud).(*Endpoint)
+func courierGoEpError(ep unsafe.Pointer, status C.courier_status_t, h C.uintptr_t, batch unsafe.Pointer) {
+	e, ok := handleValue(uintptr(h)).(*Endpoint)
 	if !ok || e.onError == nil {
 		return
 	}
+	e.w.flushBatch(batch)
 	err := detailOf(status)
 	defer func() {
 		if v := recover(); v != nil {
@@ -75,17 +71,26 @@ func courierGoEpError(ep *C.courier_ep_t, status C.courier_status_t, ud unsafe.P
 }
 
 //export courierGoConn
-func courierGoConn(cr *C.courier_conn_request_t, ud unsafe.Pointer) {
-	l, ok := handleValue(ud).(*Listener)
+func courierGoConn(cr unsafe.Pointer, h C.uintptr_t, batch unsafe.Pointer) {
+	req := (*C.courier_conn_request_t)(cr)
+	l, ok := handleValue(uintptr(h)).(*Listener)
 	if !ok {
-		C.courier_conn_request_reject(cr)
+		C.courier_conn_request_reject(req)
 		return
 	}
-	req := newConnRequest(l.w, cr)
+	l.w.flushBatch(batch)
+	cq := newConnRequest(l.w, req)
 	defer func() {
 		if v := recover(); v != nil {
 			l.w.notePanic(v)
 		}
 	}()
-	l.handler(req)
+	l.handler(cq)
+}
+
+func detailOf(status C.courier_status_t) error {
+	if status >= 0 {
+		return nil
+	}
+	return &Error{Status: Status(status), Detail: C.GoString(C.courier_last_error_detail())}
 }

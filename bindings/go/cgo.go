@@ -15,7 +15,9 @@
 // ThreadModeMulti worker may be used from any goroutine.
 //
 // Buffers handed to a non-blocking operation are pinned (runtime.Pinner) until the
-// operation completes and must not be modified (sends) or read (receives) before then.
+// operation completes and must not be modified (sends) or read (receives) before then;
+// sends of at most 256 bytes are copied at once instead. A send that completed at once
+// returns a nil *Request, which every Request method treats as completed.
 package courier
 
 /*
@@ -25,6 +27,11 @@ package courier
 #include <courier.h>
 
 #include "shim.h"
+
+// The sends never call back into Go (the library runs callbacks only inside progress).
+#cgo nocallback cg_am_send
+#cgo nocallback cg_tag_send
+#cgo nocallback cg_stream_send
 */
 import "C"
 
@@ -51,10 +58,22 @@ func call(f func() C.courier_status_t) (C.courier_status_t, error) {
 	return s, err
 }
 
+// uptr is a C object's address as an integer, for the shim calls that take uintptr_t
+// (see shim.h).
+func uptr(p unsafe.Pointer) C.uintptr_t { return C.uintptr_t(uintptr(p)) }
+
 // bytePtr is the address of b's first byte, or nil for an empty slice.
 func bytePtr(b []byte) unsafe.Pointer {
 	if len(b) == 0 {
 		return nil
 	}
 	return unsafe.Pointer(&b[0])
+}
+
+// cbool is b as a C int.
+func cbool(b bool) C.int {
+	if b {
+		return 1
+	}
+	return 0
 }

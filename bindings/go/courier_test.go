@@ -298,6 +298,106 @@ func TestTagRoundTrip(t *testing.T) {
 	wait(t, sr)
 }
 
+// Many goroutines send on one multi-thread worker while another goroutine progresses it:
+// small sends (copied into slots) and large ones (pinned, completing later, possibly on the
+// progress goroutine before the sender registered its request) all arrive intact, and
+// every callback runs once.
+func TestConcurrentSends(t *testing.T) {
+	_, b, ep := pair(t)
+	if err := ep.WaitConnected(10 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	const senders, each = 8, 50
+	sizes := []int{8, 256, 257, 70000}
+	var cbs atomic.Int32
+	var wg sync.WaitGroup
+	errs := make(chan error, senders)
+	for g := 0; g < senders; g++ {
+		wg.Add(1)
+		go func(g int) {
+			defer wg.Done()
+			ctx := context.Background()
+			for i := 0; i < each; i++ {
+				n := sizes[i%len(sizes)]
+				tag := uint64(g)<<32 | uint64(i)
+				r, err := ep.SendTag(pattern(n, byte(tag)), tag, func(_ Info, err error) {
+					if err == nil {
+						cbs.Add(1)
+					}
+				})
+				if err == nil {
+					err = r.Wait(ctx)
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+				maybeGC()
+			}
+		}(g)
+	}
+	for k := 0; k < senders*each; k++ {
+		buf := make([]byte, 70000)
+		r, err := b.RecvTag(buf, 0, 0, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		info := wait(t, r)
+		want := pattern(sizes[int(uint32(info.Tag))%len(sizes)], byte(info.Tag))
+		if !bytes.Equal(buf[:info.Length], want) {
+			t.Fatalf("message with tag %#x: wrong contents (%d bytes)", info.Tag, info.Length)
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if got := cbs.Load(); got != senders*each {
+		t.Fatalf("%d send callbacks, want %d", got, senders*each)
+	}
+}
+
+// A posted tag receive can be canceled: it completes with ErrCanceled (callback and
+// Wait), and a message sent afterwards is left for the next receive.
+func TestCancelTagReceive(t *testing.T) {
+	_, b, ep := pair(t)
+	if err := ep.WaitConnected(10 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 16)
+	cbErr := make(chan error, 1)
+	r, err := b.RecvTag(buf, 7, ^uint64(0), func(_ Info, err error) { cbErr <- err })
+	if err != nil {
+		t.Fatal(err)
+	}
+	maybeGC()
+	if err := r.Cancel(); err != nil {
+		t.Fatalf("Cancel: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	if err := r.Wait(ctx); !errors.Is(err, ErrCanceled) {
+		t.Fatalf("Wait after Cancel: %v, want ErrCanceled", err)
+	}
+	if err := <-cbErr; !errors.Is(err, ErrCanceled) {
+		t.Fatalf("callback after Cancel: %v, want ErrCanceled", err)
+	}
+	if err := r.Cancel(); err != nil {
+		t.Fatalf("Cancel of a completed request: %v", err)
+	}
+	if _, err := ep.SendTag([]byte("after"), 7, nil); err != nil {
+		t.Fatal(err)
+	}
+	r2, err := b.RecvTag(buf, 7, ^uint64(0), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info := wait(t, r2); string(buf[:info.Length]) != "after" {
+		t.Fatalf("received %q", buf[:info.Length])
+	}
+}
+
 func TestStreamRoundTrip(t *testing.T) {
 	_, b, ep := pair(t)
 	if err := ep.WaitConnected(10 * time.Second); err != nil {

@@ -371,10 +371,14 @@ func (e *Endpoint) Put(data []byte, raddr uint64, k *RemoteKey, cb Callback) (*R
 	if err := k.usable(); err != nil {
 		return nil, err
 	}
-	r := newRequest(e.w, cb, data)
+	o, err := e.w.newOp(cb)
+	if err != nil {
+		return nil, err
+	}
+	o.pin(data)
 	defer runtime.KeepAlive(e)
 	defer runtime.KeepAlive(k)
-	return r.start(func(p *C.courier_op_params_t, out **C.courier_request_t) C.courier_status_t {
+	return o.call(func(p *C.courier_op_params_t, out **C.courier_request_t) C.courier_status_t {
 		return C.courier_ep_put(e.ptr, bytePtr(data), C.size_t(len(data)), C.uint64_t(raddr), k.ptr, p, out)
 	})
 }
@@ -387,10 +391,15 @@ func (e *Endpoint) Get(buf []byte, raddr uint64, k *RemoteKey, cb Callback) (*Re
 	if err := k.usable(); err != nil {
 		return nil, err
 	}
-	r := newRequest(e.w, cb, buf)
+	o, err := e.w.newOp(cb)
+	if err != nil {
+		return nil, err
+	}
+	o.request() // its Info matters even when it completes at once
+	o.pin(buf)
 	defer runtime.KeepAlive(e)
 	defer runtime.KeepAlive(k)
-	return r.start(func(p *C.courier_op_params_t, out **C.courier_request_t) C.courier_status_t {
+	return o.call(func(p *C.courier_op_params_t, out **C.courier_request_t) C.courier_status_t {
 		return C.courier_ep_get(e.ptr, bytePtr(buf), C.size_t(len(buf)), C.uint64_t(raddr), k.ptr, p, out)
 	})
 }
@@ -413,10 +422,14 @@ func (e *Endpoint) atomic(op AtomicOp, size int, value, compare, raddr uint64, k
 	if err := k.usable(); err != nil {
 		return nil, err
 	}
-	r := newRequest(e.w, cb)
+	o, err := e.w.newOp(cb)
+	if err != nil {
+		return nil, err
+	}
+	o.request() // its Info matters even when it completes at once
 	defer runtime.KeepAlive(e)
 	defer runtime.KeepAlive(k)
-	return r.start(func(p *C.courier_op_params_t, out **C.courier_request_t) C.courier_status_t {
+	return o.call(func(p *C.courier_op_params_t, out **C.courier_request_t) C.courier_status_t {
 		return C.courier_ep_atomic(e.ptr, C.uint32_t(op), C.uint64_t(value), C.uint64_t(compare),
 			C.uint32_t(size), C.uint64_t(raddr), k.ptr, p, out)
 	})
@@ -435,11 +448,15 @@ func (e *Endpoint) PutSignal(data []byte, raddr uint64, k *RemoteKey, sigAddr ui
 	if err := sigKey.usable(); err != nil {
 		return nil, err
 	}
-	r := newRequest(e.w, cb, data)
+	o, err := e.w.newOp(cb)
+	if err != nil {
+		return nil, err
+	}
+	o.pin(data)
 	defer runtime.KeepAlive(e)
 	defer runtime.KeepAlive(k)
 	defer runtime.KeepAlive(sigKey)
-	return r.start(func(p *C.courier_op_params_t, out **C.courier_request_t) C.courier_status_t {
+	return o.call(func(p *C.courier_op_params_t, out **C.courier_request_t) C.courier_status_t {
 		return C.courier_ep_put_signal(e.ptr, bytePtr(data), C.size_t(len(data)), C.uint64_t(raddr), k.ptr,
 			C.uint64_t(sigAddr), sigKey.ptr, C.uint64_t(sigValue), C.uint32_t(op), p, out)
 	})

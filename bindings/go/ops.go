@@ -38,14 +38,22 @@ func (e *Endpoint) sendTag(data []byte, tag uint64, sync bool, cb Callback) (*Re
 	if err := e.usable(); err != nil {
 		return nil, err
 	}
-	r := newRequest(e.w, cb, data)
-	defer runtime.KeepAlive(e)
-	return r.start(func(p *C.courier_op_params_t, out **C.courier_request_t) C.courier_status_t {
-		if sync {
-			return C.courier_ep_tag_send_sync(e.ptr, bytePtr(data), C.size_t(len(data)), C.uint64_t(tag), p, out)
-		}
-		return C.courier_ep_tag_send(e.ptr, bytePtr(data), C.size_t(len(data)), C.uint64_t(tag), p, out)
-	})
+	o, err := e.w.newOp(cb)
+	if err != nil {
+		return nil, err
+	}
+	n := len(data)
+	copied := o.copyIn(nil, data)
+	if copied {
+		data = nil // passed in the slot
+	} else {
+		o.pin(data)
+	}
+	s := C.cg_tag_send(uptr(unsafe.Pointer(e.ptr)), bytePtr(data), C.size_t(n), C.uint64_t(tag), cbool(sync),
+		uptr(unsafe.Pointer(o.sl)), cbool(copied))
+	runtime.KeepAlive(e)
+	runtime.KeepAlive(data)
+	return o.started(s)
 }
 
 // SendTagIOV sends one message gathered from several buffers.
@@ -53,11 +61,15 @@ func (e *Endpoint) SendTagIOV(bufs [][]byte, tag uint64, cb Callback) (*Request,
 	if err := e.usable(); err != nil {
 		return nil, err
 	}
-	r := newRequest(e.w, cb, bufs...)
+	o, err := e.w.newOp(cb)
+	if err != nil {
+		return nil, err
+	}
+	o.pin(bufs...)
 	v, n, free := iov(bufs)
 	defer free()
 	defer runtime.KeepAlive(e)
-	return r.start(func(p *C.courier_op_params_t, out **C.courier_request_t) C.courier_status_t {
+	return o.call(func(p *C.courier_op_params_t, out **C.courier_request_t) C.courier_status_t {
 		return C.courier_ep_tag_send_iov(e.ptr, v, n, C.uint64_t(tag), p, out)
 	})
 }
@@ -68,9 +80,14 @@ func (w *Worker) RecvTag(buf []byte, tag, mask uint64, cb Callback) (*Request, e
 	if w.closed.Load() {
 		return nil, errClosed("worker")
 	}
-	r := newRequest(w, cb, buf)
+	o, err := w.newOp(cb)
+	if err != nil {
+		return nil, err
+	}
+	o.request() // its Info matters even when it completes at once
+	o.pin(buf)
 	defer runtime.KeepAlive(w)
-	return r.start(func(p *C.courier_op_params_t, out **C.courier_request_t) C.courier_status_t {
+	return o.call(func(p *C.courier_op_params_t, out **C.courier_request_t) C.courier_status_t {
 		return C.courier_worker_tag_recv(w.ptr, bytePtr(buf), C.size_t(len(buf)), C.uint64_t(tag), C.uint64_t(mask), p, out)
 	})
 }
@@ -80,11 +97,16 @@ func (w *Worker) RecvTagIOV(bufs [][]byte, tag, mask uint64, cb Callback) (*Requ
 	if w.closed.Load() {
 		return nil, errClosed("worker")
 	}
-	r := newRequest(w, cb, bufs...)
+	o, err := w.newOp(cb)
+	if err != nil {
+		return nil, err
+	}
+	o.request() // its Info matters even when it completes at once
+	o.pin(bufs...)
 	v, n, free := iov(bufs)
 	defer free()
 	defer runtime.KeepAlive(w)
-	return r.start(func(p *C.courier_op_params_t, out **C.courier_request_t) C.courier_status_t {
+	return o.call(func(p *C.courier_op_params_t, out **C.courier_request_t) C.courier_status_t {
 		return C.courier_worker_tag_recv_iov(w.ptr, v, n, C.uint64_t(tag), C.uint64_t(mask), p, out)
 	})
 }
@@ -116,11 +138,21 @@ func (e *Endpoint) SendStream(data []byte, cb Callback) (*Request, error) {
 	if err := e.usable(); err != nil {
 		return nil, err
 	}
-	r := newRequest(e.w, cb, data)
-	defer runtime.KeepAlive(e)
-	return r.start(func(p *C.courier_op_params_t, out **C.courier_request_t) C.courier_status_t {
-		return C.courier_ep_stream_send(e.ptr, bytePtr(data), C.size_t(len(data)), p, out)
-	})
+	o, err := e.w.newOp(cb)
+	if err != nil {
+		return nil, err
+	}
+	n := len(data)
+	copied := o.copyIn(nil, data)
+	if copied {
+		data = nil // passed in the slot
+	} else {
+		o.pin(data)
+	}
+	s := C.cg_stream_send(uptr(unsafe.Pointer(e.ptr)), bytePtr(data), C.size_t(n), uptr(unsafe.Pointer(o.sl)), cbool(copied))
+	runtime.KeepAlive(e)
+	runtime.KeepAlive(data)
+	return o.started(s)
 }
 
 // SendStreamIOV sends stream bytes gathered from several buffers.
@@ -128,11 +160,15 @@ func (e *Endpoint) SendStreamIOV(bufs [][]byte, cb Callback) (*Request, error) {
 	if err := e.usable(); err != nil {
 		return nil, err
 	}
-	r := newRequest(e.w, cb, bufs...)
+	o, err := e.w.newOp(cb)
+	if err != nil {
+		return nil, err
+	}
+	o.pin(bufs...)
 	v, n, free := iov(bufs)
 	defer free()
 	defer runtime.KeepAlive(e)
-	return r.start(func(p *C.courier_op_params_t, out **C.courier_request_t) C.courier_status_t {
+	return o.call(func(p *C.courier_op_params_t, out **C.courier_request_t) C.courier_status_t {
 		return C.courier_ep_stream_send_iov(e.ptr, v, n, p, out)
 	})
 }
@@ -150,9 +186,14 @@ func (e *Endpoint) RecvStream(buf []byte, waitAll bool, cb Callback) (*Request, 
 	if err := e.usable(); err != nil {
 		return nil, err
 	}
-	r := newRequest(e.w, cb, buf)
+	o, err := e.w.newOp(cb)
+	if err != nil {
+		return nil, err
+	}
+	o.request() // its Info matters even when it completes at once
+	o.pin(buf)
 	defer runtime.KeepAlive(e)
-	return r.start(func(p *C.courier_op_params_t, out **C.courier_request_t) C.courier_status_t {
+	return o.call(func(p *C.courier_op_params_t, out **C.courier_request_t) C.courier_status_t {
 		return C.courier_ep_stream_recv(e.ptr, bytePtr(buf), C.size_t(len(buf)), streamFlags(waitAll), p, out)
 	})
 }
@@ -162,11 +203,16 @@ func (e *Endpoint) RecvStreamIOV(bufs [][]byte, waitAll bool, cb Callback) (*Req
 	if err := e.usable(); err != nil {
 		return nil, err
 	}
-	r := newRequest(e.w, cb, bufs...)
+	o, err := e.w.newOp(cb)
+	if err != nil {
+		return nil, err
+	}
+	o.request() // its Info matters even when it completes at once
+	o.pin(bufs...)
 	v, n, free := iov(bufs)
 	defer free()
 	defer runtime.KeepAlive(e)
-	return r.start(func(p *C.courier_op_params_t, out **C.courier_request_t) C.courier_status_t {
+	return o.call(func(p *C.courier_op_params_t, out **C.courier_request_t) C.courier_status_t {
 		return C.courier_ep_stream_recv_iov(e.ptr, v, n, streamFlags(waitAll), p, out)
 	})
 }

@@ -8,8 +8,9 @@ import "C"
 import (
 	"context"
 	"runtime"
-	"runtime/cgo"
 	"sync"
+	"sync/atomic"
+	"unsafe"
 )
 
 // Info is what a completed operation reports.
@@ -33,81 +34,151 @@ type Callback func(info Info, err error)
 
 // Request is an operation in flight. It completes while the worker progresses; Wait
 // progresses until it does. Its buffers stay pinned until completion.
+//
+// A send that completed at once (its callback, if any, already ran) returns a nil
+// *Request and a nil error, so that the common case allocates nothing; every method works
+// on a nil *Request as on a request that completed successfully (Info is then zero).
 type Request struct {
 	w    *Worker
-	done chan struct{}
 	cb   Callback
+	sl   *C.cg_slot_t // the slot while in flight
+	slot uint32
+
+	finished atomic.Bool // after the callback returned
 
 	mu       sync.Mutex
-	ptr      *C.courier_request_t // the C request while in flight
-	finished bool
+	done     chan struct{} // made by Done
+	ptr      *C.courier_request_t
 	inCancel int  // Cancel calls using ptr outside the lock
-	freeLate bool // completed during a Cancel: the last Cancel frees ptr
+	freeLate bool // finished during a Cancel: the last Cancel frees ptr
 	info     Info
 	err      error
 
-	handle cgo.Handle
 	pinner runtime.Pinner
-	op     *opBlock
+	pinned bool
 }
 
-// opBlock is what the C call reads and writes: kept apart from Request so the memory C
-// sees holds no Go pointer but its own (pinned) one.
-type opBlock struct {
-	params C.courier_op_params_t
-	info   C.courier_request_info_t
+// pendingOp is an operation between taking its slot and settling its starting call.
+type pendingOp struct {
+	w    *Worker
+	cb   Callback
+	sl   *C.cg_slot_t
+	slot uint32
+	r    *Request // made before the call when it pins buffers or must report Info
 }
 
-// newRequest pins the C-visible block and the buffers.
-func newRequest(w *Worker, cb Callback, bufs ...[]byte) *Request {
-	r := &Request{w: w, done: make(chan struct{}), cb: cb, op: new(opBlock)}
-	r.pinner.Pin(r.op)
+// newOp takes a slot for an operation.
+func (w *Worker) newOp(cb Callback) (pendingOp, error) {
+	sl, i, err := w.slab.get()
+	if err != nil {
+		return pendingOp{}, err
+	}
+	return pendingOp{w: w, cb: cb, sl: sl, slot: i}, nil
+}
+
+// request makes o's Request now (before the call): an operation that pins buffers, or
+// whose Info matters even when it completes at once (receives, atomics).
+func (o *pendingOp) request() *Request {
+	if o.r == nil {
+		o.r = &Request{w: o.w, cb: o.cb}
+	}
+	return o.r
+}
+
+// pin pins the buffers the library will keep using after the starting call returns.
+func (o *pendingOp) pin(bufs ...[]byte) {
+	r := o.request()
 	for _, b := range bufs {
 		if len(b) > 0 {
 			r.pinner.Pin(&b[0])
+			r.pinned = true
 		}
 	}
-	r.handle = cgo.NewHandle(r)
-	r.op.params = C.cg_op(C.uintptr_t(r.handle))
-	r.op.params.info = &r.op.info
-	return r
 }
 
-// start runs the C operation with the request's params and settles what it returned.
-func (r *Request) start(op func(p *C.courier_op_params_t, out **C.courier_request_t) C.courier_status_t) (*Request, error) {
-	var out *C.courier_request_t
-	r.mu.Lock() // a completion on another thread waits until ptr is stored
-	s, err := call(func() C.courier_status_t { return op(&r.op.params, &out) })
+// copyIn copies a small send's header and data into the slot's scratch, header first, so
+// the library gets no Go pointer and nothing needs pinning; false when they do not fit.
+func (o *pendingOp) copyIn(header, data []byte) bool {
+	n := len(header) + len(data)
+	if n > C.CG_SCRATCH {
+		return false
+	}
+	if n > 0 {
+		dst := unsafe.Slice((*byte)(unsafe.Pointer(&o.sl.scratch[0])), n)
+		copy(dst[copy(dst, header):], data)
+	}
+	return true
+}
+
+func (r *Request) unpin() {
+	if r.pinned {
+		r.pinner.Unpin()
+		r.pinned = false
+	}
+}
+
+// call runs a C starting call that takes the slot's params and request pointer; the OS
+// thread stays the same so that the failure detail can be read.
+func (o *pendingOp) call(f func(p *C.courier_op_params_t, out **C.courier_request_t) C.courier_status_t) (*Request, error) {
+	runtime.LockOSThread()
+	s := f(&o.sl.params, &o.sl.req)
+	if s < 0 {
+		C.cg_slot_fail(o.sl, s)
+	}
+	runtime.UnlockOSThread()
+	return o.started(s)
+}
+
+// started settles what the starting call returned (its failure detail is in the slot).
+func (o *pendingOp) started(s C.courier_status_t) (*Request, error) {
+	w := o.w
 	switch {
-	case err != nil:
-		r.mu.Unlock()
-		r.release()
-		return nil, err
 	case s == C.COURIER_INPROGRESS:
-		r.ptr = out
-		r.mu.Unlock()
+		r := o.request()
+		r.sl, r.slot, r.ptr = o.sl, o.slot, o.sl.req
+		if !w.slab.register(o.slot, r) {
+			r.completed() // delivered by another thread before r was registered
+		}
+		return r, nil
+	case s >= 0:
+		// Completed at once: no completion will come.
+		info := infoOf(&o.sl.info)
+		w.slab.putUnregistered(o.sl)
+		r := o.r
+		if r == nil {
+			callback(w, o.cb, info, nil)
+			return nil, nil
+		}
+		r.unpin()
+		r.info = info
+		callback(w, r.cb, info, nil)
+		r.finished.Store(true)
 		return r, nil
 	default:
-		r.mu.Unlock()
-		r.complete(infoOf(&r.op.info), nil)
-		return r, nil
+		err := &Error{Status: Status(s), Detail: takeDetail(o.sl)}
+		w.slab.putUnregistered(o.sl)
+		if o.r != nil {
+			o.r.unpin()
+		}
+		return nil, err
 	}
 }
 
-func (r *Request) release() {
-	r.pinner.Unpin()
-	r.handle.Delete()
+// completed records the completion the library reported in the slot and finishes r.
+func (r *Request) completed() {
+	s := C.courier_status_t(r.sl.status)
+	r.info = infoOf(&r.sl.info)
+	if s < 0 {
+		r.err = &Error{Status: Status(s), Detail: takeDetail(r.sl)}
+	}
+	r.finish()
 }
 
-// complete records the result, frees the C request, unpins, and runs the callback.
-func (r *Request) complete(info Info, err error) {
+// finish frees the C request and the slot, unpins, and runs the callback.
+func (r *Request) finish() {
+	r.sl = nil
+	r.w.slab.put(r.slot)
 	r.mu.Lock()
-	if r.finished {
-		r.mu.Unlock()
-		return
-	}
-	r.finished = true
-	r.info, r.err = info, err
 	ptr := r.ptr
 	r.ptr = nil
 	if r.inCancel > 0 {
@@ -117,33 +188,65 @@ func (r *Request) complete(info Info, err error) {
 	if ptr != nil {
 		C.courier_request_free(ptr)
 	}
-	r.release()
-	// Done closes after the callback, so a waiter sees the callback's effects.
-	defer close(r.done)
-	if r.cb != nil {
-		defer func() {
-			if v := recover(); v != nil {
-				r.w.notePanic(v)
-			}
-		}()
-		r.cb(info, err)
+	r.unpin()
+	callback(r.w, r.cb, r.info, r.err)
+	r.mu.Lock()
+	r.finished.Store(true)
+	ch := r.done
+	r.mu.Unlock()
+	if ch != nil {
+		close(ch)
 	}
 }
 
+func callback(w *Worker, cb Callback, info Info, err error) {
+	if cb == nil {
+		return
+	}
+	defer func() {
+		if v := recover(); v != nil {
+			w.notePanic(v)
+		}
+	}()
+	cb(info, err)
+}
+
+// closedChan is Done of a nil request.
+var closedChan = func() chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}()
+
 // Done is closed when the request has completed (after its callback returned).
-func (r *Request) Done() <-chan struct{} { return r.done }
+func (r *Request) Done() <-chan struct{} {
+	if r == nil {
+		return closedChan
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.done == nil {
+		r.done = make(chan struct{})
+		if r.finished.Load() {
+			close(r.done)
+		}
+	}
+	return r.done
+}
 
 // Err is the request's result once Done is closed (nil on success).
 func (r *Request) Err() error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
+	if r == nil || !r.finished.Load() {
+		return nil
+	}
 	return r.err
 }
 
 // Info is what the request reported once Done is closed.
 func (r *Request) Info() Info {
-	r.mu.Lock()
-	defer r.mu.Unlock()
+	if r == nil || !r.finished.Load() {
+		return Info{}
+	}
 	return r.info
 }
 
@@ -151,12 +254,13 @@ func (r *Request) Info() Info {
 // goroutine progressing the worker it only waits. A ThreadModeSingle worker progresses only
 // on its own thread: wait there, or have that thread progress.
 func (r *Request) Wait(ctx context.Context) error {
+	if r == nil {
+		return nil
+	}
 	idle := 0
 	for {
-		select {
-		case <-r.done:
-			return r.Err()
-		default:
+		if r.finished.Load() {
+			return r.err
 		}
 		if err := ctx.Err(); err != nil {
 			return err
@@ -166,26 +270,39 @@ func (r *Request) Wait(ctx context.Context) error {
 			continue
 		}
 		idle++
-		if idle > 16 {
+		// Rarely: yielding from a goroutine locked to its thread costs microseconds.
+		if idle > 1024 {
 			idle = 0
 			runtime.Gosched()
 		}
 	}
 }
 
-// Cancel asks the library to cancel the request; it then completes with ErrCanceled. The
-// library cancels only some kinds of requests (ErrUnsupported for the others).
+// Cancel asks the library to cancel the request; it then completes with ErrCanceled
+// (callback included; in the next progress unless it is a rendezvous receive). Tag and
+// stream receives, sends queued behind earlier ones and rendezvous receives can be
+// canceled until they start moving data; after that Cancel reports ErrNoResource.
 func (r *Request) Cancel() error {
+	if r == nil {
+		return nil
+	}
 	r.mu.Lock()
-	if r.finished || r.ptr == nil {
+	if r.finished.Load() || r.ptr == nil {
 		r.mu.Unlock()
 		return nil
 	}
 	ptr := r.ptr
 	r.inCancel++
 	r.mu.Unlock()
-	// Without the lock: a cancel completes the request, which runs complete() here.
-	_, err := call(func() C.courier_status_t { return C.courier_request_cancel(ptr) })
+	// Without the lock: a cancel may complete the request, which finishes it here.
+	w := r.w
+	b, own := w.takeBatch()
+	runtime.LockOSThread()
+	s := C.cg_cancel(ptr, b)
+	err := lastError(s)
+	runtime.UnlockOSThread()
+	w.deliver(b)
+	w.putBatch(b, own)
 	r.mu.Lock()
 	r.inCancel--
 	if r.inCancel == 0 && r.freeLate {
@@ -194,5 +311,6 @@ func (r *Request) Cancel() error {
 		r.ptr = nil
 	}
 	r.mu.Unlock()
+	w.rethrow()
 	return err
 }

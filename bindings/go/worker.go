@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 	"unsafe"
+	"weak"
 )
 
 // ThreadMode says which threads may use a worker.
@@ -38,9 +39,24 @@ type Worker struct {
 	ptr    *C.courier_worker_t
 	closed atomic.Bool
 
-	// Registrations, not the data path.
-	mu        sync.Mutex
-	amHandles map[uint16]cgo.Handle
+	// handle is the user_data of the worker's C callbacks: a cgo.Handle of a weak pointer,
+	// so the handle does not keep the worker alive (its finalizer stays a backstop).
+	handle cgo.Handle
+	slab   slab
+	// batch collects the events of one progress call at a time (see shim.h); a progress
+	// call that finds it taken (another goroutine, or a callback that progresses) makes
+	// its own.
+	batch     *C.cg_batch_t
+	batchBusy atomic.Bool
+
+	// Active-message handlers indexed by id, replaced whole under mu (read without a lock).
+	am atomic.Pointer[[]func(*AMMessage)]
+	// For the eager messages of the primary batch, used only by whoever holds it: the
+	// message lent to handlers, and a chunk their Header and Data copies are cut from.
+	amMsg     AMMessage
+	amMsgBusy bool
+	amBytes   []byte
+	mu        sync.Mutex // registrations, not the data path
 
 	// A panic raised by a Go callback inside progress, re-raised when Progress returns.
 	panicked atomic.Pointer[panicBox]
@@ -64,9 +80,73 @@ func (c *Context) NewWorker(params *WorkerParams) (*Worker, error) {
 	if err != nil {
 		return nil, err
 	}
-	w := &Worker{ptr: ptr, amHandles: map[uint16]cgo.Handle{}}
+	w := &Worker{ptr: ptr}
+	w.handle = cgo.NewHandle(weak.Make(w))
+	w.slab.worker = uintptr(w.handle)
+	w.batch = C.cg_batch_new(C.uintptr_t(w.handle))
+	if w.batch == nil {
+		C.courier_worker_destroy(ptr)
+		w.handle.Delete()
+		return nil, &Error{Status: ErrNoMemory, Detail: "no memory for the worker's event batch"}
+	}
 	runtime.SetFinalizer(w, (*Worker).Close)
 	return w, nil
+}
+
+// workerOf is the worker behind a callback's user_data (nil once it is gone).
+func workerOf(h uintptr) *Worker {
+	wp, ok := handleValue(h).(weak.Pointer[Worker])
+	if !ok {
+		return nil
+	}
+	return wp.Value()
+}
+
+// takeBatch is the worker's batch, or a new one when it is in use (own: free it after).
+func (w *Worker) takeBatch() (b *C.cg_batch_t, own bool) {
+	if w.batchBusy.CompareAndSwap(false, true) {
+		return w.batch, false
+	}
+	b = C.cg_batch_new(C.uintptr_t(w.handle))
+	if b == nil {
+		panic("courier: no memory for an event batch")
+	}
+	return b, true
+}
+
+func (w *Worker) putBatch(b *C.cg_batch_t, own bool) {
+	if own {
+		C.cg_batch_free(b)
+		return
+	}
+	w.batchBusy.Store(false)
+}
+
+// deliver runs the events collected in b, in order, and empties it. The cursor lives in
+// b and b's fields are read afresh for every event: a callback may deliver the rest of b
+// itself (a nested delivery) or add events (moving b's arrays).
+func (w *Worker) deliver(b *C.cg_batch_t) {
+	primary := b == w.batch
+	for b.head < b.n {
+		ev := (*C.cg_event_t)(unsafe.Add(unsafe.Pointer(b.ev), uintptr(b.head)*unsafe.Sizeof(C.cg_event_t{})))
+		b.head++
+		switch ev.kind {
+		case C.CG_EV_DONE:
+			w.done(uint32(ev.slot))
+		case C.CG_EV_AM:
+			hl, dl := int(ev.header_length), int(ev.data_length)
+			src := unsafe.Slice((*byte)(unsafe.Add(unsafe.Pointer(b.arena), uintptr(ev.off))), hl+dl)
+			w.runEagerAM(uint16(ev.id), src, hl, primary)
+		}
+	}
+	b.n, b.head, b.used = 0, 0, 0
+}
+
+// done delivers the completion of the operation in slot i.
+func (w *Worker) done(i uint32) {
+	if r := w.slab.completion(i); r != nil {
+		r.completed()
+	}
 }
 
 func (w *Worker) notePanic(v any) {
@@ -74,6 +154,9 @@ func (w *Worker) notePanic(v any) {
 }
 
 func (w *Worker) rethrow() {
+	if w.panicked.Load() == nil { // a load, not a swap, on every progress call
+		return
+	}
 	if p := w.panicked.Swap(nil); p != nil {
 		panic(p.v)
 	}
@@ -85,7 +168,12 @@ func (w *Worker) Progress() int {
 	if w.closed.Load() {
 		return 0
 	}
-	n := int(C.courier_worker_progress(w.ptr))
+	b, own := w.takeBatch()
+	n := int(C.cg_progress(uptr(unsafe.Pointer(w.ptr)), uptr(unsafe.Pointer(b))))
+	if b.n != 0 {
+		w.deliver(b)
+	}
+	w.putBatch(b, own)
 	runtime.KeepAlive(w)
 	w.rethrow()
 	return n
@@ -183,12 +271,22 @@ func (w *Worker) Close() error {
 	}
 	runtime.SetFinalizer(w, nil)
 	C.courier_worker_destroy(w.ptr)
-
-	w.mu.Lock()
-	for id, h := range w.amHandles {
-		h.Delete()
-		delete(w.amHandles, id)
+	// Requests still in flight keep their slots (and their pinned buffers) for good: an
+	// endpoint that outlives the worker may still progress them.
+	if live := w.slab.close(); len(live) > 0 {
+		abandoned.Lock()
+		abandoned.reqs = append(abandoned.reqs, live...)
+		abandoned.Unlock()
 	}
-	w.mu.Unlock()
+	if w.batchBusy.CompareAndSwap(false, true) { // else closed inside a callback: the batch is in use
+		C.cg_batch_free(w.batch)
+	}
+	w.handle.Delete()
 	return nil
+}
+
+// abandoned holds the requests of closed workers that never completed.
+var abandoned struct {
+	sync.Mutex
+	reqs []*Request
 }

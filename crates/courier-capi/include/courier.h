@@ -1231,9 +1231,10 @@ courier_status_t courier_request_info(const courier_request_t *req,
 
 /**
  * Ask to cancel a request that has not started moving data. `COURIER_OK`: it completes
- * (callback included) with `COURIER_ERR_CANCELED`. `COURIER_ERR_NO_RESOURCE`: too late to
- * cancel. `COURIER_ERR_UNSUPPORTED`: the library offers no cancel for this kind of request
- * yet (it cancels only requests it hands out as `Request`s; see the crate's README).
+ * with `COURIER_ERR_CANCELED` (its callback runs then): at once for a rendezvous
+ * active-message receive, in the next progress for the others. `COURIER_ERR_NO_RESOURCE`:
+ * too late to cancel (already moving data, or complete). Cancelable: tag and stream
+ * receives, sends still queued behind earlier ones, rendezvous active-message receives.
  */
 courier_status_t courier_request_cancel(const courier_request_t *req);
 

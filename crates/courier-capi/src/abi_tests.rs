@@ -445,6 +445,65 @@ fn tag_round_trip_truncation_and_probe() {
     }
 }
 
+static CANCELED: AtomicI32 = AtomicI32::new(0);
+
+unsafe extern "C-unwind" fn on_cancel_done(
+    status: courier_status_t,
+    _info: *const courier_request_info_t,
+    _u: *mut c_void,
+) {
+    CANCELED.store(status, Ordering::SeqCst);
+}
+
+#[test]
+fn tag_receive_cancels() {
+    let s = Setup::new();
+    unsafe {
+        let mut buf = [0u8; 8];
+        let p = courier_op_params_t {
+            field_mask: COURIER_OP_FIELD_CALLBACK,
+            cb: Some(on_cancel_done),
+            user_data: null_mut(),
+            info: null_mut(),
+        };
+        let mut req = null_mut();
+        let st =
+            courier_worker_tag_recv(s.w, buf.as_mut_ptr().cast(), 8, 77, u64::MAX, &p, &mut req);
+        assert_eq!(st, COURIER_INPROGRESS);
+        assert_eq!(courier_request_cancel(req), COURIER_OK);
+        // The callback runs in the next progress, with the canceled status.
+        for _ in 0..100 {
+            if CANCELED.load(Ordering::SeqCst) != 0 {
+                break;
+            }
+            courier_worker_progress(s.w);
+        }
+        assert_eq!(CANCELED.load(Ordering::SeqCst), COURIER_ERR_CANCELED);
+        assert_eq!(courier_request_test(req), COURIER_ERR_CANCELED);
+        // Too late for a second cancel; a message sent now is not taken by the canceled
+        // receive.
+        assert_eq!(courier_request_cancel(req), COURIER_ERR_NO_RESOURCE);
+        courier_request_free(req);
+        let mut sreq = null_mut();
+        let st = courier_ep_tag_send(s.ep, c"x".as_ptr().cast(), 1, 77, null(), &mut sreq);
+        assert!(st >= 0);
+        let mut info = courier_request_info_t::default();
+        let mut found = COURIER_ERR_NO_MESSAGE;
+        for _ in 0..1000 {
+            courier_worker_progress(s.w);
+            found = courier_worker_tag_probe(s.w, 77, u64::MAX, &mut info);
+            if found == COURIER_OK {
+                break;
+            }
+        }
+        assert_eq!(found, COURIER_OK);
+        if st == COURIER_INPROGRESS {
+            assert_eq!(courier_request_wait(sreq), COURIER_OK);
+            courier_request_free(sreq);
+        }
+    }
+}
+
 static EP_ERR: AtomicI32 = AtomicI32::new(0);
 
 unsafe extern "C-unwind" fn on_ep_error(

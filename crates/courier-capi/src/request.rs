@@ -13,9 +13,10 @@
 //! completion path never touches the worker, so an operation that never completes (a
 //! receive nobody matched when the worker goes away) holds no worker alive.
 
+use std::cell::Cell;
 use std::ffi::c_void;
 use std::mem::ManuallyDrop;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
@@ -110,6 +111,8 @@ pub struct courier_request_t {
     /// For `courier_request_wait`; taken by `courier_request_free`.
     worker: Mutex<Option<Worker>>,
     polled: Mutex<Option<Polled>>,
+    /// The library's id of an operation that completes through its callback (0: none).
+    id: AtomicU64,
     /// The start call failed: no callback may run (the library may still complete it).
     abandoned: AtomicBool,
 }
@@ -152,16 +155,34 @@ fn on_complete(word: usize, r: Result<Info, Error>) {
     req.finish(r);
 }
 
+thread_local! {
+    /// The request made for this thread's last operation that completed at once, for the
+    /// next one: most small operations complete at once, and then need no allocation.
+    static SPARE: Cell<Option<Arc<courier_request_t>>> = const { Cell::new(None) };
+}
+
 impl courier_request_t {
-    fn new(worker: Worker, p: &OpParams) -> courier_request_t {
+    fn new(worker: Option<Worker>, p: &OpParams) -> courier_request_t {
         courier_request_t {
             result: OnceLock::new(),
             cb: p.cb,
             user_data: p.user_data,
-            worker: Mutex::new(Some(worker)),
+            worker: Mutex::new(worker),
             polled: Mutex::new(None),
+            id: AtomicU64::new(0),
             abandoned: AtomicBool::new(false),
         }
+    }
+
+    /// A request for `start`: this thread's spare, or a new one. It has no worker yet.
+    fn take(p: &OpParams) -> Arc<courier_request_t> {
+        if let Some(mut r) = SPARE.take()
+            && let Some(m) = Arc::get_mut(&mut r)
+        {
+            *m = courier_request_t::new(None, p);
+            return r;
+        }
+        Arc::new(courier_request_t::new(None, p))
     }
 
     fn finish(&self, r: Result<Info, Error>) {
@@ -255,7 +276,7 @@ pub(crate) unsafe fn start(
 ) -> Result<courier_status_t, Error> {
     let out = out_arg(req_out, "req_out")?;
     let p = unsafe { op_params(params) };
-    let req = Arc::new(courier_request_t::new(worker.clone(), &p));
+    let req = courier_request_t::take(&p);
     let word = Arc::into_raw(req.clone()) as usize;
     match op(Callback::Raw(on_complete, word)) {
         Ok(Started::Done(info)) => {
@@ -265,9 +286,14 @@ pub(crate) unsafe fn start(
                 unsafe { *p.info = info.into() };
             }
             unsafe { *out = std::ptr::null_mut() };
+            SPARE.set(Some(req));
             Ok(COURIER_OK)
         }
-        Ok(Started::Pending(_)) => {
+        Ok(Started::Pending(id)) => {
+            // Only now: an operation that completed at once needs no worker reference. The
+            // completion may already be running elsewhere; it reads neither field.
+            *lock(&req.worker) = Some(worker.clone());
+            req.id.store(id, Ordering::Release);
             unsafe { *out = Arc::into_raw(req) as *mut courier_request_t };
             Ok(COURIER_INPROGRESS)
         }
@@ -292,7 +318,7 @@ pub(crate) unsafe fn start_polled(
     let out = out_arg(req_out, "req_out")?;
     let p = unsafe { op_params(params) };
     let r = op()?;
-    let req = Arc::new(courier_request_t::new(worker.w.clone(), &p));
+    let req = Arc::new(courier_request_t::new(Some(worker.w.clone()), &p));
     *lock(&req.polled) = Some(Polled(ManuallyDrop::new(r), None));
     worker.add_polled(req.clone());
     unsafe { *out = Arc::into_raw(req) as *mut courier_request_t };
@@ -379,9 +405,10 @@ pub unsafe extern "C" fn courier_request_info(
 }
 
 /// Ask to cancel a request that has not started moving data. `COURIER_OK`: it completes
-/// (callback included) with `COURIER_ERR_CANCELED`. `COURIER_ERR_NO_RESOURCE`: too late to
-/// cancel. `COURIER_ERR_UNSUPPORTED`: the library offers no cancel for this kind of request
-/// yet (it cancels only requests it hands out as `Request`s; see the crate's README).
+/// with `COURIER_ERR_CANCELED` (its callback runs then): at once for a rendezvous
+/// active-message receive, in the next progress for the others. `COURIER_ERR_NO_RESOURCE`:
+/// too late to cancel (already moving data, or complete). Cancelable: tag and stream
+/// receives, sends still queued behind earlier ones, rendezvous active-message receives.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn courier_request_cancel(req: *const courier_request_t) -> courier_status_t {
     boundary(|| {
@@ -394,17 +421,20 @@ pub unsafe extern "C" fn courier_request_cancel(req: *const courier_request_t) -
             match g.as_mut() {
                 Some(p) => p.0.cancel(),
                 None => {
-                    return Err(Error::new(
-                        Status::Unsupported,
-                        "canceling this request needs a cancel-by-id in the library (only rendezvous active-message receives can be canceled)",
-                    ));
+                    drop(g);
+                    let id = r.id.load(Ordering::Acquire);
+                    let w = lock(&r.worker).clone();
+                    match w {
+                        Some(w) if id != 0 => w.cancel_pending(id),
+                        _ => false,
+                    }
                 }
             }
         };
         if !canceled {
             return Err(Error::new(
                 Status::NoResource,
-                "request already moving data; cannot cancel",
+                "request already moving data or complete; cannot cancel",
             ));
         }
         r.poll();

@@ -68,8 +68,10 @@ func newContext(p *Params) (*courier.Context, error) {
 	return courier.NewContext(cp)
 }
 
-// idle waits for work: sleeps on the worker's event fd with -wakeup, else yields now and
-// then.
+// idle waits for work: sleeps on the worker's event fd with -wakeup, else keeps polling
+// (as the native perftest does). Go preempts a spinning goroutine, so it need not yield;
+// and yielding from a goroutine locked to its thread hands the thread's P to another
+// thread, which costs microseconds.
 func idle(w *courier.Worker, wakeup bool, spins *int) {
 	*spins++
 	if *spins < 64 {
@@ -79,10 +81,8 @@ func idle(w *courier.Worker, wakeup bool, spins *int) {
 	if wakeup {
 		if armed, err := w.Arm(); err == nil && armed {
 			_ = w.Wait(10 * time.Millisecond)
-			return
 		}
 	}
-	runtime.Gosched()
 }
 
 // ----- server -------------------------------------------------------------------------
@@ -112,6 +112,7 @@ func RunServer(ctx context.Context, p *Params, ready chan<- string) error {
 	defer w.Close()
 
 	conns := map[uint32]*conn{}
+	finned := 0 // fins received whose acks are not sent yet
 	threads := -1
 	var failure error
 	get := func(idx uint32) *conn {
@@ -191,6 +192,7 @@ func RunServer(ctx context.Context, p *Params, ready chan<- string) error {
 		threads = int(binary.LittleEndian.Uint32(m.Header[4:]))
 		cn.expected = binary.LittleEndian.Uint64(m.Header[8:])
 		cn.fin = true
+		finned++
 	})
 	if err != nil {
 		return err
@@ -199,19 +201,25 @@ func RunServer(ctx context.Context, p *Params, ready chan<- string) error {
 		ready <- l.Addr().String()
 	}
 	spins := 0
+	polls := 0
 	acked := 0
 	var acks []*courier.Request
 	for threads < 0 || acked < threads {
 		if failure != nil {
 			return failure
 		}
-		if err := ctx.Err(); err != nil {
-			return err
+		if polls++; polls&1023 == 0 {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
 		}
 		if w.Progress() > 0 {
 			spins = 0
 		} else {
 			idle(w, p.Wakeup, &spins)
+		}
+		if finned == 0 {
+			continue
 		}
 		for _, cn := range conns {
 			if cn.fin && !cn.acked && cn.received >= cn.expected && cn.ep != nil {
@@ -222,6 +230,7 @@ func RunServer(ctx context.Context, p *Params, ready chan<- string) error {
 				acks = append(acks, r)
 				cn.acked = true
 				acked++
+				finned--
 			}
 		}
 	}
@@ -411,13 +420,16 @@ func runThread(ctx context.Context, c *courier.Context, p *Params, t int, rows c
 		}
 	}
 	spins := 0
+	polls := 0
 	progressUntil := func(cond func() bool) error {
 		for !cond() {
 			if sendErr != nil {
 				return sendErr
 			}
-			if err := ctx.Err(); err != nil {
-				return err
+			if polls++; polls&1023 == 0 {
+				if err := ctx.Err(); err != nil {
+					return err
+				}
 			}
 			if w.Progress() > 0 {
 				spins = 0

@@ -495,6 +495,13 @@ impl Worker {
         self.lock().map(|mut g| g.cancel(id)).unwrap_or(false)
     }
 
+    /// Cancel the operation `Started::Pending(id)` of a `*_raw` call if it has not started
+    /// moving data: its callback then runs with `Status::Canceled` in the next progress.
+    /// Returns whether it was canceled. (For the C ABI, whose requests are raw callbacks.)
+    pub fn cancel_pending(&self, id: u64) -> bool {
+        self.cancel(id)
+    }
+
     pub(crate) fn detach(&self, id: u64) {
         if let Ok(mut g) = self.lock() {
             if let Some(s) = g.req(id) {

@@ -199,12 +199,13 @@ impl State {
         }
         s.done = true;
         s.info = info;
-        let detached = s.detached;
+        // A request with a callback belongs to it (nobody polls it): free it now, or the
+        // slot of every operation started with a callback (the C ABI's) stays taken.
+        let detached = s.detached || !matches!(s.callback, Callback::None);
         if matches!(s.callback, Callback::None) {
             s.result = result;
         } else {
             let cb = std::mem::replace(&mut s.callback, Callback::None);
-            s.result = result.clone();
             self.deferred.push(Deferred::Req(cb, result));
         }
         if detached {
