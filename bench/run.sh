@@ -14,6 +14,8 @@
 #   BENCH_PORT_BASE=...   first TCP port (default: random in 20000..39999)
 #   BENCH_SKIP_UCX=1      behave as if UCX were not installable (Courier and libfabric only)
 #   BENCH_KEEP_LOGS=1     keep the per-run stdout/stderr directory
+#   BENCH_SKIP_SIGNAL=1   skip the signaling-put section (bench/put_signal.sh)
+#   BENCH_SKIP_GO=1       skip the Go-against-native section (bindings/go/bench.sh)
 #   COURIER=path          courier binary (default target/release/courier)
 set -u -o pipefail
 
@@ -64,6 +66,7 @@ if [ ! -x "$COURIER" ]; then
 fi
 
 # Use a private copy of the binary: the workspace may be rebuilt while the benchmark runs.
+COURIER_BIN=$COURIER # the signaling-put runs start after the private copy is gone
 cp "$COURIER" "$WORK/courier" && COURIER=$WORK/courier
 meta courier_bin "$COURIER"
 
@@ -309,6 +312,37 @@ for size in sorted(rows):
 PYEOF
     else
         log "Go perftest run failed; see $HERE/results/go_vs_native.log"
+    fi
+fi
+# Signaling put against a put and against put + flush + atomic signal (issue 3's targets).
+if [ "$status" = 0 ] && [ "${BENCH_SKIP_SIGNAL:-0}" != 1 ]; then
+    log "signaling put vs put and vs put + flush + atomic (shm)"
+    if COURIER="$COURIER_BIN" REPS="$REPS" SERVER_CPU="$SERVER_CPU" CLIENT_CPU="$CLIENT_CPU" \
+        bash "$HERE/put_signal.sh" > "$HERE/results/put_signal.jsonl" 2>/dev/null; then
+        "$PY" - "$HERE/results/put_signal.jsonl" >> "$HERE/RESULTS.md" <<'PYEOF'
+import json, statistics, sys
+vals = {}
+for line in open(sys.argv[1]):
+    d = json.loads(line)
+    if d.get("latency_us") is not None:
+        vals.setdefault(d["test"], []).append(d["latency_us"])
+med = {t: statistics.median(v) for t, v in vals.items()}
+print("\n## Signaling put (shared memory, Courier only, same run)\n")
+print("Median 50%ile one-way latency over the repetitions (usec), 8 B; `put_flush_signal_lat` is a put, a flush and a separate atomic swap of the signal, as open OpenSHMEM implementations do it.\n")
+print("| test | latency (us) | runs |")
+print("|---|---|---|")
+for t in ("ucp_put_lat", "put_signal_lat", "put_flush_signal_lat"):
+    if t in med:
+        print(f"| {t} | {med[t]:.3f} | {', '.join(f'{x:.3f}' for x in vals[t])} |")
+p, s, f = med.get("ucp_put_lat"), med.get("put_signal_lat"), med.get("put_flush_signal_lat")
+if p and s and f:
+    print("\n| ratio | value | target | result |")
+    print("|---|---|---|---|")
+    print(f"| put_signal_lat / ucp_put_lat | {s / p:.2f} | <= 1.10 | {'PASS' if s / p <= 1.10 else 'MISS'} |")
+    print(f"| put_signal_lat / put_flush_signal_lat | {s / f:.2f} | <= 0.50 | {'PASS' if s / f <= 0.50 else 'MISS'} |")
+PYEOF
+    else
+        log "signaling put runs failed"
     fi
 fi
 [ "$status" = 0 ] && sed -n '/^## Targets/,/^## Size sweeps/p' "$HERE/RESULTS.md" | head -n -1
