@@ -167,6 +167,25 @@ func (e *Endpoint) Transport() string {
 	return s
 }
 
+// LocalAddr is this side's socket address for an endpoint made by socket address (also
+// after its upgrade to shared memory); nil for one made from a worker address.
+func (e *Endpoint) LocalAddr() *net.TCPAddr {
+	if e.usable() != nil {
+		return nil
+	}
+	var buf [C.COURIER_SOCKADDR_STRLEN]C.char
+	st := C.courier_ep_local_address(e.ptr, &buf[0], C.size_t(len(buf)))
+	runtime.KeepAlive(e)
+	if st != C.COURIER_OK {
+		return nil
+	}
+	a, err := net.ResolveTCPAddr("tcp", C.GoString(&buf[0]))
+	if err != nil {
+		return nil
+	}
+	return a
+}
+
 // Flush progresses until every send on the endpoint has left this process.
 func (e *Endpoint) Flush() error {
 	if err := e.usable(); err != nil {

@@ -446,5 +446,9 @@ func DialContext(gctx context.Context, ctx *Context, address string) (net.Conn, 
 		prog.close()
 		w.Close()
 	}
-	return newStreamConn(ep, prog, release, Addr{"courier-client"}, Addr{address}), nil
+	var local net.Addr = Addr{"courier-client"}
+	if a := ep.LocalAddr(); a != nil {
+		local = a
+	}
+	return newStreamConn(ep, prog, release, local, Addr{address}), nil
 }

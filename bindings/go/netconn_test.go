@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -72,6 +73,12 @@ func TestNetConn(t *testing.T) {
 		if s.LocalAddr().String() != l.Addr().String() || s.RemoteAddr().Network() != "courier" ||
 			cl.RemoteAddr().String() != l.Addr().String() {
 			t.Fatalf("addresses: %v %v %v", s.LocalAddr(), s.RemoteAddr(), cl.RemoteAddr())
+		}
+		// The dialled side reports its own socket: same host, another port.
+		la, ok := cl.LocalAddr().(*net.TCPAddr)
+		lhost, lport, _ := net.SplitHostPort(l.Addr().String())
+		if !ok || la.IP.String() != lhost || strconv.Itoa(la.Port) == lport || la.Port == 0 {
+			t.Fatalf("dialled local address %v (listener %v)", cl.LocalAddr(), l.Addr())
 		}
 		buf := make([]byte, 4)
 		if _, err := io.ReadFull(s, buf); err != nil || string(buf) != "ping" {

@@ -976,6 +976,14 @@ courier_status_t courier_ep_wait_connected(const courier_ep_t *ep, int64_t timeo
 courier_status_t courier_ep_status(const courier_ep_t *ep);
 
 /**
+ * This side's socket address as "ip:port", NUL-terminated in `buf` of `buf_length` bytes,
+ * for an endpoint made by socket address (also after its upgrade to shared memory);
+ * `COURIER_ERR_UNSUPPORTED` for one made from a worker address, and
+ * `COURIER_ERR_INVALID_PARAM` if it does not fit (`COURIER_SOCKADDR_STRLEN` always does).
+ */
+courier_status_t courier_ep_local_address(const courier_ep_t *ep, char *buf, size_t buf_length);
+
+/**
  * The transport carrying the endpoint ("self", "shm", "tcp"), or "" before it connects.
  */
 const char *courier_ep_transport(const courier_ep_t *ep);

@@ -302,6 +302,30 @@ pub unsafe extern "C" fn courier_ep_status(ep: *const courier_ep_t) -> courier_s
     })
 }
 
+/// This side's socket address as "ip:port", NUL-terminated in `buf` of `buf_length` bytes,
+/// for an endpoint made by socket address (also after its upgrade to shared memory);
+/// `COURIER_ERR_UNSUPPORTED` for one made from a worker address, and
+/// `COURIER_ERR_INVALID_PARAM` if it does not fit (`COURIER_SOCKADDR_STRLEN` always does).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn courier_ep_local_address(
+    ep: *const courier_ep_t,
+    buf: *mut c_char,
+    buf_length: usize,
+) -> courier_status_t {
+    boundary(|| {
+        let e = unsafe { arg(ep, "ep") }?;
+        let out = out_arg(buf, "buf")?;
+        let Some(a) = e.ep.local_sockaddr() else {
+            return Err(Error::new(
+                Status::Unsupported,
+                "the endpoint was not made over a socket",
+            ));
+        };
+        unsafe { crate::listener::write_cstr(&a.to_string(), out, buf_length) }?;
+        Ok(COURIER_OK)
+    })
+}
+
 /// The transport carrying the endpoint ("self", "shm", "tcp"), or "" before it connects.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn courier_ep_transport(ep: *const courier_ep_t) -> *const c_char {

@@ -151,7 +151,11 @@ pub unsafe extern "C" fn courier_listener_port(
     })
 }
 
-unsafe fn write_cstr(s: &str, out: *mut c_char, cap: usize) -> Result<(), courier_core::Error> {
+pub(crate) unsafe fn write_cstr(
+    s: &str,
+    out: *mut c_char,
+    cap: usize,
+) -> Result<(), courier_core::Error> {
     if s.len() + 1 > cap {
         return Err(invalid(&format!(
             "buffer of {cap} bytes is too small for {:?}",

@@ -75,6 +75,10 @@ fn pair(tls: &str) -> Pair {
         assert!(Instant::now() < deadline, "no incoming endpoint");
     };
     assert_eq!(ab.transport(), Some(tls));
+    if tls == "shm" {
+        // Made from a worker address, not a socket.
+        assert_eq!(ab.local_sockaddr(), None);
+    }
     Pair {
         a,
         b,

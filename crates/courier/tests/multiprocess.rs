@@ -332,6 +332,10 @@ fn sizes_case(tls: &str, expect: &str, split: Option<&str>) {
     let w = Worker::new(&_c, WorkerParams::default()).unwrap();
     let ep = connect(&w, &peer, 1);
     assert_eq!(ep.transport(), Some(expect));
+    // Made over a socket: this side's address is the connecting socket's, also on shm.
+    let local = ep.local_sockaddr().expect("local socket address");
+    assert_eq!(local.ip(), peer.addr().ip());
+    assert_ne!(local.port(), peer.addr().port());
     for (i, &size) in SIZES.iter().enumerate() {
         tag_echo(&w, &ep, 1, size, i);
     }

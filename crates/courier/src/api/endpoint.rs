@@ -120,6 +120,22 @@ impl Endpoint {
             .flatten()
     }
 
+    /// This side's socket address when the endpoint was made over a socket (a tcp link,
+    /// or the tcp link kept beside the shared-memory one it was upgraded to); `None`
+    /// otherwise.
+    pub fn local_sockaddr(&self) -> Option<std::net::SocketAddr> {
+        self.with(|st, e| {
+            let ep = st.ep(e).ok_or(Status::EndpointClosed)?;
+            Ok(ep
+                .rx
+                .as_ref()
+                .and_then(|rx| rx.local_sockaddr())
+                .or_else(|| ep.old.as_ref().and_then(|(_, rx)| rx.local_sockaddr())))
+        })
+        .ok()
+        .flatten()
+    }
+
     /// Whether the endpoint is connected; `Err` if it failed.
     pub fn is_connected(&self) -> Result<bool> {
         self.with(|st, e| match st.ep(e).map(|ep| ep.status.clone()) {

@@ -219,6 +219,18 @@ impl LinkRx {
         dispatch!(self, r => r.fd())
     }
 
+    /// This side's socket address, for a tcp link.
+    pub fn local_sockaddr(&self) -> Option<std::net::SocketAddr> {
+        match self {
+            LinkRx::Tcp(r) => {
+                let fd = r.fd()?;
+                let a = rustix::net::getsockname(fd).ok()?;
+                std::net::SocketAddr::try_from(a).ok()
+            }
+            _ => None,
+        }
+    }
+
     /// The fd was reported readable or hung up: read what is there. An error means the
     /// link is dead (peer closed or died, or sent bytes that are not frames).
     pub fn on_readable(&mut self) -> Result<()> {
