@@ -4,7 +4,7 @@
 
 use std::ffi::{CStr, c_void};
 use std::ptr::{null, null_mut};
-use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicU64, AtomicUsize, Ordering};
 
 use crate::*;
 use courier_core::Status;
@@ -497,6 +497,77 @@ fn tag_receive_cancels() {
             }
         }
         assert_eq!(found, COURIER_OK);
+        if st == COURIER_INPROGRESS {
+            assert_eq!(courier_request_wait(sreq), COURIER_OK);
+            courier_request_free(sreq);
+        }
+    }
+}
+
+static TRUNC_STATUS: AtomicI32 = AtomicI32::new(0);
+static TRUNC_LEN: AtomicU64 = AtomicU64::new(0);
+
+unsafe extern "C-unwind" fn on_trunc_done(
+    status: courier_status_t,
+    info: *const courier_request_info_t,
+    _u: *mut c_void,
+) {
+    // SAFETY: the library passes a valid info for the call.
+    let len = unsafe { (*info).length } as u64;
+    TRUNC_LEN.store(len, Ordering::SeqCst);
+    TRUNC_STATUS.store(status, Ordering::SeqCst);
+}
+
+#[test]
+fn failed_completion_callback_carries_info() {
+    let s = Setup::new();
+    unsafe {
+        // A posted receive too short for the message: the callback gets the truncation and
+        // the message's real length.
+        let mut small = [0u8; 4];
+        let p = courier_op_params_t {
+            field_mask: COURIER_OP_FIELD_CALLBACK,
+            cb: Some(on_trunc_done),
+            user_data: null_mut(),
+            info: null_mut(),
+        };
+        let mut rreq = null_mut();
+        let st = courier_worker_tag_recv(
+            s.w,
+            small.as_mut_ptr().cast(),
+            4,
+            31,
+            u64::MAX,
+            &p,
+            &mut rreq,
+        );
+        assert_eq!(st, COURIER_INPROGRESS);
+        let mut sreq = null_mut();
+        let st = courier_ep_tag_send(
+            s.ep,
+            c"0123456789".as_ptr().cast(),
+            10,
+            31,
+            null(),
+            &mut sreq,
+        );
+        assert!(st >= 0);
+        for _ in 0..10_000 {
+            if TRUNC_STATUS.load(Ordering::SeqCst) != 0 {
+                break;
+            }
+            courier_worker_progress(s.w);
+        }
+        assert_eq!(
+            TRUNC_STATUS.load(Ordering::SeqCst),
+            COURIER_ERR_MESSAGE_TRUNCATED
+        );
+        assert_eq!(TRUNC_LEN.load(Ordering::SeqCst), 10);
+        let mut info = courier_request_info_t::default();
+        assert_eq!(courier_request_test(rreq), COURIER_ERR_MESSAGE_TRUNCATED);
+        assert_eq!(courier_request_info(rreq, &mut info), COURIER_OK);
+        assert_eq!(info.length, 10);
+        courier_request_free(rreq);
         if st == COURIER_INPROGRESS {
             assert_eq!(courier_request_wait(sreq), COURIER_OK);
             courier_request_free(sreq);

@@ -149,10 +149,10 @@ unsafe fn op_params(p: *const courier_op_params_t) -> OpParams {
 }
 
 /// The library's completion: `word` is the operation's reference to the request.
-fn on_complete(word: usize, r: Result<Info, Error>) {
+fn on_complete(word: usize, r: Result<Info, Error>, info: Info) {
     // SAFETY: `word` came from Arc::into_raw in `start`, and the library calls this once.
     let req = unsafe { Arc::from_raw(word as *const courier_request_t) };
-    req.finish(r);
+    req.finish(r, info);
 }
 
 thread_local! {
@@ -185,14 +185,12 @@ impl courier_request_t {
         Arc::new(courier_request_t::new(None, p))
     }
 
-    fn finish(&self, r: Result<Info, Error>) {
+    /// Record the outcome; `info` is reported also on failure (a truncated receive's real
+    /// length and tag).
+    fn finish(&self, r: Result<Info, Error>, info: Info) {
         let (status, info, err) = match r {
             Ok(i) => (COURIER_OK, i.into(), None),
-            Err(e) => (
-                e.status().code(),
-                courier_request_info_t::default(),
-                Some(e),
-            ),
+            Err(e) => (e.status().code(), info.into(), Some(e)),
         };
         if self.result.set((status, info, err.clone())).is_err()
             || self.abandoned.load(Ordering::Acquire)
@@ -216,10 +214,11 @@ impl courier_request_t {
         }
         let done = {
             let mut g = lock(&self.polled);
-            g.as_mut().and_then(|p| p.0.test().cloned())
+            g.as_mut()
+                .and_then(|p| p.0.test().cloned().map(|r| (r, p.0.info())))
         };
-        if let Some(r) = done {
-            self.finish(r);
+        if let Some((r, info)) = done {
+            self.finish(r, info);
         }
         self.result.get().map(|r| r.0)
     }

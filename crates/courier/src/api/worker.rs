@@ -242,9 +242,9 @@ impl Worker {
     fn run_deferred(&self, deferred: Vec<Deferred>) {
         for d in deferred {
             match d {
-                Deferred::Req(Callback::Rust(f), r) => f(r),
-                Deferred::Req(Callback::Raw(f, user), r) => f(user, r),
-                Deferred::Req(Callback::None, _) => {}
+                Deferred::Req(Callback::Rust(f), r, _) => f(r),
+                Deferred::Req(Callback::Raw(f, user), r, info) => f(user, r, info),
+                Deferred::Req(Callback::None, _, _) => {}
                 Deferred::EpError(mut h, err) => h(&err),
                 Deferred::Conn(l, req) => {
                     let handler = self.lock().ok().and_then(|mut g| {

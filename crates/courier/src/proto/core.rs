@@ -23,7 +23,7 @@ pub type ConnHandler = Box<dyn FnMut(crate::proto::wireup::ConnRequest) + Send>;
 
 /// Work to run outside the state lock (user code).
 pub(crate) enum Deferred {
-    Req(Callback, Result<Info, Error>),
+    Req(Callback, Result<Info, Error>, Info),
     EpError(ErrorHandler, Error),
     Conn(u32, crate::proto::wireup::ConnRequest),
 }
@@ -206,7 +206,7 @@ impl State {
             s.result = result;
         } else {
             let cb = std::mem::replace(&mut s.callback, Callback::None);
-            self.deferred.push(Deferred::Req(cb, result));
+            self.deferred.push(Deferred::Req(cb, result, info));
         }
         if detached {
             self.req_free(id);

@@ -27,8 +27,9 @@ pub enum Callback {
     None,
     /// A Rust closure, run inside progress.
     Rust(Box<dyn FnOnce(Result<Info, Error>) + Send>),
-    /// A plain function and a user word (for the C ABI and bindings; no allocation).
-    Raw(fn(usize, Result<Info, Error>), usize),
+    /// A plain function and a user word (for the C ABI and bindings; no allocation). The
+    /// `Info` is passed also on failure (a truncated receive's real length).
+    Raw(fn(usize, Result<Info, Error>, Info), usize),
 }
 
 /// A buffer as address/length segments in this process.
