@@ -142,11 +142,9 @@ func (e *Endpoint) SendAM(id uint16, header, data []byte, flags AMFlags, cb Call
 		return nil, err
 	}
 	hl, dl := len(header), len(data)
-	copied := o.copyIn(header, data)
+	copied := o.stage(header, data)
 	if copied {
 		header, data = nil, nil // passed in the slot
-	} else {
-		o.pin(data)
 	}
 	s := C.cg_am_send(uptr(unsafe.Pointer(e.ptr)), C.uint16_t(id), bytePtr(header), C.size_t(hl),
 		bytePtr(data), C.size_t(dl), C.uint32_t(flags), uptr(unsafe.Pointer(o.sl)), cbool(copied))

@@ -43,11 +43,9 @@ func (e *Endpoint) sendTag(data []byte, tag uint64, sync bool, cb Callback) (*Re
 		return nil, err
 	}
 	n := len(data)
-	copied := o.copyIn(nil, data)
+	copied := o.stage(nil, data)
 	if copied {
 		data = nil // passed in the slot
-	} else {
-		o.pin(data)
 	}
 	s := C.cg_tag_send(uptr(unsafe.Pointer(e.ptr)), bytePtr(data), C.size_t(n), C.uint64_t(tag), cbool(sync),
 		uptr(unsafe.Pointer(o.sl)), cbool(copied))
@@ -143,11 +141,9 @@ func (e *Endpoint) SendStream(data []byte, cb Callback) (*Request, error) {
 		return nil, err
 	}
 	n := len(data)
-	copied := o.copyIn(nil, data)
+	copied := o.stage(nil, data)
 	if copied {
 		data = nil // passed in the slot
-	} else {
-		o.pin(data)
 	}
 	s := C.cg_stream_send(uptr(unsafe.Pointer(e.ptr)), bytePtr(data), C.size_t(n), uptr(unsafe.Pointer(o.sl)), cbool(copied))
 	runtime.KeepAlive(e)

@@ -110,6 +110,16 @@ func (o *pendingOp) copyIn(header, data []byte) bool {
 	return true
 }
 
+// stage hands a send's bytes over: copied into the slot when small (true: pass none),
+// otherwise `data` stays pinned until the operation completes.
+func (o *pendingOp) stage(header, data []byte) bool {
+	if o.copyIn(header, data) {
+		return true
+	}
+	o.pin(data)
+	return false
+}
+
 func (r *Request) unpin() {
 	if r.pinned {
 		r.pinner.Unpin()

@@ -16,7 +16,7 @@
 
 use super::core::State;
 use super::recv::PollOne;
-use super::state::{Info, ReqKind};
+use super::state::ReqKind;
 use crate::wire::frame::{Frame, Header, Kind};
 use crate::wire::rkey::access;
 
@@ -152,20 +152,7 @@ impl State {
                     self.complete_recv(rreq, real, cap, tag);
                 }
             }
-            Ok(Frame::GetResp { req, .. }) => {
-                let Some(s) = self.req(req) else { return };
-                s.got += payload;
-                if s.got >= s.expect {
-                    let len = s.expect;
-                    self.complete(
-                        req,
-                        Ok(Info {
-                            len,
-                            ..Info::default()
-                        }),
-                    );
-                }
-            }
+            Ok(Frame::GetResp { req, .. }) => self.get_landed(req, payload),
             // Acknowledged puts are answered; unacknowledged ones (req 0) only if refused.
             Ok(Frame::Put { req, .. }) if req != 0 => {
                 let h = Header::new(Kind::RmaAck).word(1, req);

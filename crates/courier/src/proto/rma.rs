@@ -420,7 +420,13 @@ impl State {
         }
         // SAFETY: bounds checked against the request's buffer length.
         unsafe { s.buf.write_at(offset as usize, data) };
-        s.got += data.len();
+        self.get_landed(req, data.len());
+    }
+
+    /// `n` more bytes of get `req` are in its buffer: complete it when all are.
+    pub(crate) fn get_landed(&mut self, req: u64, n: usize) {
+        let Some(s) = self.req(req) else { return };
+        s.got += n;
         if s.got >= s.expect {
             let len = s.expect;
             self.complete(

@@ -87,23 +87,33 @@ impl Buf {
     }
 
     /// Sub-range [off, off+len) as segments.
-    pub(crate) fn slice(&self, mut off: usize, mut len: usize) -> Vec<(usize, usize)> {
-        let mut out = Vec::new();
-        for &(a, l) in self.segs() {
-            if len == 0 {
-                break;
-            }
-            if off >= l {
-                off -= l;
-                continue;
-            }
-            let n = (l - off).min(len);
-            out.push((a + off, n));
-            len -= n;
-            off = 0;
-        }
-        out
+    pub(crate) fn slice(&self, off: usize, len: usize) -> Vec<(usize, usize)> {
+        seg_range(self.segs(), off, len)
     }
+}
+
+/// Bytes `[off, off + len)` of a list of (address, length) segments, as segments: local
+/// (`usize`) or a peer's (`u64`).
+pub(crate) fn seg_range<T>(segs: &[(T, T)], mut off: T, mut len: T) -> Vec<(T, T)>
+where
+    T: Copy + Ord + Default + std::ops::Add<Output = T> + std::ops::Sub<Output = T>,
+{
+    let zero = T::default();
+    let mut out = Vec::new();
+    for &(a, l) in segs {
+        if len == zero {
+            break;
+        }
+        if off >= l {
+            off = off - l;
+            continue;
+        }
+        let n = (l - off).min(len);
+        out.push((a + off, n));
+        len = len - n;
+        off = zero;
+    }
+    out
 }
 
 /// What a request is waiting for.

@@ -15,30 +15,6 @@ use crate::base::{Error, Result, Status};
 use crate::transport::RndvMode;
 use crate::wire::frame::{self, Header, Kind, Segments, emit_segments};
 
-/// Bytes `[off, off + len)` of local segments.
-fn local_range(segs: &[(usize, usize)], off: usize, len: usize) -> Vec<(usize, usize)> {
-    Buf::Many(segs.to_vec()).slice(off, len)
-}
-
-/// Bytes `[off, off + len)` of remote segments.
-fn remote_range(segs: &[(u64, u64)], mut off: u64, mut len: u64) -> Vec<(u64, u64)> {
-    let mut out = Vec::new();
-    for &(a, l) in segs {
-        if len == 0 {
-            break;
-        }
-        if off >= l {
-            off -= l;
-            continue;
-        }
-        let n = (l - off).min(len);
-        out.push((a + off, n));
-        len -= n;
-        off = 0;
-    }
-    out
-}
-
 /// How an operation started.
 #[derive(Debug)]
 pub enum Started {
@@ -436,8 +412,8 @@ impl State {
         local: &[(usize, usize)],
         remote: &[(u64, u64)],
     ) -> bool {
-        let rest_local = local_range(local, at, want - at);
-        let rest_remote = remote_range(remote, at as u64, (want - at) as u64);
+        let rest_local = seg_range(local, at, want - at);
+        let rest_remote = seg_range(remote, at as u64, (want - at) as u64);
         let mut extra = Vec::with_capacity(rest_local.len() * frame::SEG_LEN);
         emit_segments(
             &mut extra,
@@ -452,8 +428,8 @@ impl State {
         if self.send_frame(e, &hdr, &extra, &Buf::EMPTY, None).is_err() {
             return false;
         }
-        let own_local = local_range(local, 0, at);
-        let own_remote = remote_range(remote, 0, at as u64);
+        let own_local = seg_range(local, 0, at);
+        let own_remote = seg_range(remote, 0, at as u64);
         let own = match self.ep(e).and_then(|ep| ep.tx.as_mut()) {
             // SAFETY: `own_local` lies in the request's live receive buffer.
             Some(tx) => unsafe { tx.remote_read(&own_local, &own_remote) },

@@ -284,19 +284,26 @@ impl Tx {
         self.link.peer_pid
     }
 
+    /// The peer's pid for CMA, or why this link has none.
+    fn cma_pid(&self, what: &str) -> Result<u32> {
+        if self.cma {
+            Ok(self.link.peer_pid)
+        } else {
+            Err(Error::msg(
+                Status::Unsupported,
+                format!("shm: this link has no CMA (remote {what} are off or refused)"),
+            ))
+        }
+    }
+
     pub(crate) unsafe fn remote_read(
         &mut self,
         local: &[(usize, usize)],
         remote: &[(u64, u64)],
     ) -> Result<()> {
-        if !self.cma {
-            return Err(Error::new(
-                Status::Unsupported,
-                "shm: this link has no CMA (remote reads are off or refused)",
-            ));
-        }
+        let pid = self.cma_pid("reads")?;
         // SAFETY: the caller guarantees every local segment is writable.
-        unsafe { cma::read(self.link.peer_pid, local, remote) }
+        unsafe { cma::read(pid, local, remote) }
     }
 
     pub(crate) fn writes_remote(&self) -> bool {
@@ -308,14 +315,9 @@ impl Tx {
         local: &[(usize, usize)],
         remote: &[(u64, u64)],
     ) -> Result<()> {
-        if !self.cma {
-            return Err(Error::new(
-                Status::Unsupported,
-                "shm: this link has no CMA (remote writes are off or refused)",
-            ));
-        }
+        let pid = self.cma_pid("writes")?;
         // SAFETY: the caller guarantees every local segment is readable.
-        unsafe { cma::write(self.link.peer_pid, local, remote) }
+        unsafe { cma::write(pid, local, remote) }
     }
 }
 
