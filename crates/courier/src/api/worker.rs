@@ -166,7 +166,7 @@ impl Worker {
         // Coalesced sends leave before we look for their answers.
         let direct = g.fd_links > 0 && g.fd_links <= fdpoll::DIRECT_POLL_LINKS;
         if g.fd_links > 0 {
-            g.flush_fd_links();
+            n += g.flush_fd_links().1;
         }
         let every = if direct {
             fdpoll::DIRECT_EPOLL_EVERY

@@ -10,7 +10,7 @@ use rustix::event::epoll;
 
 use super::state::*;
 use crate::base::{Config, Error, Result, Status};
-use crate::transport::{LinkRx, LinkTx, TxError, shm, tcp};
+use crate::transport::{LinkRx, LinkTx, Sent, TxError, shm, tcp};
 use crate::wire::address::WorkerAddress;
 use crate::wire::frame::{Header, Kind};
 
@@ -100,6 +100,8 @@ pub(crate) struct State {
     pub incoming: VecDeque<(u32, u32)>,
     /// Split rendezvous receives waiting for the sender's part.
     pub splits: Vec<SplitWait>,
+    /// Scratch for the ids of zero-copy sends a link reports written.
+    pub written: Vec<u64>,
 }
 
 impl State {
@@ -130,6 +132,7 @@ impl State {
             info: Info::default(),
             callback,
             detached: false,
+            zc_wait: false,
         };
         if let Some(idx) = self.reqs.free.pop() {
             let s = &mut self.reqs.slots[idx as usize];
@@ -314,6 +317,14 @@ impl State {
         let peer = ep.peer.clone();
         let err = fail_error(&peer, &why);
         ep.status = EpStatus::Dead(err.clone());
+        // The requests below fail and their buffers go back to the user: the link must not
+        // write from them any more.
+        if let Some(tx) = ep.tx.as_mut() {
+            tx.abandon(&err);
+        }
+        if let Some((tx, _)) = ep.old.as_mut() {
+            tx.abandon(&err);
+        }
         let pending: Vec<u64> = ep.pending.drain(..).filter_map(|p| p.req).collect();
         ep.push.clear();
         let stream_reqs: Vec<u64> = ep.stream_reqs.drain(..).collect();
@@ -485,11 +496,16 @@ impl State {
             }
             let Some(tx) = ep.tx.as_mut() else { return n };
             let Some(p) = ep.pending.front() else { break };
-            match send_parts(tx, p.hdr.as_bytes(), &p.extra, &p.data) {
-                Ok(()) => {
+            // A frame that completes a request may be left in its buffer (zero copy).
+            let sent = match p.req {
+                Some(id) => send_parts_zc(tx, p.hdr.as_bytes(), &p.extra, &p.data, id),
+                None => send_parts(tx, p.hdr.as_bytes(), &p.extra, &p.data).map(|()| Sent::Done),
+            };
+            match sent {
+                Ok(sent) => {
                     let p = ep.pending.pop_front();
                     n += 1;
-                    // A queued eager send completes when its last frame leaves.
+                    // A queued eager send completes when its last frame is written.
                     if let Some(Pending {
                         req: Some(id), hdr, ..
                     }) = p
@@ -504,13 +520,14 @@ impl State {
                         ];
                         if eager.iter().any(|k| *k as u8 == kind) {
                             let len = self.req(id).map(|s| s.buf.len()).unwrap_or(0);
-                            self.complete(
+                            self.complete_when_written(
                                 id,
-                                Ok(Info {
+                                sent,
+                                Info {
                                     len,
                                     tag: 0,
                                     value: 0,
-                                }),
+                                },
                             );
                         }
                     }
@@ -526,8 +543,50 @@ impl State {
         if let Some(tx) = self.ep(e).and_then(|ep| ep.tx.as_mut()) {
             if let Err(err) = tx.flush() {
                 self.fail_ep(e, err);
+                return n;
             }
         }
+        n + self.reap_written(e)
+    }
+
+    /// A send request's last frame went to the link: complete it now if the link holds no
+    /// reference to its buffer, else when the link reports it written (`reap_written`).
+    pub(crate) fn complete_when_written(&mut self, id: u64, sent: Sent, info: Info) {
+        match sent {
+            Sent::Done => self.complete(id, Ok(info)),
+            Sent::Later => {
+                if let Some(s) = self.req(id) {
+                    s.zc_wait = true;
+                    s.info = info;
+                }
+            }
+        }
+    }
+
+    /// Complete the sends whose last bytes `e`'s link has written since the last call;
+    /// how many.
+    #[inline]
+    pub(crate) fn reap_written(&mut self, e: u32) -> usize {
+        let mut n = 0;
+        let mut ids = std::mem::take(&mut self.written);
+        if let Some(tx) = self
+            .eps
+            .slots
+            .get_mut(e as usize)
+            .and_then(|ep| ep.tx.as_mut())
+        {
+            tx.take_completed(&mut ids);
+        }
+        for id in ids.drain(..) {
+            // Ids of requests that failed or were reused meanwhile are not waiting.
+            if let Some(s) = self.req(id).filter(|s| s.zc_wait && !s.done) {
+                s.zc_wait = false;
+                let info = s.info;
+                self.complete(id, Ok(info));
+                n += 1;
+            }
+        }
+        self.written = ids;
         n
     }
 }
@@ -551,6 +610,27 @@ pub(crate) fn send_parts(
     extra: &[u8],
     data: &Buf,
 ) -> Result<(), TxError> {
+    with_parts(hdr, extra, data, |parts| tx.send(parts))
+}
+
+/// `send_parts` without copying large data the link cannot write at once: `Sent::Later`
+/// means the link reports `token` (0: none) when done with `data`, which must stay valid
+/// until then (it is a request's buffer, and the request completes no earlier).
+#[inline]
+pub(crate) fn send_parts_zc(
+    tx: &mut LinkTx,
+    hdr: &[u8],
+    extra: &[u8],
+    data: &Buf,
+    token: u64,
+) -> Result<Sent, TxError> {
+    // Header and extra bytes belong to the caller's stack or queue entry: copied.
+    with_parts(hdr, extra, data, |parts| tx.send_zc(parts, 2, token))
+}
+
+/// Call `f` with header, extra bytes and data segments as one list of parts.
+#[inline]
+fn with_parts<T>(hdr: &[u8], extra: &[u8], data: &Buf, f: impl FnOnce(&[&[u8]]) -> T) -> T {
     let segs = data.segs();
     if segs.len() <= 6 {
         let mut parts: [&[u8]; 8] = [&[]; 8];
@@ -559,7 +639,7 @@ pub(crate) fn send_parts(
         for (i, &(a, l)) in segs.iter().enumerate() {
             parts[2 + i] = seg_slice(a, l);
         }
-        tx.send(&parts[..2 + segs.len()])
+        f(&parts[..2 + segs.len()])
     } else {
         let mut parts: Vec<&[u8]> = Vec::with_capacity(segs.len() + 2);
         parts.push(hdr);
@@ -567,6 +647,6 @@ pub(crate) fn send_parts(
         for &(a, l) in segs {
             parts.push(seg_slice(a, l));
         }
-        tx.send(&parts)
+        f(&parts)
     }
 }

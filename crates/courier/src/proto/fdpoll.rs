@@ -23,16 +23,20 @@ impl State {
         ep.caps.as_ref().filter(|c| c.data_via_fd).map(|_| e)
     }
 
-    /// Write out what fd links have queued. `false` if some link still holds bytes the
-    /// kernel would not take now.
-    pub(crate) fn flush_fd_links(&mut self) -> bool {
+    /// Write out what fd links have queued: (`false` if some link still holds bytes the
+    /// kernel would not take now, sends that completed because their last bytes left).
+    pub(crate) fn flush_fd_links(&mut self) -> (bool, usize) {
         let mut all = true;
+        let mut completed = 0;
         let mut i = 0;
         while i < self.active.len() {
             if let Some(e) = self.fd_link_at(i) {
                 if let Some(tx) = self.ep(e).and_then(|ep| ep.tx.as_mut()) {
                     match tx.flush() {
-                        Ok(done) => all &= done,
+                        Ok(done) => {
+                            all &= done;
+                            completed += self.reap_written(e);
+                        }
                         Err(err) => {
                             self.fail_ep(e, err);
                             continue; // the endpoint left `active`
@@ -42,7 +46,7 @@ impl State {
             }
             i += 1;
         }
-        all
+        (all, completed)
     }
 
     /// Read every fd link's socket without waiting for epoll.
@@ -66,8 +70,9 @@ impl State {
         }
     }
 
-    /// Prepare fd links for sleeping: everything queued must have left.
+    /// Prepare fd links for sleeping: everything queued must have left, and no send may
+    /// have just completed (its callback runs in progress, which must come first).
     pub(crate) fn arm_fd_links(&mut self) -> Result<bool> {
-        Ok(self.fd_links == 0 || self.flush_fd_links())
+        Ok(self.fd_links == 0 || self.flush_fd_links() == (true, 0))
     }
 }

@@ -13,6 +13,7 @@ use super::core::State;
 use super::state::*;
 use super::tag::Started;
 use crate::base::{Error, Result, Status};
+use crate::transport::{Sent, TxError};
 use crate::wire::frame::{Header, Kind, RemoteRef};
 use crate::wire::rkey::access;
 
@@ -147,8 +148,12 @@ impl State {
     }
 
     /// Send put frames for `data` at `target`, the last one with header `last`; completes
-    /// locally when every frame has left (remote completion is `flush`). The target answers
-    /// only when it refuses a frame; the refusal is reported by the next flush.
+    /// locally when every frame has been written (remote completion is `flush`). The target
+    /// answers only when it refuses a frame; the refusal is reported by the next flush.
+    ///
+    /// Small puts are copied by the link and complete at once. Puts of at least the link's
+    /// `zcopy_min` are written from `data` itself: they return `Pending` unless the kernel
+    /// took every byte at once, and complete when the link reports their last frame written.
     fn unacked(
         &mut self,
         e: u32,
@@ -161,10 +166,20 @@ impl State {
         let chunk = self.chunk_of(e, kind)?;
         let len = data.len();
         let n = len.div_ceil(chunk).max(1);
+        let mut zc = false;
         if let Some(ep) = self.ep(e) {
             ep.rma_unacked = true;
+            zc = ep.caps.as_ref().is_some_and(|c| len >= c.zcopy_min);
         }
+        let mut cb = Some(cb);
+        let id = if zc {
+            let cb = cb.take().unwrap_or(Callback::None);
+            self.req_alloc(ReqKind::Send, Some(e), data.clone(), cb)
+        } else {
+            0
+        };
         let mut queued = false;
+        let mut sent = Sent::Done;
         for i in 0..n {
             let off = i * chunk;
             let part = Buf::Many(data.slice(off, chunk.min(len - off)));
@@ -172,27 +187,94 @@ impl State {
                 addr: target.addr.wrapping_add(off as u64),
                 ..target
             };
-            let h = if i + 1 == n {
+            let is_last = i + 1 == n;
+            let h = if is_last {
                 last(t)
             } else {
                 hdr(Kind::Put, &t, 0)
             };
             // Once one frame waits behind back-pressure, all later ones queue behind it.
-            queued |= !self.send_frame(e, &h, &[], &part, None)?;
+            let r = if zc {
+                let token = if is_last { id } else { 0 };
+                self.send_frame_zc(e, &h, &part, token)
+            } else {
+                self.send_frame(e, &h, &[], &part, None)
+                    .map(|now| now.then_some(Sent::Done))
+            };
+            match r {
+                Ok(Some(s)) => sent = s,
+                Ok(None) => queued = true,
+                Err(err) => {
+                    if zc {
+                        self.req_free(id);
+                    }
+                    return Err(err);
+                }
+            }
         }
-        if !queued {
-            return Ok(Started::Done(Info {
-                len,
-                ..Info::default()
-            }));
+        let info = Info {
+            len,
+            ..Info::default()
+        };
+        if !queued && sent == Sent::Done {
+            if zc {
+                self.req_free(id);
+            }
+            return Ok(Started::Done(info));
         }
-        // The last queued frame is this operation's last: it completes the request when it
-        // leaves (progress_tx).
-        let id = self.req_alloc(ReqKind::Send, Some(e), data, cb);
-        if let Some(p) = self.ep(e).and_then(|ep| ep.pending.back_mut()) {
-            p.req = Some(id);
+        let id = match cb {
+            Some(cb) => self.req_alloc(ReqKind::Send, Some(e), data, cb),
+            None => id,
+        };
+        if queued {
+            // The last queued frame is this operation's last: it completes the request
+            // when it is written (progress_tx).
+            if let Some(p) = self.ep(e).and_then(|ep| ep.pending.back_mut()) {
+                p.req = Some(id);
+            }
+        } else {
+            self.complete_when_written(id, sent, info);
         }
         Ok(Started::Pending(id))
+    }
+
+    /// Send one put frame on `e` without copying `data` where the link allows: `Some`
+    /// when it went to the link, `None` when it waits in the pending queue.
+    fn send_frame_zc(
+        &mut self,
+        e: u32,
+        h: &Header,
+        data: &Buf,
+        token: u64,
+    ) -> Result<Option<Sent>> {
+        let ep = self
+            .ep(e)
+            .ok_or_else(|| Error::new(Status::EndpointClosed, "endpoint was closed"))?;
+        if let Some(err) = ep.dead_error() {
+            return Err(err);
+        }
+        if ep.pending.is_empty() && ep.status == EpStatus::Connected {
+            if let Some(tx) = ep.tx.as_mut() {
+                match super::core::send_parts_zc(tx, h.as_bytes(), &[], data, token) {
+                    Ok(sent) => return Ok(Some(sent)),
+                    Err(TxError::NoResource) => {}
+                    Err(TxError::Failed(err)) => {
+                        self.fail_ep(e, err.clone());
+                        return Err(self.ep(e).and_then(|ep| ep.dead_error()).unwrap_or(err));
+                    }
+                }
+            }
+        }
+        let ep = self
+            .ep(e)
+            .ok_or_else(|| Error::new(Status::EndpointClosed, "endpoint was closed"))?;
+        ep.pending.push_back(Pending {
+            req: None,
+            hdr: *h,
+            extra: Vec::new(),
+            data: data.clone(),
+        });
+        Ok(None)
     }
 
     /// Put `data` at `target`.

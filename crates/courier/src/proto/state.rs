@@ -153,6 +153,9 @@ pub(crate) struct ReqSlot {
     pub callback: Callback,
     /// No handle refers to the request any more: free it on completion.
     pub detached: bool,
+    /// Sends: all frames are with the link, which still writes the last from the buffer;
+    /// completes with `info` when the link reports the request's id as written.
+    pub zc_wait: bool,
 }
 
 pub(crate) struct Slab<T> {

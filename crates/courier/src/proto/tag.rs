@@ -620,16 +620,20 @@ impl State {
             };
             let Some(tx) = ep.tx.as_mut() else { return n };
             let chunk_max = tx.caps().max_frame - Kind::RndvData.header_len();
-            let mut done_job = None;
+            let mut sent = crate::transport::Sent::Done;
             while job.offset < job.total {
                 let n_bytes = (job.total - job.offset).min(chunk_max);
                 let segs = job.data.slice(job.offset, n_bytes);
                 let hdr = Header::new(Kind::RndvData)
                     .word(1, job.rreq)
                     .word(2, job.offset as u64);
-                match super::core::send_parts(tx, hdr.as_bytes(), &[], &Buf::Many(segs)) {
-                    Ok(()) => {
+                // Frames leave in order: the last one's token says the whole job is written.
+                let last = job.offset + n_bytes == job.total;
+                let token = if last { job.sreq } else { 0 };
+                match super::core::send_parts_zc(tx, hdr.as_bytes(), &[], &Buf::Many(segs), token) {
+                    Ok(s) => {
                         job.offset += n_bytes;
+                        sent = s;
                         n += 1;
                     }
                     Err(crate::transport::TxError::NoResource) => return n,
@@ -639,21 +643,18 @@ impl State {
                     }
                 }
             }
-            if job.offset >= job.total {
-                done_job = Some((job.sreq, job.total));
-            }
-            if let Some((sreq, _)) = done_job {
-                ep.push.pop_front();
-                let len = self.req(sreq).map(|s| s.expect).unwrap_or(0);
-                self.complete(
-                    sreq,
-                    Ok(Info {
-                        len,
-                        tag: 0,
-                        value: 0,
-                    }),
-                );
-            }
+            let sreq = job.sreq;
+            ep.push.pop_front();
+            let len = self.req(sreq).map(|s| s.expect).unwrap_or(0);
+            self.complete_when_written(
+                sreq,
+                sent,
+                Info {
+                    len,
+                    tag: 0,
+                    value: 0,
+                },
+            );
         }
     }
 

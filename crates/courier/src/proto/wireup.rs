@@ -201,6 +201,7 @@ impl State {
             link_errors: Vec::new(),
             incoming: VecDeque::new(),
             splits: Vec::new(),
+            written: Vec::new(),
         })
     }
 

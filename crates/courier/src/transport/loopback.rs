@@ -45,6 +45,7 @@ fn caps() -> Caps {
         max_frame: 1 << 20,
         rndv: RndvMode::RemoteRead,
         rndv_thresh: 64 << 10,
+        zcopy_min: usize::MAX,
         peer_failure: true,
         wakeup: true,
         data_via_fd: false,

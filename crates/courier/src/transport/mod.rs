@@ -5,7 +5,10 @@
 //! two halves so that a handler running on received data can send on the same connection:
 //!
 //! - [`LinkTx`]: `send` queues one frame, atomically (all of it or `NoResource`, never a
-//!   part); `flush` pushes out what is queued.
+//!   part); `flush` pushes out what is queued. `send_zc` is the zero-copy variant: a link
+//!   may keep writing from the caller's memory after it returns (`Sent::Later`) and reports
+//!   the frame's token through `take_completed` once it is written (tcp only; the others
+//!   copy and answer `Sent::Done`).
 //! - [`LinkRx`]: `peek` returns the next complete frame without consuming it; the bytes stay
 //!   valid and unchanged until `consume`, even while other code sends on the `LinkTx`.
 //!   `peek` makes no system call; `on_readable` is called when the link's fd (if any) is
@@ -53,6 +56,9 @@ pub struct Caps {
     pub rndv: RndvMode,
     /// Default rendezvous threshold in bytes.
     pub rndv_thresh: usize,
+    /// Frames at least this long may stay in the caller's memory after `send_zc` returns
+    /// (`Sent::Later`); `usize::MAX` where `send_zc` always copies.
+    pub zcopy_min: usize,
     /// Whether the link notices a dead peer by itself.
     pub peer_failure: bool,
     /// Whether the link can wake a sleeping peer.
@@ -79,6 +85,16 @@ impl From<Error> for TxError {
     fn from(e: Error) -> TxError {
         TxError::Failed(e)
     }
+}
+
+/// What `send_zc` did with a frame it accepted.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Sent {
+    /// The link no longer refers to the caller's memory (written or copied).
+    Done,
+    /// Part of the frame is still to be written from the caller's memory, which must stay
+    /// valid until `take_completed` reports the frame's token (or the link is abandoned).
+    Later,
 }
 
 /// A received frame in the transport's own buffer, valid until `consume`.
@@ -138,6 +154,40 @@ impl LinkTx {
     #[inline]
     pub fn send(&mut self, parts: &[&[u8]]) -> Result<(), TxError> {
         dispatch!(self, t => t.send(parts))
+    }
+
+    /// Queue one frame like `send`, but links with `Caps::zcopy_min` may keep referring to
+    /// the memory of `parts[first_ref..]` after returning (`Sent::Later`) instead of copying
+    /// what they could not write yet; earlier parts (headers) are always copied. `token`
+    /// (0: none) is reported by `take_completed` when the frame's last byte is written;
+    /// frames leave in order, so one token per operation (on its last frame) covers all.
+    #[inline]
+    pub fn send_zc(
+        &mut self,
+        parts: &[&[u8]],
+        first_ref: usize,
+        token: u64,
+    ) -> Result<Sent, TxError> {
+        match self {
+            Self::Tcp(t) => t.send_zc(parts, first_ref, token),
+            Self::Loopback(_) | Self::Shm(_) => self.send(parts).map(|()| Sent::Done),
+        }
+    }
+
+    /// Append the tokens of `send_zc` frames written since the last call to `out`.
+    #[inline]
+    pub fn take_completed(&mut self, out: &mut Vec<u64>) {
+        if let Self::Tcp(t) = self {
+            t.take_completed(out)
+        }
+    }
+
+    /// The endpoint failed and its requests are about to fail: drop every reference to
+    /// their memory. A link that dropped queued bytes stays failed (its stream is cut).
+    pub fn abandon(&mut self, why: &Error) {
+        if let Self::Tcp(t) = self {
+            t.abandon(why)
+        }
     }
 
     /// Push out queued bytes. `Ok(true)` when nothing is left queued.

@@ -9,6 +9,12 @@
 //! reused), which `flush` writes out, many small frames in one system call. Beyond
 //! [`HIGH_WATER`] queued bytes, `send` answers `NoResource` (back-pressure).
 //!
+//! Zero copy: `send_zc` queues the unwritten rest of a large frame (at least
+//! [`DIRECT_SEND`] bytes) as references to the caller's memory instead of copying it, and
+//! answers `Sent::Later`; the frame's token comes out of `take_completed` once its last
+//! byte is written. The queue is a list of pieces (copied runs and references) so frames
+//! of both kinds keep their order. `abandon` drops references when their requests fail.
+//!
 //! Receiving: `on_readable` reads into one buffer (at most [`RX_BUDGET`] bytes per call, so
 //! a flooding peer cannot starve other links; the fd stays readable, so a level-triggered
 //! poller calls again). `peek` parses the next complete frame out of that buffer without a
@@ -16,6 +22,7 @@
 //!
 //! Both halves share the socket; it closes when both are dropped.
 
+use std::collections::VecDeque;
 use std::io::IoSlice;
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -24,7 +31,7 @@ use std::sync::Arc;
 use rustix::io::Errno;
 use rustix::net::{self, RecvFlags, SendAncillaryBuffer, SendFlags, SocketFlags};
 
-use super::{Caps, RawFrame, RndvMode, TxError};
+use super::{Caps, RawFrame, RndvMode, Sent, TxError};
 use crate::base::{Config, Error, Result, Status};
 
 mod place;
@@ -47,10 +54,13 @@ const HDR: usize = 4;
 const RX_INITIAL: usize = 256 << 10;
 /// Parts that go straight into one `sendmsg`; frames with more parts go through the queue.
 const MAX_IOV: usize = 16;
+/// Queue pieces written by one `sendmsg` of `flush`.
+const FLUSH_IOV: usize = 64;
 /// Coalesced small frames are written once this many bytes wait (and again after each
 /// further COALESCE bytes while the socket is full).
 const COALESCE: usize = 64 << 10;
-/// Frames at least this long are written from the caller's memory, not copied first.
+/// Frames at least this long are written from the caller's memory, not copied first; with
+/// `send_zc` their unwritten rest stays there too (`Caps::zcopy_min`).
 const DIRECT_SEND: usize = 16 << 10;
 /// Most `sendmsg` calls for one large frame before its rest is queued.
 const WRITE_TRIES: usize = 4;
@@ -66,6 +76,7 @@ fn caps(local: Option<SocketAddr>) -> Caps {
         max_frame: MAX_SEND,
         rndv: RndvMode::Push,
         rndv_thresh: 64 << 10,
+        zcopy_min: DIRECT_SEND,
         peer_failure: true,
         wakeup: true,
         data_via_fd: true,
@@ -78,15 +89,30 @@ fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
+/// A piece of the send queue.
+enum Seg {
+    /// The next this many bytes of `Tx::q`.
+    Copy(usize),
+    /// Bytes in a caller's memory, valid until the owning request completes, which is not
+    /// before `token` (0: none) is reported once the last of them is written.
+    Ref { addr: usize, len: usize, token: u64 },
+}
+
 /// Sending half.
 pub struct Tx {
     sock: Arc<OwnedFd>,
     peer: SocketAddr,
     local: Option<SocketAddr>,
     caps: Caps,
-    /// Queued bytes are `q[head..]`.
+    /// Copied bytes not yet written are `q[head..]`; `segs` says where they go in the stream.
     q: Vec<u8>,
     head: usize,
+    /// The queued stream, in order: runs of `q` and references to callers' memory.
+    segs: VecDeque<Seg>,
+    /// Bytes queued by reference (in `Seg::Ref`s).
+    ref_bytes: usize,
+    /// Tokens of zero-copy frames fully written since the last `take_completed`.
+    completed: Vec<u64>,
     high_water: usize,
     /// A frame was queued since the last `flush`: the next small one is coalesced.
     burst: bool,
@@ -138,6 +164,9 @@ fn halves(fd: OwnedFd, peer: SocketAddr, accepting: bool) -> (Tx, Rx) {
         caps: caps(local),
         q: Vec::new(),
         head: 0,
+        segs: VecDeque::new(),
+        ref_bytes: 0,
+        completed: Vec::new(),
         high_water: HIGH_WATER,
         burst: false,
         next_flush: COALESCE,
@@ -251,7 +280,7 @@ impl Listener {
 pub fn connect(addr: SocketAddr, cfg: &Config) -> Result<(Tx, Rx)> {
     let fd = sock::connect_with_timeout(addr, cfg)?;
     let (mut tx, rx) = halves(fd, addr, false);
-    tx.q.extend_from_slice(&PREAMBLE);
+    tx.push_copy(&PREAMBLE);
     // A fresh socket takes 8 bytes at once; anything left goes out with the next flush.
     tx.flush().map_err(|e| {
         Error::msg(
@@ -279,9 +308,9 @@ impl Tx {
         self.local
     }
 
-    /// Bytes queued in user space, not yet taken by the kernel.
+    /// Bytes queued in user space (copied or referenced), not yet taken by the kernel.
     pub fn queued(&self) -> usize {
-        self.q.len() - self.head
+        self.q.len() - self.head + self.ref_bytes
     }
 
     fn fail(&mut self, what: &str, e: Errno) -> Error {
@@ -318,6 +347,66 @@ impl Tx {
     }
 
     pub(crate) fn send(&mut self, parts: &[&[u8]]) -> Result<(), TxError> {
+        self.send_frame(parts, None, 0).map(|_| ())
+    }
+
+    /// Like `send`, but a large frame's unwritten rest in `parts[first_ref..]` is kept by
+    /// reference, not copied (the parts before, headers on the caller's stack, always are):
+    /// `Sent::Later` means that memory is still in use until `token` comes out of
+    /// `take_completed` (token 0: never reported; for all but the last frame of an
+    /// operation, which finish before it). Small frames are copied and answer `Done`.
+    pub(crate) fn send_zc(
+        &mut self,
+        parts: &[&[u8]],
+        first_ref: usize,
+        token: u64,
+    ) -> Result<Sent, TxError> {
+        let sent = self.send_frame(parts, Some(first_ref), token)?;
+        if sent == Sent::Done && token != 0 && self.ref_bytes > 0 {
+            // This frame was copied, but earlier frames of the same operation may still be
+            // written from its memory: report the token once everything queued now is out.
+            self.segs.push_back(Seg::Ref {
+                addr: 0,
+                len: 0,
+                token,
+            });
+            return Ok(Sent::Later);
+        }
+        Ok(sent)
+    }
+
+    /// Tokens of `send_zc` frames whose last byte the kernel took, appended to `out`.
+    #[inline]
+    pub(crate) fn take_completed(&mut self, out: &mut Vec<u64>) {
+        if !self.completed.is_empty() {
+            out.append(&mut self.completed);
+        }
+    }
+
+    /// Forget every queued byte, references to callers' memory included (their requests are
+    /// about to fail). A frame cut short would corrupt the stream, so if anything was
+    /// queued the link counts as failed from now on.
+    pub(crate) fn abandon(&mut self, why: &Error) {
+        if self.segs.is_empty() {
+            return;
+        }
+        self.segs.clear();
+        self.q.clear();
+        self.head = 0;
+        self.ref_bytes = 0;
+        self.completed.clear();
+        if self.failed.is_none() {
+            self.failed = Some(why.clone());
+        }
+    }
+
+    /// Queue a frame; with `first_ref`, large frames keep `parts[first_ref..]` by reference.
+    fn send_frame(
+        &mut self,
+        parts: &[&[u8]],
+        first_ref: Option<usize>,
+        token: u64,
+    ) -> Result<Sent, TxError> {
         if let Some(e) = &self.failed {
             return Err(TxError::Failed(e.clone()));
         }
@@ -339,27 +428,30 @@ impl Tx {
             }
         }
         let burst = std::mem::replace(&mut self.burst, true);
+        let large = HDR + total >= DIRECT_SEND;
         // A lone frame (the first since the last flush) leaves at once: latency. Frames of a
         // burst are coalesced and leave together (at `flush`, or when COALESCE bytes wait);
         // large ones are written from the caller's memory together with what is queued.
-        if ((self.queued() == 0 && !burst) || HDR + total >= DIRECT_SEND)
-            && parts.len() + 2 <= MAX_IOV
-        {
-            return self.write_through(&hdr, parts, total);
+        if self.segs.is_empty() && (!burst || large) && parts.len() < MAX_IOV {
+            let first_ref = first_ref.filter(|_| large).unwrap_or(usize::MAX);
+            return self.write_direct(&hdr, parts, total, first_ref, token);
+        }
+        if large {
+            return self.write_behind(&hdr, parts, first_ref, token);
         }
         self.compact();
         self.q.reserve(HDR + total);
-        self.q.extend_from_slice(&hdr);
+        self.push_copy(&hdr);
         for p in parts {
-            self.q.extend_from_slice(p);
+            self.push_copy(p);
         }
         if self.queued() >= self.next_flush {
             self.flush()?;
         }
-        Ok(())
+        Ok(Sent::Done)
     }
 
-    /// Drop the written prefix of the queue once it is at least half of it: amortized O(1).
+    /// Drop the written prefix of `q` once it is at least half of it: amortized O(1).
     fn compact(&mut self) {
         if self.head > 0 && self.head * 2 >= self.q.len() {
             self.q.drain(..self.head);
@@ -367,27 +459,51 @@ impl Tx {
         }
     }
 
-    /// Write what is queued and then the frame (`hdr` and `parts`) with as few `sendmsg`
-    /// calls as the kernel allows; the part of the frame it does not take is queued.
-    fn write_through(
+    /// Queue a copy of `b`.
+    fn push_copy(&mut self, b: &[u8]) {
+        if b.is_empty() {
+            return;
+        }
+        self.q.extend_from_slice(b);
+        match self.segs.back_mut() {
+            Some(Seg::Copy(n)) => *n += b.len(),
+            _ => self.segs.push_back(Seg::Copy(b.len())),
+        }
+    }
+
+    /// Queue `b` by reference.
+    fn push_ref(&mut self, b: &[u8], token: u64) {
+        if b.is_empty() {
+            return;
+        }
+        self.ref_bytes += b.len();
+        self.segs.push_back(Seg::Ref {
+            addr: b.as_ptr() as usize,
+            len: b.len(),
+            token,
+        });
+    }
+
+    /// The queue is empty: write the frame from the caller's memory with as few `sendmsg`
+    /// calls as the kernel allows; its unwritten rest is queued (`parts[first_ref..]` by
+    /// reference, the rest copied).
+    fn write_direct(
         &mut self,
         hdr: &[u8; HDR],
         parts: &[&[u8]],
         total: usize,
-    ) -> Result<(), TxError> {
-        let queued = self.queued();
+        first_ref: usize,
+        token: u64,
+    ) -> Result<Sent, TxError> {
+        let want = HDR + total;
         let mut skip = 0usize;
-        let want = queued + HDR + total;
         // A large frame may need a few calls: the kernel takes what fits its buffer, and on
         // a fast link (loopback) room opens again at once. Stop at the first refusal.
         for _ in 0..WRITE_TRIES {
             let mut iov = [IoSlice::new(&[]); MAX_IOV];
             let mut n = 0;
             let mut off = skip;
-            for piece in std::iter::once(&self.q[self.head..])
-                .chain(std::iter::once(&hdr[..]))
-                .chain(parts.iter().copied())
-            {
+            for piece in std::iter::once(&hdr[..]).chain(parts.iter().copied()) {
                 if off >= piece.len() {
                     off -= piece.len();
                     continue;
@@ -405,28 +521,198 @@ impl Tx {
                 break;
             }
         }
-        // What was written of the queue, then the frame's leftover, which joins the queue.
-        let from_q = skip.min(queued);
-        self.head += from_q;
-        if self.head == self.q.len() {
-            self.q.clear();
-            self.head = 0;
-        }
-        let mut skip = skip - from_q;
-        if skip < HDR + total {
+        let mut sent = Sent::Done;
+        if skip < want {
             self.compact();
-            self.q.reserve(HDR + total - skip);
-            for piece in std::iter::once(&hdr[..]).chain(parts.iter().copied()) {
+            // Piece 0 is the length prefix; piece i + 1 is part i.
+            for (i, piece) in std::iter::once(&hdr[..])
+                .chain(parts.iter().copied())
+                .enumerate()
+            {
                 if skip >= piece.len() {
                     skip -= piece.len();
-                } else {
-                    self.q.extend_from_slice(&piece[skip..]);
-                    skip = 0;
+                    continue;
                 }
+                if i > first_ref {
+                    self.push_ref(&piece[skip..], 0);
+                    sent = Sent::Later;
+                } else {
+                    self.push_copy(&piece[skip..]);
+                }
+                skip = 0;
+            }
+            if sent == Sent::Later {
+                self.set_last_token(token);
             }
         }
         self.next_flush = self.queued() + COALESCE;
+        Ok(sent)
+    }
+
+    /// Bytes are queued: queue a large frame behind them by reference and write as much as
+    /// the kernel takes. Without `first_ref` the frame's unwritten rest is then copied;
+    /// with it, parts before `first_ref` are copied at once and the others stay referenced.
+    fn write_behind(
+        &mut self,
+        hdr: &[u8; HDR],
+        parts: &[&[u8]],
+        first_ref: Option<usize>,
+        token: u64,
+    ) -> Result<Sent, TxError> {
+        self.compact();
+        self.push_copy(hdr);
+        for (i, p) in parts.iter().enumerate() {
+            if first_ref.is_some_and(|f| i < f) {
+                self.push_copy(p);
+            } else {
+                self.push_ref(p, 0);
+            }
+        }
+        self.write_queue(WRITE_TRIES)?;
+        let sent = if self.segs.is_empty() {
+            Sent::Done
+        } else if first_ref.is_some() {
+            if matches!(self.segs.back(), Some(Seg::Ref { .. })) {
+                self.set_last_token(token);
+                Sent::Later
+            } else {
+                Sent::Done
+            }
+        } else {
+            self.own_tail();
+            Sent::Done
+        };
+        self.next_flush = self.queued() + COALESCE;
+        Ok(sent)
+    }
+
+    /// Put `token` on the last queued piece, a reference of the frame just queued.
+    fn set_last_token(&mut self, token: u64) {
+        if let Some(Seg::Ref { token: t, .. }) = self.segs.back_mut() {
+            *t = token;
+        }
+    }
+
+    /// Copy the references at the end of the queue (the parts of the frame just queued:
+    /// its header, a copy, comes before them) so the caller's memory is free again.
+    fn own_tail(&mut self) {
+        let refs = self
+            .segs
+            .iter()
+            .rev()
+            .take_while(|s| matches!(s, Seg::Ref { .. }))
+            .count();
+        let start = self.segs.len() - refs;
+        let mut copied = 0;
+        for s in self.segs.range(start..) {
+            if let Seg::Ref { addr, len, .. } = *s {
+                // SAFETY: the references were queued by the current `send`, whose parts are
+                // still borrowed.
+                self.q.extend_from_slice(unsafe {
+                    std::slice::from_raw_parts(addr as *const u8, len)
+                });
+                copied += len;
+            }
+        }
+        self.segs.truncate(start);
+        self.ref_bytes -= copied;
+        if copied > 0 {
+            match self.segs.back_mut() {
+                Some(Seg::Copy(n)) => *n += copied,
+                _ => self.segs.push_back(Seg::Copy(copied)),
+            }
+        }
+    }
+
+    /// Write queued pieces with up to `calls` `sendmsg` calls, stopping when the kernel
+    /// refuses; report the tokens of references that were finished.
+    fn write_queue(&mut self, calls: usize) -> Result<()> {
+        for _ in 0..calls {
+            self.pop_markers();
+            if self.segs.is_empty() {
+                break;
+            }
+            let r = {
+                let mut iov = [IoSlice::new(&[]); FLUSH_IOV];
+                let mut n = 0;
+                let mut at = self.head;
+                // Markers (empty references) carry no bytes.
+                let pieces = self
+                    .segs
+                    .iter()
+                    .filter(|s| !matches!(s, Seg::Ref { len: 0, .. }));
+                for s in pieces.take(FLUSH_IOV) {
+                    iov[n] = match *s {
+                        Seg::Copy(len) => {
+                            at += len;
+                            IoSlice::new(&self.q[at - len..at])
+                        }
+                        // SAFETY: a reference stays valid until its frame's token is
+                        // reported (or the queue is abandoned): the owning request
+                        // completes only then.
+                        Seg::Ref { addr, len, .. } => IoSlice::new(unsafe {
+                            std::slice::from_raw_parts(addr as *const u8, len)
+                        }),
+                    };
+                    n += 1;
+                }
+                Self::write(&self.sock, &iov[..n])
+            };
+            match r {
+                Ok(0) => break,
+                Ok(wrote) => self.advance(wrote),
+                Err(e) => return Err(self.fail("tcp send", e)),
+            }
+        }
+        if self.segs.is_empty() {
+            self.q.clear();
+            self.head = 0;
+        }
         Ok(())
+    }
+
+    /// Report and drop empty references (token markers) at the front of the queue.
+    fn pop_markers(&mut self) {
+        while let Some(&Seg::Ref { len: 0, token, .. }) = self.segs.front() {
+            if token != 0 {
+                self.completed.push(token);
+            }
+            self.segs.pop_front();
+        }
+    }
+
+    /// `wrote` bytes from the front of the queue left.
+    fn advance(&mut self, mut wrote: usize) {
+        self.pop_markers();
+        while wrote > 0 {
+            let Some(front) = self.segs.front_mut() else {
+                return;
+            };
+            let done = match front {
+                Seg::Copy(n) => {
+                    let k = (*n).min(wrote);
+                    *n -= k;
+                    self.head += k;
+                    wrote -= k;
+                    *n == 0
+                }
+                Seg::Ref { addr, len, token } => {
+                    let k = (*len).min(wrote);
+                    *addr += k;
+                    *len -= k;
+                    self.ref_bytes -= k;
+                    wrote -= k;
+                    if *len == 0 && *token != 0 {
+                        self.completed.push(*token);
+                    }
+                    *len == 0
+                }
+            };
+            if done {
+                self.segs.pop_front();
+            }
+            self.pop_markers();
+        }
     }
 
     pub(crate) fn flush(&mut self) -> Result<bool> {
@@ -434,27 +720,11 @@ impl Tx {
             return Err(e.clone());
         }
         self.burst = false;
-        while self.head < self.q.len() {
-            let n = loop {
-                match net::send(
-                    &*self.sock,
-                    &self.q[self.head..],
-                    SendFlags::NOSIGNAL | SendFlags::DONTWAIT,
-                ) {
-                    Ok(n) => break n,
-                    Err(Errno::INTR) => continue,
-                    Err(Errno::AGAIN) | Err(Errno::NOBUFS) | Err(Errno::NOMEM) => break 0,
-                    Err(e) => return Err(self.fail("tcp send", e)),
-                }
-            };
-            if n == 0 {
-                self.next_flush = self.queued() + COALESCE;
-                return Ok(false);
-            }
-            self.head += n;
+        self.write_queue(usize::MAX)?;
+        if !self.segs.is_empty() {
+            self.next_flush = self.queued() + COALESCE;
+            return Ok(false);
         }
-        self.q.clear();
-        self.head = 0;
         self.next_flush = COALESCE;
         if self.q.capacity() > TXQ_SHRINK_ABOVE {
             self.q.shrink_to(TXQ_SHRINK_TO);

@@ -610,3 +610,59 @@ fn peer_gone_in_the_middle_of_a_placed_frame_is_peer_failure() {
     assert!(dst[..100_000] == pattern(2, 100_000)[..]);
     drop(rx);
 }
+
+/// Zero-copy sends: a large frame the kernel cannot take at once stays in the caller's
+/// memory (nothing is copied), its token is reported only once its last byte is written,
+/// and frames of both kinds arrive whole and in order.
+#[test]
+fn zero_copy_frames_report_their_tokens_only_when_written() {
+    let cfg = cfg(&[("COURIER_TCP_SNDBUF", "64k"), ("COURIER_TCP_RCVBUF", "64k")]);
+    let ((mut tx, _crx), (_atx, mut rx)) = pair_on(LO4, &cfg).unwrap();
+    let big: Vec<Vec<u8>> = (0..6).map(|i| pattern(i, (1 << 20) + i * 4099)).collect();
+    let mut frames = Vec::new();
+    let mut later = Vec::new();
+    for (i, b) in big.iter().enumerate() {
+        let token = 100 + i as u64;
+        match tx.send_zc(&[&b[..7], &b[7..]], 1, token).unwrap() {
+            Sent::Later => later.push(token),
+            Sent::Done => {}
+        }
+        frames.push(b.clone());
+        let small = pattern(50 + i, 10 + i);
+        tx.send(&[&small]).unwrap();
+        frames.push(small);
+    }
+    assert!(
+        !later.is_empty(),
+        "1 MiB frames should not fit 64 KiB kernel buffers at once"
+    );
+    // Nothing was copied: the queue holds references, and its copied bytes are headers and
+    // the small frames only.
+    assert!(tx.ref_bytes > 0);
+    assert!(tx.q.len() - tx.head < 4096, "large frames were copied");
+    let mut done = Vec::new();
+    tx.take_completed(&mut done);
+    assert!(
+        done.is_empty(),
+        "tokens reported before their frames were written"
+    );
+    let mut got = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while got.len() < frames.len() {
+        assert!(Instant::now() < deadline, "stalled at {}", got.len());
+        tx.flush().unwrap();
+        tx.take_completed(&mut done);
+        rx.on_readable().unwrap();
+        let before = got.len();
+        drain(&mut rx, &mut got).unwrap();
+        if got.len() == before && rx.arm().unwrap() {
+            wait_readable(rx.fd().unwrap(), 1);
+        }
+    }
+    assert!(tx.flush().unwrap());
+    tx.take_completed(&mut done);
+    done.sort();
+    assert_eq!(done, later, "every deferred frame reports its token once");
+    assert_eq!(tx.ref_bytes, 0);
+    check(&frames, &got);
+}
