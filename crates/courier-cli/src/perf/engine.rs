@@ -884,10 +884,20 @@ fn run_server(link: &Link, p: &Params, b: &mut Buffers, am: Option<Arc<AmState>>
         }
         TestKind::TagBw | TestKind::TagSyncBw => {
             let mut ring: Vec<Option<Request<'_>>> = (0..w).map(|_| None).collect();
+            // As ucx_perftest: every receive of the window lands in the same buffer (its
+            // contents are not looked at), unless the data is checked.
+            let shared = !p.check;
             let post = |k: usize| -> CliResult<Request<'_>> {
-                // SAFETY: slot k, one request per slot at a time (the ring).
-                let rb = unsafe { slot(rbase, k, size) };
-                link.check(link.worker.tag_recv(rb, TAG_PING, u64::MAX))
+                let at = if shared { 0 } else { k * size };
+                let buf = courier::Buf::One((rbase as usize + at, size));
+                // SAFETY: inside b.recv, which outlives the ring; with `shared`, the
+                // receives overwrite one another's bytes, which nobody reads.
+                let s = link.check(unsafe {
+                    link.worker
+                        .tag_recv_raw(buf, TAG_PING, u64::MAX, courier::Callback::None)
+                })?;
+                // SAFETY: as above.
+                Ok(unsafe { link.worker.request_for(s) })
             };
             for (k, s) in ring
                 .iter_mut()
@@ -901,8 +911,13 @@ fn run_server(link: &Link, p: &Params, b: &mut Buffers, am: Option<Arc<AmState>>
                 let mut r = ring[k].take().expect("posted");
                 let info = link.wait(&mut r)?;
                 drop(r);
-                // SAFETY: slot k, its request finished.
-                check_tag(link, p, unsafe { slot(rbase, k, size) }, &info)?;
+                // SAFETY: slot k (or the shared slot 0), its request finished.
+                check_tag(
+                    link,
+                    p,
+                    unsafe { slot(rbase, if shared { 0 } else { k }, size) },
+                    &info,
+                )?;
                 if i + (w as u64) < total {
                     if p.check {
                         // SAFETY: as above.

@@ -396,11 +396,21 @@ impl Worker {
         self.started(s)
     }
 
-    /// Post a tag receive completed by a callback (run inside progress).
+    /// A `Request` for an operation started with a `*_raw` call and no callback, to poll
+    /// or wait on like any other.
+    ///
+    /// # Safety
+    /// The buffers given to the raw call must stay valid for `'a`.
+    pub unsafe fn request_for<'a>(&self, started: Started) -> Request<'a> {
+        Request::new(self, started)
+    }
+
+    /// Post a tag receive completed by a callback (run inside progress), or with
+    /// `Callback::None` to be waited on through `request_for`.
     ///
     /// # Safety
     /// `buf` must stay valid and unused until the callback runs (or the call returns
-    /// `Done`, which runs no callback).
+    /// `Done`, which runs no callback), or until the request completes.
     pub unsafe fn tag_recv_raw(
         &self,
         buf: Buf,
