@@ -345,6 +345,8 @@ PYEOF
         log "signaling put runs failed"
     fi
 fi
+# The hand-written analysis of the misses (profiles), after the numbers.
+[ "$status" = 0 ] && [ -f "$HERE/analysis.md" ] && { echo; cat "$HERE/analysis.md"; } >> "$HERE/RESULTS.md"
 [ "$status" = 0 ] && sed -n '/^## Targets/,/^## Size sweeps/p' "$HERE/RESULTS.md" | head -n -1
 log "done in $((dur / 60)) min $((dur % 60)) s: $HERE/RESULTS.md"
 exit "$status"
