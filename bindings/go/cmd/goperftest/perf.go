@@ -126,12 +126,17 @@ func RunServer(ctx context.Context, p *Params, ready chan<- string) error {
 	buf := make([]byte, p.Size) // rendezvous data lands here (one buffer: contents unchecked)
 	pong := make([]byte, p.Size)
 	// Everything below runs inside w.Progress on this goroutine: no locks.
-	reply := func(cn *conn) {
+	// The answer has the size of the message it answers: the client's -s drives the test,
+	// as with ucx_perftest, whatever this server was started with.
+	reply := func(cn *conn, n int) {
 		if cn.ep == nil {
 			failure = errors.New("a message came before its connection was accepted")
 			return
 		}
-		if _, err := cn.ep.SendAM(amPong, nil, pong, rndvFlag(p, len(pong)), nil); err != nil {
+		if n > len(pong) {
+			pong = make([]byte, n)
+		}
+		if _, err := cn.ep.SendAM(amPong, nil, pong[:n], rndvFlag(p, n), nil); err != nil {
 			failure = err
 		}
 	}
@@ -160,21 +165,22 @@ func RunServer(ctx context.Context, p *Params, ready chan<- string) error {
 		if !m.IsRndv() {
 			cn.received++
 			if lat {
-				reply(cn)
+				reply(cn, m.DataLen)
 			}
 			return
 		}
 		if m.DataLen > len(buf) {
 			buf = make([]byte, m.DataLen)
 		}
-		if _, err := m.ReceiveData(buf[:m.DataLen], func(_ courier.Info, err error) {
+		n := m.DataLen
+		if _, err := m.ReceiveData(buf[:n], func(_ courier.Info, err error) {
 			if err != nil {
 				failure = err
 				return
 			}
 			cn.received++
 			if lat {
-				reply(cn)
+				reply(cn, n)
 			}
 		}); err != nil {
 			failure = err
