@@ -83,13 +83,9 @@ impl State {
                 let Some(s) = self.req(rreq) else {
                     return Placement::Decline;
                 };
-                let ok = s.ep == Some(e)
-                    && !s.done
-                    && s.rndv_push
+                let ok = s.rndv_push
                     && (s.kind == ReqKind::TagRecv || s.kind == ReqKind::AmData)
-                    && offset
-                        .checked_add(n as u64)
-                        .is_some_and(|x| x <= s.expect as u64);
+                    && s.takes(e, offset, n);
                 if !ok {
                     return Placement::Decline;
                 }
@@ -106,13 +102,7 @@ impl State {
                 let Some(s) = self.req(req) else {
                     return Placement::Decline;
                 };
-                let ok = status == 0
-                    && s.ep == Some(e)
-                    && !s.done
-                    && s.kind == ReqKind::Get
-                    && offset
-                        .checked_add(n as u64)
-                        .is_some_and(|x| x <= s.expect as u64);
+                let ok = status == 0 && s.kind == ReqKind::Get && s.takes(e, offset, n);
                 if !ok {
                     return Placement::Decline;
                 }

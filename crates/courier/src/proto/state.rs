@@ -158,6 +158,17 @@ pub(crate) struct ReqSlot {
     pub zc_wait: bool,
 }
 
+impl ReqSlot {
+    /// Whether this live request on endpoint `e` expects `n` bytes at `offset`.
+    pub(crate) fn takes(&self, e: u32, offset: u64, n: usize) -> bool {
+        self.ep == Some(e)
+            && !self.done
+            && offset
+                .checked_add(n as u64)
+                .is_some_and(|x| x <= self.expect as u64)
+    }
+}
+
 pub(crate) struct Slab<T> {
     pub slots: Vec<T>,
     pub free: Vec<u32>,

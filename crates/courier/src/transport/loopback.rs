@@ -8,7 +8,7 @@ use std::os::fd::BorrowedFd;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::{Caps, RawFrame, RndvMode, TxError};
-use crate::base::{Error, Result, Status};
+use crate::base::Result;
 
 #[derive(Default)]
 struct Queue {
@@ -96,21 +96,6 @@ impl Tx {
     pub(crate) fn caps(&self) -> &Caps {
         &self.caps
     }
-    pub(crate) unsafe fn remote_write(
-        &mut self,
-        _local: &[(usize, usize)],
-        _remote: &[(u64, u64)],
-    ) -> Result<()> {
-        Err(Error::new(
-            Status::Unsupported,
-            "self: no split rendezvous (remote writes are for shared-memory CMA links)",
-        ))
-    }
-
-    pub(crate) fn writes_remote(&self) -> bool {
-        false
-    }
-
     pub(crate) unsafe fn remote_read(
         &mut self,
         local: &[(usize, usize)],

@@ -24,7 +24,7 @@
 
 use std::os::fd::BorrowedFd;
 
-use crate::base::{Error, Result};
+use crate::base::{Error, Result, Status};
 
 #[cfg(test)]
 mod conformance;
@@ -223,7 +223,10 @@ impl LinkTx {
 
     /// Whether `remote_write` works on this link (shared memory with CMA).
     pub fn writes_remote(&self) -> bool {
-        dispatch!(self, t => t.writes_remote())
+        match self {
+            LinkTx::Shm(t) => t.writes_remote(),
+            _ => false,
+        }
     }
 
     /// Write `local` segments (in this process) into the peer's `remote` segments: the
@@ -236,8 +239,14 @@ impl LinkTx {
         local: &[(usize, usize)],
         remote: &[(u64, u64)],
     ) -> Result<()> {
-        // SAFETY: forwarded contract.
-        unsafe { dispatch!(self, t => t.remote_write(local, remote)) }
+        match self {
+            // SAFETY: forwarded contract.
+            LinkTx::Shm(t) => unsafe { t.remote_write(local, remote) },
+            _ => Err(Error::new(
+                Status::Unsupported,
+                "no split rendezvous here: remote writes are for shared-memory CMA links",
+            )),
+        }
     }
 }
 

@@ -736,21 +736,6 @@ impl Tx {
         &self.caps
     }
 
-    pub(crate) unsafe fn remote_write(
-        &mut self,
-        _local: &[(usize, usize)],
-        _remote: &[(u64, u64)],
-    ) -> Result<()> {
-        Err(Error::new(
-            Status::Unsupported,
-            "tcp: no split rendezvous (remote writes are for shared-memory CMA links)",
-        ))
-    }
-
-    pub(crate) fn writes_remote(&self) -> bool {
-        false
-    }
-
     pub(crate) unsafe fn remote_read(
         &mut self,
         _local: &[(usize, usize)],
