@@ -81,11 +81,23 @@ impl Instant {
         Duration::from_nanos((self.0.saturating_sub(earlier.0) as f64 * calib().ns_per_tick) as u64)
     }
 
+    /// Clock ticks from `earlier` to `self` (zero if `earlier` is later): the cheap form
+    /// for per-operation samples, converted with `ticks_to_ns` when reported.
+    #[inline]
+    pub fn ticks_since(&self, earlier: Instant) -> u64 {
+        self.0.saturating_sub(earlier.0)
+    }
+
     /// Time since `self`.
     #[inline]
     pub fn elapsed(&self) -> Duration {
         Instant::now().duration_since(*self)
     }
+}
+
+/// Nanoseconds in `ticks` clock ticks.
+pub fn ticks_to_ns(ticks: u64) -> f64 {
+    ticks as f64 * calib().ns_per_tick
 }
 
 impl Add<Duration> for Instant {

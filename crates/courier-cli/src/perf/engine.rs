@@ -710,7 +710,7 @@ pub fn run_client(
                 }
                 let now = Instant::now();
                 if i >= warm {
-                    meter.record(now, now.duration_since(t));
+                    meter.record(now, t);
                 }
                 t = now;
             }
@@ -732,7 +732,7 @@ pub fn run_client(
                 am.wait_count(link, i + 1, rb, p.check)?;
                 let now = Instant::now();
                 if i >= warm {
-                    meter.record(now, now.duration_since(t));
+                    meter.record(now, t);
                 }
                 t = now;
             }
@@ -753,7 +753,7 @@ pub fn run_client(
                 *s = Some(send(link, p.test, data, &iov, TAG_PING, AM_PING)?);
                 let now = Instant::now();
                 if i >= warm {
-                    meter.record(now, now.duration_since(t));
+                    meter.record(now, t);
                 }
                 t = now;
             }
@@ -777,7 +777,7 @@ pub fn run_client(
                 bibw_round(link, p, data, &iov, rbase, TAG_PING, TAG_PONG)?;
                 let now = Instant::now();
                 if i >= warm {
-                    meter.record(now, now.duration_since(t));
+                    meter.record(now, t);
                 }
                 t = now;
             }

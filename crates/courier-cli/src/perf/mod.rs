@@ -3,6 +3,7 @@
 
 pub mod clock;
 pub mod engine;
+pub mod hist;
 pub mod local;
 pub mod params;
 pub mod report;

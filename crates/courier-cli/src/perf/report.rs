@@ -4,7 +4,8 @@ use super::clock::Instant;
 use std::io::Write;
 use std::time::Duration;
 
-use hdrhistogram::Histogram;
+use super::clock::ticks_to_ns;
+use super::hist::TickHist;
 
 use super::params::{MemKind, Params, TestKind};
 
@@ -196,8 +197,9 @@ pub type Watch<'a> = &'a mut dyn FnMut(&Row);
 
 /// Collects per-iteration samples and prints rows about once a second.
 pub struct Meter<'w> {
-    all: Histogram<u64>,
-    interval: Histogram<u64>,
+    /// Samples of the rows printed so far, and of the row being collected.
+    all: TickHist,
+    interval: TickHist,
     quantile: f64,
     /// Divide samples by this for the latency columns (2 for ping-pong).
     lat_div: f64,
@@ -206,6 +208,8 @@ pub struct Meter<'w> {
     size: f64,
     start: Instant,
     last: Instant,
+    /// When the next row is due.
+    next: Instant,
     last_iters: u64,
     iters: u64,
     out: Output,
@@ -223,10 +227,6 @@ impl<'w> Meter<'w> {
         thousands: bool,
         watch: Option<Watch<'w>>,
     ) -> Meter<'w> {
-        let hist = || {
-            Histogram::<u64>::new_with_bounds(1, 3_600_000_000_000, 3)
-                .expect("histogram bounds are valid")
-        };
         let (lat_div, msgs_per_iter) = match p.test {
             t if t.is_pingpong() => (2.0, 2.0),
             TestKind::TagBibw => (p.window as f64 * 2.0, p.window as f64 * 2.0),
@@ -234,14 +234,15 @@ impl<'w> Meter<'w> {
         };
         let now = Instant::now();
         Meter {
-            all: hist(),
-            interval: hist(),
+            all: TickHist::default(),
+            interval: TickHist::default(),
             quantile: (percentile / 100.0).clamp(0.0, 1.0),
             lat_div,
             msgs_per_iter,
             size: p.msg_size() as f64,
             start: now,
             last: now,
+            next: now + Duration::from_secs(1),
             last_iters: 0,
             iters: 0,
             out,
@@ -255,21 +256,20 @@ impl<'w> Meter<'w> {
     pub fn begin(&mut self, now: Instant) {
         self.start = now;
         self.last = now;
+        self.next = now + self.period;
     }
 
-    /// One measured iteration that took `sample` and ended at `now`.
+    /// One measured iteration that began at `began` and ended at `now`.
     #[inline]
-    pub fn record(&mut self, now: Instant, sample: Duration) {
-        let ns = (sample.as_nanos() as u64).clamp(1, 3_600_000_000_000);
-        let _ = self.all.record(ns);
-        let _ = self.interval.record(ns);
+    pub fn record(&mut self, now: Instant, began: Instant) {
+        self.interval.record(now.ticks_since(began));
         self.iters += 1;
-        if now.duration_since(self.last) >= self.period {
+        if now >= self.next {
             self.report(now);
         }
     }
 
-    fn row(&self, now: Instant, h: &Histogram<u64>) -> Row {
+    fn row(&self, now: Instant, h: &TickHist) -> Row {
         let dt = now.duration_since(self.last).as_secs_f64().max(1e-12);
         let total = now.duration_since(self.start).as_secs_f64().max(1e-12);
         let di = (self.iters - self.last_iters) as f64;
@@ -285,7 +285,7 @@ impl<'w> Meter<'w> {
         };
         Row {
             iters: self.iters,
-            lat_pct: h.value_at_quantile(self.quantile) as f64 / 1000.0 / self.lat_div,
+            lat_pct: ticks_to_ns(h.quantile(self.quantile)) / 1000.0 / self.lat_div,
             lat_avg: per(dt, di),
             lat_overall: per(total, ti),
             bw_avg: mr_avg * self.size / (1u64 << 20) as f64,
@@ -306,14 +306,18 @@ impl<'w> Meter<'w> {
         if let Some(w) = self.watch.as_mut() {
             w(&r);
         }
+        self.all.merge(&self.interval);
         self.interval.reset();
         self.last = now;
+        self.next = now + self.period;
         self.last_iters = self.iters;
     }
 
     /// The final row (over the whole measured run), printed per the output mode.
     pub fn finish(&mut self, now: Instant) -> Row {
         // "average" of the final row covers the time since the previous row.
+        self.all.merge(&self.interval);
+        self.interval.reset();
         let mut r = self.row(now, &self.all);
         if self.iters == self.last_iters {
             r.lat_avg = r.lat_overall;
