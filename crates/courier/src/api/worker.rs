@@ -204,6 +204,16 @@ impl Worker {
                         g = self.run_am(g, am);
                     }
                 }
+                // A shared-memory link says with one load whether another frame is there.
+                let more = g
+                    .eps
+                    .slots
+                    .get(e as usize)
+                    .and_then(|ep| ep.rx.as_ref())
+                    .is_some_and(|rx| rx.maybe_ready());
+                if !more {
+                    break;
+                }
             }
             let busy = g
                 .ep(e)

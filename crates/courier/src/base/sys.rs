@@ -75,3 +75,31 @@ pub fn thread_token() -> usize {
     }
     TOKEN.with(|t| t as *const u8 as usize)
 }
+
+/// Copy `n` bytes; up to 16 bytes (frame headers, small payloads) without calling memcpy,
+/// whose call and size dispatch cost more than the copy on the small-message paths.
+///
+/// # Safety
+/// As `ptr::copy_nonoverlapping`.
+#[inline(always)]
+pub unsafe fn copy_small(src: *const u8, dst: *mut u8, n: usize) {
+    use std::ptr::{read_unaligned as rd, write_unaligned as wr};
+    // SAFETY: every access below stays within the first `n` bytes of both ranges.
+    unsafe {
+        if n > 16 {
+            std::ptr::copy_nonoverlapping(src, dst, n);
+        } else if n >= 8 {
+            let (a, b) = (rd(src.cast::<u64>()), rd(src.add(n - 8).cast::<u64>()));
+            wr(dst.cast::<u64>(), a);
+            wr(dst.add(n - 8).cast::<u64>(), b);
+        } else if n >= 4 {
+            let (a, b) = (rd(src.cast::<u32>()), rd(src.add(n - 4).cast::<u32>()));
+            wr(dst.cast::<u32>(), a);
+            wr(dst.add(n - 4).cast::<u32>(), b);
+        } else {
+            for i in 0..n {
+                *dst.add(i) = *src.add(i);
+            }
+        }
+    }
+}

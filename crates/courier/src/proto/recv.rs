@@ -49,6 +49,14 @@ impl State {
         };
         // SAFETY: valid until `consume`, which happens below or in `finish_am`.
         let bytes = unsafe { raw.bytes() };
+        // The small-message case first, without building a `Frame`.
+        if let Some((tag, data)) = Frame::as_tag_eager(bytes) {
+            self.on_tag_eager(e, tag, data, None);
+            if let Some(rx) = self.ep(e).and_then(|ep| ep.rx.as_mut()) {
+                rx.consume();
+            }
+            return PollOne::Handled;
+        }
         let frame = match Frame::parse(bytes) {
             Ok(f) => f,
             Err(err) => {

@@ -11,6 +11,7 @@
 
 use super::core::State;
 use super::state::*;
+use crate::base::sys::copy_small;
 use crate::base::{Error, Result, Status};
 use crate::transport::RndvMode;
 use crate::wire::frame::{self, Header, Kind, Segments, emit_segments};
@@ -215,8 +216,11 @@ impl State {
                 }
             }
         }
-        let i = found?;
-        self.expected.remove(i)
+        match found? {
+            // The usual case: the oldest receive matches (cheaper than `remove(0)`).
+            0 => self.expected.pop_front(),
+            i => self.expected.remove(i),
+        }
     }
 
     /// An eager tag message arrived on `e`.
@@ -228,7 +232,7 @@ impl State {
                 Buf::One((addr, _)) => {
                     let n = data.len().min(cap);
                     // SAFETY: the posted buffer (cap bytes) is kept alive by its request.
-                    unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), addr as *mut u8, n) };
+                    unsafe { copy_small(data.as_ptr(), addr as *mut u8, n) };
                 }
                 // SAFETY: as above.
                 Buf::Many(_) => unsafe {

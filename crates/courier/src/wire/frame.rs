@@ -401,6 +401,17 @@ pub fn emit_segments(out: &mut Vec<u8>, segs: impl Iterator<Item = (u64, u64)>) 
 }
 
 impl<'a> Frame<'a> {
+    /// The tag and payload of `b` if it is a whole eager tag frame: the receive fast path's
+    /// test, agreeing with `parse` on such frames, and cheaper than building a `Frame`.
+    #[inline]
+    pub fn as_tag_eager(b: &'a [u8]) -> Option<(u64, &'a [u8])> {
+        let need = Kind::TagEager.header_len();
+        if b.len() < need || b[field::KIND] != Kind::TagEager as u8 {
+            return None;
+        }
+        Some((u64_at(b, field::W1), &b[need..]))
+    }
+
     /// Parse a whole frame. Never panics; every length is checked.
     pub fn parse(b: &'a [u8]) -> Result<Frame<'a>, WireError> {
         let kb = *b.first().ok_or(WireError::Empty)?;

@@ -19,6 +19,7 @@
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::*, fence};
 
 use super::segment::{CELL, CELL_HDR, CTL_SIZE};
+use crate::base::sys::copy_small;
 use crate::base::{Error, Result, Status};
 use crate::transport::{RawFrame, TxError};
 
@@ -50,33 +51,6 @@ struct CellHdr {
     ncells: AtomicU32,
 }
 const _: () = assert!(std::mem::size_of::<CellHdr>() == CELL_HDR);
-
-/// Copy `n` bytes; parts of up to 16 bytes (headers, small payloads) without a call.
-///
-/// # Safety
-/// As `ptr::copy_nonoverlapping`.
-#[inline(always)]
-unsafe fn copy_part(src: *const u8, dst: *mut u8, n: usize) {
-    use std::ptr::{read_unaligned as rd, write_unaligned as wr};
-    // SAFETY: every access below stays within the first `n` bytes of both ranges.
-    unsafe {
-        if n > 16 {
-            std::ptr::copy_nonoverlapping(src, dst, n);
-        } else if n >= 8 {
-            let (a, b) = (rd(src.cast::<u64>()), rd(src.add(n - 8).cast::<u64>()));
-            wr(dst.cast::<u64>(), a);
-            wr(dst.add(n - 8).cast::<u64>(), b);
-        } else if n >= 4 {
-            let (a, b) = (rd(src.cast::<u32>()), rd(src.add(n - 4).cast::<u32>()));
-            wr(dst.cast::<u32>(), a);
-            wr(dst.add(n - 4).cast::<u32>(), b);
-        } else {
-            for i in 0..n {
-                *dst.add(i) = *src.add(i);
-            }
-        }
-    }
-}
 
 /// Cells a frame of `len` bytes needs.
 #[inline]
@@ -202,7 +176,7 @@ impl Producer {
             // SAFETY: idx + k <= n, so [cell + 16, cell + 16 + len) is inside the array; the
             // consumer has released these cells (tail check above) and does not read them
             // until `seq` is published below.
-            unsafe { copy_part(p.as_ptr(), cell.add(off), p.len()) };
+            unsafe { copy_small(p.as_ptr(), cell.add(off), p.len()) };
             off += p.len();
         }
         let h = self.f.hdr(idx);
