@@ -79,6 +79,9 @@ pub(crate) struct State {
     pub active: Vec<u32>,
     pub expected: VecDeque<u64>,
     pub unexpected: VecDeque<Unexpected>,
+    /// Emptied buffers of unexpected eager messages, reused for the next ones: a sender
+    /// that runs ahead of its receiver's posts otherwise costs an allocation per message.
+    pub unexp_pool: Vec<Vec<u8>>,
     pub am_handlers: Vec<Option<AmHandler>>,
     pub deferred: Vec<Deferred>,
     pub shm_acceptor: Option<shm::Acceptor>,

@@ -151,7 +151,12 @@ impl State {
             .iter()
             .position(|u| (u.tag ^ tag) & mask == 0);
         if let Some(pos) = pos {
-            let Some(u) = self.unexpected.remove(pos) else {
+            let u = if pos == 0 {
+                self.unexpected.pop_front()
+            } else {
+                self.unexpected.remove(pos)
+            };
+            let Some(u) = u else {
                 return Err(Status::NoMessage.into());
             };
             let cap = buf.len();
@@ -159,11 +164,15 @@ impl State {
                 UnexpBody::Eager(data) => {
                     // SAFETY: `buf` is the caller's receive buffer.
                     unsafe { buf.write_at(0, &data) };
-                    return done_or_truncated(data.len(), cap, u.tag);
+                    let len = data.len();
+                    self.unexp_recycle(data);
+                    return done_or_truncated(len, cap, u.tag);
                 }
                 UnexpBody::EagerSync(data, sreq) => {
                     // SAFETY: as above.
                     unsafe { buf.write_at(0, &data) };
+                    let len = data.len();
+                    self.unexp_recycle(data);
                     let _ = self.send_frame(
                         u.ep,
                         &Header::new(Kind::SyncAck).word(1, sreq),
@@ -171,7 +180,7 @@ impl State {
                         &Buf::EMPTY,
                         None,
                     );
-                    return done_or_truncated(data.len(), cap, u.tag);
+                    return done_or_truncated(len, cap, u.tag);
                 }
                 UnexpBody::Rts { sreq, segs } => {
                     let id = self.req_alloc(ReqKind::TagRecv, Some(u.ep), buf, cb);
@@ -251,9 +260,10 @@ impl State {
             }
             return;
         }
+        let copy = self.unexp_copy(data);
         let body = match sync_sreq {
-            Some(sreq) => UnexpBody::EagerSync(data.to_vec(), sreq),
-            None => UnexpBody::Eager(data.to_vec()),
+            Some(sreq) => UnexpBody::EagerSync(copy, sreq),
+            None => UnexpBody::Eager(copy),
         };
         self.unexpected.push_back(Unexpected {
             tag,
@@ -261,6 +271,28 @@ impl State {
             len: data.len(),
             body,
         });
+    }
+
+    /// A copy of an unexpected eager payload, in a reused buffer when one is free.
+    fn unexp_copy(&mut self, data: &[u8]) -> Vec<u8> {
+        match self.unexp_pool.pop() {
+            Some(mut v) => {
+                v.clear();
+                v.extend_from_slice(data);
+                v
+            }
+            None => data.to_vec(),
+        }
+    }
+
+    /// Keep an emptied unexpected-message buffer for reuse: small ones, and a bounded
+    /// number (at most 128 of 8 KiB).
+    fn unexp_recycle(&mut self, v: Vec<u8>) {
+        const KEEP_CAP: usize = 8 << 10;
+        const KEEP_COUNT: usize = 128;
+        if v.capacity() <= KEEP_CAP && self.unexp_pool.len() < KEEP_COUNT {
+            self.unexp_pool.push(v);
+        }
     }
 
     /// Complete a receive of a `len`-byte message into a `cap`-byte buffer; a truncated one

@@ -184,6 +184,7 @@ impl State {
             active: Vec::new(),
             expected: Default::default(),
             unexpected: Default::default(),
+            unexp_pool: Vec::new(),
             am_handlers: Vec::new(),
             deferred: Vec::new(),
             shm_acceptor,
