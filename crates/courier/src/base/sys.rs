@@ -86,13 +86,19 @@ pub unsafe fn copy_small(src: *const u8, dst: *mut u8, n: usize) {
     use std::ptr::{read_unaligned as rd, write_unaligned as wr};
     // SAFETY: every access below stays within the first `n` bytes of both ranges.
     unsafe {
+        // Exact word sizes take one store: memory a peer's CPU is polling moves between
+        // the caches on every store, so a second, overlapping one is not free.
         if n > 16 {
             std::ptr::copy_nonoverlapping(src, dst, n);
-        } else if n >= 8 {
+        } else if n == 8 {
+            wr(dst.cast::<u64>(), rd(src.cast::<u64>()));
+        } else if n > 8 {
             let (a, b) = (rd(src.cast::<u64>()), rd(src.add(n - 8).cast::<u64>()));
             wr(dst.cast::<u64>(), a);
             wr(dst.add(n - 8).cast::<u64>(), b);
-        } else if n >= 4 {
+        } else if n == 4 {
+            wr(dst.cast::<u32>(), rd(src.cast::<u32>()));
+        } else if n > 4 {
             let (a, b) = (rd(src.cast::<u32>()), rd(src.add(n - 4).cast::<u32>()));
             wr(dst.cast::<u32>(), a);
             wr(dst.add(n - 4).cast::<u32>(), b);
@@ -100,6 +106,28 @@ pub unsafe fn copy_small(src: *const u8, dst: *mut u8, n: usize) {
             for i in 0..n {
                 *dst.add(i) = *src.add(i);
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::copy_small;
+
+    #[test]
+    fn copy_small_copies_exactly_n_bytes() {
+        for n in 0..40usize {
+            let src: Vec<u8> = (0..48u8)
+                .map(|i| i.wrapping_mul(7).wrapping_add(1))
+                .collect();
+            let mut dst = vec![0xeeu8; 48];
+            // SAFETY: both buffers hold 48 >= n bytes and do not overlap.
+            unsafe { copy_small(src.as_ptr(), dst.as_mut_ptr(), n) };
+            assert_eq!(&dst[..n], &src[..n], "n = {n}");
+            assert!(
+                dst[n..].iter().all(|&b| b == 0xee),
+                "n = {n}: wrote past the end"
+            );
         }
     }
 }
