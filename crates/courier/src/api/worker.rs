@@ -183,13 +183,12 @@ impl Worker {
         let mut i = 0;
         while i < g.active.len() {
             let e = g.active[i];
-            let (ready, busy) = match g.eps.slots.get(e as usize) {
-                Some(ep) => (
-                    ep.rx.as_ref().is_some_and(|rx| rx.maybe_ready()),
-                    !ep.pending.is_empty() || !ep.push.is_empty(),
-                ),
-                None => (false, false),
-            };
+            let ready = g.rx_maybe_ready(e);
+            let busy = g
+                .eps
+                .slots
+                .get(e as usize)
+                .is_some_and(|ep| !ep.pending.is_empty() || !ep.push.is_empty());
             if !ready && !busy && g.fd_links == 0 {
                 // The common idle case on shared memory: nothing in, nothing queued.
                 i += 1;
@@ -205,13 +204,7 @@ impl Worker {
                     }
                 }
                 // A shared-memory link says with one load whether another frame is there.
-                let more = g
-                    .eps
-                    .slots
-                    .get(e as usize)
-                    .and_then(|ep| ep.rx.as_ref())
-                    .is_some_and(|rx| rx.maybe_ready());
-                if !more {
+                if !g.rx_maybe_ready(e) {
                     break;
                 }
             }

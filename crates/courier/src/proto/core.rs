@@ -221,6 +221,17 @@ impl State {
 
     // ----- endpoints ------------------------------------------------------------------
 
+    /// Whether endpoint `idx`'s link may hold a frame: one load on shared memory, always
+    /// true for links that must be read to know.
+    #[inline]
+    pub(crate) fn rx_maybe_ready(&self, idx: u32) -> bool {
+        self.eps
+            .slots
+            .get(idx as usize)
+            .and_then(|ep| ep.rx.as_ref())
+            .is_some_and(|rx| rx.maybe_ready())
+    }
+
     #[inline]
     pub(crate) fn ep(&mut self, idx: u32) -> Option<&mut EpSlot> {
         self.eps.slots.get_mut(idx as usize).filter(|s| s.live)
