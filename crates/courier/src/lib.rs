@@ -30,5 +30,5 @@ pub mod wire;
 pub use api::*;
 pub use base::{Config, Error, Result, Status};
 pub use proto::am::{AmFlags, AmRndv};
-pub use proto::state::{Buf, Callback, Info};
+pub use proto::state::{Buf, Callback, Info, RndvCopies};
 pub use proto::tag::{ProbeInfo, Started};

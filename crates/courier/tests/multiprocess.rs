@@ -78,14 +78,35 @@ fn run_echo() -> i32 {
         q2.lock().unwrap().push((ep, m.data().to_vec(), rndv));
     })
     .unwrap();
-    let mut buf = vec![0u8; (64 << 20) + 64];
+    // With COURIER_TEST_MAPPED, messages land in and leave from memory the library
+    // allocated (shared segments), and the rendezvous copy counts are printed at exit.
+    const BUF_LEN: usize = (64 << 20) + 64;
+    let mapped = std::env::var_os("COURIER_TEST_MAPPED").is_some();
+    let regions = mapped.then(|| {
+        let m = |len| ctx.mem_map(MemMapParams::allocate(len)).unwrap();
+        (m(BUF_LEN), m(BUF_LEN))
+    });
+    let mut owned = Vec::new();
+    let buf: &mut [u8] = match &regions {
+        // SAFETY: a live allocated region of BUF_LEN bytes, only reached through this slice.
+        Some((r, _)) => unsafe { std::slice::from_raw_parts_mut(r.as_ptr(), BUF_LEN) },
+        None => {
+            owned.resize(BUF_LEN, 0u8);
+            &mut owned[..]
+        }
+    };
+    // SAFETY: as above, for the second region (active-message data, one at a time).
+    let am_buf: Option<&mut [u8]> = regions
+        .as_ref()
+        .map(|(_, r)| unsafe { std::slice::from_raw_parts_mut(r.as_ptr(), BUF_LEN) });
+    let mut am_buf = am_buf;
     let mut sbuf = vec![0u8; 1 << 20];
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
         // Tag echo.
         let mut done = None;
         {
-            let mut r = w.tag_recv(&mut buf, 0, 0).unwrap();
+            let mut r = w.tag_recv(buf, 0, 0).unwrap();
             while done.is_none() {
                 if let Some(res) = r.test() {
                     done = Some(res.clone());
@@ -95,16 +116,22 @@ fn run_echo() -> i32 {
                 // Active messages, handled outside the handler (they may need to wait).
                 let items: Vec<_> = am_queue.lock().unwrap().drain(..).collect();
                 for (ep, data, rndv) in items {
-                    let data = match rndv {
-                        Some(d) => {
-                            let mut v = vec![0u8; d.len()];
-                            w.am_recv_data(d, &mut v).unwrap().wait().unwrap();
-                            v
+                    let mut v = Vec::new();
+                    let back: &[u8] = match (rndv, am_buf.as_deref_mut()) {
+                        (Some(d), Some(ab)) => {
+                            let n = d.len();
+                            w.am_recv_data(d, &mut ab[..n]).unwrap().wait().unwrap();
+                            &ab[..n]
                         }
-                        None => data,
+                        (Some(d), None) => {
+                            v.resize(d.len(), 0);
+                            w.am_recv_data(d, &mut v).unwrap().wait().unwrap();
+                            &v
+                        }
+                        (None, _) => &data,
                     };
                     let _ = ep
-                        .am_send(AM_BACK, b"back", &data, AmFlags::default())
+                        .am_send(AM_BACK, b"back", back, AmFlags::default())
                         .and_then(|r| r.wait());
                 }
                 // Stream echo on every endpoint.
@@ -142,6 +169,8 @@ fn run_echo() -> i32 {
             None => continue,
         };
         if info.tag & 0xffff_ffff == EXIT_TAG {
+            let c = w.rndv_copies().unwrap();
+            eprintln!("RNDV shared={} link={}", c.shared, c.link);
             return 0;
         }
         let ep = eps.lock().unwrap().get(&(info.tag >> 32)).cloned();
@@ -381,6 +410,148 @@ fn tag_sizes_split_copy_shm() {
 #[test]
 fn tag_sizes_no_split_shm() {
     sizes_case("all", "shm", Some("off"));
+}
+
+/// Messages sent from and received into memory the library allocated (`mem_map`): a
+/// same-host peer copies them through the region's shared segment with plain loads and
+/// stores, both its own part and, in a split, the sender's part. With both sides mapped
+/// no copy goes through the kernel; with only this side mapped, the peer's buffers are
+/// still reached with CMA. Every byte is checked either way.
+fn mapped_case(echo_mapped: bool) {
+    let mut env = vec![("COURIER_CMA_SPLIT", "8k")];
+    if echo_mapped {
+        env.push(("COURIER_TEST_MAPPED", "1"));
+    }
+    let mut peer = Peer::spawn("echo", "all", &env);
+    let ctx = Context::new(
+        ContextParams::default()
+            .config("COURIER_TLS", "all")
+            .config("COURIER_CMA_SPLIT", "8k"),
+    )
+    .unwrap();
+    let w = Worker::new(&ctx, WorkerParams::default()).unwrap();
+    let ep = connect(&w, &peer, 1);
+    assert_eq!(ep.transport(), Some("shm"));
+    const LEN: usize = (16 << 20) + 4096;
+    let send = ctx.mem_map(MemMapParams::allocate(LEN)).unwrap();
+    let recv = ctx.mem_map(MemMapParams::allocate(LEN)).unwrap();
+    // SAFETY: two live allocated regions of LEN bytes, reached only through these slices.
+    let (sbuf, rbuf) = unsafe {
+        (
+            std::slice::from_raw_parts_mut(send.as_ptr(), LEN),
+            std::slice::from_raw_parts_mut(recv.as_ptr(), LEN),
+        )
+    };
+    for (i, size) in [1usize, 20_000, 65536, (1 << 20) + 3, 16 << 20]
+        .into_iter()
+        .enumerate()
+    {
+        let data = pattern(size, i);
+        // Off the region's start, so offsets inside the segment are exercised.
+        let at = 4096 - i;
+        sbuf[at..at + size].copy_from_slice(&data);
+        rbuf[..size + 1].fill(0);
+        let tag = (1u64 << 32) | (i as u64 + 1);
+        let r = w.tag_recv(&mut rbuf[..size], tag, u64::MAX).unwrap();
+        ep.tag_send(&sbuf[at..at + size], tag)
+            .unwrap()
+            .wait()
+            .unwrap();
+        assert_eq!(r.wait().unwrap().len, size);
+        assert!(rbuf[..size] == data[..], "{size}-byte echo differs");
+        assert_eq!(rbuf[size], 0, "{size}-byte echo wrote past its end");
+    }
+    // An IOV message whose parts all lie in the region.
+    {
+        let (a, b) = sbuf.split_at_mut(3 << 20);
+        a[..70_000].copy_from_slice(&pattern(70_000, 7));
+        b[..500_000].copy_from_slice(&pattern(500_000, 8));
+        let tag = (1u64 << 32) | 77;
+        let r = w.tag_recv(&mut rbuf[..570_000], tag, u64::MAX).unwrap();
+        ep.tag_send_iov(&[&a[..70_000], &b[..500_000]], tag)
+            .unwrap()
+            .wait()
+            .unwrap();
+        assert_eq!(r.wait().unwrap().len, 570_000);
+        assert!(rbuf[..70_000] == pattern(70_000, 7)[..]);
+        assert!(rbuf[70_000..570_000] == pattern(500_000, 8)[..]);
+    }
+    // A rendezvous active message, out of and back into allocated memory.
+    let pend: Arc<Mutex<Vec<AmRndv>>> = Arc::default();
+    let p2 = pend.clone();
+    w.am_set_handler(AM_BACK, move |m: &mut AmMessage| {
+        if let Some(d) = m.take_rndv() {
+            p2.lock().unwrap().push(d);
+        }
+    })
+    .unwrap();
+    let size = 3 << 20;
+    let data = pattern(size, 11);
+    sbuf[..size].copy_from_slice(&data);
+    let flags = AmFlags {
+        reply: true,
+        ..Default::default()
+    };
+    ep.am_send(AM_ECHO, b"hdr", &sbuf[..size], flags)
+        .unwrap()
+        .wait()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let d = loop {
+        w.progress();
+        if let Some(d) = pend.lock().unwrap().pop() {
+            break d;
+        }
+        assert!(Instant::now() < deadline, "no rendezvous echo");
+    };
+    assert_eq!(d.len(), size);
+    rbuf[..size].fill(0);
+    w.am_recv_data(d, &mut rbuf[..size])
+        .unwrap()
+        .wait()
+        .unwrap();
+    assert!(
+        rbuf[..size] == data[..],
+        "active message came back different"
+    );
+
+    let mine = w.rndv_copies().unwrap();
+    stop(&w, &ep, &mut peer);
+    let err = peer.stderr_final();
+    let line = err
+        .lines()
+        .find_map(|l| l.strip_prefix("RNDV "))
+        .unwrap_or_else(|| panic!("no copy counts from the echo:\n{err}"));
+    let count = |k: &str| -> u64 {
+        line.split_whitespace()
+            .find_map(|f| f.strip_prefix(k))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("bad counts line {line:?}"))
+    };
+    let (theirs_shared, theirs_link) = (count("shared="), count("link="));
+    // The echo read every offer of ours through our segments.
+    assert!(theirs_shared >= 5, "echo: {line}");
+    if echo_mapped {
+        assert!(mine.shared >= 5, "{mine:?}");
+        assert_eq!(mine.link, 0, "a copy went through the kernel: {mine:?}");
+        assert_eq!(
+            theirs_link, 0,
+            "a copy went through the kernel in the echo: {line}"
+        );
+    } else {
+        // Its buffers are plain heap memory: reached with CMA.
+        assert!(mine.link >= 5, "{mine:?}");
+    }
+}
+
+#[test]
+fn mapped_memory_rendezvous_shm() {
+    mapped_case(true);
+}
+
+#[test]
+fn mapped_sender_plain_receiver_shm() {
+    mapped_case(false);
 }
 
 #[test]

@@ -568,6 +568,12 @@ impl Worker {
         first
     }
 
+    /// How this worker's single-copy rendezvous copies were made so far: through shared
+    /// segments of allocated memory, or through the kernel. (`courier perf -v` prints it.)
+    pub fn rndv_copies(&self) -> Result<crate::RndvCopies> {
+        Ok(self.lock()?.rndv_copies)
+    }
+
     /// Why transports are not usable by this worker (excluded, unavailable).
     pub fn excluded_transports(&self) -> Result<Vec<String>> {
         Ok(self.lock()?.excluded.clone())

@@ -61,6 +61,12 @@ pub const VARS: &[Var] = &[
         accepts: "off | a size such as 256k, 1m",
     },
     Var {
+        name: "COURIER_SHM_SEGMENT_COPY",
+        default: "yes",
+        help: "Rendezvous on shared memory copies buffers allocated by mem_map with plain loads and stores through their shared segment, instead of CMA",
+        accepts: "yes | no",
+    },
+    Var {
         name: "COURIER_KEEPALIVE_INTERVAL",
         default: "500ms",
         help: "How often an idle connection proves the peer is alive",
@@ -120,6 +126,8 @@ pub struct Config {
     pub bcopy_thresh: Option<usize>,
     /// Split-copy threshold for CMA rendezvous; `None` = off.
     pub cma_split: Option<usize>,
+    /// Copy rendezvous data through shared segments of allocated memory.
+    pub shm_segment_copy: bool,
     /// Keepalive interval.
     pub keepalive_interval: Duration,
     /// Keepalive timeout.
@@ -399,6 +407,11 @@ impl Config {
             "no" | "n" | "off" | "0" => CmaPolicy::No,
             other => return Err(bad("COURIER_SHM_CMA", other, "unknown policy")),
         };
+        let shm_segment_copy = match get("COURIER_SHM_SEGMENT_COPY").trim() {
+            "yes" | "y" | "on" | "1" => true,
+            "no" | "n" | "off" | "0" => false,
+            other => return Err(bad("COURIER_SHM_SEGMENT_COPY", other, "not yes or no")),
+        };
         Ok(Config {
             tls,
             net_devices,
@@ -412,6 +425,7 @@ impl Config {
                         .ok_or_else(|| bad("COURIER_CMA_SPLIT", other, "not a size or 'off'"))?,
                 ),
             },
+            shm_segment_copy,
             keepalive_interval,
             keepalive_timeout,
             shm_fifo_size,

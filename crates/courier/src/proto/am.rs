@@ -10,7 +10,7 @@ use super::state::*;
 use super::tag::Started;
 use crate::base::{Error, Result, Status};
 use crate::transport::RndvMode;
-use crate::wire::frame::{self, Header, Kind, emit_segments};
+use crate::wire::frame::{self, Header, Kind};
 
 /// Flags for sending an active message.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -31,6 +31,7 @@ pub struct AmRndv {
     pub(crate) sreq: u64,
     pub(crate) len: usize,
     pub(crate) segs: Vec<(u64, u64)>,
+    pub(crate) key: Option<Box<[u8]>>,
 }
 
 impl AmRndv {
@@ -154,19 +155,16 @@ impl State {
             s.expect = len;
         }
         let mut extra = header.to_vec();
-        let count = if mode == RndvMode::RemoteRead {
-            emit_segments(
-                &mut extra,
-                data.segs().iter().map(|&(a, l)| (a as u64, l as u64)),
-            );
-            data.segs().len() as u64
+        let (count, shared) = if mode == RndvMode::RemoteRead {
+            let (n, shared) = self.emit_offer(e, &mut extra, &data);
+            (n as u64, shared)
         } else {
-            0
+            (0, 0)
         };
         let hdr = Header::new(Kind::AmRts)
             .aux16(id)
             .aux32(hlen as u32)
-            .flags(rfl)
+            .flags(rfl | shared)
             .word(1, rid)
             .word(2, len as u64)
             .word(3, count);
@@ -190,7 +188,15 @@ impl State {
             return Err(err);
         }
         let id = self.req_alloc(ReqKind::AmData, Some(desc.ep), buf, cb);
-        self.rndv_receive(desc.ep, id, desc.sreq, desc.len, 0, &desc.segs);
+        self.rndv_receive(
+            desc.ep,
+            id,
+            desc.sreq,
+            desc.len,
+            0,
+            &desc.segs,
+            desc.key.as_deref(),
+        );
         // A receive that finished at once (remote read) is still returned as a request so
         // the caller has one way to collect the result.
         Ok(Started::Pending(id))

@@ -103,6 +103,8 @@ pub(crate) struct State {
     pub incoming: VecDeque<(u32, u32)>,
     /// Split rendezvous receives waiting for the sender's part.
     pub splits: Vec<SplitWait>,
+    /// How this worker's single-copy rendezvous copies went.
+    pub rndv_copies: RndvCopies,
     /// Scratch for the ids of zero-copy sends a link reports written.
     pub written: Vec<u64>,
 }

@@ -251,6 +251,9 @@ impl PeerMaps {
     }
 }
 
+/// A peer's shared segment mapped here, and where the asked-for segments lie in it.
+pub(crate) type SharedView = (Arc<Mapping>, Vec<(u64, u64)>);
+
 /// The regions of one context.
 pub struct MemRegistry {
     pub(crate) ctx_id: u64,
@@ -265,6 +268,8 @@ struct RegInner {
     generations: Vec<u64>,
     /// Host-memory-only table when no shared table could be made.
     private: Vec<Record>,
+    /// Allocated regions (in shared segments): (base, length, id), for rendezvous offers.
+    allocs: Vec<(u64, u64, u64)>,
 }
 
 impl MemRegistry {
@@ -303,6 +308,7 @@ impl MemRegistry {
                     };
                     TABLE_SLOTS
                 ],
+                allocs: Vec::new(),
             }),
             peers: Mutex::new(HashMap::new()),
         }
@@ -356,6 +362,9 @@ impl MemRegistry {
         g.generations[slot] += 1;
         let id = (g.generations[slot] << 12) | slot as u64;
         let secret = random_u64() | 1;
+        if memfd.is_some() && self.table.is_some() {
+            g.allocs.push((base, len, id));
+        }
         g.slots[slot] = Some(Region {
             secret,
             base,
@@ -412,7 +421,60 @@ impl MemRegistry {
                 },
             );
             g.slots[slot] = None;
+            g.allocs.retain(|a| a.2 != id);
         }
+    }
+
+    /// A packed key for the allocated region that holds every one of `segs` (address,
+    /// length), if there is one: a same-host peer given it copies those bytes with plain
+    /// loads and stores through the region's shared segment instead of through the kernel.
+    pub(crate) fn shared_key(&self, segs: &[(u64, u64)]) -> Option<Vec<u8>> {
+        let id = {
+            let g = self.lock();
+            let inside = |r: &&(u64, u64, u64)| {
+                let (b, l) = (r.0, r.1);
+                segs.iter()
+                    .all(|&(a, n)| a >= b && a.checked_add(n).is_some_and(|e| e <= b + l))
+            };
+            g.allocs.iter().find(inside)?.2
+        };
+        self.pack(id).ok()
+    }
+
+    /// Where `segs` (addresses in the peer process `peer_pid` that packed `key`) lie in a
+    /// local mapping of its shared segment. Every segment is checked against the owner's
+    /// record (live region, right secret, inside its bounds) and the mapping's length; the
+    /// mapping is returned to keep it alive while the caller copies.
+    pub(crate) fn shared_view(
+        &self,
+        key: &[u8],
+        peer_pid: u32,
+        segs: &[(u64, u64)],
+    ) -> Result<SharedView> {
+        let key = RkeyRepr::unpack(key)
+            .map_err(|e| Error::msg(Status::InvalidKey, format!("segment key: {e}")))?;
+        if key.pid != peer_pid || key.host_id != host_id() || key.region_fd < 0 {
+            return Err(Error::new(
+                Status::InvalidKey,
+                "the segment key names another process's memory",
+            ));
+        }
+        let peer = self.peer(&key)?;
+        let map = peer.region(key.region, key.region_fd, key.length as usize)?;
+        let rec = peer.record(key.region).ok_or(Status::InvalidKey)?;
+        let mut out = Vec::with_capacity(segs.len());
+        for &(a, n) in segs {
+            check(&rec, key.region, key.secret, a, n, 0)?;
+            let off = a - rec.base;
+            if off + n > map.len as u64 {
+                return Err(Error::new(
+                    Status::OutOfRange,
+                    "the peer's segment is shorter than its record",
+                ));
+            }
+            out.push((map.ptr as u64 + off, n));
+        }
+        Ok((map, out))
     }
 
     /// Pack a key for region `id`.
@@ -588,5 +650,67 @@ mod tests {
         )
         .unwrap();
         assert_eq!(key.length, 100);
+    }
+
+    /// A rendezvous offer's segment key: only allocated regions get one, and a view is
+    /// refused for a forged secret, another process, bytes outside the region, a region
+    /// with no segment, and after unmap; a good one reads the owner's bytes.
+    #[test]
+    fn shared_segment_offers() {
+        let r = MemRegistry::new();
+        if r.table.is_none() {
+            return; // no memfd here: nothing is offered (checked by the multi-process tests)
+        }
+        let (id, _, ptr) = r.allocate(8192, 0, MemoryType::Host).unwrap();
+        // SAFETY: a fresh 8 KiB allocation of ours.
+        unsafe { std::slice::from_raw_parts_mut(ptr, 8192) }
+            .iter_mut()
+            .enumerate()
+            .for_each(|(i, b)| *b = (i % 251) as u8);
+        let base = ptr as u64;
+        let segs = [(base + 100, 1000), (base + 5000, 3192)];
+        let key = r.shared_key(&segs).expect("allocated memory is offered");
+        let me = pid();
+        let (map, there) = r.shared_view(&key, me, &segs).unwrap();
+        assert_eq!(there.len(), 2);
+        for (&(a, n), &(local, ln)) in segs.iter().zip(&there) {
+            assert_eq!(n, ln);
+            assert_ne!(local, a, "read through a second mapping, not the original");
+            // SAFETY: inside our live view of the segment.
+            let got = unsafe { std::slice::from_raw_parts(local as *const u8, n as usize) };
+            let off = (a - base) as usize;
+            assert!(
+                got.iter()
+                    .enumerate()
+                    .all(|(i, &b)| b == ((off + i) % 251) as u8)
+            );
+        }
+        drop(map);
+        let refused = |k: &[u8], p: u32, s: &[(u64, u64)]| match r.shared_view(k, p, s) {
+            Ok(_) => panic!("view granted"),
+            Err(e) => e.status(),
+        };
+        // Beyond the region, or straddling its end.
+        assert_eq!(refused(&key, me, &[(base + 8000, 193)]), Status::OutOfRange);
+        assert_eq!(refused(&key, me, &[(base - 8, 8)]), Status::OutOfRange);
+        // Forged secret.
+        let mut forged = RkeyRepr::unpack(&key).unwrap();
+        forged.secret ^= 0x10;
+        assert_eq!(refused(&forged.pack(), me, &segs), Status::InvalidKey);
+        // A key naming another process than the peer the offer came from.
+        assert_eq!(refused(&key, me + 1, &segs), Status::InvalidKey);
+        // Garbage.
+        assert_eq!(refused(&key[..10], me, &segs), Status::InvalidKey);
+        // Registered (not allocated) memory has no segment to offer.
+        let mut heap = vec![0u8; 64];
+        let hb = heap.as_mut_ptr() as u64;
+        r.add(hb, 64, 0, MemoryType::Host, None, None).unwrap();
+        assert!(r.shared_key(&[(hb, 64)]).is_none());
+        // Segments that are not all inside one region are not offered.
+        assert!(r.shared_key(&[(base, 10), (hb, 10)]).is_none());
+        // After unmap: not offered, and an old key is refused.
+        r.remove(id);
+        assert!(r.shared_key(&segs).is_none());
+        assert_eq!(refused(&key, me, &segs), Status::InvalidKey);
     }
 }

@@ -109,6 +109,7 @@ impl State {
                     sreq,
                     len,
                     segs: segs.iter().collect(),
+                    key: segs.shared_key().map(Box::from),
                 };
                 return PollOne::Am(AmPending {
                     id,

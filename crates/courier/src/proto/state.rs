@@ -202,7 +202,12 @@ pub(crate) struct Unexpected {
 pub(crate) enum UnexpBody {
     Eager(Vec<u8>),
     EagerSync(Vec<u8>, u64),
-    Rts { sreq: u64, segs: Vec<(u64, u64)> },
+    Rts {
+        sreq: u64,
+        segs: Vec<(u64, u64)>,
+        /// The sender's shared-segment key for `segs`, if it offered one.
+        key: Option<Box<[u8]>>,
+    },
 }
 
 /// A frame that could not be sent yet (back-pressure or link not up).
@@ -222,6 +227,16 @@ pub(crate) struct PushJob {
     pub data: Buf,
     pub offset: usize,
     pub total: usize,
+}
+
+/// How a worker's single-copy rendezvous copies (reads and writes of a same-host peer's
+/// buffers, each part of a split counted once) were made.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RndvCopies {
+    /// Through a shared segment of memory the peer allocated with `mem_map`.
+    pub shared: u64,
+    /// Through the kernel (CMA, or a copy within the process for `self`).
+    pub link: u64,
 }
 
 /// A split rendezvous receive: this side read the first part; the sender writes the rest.

@@ -13,7 +13,7 @@ use super::core::State;
 use super::state::*;
 use crate::base::sys::copy_small;
 use crate::base::{Error, Result, Status};
-use crate::transport::RndvMode;
+use crate::transport::{RndvMode, copy_segments};
 use crate::wire::frame::{self, Header, Kind, Segments, emit_segments};
 
 /// How an operation started.
@@ -101,21 +101,18 @@ impl State {
             s.expect = len;
         }
         let mut extra = Vec::new();
-        let count = if mode == RndvMode::RemoteRead {
-            emit_segments(
-                &mut extra,
-                data.segs().iter().map(|&(a, l)| (a as u64, l as u64)),
-            );
-            data.segs().len() as u32
+        let (count, shared) = if mode == RndvMode::RemoteRead {
+            let (n, shared) = self.emit_offer(e, &mut extra, &data);
+            (n as u32, shared)
         } else {
-            0
+            (0, 0)
         };
         let hdr = Header::new(Kind::TagRts)
             .word(1, tag)
             .word(2, id)
             .word(3, len as u64)
             .aux32(count)
-            .flags(if sync { frame::flags::SYNC } else { 0 });
+            .flags(if sync { frame::flags::SYNC } else { 0 } | shared);
         if let Err(err) = self.send_frame(e, &hdr, &extra, &Buf::EMPTY, None) {
             self.req_free(id);
             return Err(err);
@@ -182,12 +179,12 @@ impl State {
                     );
                     return done_or_truncated(len, cap, u.tag);
                 }
-                UnexpBody::Rts { sreq, segs } => {
+                UnexpBody::Rts { sreq, segs, key } => {
                     let id = self.req_alloc(ReqKind::TagRecv, Some(u.ep), buf, cb);
                     if let Some(s) = self.req(id) {
                         s.tag = u.tag;
                     }
-                    self.rndv_receive(u.ep, id, sreq, u.len, u.tag, &segs);
+                    self.rndv_receive(u.ep, id, sreq, u.len, u.tag, &segs, key.as_deref());
                     return Ok(Started::Pending(id));
                 }
             }
@@ -319,24 +316,31 @@ impl State {
             );
             return;
         };
+        let key = segs.shared_key();
         let segs: Vec<(u64, u64)> = segs.iter().collect();
         if let Some(id) = self.match_expected(tag) {
             if let Some(s) = self.req(id) {
                 s.ep = Some(e);
                 s.tag = tag;
             }
-            self.rndv_receive(e, id, sreq, len, tag, &segs);
+            self.rndv_receive(e, id, sreq, len, tag, &segs, key);
         } else {
             self.unexpected.push_back(Unexpected {
                 tag,
                 ep: e,
                 len,
-                body: UnexpBody::Rts { sreq, segs },
+                body: UnexpBody::Rts {
+                    sreq,
+                    segs,
+                    key: key.map(Box::from),
+                },
             });
         }
     }
 
-    /// Receive a rendezvous message `len` bytes long into request `id`'s buffer.
+    /// Receive a rendezvous message `len` bytes long into request `id`'s buffer. `key`, if
+    /// the sender gave one, names the shared segment its `segs` lie in.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn rndv_receive(
         &mut self,
         e: u32,
@@ -345,6 +349,7 @@ impl State {
         len: usize,
         tag: u64,
         segs: &[(u64, u64)],
+        key: Option<&[u8]>,
     ) {
         let Some(s) = self.req(id) else { return };
         let cap = s.buf.len();
@@ -376,15 +381,12 @@ impl State {
                 left -= n;
             }
             if let Some(at) = self.split_point(e, want) {
-                if self.start_split(e, id, sreq, at, want, &local, &remote) {
+                if self.start_split(e, id, sreq, at, want, &local, &remote, key) {
                     return;
                 }
             }
-            let res = match self.ep(e).and_then(|ep| ep.tx.as_mut()) {
-                // SAFETY: `local` segments are the request's live receive buffer.
-                Some(tx) => unsafe { tx.remote_read(&local, &remote) },
-                None => Err(Error::new(Status::EndpointClosed, "endpoint has no link")),
-            };
+            // SAFETY: `local` segments are the request's live receive buffer.
+            let res = unsafe { self.peer_copy(e, key, &local, &remote, false) };
             let status = match &res {
                 Ok(()) => 0,
                 Err(err) => err.status().code(),
@@ -447,30 +449,27 @@ impl State {
         want: usize,
         local: &[(usize, usize)],
         remote: &[(u64, u64)],
+        key: Option<&[u8]>,
     ) -> bool {
         let rest_local = seg_range(local, at, want - at);
         let rest_remote = seg_range(remote, at as u64, (want - at) as u64);
         let mut extra = Vec::with_capacity(rest_local.len() * frame::SEG_LEN);
-        emit_segments(
-            &mut extra,
-            rest_local.iter().map(|&(a, l)| (a as u64, l as u64)),
-        );
+        let rest = Buf::Many(rest_local.clone());
+        let (count, shared) = self.emit_offer(e, &mut extra, &rest);
         let hdr = Header::new(Kind::RndvSplit)
             .word(1, sreq)
             .word(2, id)
             .word(3, at as u64)
             .word(4, (want - at) as u64)
-            .aux32(rest_local.len() as u32);
+            .aux32(count as u32)
+            .flags(shared);
         if self.send_frame(e, &hdr, &extra, &Buf::EMPTY, None).is_err() {
             return false;
         }
         let own_local = seg_range(local, 0, at);
         let own_remote = seg_range(remote, 0, at as u64);
-        let own = match self.ep(e).and_then(|ep| ep.tx.as_mut()) {
-            // SAFETY: `own_local` lies in the request's live receive buffer.
-            Some(tx) => unsafe { tx.remote_read(&own_local, &own_remote) },
-            None => Err(Error::new(Status::EndpointClosed, "endpoint has no link")),
-        };
+        // SAFETY: `own_local` lies in the request's live receive buffer.
+        let own = unsafe { self.peer_copy(e, key, &own_local, &own_remote, false) };
         self.splits.push(SplitWait {
             rreq: id,
             ep: e,
@@ -480,6 +479,82 @@ impl State {
             rest_remote,
         });
         true
+    }
+
+    /// Append `data`'s segments to a rendezvous offer on `e`. Where the link is shared memory
+    /// and `data` lies in one of this context's allocated regions, that region's key follows,
+    /// so the peer copies with plain loads and stores through the shared segment rather than
+    /// through the kernel. Returns the segment count and the frame flags to set.
+    pub(crate) fn emit_offer(&mut self, e: u32, out: &mut Vec<u8>, data: &Buf) -> (usize, u8) {
+        let segs: Vec<(u64, u64)> = data
+            .segs()
+            .iter()
+            .map(|&(a, l)| (a as u64, l as u64))
+            .collect();
+        emit_segments(out, segs.iter().copied());
+        let shm = self
+            .ep(e)
+            .and_then(|ep| ep.tx.as_ref())
+            .is_some_and(|tx| tx.peer_pid().is_some());
+        if shm && self.cfg.shm_segment_copy {
+            if let Some(key) = self.mem.shared_key(&segs) {
+                out.extend_from_slice(&key);
+                return (segs.len(), frame::flags::SHARED);
+            }
+        }
+        (segs.len(), 0)
+    }
+
+    /// Copy between `local` segments here and `remote` segments of the peer of `e`: read
+    /// them (`write` false) or write them. Through the peer's shared segment when it gave a
+    /// `key` that checks out, else through the link (CMA). A key that does not check out
+    /// (forged, stale, another process's) only costs the faster path.
+    ///
+    /// # Safety
+    /// `local` segments must be valid for writes (reads when `write`) of their lengths.
+    pub(crate) unsafe fn peer_copy(
+        &mut self,
+        e: u32,
+        key: Option<&[u8]>,
+        local: &[(usize, usize)],
+        remote: &[(u64, u64)],
+        write: bool,
+    ) -> Result<()> {
+        let pid = self
+            .ep(e)
+            .and_then(|ep| ep.tx.as_ref())
+            .and_then(|tx| tx.peer_pid());
+        if let (Some(key), Some(pid)) = (key, pid) {
+            match self.mem.shared_view(key, pid, remote) {
+                Ok((_map, there)) => {
+                    self.rndv_copies.shared += 1;
+                    // SAFETY: `there` lies in our live mapping of the peer's segment (checked
+                    // against its owner's record and the mapping's length); `local` by the
+                    // caller's contract.
+                    unsafe {
+                        if write {
+                            let dst: Vec<(usize, usize)> = there
+                                .iter()
+                                .map(|&(a, l)| (a as usize, l as usize))
+                                .collect();
+                            let src: Vec<(u64, u64)> =
+                                local.iter().map(|&(a, l)| (a as u64, l as u64)).collect();
+                            return copy_segments(&dst, &src);
+                        }
+                        return copy_segments(local, &there);
+                    }
+                }
+                Err(err) => tracing::debug!("shared-segment copy refused ({err}); using CMA"),
+            }
+        }
+        self.rndv_copies.link += 1;
+        match self.ep(e).and_then(|ep| ep.tx.as_mut()) {
+            // SAFETY: forwarded contract.
+            Some(tx) if write => unsafe { tx.remote_write(local, remote) },
+            // SAFETY: forwarded contract.
+            Some(tx) => unsafe { tx.remote_read(local, remote) },
+            None => Err(Error::new(Status::EndpointClosed, "endpoint has no link")),
+        }
     }
 
     /// The receiver asks this sender to write part of send `sreq` into its memory.
@@ -510,12 +585,9 @@ impl State {
             .map(|s| s.buf.slice(offset as usize, len as usize))
             .unwrap_or_default();
         let remote: Vec<(u64, u64)> = segs.iter().collect();
-        let res = match self.ep(e).and_then(|ep| ep.tx.as_mut()) {
-            // SAFETY: `local` lies in the send request's buffer, live until the receiver's
-            // final acknowledgement, which comes after this answer.
-            Some(tx) => unsafe { tx.remote_write(&local, &remote) },
-            None => Err(Error::new(Status::EndpointClosed, "endpoint has no link")),
-        };
+        // SAFETY: `local` lies in the send request's buffer, live until the receiver's final
+        // acknowledgement, which comes after this answer.
+        let res = unsafe { self.peer_copy(e, segs.shared_key(), &local, &remote, true) };
         let status = match &res {
             Ok(()) => 0,
             Err(err) => {

@@ -202,6 +202,7 @@ impl State {
             link_errors: Vec::new(),
             incoming: VecDeque::new(),
             splits: Vec::new(),
+            rndv_copies: RndvCopies::default(),
             written: Vec::new(),
         })
     }

@@ -221,6 +221,14 @@ impl LinkTx {
         unsafe { dispatch!(self, t => t.remote_read(local, remote)) }
     }
 
+    /// The peer's process id where the link is same-host shared memory.
+    pub fn peer_pid(&self) -> Option<u32> {
+        match self {
+            LinkTx::Shm(t) => Some(t.peer_pid()),
+            _ => None,
+        }
+    }
+
     /// Whether `remote_write` works on this link (shared memory with CMA).
     pub fn writes_remote(&self) -> bool {
         match self {

@@ -169,6 +169,9 @@ pub mod flags {
     pub const AM_REPLY: u8 = 1 << 0;
     /// Rendezvous: the sender asked for a synchronous send.
     pub const SYNC: u8 = 1 << 1;
+    /// Rendezvous offers (`TagRts`, `AmRts`, `RndvSplit`): a packed remote key follows the
+    /// segment list, naming the shared segment that holds every segment.
+    pub const SHARED: u8 = 1 << 2;
 }
 
 /// Why a frame was refused.
@@ -344,13 +347,30 @@ pub struct RemoteRef {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Segments<'a> {
     raw: &'a [u8],
+    key: Option<&'a [u8]>,
 }
 
 /// Bytes per encoded segment.
 pub const SEG_LEN: usize = 16;
 
 impl<'a> Segments<'a> {
-    fn new(raw: &'a [u8], count: usize, total: u64) -> Result<Segments<'a>, WireError> {
+    fn new(
+        raw: &'a [u8],
+        count: usize,
+        total: u64,
+        shared: bool,
+    ) -> Result<Segments<'a>, WireError> {
+        let (raw, key) = if shared {
+            let at = raw
+                .len()
+                .checked_sub(super::rkey::LEN)
+                .ok_or(WireError::BadField(
+                    "offer flagged shared has no room for its segment key",
+                ))?;
+            (&raw[..at], Some(&raw[at..]))
+        } else {
+            (raw, None)
+        };
         let need = count
             .checked_mul(SEG_LEN)
             .ok_or(WireError::BadField("segment count overflows"))?;
@@ -359,7 +379,7 @@ impl<'a> Segments<'a> {
                 "segment list length does not match its count",
             ));
         }
-        let s = Segments { raw };
+        let s = Segments { raw, key };
         let mut sum: u64 = 0;
         for (_, len) in s.iter() {
             sum = sum
@@ -372,6 +392,11 @@ impl<'a> Segments<'a> {
             ));
         }
         Ok(s)
+    }
+
+    /// The packed key of the shared segment holding every segment, if the sender gave one.
+    pub fn shared_key(&self) -> Option<&'a [u8]> {
+        self.key
     }
 
     /// Number of segments.
@@ -444,7 +469,7 @@ impl<'a> Frame<'a> {
                     sreq: u64_at(b, field::W2),
                     len,
                     sync: fl & flags::SYNC != 0,
-                    segs: Segments::new(rest, count, len)?,
+                    segs: Segments::new(rest, count, len, fl & flags::SHARED != 0)?,
                 }
             }
             Kind::RndvAts => Frame::RndvAts {
@@ -464,7 +489,7 @@ impl<'a> Frame<'a> {
                     rreq: u64_at(b, field::W2),
                     offset: u64_at(b, field::W3),
                     len,
-                    segs: Segments::new(rest, count, len)?,
+                    segs: Segments::new(rest, count, len, fl & flags::SHARED != 0)?,
                 }
             }
             Kind::RndvSplitDone => Frame::RndvSplitDone {
@@ -509,7 +534,7 @@ impl<'a> Frame<'a> {
                     sreq: u64_at(b, field::W1),
                     len,
                     header: &rest[..hlen],
-                    segs: Segments::new(&rest[hlen..], count, len)?,
+                    segs: Segments::new(&rest[hlen..], count, len, fl & flags::SHARED != 0)?,
                 }
             }
             Kind::Stream => Frame::Stream { data: rest },
@@ -725,6 +750,63 @@ mod tests {
         emit_segments(&mut segs, [(0u64, u64::MAX), (0, 2)].into_iter());
         let b = frame(Header::new(Kind::TagRts).word(3, 1).aux32(2), &segs);
         assert!(matches!(Frame::parse(&b), Err(WireError::BadField(_))));
+        // An offer flagged shared with no room for its key.
+        let mut segs = Vec::new();
+        emit_segments(&mut segs, [(64u64, 16u64)].into_iter());
+        let shared = Header::new(Kind::TagRts)
+            .word(3, 16)
+            .aux32(1)
+            .flags(flags::SHARED);
+        assert!(matches!(
+            Frame::parse(&frame(shared, &segs)),
+            Err(WireError::BadField(_))
+        ));
+    }
+
+    #[test]
+    fn shared_offers_carry_their_key_after_the_segments() {
+        let key: Vec<u8> = (0..crate::wire::rkey::LEN as u8).collect();
+        let mut extra = Vec::new();
+        emit_segments(&mut extra, [(64u64, 10u64), (4096, 6)].into_iter());
+        extra.extend_from_slice(&key);
+        let h = Header::new(Kind::RndvSplit)
+            .word(1, 1)
+            .word(2, 2)
+            .word(3, 0)
+            .word(4, 16)
+            .aux32(2)
+            .flags(flags::SHARED);
+        match Frame::parse(&frame(h, &extra)).unwrap() {
+            Frame::RndvSplit { segs, len, .. } => {
+                assert_eq!(len, 16);
+                assert_eq!(segs.iter().collect::<Vec<_>>(), [(64, 10), (4096, 6)]);
+                assert_eq!(segs.shared_key(), Some(&key[..]));
+            }
+            f => panic!("{f:?}"),
+        }
+        // Unflagged, the same bytes are a segment list of the wrong length.
+        let h = Header::new(Kind::RndvSplit).word(4, 16).aux32(2);
+        assert!(matches!(
+            Frame::parse(&frame(h, &extra)),
+            Err(WireError::BadField(_))
+        ));
+        // An active-message offer: header, segments, key.
+        let mut extra = b"hd".to_vec();
+        emit_segments(&mut extra, [(8u64, 5u64)].into_iter());
+        extra.extend_from_slice(&key);
+        let h = Header::new(Kind::AmRts)
+            .aux32(2)
+            .word(2, 5)
+            .word(3, 1)
+            .flags(flags::SHARED);
+        match Frame::parse(&frame(h, &extra)).unwrap() {
+            Frame::AmRts { header, segs, .. } => {
+                assert_eq!(header, b"hd");
+                assert_eq!(segs.len(), 1);
+                assert_eq!(segs.shared_key(), Some(&key[..]));
+            }
+            f => panic!("{f:?}"),
+        }
     }
 
     proptest! {
