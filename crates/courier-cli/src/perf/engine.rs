@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use courier::{AmFlags, AmRndv, Endpoint, EndpointParams, Info, Request, Worker};
+use courier::{AmFlags, AmRndv, Endpoint, EndpointParams, Info, Memory, Request, Worker};
 
 use super::params::{Params, TestKind};
 use super::report::Meter;
@@ -408,16 +408,20 @@ pub fn serve(link: Link, verbose: bool) -> CliResult<()> {
             }
             continue;
         }
-        let mut b = Buffers::new(&p);
+        let b = Buffers::new(&link, &p)?;
         let am = setup_am(&link, &p, AM_PING)?;
         link.send_ctrl(TAG_ACK, b"ok")?;
         let t0 = Instant::now();
-        run_server(&link, &p, &mut b, am)?;
+        let before = link.worker.rndv_copies().unwrap_or_default();
+        run_server(&link, &p, &b, am)?;
         if verbose {
+            let after = link.worker.rndv_copies().unwrap_or_default();
             eprintln!(
-                "done {} in {:.3} s",
+                "done {} in {:.3} s (rendezvous copies: {} through shared segments, {} through the kernel)",
                 p.test.name(),
-                t0.elapsed().as_secs_f64()
+                t0.elapsed().as_secs_f64(),
+                after.shared - before.shared,
+                after.link - before.link
             );
         }
     }
@@ -448,38 +452,60 @@ pub(super) fn verify(buf: &[u8]) -> bool {
     buf.iter().enumerate().all(|(i, &b)| b == pattern(i))
 }
 
+/// The message buffers of a two-sided test, mapped by the library (allocated, as
+/// ucx_perftest allocates them with `ucp_mem_map`): the send buffer in the first `-m`
+/// memory type, the receive buffers in the second.
 struct Buffers {
-    send: Vec<u8>,
+    send: Memory,
     /// One receive buffer per window slot.
-    recv: Vec<u8>,
+    recv: Memory,
     size: usize,
     bounds: Vec<(usize, usize)>,
 }
 
 impl Buffers {
-    fn new(p: &Params) -> Buffers {
+    fn new(link: &Link, p: &Params) -> CliResult<Buffers> {
         let size = p.msg_size();
-        let send: Vec<u8> = (0..size).map(pattern).collect();
         let slots = p.window.max(1);
+        let ctx = link.worker.context();
+        let send = super::rma::map_memory(ctx, p.mem[0], size)?;
+        let recv = super::rma::map_memory(ctx, p.mem[1], size * slots)?;
+        // SAFETY: fresh host regions of at least `size` and `size * slots` bytes, not yet
+        // known to anyone else.
+        unsafe {
+            let s = std::slice::from_raw_parts_mut(send.as_ptr(), size);
+            for (i, b) in s.iter_mut().enumerate() {
+                *b = pattern(i);
+            }
+            std::ptr::write_bytes(recv.as_ptr(), 0, size * slots);
+        }
         let mut bounds = Vec::new();
         let mut off = 0;
         for &s in &p.sizes {
             bounds.push((off, s));
             off += s;
         }
-        Buffers {
+        Ok(Buffers {
             send,
-            recv: vec![0u8; size * slots],
+            recv,
             size,
             bounds,
-        }
+        })
+    }
+
+    fn data(&self) -> &[u8] {
+        // SAFETY: the send region holds `size` initialized bytes and lives as long as self;
+        // nothing writes it after `new`.
+        unsafe { std::slice::from_raw_parts(self.send.as_ptr(), self.size) }
+    }
+
+    fn recv_base(&self) -> *mut u8 {
+        self.recv.as_ptr()
     }
 
     fn iov(&self) -> Vec<&[u8]> {
-        self.bounds
-            .iter()
-            .map(|&(o, l)| &self.send[o..o + l])
-            .collect()
+        let data = self.data();
+        self.bounds.iter().map(|&(o, l)| &data[o..o + l]).collect()
     }
 }
 
@@ -655,14 +681,14 @@ pub fn run_client(
     if let Some(side) = side {
         return rma::run_client(link, p, meter, side);
     }
-    let mut b = Buffers::new(p);
+    let b = Buffers::new(link, p)?;
     let am = setup_am(link, p, AM_PONG)?;
     let total = p.total();
     let warm = p.warmup;
     let size = b.size;
-    let rbase = b.recv.as_mut_ptr();
+    let rbase = b.recv_base();
     let iov = b.iov();
-    let data = &b.send[..];
+    let data = b.data();
     let w = p.window.max(1);
     if total == 0 {
         return Ok(meter.finish(Instant::now()));
@@ -822,13 +848,13 @@ fn bibw_round(
 // Server side (answers, does not measure)
 // ---------------------------------------------------------------------------------------
 
-fn run_server(link: &Link, p: &Params, b: &mut Buffers, am: Option<Arc<AmState>>) -> CliResult<()> {
+fn run_server(link: &Link, p: &Params, b: &Buffers, am: Option<Arc<AmState>>) -> CliResult<()> {
     let total = p.total();
     let size = b.size;
     let w = p.window.max(1);
-    let rbase = b.recv.as_mut_ptr();
+    let rbase = b.recv_base();
     let iov = b.iov();
-    let data = &b.send[..];
+    let data = b.data();
     match p.test {
         TestKind::TagLat | TestKind::TagSyncLat | TestKind::StreamLat => {
             let stream = p.test == TestKind::StreamLat;
