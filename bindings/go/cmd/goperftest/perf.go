@@ -85,6 +85,31 @@ func idle(w *courier.Worker, wakeup bool, spins *int) {
 	}
 }
 
+// buffers hands out message buffers the library maps (MemMap with Alloc), as the seed's
+// perftest maps its memory and ucx_perftest allocates its buffers with ucp_mem_map: a
+// same-host peer then copies rendezvous data through the region's shared segment. A larger
+// need maps a bigger region; release unmaps them all.
+type buffers struct {
+	c    *courier.Context
+	maps []*courier.Memory
+}
+
+func (b *buffers) get(n int) ([]byte, error) {
+	m, err := b.c.MemMap(&courier.MemMapParams{Alloc: true, Length: n})
+	if err != nil {
+		return nil, err
+	}
+	b.maps = append(b.maps, m)
+	return m.Bytes()[:n], nil
+}
+
+func (b *buffers) release() {
+	for _, m := range b.maps {
+		_ = m.Close()
+	}
+	b.maps = nil
+}
+
 // ----- server -------------------------------------------------------------------------
 
 type conn struct {
@@ -105,6 +130,8 @@ func RunServer(ctx context.Context, p *Params, ready chan<- string) error {
 		return err
 	}
 	defer c.Close()
+	bufs := &buffers{c: c}
+	defer bufs.release()
 	w, err := c.NewWorker((&courier.WorkerParams{}).SetThreadMode(courier.ThreadModeSingle))
 	if err != nil {
 		return err
@@ -123,8 +150,14 @@ func RunServer(ctx context.Context, p *Params, ready chan<- string) error {
 		}
 		return cn
 	}
-	buf := make([]byte, p.Size) // rendezvous data lands here (one buffer: contents unchecked)
-	pong := make([]byte, p.Size)
+	buf, err := bufs.get(p.Size) // rendezvous data lands here (one buffer: contents unchecked)
+	if err != nil {
+		return err
+	}
+	pong, err := bufs.get(p.Size)
+	if err != nil {
+		return err
+	}
 	// Everything below runs inside w.Progress on this goroutine: no locks.
 	// The answer has the size of the message it answers: the client's -s drives the test,
 	// as with ucx_perftest, whatever this server was started with.
@@ -134,7 +167,9 @@ func RunServer(ctx context.Context, p *Params, ready chan<- string) error {
 			return
 		}
 		if n > len(pong) {
-			pong = make([]byte, n)
+			if pong, failure = bufs.get(n); failure != nil {
+				return
+			}
 		}
 		if _, err := cn.ep.SendAM(amPong, nil, pong[:n], rndvFlag(p, n), nil); err != nil {
 			failure = err
@@ -170,7 +205,9 @@ func RunServer(ctx context.Context, p *Params, ready chan<- string) error {
 			return
 		}
 		if m.DataLen > len(buf) {
-			buf = make([]byte, m.DataLen)
+			if buf, failure = bufs.get(m.DataLen); failure != nil {
+				return
+			}
 		}
 		n := m.DataLen
 		if _, err := m.ReceiveData(buf[:n], func(_ courier.Info, err error) {
@@ -368,10 +405,15 @@ func runThread(ctx context.Context, c *courier.Context, p *Params, t int, rows c
 		return 0, err
 	}
 	defer w.Close()
+	bufs := &buffers{c: c}
+	defer bufs.release()
 	var pongs uint64
 	acked := false
 	var sendErr error
-	pongBuf := make([]byte, p.Size)
+	pongBuf, err := bufs.get(p.Size)
+	if err != nil {
+		return 0, err
+	}
 	if err := w.SetAMHandler(amPong, func(m *courier.AMMessage) {
 		if !m.IsRndv() {
 			pongs++
@@ -379,7 +421,13 @@ func runThread(ctx context.Context, c *courier.Context, p *Params, t int, rows c
 		}
 		// A large reply: receive it (into one buffer; contents unchecked).
 		if m.DataLen > len(pongBuf) {
-			pongBuf = make([]byte, m.DataLen)
+			var err error
+			if pongBuf, err = bufs.get(m.DataLen); err != nil {
+				if sendErr == nil {
+					sendErr = err
+				}
+				return
+			}
 		}
 		if _, err := m.ReceiveData(pongBuf[:m.DataLen], func(_ courier.Info, err error) {
 			if err != nil && sendErr == nil {
@@ -408,7 +456,10 @@ func runThread(ctx context.Context, c *courier.Context, p *Params, t int, rows c
 	if p.Latency {
 		binary.LittleEndian.PutUint32(hdr[4:], hdrLat)
 	}
-	data := make([]byte, p.Size)
+	data, err := bufs.get(p.Size)
+	if err != nil {
+		return 0, err
+	}
 	for i := range data {
 		data[i] = byte(i)
 	}
