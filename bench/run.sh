@@ -308,7 +308,7 @@ for size in sorted(rows):
         if not gb or not nb:
             continue
         r = gb / nb
-        print(f"| {size >> 20} MiB | bandwidth (MB/s) | {gb:.0f} | {nb:.0f} | {r:.2f} | >= 0.95 | {'PASS' if r >= 0.95 else 'MISS'} |")
+        print(f"| {size >> 20} MiB | bandwidth (MB/s) | {gb:.0f} | {nb:.0f} | {r:.3f} | >= 0.95 | {'PASS' if r >= 0.95 else 'MISS'} |")
 PYEOF
     else
         log "Go perftest run failed; see $HERE/results/go_vs_native.log"
