@@ -387,19 +387,7 @@ impl State {
             }
             // SAFETY: `local` segments are the request's live receive buffer.
             let res = unsafe { self.peer_copy(e, key, &local, &remote, false) };
-            let status = match &res {
-                Ok(()) => 0,
-                Err(err) => err.status().code(),
-            };
-            let _ = self.send_frame(
-                e,
-                &Header::new(Kind::RndvAts)
-                    .word(1, sreq)
-                    .aux32(status as u32),
-                &[],
-                &Buf::EMPTY,
-                None,
-            );
+            self.send_status(e, Kind::RndvAts, sreq, &res);
             match res {
                 Ok(()) => self.finish_recv(id),
                 Err(err) => self.complete(id, Err(err)),
@@ -588,22 +576,22 @@ impl State {
         // SAFETY: `local` lies in the send request's buffer, live until the receiver's final
         // acknowledgement, which comes after this answer.
         let res = unsafe { self.peer_copy(e, segs.shared_key(), &local, &remote, true) };
-        let status = match &res {
+        if let Err(err) = &res {
+            tracing::debug!("split rendezvous: writing to the receiver failed: {err}");
+        }
+        self.send_status(e, Kind::RndvSplitDone, rreq, &res);
+    }
+
+    /// Answer a rendezvous step with its outcome: a `kind` frame naming the peer's request
+    /// `id`, with status 0 or the error's code. (If it cannot be sent, the link is failing
+    /// and the endpoint's failure completes the peer's request.)
+    fn send_status(&mut self, e: u32, kind: Kind, id: u64, res: &Result<()>) {
+        let code = match res {
             Ok(()) => 0,
-            Err(err) => {
-                tracing::debug!("split rendezvous: writing to the receiver failed: {err}");
-                err.status().code()
-            }
+            Err(err) => err.status().code(),
         };
-        let _ = self.send_frame(
-            e,
-            &Header::new(Kind::RndvSplitDone)
-                .word(1, rreq)
-                .aux32(status as u32),
-            &[],
-            &Buf::EMPTY,
-            None,
-        );
+        let hdr = Header::new(kind).word(1, id).aux32(code as u32);
+        let _ = self.send_frame(e, &hdr, &[], &Buf::EMPTY, None);
     }
 
     /// The sender wrote its part of a split rendezvous (or could not).
@@ -626,19 +614,7 @@ impl State {
                 res = rest;
             }
         }
-        let code = match &res {
-            Ok(()) => 0,
-            Err(err) => err.status().code(),
-        };
-        let _ = self.send_frame(
-            e,
-            &Header::new(Kind::RndvAts)
-                .word(1, w.sreq)
-                .aux32(code as u32),
-            &[],
-            &Buf::EMPTY,
-            None,
-        );
+        self.send_status(e, Kind::RndvAts, w.sreq, &res);
         match res {
             Ok(()) => self.finish_recv(rreq),
             Err(err) => self.complete(rreq, Err(err)),
