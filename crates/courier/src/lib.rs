@@ -28,6 +28,7 @@ pub mod transport;
 pub mod wire;
 
 pub use api::*;
+pub use base::cuda::{Driver as CudaDriver, load as cuda_driver};
 pub use base::{Config, Error, Result, Status};
 pub use proto::am::{AmFlags, AmRndv};
 pub use proto::state::{Buf, Callback, Info, RndvCopies};

@@ -91,6 +91,8 @@ impl Context {
             .name
             .unwrap_or_else(|| format!("courier-{}", std::process::id()));
         tracing::info!("{name} COURIER_TLS={}", cfg.tls.effective());
+        // An application that loaded the CUDA driver may hand us device pointers.
+        crate::base::cuda::adopt_if_present(&cfg.cuda_lib);
         Ok(Context {
             inner: Arc::new(ContextInner {
                 cfg: Arc::new(cfg),

@@ -14,12 +14,14 @@ use super::context::Context;
 use super::endpoint::Endpoint;
 use super::request::Request;
 use super::worker::Worker;
+use crate::base::cuda;
 use crate::base::sys::host_id;
 use crate::base::{Error, Result, Status};
 pub use crate::proto::memreg::MemoryType;
-use crate::proto::memreg::{Mapping, MemRegistry, PeerMaps, check};
+use crate::proto::memreg::{Mapping, MemRegistry, PeerMaps, Place, check};
 pub use crate::proto::rma::{AtomicOp, SignalOp};
 use crate::proto::rma::{do_atomic, do_signal};
+use crate::proto::stage;
 use crate::proto::state::{Buf, Callback, Info};
 use crate::proto::tag::Started;
 use crate::transport::RndvMode;
@@ -104,8 +106,9 @@ impl Context {
     pub fn mem_map(&self, p: MemMapParams) -> Result<Memory> {
         let reg = self.inner.mem.clone();
         let mut mem_type = p.memory_type;
+        let mut driver = None;
         match mem_type {
-            MemoryType::Cuda => return Err(crate::base::cuda::unavailable()),
+            MemoryType::Cuda => driver = Some(cuda::load(&self.inner.cfg.cuda_lib)?),
             MemoryType::Nic => {
                 NIC_FALLBACK.call_once(|| tracing::info!("memory type nic: no RDMA device with on-chip memory here; using host memory"));
                 mem_type = MemoryType::Host;
@@ -122,7 +125,10 @@ impl Context {
                     "give an address to register, or allocate, not both",
                 ));
             }
-            let (id, _, ptr) = reg.allocate(p.length, p.access, mem_type)?;
+            let (id, _, ptr) = match driver {
+                Some(d) => reg.allocate_device(d, p.length, p.access)?,
+                None => reg.allocate(p.length, p.access, mem_type)?,
+            };
             return Ok(Memory {
                 reg,
                 id,
@@ -140,6 +146,15 @@ impl Context {
         if ptr.is_null() && p.length > 0 {
             return Err(Error::new(Status::InvalidParam, "null address"));
         }
+        match driver {
+            Some(d) if p.length > 0 => check_device_range(d, ptr as usize, p.length)?,
+            // Device memory registered as host memory is found out, as UCX does.
+            None if p.length > 0 && cuda::is_device(ptr as usize) => {
+                tracing::debug!("mem_map: {ptr:p} is CUDA device memory");
+                mem_type = MemoryType::Cuda;
+            }
+            _ => {}
+        }
         let (id, _) = reg.add(ptr as u64, p.length as u64, p.access, mem_type, None, None)?;
         Ok(Memory {
             reg,
@@ -149,6 +164,26 @@ impl Context {
             mem_type,
         })
     }
+}
+
+/// A buffer registered as CUDA memory must lie inside one device allocation.
+fn check_device_range(d: &cuda::Driver, addr: usize, len: usize) -> Result<()> {
+    if !d.is_device(addr) {
+        return Err(Error::msg(
+            Status::InvalidParam,
+            format!("{addr:#x} is not CUDA device memory"),
+        ));
+    }
+    let (base, size) = d.allocation_of(addr)?;
+    if addr.checked_add(len).is_none_or(|end| end > base + size) {
+        return Err(Error::msg(
+            Status::OutOfRange,
+            format!(
+                "[{addr:#x}, +{len}) runs past the end of its device allocation [{base:#x}, +{size})"
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// What `Memory::query` tells.
@@ -220,7 +255,56 @@ impl Memory {
     /// Unmap now (also done on drop).
     pub fn unmap(self) {}
 
+    /// Copy `data` into the region at `offset` (through the CUDA driver for device memory).
+    pub fn write(&self, offset: usize, data: &[u8]) -> Result<()> {
+        let p = self.range(offset, data.len())?;
+        // SAFETY: inside the region, which outlives the call.
+        unsafe {
+            copy_local(
+                &Buf::One((data.as_ptr() as usize, data.len())),
+                p,
+                Dir::ToRegion,
+            )
+        }
+    }
+
+    /// Copy bytes of the region at `offset` into `out` (through the CUDA driver for device
+    /// memory).
+    pub fn read(&self, offset: usize, out: &mut [u8]) -> Result<()> {
+        let p = self.range(offset, out.len())?;
+        // SAFETY: inside the region, which outlives the call; `out` is writable.
+        unsafe {
+            copy_local(
+                &Buf::One((out.as_mut_ptr() as usize, out.len())),
+                p,
+                Dir::FromRegion,
+            )
+        }
+    }
+
+    fn range(&self, offset: usize, len: usize) -> Result<Place> {
+        if offset.checked_add(len).is_none_or(|e| e > self.len) {
+            return Err(Error::msg(
+                Status::OutOfRange,
+                format!(
+                    "[{offset}, +{len}) is outside the region's {} bytes",
+                    self.len
+                ),
+            ));
+        }
+        Ok(Place {
+            ptr: self.ptr.wrapping_add(offset),
+            device: self.mem_type == MemoryType::Cuda,
+        })
+    }
+
     fn word(&self, offset: usize) -> Result<&AtomicU64> {
+        if self.mem_type == MemoryType::Cuda {
+            return Err(Error::new(
+                Status::Unsupported,
+                "signal words need host memory; this region is CUDA device memory",
+            ));
+        }
         if !offset.is_multiple_of(8) || offset.checked_add(8).is_none_or(|e| e > self.len) {
             return Err(Error::msg(
                 Status::OutOfRange,
@@ -329,20 +413,37 @@ impl RemoteKey {
         }
     }
 
-    /// Check an access against the owner's record; the local address if mapped here.
-    fn resolve(&self, addr: u64, len: u64, need: u16) -> Result<Option<*mut u8>> {
+    /// Check an access against the owner's record; where it lands if mapped here.
+    fn resolve(&self, addr: u64, len: u64, need: u16) -> Result<Option<Place>> {
         match &self.path {
-            Path::Local(reg) => reg
-                .lookup(self.key.region, self.key.secret, addr, len, need)
-                .map(Some),
+            Path::Local(reg) => {
+                let p = reg.lookup_place(self.key.region, self.key.secret, addr, len, need)?;
+                if p.device && need == access::ATOMIC {
+                    return Err(Error::new(
+                        Status::Unsupported,
+                        "atomics on CUDA device memory are not supported (the CPU cannot reach it)",
+                    ));
+                }
+                Ok(Some(p))
+            }
             Path::Direct { peer, seg, .. } => {
                 let rec = peer.record(self.key.region).ok_or_else(|| {
                     Error::new(Status::InvalidKey, "region id out of range (forged key)")
                 })?;
                 check(&rec, self.key.region, self.key.secret, addr, len, need)?;
+                if rec.mem_type != MemoryType::Host.code() as u64 {
+                    // Honest keys of device memory take the owner's path (`rkey_unpack`).
+                    return Err(Error::new(
+                        Status::InvalidKey,
+                        "the key claims host memory, but the owner's region is device memory",
+                    ));
+                }
                 Ok(seg
                     .as_ref()
-                    .map(|m| m.ptr.wrapping_add((addr - rec.base) as usize))
+                    .map(|m| Place {
+                        ptr: m.ptr.wrapping_add((addr - rec.base) as usize),
+                        device: false,
+                    })
                     .filter(|_| rec.base == self.key.base))
             }
             Path::Remote => Ok(None),
@@ -366,22 +467,27 @@ fn done(len: usize) -> Started {
     })
 }
 
-/// Copy between the caller's segments and a region mapped at `region`, in order.
+/// Copy between the caller's (host) segments and a region mapped here, in order: plain
+/// copies, or through the CUDA driver for device memory.
 ///
 /// # Safety
 /// `region` must be valid for `buf.len()` bytes and the segments for their lengths.
-unsafe fn copy_local(buf: &Buf, region: *mut u8, dir: Dir) {
+unsafe fn copy_local(buf: &Buf, region: Place, dir: Dir) -> Result<()> {
     let mut off = 0;
     for &(a, l) in buf.segs() {
+        let r = region.ptr.wrapping_add(off);
         // SAFETY: per the function's contract.
         unsafe {
-            match dir {
-                Dir::ToRegion => std::ptr::copy_nonoverlapping(a as *const u8, region.add(off), l),
-                Dir::FromRegion => std::ptr::copy_nonoverlapping(region.add(off), a as *mut u8, l),
+            match (dir, region.device) {
+                (Dir::ToRegion, false) => std::ptr::copy_nonoverlapping(a as *const u8, r, l),
+                (Dir::FromRegion, false) => std::ptr::copy_nonoverlapping(r, a as *mut u8, l),
+                (Dir::ToRegion, true) => stage::to_device(r, a as *const u8, l)?,
+                (Dir::FromRegion, true) => stage::from_device(a as *mut u8, r, l)?,
             }
         }
         off += l;
     }
+    Ok(())
 }
 
 /// Copy between the caller's segments and process `pid`'s memory at `raddr` with CMA.
@@ -428,7 +534,11 @@ impl Endpoint {
                 && crate::transport::shm::cma_probe(key.pid, key.base));
         let path = if key.pid == std::process::id() && key.ctx_id == reg.ctx_id {
             Path::Local(reg)
-        } else if same_host && (mode == Some(RndvMode::RemoteRead) || upgrading) {
+        } else if same_host
+            && key.mem_type == MemoryType::Host.code()
+            && (mode == Some(RndvMode::RemoteRead) || upgrading)
+        {
+            // (Device memory is reached through its owner, who copies with its driver.)
             match reg.peer(&key) {
                 Ok(peer) => {
                     let seg = if key.region_fd >= 0 {
@@ -537,19 +647,49 @@ impl Endpoint {
         cb: Callback,
     ) -> Result<Started> {
         self.check_key(key)?;
+        if let Some(host) = stage::gather(&data)? {
+            // Device memory is copied out first; the owner's path keeps the copy with the
+            // request.
+            let hb = Buf::One((host.as_ptr() as usize, host.len()));
+            // SAFETY: `host` outlives the direct copy.
+            if let Some(s) = unsafe { self.put_direct(&hb, raddr, key)? } {
+                return Ok(s);
+            }
+            let target = rref(key, raddr);
+            return self
+                .with_state(|st, e| st.staged_send(host, |st, b| st.rma_put(e, b, target, cb)));
+        }
+        // SAFETY: the caller keeps `data` valid.
+        match unsafe { self.put_direct(&data, raddr, key)? } {
+            Some(s) => Ok(s),
+            None => self.with_state(|st, e| st.rma_put(e, data, rref(key, raddr), cb)),
+        }
+    }
+
+    /// A put this process carries out itself (the region is mapped here, or CMA reaches
+    /// it); `None` when it must go through the owner.
+    ///
+    /// # Safety
+    /// `data` must be valid host memory.
+    unsafe fn put_direct(
+        &self,
+        data: &Buf,
+        raddr: u64,
+        key: &RemoteKey,
+    ) -> Result<Option<Started>> {
         let len = data.len();
         match key.resolve(raddr, len as u64, access::WRITE)? {
             Some(dst) => {
                 // SAFETY: the owner's record covers [raddr, raddr+len); source is the caller's.
-                unsafe { copy_local(&data, dst, Dir::ToRegion) };
-                Ok(done(len))
+                unsafe { copy_local(data, dst, Dir::ToRegion)? };
+                Ok(Some(done(len)))
             }
             None if matches!(key.path, Path::Direct { cma: true, .. }) => {
                 // SAFETY: the segments are the caller's buffer.
-                unsafe { copy_cma(key.key.pid, &data, raddr, Dir::ToRegion)? };
-                Ok(done(len))
+                unsafe { copy_cma(key.key.pid, data, raddr, Dir::ToRegion)? };
+                Ok(Some(done(len)))
             }
-            None => self.with_state(|st, e| st.rma_put(e, data, rref(key, raddr), cb)),
+            None => Ok(None),
         }
     }
 
@@ -565,19 +705,44 @@ impl Endpoint {
         cb: Callback,
     ) -> Result<Started> {
         self.check_key(key)?;
+        let target = rref(key, raddr);
+        if stage::has_device(&buf) {
+            // Into host memory first; the device buffer is written on completion.
+            return self.with_state(|st, e| {
+                st.staged_recv(buf, |st, b| {
+                    // SAFETY: `b` is the stage's host copy, alive as long as the request.
+                    match unsafe { self.get_direct(&b, raddr, key)? } {
+                        Some(s) => Ok(s),
+                        None => st.rma_get(e, b, target, cb),
+                    }
+                })
+            });
+        }
+        // SAFETY: the caller keeps `buf` valid.
+        match unsafe { self.get_direct(&buf, raddr, key)? } {
+            Some(s) => Ok(s),
+            None => self.with_state(|st, e| st.rma_get(e, buf, target, cb)),
+        }
+    }
+
+    /// A get this process carries out itself; `None` when it must go through the owner.
+    ///
+    /// # Safety
+    /// `buf` must be valid, writable host memory.
+    unsafe fn get_direct(&self, buf: &Buf, raddr: u64, key: &RemoteKey) -> Result<Option<Started>> {
         let len = buf.len();
         match key.resolve(raddr, len as u64, access::READ)? {
             Some(src) => {
                 // SAFETY: the record covers the source range; destination is the caller's.
-                unsafe { copy_local(&buf, src, Dir::FromRegion) };
-                Ok(done(len))
+                unsafe { copy_local(buf, src, Dir::FromRegion)? };
+                Ok(Some(done(len)))
             }
             None if matches!(key.path, Path::Direct { cma: true, .. }) => {
                 // SAFETY: the segments are the caller's writable buffer.
-                unsafe { copy_cma(key.key.pid, &buf, raddr, Dir::FromRegion)? };
-                Ok(done(len))
+                unsafe { copy_cma(key.key.pid, buf, raddr, Dir::FromRegion)? };
+                Ok(Some(done(len)))
             }
-            None => self.with_state(|st, e| st.rma_get(e, buf, rref(key, raddr), cb)),
+            None => Ok(None),
         }
     }
 
@@ -617,11 +782,12 @@ impl Endpoint {
             ));
         }
         match key.resolve(raddr, width, access::ATOMIC)? {
-            // SAFETY: checked in range and aligned; shared memory is touched only atomically.
+            // SAFETY: checked in range and aligned (and host memory: `resolve` refuses
+            // atomics on device memory); shared memory is touched only atomically.
             Some(p) => Ok(Started::Done(Info {
                 len: width as usize,
                 tag: 0,
-                value: unsafe { do_atomic(p, op, bits32, value, compare) },
+                value: unsafe { do_atomic(p.ptr, op, bits32, value, compare) },
             })),
             None => self.with_state(|st, e| {
                 st.rma_atomic(e, op, bits32, value, compare, rref(key, raddr), cb)
@@ -682,29 +848,37 @@ impl Endpoint {
                 "signal address is not 8-byte aligned",
             ));
         }
+        let host = stage::gather(&data)?;
+        let data = match &host {
+            Some(h) => Buf::One((h.as_ptr() as usize, h.len())),
+            None => data,
+        };
         let len = data.len();
         let dst = key.resolve(raddr, len as u64, access::WRITE)?;
         let sig = sig_key.resolve(sig_addr, 8, access::WRITE)?;
         match (dst, sig) {
+            (_, Some(sig)) if sig.device => Err(Error::new(
+                Status::Unsupported,
+                "the signal word is in CUDA device memory; signal words need host memory",
+            )),
             (Some(dst), Some(sig)) => {
-                // SAFETY: both ranges checked against the owner's records.
-                unsafe { copy_local(&data, dst, Dir::ToRegion) };
+                // SAFETY: both ranges checked against the owner's records; a device copy
+                // has finished when it returns.
+                unsafe { copy_local(&data, dst, Dir::ToRegion)? };
                 fence(Ordering::Release);
-                // SAFETY: checked and aligned.
-                unsafe { do_signal(sig, op, value) };
+                // SAFETY: checked, aligned, host memory.
+                unsafe { do_signal(sig.ptr, op, value) };
                 Ok(done(len))
             }
-            _ => self.with_state(|st, e| {
-                st.rma_put_signal(
-                    e,
-                    data,
-                    rref(key, raddr),
-                    rref(sig_key, sig_addr),
-                    op,
-                    value,
-                    cb,
-                )
-            }),
+            _ => {
+                let (t, s) = (rref(key, raddr), rref(sig_key, sig_addr));
+                self.with_state(|st, e| match host {
+                    Some(h) => {
+                        st.staged_send(h, |st, b| st.rma_put_signal(e, b, t, s, op, value, cb))
+                    }
+                    None => st.rma_put_signal(e, data, t, s, op, value, cb),
+                })
+            }
         }
     }
 

@@ -103,6 +103,12 @@ pub const VARS: &[Var] = &[
         accepts: "a size",
     },
     Var {
+        name: "COURIER_CUDA_LIB",
+        default: "libcuda.so.1",
+        help: "The CUDA driver library, loaded at run time when CUDA memory is used (or when the application has loaded it)",
+        accepts: "a library name or path",
+    },
+    Var {
         name: "COURIER_TCP_CONNECT_TIMEOUT",
         default: "5s",
         help: "How long a TCP connection attempt may take",
@@ -142,6 +148,8 @@ pub struct Config {
     pub tcp_rcvbuf: usize,
     /// TCP connect timeout.
     pub tcp_connect_timeout: Duration,
+    /// The CUDA driver library.
+    pub cuda_lib: String,
     /// Whether this process may sleep on its event fd (the context's `wakeup` feature; not
     /// an environment variable). Without it, shared-memory peers skip the wakeup protocol.
     pub wakeup: bool,
@@ -433,6 +441,10 @@ impl Config {
             tcp_sndbuf: size("COURIER_TCP_SNDBUF")?,
             tcp_rcvbuf: size("COURIER_TCP_RCVBUF")?,
             tcp_connect_timeout: dur("COURIER_TCP_CONNECT_TIMEOUT")?,
+            cuda_lib: match get("COURIER_CUDA_LIB").trim() {
+                "" => return Err(bad("COURIER_CUDA_LIB", "", "empty")),
+                lib => lib.to_string(),
+            },
             wakeup: true,
             raw,
         })

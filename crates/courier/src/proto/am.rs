@@ -75,6 +75,9 @@ impl State {
         flags: AmFlags,
         cb: Callback,
     ) -> Result<Started> {
+        if let Some(host) = super::stage::gather(&data)? {
+            return self.staged_send(host, |st, b| st.am_send(e, id, header, b, flags, cb));
+        }
         if let (Buf::One((addr, len)), false, Ok(hlen32)) =
             (&data, flags.rndv, u32::try_from(header.len()))
         {
@@ -177,6 +180,9 @@ impl State {
 
     /// Receive a rendezvous active message's data into `buf`.
     pub(crate) fn am_recv_data(&mut self, desc: AmRndv, buf: Buf, cb: Callback) -> Result<Started> {
+        if super::stage::has_device(&buf) {
+            return self.staged_recv(buf, |st, b| st.am_recv_data(desc, b, cb));
+        }
         let live = matches!(self.ep(desc.ep), Some(ep) if ep.generation == desc.ep_generation);
         if !live {
             return Err(Error::new(

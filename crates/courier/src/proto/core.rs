@@ -107,6 +107,9 @@ pub(crate) struct State {
     pub rndv_copies: RndvCopies,
     /// Scratch for the ids of zero-copy sends a link reports written.
     pub written: Vec<u64>,
+    /// A host copy of device memory waiting for the request the operation being started
+    /// allocates first (`proto::stage`).
+    pub parked: Option<Box<crate::proto::stage::Stage>>,
 }
 
 impl State {
@@ -138,6 +141,7 @@ impl State {
             callback,
             detached: false,
             zc_wait: false,
+            stage: None,
         };
         if let Some(idx) = self.reqs.free.pop() {
             let s = &mut self.reqs.slots[idx as usize];
@@ -160,6 +164,7 @@ impl State {
             s.info = Info::default();
             s.callback = slot.callback;
             s.detached = false;
+            s.stage = self.parked.take();
             make_id(generation, idx)
         } else {
             // Generations start at 1, so no request id is 0: the wire uses 0 for "no
@@ -167,6 +172,7 @@ impl State {
             let idx = self.reqs.slots.len() as u32;
             self.reqs.slots.push(ReqSlot {
                 generation: 1,
+                stage: self.parked.take(),
                 ..slot
             });
             make_id(1, idx)
@@ -189,6 +195,7 @@ impl State {
             s.live = false;
             s.callback = Callback::None;
             s.buf = Buf::EMPTY;
+            s.stage = None;
             self.reqs.free.push(idx);
         }
     }
@@ -207,6 +214,11 @@ impl State {
         }
         s.done = true;
         s.info = info;
+        // Device memory: the host copy goes to the device before anyone hears of it.
+        let result = match s.stage.take() {
+            Some(stage) => stage.finish(result),
+            None => result,
+        };
         // A request with a callback belongs to it (nobody polls it): free it now, or the
         // slot of every operation started with a callback (the C ABI's) stays taken.
         let detached = s.detached || !matches!(s.callback, Callback::None);

@@ -109,6 +109,8 @@ pub(crate) struct Record {
     pub base: u64,
     pub len: u64,
     pub access: u64,
+    /// `MemoryType::code` of the region.
+    pub mem_type: u64,
 }
 
 fn word(table: *mut u8, slot: usize, w: usize) -> &'static AtomicU64 {
@@ -125,6 +127,7 @@ fn read_record(table: *mut u8, slot: usize) -> Record {
         base: word(table, slot, 3).load(Ordering::Relaxed),
         len: word(table, slot, 4).load(Ordering::Relaxed),
         access: word(table, slot, 5).load(Ordering::Relaxed),
+        mem_type: word(table, slot, 6).load(Ordering::Relaxed),
     }
 }
 
@@ -180,7 +183,25 @@ struct Region {
     access: u16,
     mem_type: MemoryType,
     memfd: Option<OwnedFd>,
-    _alloc: Option<Mapping>,
+    _alloc: Option<Backing>,
+}
+
+/// What keeps an allocated region's memory alive: a shared segment, or device memory.
+pub(crate) enum Backing {
+    Shared {
+        _map: Mapping,
+    },
+    Device {
+        _mem: crate::base::cuda::DeviceAlloc,
+    },
+}
+
+/// Where a checked access lands in this process.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Place {
+    pub ptr: *mut u8,
+    /// CUDA device memory: only the driver may copy to and from it.
+    pub device: bool,
 }
 
 /// A peer process's key table and region segments, mapped here.
@@ -304,7 +325,8 @@ impl MemRegistry {
                         secret: 0,
                         base: 0,
                         len: 0,
-                        access: 0
+                        access: 0,
+                        mem_type: 0,
                     };
                     TABLE_SLOTS
                 ],
@@ -328,6 +350,7 @@ impl MemRegistry {
                     (3, rec.base),
                     (4, rec.len),
                     (5, rec.access),
+                    (6, rec.mem_type),
                 ] {
                     word(t.ptr, slot, w).store(v, Ordering::Relaxed);
                 }
@@ -345,7 +368,7 @@ impl MemRegistry {
         acc: u16,
         mem_type: MemoryType,
         memfd: Option<OwnedFd>,
-        alloc: Option<Mapping>,
+        alloc: Option<Backing>,
     ) -> Result<(u64, u64)> {
         let mut g = self.lock();
         let slot = (1..TABLE_SLOTS)
@@ -384,6 +407,7 @@ impl MemRegistry {
                 base,
                 len,
                 access: acc as u64,
+                mem_type: mem_type.code() as u64,
             },
         );
         Ok((id, secret))
@@ -399,7 +423,34 @@ impl MemRegistry {
         let fd = memfd("courier-mem", len.max(1))?;
         let m = Mapping::map(&fd, len.max(1))?;
         let ptr = m.ptr;
-        let (id, secret) = self.add(ptr as u64, len as u64, acc, mem_type, Some(fd), Some(m))?;
+        let (id, secret) = self.add(
+            ptr as u64,
+            len as u64,
+            acc,
+            mem_type,
+            Some(fd),
+            Some(Backing::Shared { _map: m }),
+        )?;
+        Ok((id, secret, ptr))
+    }
+
+    /// Allocate `len` bytes of CUDA device memory and record them.
+    pub(crate) fn allocate_device(
+        &self,
+        driver: &'static crate::base::cuda::Driver,
+        len: usize,
+        acc: u16,
+    ) -> Result<(u64, u64, *mut u8)> {
+        let a = driver.alloc(len)?;
+        let ptr = a.ptr as *mut u8;
+        let (id, secret) = self.add(
+            ptr as u64,
+            len as u64,
+            acc,
+            MemoryType::Cuda,
+            None,
+            Some(Backing::Device { _mem: a }),
+        )?;
         Ok((id, secret, ptr))
     }
 
@@ -418,6 +469,7 @@ impl MemRegistry {
                     base: 0,
                     len: 0,
                     access: 0,
+                    mem_type: 0,
                 },
             );
             g.slots[slot] = None;
@@ -503,15 +555,15 @@ impl MemRegistry {
         .pack())
     }
 
-    /// Check an access by a peer against this context's own records; the local address.
-    pub(crate) fn lookup(
+    /// Check an access by a peer against this context's own records; where it lands.
+    pub(crate) fn lookup_place(
         &self,
         region: u64,
         secret: u64,
         addr: u64,
         len: u64,
         need: u16,
-    ) -> Result<*mut u8> {
+    ) -> Result<Place> {
         let slot = (region & 0xfff) as usize;
         if slot == 0 || slot >= TABLE_SLOTS {
             return Err(Error::msg(
@@ -524,7 +576,32 @@ impl MemRegistry {
             None => self.lock().private[slot],
         };
         check(&rec, region, secret, addr, len, need)?;
-        Ok(addr as *mut u8)
+        Ok(Place {
+            ptr: addr as *mut u8,
+            device: rec.mem_type == MemoryType::Cuda.code() as u64,
+        })
+    }
+
+    /// `lookup_place` for accesses the CPU makes itself (atomics, signal words): refused
+    /// for device memory.
+    pub(crate) fn lookup(
+        &self,
+        region: u64,
+        secret: u64,
+        addr: u64,
+        len: u64,
+        need: u16,
+    ) -> Result<*mut u8> {
+        let p = self.lookup_place(region, secret, addr, len, need)?;
+        if p.device {
+            return Err(Error::msg(
+                Status::Unsupported,
+                format!(
+                    "region {region:#x} is CUDA device memory: atomics and signal words need host memory"
+                ),
+            ));
+        }
+        Ok(p.ptr)
     }
 
     /// Map a same-host peer's key table (cached per process and context).

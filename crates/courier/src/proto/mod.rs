@@ -9,6 +9,7 @@ pub mod memreg;
 pub(crate) mod place;
 pub(crate) mod recv;
 pub(crate) mod rma;
+pub(crate) mod stage;
 pub mod state;
 pub(crate) mod stream;
 pub mod tag;

@@ -112,15 +112,16 @@ impl State {
                 let start = head.len() - data.len();
                 let n = len - start;
                 // Refused puts are declined: the usual handler refuses, logs and answers.
-                match self.mem.lookup(
+                // So is device memory: the socket cannot be read into it.
+                match self.mem.lookup_place(
                     target.region,
                     target.secret,
                     target.addr,
                     n as u64,
                     access::WRITE,
                 ) {
-                    Ok(p) => (start, vec![(p as usize, n)]),
-                    Err(_) => return Placement::Decline,
+                    Ok(p) if !p.device => (start, vec![(p.ptr as usize, n)]),
+                    _ => return Placement::Decline,
                 }
             }
             _ => return Placement::Decline,

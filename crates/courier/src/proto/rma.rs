@@ -10,6 +10,7 @@
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering, fence};
 
 use super::core::State;
+use super::memreg::Place;
 use super::state::*;
 use super::tag::Started;
 use crate::base::{Error, Result, Status};
@@ -97,6 +98,22 @@ pub(crate) unsafe fn do_atomic(
                 .compare_exchange(compare, v, Ordering::AcqRel, Ordering::Acquire)
                 .unwrap_or_else(|x| x),
         }
+    }
+}
+
+/// Write `data` where a checked access landed: a plain copy, or through the CUDA driver for
+/// device memory (in place when it returns).
+///
+/// # Safety
+/// `p` must be a checked place of at least `data.len()` bytes.
+pub(crate) unsafe fn write_place(p: Place, data: &[u8]) -> Result<()> {
+    if p.device {
+        // SAFETY: per the contract.
+        unsafe { crate::proto::stage::to_device(p.ptr, data.as_ptr(), data.len()) }
+    } else {
+        // SAFETY: per the contract.
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), p.ptr, data.len()) };
+        Ok(())
     }
 }
 
@@ -433,21 +450,30 @@ impl State {
     pub(crate) fn on_put(&mut self, e: u32, t: RemoteRef, req: u64, data: &[u8]) {
         let res = self
             .mem
-            .lookup(t.region, t.secret, t.addr, data.len() as u64, access::WRITE)
-            .map(|p| {
+            .lookup_place(t.region, t.secret, t.addr, data.len() as u64, access::WRITE)
+            .and_then(|p| {
                 // SAFETY: the registry checked the whole range is inside a mapped region.
-                unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), p, data.len()) };
-                0
+                unsafe { write_place(p, data) }.map(|()| 0)
             });
         self.ack(e, req, res);
     }
 
     pub(crate) fn on_get_req(&mut self, e: u32, t: RemoteRef, req: u64, len: u64) {
-        let p = match self
+        let staged = self
             .mem
-            .lookup(t.region, t.secret, t.addr, len, access::READ)
-        {
-            Ok(p) => p,
+            .lookup_place(t.region, t.secret, t.addr, len, access::READ)
+            .and_then(|p| {
+                if !p.device {
+                    return Ok((p.ptr, None));
+                }
+                // Device memory is read once into host memory, sent from there.
+                let mut host = vec![0u8; len as usize];
+                // SAFETY: the registry checked the range; `host` holds `len` bytes.
+                unsafe { crate::proto::stage::from_device(host.as_mut_ptr(), p.ptr, host.len())? };
+                Ok((host.as_mut_ptr(), Some(host)))
+            });
+        let (p, staged) = match staged {
+            Ok(x) => x,
             Err(err) => {
                 tracing::warn!("refused a remote read: {err}");
                 let h = Header::new(Kind::GetResp)
@@ -465,10 +491,13 @@ impl State {
         loop {
             let n = chunk.min(len - off);
             let h = Header::new(Kind::GetResp).word(1, req).word(2, off as u64);
-            if self
-                .send_frame(e, &h, &[], &Buf::One((p as usize + off, n)), None)
-                .is_err()
-            {
+            // Staged bytes go as the frame's own bytes (a queued frame keeps a copy of
+            // them); region bytes are sent from the region, which outlives the frame.
+            let sent = match &staged {
+                Some(host) => self.send_frame(e, &h, &host[off..off + n], &Buf::EMPTY, None),
+                None => self.send_frame(e, &h, &[], &Buf::One((p as usize + off, n)), None),
+            };
+            if sent.is_err() {
                 return;
             }
             off += n;
@@ -582,15 +611,19 @@ impl State {
                 ));
             }
             // Check both before touching either.
-            let dst =
-                self.mem
-                    .lookup(t.region, t.secret, t.addr, data.len() as u64, access::WRITE)?;
+            let dst = self.mem.lookup_place(
+                t.region,
+                t.secret,
+                t.addr,
+                data.len() as u64,
+                access::WRITE,
+            )?;
             let sp = self
                 .mem
                 .lookup(sig.region, sig.secret, sig.addr, 8, access::WRITE)?;
-            // SAFETY: both ranges checked.
+            // SAFETY: both ranges checked. A device copy has finished when it returns.
             unsafe {
-                std::ptr::copy_nonoverlapping(data.as_ptr(), dst, data.len());
+                write_place(dst, data)?;
                 fence(Ordering::Release);
                 do_signal(sp, op, value);
             }

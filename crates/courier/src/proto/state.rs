@@ -156,6 +156,8 @@ pub(crate) struct ReqSlot {
     /// Sends: all frames are with the link, which still writes the last from the buffer;
     /// completes with `info` when the link reports the request's id as written.
     pub zc_wait: bool,
+    /// The host copy of device memory the request works on (`proto::stage`).
+    pub stage: Option<Box<crate::proto::stage::Stage>>,
 }
 
 impl ReqSlot {

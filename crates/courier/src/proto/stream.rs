@@ -12,6 +12,9 @@ use crate::wire::frame::{Header, Kind};
 impl State {
     /// Send `data` as stream bytes on `e`.
     pub(crate) fn stream_send(&mut self, e: u32, data: Buf, cb: Callback) -> Result<Started> {
+        if let Some(host) = super::stage::gather(&data)? {
+            return self.staged_send(host, |st, b| st.stream_send(e, b, cb));
+        }
         let (_, max_frame, _) = self.ep_limits(e)?;
         let len = data.len();
         let chunk = max_frame - Kind::Stream.header_len();
@@ -66,6 +69,9 @@ impl State {
         waitall: bool,
         cb: Callback,
     ) -> Result<Started> {
+        if super::stage::has_device(&buf) {
+            return self.staged_recv(buf, |st, b| st.stream_recv(e, b, waitall, cb));
+        }
         let cap = buf.len();
         let ep = self
             .ep(e)

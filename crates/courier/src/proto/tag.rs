@@ -60,6 +60,9 @@ impl State {
         sync: bool,
         cb: Callback,
     ) -> Result<Started> {
+        if let Some(host) = super::stage::gather(&data)? {
+            return self.staged_send(host, |st, b| st.tag_send(e, b, tag, sync, cb));
+        }
         if !sync {
             if let Buf::One((addr, len)) = data {
                 let mut hdr = [0u8; 16];
@@ -143,6 +146,9 @@ impl State {
         mask: u64,
         cb: Callback,
     ) -> Result<Started> {
+        if super::stage::has_device(&buf) {
+            return self.staged_recv(buf, |st, b| st.tag_recv(b, tag, mask, cb));
+        }
         let pos = self
             .unexpected
             .iter()

@@ -204,6 +204,7 @@ impl State {
             splits: Vec::new(),
             rndv_copies: RndvCopies::default(),
             written: Vec::new(),
+            parked: None,
         })
     }
 

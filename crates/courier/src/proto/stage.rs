@@ -1,0 +1,191 @@
+//! CUDA device memory in operations: staged through host memory.
+//!
+//! Neither the CPU nor the kernel (CMA, sockets) can touch device memory, so an operation
+//! given device memory works on a host copy: a send gathers the device bytes into host
+//! memory first and sends that; a receive lands in host memory and the bytes are copied to
+//! the device when the request completes, before its completion is reported. Below this
+//! module every transport and protocol sees host memory only. The host copy belongs to the
+//! request and is freed with it.
+//!
+//! Whether a buffer is device memory is asked of the driver only once it is loaded
+//! (`base::cuda::active`), so a process without CUDA pays one load per operation.
+
+use super::core::State;
+use super::state::{Buf, Info};
+use super::tag::Started;
+use crate::base::cuda;
+use crate::base::{Error, Result, Status};
+
+/// A request's host copy of its device memory.
+pub(crate) struct Stage {
+    host: Vec<u8>,
+    /// Receives: the device buffer `host` is copied into when the request completes.
+    fill: Option<Buf>,
+}
+
+fn driver() -> Result<&'static cuda::Driver> {
+    cuda::loaded().ok_or_else(|| {
+        Error::new(
+            Status::NoDevice,
+            "device memory without a loaded CUDA driver",
+        )
+    })
+}
+
+/// Copy `len` bytes of host memory to device memory.
+///
+/// # Safety
+/// `src` readable and `dst` device memory, for `len` bytes.
+pub(crate) unsafe fn to_device(dst: *mut u8, src: *const u8, len: usize) -> Result<()> {
+    // SAFETY: per the contract.
+    unsafe { driver()?.to_device(dst as usize, src, len) }
+}
+
+/// Copy `len` bytes of device memory to host memory.
+///
+/// # Safety
+/// `dst` writable and `src` device memory, for `len` bytes.
+pub(crate) unsafe fn from_device(dst: *mut u8, src: *const u8, len: usize) -> Result<()> {
+    // SAFETY: per the contract.
+    unsafe { driver()?.to_host(dst, src as usize, len) }
+}
+
+/// Whether any segment of `buf` is device memory (false at once without a driver).
+#[inline]
+pub(crate) fn has_device(buf: &Buf) -> bool {
+    cuda::active() && any_device(buf)
+}
+
+#[cold]
+fn any_device(buf: &Buf) -> bool {
+    buf.segs().iter().any(|&(a, l)| l > 0 && cuda::is_device(a))
+}
+
+/// A host copy of `data` when some of it is device memory, gathered in order.
+#[inline]
+pub(crate) fn gather(data: &Buf) -> Result<Option<Vec<u8>>> {
+    if !cuda::active() {
+        return Ok(None);
+    }
+    gather_device(data)
+}
+
+#[cold]
+fn gather_device(data: &Buf) -> Result<Option<Vec<u8>>> {
+    if !any_device(data) {
+        return Ok(None);
+    }
+    let mut host = vec![0u8; data.len()];
+    let mut off = 0;
+    for &(a, l) in data.segs() {
+        if l == 0 {
+            continue;
+        }
+        let dst = host[off..off + l].as_mut_ptr();
+        if cuda::is_device(a) {
+            // SAFETY: `a` is device memory of the caller's buffer; `dst` has `l` bytes.
+            unsafe { from_device(dst, a as *const u8, l)? };
+        } else {
+            // SAFETY: a host segment of the caller's buffer.
+            unsafe { std::ptr::copy_nonoverlapping(a as *const u8, dst, l) };
+        }
+        off += l;
+    }
+    Ok(Some(host))
+}
+
+/// Copy `host` into the segments of `buf`, device or host, in order.
+///
+/// # Safety
+/// `buf`'s segments must be writable (host) or device memory, for their lengths.
+pub(crate) unsafe fn scatter(buf: &Buf, host: &[u8]) -> Result<()> {
+    let mut off = 0;
+    for &(a, l) in buf.segs() {
+        if off >= host.len() {
+            break;
+        }
+        let n = l.min(host.len() - off);
+        if n == 0 {
+            continue;
+        }
+        let src = host[off..].as_ptr();
+        if cuda::is_device(a) {
+            // SAFETY: per the contract.
+            unsafe { to_device(a as *mut u8, src, n)? };
+        } else {
+            // SAFETY: per the contract.
+            unsafe { std::ptr::copy_nonoverlapping(src, a as *mut u8, n) };
+        }
+        off += n;
+    }
+    Ok(())
+}
+
+fn host_buf(host: &mut [u8]) -> Buf {
+    Buf::One((host.as_mut_ptr() as usize, host.len()))
+}
+
+impl Stage {
+    /// The request completed with `result`: fill the device buffer from the host copy
+    /// (also for a truncated receive, whose buffer holds what fitted). A failed copy turns
+    /// the result into its error.
+    pub(crate) fn finish(self, result: Result<Info>) -> Result<Info> {
+        let Some(fill) = &self.fill else {
+            return result;
+        };
+        let filled = match &result {
+            Ok(i) => i.len.min(self.host.len()),
+            Err(e) if e.status() == Status::MessageTruncated => self.host.len(),
+            Err(_) => return result,
+        };
+        // SAFETY: `fill` is the request's own receive buffer, kept alive by the request.
+        unsafe { scatter(fill, &self.host[..filled]) }.and(result)
+    }
+}
+
+impl State {
+    /// Start a send of `host` (the gathered copy of a device buffer) with `op`. The copy
+    /// is parked for the request `op` makes, if it makes one (the first it allocates), and
+    /// lives as long as that request; without one the link has taken the bytes already.
+    pub(crate) fn staged_send(
+        &mut self,
+        mut host: Vec<u8>,
+        op: impl FnOnce(&mut State, Buf) -> Result<Started>,
+    ) -> Result<Started> {
+        let hb = host_buf(&mut host);
+        self.parked = Some(Box::new(Stage { host, fill: None }));
+        let r = op(self, hb);
+        self.parked = None;
+        r
+    }
+
+    /// Start a receive into `buf`, which holds device memory, through a host copy that
+    /// `op` fills; the device buffer is written when the receive completes, before its
+    /// completion is reported.
+    pub(crate) fn staged_recv(
+        &mut self,
+        buf: Buf,
+        op: impl FnOnce(&mut State, Buf) -> Result<Started>,
+    ) -> Result<Started> {
+        let mut host = vec![0u8; buf.len()];
+        let hb = host_buf(&mut host);
+        self.parked = Some(Box::new(Stage {
+            host,
+            fill: Some(buf),
+        }));
+        let r = op(self, hb);
+        let Some(stage) = self.parked.take() else {
+            // The request took the copy: it is finished when the request completes.
+            return r;
+        };
+        match r {
+            // Completed at once, from an unexpected message.
+            Ok(Started::Done(info)) => stage.finish(Ok(info)).map(Started::Done),
+            // An immediate truncation: what fitted is delivered, the error reported.
+            Err(e) if e.status() == Status::MessageTruncated => {
+                stage.finish(Err(e)).map(Started::Done)
+            }
+            other => other,
+        }
+    }
+}
