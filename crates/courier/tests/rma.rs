@@ -650,19 +650,18 @@ fn memory_types_and_semaphores() {
         .mem_map(MemMapParams::allocate(128).memory_type(MemoryType::Nic))
         .unwrap();
     assert_eq!(m.query().memory_type, MemoryType::Host);
-    // cuda without a driver or device is a clear error (with one, this build says so too).
-    let e = c
-        .mem_map(MemMapParams::allocate(128).memory_type(MemoryType::Cuda))
-        .err()
-        .unwrap();
-    assert!(
-        matches!(e.status(), Status::NoDevice | Status::Unsupported),
-        "{e}"
-    );
-    assert!(
-        e.detail().contains("CUDA") || e.detail().contains("cuda"),
-        "{e}"
-    );
+    // cuda without a driver or device is a clear error; with one, device memory (the
+    // device paths are tested against a stand-in driver in tests/cuda.rs).
+    match c.mem_map(MemMapParams::allocate(128).memory_type(MemoryType::Cuda)) {
+        Err(e) => {
+            assert_eq!(e.status(), Status::NoDevice, "{e}");
+            assert!(
+                e.detail().contains("CUDA") || e.detail().contains("cuda"),
+                "{e}"
+            );
+        }
+        Ok(m) => assert_eq!(m.query().memory_type, MemoryType::Cuda),
+    }
     // Semaphores.
     let s = Semaphore::new(&c, 0).unwrap();
     assert!(!s.try_wait(1));

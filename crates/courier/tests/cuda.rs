@@ -1,0 +1,653 @@
+//! CUDA device memory between real processes, over shared memory and TCP, against a
+//! stand-in driver (`tests/mockcuda/mockcuda.c`, built here with the system C compiler).
+//! Its device memory is mapped with no access for the CPU, so any byte Courier moved
+//! without the driver (a load, a store, CMA, a socket read straight into it) would crash
+//! the test or fail the copy; the bytes are checked on both sides through the driver.
+//!
+//! No GPU was available where these tests were written: they check Courier's side of the
+//! driver API (when it copies, with which call, on which thread) and every data path, not
+//! the behaviour of a real device.
+
+use std::ffi::CString;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use courier::*;
+
+mod mockcuda;
+
+/// Build the stand-in driver once per test binary; its path.
+fn mock_lib() -> &'static str {
+    static LIB: OnceLock<String> = OnceLock::new();
+    LIB.get_or_init(|| {
+        if let Ok(p) = std::env::var("COURIER_TEST_MOCKCUDA") {
+            return p; // a child: the parent built it
+        }
+        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("mockcuda");
+        mockcuda::build(&dir)
+    })
+}
+
+/// How many copies of a kind the stand-in driver made in this process (0 host to device,
+/// 1 device to host, 2 device to device, 3 live allocations).
+fn mock_count(kind: i32) -> u64 {
+    let name = CString::new(mock_lib()).unwrap();
+    // SAFETY: dlopen/dlsym of the stand-in library, whose mockcuda_count has this type.
+    unsafe {
+        // The same library Courier loads (one copy per process).
+        let h = libc::dlopen(name.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL);
+        assert!(!h.is_null(), "cannot load the stand-in driver");
+        let f = libc::dlsym(h, c"mockcuda_count".as_ptr());
+        assert!(!f.is_null());
+        let f: extern "C" fn(i32) -> u64 = std::mem::transmute(f);
+        let v = f(kind);
+        libc::dlclose(h);
+        v
+    }
+}
+
+fn ctx_with(tls: &str, lib: &str) -> Context {
+    let f = Features {
+        rma: true,
+        atomics: true,
+        am: true,
+        ..Default::default()
+    };
+    Context::new(
+        ContextParams::default()
+            .features(f)
+            .config("COURIER_TLS", tls)
+            .config("COURIER_CUDA_LIB", lib),
+    )
+    .unwrap()
+}
+
+fn ctx(tls: &str) -> Context {
+    ctx_with(tls, mock_lib())
+}
+
+fn pattern(n: usize, seed: u8) -> Vec<u8> {
+    (0..n)
+        .map(|i| (i as u8).wrapping_mul(13).wrapping_add(seed) ^ (i >> 8) as u8)
+        .collect()
+}
+
+fn device(c: &Context, n: usize) -> Memory {
+    c.mem_map(MemMapParams::allocate(n).memory_type(MemoryType::Cuda))
+        .unwrap()
+}
+
+fn contents(m: &Memory, n: usize) -> Vec<u8> {
+    let mut v = vec![0u8; n];
+    m.read(0, &mut v).unwrap();
+    v
+}
+
+fn buf(m: &Memory, n: usize) -> Buf {
+    Buf::One((m.as_ptr() as usize, n))
+}
+
+fn hbuf(v: &[u8]) -> Buf {
+    Buf::One((v.as_ptr() as usize, v.len()))
+}
+
+/// How long one operation may take before the test gives up (a peer that failed an
+/// assertion exits, and a tag receive is not bound to its endpoint).
+const LIMIT: Duration = Duration::from_secs(30);
+
+/// Wait for a request started with a raw call, at most `LIMIT`.
+fn wait(w: &Worker, s: Started) -> Result<Info> {
+    // SAFETY: the callers' buffers outlive this wait.
+    let mut r = unsafe { w.request_for(s) };
+    let res = r.wait_timeout(LIMIT);
+    if res.as_ref().is_err_and(|e| e.status() == Status::Timeout) {
+        panic!("an operation did not complete within {LIMIT:?}");
+    }
+    res
+}
+
+/// Send `b` with tag `tag` and wait.
+fn send(w: &Worker, ep: &Endpoint, b: Buf, tag: u64) {
+    // SAFETY: the buffer outlives the wait below.
+    let s = unsafe { ep.tag_send_raw(b, tag, false, Callback::None) }.unwrap();
+    wait(w, s).unwrap();
+}
+
+/// Receive into `b` with tag `tag` and wait.
+fn recv(w: &Worker, b: Buf, tag: u64) -> Result<Info> {
+    // SAFETY: the buffer outlives the wait below.
+    let s = unsafe { w.tag_recv_raw(b, tag, u64::MAX, Callback::None) }?;
+    wait(w, s)
+}
+
+const SIZES: [usize; 6] = [1, 100, 8192, 65539, 1 << 20, (3 << 20) + 5];
+
+// ----- the owner (parent) -------------------------------------------------------------------
+
+struct Owner {
+    c: Context,
+    w: Worker,
+    _l: Listener,
+    eps: Arc<Mutex<Vec<Endpoint>>>,
+    port: u16,
+}
+
+fn owner(tls: &str) -> Owner {
+    let c = ctx(tls);
+    let w = Worker::new(&c, WorkerParams::default()).unwrap();
+    let eps: Arc<Mutex<Vec<Endpoint>>> = Arc::default();
+    let e2 = eps.clone();
+    let l = Listener::new(&w, "127.0.0.1:0".parse().unwrap(), move |r: ConnRequest| {
+        if let Ok(ep) = r.accept(EndpointParams::default()) {
+            e2.lock().unwrap().push(ep);
+        }
+    })
+    .unwrap();
+    let port = l.local_addr().port();
+    Owner {
+        c,
+        w,
+        _l: l,
+        eps,
+        port,
+    }
+}
+
+fn spawn(tls: &str, role: &str, port: u16, keys: &[Vec<u8>], env: &[(&str, &str)]) -> Child {
+    let hex: Vec<String> = keys
+        .iter()
+        .map(|k| k.iter().map(|x| format!("{x:02x}")).collect())
+        .collect();
+    let mut cmd = Command::new(std::env::current_exe().unwrap());
+    cmd.args(["--exact", "child_entry", "--nocapture", "--test-threads=1"])
+        .env("COURIER_TEST_ROLE", role)
+        .env("COURIER_TLS", tls)
+        .env("COURIER_TEST_PORT", port.to_string())
+        .env("COURIER_TEST_KEYS", hex.join(","))
+        .env("COURIER_TEST_MOCKCUDA", mock_lib())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.spawn().unwrap()
+}
+
+fn first_ep(o: &Owner) -> Endpoint {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Some(ep) = o.eps.lock().unwrap().first() {
+            return ep.clone();
+        }
+        o.w.progress();
+        assert!(Instant::now() < deadline, "the child did not connect");
+    }
+}
+
+fn finish(o: &Owner, mut child: Child) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        o.w.progress();
+        if let Some(st) = child.try_wait().unwrap() {
+            let mut err = String::new();
+            use std::io::Read;
+            let _ = child.stderr.take().unwrap().read_to_string(&mut err);
+            assert!(st.success(), "child failed ({st}):\n{err}");
+            return;
+        }
+        assert!(Instant::now() < deadline, "child did not finish in time");
+    }
+}
+
+// ----- the children -------------------------------------------------------------------------
+
+#[test]
+fn child_entry() {
+    let Ok(role) = std::env::var("COURIER_TEST_ROLE") else {
+        return;
+    };
+    let tls = std::env::var("COURIER_TLS").unwrap();
+    match role.as_str() {
+        "nodriver" => return child_no_driver(),
+        "nodevice" => return child_no_device(),
+        _ => {}
+    }
+    let port: u16 = std::env::var("COURIER_TEST_PORT").unwrap().parse().unwrap();
+    let keys: Vec<Vec<u8>> = std::env::var("COURIER_TEST_KEYS")
+        .unwrap()
+        .split(',')
+        .filter(|s| !s.is_empty())
+        .map(|s| {
+            (0..s.len())
+                .step_by(2)
+                .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+                .collect()
+        })
+        .collect();
+    let c = ctx(&tls);
+    let w = Worker::new(&c, WorkerParams::default()).unwrap();
+    let ep = w
+        .connect_sockaddr(([127, 0, 0, 1], port).into(), 1, EndpointParams::default())
+        .unwrap();
+    ep.wait_connected(Duration::from_secs(10)).unwrap();
+    match role.as_str() {
+        "twosided" => child_two_sided(&c, &w, &ep),
+        "rma" => child_rma(&c, &w, &ep, &keys),
+        other => panic!("unknown role {other}"),
+    }
+    ep.flush().unwrap();
+    std::process::exit(0);
+}
+
+fn child_two_sided(c: &Context, w: &Worker, ep: &Endpoint) {
+    for (i, &n) in SIZES.iter().enumerate() {
+        let i = i as u64;
+        let (a, b) = (pattern(n, i as u8), pattern(n, i as u8 + 50));
+        // Device to the owner's device.
+        let dev = device(c, n);
+        dev.write(0, &a).unwrap();
+        send(w, ep, buf(&dev, n), 100 + i);
+        // The owner's device to host.
+        let mut host = vec![0u8; n];
+        let got = recv(w, hbuf(&host), 200 + i).unwrap();
+        assert_eq!(got.len, n);
+        assert!(
+            host == a,
+            "{n} bytes from the owner's device came back different"
+        );
+        host.copy_from_slice(&b);
+        // Host to the owner's device.
+        send(w, ep, hbuf(&host), 300 + i);
+        // The owner's host to device.
+        let dev2 = device(c, n);
+        let got = recv(w, buf(&dev2, n), 400 + i).unwrap();
+        assert_eq!(got.len, n);
+        assert!(
+            contents(&dev2, n) == b,
+            "{n} bytes into device memory differ"
+        );
+    }
+    // Truncated into the owner's small device buffer.
+    let dev = device(c, 1000);
+    dev.write(0, &pattern(1000, 9)).unwrap();
+    send(w, ep, buf(&dev, 1000), 500);
+    // Active messages from device memory: eager, and rendezvous.
+    let am = device(c, 2 << 20);
+    am.write(0, &pattern(2 << 20, 77)).unwrap();
+    for n in [100usize, 2 << 20] {
+        // SAFETY: the region outlives the wait.
+        let s =
+            unsafe { ep.am_send_raw(7, b"hdr", buf(&am, n), AmFlags::default(), Callback::None) }
+                .unwrap();
+        wait(w, s).unwrap();
+    }
+    // A stream from device memory.
+    let st = device(c, 300_000);
+    st.write(0, &pattern(300_000, 3)).unwrap();
+    // SAFETY: the region outlives the wait.
+    let s = unsafe { ep.stream_send_raw(buf(&st, 300_000), Callback::None) }.unwrap();
+    wait(w, s).unwrap();
+    let mut done = [0u8; 1];
+    recv(w, Buf::One((done.as_mut_ptr() as usize, 1)), 999).unwrap();
+}
+
+fn child_rma(c: &Context, w: &Worker, ep: &Endpoint, keys: &[Vec<u8>]) {
+    // keys[0]: the owner's device region; keys[1]: its host region for signals.
+    let rk = ep.rkey_unpack(&keys[0]).unwrap();
+    let sk = ep.rkey_unpack(&keys[1]).unwrap();
+    assert_eq!(
+        rk.path(),
+        "remote",
+        "device memory is reached through its owner"
+    );
+    let (base, len) = rk.bounds();
+    let dev = device(c, len as usize);
+    for (i, &n) in [1usize, 8, 100, 4096, 65537, 300_000, len as usize]
+        .iter()
+        .enumerate()
+    {
+        let off = if n < len as usize {
+            (i * 977) as u64 % (len - n as u64)
+        } else {
+            0
+        };
+        let data = pattern(n, i as u8);
+        // Host to the owner's device, and back into host memory.
+        ep.put(&data, base + off, &rk).unwrap().wait().unwrap();
+        let mut back = vec![0u8; n];
+        ep.get(&mut back, base + off, &rk).unwrap().wait().unwrap();
+        assert!(back == data, "{n} bytes put and got back differ");
+        // Device to device, both ways.
+        let data = pattern(n, i as u8 + 100);
+        dev.write(0, &data).unwrap();
+        // SAFETY: the region outlives the waits.
+        let s = unsafe { ep.put_raw(buf(&dev, n), base + off, &rk, Callback::None) }.unwrap();
+        wait(w, s).unwrap();
+        dev.write(0, &vec![0u8; n]).unwrap();
+        // SAFETY: as above.
+        let s = unsafe { ep.get_raw(buf(&dev, n), base + off, &rk, Callback::None) }.unwrap();
+        wait(w, s).unwrap();
+        assert!(
+            contents(&dev, n) == data,
+            "{n} device bytes put and got back differ"
+        );
+    }
+    ep.flush().unwrap();
+    // Atomics on device memory are refused by the owner, which goes on serving.
+    let e = ep
+        .atomic(AtomicOp::Add, 1, 0, base, &rk, false)
+        .unwrap()
+        .wait()
+        .expect_err("atomic on device memory");
+    assert_eq!(e.status(), Status::Unsupported, "{e}");
+    // A signaling put: device data into device memory, the signal into host memory.
+    let sig_data = pattern(len as usize, 200);
+    dev.write(0, &sig_data).unwrap();
+    let (sbase, _) = sk.bounds();
+    // SAFETY: the region outlives the wait.
+    let s = unsafe {
+        ep.put_signal_raw(
+            buf(&dev, len as usize),
+            base,
+            &rk,
+            sbase,
+            &sk,
+            1234,
+            SignalOp::Set,
+            Callback::None,
+        )
+    }
+    .unwrap();
+    wait(w, s).unwrap();
+    ep.flush().unwrap();
+    let mut done = [0u8; 1];
+    recv(w, Buf::One((done.as_mut_ptr() as usize, 1)), 999).unwrap();
+}
+
+fn child_no_driver() {
+    let c = ctx_with("all", "/nonexistent/libcuda.so.1");
+    let e = c
+        .mem_map(MemMapParams::allocate(64).memory_type(MemoryType::Cuda))
+        .err()
+        .expect("no driver");
+    assert_eq!(e.status(), Status::NoDevice, "{e}");
+    assert!(e.detail().contains("could not be loaded"), "{e}");
+    // Host memory goes on working.
+    let m = c.mem_map(MemMapParams::allocate(64)).unwrap();
+    m.write(0, b"host").unwrap();
+    std::process::exit(0);
+}
+
+fn child_no_device() {
+    let c = ctx("all");
+    let e = c
+        .mem_map(MemMapParams::allocate(64).memory_type(MemoryType::Cuda))
+        .err()
+        .expect("no device");
+    assert_eq!(e.status(), Status::NoDevice, "{e}");
+    assert!(e.detail().contains("CUDA_ERROR_NO_DEVICE"), "{e}");
+    std::process::exit(0);
+}
+
+// ----- the tests ----------------------------------------------------------------------------
+
+/// An active message as its handler saw it: eager data, or the rendezvous descriptor.
+type Arrived = (Vec<u8>, Option<AmRndv>);
+
+fn two_sided(tls: &str) {
+    let o = owner(tls);
+    let got_am: Arc<Mutex<Vec<Arrived>>> = Arc::default();
+    let g2 = got_am.clone();
+    o.w.am_set_handler(7, move |m| {
+        assert_eq!(m.header(), b"hdr");
+        let d = m.data().to_vec();
+        let r = m.take_rndv();
+        g2.lock().unwrap().push((d, r));
+    })
+    .unwrap();
+    let child = spawn(tls, "twosided", o.port, &[], &[]);
+    let ep = first_ep(&o);
+    let (htod, dtoh) = (mock_count(0), mock_count(1));
+    for (i, &n) in SIZES.iter().enumerate() {
+        let i = i as u64;
+        let (a, b) = (pattern(n, i as u8), pattern(n, i as u8 + 50));
+        let dev = device(&o.c, n);
+        let got = recv(&o.w, buf(&dev, n), 100 + i).unwrap();
+        assert_eq!(got.len, n);
+        assert!(contents(&dev, n) == a, "{n} device-to-device bytes differ");
+        send(&o.w, &ep, buf(&dev, n), 200 + i);
+        let dev2 = device(&o.c, n);
+        recv(&o.w, buf(&dev2, n), 300 + i).unwrap();
+        assert!(contents(&dev2, n) == b, "{n} host-to-device bytes differ");
+        send(&o.w, &ep, hbuf(&b), 400 + i);
+    }
+    assert!(
+        mock_count(0) > htod && mock_count(1) > dtoh,
+        "copies went through the driver"
+    );
+    // Truncation: the first 100 bytes land, the real length is reported.
+    let small = device(&o.c, 100);
+    let e = recv(&o.w, buf(&small, 100), 500).expect_err("truncated");
+    assert_eq!(e.status(), Status::MessageTruncated, "{e}");
+    assert!(contents(&small, 100) == pattern(1000, 9)[..100]);
+    // Active messages: the eager one's data arrives in host memory for the handler; the
+    // rendezvous one is received into device memory.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while got_am.lock().unwrap().len() < 2 {
+        o.w.progress();
+        assert!(Instant::now() < deadline, "active messages did not arrive");
+    }
+    let mut msgs = std::mem::take(&mut *got_am.lock().unwrap());
+    let (eager, none) = msgs.remove(0);
+    assert!(none.is_none() && eager == pattern(2 << 20, 77)[..100]);
+    let (_, rndv) = msgs.remove(0);
+    let rndv = rndv.expect("a 2 MiB active message is a rendezvous");
+    let amdev = device(&o.c, 2 << 20);
+    // SAFETY: the region outlives the wait; Courier copies into it with the driver only.
+    let slot = unsafe { std::slice::from_raw_parts_mut(amdev.as_ptr(), 2 << 20) };
+    o.w.am_recv_data(rndv, slot).unwrap().wait().unwrap();
+    assert!(
+        contents(&amdev, 2 << 20) == pattern(2 << 20, 77),
+        "rendezvous AM into device memory"
+    );
+    // The stream, exactly, into device memory.
+    let sdev = device(&o.c, 300_000);
+    // SAFETY: the region outlives the wait.
+    let s = unsafe { ep.stream_recv_raw(buf(&sdev, 300_000), true, Callback::None) }.unwrap();
+    let got = wait(&o.w, s).unwrap();
+    assert_eq!(got.len, 300_000);
+    assert!(
+        contents(&sdev, 300_000) == pattern(300_000, 3),
+        "stream into device memory"
+    );
+    send(&o.w, &ep, hbuf(&[1]), 999);
+    finish(&o, child);
+}
+
+#[test]
+fn tag_am_stream_with_device_buffers_shm() {
+    two_sided("all");
+}
+
+#[test]
+fn tag_am_stream_with_device_buffers_tcp() {
+    two_sided("tcp");
+}
+
+fn rma(tls: &str) {
+    let o = owner(tls);
+    let len = (4 << 20) + 64;
+    let region = device(&o.c, len);
+    region.write(0, &vec![0u8; len]).unwrap();
+    let sig = o.c.mem_map(MemMapParams::allocate(64)).unwrap();
+    let child = spawn(
+        tls,
+        "rma",
+        o.port,
+        &[region.pack_rkey().unwrap(), sig.pack_rkey().unwrap()],
+        &[],
+    );
+    let mut child = child;
+    let ep = first_ep(&o);
+    let deadline = Instant::now() + LIMIT;
+    while sig.signal_fetch(0).unwrap() != 1234 {
+        o.w.progress();
+        if let Some(st) = child.try_wait().unwrap() {
+            panic!("the child exited ({st}) before it signalled");
+        }
+        assert!(Instant::now() < deadline, "no signal");
+    }
+    assert!(
+        contents(&region, len) == pattern(len, 200),
+        "signal seen before the device data was in place"
+    );
+    send(&o.w, &ep, hbuf(&[1]), 999);
+    finish(&o, child);
+}
+
+#[test]
+fn put_get_signal_into_device_memory_shm() {
+    rma("all");
+}
+
+#[test]
+fn put_get_signal_into_device_memory_tcp() {
+    rma("tcp");
+}
+
+#[test]
+fn map_query_copy_and_refusals() {
+    let c = ctx("all");
+    let live = mock_count(3);
+    let m = device(&c, 1 << 20);
+    assert_eq!(m.query().memory_type, MemoryType::Cuda);
+    assert_eq!(mock_count(3), live + 1);
+    let p = pattern(1 << 20, 5);
+    m.write(0, &p).unwrap();
+    assert!(contents(&m, 1 << 20) == p);
+    let mut out = [0u8; 16];
+    assert_eq!(
+        m.read((1 << 20) - 8, &mut out).unwrap_err().status(),
+        Status::OutOfRange
+    );
+    // Signal words must be host memory.
+    assert_eq!(m.signal_fetch(0).unwrap_err().status(), Status::Unsupported);
+    // Registering device memory: inside its allocation, found out when registered as host,
+    // refused past its end or for host memory claimed as device memory.
+    let sub = c
+        .mem_map(
+            MemMapParams::register(m.as_ptr().wrapping_add(4096), 8192)
+                .memory_type(MemoryType::Cuda),
+        )
+        .unwrap();
+    assert_eq!(sub.query().memory_type, MemoryType::Cuda);
+    let found = c.mem_map(MemMapParams::register(m.as_ptr(), 64)).unwrap();
+    assert_eq!(found.query().memory_type, MemoryType::Cuda);
+    let e = c
+        .mem_map(
+            MemMapParams::register(m.as_ptr().wrapping_add(4096), 1 << 20)
+                .memory_type(MemoryType::Cuda),
+        )
+        .err()
+        .unwrap();
+    assert_eq!(e.status(), Status::OutOfRange, "{e}");
+    let mut host = vec![0u8; 64];
+    let e = c
+        .mem_map(MemMapParams::register(host.as_mut_ptr(), 64).memory_type(MemoryType::Cuda))
+        .err()
+        .unwrap();
+    assert_eq!(e.status(), Status::InvalidParam, "{e}");
+    drop((sub, found, m));
+    assert_eq!(mock_count(3), live, "unmapping frees the device allocation");
+}
+
+#[test]
+fn same_worker_device_to_device() {
+    // The self transport and a key of this very context (copied here, with the driver).
+    let c = ctx("all");
+    let w = Worker::new(&c, WorkerParams::default()).unwrap();
+    let ep = w
+        .connect(&w.address().unwrap(), EndpointParams::default())
+        .unwrap();
+    let n = 70_000;
+    let (src, dst) = (device(&c, n), device(&c, n));
+    src.write(0, &pattern(n, 1)).unwrap();
+    // SAFETY: both regions outlive the waits.
+    let r = unsafe { w.tag_recv_raw(buf(&dst, n), 5, u64::MAX, Callback::None) }.unwrap();
+    // SAFETY: as above.
+    let s = unsafe { ep.tag_send_raw(buf(&src, n), 5, false, Callback::None) }.unwrap();
+    wait(&w, s).unwrap();
+    wait(&w, r).unwrap();
+    assert!(contents(&dst, n) == pattern(n, 1));
+    let rk = ep.rkey_unpack(&dst.pack_rkey().unwrap()).unwrap();
+    assert_eq!(rk.path(), "local");
+    let (base, _) = rk.bounds();
+    ep.put(&pattern(100, 2), base + 10, &rk)
+        .unwrap()
+        .wait()
+        .unwrap();
+    let mut back = [0u8; 100];
+    ep.get(&mut back, base + 10, &rk).unwrap().wait().unwrap();
+    assert!(back[..] == pattern(100, 2)[..]);
+    let e = ep
+        .atomic(AtomicOp::Add, 1, 0, base, &rk, false)
+        .err()
+        .expect("atomics need host memory");
+    assert_eq!(e.status(), Status::Unsupported);
+}
+
+/// Call one of the stand-in driver's context functions.
+fn mock_ctx(name: &std::ffi::CStr, arg: *mut std::ffi::c_void) -> *mut std::ffi::c_void {
+    let lib = CString::new(mock_lib()).unwrap();
+    // SAFETY: the stand-in's cuCtxSetCurrent(void *) / cuCtxGetCurrent(void **).
+    unsafe {
+        let h = libc::dlopen(lib.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL);
+        let f = libc::dlsym(h, name.as_ptr());
+        assert!(!f.is_null());
+        let f: extern "C" fn(*mut std::ffi::c_void) -> i32 = std::mem::transmute(f);
+        let mut out = arg;
+        let p = if name == c"cuCtxGetCurrent" {
+            (&mut out as *mut *mut std::ffi::c_void).cast()
+        } else {
+            arg
+        };
+        assert_eq!(f(p), 0);
+        libc::dlclose(h);
+        out
+    }
+}
+
+#[test]
+fn the_applications_own_context_is_left_current() {
+    // A thread where the application made another context current: Courier's copies run
+    // in its own context (the stand-in refuses its stream in any other) and the
+    // application's is current again afterwards.
+    let c = ctx("all");
+    let m = device(&c, 4096);
+    std::thread::spawn(move || {
+        let theirs = 0x1234usize as *mut std::ffi::c_void;
+        mock_ctx(c"cuCtxSetCurrent", theirs);
+        m.write(0, &pattern(4096, 8)).unwrap();
+        assert!(contents(&m, 4096) == pattern(4096, 8));
+        assert_eq!(mock_ctx(c"cuCtxGetCurrent", std::ptr::null_mut()), theirs);
+    })
+    .join()
+    .unwrap();
+}
+
+#[test]
+fn no_driver_or_no_device_is_a_clear_error() {
+    for (role, env) in [
+        ("nodriver", vec![]),
+        ("nodevice", vec![("MOCKCUDA_DEVICES", "0")]),
+    ] {
+        let mut child = spawn("all", role, 0, &[], &env);
+        let st = child.wait().unwrap();
+        let mut err = String::new();
+        use std::io::Read;
+        let _ = child.stderr.take().unwrap().read_to_string(&mut err);
+        assert!(st.success(), "{role}: {err}");
+    }
+}

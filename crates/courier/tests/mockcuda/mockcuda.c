@@ -1,0 +1,335 @@
+/*
+ * A stand-in for the CUDA driver (libcuda.so.1), for Courier's tests on machines without
+ * a GPU. It exports the driver entry points Courier loads, with the driver's names,
+ * signatures and error codes, and behaves like a device whose memory the CPU cannot reach:
+ *
+ * - Device memory is a range of addresses mapped PROT_NONE. Any load or store Courier made
+ *   on device memory itself (instead of through the copy functions) faults, and so does a
+ *   process_vm_readv/writev or a socket read into it (EFAULT). The bytes live in a second,
+ *   writable mapping of the same memfd, which only the copy functions use.
+ * - Memory calls fail with CUDA_ERROR_INVALID_CONTEXT on a thread with no current
+ *   context, as the real driver does; copies fail with CUDA_ERROR_INVALID_VALUE outside a
+ *   live allocation; cuPointerGetAttribute answers CUDA_ERROR_INVALID_VALUE for memory it
+ *   does not know (host memory).
+ * - A stream belongs to the context it was made in: using it while another context is
+ *   current fails with CUDA_ERROR_INVALID_CONTEXT (tests make one current to check that
+ *   Courier pushes its own and gives theirs back).
+ * - MOCKCUDA_DEVICES=0 makes cuInit fail with CUDA_ERROR_NO_DEVICE.
+ * - mockcuda_count(kind) tells tests how many copies of each kind were made
+ *   (0 host to device, 1 device to host, 2 device to device, 3 allocations live).
+ */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#define OK 0
+#define ERR_INVALID_VALUE 1
+#define ERR_OUT_OF_MEMORY 2
+#define ERR_NOT_INITIALIZED 3
+#define ERR_NO_DEVICE 100
+#define ERR_INVALID_DEVICE 101
+#define ERR_INVALID_CONTEXT 201
+
+#define POOL (256UL << 20)
+#define MAX_ALLOCS 4096
+
+struct alloc {
+    uint64_t base;
+    size_t size;
+    int live;
+};
+
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static int inited;
+static int devices = 1;
+static char *dev;    /* what callers see: PROT_NONE */
+static char *shadow; /* the bytes */
+static size_t top;
+static struct alloc allocs[MAX_ALLOCS];
+static int nallocs;
+static uint64_t counts[4];
+static int primary_ctx;
+static __thread void *current;
+static __thread void *stack[16];
+static __thread int depth;
+
+int cuInit(unsigned int flags)
+{
+    (void)flags;
+    const char *d = getenv("MOCKCUDA_DEVICES");
+    if (d)
+        devices = atoi(d);
+    if (devices <= 0)
+        return ERR_NO_DEVICE;
+    pthread_mutex_lock(&mu);
+    if (!inited) {
+        int fd = memfd_create("mockcuda", MFD_CLOEXEC);
+        if (fd < 0 || ftruncate(fd, POOL) != 0) {
+            pthread_mutex_unlock(&mu);
+            return ERR_OUT_OF_MEMORY;
+        }
+        dev = mmap(NULL, POOL, PROT_NONE, MAP_SHARED, fd, 0);
+        shadow = mmap(NULL, POOL, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        close(fd);
+        if (dev == MAP_FAILED || shadow == MAP_FAILED) {
+            pthread_mutex_unlock(&mu);
+            return ERR_OUT_OF_MEMORY;
+        }
+        inited = 1;
+    }
+    pthread_mutex_unlock(&mu);
+    return OK;
+}
+
+int cuDriverGetVersion(int *v)
+{
+    *v = 12040;
+    return OK;
+}
+
+int cuDeviceGetCount(int *n)
+{
+    if (!inited)
+        return ERR_NOT_INITIALIZED;
+    *n = devices;
+    return OK;
+}
+
+int cuDeviceGet(int *d, int ordinal)
+{
+    if (!inited)
+        return ERR_NOT_INITIALIZED;
+    if (ordinal < 0 || ordinal >= devices)
+        return ERR_INVALID_DEVICE;
+    *d = ordinal;
+    return OK;
+}
+
+int cuDeviceGetName(char *name, int len, int d)
+{
+    (void)d;
+    if (len > 0) {
+        strncpy(name, "Courier mock GPU", (size_t)len);
+        name[len - 1] = 0;
+    }
+    return OK;
+}
+
+int cuDevicePrimaryCtxRetain(void **ctx, int d)
+{
+    if (!inited)
+        return ERR_NOT_INITIALIZED;
+    if (d < 0 || d >= devices)
+        return ERR_INVALID_DEVICE;
+    *ctx = &primary_ctx;
+    return OK;
+}
+
+int cuCtxGetCurrent(void **ctx)
+{
+    *ctx = current;
+    return OK;
+}
+
+int cuCtxSetCurrent(void *ctx)
+{
+    current = ctx;
+    return OK;
+}
+
+int cuCtxPushCurrent_v2(void *ctx)
+{
+    if (depth == 16)
+        return ERR_INVALID_VALUE;
+    stack[depth++] = current;
+    current = ctx;
+    return OK;
+}
+
+int cuCtxPopCurrent_v2(void **ctx)
+{
+    if (depth == 0)
+        return ERR_INVALID_CONTEXT;
+    if (ctx)
+        *ctx = current;
+    current = stack[--depth];
+    return OK;
+}
+
+/* Streams are made in, and only usable in, the primary context. */
+static int stream_ok(void *s)
+{
+    return s == (void *)0x57 && current == &primary_ctx;
+}
+
+int cuStreamCreate(void **s, unsigned int flags)
+{
+    (void)flags;
+    if (current != &primary_ctx)
+        return ERR_INVALID_CONTEXT;
+    *s = (void *)0x57;
+    return OK;
+}
+
+int cuStreamSynchronize(void *s)
+{
+    return stream_ok(s) ? OK : ERR_INVALID_CONTEXT;
+}
+
+int cuMemAlloc_v2(uint64_t *p, size_t n)
+{
+    if (!current)
+        return ERR_INVALID_CONTEXT;
+    if (n == 0)
+        return ERR_INVALID_VALUE;
+    pthread_mutex_lock(&mu);
+    size_t need = (n + 255) & ~(size_t)255;
+    if (top + need > POOL || nallocs == MAX_ALLOCS) {
+        pthread_mutex_unlock(&mu);
+        return ERR_OUT_OF_MEMORY;
+    }
+    allocs[nallocs].base = (uint64_t)(uintptr_t)(dev + top);
+    allocs[nallocs].size = n;
+    allocs[nallocs].live = 1;
+    *p = allocs[nallocs].base;
+    nallocs++;
+    top += need;
+    counts[3]++;
+    pthread_mutex_unlock(&mu);
+    return OK;
+}
+
+int cuMemFree_v2(uint64_t p)
+{
+    if (!current)
+        return ERR_INVALID_CONTEXT;
+    int rc = ERR_INVALID_VALUE;
+    pthread_mutex_lock(&mu);
+    for (int i = 0; i < nallocs; i++)
+        if (allocs[i].live && allocs[i].base == p) {
+            allocs[i].live = 0;
+            counts[3]--;
+            rc = OK;
+            break;
+        }
+    pthread_mutex_unlock(&mu);
+    return rc;
+}
+
+/* The live allocation holding [p, p + n), or NULL. */
+static struct alloc *find(uint64_t p, size_t n)
+{
+    struct alloc *a = NULL;
+    pthread_mutex_lock(&mu);
+    for (int i = 0; i < nallocs; i++)
+        if (allocs[i].live && p >= allocs[i].base && p - allocs[i].base < allocs[i].size &&
+            n <= allocs[i].size - (p - allocs[i].base)) {
+            a = &allocs[i];
+            break;
+        }
+    pthread_mutex_unlock(&mu);
+    return a;
+}
+
+static char *bytes(uint64_t p)
+{
+    return shadow + (p - (uint64_t)(uintptr_t)dev);
+}
+
+static int count(int k)
+{
+    pthread_mutex_lock(&mu);
+    counts[k]++;
+    pthread_mutex_unlock(&mu);
+    return OK;
+}
+
+int cuMemcpyHtoDAsync_v2(uint64_t dst, const void *src, size_t n, void *s)
+{
+    if (!stream_ok(s))
+        return ERR_INVALID_CONTEXT;
+    if (!find(dst, n))
+        return ERR_INVALID_VALUE;
+    memcpy(bytes(dst), src, n);
+    return count(0);
+}
+
+int cuMemcpyDtoHAsync_v2(void *dst, uint64_t src, size_t n, void *s)
+{
+    if (!stream_ok(s))
+        return ERR_INVALID_CONTEXT;
+    if (!find(src, n))
+        return ERR_INVALID_VALUE;
+    memcpy(dst, bytes(src), n);
+    return count(1);
+}
+
+int cuMemcpyDtoDAsync_v2(uint64_t dst, uint64_t src, size_t n, void *s)
+{
+    if (!stream_ok(s))
+        return ERR_INVALID_CONTEXT;
+    if (!find(dst, n) || !find(src, n))
+        return ERR_INVALID_VALUE;
+    memmove(bytes(dst), bytes(src), n);
+    return count(2);
+}
+
+int cuPointerGetAttribute(void *data, int attr, uint64_t p)
+{
+    if (!inited)
+        return ERR_NOT_INITIALIZED;
+    if (!find(p, 1))
+        return ERR_INVALID_VALUE;
+    switch (attr) {
+    case 2: /* CU_POINTER_ATTRIBUTE_MEMORY_TYPE */
+        *(unsigned int *)data = 2; /* CU_MEMORYTYPE_DEVICE */
+        return OK;
+    case 8: /* CU_POINTER_ATTRIBUTE_IS_MANAGED */
+        *(unsigned int *)data = 0;
+        return OK;
+    default:
+        return ERR_INVALID_VALUE;
+    }
+}
+
+int cuMemGetAddressRange_v2(uint64_t *base, size_t *size, uint64_t p)
+{
+    if (!current)
+        return ERR_INVALID_CONTEXT;
+    struct alloc *a = find(p, 1);
+    if (!a)
+        return ERR_INVALID_VALUE;
+    if (base)
+        *base = a->base;
+    if (size)
+        *size = a->size;
+    return OK;
+}
+
+int cuGetErrorName(int rc, const char **s)
+{
+    switch (rc) {
+    case OK: *s = "CUDA_SUCCESS"; return OK;
+    case ERR_INVALID_VALUE: *s = "CUDA_ERROR_INVALID_VALUE"; return OK;
+    case ERR_OUT_OF_MEMORY: *s = "CUDA_ERROR_OUT_OF_MEMORY"; return OK;
+    case ERR_NOT_INITIALIZED: *s = "CUDA_ERROR_NOT_INITIALIZED"; return OK;
+    case ERR_NO_DEVICE: *s = "CUDA_ERROR_NO_DEVICE"; return OK;
+    case ERR_INVALID_DEVICE: *s = "CUDA_ERROR_INVALID_DEVICE"; return OK;
+    case ERR_INVALID_CONTEXT: *s = "CUDA_ERROR_INVALID_CONTEXT"; return OK;
+    default: *s = 0; return ERR_INVALID_VALUE;
+    }
+}
+
+uint64_t mockcuda_count(int kind)
+{
+    if (kind < 0 || kind > 3)
+        return 0;
+    pthread_mutex_lock(&mu);
+    uint64_t v = counts[kind];
+    pthread_mutex_unlock(&mu);
+    return v;
+}
