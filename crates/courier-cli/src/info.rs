@@ -183,6 +183,7 @@ fn devices(cfg: &Config) -> String {
     } else {
         s.push_str(&unusable("shm", "memory", &excluded("shm")));
     }
+    s.push_str(&cuda_domain(cfg));
     s.push_str("#\n# Memory domain: tcp\n#\n");
     let ifs = tcp::interfaces(cfg);
     if !tls.allows("tcp") {
@@ -208,6 +209,26 @@ fn devices(cfg: &Config) -> String {
                 Err(e) => s.push_str(&unusable("tcp", &format!("{name} ({ip})"), &e)),
             }
         }
+    }
+    s
+}
+
+/// The CUDA memory domain: whether the driver loads and what it sees (loads it).
+fn cuda_domain(cfg: &Config) -> String {
+    let mut s = String::from("#\n# Memory domain: cuda\n#\n");
+    s.push_str(&format!(
+        "#      Transport: cuda_copy\n#         Driver: {} (loaded at run time, COURIER_CUDA_LIB)\n",
+        cfg.cuda_lib
+    ));
+    match courier::cuda_driver(&cfg.cuda_lib) {
+        Ok(d) => s.push_str(&format!(
+            "#        Devices: {} (device 0: {}), driver version {}\n\
+             #   memory types: cuda (device memory), host\n\
+             #         copies: staged through host memory on a private stream; peers reach a cuda region through its owner\n\
+             #         limits: no atomics or signal words in device memory\n#\n",
+            d.devices, d.device_name, d.version
+        )),
+        Err(e) => s.push_str(&format!("#         Status: not usable: {}\n#\n", e.detail())),
     }
     s
 }

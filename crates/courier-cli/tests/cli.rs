@@ -425,3 +425,61 @@ fn memory_types_for_one_sided_tests() {
         assert!(err.contains("CUDA"), "-m {m}: {err}");
     }
 }
+
+#[path = "../../courier/tests/mockcuda/mod.rs"]
+mod mockcuda;
+
+/// `-m cuda` against the stand-in CUDA driver (its device memory faults on any CPU
+/// access): the two-sided tests and `ucp_put_bw` / `ucp_get` run with device buffers and
+/// report them; the tests that need the CPU on the buffers are refused with the reason.
+#[test]
+fn perf_with_device_memory() {
+    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("mockcuda");
+    let lib = mockcuda::build(&dir);
+    for tls in ["tcp", "all"] {
+        let env = [("COURIER_TLS", tls), ("COURIER_CUDA_LIB", lib.as_str())];
+        for (t, m, s) in [
+            ("tag_bw", "cuda,cuda", "1048576"),
+            ("tag_lat", "cuda,host", "100"),
+            ("ucp_am_bw", "host,cuda", "300000"),
+            ("stream_bw", "cuda,cuda", "70000"),
+            ("ucp_put_bw", "cuda,cuda", "65536"),
+            ("ucp_get", "host,cuda", "200000"),
+        ] {
+            let o = courier(
+                &[
+                    "perf", "-l", "-t", t, "-m", m, "-s", s, "-n", "40", "-w", "4",
+                ],
+                &env,
+            );
+            let (out, err) = text(&o);
+            assert!(o.status.success(), "{tls} {t} -m {m}:\n{out}\n{err}");
+            let (send, recv) = m.split_once(',').unwrap();
+            assert!(
+                out.contains(&format!("| Send memory:  {send}")),
+                "{t}: {out}"
+            );
+            assert!(
+                out.contains(&format!("| Recv memory:  {recv}")),
+                "{t}: {out}"
+            );
+            let fin = out
+                .lines()
+                .find(|l| l.starts_with("Final:"))
+                .unwrap_or_else(|| panic!("{out}"));
+            assert_eq!(numbers(fin)[0], 40.0, "{fin}");
+        }
+        for args in [
+            &["-t", "ucp_put_lat", "-m", "cuda"][..],
+            &["-t", "ucp_fadd", "-m", "host,cuda"],
+            &["-t", "tag_bw", "-m", "cuda", "--check"],
+        ] {
+            let mut a = vec!["perf", "-l", "-n", "10"];
+            a.extend_from_slice(args);
+            let o = courier(&a, &env);
+            let (_, err) = text(&o);
+            assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+            assert!(err.contains("cuda"), "{args:?}: {err}");
+        }
+    }
+}

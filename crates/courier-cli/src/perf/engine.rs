@@ -470,15 +470,11 @@ impl Buffers {
         let ctx = link.worker.context();
         let send = super::rma::map_memory(ctx, p.mem[0], size)?;
         let recv = super::rma::map_memory(ctx, p.mem[1], size * slots)?;
-        // SAFETY: fresh host regions of at least `size` and `size * slots` bytes, not yet
-        // known to anyone else.
-        unsafe {
-            let s = std::slice::from_raw_parts_mut(send.as_ptr(), size);
-            for (i, b) in s.iter_mut().enumerate() {
-                *b = pattern(i);
-            }
-            std::ptr::write_bytes(recv.as_ptr(), 0, size * slots);
-        }
+        // Through the library: the buffers may be device memory (then the library stages
+        // every message through host memory, and `-check` is refused).
+        let data: Vec<u8> = (0..size).map(pattern).collect();
+        super::rma::fill(&send, 0, &data)?;
+        super::rma::fill(&recv, 0, &vec![0u8; size * slots])?;
         let mut bounds = Vec::new();
         let mut off = 0;
         for &s in &p.sizes {

@@ -220,20 +220,25 @@ fn params_from_args(a: &PerfArgs) -> CliResult<Params> {
     Ok(p)
 }
 
-/// Memory types: CUDA must be available (the library says why not), and the two-sided
-/// tests use host memory only.
+/// Memory types: CUDA must be available (the library says why not). Device memory holds
+/// the message buffers of the two-sided tests and the target areas of `ucp_put_bw` and
+/// `ucp_get`; the other one-sided tests have the CPU poll or update the peer's memory (or
+/// run atomics), which needs host memory, and `-check` reads buffers with the CPU.
 fn check_mem(p: &Params) -> CliResult<()> {
-    if p.mem.contains(&MemKind::Cuda) {
-        let ctx = Context::new(ContextParams::default())?;
-        rma::map_memory(&ctx, MemKind::Cuda, 8)?;
+    if !p.mem.contains(&MemKind::Cuda) {
+        return Ok(());
     }
-    if !p.test.is_rma()
-        && let Some(k) = p.mem.iter().find(|k| **k != MemKind::Host)
-    {
+    let ctx = Context::new(ContextParams::default())?;
+    rma::map_memory(&ctx, MemKind::Cuda, 8)?;
+    if p.check {
+        return Err(CliError::usage(
+            "-m cuda: -check reads the buffers with the CPU, which cannot touch device memory",
+        ));
+    }
+    if p.test.is_rma() && !matches!(p.test, TestKind::PutBw | TestKind::Get) {
         return Err(CliError::usage(format!(
-            "-m {}: {} uses host memory; memory types apply to the one-sided tests \
-             (ucp_put_*, ucp_get, ucp_add, ucp_fadd, ucp_swap, ucp_cswap, put_*signal*)",
-            k.name(),
+            "-m cuda: {} needs host memory (the CPU polls, signals or runs atomics on it); \
+             device memory works with ucp_put_bw, ucp_get and the two-sided tests",
             p.test.name()
         )));
     }

@@ -105,18 +105,14 @@ fn unhex(s: &str) -> Option<Vec<u8>> {
 
 /// Map `len` bytes of memory type `kind` (a usage error when the type cannot be had).
 pub fn map_memory(ctx: &courier::Context, kind: MemKind, len: usize) -> CliResult<Memory> {
-    let mem = ctx
-        .mem_map(MemMapParams::allocate(len.max(8)).memory_type(kind.memory_type()))
-        .map_err(|e| CliError::usage(format!("memory type {}: {e}", kind.name())))?;
-    let actual = mem.query().memory_type;
-    if actual != MemoryType::Host {
-        return Err(CliError::usage(format!(
-            "memory type {}: courier perf writes its buffers with the CPU and cannot use {} memory yet",
-            kind.name(),
-            mem_type_name(actual)
-        )));
-    }
-    Ok(mem)
+    ctx.mem_map(MemMapParams::allocate(len.max(8)).memory_type(kind.memory_type()))
+        .map_err(|e| CliError::usage(format!("memory type {}: {e}", kind.name())))
+}
+
+/// Fill `[off, off + bytes.len())` of `mem` (through the driver for device memory).
+pub fn fill(mem: &Memory, off: usize, bytes: &[u8]) -> CliResult<()> {
+    mem.write(off, bytes)
+        .map_err(|e| CliError::run(format!("cannot initialize the test buffers: {e}")))
 }
 
 /// One side's mapped region and the peer's key.
@@ -144,18 +140,14 @@ impl Side {
         validate(p)?;
         let layout = Layout::new(p);
         let mem = map_memory(link.worker.context(), kind, layout.len)?;
-        let base = mem.as_ptr();
-        // SAFETY: the region is `layout.len` bytes of CPU-accessible memory, not yet
-        // known to any peer.
-        unsafe {
-            std::ptr::write_bytes(base, 0, layout.len);
-            let send = std::slice::from_raw_parts_mut(base.add(layout.send), layout.size);
-            for (i, b) in send.iter_mut().enumerate() {
-                *b = pattern(i);
-            }
+        fill(&mem, 0, &vec![0u8; layout.len])?;
+        let send: Vec<u8> = (0..layout.size).map(pattern).collect();
+        fill(&mem, layout.send, &send)?;
+        if mem.query().memory_type != MemoryType::Cuda {
             // SAFETY: the signal word is aligned (offset and base are multiples of 8) and
-            // is disarmed in Drop, before the region is unmapped.
-            link.failure.arm(base.add(layout.sig) as *mut u64);
+            // is disarmed in Drop, before the region is unmapped. (Device memory serves
+            // only the tests that wait on no signal: `check_mem`.)
+            unsafe { link.failure.arm(mem.as_ptr().add(layout.sig) as *mut u64) };
         }
         Ok(Side {
             mem: Some(mem),
