@@ -161,7 +161,6 @@ fn every_test_runs_with_iov_and_check() {
 fn bad_options_are_clear_errors() {
     let cases: &[(&[&str], &str)] = &[
         (&["-m", "cuda"], "CUDA"),
-        (&["-m", "nic"], "memory types apply to the one-sided tests"),
         (&["-m", "host,floppy"], "unknown memory type"),
         (&["-t", "ucp_fadd", "-s", "16"], "takes 4 or 8"),
         (&["-t", "ucp_put_bw", "-s", "8,8"], "one message size"),

@@ -49,8 +49,8 @@ pub struct PerfArgs {
     /// put_signal_bw; 1 otherwise)
     #[arg(short = 'O', long = "outstanding")]
     pub outstanding: Option<String>,
-    /// Memory types SEND[,RECV] for the one-sided tests: host, nic (on-NIC memory, host
-    /// when there is none), cuda
+    /// Memory types SEND[,RECV] of the message buffers: host, nic (on-NIC memory, host
+    /// when there is none), cuda (two-sided tests, ucp_put_bw and ucp_get)
     #[arg(short = 'm', long = "mem", default_value = "host")]
     pub mem: String,
     /// CPUs to pin threads to (e.g. 0,2-3)
