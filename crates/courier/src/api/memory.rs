@@ -17,6 +17,7 @@ use super::worker::Worker;
 use crate::base::cuda;
 use crate::base::sys::host_id;
 use crate::base::{Error, Result, Status};
+use crate::proto::core::State;
 pub use crate::proto::memreg::MemoryType;
 use crate::proto::memreg::{Mapping, MemRegistry, PeerMaps, Place, check};
 pub use crate::proto::rma::{AtomicOp, SignalOp};
@@ -126,7 +127,11 @@ impl Context {
                 ));
             }
             let (id, _, ptr) = match driver {
-                Some(d) => reg.allocate_device(d, p.length, p.access)?,
+                Some(d) => {
+                    let (id, secret, ptr) = reg.allocate_device(d, p.length, p.access)?;
+                    offer_ipc(d, &reg, id, ptr as usize);
+                    (id, secret, ptr)
+                }
                 None => reg.allocate(p.length, p.access, mem_type)?,
             };
             return Ok(Memory {
@@ -156,6 +161,11 @@ impl Context {
             _ => {}
         }
         let (id, _) = reg.add(ptr as u64, p.length as u64, p.access, mem_type, None, None)?;
+        if mem_type == MemoryType::Cuda && p.length > 0 {
+            if let Some(d) = cuda::loaded() {
+                offer_ipc(d, &reg, id, ptr as usize);
+            }
+        }
         Ok(Memory {
             reg,
             id,
@@ -163,6 +173,24 @@ impl Context {
             len: p.length,
             mem_type,
         })
+    }
+}
+
+/// Give device region `id` (at `addr`) the IPC handle of its allocation, so a same-host
+/// peer copies with its own driver; without one, peers go through this process.
+fn offer_ipc(d: &'static cuda::Driver, reg: &MemRegistry, id: u64, addr: usize) {
+    let handle = d
+        .allocation_of(addr)
+        .and_then(|(base, _)| d.ipc_handle(base).map(|h| (base, h)));
+    match handle {
+        Ok((base, handle)) => reg.set_ipc(
+            id,
+            crate::wire::rkey::DeviceHandle {
+                handle,
+                alloc_base: base as u64,
+            },
+        ),
+        Err(e) => tracing::debug!("no IPC handle for device memory at {addr:#x}: {e}"),
     }
 }
 
@@ -375,6 +403,13 @@ enum Path {
         seg: Option<Arc<Mapping>>,
         cma: bool,
     },
+    /// Same host, device memory: the owner's allocation opened here through its IPC
+    /// handle (copies with this process's driver), checked against the owner's key table.
+    DeviceIpc {
+        peer: Arc<PeerMaps>,
+        map: Arc<cuda::IpcMapping>,
+        alloc_base: u64,
+    },
     /// Through the owner's progress.
     Remote,
 }
@@ -400,13 +435,20 @@ impl RemoteKey {
                 (off < m.len as u64).then(|| m.ptr.wrapping_add(off as usize))
             }
             Path::Local(_) => Some(addr as *mut u8),
+            Path::DeviceIpc {
+                map, alloc_base, ..
+            } => {
+                let off = addr.checked_sub(*alloc_base)?;
+                (off < map.len as u64).then(|| (map.ptr + off as usize) as *mut u8)
+            }
             _ => None,
         }
     }
-    /// How operations reach the region: `local`, `direct`, `cma` or `remote`.
+    /// How operations reach the region: `local`, `direct`, `cma`, `cuda_ipc` or `remote`.
     pub fn path(&self) -> &'static str {
         match &self.path {
             Path::Local(_) => "local",
+            Path::DeviceIpc { .. } => "cuda_ipc",
             Path::Direct { seg: Some(_), .. } => "direct",
             Path::Direct { cma: true, .. } => "cma",
             _ => "remote",
@@ -415,29 +457,38 @@ impl RemoteKey {
 
     /// Check an access against the owner's record; where it lands if mapped here.
     fn resolve(&self, addr: u64, len: u64, need: u16) -> Result<Option<Place>> {
-        match &self.path {
-            Path::Local(reg) => {
-                let p = reg.lookup_place(self.key.region, self.key.secret, addr, len, need)?;
-                if p.device && need == access::ATOMIC {
-                    return Err(Error::new(
-                        Status::Unsupported,
-                        "atomics on CUDA device memory are not supported (the CPU cannot reach it)",
-                    ));
-                }
-                Ok(Some(p))
+        let place = self.place(addr, len, need)?;
+        if need == access::ATOMIC && place.is_some_and(|p| p.device) {
+            return Err(Error::new(
+                Status::Unsupported,
+                "atomics on CUDA device memory are not supported (the CPU cannot reach it)",
+            ));
+        }
+        Ok(place)
+    }
+
+    fn place(&self, addr: u64, len: u64, need: u16) -> Result<Option<Place>> {
+        let direct_record = |peer: &PeerMaps| {
+            let rec = peer.record(self.key.region).ok_or_else(|| {
+                Error::new(Status::InvalidKey, "region id out of range (forged key)")
+            })?;
+            check(&rec, self.key.region, self.key.secret, addr, len, need)?;
+            if rec.mem_type != self.key.mem_type as u64 {
+                // Honest keys say what their memory is: device memory goes through its
+                // IPC handle or its owner, host memory never through a device handle.
+                return Err(Error::new(
+                    Status::InvalidKey,
+                    "the key's memory type is not the owner's",
+                ));
             }
+            Ok(rec)
+        };
+        match &self.path {
+            Path::Local(reg) => reg
+                .lookup_place(self.key.region, self.key.secret, addr, len, need)
+                .map(Some),
             Path::Direct { peer, seg, .. } => {
-                let rec = peer.record(self.key.region).ok_or_else(|| {
-                    Error::new(Status::InvalidKey, "region id out of range (forged key)")
-                })?;
-                check(&rec, self.key.region, self.key.secret, addr, len, need)?;
-                if rec.mem_type != MemoryType::Host.code() as u64 {
-                    // Honest keys of device memory take the owner's path (`rkey_unpack`).
-                    return Err(Error::new(
-                        Status::InvalidKey,
-                        "the key claims host memory, but the owner's region is device memory",
-                    ));
-                }
+                let rec = direct_record(peer)?;
                 Ok(seg
                     .as_ref()
                     .map(|m| Place {
@@ -445,6 +496,26 @@ impl RemoteKey {
                         device: false,
                     })
                     .filter(|_| rec.base == self.key.base))
+            }
+            Path::DeviceIpc {
+                peer,
+                map,
+                alloc_base,
+            } => {
+                let rec = direct_record(peer)?;
+                if rec.base != self.key.base {
+                    return Ok(None);
+                }
+                // Inside the opened allocation, whatever the key claims about it
+                // (`addr >= rec.base >= alloc_base`: checked above and at unpack).
+                let off = addr - alloc_base;
+                if off.checked_add(len).is_none_or(|end| end > map.len as u64) {
+                    return Ok(None);
+                }
+                Ok(Some(Place {
+                    ptr: (map.ptr + off as usize) as *mut u8,
+                    device: true,
+                }))
             }
             Path::Remote => Ok(None),
         }
@@ -467,24 +538,24 @@ fn done(len: usize) -> Started {
     })
 }
 
-/// Copy between the caller's (host) segments and a region mapped here, in order: plain
-/// copies, or through the CUDA driver for device memory.
+/// Copy between the caller's segments and a region mapped here, in order: plain copies
+/// between host memory, the CUDA driver's copies wherever either side is device memory.
 ///
 /// # Safety
 /// `region` must be valid for `buf.len()` bytes and the segments for their lengths.
 unsafe fn copy_local(buf: &Buf, region: Place, dir: Dir) -> Result<()> {
     let mut off = 0;
     for &(a, l) in buf.segs() {
-        let r = region.ptr.wrapping_add(off);
-        // SAFETY: per the function's contract.
-        unsafe {
-            match (dir, region.device) {
-                (Dir::ToRegion, false) => std::ptr::copy_nonoverlapping(a as *const u8, r, l),
-                (Dir::FromRegion, false) => std::ptr::copy_nonoverlapping(r, a as *mut u8, l),
-                (Dir::ToRegion, true) => stage::to_device(r, a as *const u8, l)?,
-                (Dir::FromRegion, true) => stage::from_device(a as *mut u8, r, l)?,
-            }
+        if l == 0 {
+            continue;
         }
+        let r = region.ptr.wrapping_add(off);
+        let (src, dst) = match dir {
+            Dir::ToRegion => ((a, cuda::is_device(a)), (r as usize, region.device)),
+            Dir::FromRegion => ((r as usize, region.device), (a, cuda::is_device(a))),
+        };
+        // SAFETY: per the function's contract.
+        unsafe { stage::copy(dst, src, l)? };
         off += l;
     }
     Ok(())
@@ -532,13 +603,32 @@ impl Endpoint {
             || (upgrading
                 && cfg.shm_cma != crate::base::config::CmaPolicy::No
                 && crate::transport::shm::cma_probe(key.pid, key.base));
+        let near = same_host && (mode == Some(RndvMode::RemoteRead) || upgrading);
         let path = if key.pid == std::process::id() && key.ctx_id == reg.ctx_id {
             Path::Local(reg)
-        } else if same_host
-            && key.mem_type == MemoryType::Host.code()
-            && (mode == Some(RndvMode::RemoteRead) || upgrading)
-        {
-            // (Device memory is reached through its owner, who copies with its driver.)
+        } else if near && key.mem_type == MemoryType::Cuda.code() {
+            // Device memory: opened here through its IPC handle, or through the owner.
+            let open = || -> Result<Path> {
+                let ipc = key.ipc.ok_or_else(|| {
+                    Error::new(Status::Unsupported, "the key carries no IPC handle")
+                })?;
+                let driver = cuda::load(&cfg.cuda_lib)?;
+                let peer = reg.peer(&key)?;
+                let map = peer.device_region(driver, key.region, &ipc)?;
+                Ok(Path::DeviceIpc {
+                    peer,
+                    map,
+                    alloc_base: ipc.alloc_base,
+                })
+            };
+            open().unwrap_or_else(|e| {
+                tracing::info!(
+                    "device memory of pid {}: {e}; operations go through the owner",
+                    key.pid
+                );
+                Path::Remote
+            })
+        } else if near && key.mem_type != MemoryType::Cuda.code() {
             match reg.peer(&key) {
                 Ok(peer) => {
                     let seg = if key.region_fd >= 0 {
@@ -647,50 +737,29 @@ impl Endpoint {
         cb: Callback,
     ) -> Result<Started> {
         self.check_key(key)?;
-        if let Some(host) = stage::gather(&data)? {
-            // Device memory is copied out first; the owner's path keeps the copy with the
-            // request.
-            let hb = Buf::One((host.as_ptr() as usize, host.len()));
-            // SAFETY: `host` outlives the direct copy.
-            if let Some(s) = unsafe { self.put_direct(&hb, raddr, key)? } {
-                return Ok(s);
-            }
-            let target = rref(key, raddr);
-            return self
-                .with_state(|st, e| st.staged_send(host, |st, b| st.rma_put(e, b, target, cb)));
-        }
-        // SAFETY: the caller keeps `data` valid.
-        match unsafe { self.put_direct(&data, raddr, key)? } {
-            Some(s) => Ok(s),
-            None => self.with_state(|st, e| st.rma_put(e, data, rref(key, raddr), cb)),
-        }
-    }
-
-    /// A put this process carries out itself (the region is mapped here, or CMA reaches
-    /// it); `None` when it must go through the owner.
-    ///
-    /// # Safety
-    /// `data` must be valid host memory.
-    unsafe fn put_direct(
-        &self,
-        data: &Buf,
-        raddr: u64,
-        key: &RemoteKey,
-    ) -> Result<Option<Started>> {
         let len = data.len();
-        match key.resolve(raddr, len as u64, access::WRITE)? {
-            Some(dst) => {
-                // SAFETY: the owner's record covers [raddr, raddr+len); source is the caller's.
-                unsafe { copy_local(data, dst, Dir::ToRegion)? };
-                Ok(Some(done(len)))
-            }
-            None if matches!(key.path, Path::Direct { cma: true, .. }) => {
-                // SAFETY: the segments are the caller's buffer.
-                unsafe { copy_cma(key.key.pid, data, raddr, Dir::ToRegion)? };
-                Ok(Some(done(len)))
-            }
-            None => Ok(None),
+        if let Some(dst) = key.resolve(raddr, len as u64, access::WRITE)? {
+            // SAFETY: the owner's record covers [raddr, raddr+len); source is the caller's.
+            unsafe { copy_local(&data, dst, Dir::ToRegion)? };
+            return Ok(done(len));
         }
+        // Neither CMA nor a link can read device memory: a host copy goes instead, kept
+        // with the request when the owner's path has one.
+        let host = stage::gather(&data)?;
+        let src = match &host {
+            Some(h) => Buf::One((h.as_ptr() as usize, h.len())),
+            None => data,
+        };
+        if matches!(key.path, Path::Direct { cma: true, .. }) {
+            // SAFETY: the segments are the caller's buffer (or our host copy).
+            unsafe { copy_cma(key.key.pid, &src, raddr, Dir::ToRegion)? };
+            return Ok(done(len));
+        }
+        let target = rref(key, raddr);
+        self.with_state(|st, e| match host {
+            Some(h) => st.staged_send(h, |st, b| st.rma_put(e, b, target, cb)),
+            None => st.rma_put(e, src, target, cb),
+        })
     }
 
     /// Get with a raw buffer and a callback.
@@ -705,45 +774,28 @@ impl Endpoint {
         cb: Callback,
     ) -> Result<Started> {
         self.check_key(key)?;
-        let target = rref(key, raddr);
+        let len = buf.len();
+        if let Some(src) = key.resolve(raddr, len as u64, access::READ)? {
+            // SAFETY: the record covers the source range; destination is the caller's.
+            unsafe { copy_local(&buf, src, Dir::FromRegion)? };
+            return Ok(done(len));
+        }
+        let cma = matches!(key.path, Path::Direct { cma: true, .. });
+        let (pid, target) = (key.key.pid, rref(key, raddr));
+        let get = move |st: &mut State, e: u32, b: Buf| {
+            if cma {
+                // SAFETY: `b` is the caller's writable buffer (or a host copy of it).
+                unsafe { copy_cma(pid, &b, raddr, Dir::FromRegion)? };
+                Ok(done(len))
+            } else {
+                st.rma_get(e, b, target, cb)
+            }
+        };
         if stage::has_device(&buf) {
             // Into host memory first; the device buffer is written on completion.
-            return self.with_state(|st, e| {
-                st.staged_recv(buf, |st, b| {
-                    // SAFETY: `b` is the stage's host copy, alive as long as the request.
-                    match unsafe { self.get_direct(&b, raddr, key)? } {
-                        Some(s) => Ok(s),
-                        None => st.rma_get(e, b, target, cb),
-                    }
-                })
-            });
+            return self.with_state(|st, e| st.staged_recv(buf, |st, b| get(st, e, b)));
         }
-        // SAFETY: the caller keeps `buf` valid.
-        match unsafe { self.get_direct(&buf, raddr, key)? } {
-            Some(s) => Ok(s),
-            None => self.with_state(|st, e| st.rma_get(e, buf, target, cb)),
-        }
-    }
-
-    /// A get this process carries out itself; `None` when it must go through the owner.
-    ///
-    /// # Safety
-    /// `buf` must be valid, writable host memory.
-    unsafe fn get_direct(&self, buf: &Buf, raddr: u64, key: &RemoteKey) -> Result<Option<Started>> {
-        let len = buf.len();
-        match key.resolve(raddr, len as u64, access::READ)? {
-            Some(src) => {
-                // SAFETY: the record covers the source range; destination is the caller's.
-                unsafe { copy_local(buf, src, Dir::FromRegion)? };
-                Ok(Some(done(len)))
-            }
-            None if matches!(key.path, Path::Direct { cma: true, .. }) => {
-                // SAFETY: the segments are the caller's writable buffer.
-                unsafe { copy_cma(key.key.pid, buf, raddr, Dir::FromRegion)? };
-                Ok(Some(done(len)))
-            }
-            None => Ok(None),
-        }
+        self.with_state(|st, e| get(st, e, buf))
     }
 
     /// An atomic on a 64-bit (or, with `bits32`, 32-bit) word at `raddr`; the old value is
@@ -848,14 +900,19 @@ impl Endpoint {
                 "signal address is not 8-byte aligned",
             ));
         }
-        let host = stage::gather(&data)?;
+        let len = data.len();
+        let dst = key.resolve(raddr, len as u64, access::WRITE)?;
+        let sig = sig_key.resolve(sig_addr, 8, access::WRITE)?;
+        // Unless both are mapped here, the data goes through the owner: a host copy of
+        // device memory, then.
+        let host = match (dst, sig) {
+            (Some(_), Some(_)) => None,
+            _ => stage::gather(&data)?,
+        };
         let data = match &host {
             Some(h) => Buf::One((h.as_ptr() as usize, h.len())),
             None => data,
         };
-        let len = data.len();
-        let dst = key.resolve(raddr, len as u64, access::WRITE)?;
-        let sig = sig_key.resolve(sig_addr, 8, access::WRITE)?;
         match (dst, sig) {
             (_, Some(sig)) if sig.device => Err(Error::new(
                 Status::Unsupported,

@@ -58,7 +58,24 @@ struct Api {
     mem_get_address_range:
         unsafe extern "C" fn(*mut CuDevicePtr, *mut usize, CuDevicePtr) -> CuResult,
     get_error_name: unsafe extern "C" fn(CuResult, *mut *const c_char) -> CuResult,
+    /// The IPC calls (same-host peers map each other's device memory); absent in drivers
+    /// without them, which then reach device memory through its owner only.
+    ipc: Option<IpcApi>,
 }
+
+/// `CUipcMemHandle`, passed by value.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct IpcHandle([u8; 64]);
+
+struct IpcApi {
+    get: unsafe extern "C" fn(*mut IpcHandle, CuDevicePtr) -> CuResult,
+    open: unsafe extern "C" fn(*mut CuDevicePtr, IpcHandle, c_uint) -> CuResult,
+    close: unsafe extern "C" fn(CuDevicePtr) -> CuResult,
+}
+
+/// `CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS`.
+const IPC_LAZY_ENABLE_PEER_ACCESS: c_uint = 1;
 
 /// The loaded driver, its first device's primary context and Courier's copy stream.
 pub struct Driver {
@@ -216,6 +233,16 @@ impl Driver {
             pointer_get_attribute: f!(c"cuPointerGetAttribute"),
             mem_get_address_range: f!(c"cuMemGetAddressRange_v2"),
             get_error_name: f!(c"cuGetErrorName"),
+            ipc: (|| {
+                Some(IpcApi {
+                    // SAFETY: as for `f!`.
+                    get: unsafe { fn_from(sym(c"cuIpcGetMemHandle").ok()?) },
+                    // SAFETY: as above.
+                    open: unsafe { fn_from(sym(c"cuIpcOpenMemHandle_v2").ok()?) },
+                    // SAFETY: as above.
+                    close: unsafe { fn_from(sym(c"cuIpcCloseMemHandle").ok()?) },
+                })
+            })(),
         };
         let mut d = Driver {
             api,
@@ -448,6 +475,75 @@ impl Driver {
         self.copy("cuMemcpyDtoDAsync", |s| unsafe {
             (self.api.dtod_async)(dst as u64, src as u64, len, s)
         })
+    }
+}
+
+impl Driver {
+    fn ipc(&self) -> Result<&IpcApi, Error> {
+        self.api
+            .ipc
+            .as_ref()
+            .ok_or_else(|| Error::new(Status::Unsupported, "this CUDA driver has no IPC calls"))
+    }
+
+    /// The IPC handle of the device allocation that starts at `base`, for a same-host peer.
+    pub fn ipc_handle(&self, base: usize) -> Result<[u8; 64], Error> {
+        let ipc = self.ipc()?;
+        self.in_ctx(|| {
+            let mut h = IpcHandle([0; 64]);
+            // SAFETY: valid out pointer.
+            self.check(
+                unsafe { (ipc.get)(&mut h, base as u64) },
+                "cuIpcGetMemHandle",
+            )?;
+            Ok(h.0)
+        })
+    }
+
+    /// Map a same-host peer's device allocation from its IPC handle; its address here.
+    pub fn ipc_open(&'static self, handle: &[u8; 64]) -> Result<IpcMapping, Error> {
+        let ipc = self.ipc()?;
+        let ptr = self.in_ctx(|| {
+            let mut p = 0u64;
+            // SAFETY: valid out pointer; the handle is passed by value as the API wants.
+            let rc = unsafe { (ipc.open)(&mut p, IpcHandle(*handle), IPC_LAZY_ENABLE_PEER_ACCESS) };
+            self.check(rc, "cuIpcOpenMemHandle")?;
+            Ok(p)
+        })?;
+        let mut m = IpcMapping {
+            ptr: ptr as usize,
+            len: 0,
+            driver: self,
+        };
+        m.len = self.allocation_of(m.ptr)?.1;
+        Ok(m)
+    }
+}
+
+/// A peer's device allocation mapped here through its IPC handle; closed on drop.
+pub struct IpcMapping {
+    /// Where the allocation starts in this process.
+    pub ptr: usize,
+    /// Its length.
+    pub len: usize,
+    driver: &'static Driver,
+}
+
+impl Drop for IpcMapping {
+    fn drop(&mut self) {
+        let d = self.driver;
+        if let Ok(ipc) = d.ipc() {
+            // SAFETY: a mapping we opened, closed once.
+            let r = d.in_ctx(|| {
+                d.check(
+                    unsafe { (ipc.close)(self.ptr as u64) },
+                    "cuIpcCloseMemHandle",
+                )
+            });
+            if let Err(e) = r {
+                tracing::warn!("closing a peer's device memory at {:#x}: {e}", self.ptr);
+            }
+        }
     }
 }
 

@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 
 use crate::base::sys::{host_id, pid, random_u64};
 use crate::base::{Error, Result, Status};
-use crate::wire::rkey::{RkeyRepr, access};
+use crate::wire::rkey::{DeviceHandle, RkeyRepr, access};
 
 /// Entries in a key table (slot 0 is the header).
 pub const TABLE_SLOTS: usize = 4096;
@@ -184,6 +184,8 @@ struct Region {
     mem_type: MemoryType,
     memfd: Option<OwnedFd>,
     _alloc: Option<Backing>,
+    /// Device memory: the IPC handle its key carries for same-host peers.
+    ipc: Option<DeviceHandle>,
 }
 
 /// What keeps an allocated region's memory alive: a shared segment, or device memory.
@@ -211,9 +213,40 @@ pub(crate) struct PeerMaps {
     /// Mapped region segments by region id (never reused), not by fd number (which the
     /// owner's kernel reuses after an unmap).
     regions: Mutex<HashMap<u64, Arc<Mapping>>>,
+    /// The owner's device allocations opened through their IPC handles, by region id.
+    devices: Mutex<HashMap<u64, Arc<crate::base::cuda::IpcMapping>>>,
 }
 
 impl PeerMaps {
+    /// Open the owner's device allocation holding region `region` (cached per region, and
+    /// only while the owner's record describes that region). Its address here.
+    pub(crate) fn device_region(
+        &self,
+        driver: &'static crate::base::cuda::Driver,
+        region: u64,
+        handle: &DeviceHandle,
+    ) -> Result<Arc<crate::base::cuda::IpcMapping>> {
+        let live = |id: u64| {
+            self.record(id).is_some_and(|r| {
+                r.valid == 1 && r.region == id && r.mem_type == MemoryType::Cuda.code() as u64
+            })
+        };
+        let mut g = self.devices.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(m) = g.get(&region) {
+            return Ok(m.clone());
+        }
+        if !live(region) {
+            return Err(Error::new(
+                Status::InvalidKey,
+                "the device region is no longer mapped by its owner",
+            ));
+        }
+        g.retain(|id, _| live(*id));
+        let m = Arc::new(driver.ipc_open(&handle.handle)?);
+        g.insert(region, m.clone());
+        Ok(m)
+    }
+
     pub(crate) fn record(&self, region: u64) -> Option<Record> {
         let slot = (region & 0xfff) as usize;
         if slot == 0 || slot >= TABLE_SLOTS {
@@ -396,6 +429,7 @@ impl MemRegistry {
             mem_type,
             memfd,
             _alloc: alloc,
+            ipc: None,
         });
         self.publish(
             &mut g,
@@ -452,6 +486,17 @@ impl MemRegistry {
             Some(Backing::Device { _mem: a }),
         )?;
         Ok((id, secret, ptr))
+    }
+
+    /// Give device region `id`'s keys the IPC handle of the allocation holding it.
+    pub(crate) fn set_ipc(&self, id: u64, ipc: DeviceHandle) {
+        let slot = (id & 0xfff) as usize;
+        let mut g = self.lock();
+        if slot < TABLE_SLOTS && g.generations[slot] == id >> 12 {
+            if let Some(r) = g.slots[slot].as_mut() {
+                r.ipc = Some(ipc);
+            }
+        }
     }
 
     /// Remove a region: every key made from it is refused from now on.
@@ -551,6 +596,7 @@ impl MemRegistry {
             pid: pid(),
             table_fd: self.table_fd.as_ref().map(|f| f.as_raw_fd()).unwrap_or(-1),
             region_fd: r.memfd.as_ref().map(|f| f.as_raw_fd()).unwrap_or(-1),
+            ipc: r.ipc,
         }
         .pack())
     }
@@ -654,6 +700,7 @@ impl MemRegistry {
             pidfd,
             table,
             regions: Mutex::new(HashMap::new()),
+            devices: Mutex::new(HashMap::new()),
         });
         g.insert((key.pid, key.ctx_id), p.clone());
         Ok(p)

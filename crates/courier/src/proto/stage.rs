@@ -50,6 +50,26 @@ pub(crate) unsafe fn from_device(dst: *mut u8, src: *const u8, len: usize) -> Re
     unsafe { driver()?.to_host(dst, src as usize, len) }
 }
 
+/// Copy `len` bytes from `src` to `dst`, each an address and whether it is device
+/// memory: a plain copy between host buffers, else the driver's.
+///
+/// # Safety
+/// Both must be valid for `len` bytes of their kind (`dst` writable).
+pub(crate) unsafe fn copy(dst: (usize, bool), src: (usize, bool), len: usize) -> Result<()> {
+    // SAFETY: per the contract, for every arm.
+    unsafe {
+        match (dst.1, src.1) {
+            (false, false) => {
+                std::ptr::copy_nonoverlapping(src.0 as *const u8, dst.0 as *mut u8, len);
+                Ok(())
+            }
+            (true, false) => to_device(dst.0 as *mut u8, src.0 as *const u8, len),
+            (false, true) => from_device(dst.0 as *mut u8, src.0 as *const u8, len),
+            (true, true) => driver()?.device_to_device(dst.0, src.0, len),
+        }
+    }
+}
+
 /// Whether any segment of `buf` is device memory (false at once without a driver).
 #[inline]
 pub(crate) fn has_device(buf: &Buf) -> bool {

@@ -8,6 +8,9 @@
 //! 48          64     68         72          76
 //! | host id   | pid  | table fd | region fd |
 //! ```
+//! A key of CUDA device memory may carry 72 more bytes: the driver's 64-byte IPC handle
+//! of the allocation holding the region, then that allocation's base address in the
+//! owner's process (a same-host peer opens the handle and copies with its own driver).
 //! The key is a claim, not a capability: every access is checked against the owner's own
 //! record of the region (its registry, or the shared key table it publishes), so a forged
 //! or stale key is refused without touching memory.
@@ -18,6 +21,8 @@ pub const MAGIC: &[u8; 4] = b"CRK1";
 pub const VERSION: u8 = 1;
 /// Packed length.
 pub const LEN: usize = 76;
+/// Length of the device-memory trailer.
+pub const IPC_LEN: usize = 72;
 
 /// Access rights.
 pub mod access {
@@ -56,13 +61,24 @@ pub struct RkeyRepr {
     pub table_fd: i32,
     /// Owner's region memfd number (-1: not in a shared segment).
     pub region_fd: i32,
+    /// Device memory: the driver's IPC handle of the allocation holding the region.
+    pub ipc: Option<DeviceHandle>,
+}
+
+/// What a same-host peer needs to map an owner's device memory itself.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DeviceHandle {
+    /// The driver's IPC handle (`CUipcMemHandle`).
+    pub handle: [u8; 64],
+    /// The allocation's start in the owner's process.
+    pub alloc_base: u64,
 }
 
 /// Why a key was refused.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum RkeyError {
     /// Wrong size.
-    #[error("remote key is {0} bytes, expected {LEN}")]
+    #[error("remote key is {0} bytes, expected {LEN} (or {with_ipc} for device memory)", with_ipc = LEN + IPC_LEN)]
     Length(usize),
     /// Not a key.
     #[error("not a Courier remote key (bad magic)")]
@@ -108,12 +124,16 @@ impl RkeyRepr {
         v.extend_from_slice(&self.pid.to_le_bytes());
         v.extend_from_slice(&self.table_fd.to_le_bytes());
         v.extend_from_slice(&self.region_fd.to_le_bytes());
+        if let Some(d) = &self.ipc {
+            v.extend_from_slice(&d.handle);
+            v.extend_from_slice(&d.alloc_base.to_le_bytes());
+        }
         v
     }
 
     /// Decode, checking every field.
     pub fn unpack(b: &[u8]) -> Result<RkeyRepr, RkeyError> {
-        if b.len() != LEN {
+        if b.len() != LEN && b.len() != LEN + IPC_LEN {
             return Err(RkeyError::Length(b.len()));
         }
         if &b[0..4] != MAGIC {
@@ -137,6 +157,22 @@ impl RkeyRepr {
         }
         let mut host_id = [0u8; 16];
         host_id.copy_from_slice(&b[48..64]);
+        let ipc = if b.len() == LEN + IPC_LEN {
+            if mem_type != 1 {
+                return Err(RkeyError::BadField("device handle on host memory"));
+            }
+            let mut handle = [0u8; 64];
+            handle.copy_from_slice(&b[LEN..LEN + 64]);
+            let alloc_base = u64_at(b, LEN + 64);
+            if alloc_base > base {
+                return Err(RkeyError::BadField(
+                    "device allocation starts after the region",
+                ));
+            }
+            Some(DeviceHandle { handle, alloc_base })
+        } else {
+            None
+        };
         Ok(RkeyRepr {
             mem_type,
             access,
@@ -149,6 +185,7 @@ impl RkeyRepr {
             pid: u32_at(b, 64),
             table_fd: u32_at(b, 68) as i32,
             region_fd: u32_at(b, 72) as i32,
+            ipc,
         })
     }
 }
@@ -171,6 +208,7 @@ mod tests {
             pid: 42,
             table_fd: 9,
             region_fd: -1,
+            ipc: None,
         }
     }
 
@@ -193,16 +231,50 @@ mod tests {
             ..sample()
         };
         assert!(RkeyRepr::unpack(&over.pack()).is_err());
+        // Device memory with its handle.
+        let dev = RkeyRepr {
+            mem_type: 1,
+            ipc: Some(DeviceHandle {
+                handle: [7; 64],
+                alloc_base: 0x800,
+            }),
+            ..sample()
+        };
+        let p = dev.pack();
+        assert_eq!(p.len(), LEN + IPC_LEN);
+        assert_eq!(RkeyRepr::unpack(&p).unwrap(), dev);
+        // A handle on host memory, or an allocation starting after the region: refused.
+        let mut host = p.clone();
+        host[5] = 0;
+        assert!(RkeyRepr::unpack(&host).is_err());
+        let late = RkeyRepr {
+            ipc: Some(DeviceHandle {
+                handle: [7; 64],
+                alloc_base: 0x2000,
+            }),
+            ..dev
+        };
+        assert!(RkeyRepr::unpack(&late.pack()).is_err());
+        assert_eq!(
+            RkeyRepr::unpack(&p[..LEN + 3]),
+            Err(RkeyError::Length(LEN + 3))
+        );
     }
 
     proptest! {
         #[test]
-        fn unpack_never_panics(b in proptest::collection::vec(any::<u8>(), 0..100)) {
+        fn unpack_never_panics(b in proptest::collection::vec(any::<u8>(), 0..160)) {
             let _ = RkeyRepr::unpack(&b);
         }
         #[test]
         fn unpack_never_panics_after_magic(b in proptest::collection::vec(any::<u8>(), 72..=72)) {
             let mut v = b"CRK1".to_vec();
+            v.extend(b);
+            let _ = RkeyRepr::unpack(&v);
+        }
+        #[test]
+        fn unpack_never_panics_with_a_trailer(b in proptest::collection::vec(any::<u8>(), 144..=144)) {
+            let mut v = b"CRK1\x01\x01".to_vec();
             v.extend(b);
             let _ = RkeyRepr::unpack(&v);
         }
