@@ -31,20 +31,26 @@ fn mock_lib() -> &'static str {
 }
 
 /// How many copies of a kind the stand-in driver made in this process (0 host to device,
-/// 1 device to host, 2 device to device, 3 live allocations).
+/// 1 device to host, 2 device to device, 4 opened IPC handles).
 fn mock_count(kind: i32) -> u64 {
-    let name = CString::new(mock_lib()).unwrap();
-    // SAFETY: dlopen/dlsym of the stand-in library, whose mockcuda_count has this type.
+    mock_fn(c"mockcuda_count")(kind)
+}
+
+/// The copies of a kind made on this thread (tests run side by side in one process).
+fn thread_count(kind: i32) -> u64 {
+    mock_fn(c"mockcuda_thread_count")(kind)
+}
+
+fn mock_fn(name: &std::ffi::CStr) -> extern "C" fn(i32) -> u64 {
+    let lib = CString::new(mock_lib()).unwrap();
+    // SAFETY: dlopen/dlsym of the stand-in library (the copy Courier loads; it stays
+    // loaded), whose counters have this type.
     unsafe {
-        // The same library Courier loads (one copy per process).
-        let h = libc::dlopen(name.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL);
+        let h = libc::dlopen(lib.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL);
         assert!(!h.is_null(), "cannot load the stand-in driver");
-        let f = libc::dlsym(h, c"mockcuda_count".as_ptr());
+        let f = libc::dlsym(h, name.as_ptr());
         assert!(!f.is_null());
-        let f: extern "C" fn(i32) -> u64 = std::mem::transmute(f);
-        let v = f(kind);
-        libc::dlclose(h);
-        v
+        std::mem::transmute::<*mut libc::c_void, extern "C" fn(i32) -> u64>(f)
     }
 }
 
@@ -297,11 +303,11 @@ fn child_rma(c: &Context, w: &Worker, ep: &Endpoint, keys: &[Vec<u8>]) {
     // keys[0]: the owner's device region; keys[1]: its host region for signals.
     let rk = ep.rkey_unpack(&keys[0]).unwrap();
     let sk = ep.rkey_unpack(&keys[1]).unwrap();
-    assert_eq!(
-        rk.path(),
-        "remote",
-        "device memory is reached through its owner"
-    );
+    // On this host the owner's device memory is opened here through its IPC handle; over
+    // tcp it is reached through the owner.
+    let tcp = std::env::var("COURIER_TLS").unwrap() == "tcp";
+    assert_eq!(rk.path(), if tcp { "remote" } else { "cuda_ipc" });
+    assert_eq!(mock_count(4), u64::from(!tcp), "IPC handles opened");
     let (base, len) = rk.bounds();
     let dev = device(c, len as usize);
     for (i, &n) in [1usize, 8, 100, 4096, 65537, 300_000, len as usize]
@@ -335,13 +341,23 @@ fn child_rma(c: &Context, w: &Worker, ep: &Endpoint, keys: &[Vec<u8>]) {
         );
     }
     ep.flush().unwrap();
-    // Atomics on device memory are refused by the owner, which goes on serving.
+    // Atomics on device memory are refused (here, or by the owner, which goes on serving).
     let e = ep
         .atomic(AtomicOp::Add, 1, 0, base, &rk, false)
-        .unwrap()
-        .wait()
+        .and_then(|r| r.wait())
         .expect_err("atomic on device memory");
     assert_eq!(e.status(), Status::Unsupported, "{e}");
+    // A forged secret is refused before a byte moves, on either path.
+    let mut forged = keys[0].clone();
+    forged[16] ^= 0x40;
+    let fk = ep.rkey_unpack(&forged).unwrap();
+    let e = ep
+        .put(&[9u8; 64], base, &fk)
+        .and_then(|r| r.wait())
+        .and_then(|_| ep.flush())
+        .expect_err("forged key");
+    assert_eq!(e.status(), Status::InvalidKey, "{e}");
+    ep.flush().unwrap();
     // A signaling put: device data into device memory, the signal into host memory.
     let sig_data = pattern(len as usize, 200);
     dev.write(0, &sig_data).unwrap();
@@ -409,7 +425,7 @@ fn two_sided(tls: &str) {
     .unwrap();
     let child = spawn(tls, "twosided", o.port, &[], &[]);
     let ep = first_ep(&o);
-    let (htod, dtoh) = (mock_count(0), mock_count(1));
+    let (htod, dtoh) = (thread_count(0), thread_count(1));
     for (i, &n) in SIZES.iter().enumerate() {
         let i = i as u64;
         let (a, b) = (pattern(n, i as u8), pattern(n, i as u8 + 50));
@@ -424,7 +440,7 @@ fn two_sided(tls: &str) {
         send(&o.w, &ep, hbuf(&b), 400 + i);
     }
     assert!(
-        mock_count(0) > htod && mock_count(1) > dtoh,
+        thread_count(0) > htod && thread_count(1) > dtoh,
         "copies went through the driver"
     );
     // Truncation: the first 100 bytes land, the real length is reported.
@@ -481,6 +497,7 @@ fn rma(tls: &str) {
     let len = (4 << 20) + 64;
     let region = device(&o.c, len);
     region.write(0, &vec![0u8; len]).unwrap();
+    let owner_copies = thread_count(0);
     let sig = o.c.mem_map(MemMapParams::allocate(64)).unwrap();
     let child = spawn(
         tls,
@@ -495,7 +512,10 @@ fn rma(tls: &str) {
     while sig.signal_fetch(0).unwrap() != 1234 {
         o.w.progress();
         if let Some(st) = child.try_wait().unwrap() {
-            panic!("the child exited ({st}) before it signalled");
+            let mut err = String::new();
+            use std::io::Read;
+            let _ = child.stderr.take().unwrap().read_to_string(&mut err);
+            panic!("the child exited ({st}) before it signalled:\n{err}");
         }
         assert!(Instant::now() < deadline, "no signal");
     }
@@ -503,6 +523,9 @@ fn rma(tls: &str) {
         contents(&region, len) == pattern(len, 200),
         "signal seen before the device data was in place"
     );
+    // Over tcp this process copied every put into its device memory; on this host the
+    // child did, through the IPC handle, with its own driver.
+    assert_eq!(thread_count(0) > owner_copies, tls == "tcp");
     send(&o.w, &ep, hbuf(&[1]), 999);
     finish(&o, child);
 }
@@ -520,10 +543,8 @@ fn put_get_signal_into_device_memory_tcp() {
 #[test]
 fn map_query_copy_and_refusals() {
     let c = ctx("all");
-    let live = mock_count(3);
     let m = device(&c, 1 << 20);
     assert_eq!(m.query().memory_type, MemoryType::Cuda);
-    assert_eq!(mock_count(3), live + 1);
     let p = pattern(1 << 20, 5);
     m.write(0, &p).unwrap();
     assert!(contents(&m, 1 << 20) == p);
@@ -559,8 +580,14 @@ fn map_query_copy_and_refusals() {
         .err()
         .unwrap();
     assert_eq!(e.status(), Status::InvalidParam, "{e}");
+    let gone = m.as_ptr();
     drop((sub, found, m));
-    assert_eq!(mock_count(3), live, "unmapping frees the device allocation");
+    // Unmapping freed the allocation: the driver no longer knows the address.
+    let e = c
+        .mem_map(MemMapParams::register(gone, 64).memory_type(MemoryType::Cuda))
+        .err()
+        .expect("freed device memory");
+    assert_eq!(e.status(), Status::InvalidParam, "{e}");
 }
 
 #[test]

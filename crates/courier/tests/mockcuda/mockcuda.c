@@ -14,9 +14,15 @@
  * - A stream belongs to the context it was made in: using it while another context is
  *   current fails with CUDA_ERROR_INVALID_CONTEXT (tests make one current to check that
  *   Courier pushes its own and gives theirs back).
+ * - IPC handles work between processes of the same user: a handle names the creator's
+ *   pool memfd and the allocation's place in it; opening it takes the fd with
+ *   pidfd_getfd and maps the allocation again, with no CPU access, as the real driver
+ *   maps a peer's device memory. A process cannot open its own handles.
  * - MOCKCUDA_DEVICES=0 makes cuInit fail with CUDA_ERROR_NO_DEVICE.
  * - mockcuda_count(kind) tells tests how many copies of each kind were made
- *   (0 host to device, 1 device to host, 2 device to device, 3 allocations live).
+ *   (0 host to device, 1 device to host, 2 device to device), and how many allocations
+ *   (3) and opened IPC handles (4) are live; mockcuda_thread_count(kind) the copies made
+ *   on the calling thread.
  */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -24,6 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #define OK 0
@@ -41,17 +48,32 @@ struct alloc {
     uint64_t base;
     size_t size;
     int live;
+    char *shadow; /* the allocation's bytes */
+    /* An opened IPC handle: its own mappings, unmapped on close. */
+    char *map_dev, *map_shadow;
+    size_t map_len;
+};
+
+struct ipc_handle {
+    char magic[8];
+    uint32_t pid;
+    int32_t fd;
+    uint64_t offset;
+    uint64_t size;
+    char pad[64 - 32];
 };
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static int inited;
+static int pool_fd = -1;
 static int devices = 1;
 static char *dev;    /* what callers see: PROT_NONE */
 static char *shadow; /* the bytes */
 static size_t top;
 static struct alloc allocs[MAX_ALLOCS];
 static int nallocs;
-static uint64_t counts[4];
+static uint64_t counts[5];
+static __thread uint64_t thread_counts[3];
 static int primary_ctx;
 static __thread void *current;
 static __thread void *stack[16];
@@ -74,7 +96,7 @@ int cuInit(unsigned int flags)
         }
         dev = mmap(NULL, POOL, PROT_NONE, MAP_SHARED, fd, 0);
         shadow = mmap(NULL, POOL, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-        close(fd);
+        pool_fd = fd; /* kept open: IPC handles name it */
         if (dev == MAP_FAILED || shadow == MAP_FAILED) {
             pthread_mutex_unlock(&mu);
             return ERR_OUT_OF_MEMORY;
@@ -195,6 +217,8 @@ int cuMemAlloc_v2(uint64_t *p, size_t n)
     allocs[nallocs].base = (uint64_t)(uintptr_t)(dev + top);
     allocs[nallocs].size = n;
     allocs[nallocs].live = 1;
+    allocs[nallocs].shadow = shadow + top;
+    allocs[nallocs].map_dev = NULL;
     *p = allocs[nallocs].base;
     nallocs++;
     top += need;
@@ -210,7 +234,7 @@ int cuMemFree_v2(uint64_t p)
     int rc = ERR_INVALID_VALUE;
     pthread_mutex_lock(&mu);
     for (int i = 0; i < nallocs; i++)
-        if (allocs[i].live && allocs[i].base == p) {
+        if (allocs[i].live && !allocs[i].map_dev && allocs[i].base == p) {
             allocs[i].live = 0;
             counts[3]--;
             rc = OK;
@@ -237,7 +261,8 @@ static struct alloc *find(uint64_t p, size_t n)
 
 static char *bytes(uint64_t p)
 {
-    return shadow + (p - (uint64_t)(uintptr_t)dev);
+    struct alloc *a = find(p, 1);
+    return a->shadow + (p - a->base);
 }
 
 static int count(int k)
@@ -245,6 +270,7 @@ static int count(int k)
     pthread_mutex_lock(&mu);
     counts[k]++;
     pthread_mutex_unlock(&mu);
+    thread_counts[k]++;
     return OK;
 }
 
@@ -324,9 +350,93 @@ int cuGetErrorName(int rc, const char **s)
     }
 }
 
+int cuIpcGetMemHandle(struct ipc_handle *h, uint64_t p)
+{
+    if (!current)
+        return ERR_INVALID_CONTEXT;
+    struct alloc *a = find(p, 1);
+    if (!a || a->map_dev || a->base != p)
+        return ERR_INVALID_VALUE;
+    memset(h, 0, sizeof *h);
+    memcpy(h->magic, "MOCKIPC1", 8);
+    h->pid = (uint32_t)getpid();
+    h->fd = pool_fd;
+    h->offset = a->shadow - shadow;
+    h->size = a->size;
+    return OK;
+}
+
+int cuIpcOpenMemHandle_v2(uint64_t *p, struct ipc_handle h, unsigned int flags)
+{
+    (void)flags;
+    if (!current)
+        return ERR_INVALID_CONTEXT;
+    if (memcmp(h.magic, "MOCKIPC1", 8) != 0 || h.size == 0)
+        return ERR_INVALID_VALUE;
+    if (h.pid == (uint32_t)getpid())
+        return ERR_INVALID_CONTEXT; /* as the driver: not in the creating process */
+    int pidfd = (int)syscall(SYS_pidfd_open, (pid_t)h.pid, 0);
+    if (pidfd < 0)
+        return ERR_INVALID_VALUE;
+    int fd = (int)syscall(SYS_pidfd_getfd, pidfd, h.fd, 0);
+    close(pidfd);
+    if (fd < 0)
+        return ERR_INVALID_VALUE;
+    uint64_t start = h.offset & ~(uint64_t)4095;
+    size_t len = (size_t)(h.offset + h.size - start);
+    char *d = mmap(NULL, len, PROT_NONE, MAP_SHARED, fd, (off_t)start);
+    char *b = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, (off_t)start);
+    close(fd);
+    if (d == MAP_FAILED || b == MAP_FAILED)
+        return ERR_OUT_OF_MEMORY;
+    pthread_mutex_lock(&mu);
+    if (nallocs == MAX_ALLOCS) {
+        pthread_mutex_unlock(&mu);
+        munmap(d, len);
+        munmap(b, len);
+        return ERR_OUT_OF_MEMORY;
+    }
+    struct alloc *a = &allocs[nallocs++];
+    a->base = (uint64_t)(uintptr_t)(d + (h.offset - start));
+    a->size = h.size;
+    a->live = 1;
+    a->shadow = b + (h.offset - start);
+    a->map_dev = d;
+    a->map_shadow = b;
+    a->map_len = len;
+    *p = a->base;
+    counts[4]++;
+    pthread_mutex_unlock(&mu);
+    return OK;
+}
+
+int cuIpcCloseMemHandle(uint64_t p)
+{
+    if (!current)
+        return ERR_INVALID_CONTEXT;
+    pthread_mutex_lock(&mu);
+    for (int i = 0; i < nallocs; i++)
+        if (allocs[i].live && allocs[i].map_dev && allocs[i].base == p) {
+            allocs[i].live = 0;
+            munmap(allocs[i].map_dev, allocs[i].map_len);
+            munmap(allocs[i].map_shadow, allocs[i].map_len);
+            counts[4]--;
+            pthread_mutex_unlock(&mu);
+            return OK;
+        }
+    pthread_mutex_unlock(&mu);
+    return ERR_INVALID_VALUE;
+}
+
+/* The copies of a kind made on the calling thread. */
+uint64_t mockcuda_thread_count(int kind)
+{
+    return kind >= 0 && kind < 3 ? thread_counts[kind] : 0;
+}
+
 uint64_t mockcuda_count(int kind)
 {
-    if (kind < 0 || kind > 3)
+    if (kind < 0 || kind > 4)
         return 0;
     pthread_mutex_lock(&mu);
     uint64_t v = counts[kind];
