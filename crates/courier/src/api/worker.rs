@@ -490,18 +490,9 @@ impl Worker {
         self.inner.epoll_raw
     }
 
+    #[inline]
     pub(crate) fn take_result(&self, id: u64) -> Option<(Result<Info>, Info)> {
-        let mut g = self.lock().ok()?;
-        let s = g.req(id)?;
-        if !s.done {
-            return None;
-        }
-        let r = (
-            std::mem::replace(&mut s.result, Ok(Info::default())),
-            s.info,
-        );
-        g.req_free(id);
-        Some(r)
+        self.lock().ok()?.take_result(id)
     }
 
     pub(crate) fn cancel(&self, id: u64) -> bool {

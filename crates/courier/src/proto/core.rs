@@ -119,8 +119,36 @@ impl State {
         buf: Buf,
         callback: Callback,
     ) -> u64 {
-        let slot = ReqSlot {
-            generation: 0,
+        if let Some(idx) = self.reqs.free.pop() {
+            // A freed slot: `req_free` left its buffer and callback empty and it is not
+            // live; set what a new request reads, field by field (cheaper than building
+            // and moving a whole slot).
+            if let Some(s) = self.reqs.slots.get_mut(idx as usize) {
+                let generation = s.generation.wrapping_add(1).max(1);
+                s.generation = generation;
+                s.live = true;
+                s.done = false;
+                s.detached = false;
+                s.zc_wait = false;
+                s.waitall = false;
+                s.rndv_push = false;
+                s.kind = kind;
+                s.ep = ep;
+                s.buf = buf;
+                s.callback = callback;
+                s.expect = 0;
+                s.got = 0;
+                s.tag = 0;
+                s.tag_mask = 0;
+                s.real_len = 0;
+                return make_id(generation, idx);
+            }
+        }
+        // Generations start at 1, so no request id is 0: the wire uses 0 for "no request"
+        // (puts that are acknowledged only when refused).
+        let idx = self.reqs.slots.len() as u32;
+        self.reqs.slots.push(ReqSlot {
+            generation: 1,
             live: true,
             done: false,
             result: Ok(Info::default()),
@@ -138,39 +166,8 @@ impl State {
             callback,
             detached: false,
             zc_wait: false,
-        };
-        if let Some(idx) = self.reqs.free.pop() {
-            let s = &mut self.reqs.slots[idx as usize];
-            let generation = s.generation.wrapping_add(1).max(1);
-            // Field by field: cheaper than building and moving a whole slot.
-            s.generation = generation;
-            s.live = true;
-            s.done = false;
-            s.result = Ok(Info::default());
-            s.kind = slot.kind;
-            s.ep = slot.ep;
-            s.buf = slot.buf;
-            s.expect = 0;
-            s.got = 0;
-            s.tag = 0;
-            s.tag_mask = 0;
-            s.waitall = false;
-            s.rndv_push = false;
-            s.real_len = 0;
-            s.info = Info::default();
-            s.callback = slot.callback;
-            s.detached = false;
-            make_id(generation, idx)
-        } else {
-            // Generations start at 1, so no request id is 0: the wire uses 0 for "no
-            // request" (puts that are acknowledged only when refused).
-            let idx = self.reqs.slots.len() as u32;
-            self.reqs.slots.push(ReqSlot {
-                generation: 1,
-                ..slot
-            });
-            make_id(1, idx)
-        }
+        });
+        make_id(1, idx)
     }
 
     /// The live slot for `id`, if the id is current.
@@ -186,11 +183,23 @@ impl State {
     pub(crate) fn req_free(&mut self, id: u64) {
         let (_, idx) = split_id(id);
         if let Some(s) = self.req(id) {
-            s.live = false;
-            s.callback = Callback::None;
-            s.buf = Buf::EMPTY;
+            s.release();
             self.reqs.free.push(idx);
         }
+    }
+
+    /// The result of request `id` if it has completed, which frees its slot: one lookup
+    /// for what a `Request` polls on every test.
+    #[inline]
+    pub(crate) fn take_result(&mut self, id: u64) -> Option<(Result<Info, Error>, Info)> {
+        let s = self.req(id).filter(|s| s.done)?;
+        let r = (
+            std::mem::replace(&mut s.result, Ok(Info::default())),
+            s.info,
+        );
+        s.release();
+        self.reqs.free.push(split_id(id).1);
+        Some(r)
     }
 
     /// Complete a request: record the result, queue its callback, free it if detached.
@@ -200,6 +209,7 @@ impl State {
     }
 
     /// Complete with an explicit info (kept also on failure).
+    #[inline]
     pub(crate) fn complete_info(&mut self, id: u64, result: Result<Info, Error>, info: Info) {
         let Some(s) = self.req(id) else { return };
         if s.done {
@@ -207,18 +217,20 @@ impl State {
         }
         s.done = true;
         s.info = info;
-        // A request with a callback belongs to it (nobody polls it): free it now, or the
-        // slot of every operation started with a callback (the C ABI's) stays taken.
-        let detached = s.detached || !matches!(s.callback, Callback::None);
         if matches!(s.callback, Callback::None) {
             s.result = result;
-        } else {
-            let cb = std::mem::replace(&mut s.callback, Callback::None);
-            self.deferred.push(Deferred::Req(cb, result, info));
+            if s.detached {
+                s.release();
+                self.reqs.free.push(split_id(id).1);
+            }
+            return;
         }
-        if detached {
-            self.req_free(id);
-        }
+        // A request with a callback belongs to it (nobody polls it): free it now, or the
+        // slot of every operation started with a callback (the C ABI's) stays taken.
+        let cb = std::mem::replace(&mut s.callback, Callback::None);
+        s.release();
+        self.reqs.free.push(split_id(id).1);
+        self.deferred.push(Deferred::Req(cb, result, info));
     }
 
     // ----- endpoints ------------------------------------------------------------------
