@@ -16,7 +16,7 @@ use super::lock::{Guard, StateCell, ThreadMode};
 use super::request::Request;
 use crate::base::{Error, Result, Status};
 use crate::proto::am::{AmDelivery, AmRndv};
-use crate::proto::core::{Deferred, State};
+use crate::proto::core::{Deferred, EPOLL_EVERY, State};
 use crate::proto::fdpoll;
 use crate::proto::recv::{AmPending, PollOne};
 use crate::proto::state::{Buf, Callback, Info};
@@ -153,13 +153,23 @@ impl Worker {
 
     /// Make progress: handle arrived frames, retry queued sends, run callbacks. Returns how
     /// many events were handled.
+    #[inline]
     pub fn progress(&self) -> usize {
         let Ok(mut g) = self.lock() else { return 0 };
         if g.in_progress {
             return 0;
         }
-        g.in_progress = true;
         g.progress_calls = g.progress_calls.wrapping_add(1);
+        // Spinning callers mostly find nothing: answer them without the machinery below.
+        if g.nothing_to_do() {
+            return 0;
+        }
+        self.progress_work(g)
+    }
+
+    #[inline(never)]
+    fn progress_work<'g>(&'g self, mut g: Guard<'g, State>) -> usize {
+        g.in_progress = true;
         let mut n = 0;
         // Every dead pending-connection slot is on the free list.
         let has_conns = g.pending_conns.slots.len() > g.pending_conns.free.len();
@@ -171,7 +181,7 @@ impl Worker {
         let every = if direct {
             fdpoll::DIRECT_EPOLL_EVERY
         } else {
-            256
+            EPOLL_EVERY
         };
         if (g.fd_links > 0 && !direct) || has_conns || g.progress_calls & (every - 1) == 0 {
             n += g.progress_events();

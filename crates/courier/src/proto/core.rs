@@ -28,6 +28,11 @@ pub(crate) enum Deferred {
     Conn(u32, crate::proto::wireup::ConnRequest),
 }
 
+/// How often (in progress calls, a power of two) progress asks epoll about links that
+/// signal only through their fd (shared memory: wakeups and a peer's hang-up), listeners,
+/// new connections and the event fd, when nothing else makes it look.
+pub(crate) const EPOLL_EVERY: u64 = 256;
+
 /// Epoll token kinds.
 pub(crate) mod token {
     pub const SHM_ACCEPT: u64 = 1;
@@ -231,6 +236,36 @@ impl State {
         s.release();
         self.reqs.free.push(split_id(id).1);
         self.deferred.push(Deferred::Req(cb, result, info));
+    }
+
+    /// Whether a progress call (already counted in `progress_calls`) has nothing to do: no
+    /// fd link to poll, no connection being set up, not epoll's turn, no failure or
+    /// callback to deliver, and no active link with a frame waiting or sends queued. The
+    /// idle case of a spinning caller on shared memory, answered with a few loads.
+    #[inline]
+    pub(crate) fn nothing_to_do(&self) -> bool {
+        if self.fd_links != 0
+            || self.progress_calls & (EPOLL_EVERY - 1) == 0
+            || self.pending_conns.slots.len() != self.pending_conns.free.len()
+            || !self.link_errors.is_empty()
+            || !self.deferred.is_empty()
+        {
+            return false;
+        }
+        for &e in &self.active {
+            let Some(ep) = self.eps.slots.get(e as usize) else {
+                continue;
+            };
+            if !ep.pending.is_empty() || !ep.push.is_empty() {
+                return false;
+            }
+            if let Some(rx) = &ep.rx {
+                if rx.maybe_ready() {
+                    return false;
+                }
+            }
+        }
+        true
     }
 
     // ----- endpoints ------------------------------------------------------------------
