@@ -14,7 +14,7 @@ use super::context::Context;
 use super::endpoint::Endpoint;
 use super::request::Request;
 use super::worker::Worker;
-use crate::base::sys::host_id;
+use crate::base::sys::{copy_small, host_id};
 use crate::base::{Error, Result, Status};
 pub use crate::proto::memreg::MemoryType;
 use crate::proto::memreg::{Mapping, MemRegistry, PeerMaps, check};
@@ -329,7 +329,31 @@ impl RemoteKey {
         }
     }
 
+    /// The local address of `[addr, addr + len)` when the region is mapped here and the
+    /// owner's record allows `need` on that range for this key, used on `ep`; `None` for
+    /// anything else (other paths, refusals), which the general path then handles and
+    /// reports. The small-put fast path: the same checks as `resolve`, no error built.
+    #[inline]
+    fn direct(&self, ep: &Endpoint, addr: u64, len: u64, need: u16) -> Option<*mut u8> {
+        let Path::Direct {
+            peer, seg: Some(m), ..
+        } = &self.path
+        else {
+            return None;
+        };
+        if !self.ep.same_as(ep) {
+            return None;
+        }
+        let rec = peer.record(self.key.region)?;
+        check(&rec, self.key.region, self.key.secret, addr, len, need).ok()?;
+        let off = addr - rec.base;
+        let inside = rec.base == self.key.base
+            && off.checked_add(len).is_some_and(|end| end <= m.len as u64);
+        inside.then(|| m.ptr.wrapping_add(off as usize))
+    }
+
     /// Check an access against the owner's record; the local address if mapped here.
+    #[inline]
     fn resolve(&self, addr: u64, len: u64, need: u16) -> Result<Option<*mut u8>> {
         match &self.path {
             Path::Local(reg) => reg
@@ -340,10 +364,14 @@ impl RemoteKey {
                     Error::new(Status::InvalidKey, "region id out of range (forged key)")
                 })?;
                 check(&rec, self.key.region, self.key.secret, addr, len, need)?;
-                Ok(seg
-                    .as_ref()
-                    .map(|m| m.ptr.wrapping_add((addr - rec.base) as usize))
-                    .filter(|_| rec.base == self.key.base))
+                // The owner's record said where the region is; the range must also lie in
+                // what we mapped of its segment (the key's length), whatever the record says.
+                Ok(seg.as_ref().and_then(|m| {
+                    let off = addr - rec.base;
+                    let inside = rec.base == self.key.base
+                        && off.checked_add(len).is_some_and(|end| end <= m.len as u64);
+                    inside.then(|| m.ptr.wrapping_add(off as usize))
+                }))
             }
             Path::Remote => Ok(None),
         }
@@ -370,7 +398,20 @@ fn done(len: usize) -> Started {
 ///
 /// # Safety
 /// `region` must be valid for `buf.len()` bytes and the segments for their lengths.
+#[inline]
 unsafe fn copy_local(buf: &Buf, region: *mut u8, dir: Dir) {
+    if let Buf::One((a, l)) = *buf {
+        // The one-segment case without a memcpy call: a peer may be polling the region,
+        // and a word-sized put lands as one store.
+        // SAFETY: per the function's contract.
+        unsafe {
+            match dir {
+                Dir::ToRegion => copy_small(a as *const u8, region, l),
+                Dir::FromRegion => copy_small(region, a as *mut u8, l),
+            }
+        }
+        return;
+    }
     let mut off = 0;
     for &(a, l) in buf.segs() {
         // SAFETY: per the function's contract.
@@ -529,7 +570,32 @@ impl Endpoint {
     ///
     /// # Safety
     /// `data` must stay valid until completion.
+    #[inline]
     pub unsafe fn put_raw(
+        &self,
+        data: Buf,
+        raddr: u64,
+        key: &RemoteKey,
+        cb: Callback,
+    ) -> Result<Started> {
+        if let Buf::One((a, l)) = data {
+            if let Some(dst) = key.direct(self, raddr, l as u64, access::WRITE) {
+                // SAFETY: the owner's record and our mapping cover [raddr, raddr + l); the
+                // source is the caller's buffer.
+                unsafe { copy_small(a as *const u8, dst, l) };
+                return Ok(done(l));
+            }
+        }
+        // SAFETY: forwarded contract.
+        unsafe { self.put_general(data, raddr, key, cb) }
+    }
+
+    /// `put_raw` for every case but a contiguous put into a region mapped here.
+    ///
+    /// # Safety
+    /// As `put_raw`.
+    #[inline(never)]
+    unsafe fn put_general(
         &self,
         data: Buf,
         raddr: u64,
@@ -674,6 +740,24 @@ impl Endpoint {
         op: SignalOp,
         cb: Callback,
     ) -> Result<Started> {
+        if let Buf::One((a, l)) = data {
+            let both = sig_addr
+                .is_multiple_of(8)
+                .then(|| key.direct(self, raddr, l as u64, access::WRITE))
+                .flatten()
+                .zip(sig_key.direct(self, sig_addr, 8, access::WRITE));
+            if let Some((dst, sig)) = both {
+                // SAFETY: both ranges checked against the owner's records and our mappings;
+                // the signal word is aligned (the owner's address is, and regions start on
+                // pages); the source is the caller's buffer.
+                unsafe {
+                    copy_small(a as *const u8, dst, l);
+                    fence(Ordering::Release);
+                    do_signal(sig, op, value);
+                }
+                return Ok(done(l));
+            }
+        }
         self.check_key(key)?;
         self.check_key(sig_key)?;
         if !sig_addr.is_multiple_of(8) {
