@@ -277,9 +277,14 @@ fn mask(size: usize, v: u64) -> u64 {
 /// `p` must be valid for writes of `size` bytes, with no operation reading them.
 #[inline]
 unsafe fn stamp(p: *mut u8, size: usize, v: u64) {
-    let k = size.min(8);
-    // SAFETY: forwarded contract; k <= size.
-    unsafe { std::ptr::copy_nonoverlapping(v.to_le_bytes().as_ptr(), p.add(size - k), k) };
+    // SAFETY: forwarded contract; the word, or the k <= size bytes, end at `size`.
+    unsafe {
+        if size >= 8 {
+            std::ptr::write_unaligned(p.add(size - 8).cast::<u64>(), v.to_le());
+        } else {
+            std::ptr::copy_nonoverlapping(v.to_le_bytes().as_ptr(), p, size);
+        }
+    }
 }
 
 /// Read the iteration number a peer wrote at the end of the message at `p`.
@@ -289,6 +294,13 @@ unsafe fn stamp(p: *mut u8, size: usize, v: u64) {
 #[inline]
 unsafe fn read_stamp(p: *const u8, size: usize) -> u64 {
     let k = size.min(8);
+    // SAFETY: inside the message; volatile because the peer writes it.
+    let at = unsafe { p.add(size - k) };
+    if k == 8 && at.cast::<u64>().is_aligned() {
+        // One load of the whole word (the peer's put stores it whole).
+        // SAFETY: as above, and aligned.
+        return u64::from_le(unsafe { std::ptr::read_volatile(at.cast::<u64>()) });
+    }
     let mut b = [0u8; 8];
     for (j, x) in b.iter_mut().enumerate().take(k) {
         // SAFETY: inside the message; volatile because the peer writes it.
