@@ -213,8 +213,13 @@ fn main() -> Result<()> {
     let key = ab.rkey_unpack(&mem.pack_rkey()?)?;
     println!("put path: {}", key.path());
     let at = mem.as_ptr() as u64;
+    let t = std::time::Instant::now();
     step_put(&ab, &key, at, n, &data)?;
+    let put_ns = t.elapsed().as_nanos() as f64 / n as f64;
+    let t = std::time::Instant::now();
     step_idle(&a, n);
+    let idle_ns = t.elapsed().as_nanos() as f64 / n as f64;
+    println!("natively: put {put_ns:.1} ns, idle progress {idle_ns:.1} ns per call");
     println!("done: {n} of each");
     Ok(())
 }
