@@ -5,7 +5,7 @@
 //! worker's state unlocked, so they may send and receive.
 
 use std::os::fd::{AsRawFd, RawFd};
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 use std::time::Duration;
 
 use rustix::event::epoll;
@@ -318,7 +318,7 @@ impl Worker {
             reply: if am.reply { Some(am.ep) } else { None },
             ep: am.ep,
         };
-        h(&mut d);
+        h(&mut d, self);
         let leftover = d.rndv.take();
         let mut g = self
             .inner
@@ -344,15 +344,14 @@ impl Worker {
         handler: impl FnMut(&mut AmMessage<'_>) + Send + 'static,
     ) -> Result<()> {
         self.inner.ctx.require(self.inner.ctx.features().am, "am")?;
-        let weak: Weak<WorkerInner> = Arc::downgrade(&self.inner);
         let mut user = handler;
-        let wrapped = move |d: &mut AmDelivery<'_>| {
-            if let Some(inner) = weak.upgrade() {
-                let w = Worker { inner };
+        let wrapped = move |d: &mut AmDelivery<'_>, w: &dyn std::any::Any| {
+            // `run_am` passes the worker that runs the handler.
+            if let Some(w) = w.downcast_ref::<Worker>() {
                 // SAFETY: shortening the delivery's lifetimes to the call.
                 let d: &mut AmDelivery<'_> =
                     unsafe { std::mem::transmute::<&mut AmDelivery<'_>, &mut AmDelivery<'_>>(d) };
-                let mut msg = AmMessage { worker: &w, d };
+                let mut msg = AmMessage { worker: w, d };
                 user(&mut msg);
             }
         };
