@@ -216,7 +216,18 @@ impl State {
     /// Complete with an explicit info (kept also on failure).
     #[inline]
     pub(crate) fn complete_info(&mut self, id: u64, result: Result<Info, Error>, info: Info) {
-        let Some(s) = self.req(id) else { return };
+        if self.req(id).is_some() {
+            self.complete_slot(split_id(id).1, result, info);
+        }
+    }
+
+    /// `complete_info` for the request in slot `idx`, which the caller found live and
+    /// current (a matched receive: no second lookup by id).
+    #[inline]
+    pub(crate) fn complete_slot(&mut self, idx: u32, result: Result<Info, Error>, info: Info) {
+        let Some(s) = self.reqs.slots.get_mut(idx as usize) else {
+            return;
+        };
         if s.done {
             return;
         }
@@ -226,7 +237,7 @@ impl State {
             s.result = result;
             if s.detached {
                 s.release();
-                self.reqs.free.push(split_id(id).1);
+                self.reqs.free.push(idx);
             }
             return;
         }
@@ -234,7 +245,7 @@ impl State {
         // slot of every operation started with a callback (the C ABI's) stays taken.
         let cb = std::mem::replace(&mut s.callback, Callback::None);
         s.release();
-        self.reqs.free.push(split_id(id).1);
+        self.reqs.free.push(idx);
         self.deferred.push(Deferred::Req(cb, result, info));
     }
 
@@ -510,7 +521,7 @@ impl State {
             return None;
         }
         let data: &[u8] = seg_slice(addr, len);
-        match tx.send(&[hdr, extra, data]) {
+        match tx.send3(hdr, extra, data) {
             Ok(()) => Some(Ok(())),
             Err(TxError::NoResource) => None,
             Err(TxError::Failed(err)) => {
