@@ -363,6 +363,13 @@ fn timed(
     Ok(())
 }
 
+/// A request to settle later, or `None` when it already completed (a put into memory
+/// mapped here: nothing left to wait for before the next one).
+#[inline]
+fn in_flight(mut r: Request<'_>) -> Option<Request<'_>> {
+    if r.is_done() { None } else { Some(r) }
+}
+
 /// Wait for a finished-or-not request slot, then empty it.
 #[inline]
 fn settle(link: &Link, slot: &mut Option<Request<'_>>) -> CliResult<u64> {
@@ -426,7 +433,7 @@ fn client_loops(link: &Link, p: &Params, meter: &mut Meter<'_>, side: &Side) -> 
                 unsafe { stamp(send_ptr, size, i + 1) };
                 // SAFETY: as for `data`.
                 let msg: &[u8] = unsafe { std::slice::from_raw_parts(send_ptr, size) };
-                pending = Some(link.check(ep.put(msg, r_recv, rk))?);
+                pending = in_flight(link.check(ep.put(msg, r_recv, rk))?);
                 poll_stamp(link, recv_ptr, size, i + 1)?;
                 if p.check {
                     // SAFETY: the receive area; the peer is waiting for our next put.
@@ -608,7 +615,7 @@ fn server_loops(link: &Link, p: &Params, side: &Side) -> CliResult<()> {
                 unsafe { stamp(send_ptr, size, i + 1) };
                 // SAFETY: as for `data`.
                 let msg: &[u8] = unsafe { std::slice::from_raw_parts(send_ptr, size) };
-                pending = Some(link.check(ep.put(msg, r_recv, rk))?);
+                pending = in_flight(link.check(ep.put(msg, r_recv, rk))?);
             }
             settle(link, &mut pending)?;
         }
