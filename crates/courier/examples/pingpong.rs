@@ -10,6 +10,15 @@ use std::time::Instant;
 
 use courier::*;
 
+/// `n` progress calls that find nothing (a function of its own, so that
+/// `valgrind --tool=callgrind --toggle-collect=pingpong::idle_progress` counts just them).
+#[inline(never)]
+fn idle_progress(w: &Worker, n: u64) {
+    for _ in 0..n {
+        w.progress();
+    }
+}
+
 fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().collect();
     let ctx = Context::new(ContextParams::default())?;
@@ -70,9 +79,7 @@ fn main() -> Result<()> {
             );
             if args.get(4).map(String::as_str) == Some("idle") {
                 let t = Instant::now();
-                for _ in 0..n * 10 {
-                    w.progress();
-                }
+                idle_progress(&w, n * 10);
                 println!(
                     "idle progress: {:.1} ns per call",
                     t.elapsed().as_secs_f64() * 1e9 / (n * 10) as f64

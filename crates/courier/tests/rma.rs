@@ -154,6 +154,23 @@ fn child_entry_main() -> bool {
             }
         }
         "signaler" => child_signaler(&w, &ep, &rk),
+        "shortened" => {
+            // The key claims 8 bytes of a three-page region; the owner's record says three
+            // pages. Put past what the key claims, inside the record: it must land where
+            // the record says, never past our mapping of the owner's segment (which covers
+            // what the key claims).
+            let (base, _) = rk[0].bounds();
+            ep.put(&[0xabu8; 8], base + SHORTENED_AT as u64, &rk[0])
+                .unwrap()
+                .wait()
+                .unwrap();
+            let mut got = [0u8; 8];
+            ep.get(&mut got, base + SHORTENED_AT as u64, &rk[0])
+                .unwrap()
+                .wait()
+                .unwrap();
+            assert_eq!(got, [0xab; 8]);
+        }
         "remap" => {
             // Write into the first region, then into a second one whose key arrives later
             // (its owner unmapped the first: the fd number is likely reused).
@@ -476,6 +493,41 @@ fn liar(tls: &str) {
         ro.iter().all(|&b| b == 7),
         "a refused put touched read-only memory"
     );
+}
+
+/// Where the "shortened" child puts, in a region of `3 * 4096` bytes.
+const SHORTENED_AT: usize = 2 * 4096 + 8;
+
+fn shortened(tls: &str) {
+    let (o, c) = owner(tls);
+    let len = 3 * 4096;
+    let target = c.mem_map(MemMapParams::allocate(len)).unwrap();
+    // SAFETY: our own fresh region.
+    unsafe { std::ptr::write_bytes(target.as_ptr(), 0x11, len) };
+    let mut key = target.pack_rkey().unwrap();
+    key[32..40].copy_from_slice(&8u64.to_le_bytes());
+    let child = spawn(tls, "shortened", o.port, &[key], &[]);
+    serve_until_done(&o, vec![child], || {});
+    // SAFETY: our own region.
+    let t = unsafe { std::slice::from_raw_parts(target.as_ptr(), len) };
+    assert_eq!(t[SHORTENED_AT..SHORTENED_AT + 8], [0xab; 8]);
+    assert!(
+        t[..SHORTENED_AT]
+            .iter()
+            .chain(&t[SHORTENED_AT + 8..])
+            .all(|&b| b == 0x11),
+        "the put landed somewhere else too"
+    );
+}
+
+#[test]
+fn key_shorter_than_its_region_shm() {
+    shortened("all");
+}
+
+#[test]
+fn key_shorter_than_its_region_tcp() {
+    shortened("tcp");
 }
 
 #[test]

@@ -554,7 +554,11 @@ fn setup_am(link: &Link, p: &Params, id: u16) -> CliResult<Option<Arc<AmState>>>
             if check && !verify(m.data()) {
                 s.bad.store(true, Ordering::Relaxed);
             }
-            s.count.fetch_add(1, Ordering::Release);
+            // The count is written only on the one thread that progresses the worker (here
+            // and in wait_count): a plain increment, not a locked read-modify-write per
+            // message.
+            s.count
+                .store(s.count.load(Ordering::Relaxed) + 1, Ordering::Release);
         })
         .map_err(|e| CliError::run(format!("cannot set the active-message handler: {e}")))?;
     Ok(Some(st))
@@ -582,7 +586,8 @@ impl AmState {
                     if check && !verify(&buf[..len]) {
                         self.bad.store(true, Ordering::Relaxed);
                     }
-                    self.count.fetch_add(1, Ordering::Release);
+                    self.count
+                        .store(self.count.load(Ordering::Relaxed) + 1, Ordering::Release);
                     continue;
                 }
             }

@@ -15,7 +15,7 @@ use super::endpoint::Endpoint;
 use super::request::Request;
 use super::worker::Worker;
 use crate::base::cuda;
-use crate::base::sys::host_id;
+use crate::base::sys::{copy_small, host_id};
 use crate::base::{Error, Result, Status};
 use crate::proto::core::State;
 pub use crate::proto::memreg::MemoryType;
@@ -455,6 +455,32 @@ impl RemoteKey {
         }
     }
 
+    /// The local address of `[addr, addr + len)` when the region is mapped here and the
+    /// owner's record allows `need` on that range for this key, used on `ep`; `None` for
+    /// anything else (other paths, refusals), which the general path then handles and
+    /// reports. The small-put fast path: the same checks as `resolve`, no error built.
+    #[inline]
+    fn direct(&self, ep: &Endpoint, addr: u64, len: u64, need: u16) -> Option<*mut u8> {
+        let Path::Direct {
+            peer, seg: Some(m), ..
+        } = &self.path
+        else {
+            return None;
+        };
+        if !self.ep.same_as(ep) {
+            return None;
+        }
+        let rec = peer.record(self.key.region)?;
+        check(&rec, self.key.region, self.key.secret, addr, len, need).ok()?;
+        if rec.mem_type != MemoryType::Host.code() as u64 {
+            return None;
+        }
+        let off = addr - rec.base;
+        let inside = rec.base == self.key.base
+            && off.checked_add(len).is_some_and(|end| end <= m.len as u64);
+        inside.then(|| m.ptr.wrapping_add(off as usize))
+    }
+
     /// Check an access against the owner's record; where it lands if mapped here.
     fn resolve(&self, addr: u64, len: u64, need: u16) -> Result<Option<Place>> {
         let place = self.place(addr, len, need)?;
@@ -489,13 +515,17 @@ impl RemoteKey {
                 .map(Some),
             Path::Direct { peer, seg, .. } => {
                 let rec = direct_record(peer)?;
-                Ok(seg
-                    .as_ref()
-                    .map(|m| Place {
-                        ptr: m.ptr.wrapping_add((addr - rec.base) as usize),
+                // The owner's record said where the region is; the range must also lie in
+                // what we mapped of its segment (the key's length), whatever the record says.
+                Ok(seg.as_ref().and_then(|m| {
+                    let off = addr - rec.base;
+                    let inside = rec.base == self.key.base
+                        && off.checked_add(len).is_some_and(|end| end <= m.len as u64);
+                    inside.then(|| Place {
+                        ptr: m.ptr.wrapping_add(off as usize),
                         device: false,
                     })
-                    .filter(|_| rec.base == self.key.base))
+                }))
             }
             Path::DeviceIpc {
                 peer,
@@ -543,7 +573,22 @@ fn done(len: usize) -> Started {
 ///
 /// # Safety
 /// `region` must be valid for `buf.len()` bytes and the segments for their lengths.
+#[inline]
 unsafe fn copy_local(buf: &Buf, region: Place, dir: Dir) -> Result<()> {
+    if let Buf::One((a, l)) = *buf {
+        if !region.device && !cuda::is_device(a) {
+            // The one-segment case without a memcpy call: a peer may be polling the
+            // region, and a word-sized put lands as one store.
+            // SAFETY: per the function's contract.
+            unsafe {
+                match dir {
+                    Dir::ToRegion => copy_small(a as *const u8, region.ptr, l),
+                    Dir::FromRegion => copy_small(region.ptr, a as *mut u8, l),
+                }
+            }
+            return Ok(());
+        }
+    }
     let mut off = 0;
     for &(a, l) in buf.segs() {
         if l == 0 {
@@ -729,7 +774,34 @@ impl Endpoint {
     ///
     /// # Safety
     /// `data` must stay valid until completion.
+    #[inline]
     pub unsafe fn put_raw(
+        &self,
+        data: Buf,
+        raddr: u64,
+        key: &RemoteKey,
+        cb: Callback,
+    ) -> Result<Started> {
+        if let Buf::One((a, l)) = data {
+            if !cuda::is_device(a) {
+                if let Some(dst) = key.direct(self, raddr, l as u64, access::WRITE) {
+                    // SAFETY: the owner's record and our mapping cover [raddr, raddr + l);
+                    // the source is the caller's host buffer.
+                    unsafe { copy_small(a as *const u8, dst, l) };
+                    return Ok(done(l));
+                }
+            }
+        }
+        // SAFETY: forwarded contract.
+        unsafe { self.put_general(data, raddr, key, cb) }
+    }
+
+    /// `put_raw` for every case but a contiguous host-memory put into a region mapped here.
+    ///
+    /// # Safety
+    /// As `put_raw`.
+    #[inline(never)]
+    unsafe fn put_general(
         &self,
         data: Buf,
         raddr: u64,
@@ -892,6 +964,23 @@ impl Endpoint {
         op: SignalOp,
         cb: Callback,
     ) -> Result<Started> {
+        if let Buf::One((a, l)) = data {
+            let both = (sig_addr.is_multiple_of(8) && !cuda::is_device(a))
+                .then(|| key.direct(self, raddr, l as u64, access::WRITE))
+                .flatten()
+                .zip(sig_key.direct(self, sig_addr, 8, access::WRITE));
+            if let Some((dst, sig)) = both {
+                // SAFETY: both ranges checked against the owner's records and our mappings;
+                // the signal word is aligned (the owner's address is, and regions start on
+                // pages); the source is the caller's buffer.
+                unsafe {
+                    copy_small(a as *const u8, dst, l);
+                    fence(Ordering::Release);
+                    do_signal(sig, op, value);
+                }
+                return Ok(done(l));
+            }
+        }
         self.check_key(key)?;
         self.check_key(sig_key)?;
         if !sig_addr.is_multiple_of(8) {

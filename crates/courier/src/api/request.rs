@@ -102,10 +102,19 @@ impl<'a> Request<'a> {
 }
 
 impl Drop for Request<'_> {
+    #[inline]
     fn drop(&mut self) {
-        if self.done.is_some() {
-            return;
+        if self.done.is_none() {
+            self.drop_in_flight();
         }
+    }
+}
+
+impl Request<'_> {
+    /// Dropped before it completed: cancel it, or wait for it.
+    #[cold]
+    #[inline(never)]
+    fn drop_in_flight(&mut self) {
         let Some(w) = self.worker.clone() else { return };
         if w.cancel(self.id) {
             let _ = self.test();

@@ -5,7 +5,7 @@
 //! worker's state unlocked, so they may send and receive.
 
 use std::os::fd::{AsRawFd, RawFd};
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 use std::time::Duration;
 
 use rustix::event::epoll;
@@ -16,7 +16,7 @@ use super::lock::{Guard, StateCell, ThreadMode};
 use super::request::Request;
 use crate::base::{Error, Result, Status};
 use crate::proto::am::{AmDelivery, AmRndv};
-use crate::proto::core::{Deferred, State};
+use crate::proto::core::{Deferred, EPOLL_EVERY, State};
 use crate::proto::fdpoll;
 use crate::proto::recv::{AmPending, PollOne};
 use crate::proto::state::{Buf, Callback, Info};
@@ -153,13 +153,23 @@ impl Worker {
 
     /// Make progress: handle arrived frames, retry queued sends, run callbacks. Returns how
     /// many events were handled.
+    #[inline]
     pub fn progress(&self) -> usize {
         let Ok(mut g) = self.lock() else { return 0 };
         if g.in_progress {
             return 0;
         }
-        g.in_progress = true;
         g.progress_calls = g.progress_calls.wrapping_add(1);
+        // Spinning callers mostly find nothing: answer them without the machinery below.
+        if g.nothing_to_do() {
+            return 0;
+        }
+        self.progress_work(g)
+    }
+
+    #[inline(never)]
+    fn progress_work<'g>(&'g self, mut g: Guard<'g, State>) -> usize {
+        g.in_progress = true;
         let mut n = 0;
         // Every dead pending-connection slot is on the free list.
         let has_conns = g.pending_conns.slots.len() > g.pending_conns.free.len();
@@ -171,7 +181,7 @@ impl Worker {
         let every = if direct {
             fdpoll::DIRECT_EPOLL_EVERY
         } else {
-            256
+            EPOLL_EVERY
         };
         if (g.fd_links > 0 && !direct) || has_conns || g.progress_calls & (every - 1) == 0 {
             n += g.progress_events();
@@ -308,7 +318,7 @@ impl Worker {
             reply: if am.reply { Some(am.ep) } else { None },
             ep: am.ep,
         };
-        h(&mut d);
+        h(&mut d, self);
         let leftover = d.rndv.take();
         let mut g = self
             .inner
@@ -334,15 +344,14 @@ impl Worker {
         handler: impl FnMut(&mut AmMessage<'_>) + Send + 'static,
     ) -> Result<()> {
         self.inner.ctx.require(self.inner.ctx.features().am, "am")?;
-        let weak: Weak<WorkerInner> = Arc::downgrade(&self.inner);
         let mut user = handler;
-        let wrapped = move |d: &mut AmDelivery<'_>| {
-            if let Some(inner) = weak.upgrade() {
-                let w = Worker { inner };
+        let wrapped = move |d: &mut AmDelivery<'_>, w: &dyn std::any::Any| {
+            // `run_am` passes the worker that runs the handler.
+            if let Some(w) = w.downcast_ref::<Worker>() {
                 // SAFETY: shortening the delivery's lifetimes to the call.
                 let d: &mut AmDelivery<'_> =
                     unsafe { std::mem::transmute::<&mut AmDelivery<'_>, &mut AmDelivery<'_>>(d) };
-                let mut msg = AmMessage { worker: &w, d };
+                let mut msg = AmMessage { worker: w, d };
                 user(&mut msg);
             }
         };
@@ -490,18 +499,9 @@ impl Worker {
         self.inner.epoll_raw
     }
 
+    #[inline]
     pub(crate) fn take_result(&self, id: u64) -> Option<(Result<Info>, Info)> {
-        let mut g = self.lock().ok()?;
-        let s = g.req(id)?;
-        if !s.done {
-            return None;
-        }
-        let r = (
-            std::mem::replace(&mut s.result, Ok(Info::default())),
-            s.info,
-        );
-        g.req_free(id);
-        Some(r)
+        self.lock().ok()?.take_result(id)
     }
 
     pub(crate) fn cancel(&self, id: u64) -> bool {

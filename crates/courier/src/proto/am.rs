@@ -61,8 +61,11 @@ pub struct AmDelivery<'a> {
     pub ep: (u32, u32),
 }
 
-/// A registered handler as the protocol layer sees it.
-pub type AmHandlerFn = Box<dyn FnMut(&mut AmDelivery<'_>) + Send>;
+/// A registered handler as the protocol layer sees it. The second argument is the API
+/// object that runs it (its worker), opaque to this layer: handlers get it at each call
+/// instead of keeping a reference of their own (which would cost two atomic operations
+/// per message, and a reference cycle if it were strong).
+pub type AmHandlerFn = Box<dyn FnMut(&mut AmDelivery<'_>, &dyn std::any::Any) + Send>;
 
 impl State {
     /// Start an active-message send.

@@ -28,6 +28,11 @@ pub(crate) enum Deferred {
     Conn(u32, crate::proto::wireup::ConnRequest),
 }
 
+/// How often (in progress calls, a power of two) progress asks epoll about links that
+/// signal only through their fd (shared memory: wakeups and a peer's hang-up), listeners,
+/// new connections and the event fd, when nothing else makes it look.
+pub(crate) const EPOLL_EVERY: u64 = 256;
+
 /// Epoll token kinds.
 pub(crate) mod token {
     pub const SHM_ACCEPT: u64 = 1;
@@ -122,8 +127,37 @@ impl State {
         buf: Buf,
         callback: Callback,
     ) -> u64 {
-        let slot = ReqSlot {
-            generation: 0,
+        if let Some(idx) = self.reqs.free.pop() {
+            // A freed slot: `req_free` left its buffer and callback empty and it is not
+            // live; set what a new request reads, field by field (cheaper than building
+            // and moving a whole slot).
+            if let Some(s) = self.reqs.slots.get_mut(idx as usize) {
+                let generation = s.generation.wrapping_add(1).max(1);
+                s.generation = generation;
+                s.live = true;
+                s.done = false;
+                s.detached = false;
+                s.zc_wait = false;
+                s.waitall = false;
+                s.rndv_push = false;
+                s.kind = kind;
+                s.ep = ep;
+                s.buf = buf;
+                s.callback = callback;
+                s.expect = 0;
+                s.got = 0;
+                s.tag = 0;
+                s.tag_mask = 0;
+                s.real_len = 0;
+                s.stage = self.parked.take();
+                return make_id(generation, idx);
+            }
+        }
+        // Generations start at 1, so no request id is 0: the wire uses 0 for "no request"
+        // (puts that are acknowledged only when refused).
+        let idx = self.reqs.slots.len() as u32;
+        self.reqs.slots.push(ReqSlot {
+            generation: 1,
             live: true,
             done: false,
             result: Ok(Info::default()),
@@ -141,42 +175,9 @@ impl State {
             callback,
             detached: false,
             zc_wait: false,
-            stage: None,
-        };
-        if let Some(idx) = self.reqs.free.pop() {
-            let s = &mut self.reqs.slots[idx as usize];
-            let generation = s.generation.wrapping_add(1).max(1);
-            // Field by field: cheaper than building and moving a whole slot.
-            s.generation = generation;
-            s.live = true;
-            s.done = false;
-            s.result = Ok(Info::default());
-            s.kind = slot.kind;
-            s.ep = slot.ep;
-            s.buf = slot.buf;
-            s.expect = 0;
-            s.got = 0;
-            s.tag = 0;
-            s.tag_mask = 0;
-            s.waitall = false;
-            s.rndv_push = false;
-            s.real_len = 0;
-            s.info = Info::default();
-            s.callback = slot.callback;
-            s.detached = false;
-            s.stage = self.parked.take();
-            make_id(generation, idx)
-        } else {
-            // Generations start at 1, so no request id is 0: the wire uses 0 for "no
-            // request" (puts that are acknowledged only when refused).
-            let idx = self.reqs.slots.len() as u32;
-            self.reqs.slots.push(ReqSlot {
-                generation: 1,
-                stage: self.parked.take(),
-                ..slot
-            });
-            make_id(1, idx)
-        }
+            stage: self.parked.take(),
+        });
+        make_id(1, idx)
     }
 
     /// The live slot for `id`, if the id is current.
@@ -192,12 +193,23 @@ impl State {
     pub(crate) fn req_free(&mut self, id: u64) {
         let (_, idx) = split_id(id);
         if let Some(s) = self.req(id) {
-            s.live = false;
-            s.callback = Callback::None;
-            s.buf = Buf::EMPTY;
-            s.stage = None;
+            s.release();
             self.reqs.free.push(idx);
         }
+    }
+
+    /// The result of request `id` if it has completed, which frees its slot: one lookup
+    /// for what a `Request` polls on every test.
+    #[inline]
+    pub(crate) fn take_result(&mut self, id: u64) -> Option<(Result<Info, Error>, Info)> {
+        let s = self.req(id).filter(|s| s.done)?;
+        let r = (
+            std::mem::replace(&mut s.result, Ok(Info::default())),
+            s.info,
+        );
+        s.release();
+        self.reqs.free.push(split_id(id).1);
+        Some(r)
     }
 
     /// Complete a request: record the result, queue its callback, free it if detached.
@@ -207,8 +219,20 @@ impl State {
     }
 
     /// Complete with an explicit info (kept also on failure).
+    #[inline]
     pub(crate) fn complete_info(&mut self, id: u64, result: Result<Info, Error>, info: Info) {
-        let Some(s) = self.req(id) else { return };
+        if self.req(id).is_some() {
+            self.complete_slot(split_id(id).1, result, info);
+        }
+    }
+
+    /// `complete_info` for the request in slot `idx`, which the caller found live and
+    /// current (a matched receive: no second lookup by id).
+    #[inline]
+    pub(crate) fn complete_slot(&mut self, idx: u32, result: Result<Info, Error>, info: Info) {
+        let Some(s) = self.reqs.slots.get_mut(idx as usize) else {
+            return;
+        };
         if s.done {
             return;
         }
@@ -219,18 +243,50 @@ impl State {
             Some(stage) => stage.finish(result),
             None => result,
         };
-        // A request with a callback belongs to it (nobody polls it): free it now, or the
-        // slot of every operation started with a callback (the C ABI's) stays taken.
-        let detached = s.detached || !matches!(s.callback, Callback::None);
         if matches!(s.callback, Callback::None) {
             s.result = result;
-        } else {
-            let cb = std::mem::replace(&mut s.callback, Callback::None);
-            self.deferred.push(Deferred::Req(cb, result, info));
+            if s.detached {
+                s.release();
+                self.reqs.free.push(idx);
+            }
+            return;
         }
-        if detached {
-            self.req_free(id);
+        // A request with a callback belongs to it (nobody polls it): free it now, or the
+        // slot of every operation started with a callback (the C ABI's) stays taken.
+        let cb = std::mem::replace(&mut s.callback, Callback::None);
+        s.release();
+        self.reqs.free.push(idx);
+        self.deferred.push(Deferred::Req(cb, result, info));
+    }
+
+    /// Whether a progress call (already counted in `progress_calls`) has nothing to do: no
+    /// fd link to poll, no connection being set up, not epoll's turn, no failure or
+    /// callback to deliver, and no active link with a frame waiting or sends queued. The
+    /// idle case of a spinning caller on shared memory, answered with a few loads.
+    #[inline]
+    pub(crate) fn nothing_to_do(&self) -> bool {
+        if self.fd_links != 0
+            || self.progress_calls & (EPOLL_EVERY - 1) == 0
+            || self.pending_conns.slots.len() != self.pending_conns.free.len()
+            || !self.link_errors.is_empty()
+            || !self.deferred.is_empty()
+        {
+            return false;
         }
+        for &e in &self.active {
+            let Some(ep) = self.eps.slots.get(e as usize) else {
+                continue;
+            };
+            if !ep.pending.is_empty() || !ep.push.is_empty() {
+                return false;
+            }
+            if let Some(rx) = &ep.rx {
+                if rx.maybe_ready() {
+                    return false;
+                }
+            }
+        }
+        true
     }
 
     // ----- endpoints ------------------------------------------------------------------
@@ -475,7 +531,7 @@ impl State {
             return None;
         }
         let data: &[u8] = seg_slice(addr, len);
-        match tx.send(&[hdr, extra, data]) {
+        match tx.send3(hdr, extra, data) {
             Ok(()) => Some(Ok(())),
             Err(TxError::NoResource) => None,
             Err(TxError::Failed(err)) => {

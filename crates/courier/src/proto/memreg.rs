@@ -113,12 +113,14 @@ pub(crate) struct Record {
     pub mem_type: u64,
 }
 
+#[inline]
 fn word(table: *mut u8, slot: usize, w: usize) -> &'static AtomicU64 {
     // SAFETY: slot < TABLE_SLOTS, w < 8: inside the mapping, 8-byte aligned (page-aligned
     // mapping, 64-byte entries). The mapping lives as long as its owner keeps it.
     unsafe { AtomicU64::from_ptr(table.add(slot * ENTRY + w * 8) as *mut u64) }
 }
 
+#[inline]
 fn read_record(table: *mut u8, slot: usize) -> Record {
     Record {
         valid: word(table, slot, 0).load(Ordering::Acquire),
@@ -131,7 +133,10 @@ fn read_record(table: *mut u8, slot: usize) -> Record {
     }
 }
 
-/// Check an access of `len` bytes at `addr` needing `need` rights against a record.
+/// Check an access of `len` bytes at `addr` needing `need` rights against a record. The
+/// passing case (every direct put, get and atomic) is a few comparisons; the error, with
+/// the first reason that applies, is built out of line.
+#[inline(always)]
 pub(crate) fn check(
     rec: &Record,
     region: u64,
@@ -140,17 +145,37 @@ pub(crate) fn check(
     len: u64,
     need: u16,
 ) -> Result<()> {
+    let need64 = need as u64;
+    let fits = addr >= rec.base
+        && addr
+            .checked_add(len)
+            .is_some_and(|e| rec.base.checked_add(rec.len).is_some_and(|lim| e <= lim));
+    if rec.valid == 1
+        && rec.region == region
+        && rec.secret == secret
+        && rec.access & need64 == need64
+        && fits
+    {
+        return Ok(());
+    }
+    Err(refusal(rec, region, secret, addr, len, need))
+}
+
+/// Why `check` refused an access.
+#[cold]
+#[inline(never)]
+fn refusal(rec: &Record, region: u64, secret: u64, addr: u64, len: u64, need: u16) -> Error {
     if rec.valid != 1 || rec.region != region {
-        return Err(Error::msg(
+        return Error::msg(
             Status::InvalidKey,
             format!("region {region:#x} is not mapped (stale key, or unmapped)"),
-        ));
+        );
     }
     if rec.secret != secret {
-        return Err(Error::msg(
+        return Error::msg(
             Status::InvalidKey,
             format!("remote key for region {region:#x} has a wrong secret (forged key)"),
-        ));
+        );
     }
     if rec.access & need as u64 != need as u64 {
         let what = match need {
@@ -158,22 +183,19 @@ pub(crate) fn check(
             access::WRITE => "remote write",
             _ => "remote atomics",
         };
-        return Err(Error::msg(
+        return Error::msg(
             Status::AccessDenied,
             format!("region {region:#x} was not mapped with {what} access"),
-        ));
+        );
     }
-    let end = addr.checked_add(len);
-    if addr < rec.base || end.is_none_or(|e| e > rec.base + rec.len) {
-        return Err(Error::msg(
-            Status::OutOfRange,
-            format!(
-                "access [{addr:#x}, +{len}) outside region [{:#x}, +{})",
-                rec.base, rec.len
-            ),
-        ));
-    }
-    Ok(())
+    // The only reason left: the range (or a record whose own range overflows).
+    Error::msg(
+        Status::OutOfRange,
+        format!(
+            "access [{addr:#x}, +{len}) outside region [{:#x}, +{})",
+            rec.base, rec.len
+        ),
+    )
 }
 
 struct Region {
@@ -247,6 +269,7 @@ impl PeerMaps {
         Ok(m)
     }
 
+    #[inline]
     pub(crate) fn record(&self, region: u64) -> Option<Record> {
         let slot = (region & 0xfff) as usize;
         if slot == 0 || slot >= TABLE_SLOTS {

@@ -57,6 +57,17 @@ impl State {
             }
             return PollOne::Handled;
         }
+        if let Some((id, reply, header, data)) = Frame::as_am(bytes) {
+            ep.rx_busy = true;
+            return PollOne::Am(AmPending {
+                id,
+                reply,
+                header: (header.as_ptr(), header.len()),
+                data: (data.as_ptr(), data.len()),
+                rndv: None,
+                ep: (e, generation),
+            });
+        }
         let frame = match Frame::parse(bytes) {
             Ok(f) => f,
             Err(err) => {

@@ -161,6 +161,16 @@ pub(crate) struct ReqSlot {
 }
 
 impl ReqSlot {
+    /// Mark the slot free: it lets go of the caller's buffer and callback (the slot goes
+    /// on the free list beside this call).
+    #[inline]
+    pub(crate) fn release(&mut self) {
+        self.live = false;
+        self.callback = Callback::None;
+        self.buf = Buf::EMPTY;
+        self.stage = None;
+    }
+
     /// Whether this live request on endpoint `e` expects `n` bytes at `offset`.
     pub(crate) fn takes(&self, e: u32, offset: u64, n: usize) -> bool {
         self.ep == Some(e)

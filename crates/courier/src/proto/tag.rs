@@ -215,7 +215,8 @@ impl State {
             })
     }
 
-    /// Find and remove the first posted receive matching `tag`.
+    /// Find and remove the first posted receive matching `tag`; its id (the slot is live
+    /// and current).
     #[inline]
     fn match_expected(&mut self, tag: u64) -> Option<u64> {
         let mut found = None;
@@ -238,7 +239,10 @@ impl State {
     /// An eager tag message arrived on `e`.
     pub(crate) fn on_tag_eager(&mut self, e: u32, tag: u64, data: &[u8], sync_sreq: Option<u64>) {
         if let Some(id) = self.match_expected(tag) {
-            let Some(s) = self.req(id) else { return };
+            let idx = split_id(id).1;
+            let Some(s) = self.reqs.slots.get_mut(idx as usize) else {
+                return;
+            };
             let cap = s.buf.len();
             match s.buf {
                 Buf::One((addr, _)) => {
@@ -251,7 +255,14 @@ impl State {
                     s.buf.write_at(0, data);
                 },
             }
-            self.complete_recv(id, data.len(), cap, tag);
+            let len = data.len();
+            let info = Info { len, tag, value: 0 };
+            let res = if len > cap {
+                Err(truncated(len, cap))
+            } else {
+                Ok(info)
+            };
+            self.complete_slot(idx, res, info);
             if let Some(sreq) = sync_sreq {
                 let _ = self.send_frame(
                     e,

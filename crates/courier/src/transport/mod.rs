@@ -156,6 +156,16 @@ impl LinkTx {
         dispatch!(self, t => t.send(parts))
     }
 
+    /// `send` of a frame in three parts (header, extra bytes, data): the small-message
+    /// path, which shared memory writes without building and walking a list of parts.
+    #[inline]
+    pub fn send3(&mut self, a: &[u8], b: &[u8], c: &[u8]) -> Result<(), TxError> {
+        match self {
+            Self::Shm(t) => t.send3(a, b, c),
+            _ => self.send(&[a, b, c]),
+        }
+    }
+
     /// Queue one frame like `send`, but links with `Caps::zcopy_min` may keep referring to
     /// the memory of `parts[first_ref..]` after returning (`Sent::Later`) instead of copying
     /// what they could not write yet; earlier parts (headers) are always copied. `token`
@@ -269,15 +279,33 @@ impl LinkRx {
         }
     }
 
-    /// The next complete frame, not consumed. No system call.
+    /// The next complete frame, not consumed. No system call. (Shared memory is read in
+    /// place at the call; the other links behind a call of their own, so that the small
+    /// shared-memory case stays small enough to be inlined into the receive loop.)
     #[inline]
     pub fn peek(&mut self) -> Result<Option<RawFrame>> {
+        match self {
+            LinkRx::Shm(r) => r.peek(),
+            _ => self.peek_other(),
+        }
+    }
+
+    #[inline(never)]
+    fn peek_other(&mut self) -> Result<Option<RawFrame>> {
         dispatch!(self, r => r.peek())
     }
 
     /// Release the frame returned by the last `peek`.
     #[inline]
     pub fn consume(&mut self) {
+        match self {
+            LinkRx::Shm(r) => r.consume(),
+            _ => self.consume_other(),
+        }
+    }
+
+    #[inline(never)]
+    fn consume_other(&mut self) {
         dispatch!(self, r => r.consume())
     }
 

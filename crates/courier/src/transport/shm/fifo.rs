@@ -131,14 +131,42 @@ impl Producer {
     #[inline]
     pub fn push(&mut self, parts: &[&[u8]]) -> Result<bool, TxError> {
         let len: usize = parts.iter().map(|p| p.len()).sum();
+        let (idx, k) = self.reserve(len)?;
+        let cell = self.f.cell(idx);
+        let mut off = CELL_HDR;
+        for p in parts {
+            // SAFETY: `reserve` gave cells idx..idx + k (idx + k <= n), so [cell + 16,
+            // cell + 16 + len) is inside the array; the consumer has released them and does
+            // not read them until `seq` is published.
+            unsafe { copy_small(p.as_ptr(), cell.add(off), p.len()) };
+            off += p.len();
+        }
+        Ok(self.publish(idx, len, k))
+    }
+
+    /// `push` of a frame in three parts (header, extra bytes, data): the small-message
+    /// send, without building a list of parts and walking it.
+    #[inline]
+    pub fn push3(&mut self, a: &[u8], b: &[u8], c: &[u8]) -> Result<bool, TxError> {
+        let len = a.len() + b.len() + c.len();
+        let (idx, k) = self.reserve(len)?;
+        // SAFETY: as in `push`: the three parts end at cell + 16 + len, inside the cells
+        // `reserve` gave.
+        unsafe {
+            let dst = self.f.cell(idx).add(CELL_HDR);
+            copy_small(a.as_ptr(), dst, a.len());
+            copy_small(b.as_ptr(), dst.add(a.len()), b.len());
+            copy_small(c.as_ptr(), dst.add(a.len() + b.len()), c.len());
+        }
+        Ok(self.publish(idx, len, k))
+    }
+
+    /// Room for a frame of `len` bytes: the index of its first cell and its cell count.
+    /// Writes a skip marker first when the frame would run past the end of the array.
+    #[inline]
+    fn reserve(&mut self, len: usize) -> Result<(usize, usize), TxError> {
         if len > self.max_frame {
-            return Err(TxError::Failed(Error::msg(
-                Status::InvalidParam,
-                format!(
-                    "shm: frame of {len} bytes exceeds max_frame {}",
-                    self.max_frame
-                ),
-            )));
+            return Err(self.too_long(len));
         }
         let n = self.f.n;
         let k = cells_for(len);
@@ -146,39 +174,62 @@ impl Producer {
         let skip = if idx + k > n { n - idx } else { 0 };
         let need = (skip + k) as u64;
         if need > n as u64 - (self.head - self.tail_cache) {
-            let t = self.f.ctl().tail.0.load(Acquire);
-            if t > self.head || self.head - t > n as u64 || t < self.tail_cache {
-                return Err(TxError::Failed(Error::msg(
-                    Status::ProtocolError,
-                    format!(
-                        "shm: peer's consumer position {t} is impossible (ours {}, FIFO {n} cells)",
-                        self.head
-                    ),
-                )));
-            }
-            self.tail_cache = t;
-            if need > n as u64 - (self.head - t) {
-                return Err(TxError::NoResource);
-            }
+            self.refresh_tail(need)?;
         }
-        let mut idx = idx;
         if skip > 0 {
-            let h = self.f.hdr(idx);
-            h.len.store(SKIP, Relaxed);
-            h.ncells.store(skip as u32, Relaxed);
-            h.seq.store(self.head + 1, Release);
-            self.head += skip as u64;
-            idx = 0;
+            self.write_skip(idx, skip);
+            return Ok((0, k));
         }
-        let cell = self.f.cell(idx);
-        let mut off = CELL_HDR;
-        for p in parts {
-            // SAFETY: idx + k <= n, so [cell + 16, cell + 16 + len) is inside the array; the
-            // consumer has released these cells (tail check above) and does not read them
-            // until `seq` is published below.
-            unsafe { copy_small(p.as_ptr(), cell.add(off), p.len()) };
-            off += p.len();
+        Ok((idx, k))
+    }
+
+    #[cold]
+    fn too_long(&self, len: usize) -> TxError {
+        TxError::Failed(Error::msg(
+            Status::InvalidParam,
+            format!(
+                "shm: frame of {len} bytes exceeds max_frame {}",
+                self.max_frame
+            ),
+        ))
+    }
+
+    /// The FIFO looked too full for `need` cells by our cached consumer position: read
+    /// the consumer's (validated: the peer writes it), then `NoResource` if still full.
+    #[cold]
+    fn refresh_tail(&mut self, need: u64) -> Result<(), TxError> {
+        let n = self.f.n;
+        let t = self.f.ctl().tail.0.load(Acquire);
+        if t > self.head || self.head - t > n as u64 || t < self.tail_cache {
+            return Err(TxError::Failed(Error::msg(
+                Status::ProtocolError,
+                format!(
+                    "shm: peer's consumer position {t} is impossible (ours {}, FIFO {n} cells)",
+                    self.head
+                ),
+            )));
         }
+        self.tail_cache = t;
+        if need > n as u64 - (self.head - t) {
+            return Err(TxError::NoResource);
+        }
+        Ok(())
+    }
+
+    /// Mark cells idx..n as skipped (the next frame starts at cell 0).
+    #[cold]
+    fn write_skip(&mut self, idx: usize, skip: usize) {
+        let h = self.f.hdr(idx);
+        h.len.store(SKIP, Relaxed);
+        h.ncells.store(skip as u32, Relaxed);
+        h.seq.store(self.head + 1, Release);
+        self.head += skip as u64;
+    }
+
+    /// Publish the frame of `len` bytes written into cells idx..idx + k. True if the
+    /// consumer is armed (asleep, wants a wakeup).
+    #[inline]
+    fn publish(&mut self, idx: usize, len: usize, k: usize) -> bool {
         let h = self.f.hdr(idx);
         h.len.store(len as u32, Relaxed);
         h.ncells.store(k as u32, Relaxed);
@@ -186,12 +237,12 @@ impl Producer {
         self.head += k as u64;
         if self.f.ctl().sleeper.0.load(Relaxed) == 0 {
             // This consumer never sleeps: no wakeup protocol, no fence.
-            return Ok(false);
+            return false;
         }
         // Pairs with the fence in `Consumer::arm`: either we see `armed`, or the consumer
         // sees our `seq` before it sleeps.
         fence(SeqCst);
-        Ok(self.f.ctl().armed.0.load(Relaxed) != 0)
+        self.f.ctl().armed.0.load(Relaxed) != 0
     }
 
     /// Claim the consumer's wakeup request. True if we must send a wakeup byte.

@@ -244,6 +244,15 @@ impl Tx {
         Ok(())
     }
 
+    /// `send` of a frame in three parts (header, extra bytes, data).
+    #[inline]
+    pub(crate) fn send3(&mut self, a: &[u8], b: &[u8], c: &[u8]) -> Result<(), TxError> {
+        if self.prod.push3(a, b, c)? && self.prod.take_armed() {
+            self.wake()?;
+        }
+        Ok(())
+    }
+
     #[cold]
     fn wake(&self) -> Result<(), TxError> {
         loop {

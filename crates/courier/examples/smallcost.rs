@@ -1,0 +1,225 @@
+//! Instruction counts of the small-message paths over shared memory, without a second
+//! process: two workers of one process joined by a shm link, driven by one thread after
+//! set-up, so every count is the same from run to run (no spinning on a peer). Each
+//! measured step is a function of its own, for callgrind:
+//!
+//! ```sh
+//! cargo build --release --example smallcost
+//! valgrind --tool=callgrind --collect-atstart=no --toggle-collect='smallcost::step_*' \
+//!     target/release/examples/smallcost 1000
+//! callgrind_annotate --inclusive=yes callgrind.out.* | grep step_
+//! ```
+//!
+//! Worker `a` (single-threaded, as applications use it) is the one measured; worker `b`
+//! (thread-safe, progressed by a helper thread while the link comes up) is its peer.
+//! Counts are per call of each step; divide by the `n` given.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use courier::*;
+
+const TAG: u64 = 7;
+
+/// `n` eager 8-byte tag sends on `ep` (the FIFO must have room for them).
+#[inline(never)]
+fn step_tag_send(ep: &Endpoint, n: usize, data: &[u8]) -> Result<()> {
+    for _ in 0..n {
+        let r = ep.tag_send(data, TAG)?;
+        drop(r);
+    }
+    Ok(())
+}
+
+/// Post `n` tag receives.
+#[inline(never)]
+fn step_tag_post<'a>(w: &Worker, bufs: &'a mut [[u8; 8]]) -> Result<Vec<Request<'a>>> {
+    let mut v = Vec::with_capacity(bufs.len());
+    for b in bufs.iter_mut() {
+        v.push(w.tag_recv(b, TAG, u64::MAX)?);
+    }
+    Ok(v)
+}
+
+/// Progress until the posted receives complete, collecting each.
+#[inline(never)]
+fn step_tag_complete(w: &Worker, reqs: Vec<Request<'_>>) -> Result<usize> {
+    let mut got = 0;
+    for mut r in reqs {
+        while !r.is_done() {
+            w.progress();
+        }
+        got += r.wait()?.len;
+    }
+    Ok(got)
+}
+
+/// Progress until `n` frames are in (unexpected messages), then receive them.
+#[inline(never)]
+fn step_tag_unexpected(w: &Worker, n: usize) -> Result<usize> {
+    let mut got = 0;
+    let mut buf = [0u8; 8];
+    for _ in 0..n {
+        let mut r = w.tag_recv(&mut buf, TAG, u64::MAX)?;
+        while !r.is_done() {
+            w.progress();
+        }
+        got += r.wait()?.len;
+    }
+    Ok(got)
+}
+
+/// `n` idle progress calls.
+#[inline(never)]
+fn step_idle(w: &Worker, n: usize) -> usize {
+    (0..n).map(|_| w.progress()).sum()
+}
+
+/// Progress until `n` active messages were handled.
+#[inline(never)]
+fn step_am_recv(w: &Worker, count: &AtomicU64, n: u64) {
+    let start = count.load(Ordering::Relaxed);
+    while count.load(Ordering::Relaxed) < start + n {
+        w.progress();
+    }
+}
+
+/// `n` eager 8-byte active-message sends.
+#[inline(never)]
+fn step_am_send(ep: &Endpoint, n: usize, data: &[u8]) -> Result<()> {
+    for _ in 0..n {
+        drop(ep.am_send(1, &[], data, AmFlags::default())?);
+    }
+    Ok(())
+}
+
+/// `n` 8-byte puts into the peer's region.
+#[inline(never)]
+fn step_put(ep: &Endpoint, key: &RemoteKey, at: u64, n: usize, data: &[u8]) -> Result<()> {
+    for _ in 0..n {
+        drop(ep.put(data, at, key)?);
+    }
+    Ok(())
+}
+
+fn drain(w: &Worker, mut done: impl FnMut() -> bool) {
+    while !done() {
+        w.progress();
+    }
+}
+
+fn main() -> Result<()> {
+    let n: usize = std::env::args()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1000);
+    // Two contexts, as two processes would have: puts go the same-host way.
+    let ctx = Context::new(ContextParams::default().config("COURIER_TLS", "shm"))?;
+    let ctx_b = Context::new(ContextParams::default().config("COURIER_TLS", "shm"))?;
+    let a = Worker::new(&ctx, WorkerParams::default())?;
+    let b = Worker::new(
+        &ctx_b,
+        WorkerParams {
+            thread_mode: ThreadMode::Multi,
+        },
+    )?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let helper = {
+        let (b, stop) = (b.clone(), stop.clone());
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                if b.progress() == 0 {
+                    std::thread::yield_now();
+                }
+            }
+        })
+    };
+    let ab = a.connect(&b.address()?, EndpointParams::default())?;
+    ab.wait_connected(Duration::from_secs(5))?;
+    let ba = loop {
+        if let Some(ep) = b.incoming_endpoint() {
+            break ep;
+        }
+        std::thread::yield_now();
+    };
+    stop.store(true, Ordering::Relaxed);
+    let _ = helper.join();
+    println!("link: {:?}", ab.transport());
+
+    let data = *b"smallcst";
+    let batch = 64; // well inside the FIFO
+    let rounds = n.div_ceil(batch);
+
+    // a sends; b drains what a sent (not measured).
+    let seen = Arc::new(AtomicU64::new(0));
+    {
+        let s = seen.clone();
+        b.am_set_handler(1, move |_m| {
+            s.fetch_add(1, Ordering::Relaxed);
+        })?;
+    }
+    for _ in 0..rounds {
+        step_tag_send(&ab, batch, &data)?;
+        let mut bufs = vec![[0u8; 8]; batch];
+        let reqs: Vec<Request<'_>> = bufs
+            .iter_mut()
+            .map(|x| b.tag_recv(x, TAG, u64::MAX))
+            .collect::<Result<_>>()?;
+        for mut r in reqs {
+            drain(&b, || r.is_done());
+        }
+    }
+
+    // b sends; a posts first (expected) and completes.
+    for _ in 0..rounds {
+        let mut bufs = vec![[0u8; 8]; batch];
+        let reqs = step_tag_post(&a, &mut bufs)?;
+        for _ in 0..batch {
+            drop(ba.tag_send(&data, TAG)?);
+        }
+        step_tag_complete(&a, reqs)?;
+    }
+
+    // b sends first; a receives from the unexpected queue.
+    for _ in 0..rounds {
+        for _ in 0..batch {
+            drop(ba.tag_send(&data, TAG)?);
+        }
+        step_tag_unexpected(&a, batch)?;
+    }
+
+    // Active messages both ways.
+    let got = Arc::new(AtomicU64::new(0));
+    {
+        let g = got.clone();
+        a.am_set_handler(1, move |_m| {
+            g.fetch_add(1, Ordering::Relaxed);
+        })?;
+    }
+    for _ in 0..rounds {
+        for _ in 0..batch {
+            drop(ba.am_send(1, &[], &data, AmFlags::default())?);
+        }
+        step_am_recv(&a, &got, batch as u64);
+        let before = seen.load(Ordering::Relaxed);
+        step_am_send(&ab, batch, &data)?;
+        drain(&b, || seen.load(Ordering::Relaxed) >= before + batch as u64);
+    }
+
+    // Puts into b's allocated region (under valgrind, which cannot take the peer's segment,
+    // they go through the link), and idle progress.
+    let mem = ctx_b.mem_map(MemMapParams::allocate(4096))?;
+    let key = ab.rkey_unpack(&mem.pack_rkey()?)?;
+    println!("put path: {}", key.path());
+    let at = mem.as_ptr() as u64;
+    let t = std::time::Instant::now();
+    step_put(&ab, &key, at, n, &data)?;
+    let put_ns = t.elapsed().as_nanos() as f64 / n as f64;
+    let t = std::time::Instant::now();
+    step_idle(&a, n);
+    let idle_ns = t.elapsed().as_nanos() as f64 / n as f64;
+    println!("natively: put {put_ns:.1} ns, idle progress {idle_ns:.1} ns per call");
+    println!("done: {n} of each");
+    Ok(())
+}
