@@ -141,16 +141,21 @@ static int tcp(int n, const char *cc) {
 	char *buf = malloc(MIB);
 	if (buf == NULL)
 		die("malloc");
-	long got = 0;
+	long got = 0, at[MAX_CONNS] = {0};
 	int open = n;
 	double t0 = now();
 	while (open > 0) {
 		for (int i = 0; i < n; i++) {
 			if (s[i] < 0)
 				continue;
-			ssize_t k = recv(s[i], buf, MIB, MSG_DONTWAIT);
+			/* Each connection fills the 1 MiB buffer from where its stream is, as a
+			 * receiver of 1 MiB messages does (reading every time to the buffer's start
+			 * runs at about 80% of this here). */
+			long off = at[i] % MIB;
+			ssize_t k = recv(s[i], buf + off, MIB - off, MSG_DONTWAIT);
 			if (k > 0) {
 				got += k;
+				at[i] += k;
 			} else if (k == 0 || (errno != EAGAIN && errno != EINTR)) {
 				close(s[i]);
 				s[i] = -1;
