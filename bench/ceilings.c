@@ -1,12 +1,17 @@
 /* What this machine allows, without any communication library: the ceilings the
  * bandwidth targets are judged against (bench/run.sh appends them to RESULTS.md).
  *
- *   tcp N     one process streams 4 GiB to another over N loopback TCP connections
- *             (1 MiB writes, poll-driven, non-blocking; sender and receiver on CPUs 1, 0)
+ *   tcp N [CC] one process streams 4 GiB to another over N loopback TCP connections
+ *             (up to 1 MiB per call, both sides busy polling non-blocking sockets; sender
+ *             and receiver on CPUs 1, 0), with congestion control CC on every socket
+ *             ("system", the default, leaves the kernel's choice)
+ *   pingpong  8-byte round trips over one loopback TCP connection, both sides busy polling
  *   copy      16 MiB copies: memcpy in one process, process_vm_readv (CMA) from another
  *             process, and two processes each memcpy-ing half through shared memory
  *
- * Each measurement prints one JSON line: {"what": ..., "conns": N, "mbs": MB/s}.
+ * Each measurement prints one JSON line: {"what": ..., "conns": N, "mbs": MB/s} (MB = 2^20
+ * bytes, as in ucx_perftest's tables; tcp_stream also names its "cc"), or for the
+ * ping-pong {"what": "tcp_pingpong", "rtt_us": ..., "oneway_us": ...} (medians).
  * Build: cc -O2 -o ceilings bench/ceilings.c */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -47,42 +52,69 @@ static void die(const char *what) {
 	exit(1);
 }
 
-/* Sender: stream `total` bytes spread over the connections, 1 MiB per write. */
-static void tcp_send(const struct sockaddr_in *a, int n, long total) {
-	int s[MAX_CONNS], one = 1;
+/* Congestion control for a socket: "system" leaves the kernel's default. */
+static int set_cc(int s, const char *cc) {
+	if (strcmp(cc, "system") == 0)
+		return 0;
+	return setsockopt(s, IPPROTO_TCP, TCP_CONGESTION, cc, strlen(cc));
+}
+
+static int listen_lo(struct sockaddr_in *a) {
+	int ls = socket(AF_INET, SOCK_STREAM, 0), one = 1;
+	socklen_t al = sizeof *a;
+	*a = (struct sockaddr_in){.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	setsockopt(ls, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+	if (bind(ls, (struct sockaddr *)a, sizeof *a) != 0 || listen(ls, MAX_CONNS) != 0 ||
+	    getsockname(ls, (struct sockaddr *)a, &al) != 0)
+		die("listen");
+	return ls;
+}
+
+static int dial_lo(const struct sockaddr_in *a, const char *cc) {
+	int s = socket(AF_INET, SOCK_STREAM, 0), one = 1;
+	setsockopt(s, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+	if (set_cc(s, cc) != 0 || connect(s, (const struct sockaddr *)a, sizeof *a) != 0)
+		_exit(1);
+	fcntl(s, F_SETFL, O_NONBLOCK);
+	return s;
+}
+
+static int accept_lo(int ls, const char *cc) {
+	int s = accept(ls, NULL, NULL), one = 1;
+	if (s < 0)
+		die("accept");
+	setsockopt(s, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+	if (set_cc(s, cc) != 0)
+		die("TCP_CONGESTION");
+	fcntl(s, F_SETFL, O_NONBLOCK);
+	return s;
+}
+
+/* Sender: stream `total` bytes spread over the connections, at most 1 MiB per call, trying
+ * each connection in turn without waiting (busy polling, as the libraries do). */
+static void tcp_send(const struct sockaddr_in *a, int n, long total, const char *cc) {
+	int s[MAX_CONNS];
 	long sent[MAX_CONNS] = {0}, per = total / n;
 	char *buf = malloc(MIB);
 	if (buf == NULL)
 		_exit(1);
 	memset(buf, 1, MIB);
-	for (int i = 0; i < n; i++) {
-		s[i] = socket(AF_INET, SOCK_STREAM, 0);
-		setsockopt(s[i], IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-		if (connect(s[i], (const struct sockaddr *)a, sizeof *a) != 0)
-			_exit(1);
-		fcntl(s[i], F_SETFL, O_NONBLOCK);
-	}
-	for (;;) {
-		struct pollfd p[MAX_CONNS];
-		int left = 0;
+	for (int i = 0; i < n; i++)
+		s[i] = dial_lo(a, cc);
+	for (int left = n; left > 0;) {
+		left = 0;
 		for (int i = 0; i < n; i++) {
-			p[i].fd = s[i];
-			p[i].events = sent[i] < per ? POLLOUT : 0;
-			left += sent[i] < per;
-		}
-		if (left == 0)
-			break;
-		if (poll(p, n, -1) < 0 && errno != EINTR)
-			_exit(1);
-		for (int i = 0; i < n; i++) {
-			if (!(p[i].revents & POLLOUT))
+			if (sent[i] >= per)
 				continue;
+			left++;
 			long off = sent[i] % MIB, want = MIB - off;
 			if (want > per - sent[i])
 				want = per - sent[i];
-			ssize_t k = write(s[i], buf + off, want);
+			ssize_t k = send(s[i], buf + off, want, MSG_DONTWAIT | MSG_NOSIGNAL);
 			if (k > 0)
 				sent[i] += k;
+			else if (k < 0 && errno != EAGAIN && errno != EINTR)
+				_exit(1);
 		}
 	}
 	for (int i = 0; i < n; i++)
@@ -90,53 +122,43 @@ static void tcp_send(const struct sockaddr_in *a, int n, long total) {
 	_exit(0);
 }
 
-static int tcp(int n) {
+/* tcp N CC: 4 GiB over N loopback connections, receiver on CPU 0, sender on CPU 1. */
+static int tcp(int n, const char *cc) {
 	long total = 4096 * MIB;
-	int ls = socket(AF_INET, SOCK_STREAM, 0), one = 1;
-	struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-	socklen_t al = sizeof a;
-	setsockopt(ls, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-	if (bind(ls, (struct sockaddr *)&a, sizeof a) != 0 || listen(ls, MAX_CONNS) != 0 ||
-	    getsockname(ls, (struct sockaddr *)&a, &al) != 0)
-		die("listen");
+	struct sockaddr_in a;
+	int ls = listen_lo(&a);
 	pid_t child = fork();
 	if (child < 0)
 		die("fork");
 	if (child == 0) {
 		pin(1);
-		tcp_send(&a, n, total);
+		tcp_send(&a, n, total, cc);
 	}
 	pin(0);
 	int s[MAX_CONNS];
-	for (int i = 0; i < n; i++) {
-		s[i] = accept(ls, NULL, NULL);
-		if (s[i] < 0)
-			die("accept");
-		fcntl(s[i], F_SETFL, O_NONBLOCK);
-	}
+	for (int i = 0; i < n; i++)
+		s[i] = accept_lo(ls, cc);
 	char *buf = malloc(MIB);
 	if (buf == NULL)
 		die("malloc");
-	long got = 0;
+	long got = 0, at[MAX_CONNS] = {0};
 	int open = n;
 	double t0 = now();
 	while (open > 0) {
-		struct pollfd p[MAX_CONNS];
 		for (int i = 0; i < n; i++) {
-			p[i].fd = s[i];
-			p[i].events = POLLIN;
-		}
-		if (poll(p, n, -1) < 0 && errno != EINTR)
-			die("poll");
-		for (int i = 0; i < n; i++) {
-			if (s[i] < 0 || !(p[i].revents & (POLLIN | POLLHUP | POLLERR)))
+			if (s[i] < 0)
 				continue;
-			ssize_t k = read(s[i], buf, MIB);
+			/* Each connection fills the 1 MiB buffer from where its stream is, as a
+			 * receiver of 1 MiB messages does (reading every time to the buffer's start
+			 * runs at about 80% of this here). */
+			long off = at[i] % MIB;
+			ssize_t k = recv(s[i], buf + off, MIB - off, MSG_DONTWAIT);
 			if (k > 0) {
 				got += k;
-			} else if (k == 0 || errno != EAGAIN) {
+				at[i] += k;
+			} else if (k == 0 || (errno != EAGAIN && errno != EINTR)) {
 				close(s[i]);
-				s[i] = -1; /* poll ignores negative fds */
+				s[i] = -1;
 				open--;
 			}
 		}
@@ -145,10 +167,69 @@ static int tcp(int n) {
 	int st = 0;
 	waitpid(child, &st, 0);
 	if (got != total || !WIFEXITED(st) || WEXITSTATUS(st) != 0) {
-		fprintf(stderr, "tcp %d: received %ld of %ld bytes\n", n, got, total);
+		fprintf(stderr, "tcp %d %s: received %ld of %ld bytes\n", n, cc, got, total);
 		return 1;
 	}
-	printf("{\"what\": \"tcp_stream\", \"conns\": %d, \"mbs\": %.0f}\n", n, got / dt / 1e6);
+	printf("{\"what\": \"tcp_stream\", \"conns\": %d, \"cc\": \"%s\", \"mbs\": %.0f}\n", n, cc,
+	       got / dt / MIB);
+	return 0;
+}
+
+/* Read exactly `len` bytes, busy polling. */
+static int recv_all(int s, char *b, long len) {
+	for (long got = 0; got < len;) {
+		ssize_t k = recv(s, b + got, len - got, MSG_DONTWAIT);
+		if (k > 0)
+			got += k;
+		else if (k == 0 || (errno != EAGAIN && errno != EINTR))
+			return -1;
+	}
+	return 0;
+}
+
+static int cmp_double(const void *x, const void *y) {
+	double a = *(const double *)x, b = *(const double *)y;
+	return (a > b) - (a < b);
+}
+
+/* pingpong: 8-byte round trips over one loopback connection, both sides busy polling
+ * non-blocking sockets (echo on CPU 0, the timed side on CPU 1): the floor under any
+ * library's TCP round trip (tag_lat, ucp_fadd). */
+static int pingpong(void) {
+	enum { WARMUP = 10000, ITERS = 100000, LEN = 8 };
+	struct sockaddr_in a;
+	int ls = listen_lo(&a);
+	pid_t child = fork();
+	if (child < 0)
+		die("fork");
+	if (child == 0) {
+		pin(0);
+		int s = accept_lo(ls, "system");
+		char b[LEN];
+		while (recv_all(s, b, LEN) == 0)
+			if (send(s, b, LEN, MSG_NOSIGNAL) != LEN)
+				_exit(1);
+		_exit(0);
+	}
+	pin(1);
+	int s = dial_lo(&a, "system");
+	char b[LEN] = {1};
+	double *rtt = malloc(ITERS * sizeof *rtt);
+	if (rtt == NULL)
+		die("malloc");
+	for (int i = 0; i < WARMUP + ITERS; i++) {
+		double t0 = now();
+		if (send(s, b, LEN, MSG_NOSIGNAL) != LEN || recv_all(s, b, LEN) != 0)
+			die("pingpong");
+		if (i >= WARMUP)
+			rtt[i - WARMUP] = now() - t0;
+	}
+	close(s);
+	waitpid(child, NULL, 0);
+	qsort(rtt, ITERS, sizeof *rtt, cmp_double);
+	double med = rtt[ITERS / 2] * 1e6;
+	printf("{\"what\": \"tcp_pingpong\", \"conns\": 1, \"rtt_us\": %.3f, \"oneway_us\": %.3f}\n", med,
+	       med / 2);
 	return 0;
 }
 
@@ -171,7 +252,7 @@ static int copy(void) {
 	double t0 = now();
 	for (int i = 0; i < reps; i++)
 		memcpy(priv, src, len);
-	printf("{\"what\": \"memcpy_1proc\", \"conns\": 0, \"mbs\": %.0f}\n", reps * len / (now() - t0) / 1e6);
+	printf("{\"what\": \"memcpy_1proc\", \"conns\": 0, \"mbs\": %.0f}\n", reps * len / (now() - t0) / MIB);
 
 	/* CMA: read another process's (shared, so it exists in the child too) buffer. */
 	pid_t child = fork();
@@ -190,7 +271,7 @@ static int copy(void) {
 			break;
 		}
 		if (i == reps - 1)
-			printf("{\"what\": \"cma_read\", \"conns\": 0, \"mbs\": %.0f}\n", reps * len / (now() - t0) / 1e6);
+			printf("{\"what\": \"cma_read\", \"conns\": 0, \"mbs\": %.0f}\n", reps * len / (now() - t0) / MIB);
 	}
 	kill(child, SIGKILL);
 	waitpid(child, NULL, 0);
@@ -209,21 +290,23 @@ static int copy(void) {
 	for (int i = 0; i < reps; i++)
 		memcpy(dst, src, len / 2);
 	waitpid(child, NULL, 0);
-	printf("{\"what\": \"memcpy_split_2proc\", \"conns\": 0, \"mbs\": %.0f}\n", reps * len / (now() - t0) / 1e6);
+	printf("{\"what\": \"memcpy_split_2proc\", \"conns\": 0, \"mbs\": %.0f}\n", reps * len / (now() - t0) / MIB);
 	return 0;
 }
 
 int main(int argc, char **argv) {
-	if (argc == 3 && strcmp(argv[1], "tcp") == 0) {
+	if ((argc == 3 || argc == 4) && strcmp(argv[1], "tcp") == 0) {
 		int n = atoi(argv[2]);
 		if (n < 1 || n > MAX_CONNS) {
-			fprintf(stderr, "ceilings tcp N: N from 1 to %d\n", MAX_CONNS);
+			fprintf(stderr, "ceilings tcp N [CC]: N from 1 to %d\n", MAX_CONNS);
 			return 2;
 		}
-		return tcp(n);
+		return tcp(n, argc == 4 ? argv[3] : "system");
 	}
+	if (argc == 2 && strcmp(argv[1], "pingpong") == 0)
+		return pingpong();
 	if (argc == 2 && strcmp(argv[1], "copy") == 0)
 		return copy();
-	fprintf(stderr, "usage: ceilings tcp N | ceilings copy\n");
+	fprintf(stderr, "usage: ceilings tcp N [CC] | ceilings pingpong | ceilings copy\n");
 	return 2;
 }

@@ -8,6 +8,8 @@ Python 3.11, standard library only.  Sub-commands:
                                       parse the runs listed in DIR/runs.tsv, write OUT/results/raw.json,
                                       OUT/RESULTS.md and OUT/results/*.svg
   report.py render --out DIR          re-render RESULTS.md and the plots from OUT/results/raw.json
+  report.py ceilings FILE             print the ceilings tables (Markdown) from bench/ceilings.c's
+                                      JSON lines in FILE
   report.py selftest                  check the parsers on canned outputs
 
 Metric conventions (same as ucx_perftest's -f row):
@@ -660,6 +662,57 @@ def render(doc: dict, outdir: str) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
+# Ceilings: what the machine allows with no library (bench/ceilings.c)
+# ---------------------------------------------------------------------------------------------
+CEILING_ROWS = {
+    "tcp_stream x1 system": "TCP loopback stream, 1 connection, the system's congestion control",
+    "tcp_stream x1 reno": "TCP loopback stream, 1 connection, reno",
+    "tcp_stream x2 system": "TCP loopback stream, 2 connections, the system's congestion control",
+    "tcp_stream x2 reno": "TCP loopback stream, 2 connections, reno",
+    "memcpy_1proc": "memcpy of 16 MiB, one process",
+    "cma_read": "process_vm_readv (CMA) of 16 MiB from another process",
+    "memcpy_split_2proc": "16 MiB copied through shared memory, half by each of two processes",
+}
+
+
+def render_ceilings(lines: list[str]) -> str:
+    """The ceilings tables from bench/ceilings.c's JSON lines (one per measurement)."""
+    bw: dict[str, list[float]] = {}
+    rtt: list[float] = []
+    for line in lines:
+        try:
+            d = json.loads(line)
+        except ValueError:
+            continue
+        if d.get("what") == "tcp_pingpong":
+            if d.get("rtt_us") is not None:
+                rtt.append(d["rtt_us"])
+            continue
+        if d.get("mbs") is None:
+            continue
+        key = d["what"]
+        if key == "tcp_stream":
+            key = f"tcp_stream x{d['conns']} {d.get('cc', 'system')}"
+        bw.setdefault(key, []).append(d["mbs"])
+    out = ["", "## Ceilings of this machine (no library, `bench/ceilings.c`)", ""]
+    out.append("What the kernel and the memory allow, measured in the same run: the targets are judged "
+               "against these. TCP runs busy-poll non-blocking sockets on both sides, as the libraries do.")
+    out.append("")
+    out += ["| measurement | MB/s (median, MB = 2^20 B) | runs |", "|---|---|---|"]
+    for k, label in CEILING_ROWS.items():
+        if k in bw:
+            v = bw[k]
+            out.append(f"| {label} | {statistics.median(v):.0f} | {', '.join(f'{x:.0f}' for x in v)} |")
+    if rtt:
+        out += ["", "| measurement | round trip (us, median) | one-way (us) | runs (round trip) |",
+                "|---|---|---|---|"]
+        m = statistics.median(rtt)
+        out.append(f"| TCP loopback ping-pong, 8 B, one connection | {m:.2f} | {m / 2:.2f} | "
+                   f"{', '.join(f'{x:.2f}' for x in rtt)} |")
+    return "\n".join(out) + "\n"
+
+
+# ---------------------------------------------------------------------------------------------
 # Self test of the parsers
 # ---------------------------------------------------------------------------------------------
 def selftest() -> None:
@@ -687,6 +740,15 @@ def selftest() -> None:
     assert r["iterations"] == 100
     assert parse_fi("bytes   #sent\n") is None
     assert len(plan(False)) > 0 and len(plan(True)) == len(plan(False))
+    c = render_ceilings([
+        '{"what": "tcp_stream", "conns": 1, "cc": "reno", "mbs": 9000}',
+        '{"what": "tcp_stream", "conns": 1, "mbs": 4000}',
+        '{"what": "tcp_pingpong", "conns": 1, "rtt_us": 7.0, "oneway_us": 3.5}',
+        "not json",
+    ])
+    assert "| TCP loopback stream, 1 connection, reno | 9000 | 9000 |" in c, c
+    assert "the system's congestion control | 4000 |" in c, c
+    assert "| TCP loopback ping-pong, 8 B, one connection | 7.00 | 3.50 |" in c, c
     print("selftest ok")
 
 
@@ -707,6 +769,13 @@ def main(argv: list[str]) -> int:
         return 0
     if cmd == "selftest":
         selftest()
+        return 0
+    if cmd == "ceilings":
+        if not args:
+            print("ceilings needs FILE", file=sys.stderr)
+            return 2
+        with open(args[0]) as fh:
+            sys.stdout.write(render_ceilings(fh.readlines()))
         return 0
     outdir = opt("--out", os.path.dirname(os.path.abspath(__file__)))
     raw = os.path.join(outdir, "results", "raw.json")

@@ -349,42 +349,20 @@ PYEOF
     fi
 fi
 # What the machine allows without any library (bench/ceilings.c): the TCP loopback stream
-# over one and two connections, and memcpy / CMA / split memcpy of 16 MiB.
+# over one and two connections with the system's congestion control and with reno, the TCP
+# ping-pong round trip, and memcpy / CMA / split memcpy of 16 MiB.
 if [ "$status" = 0 ] && [ "${BENCH_SKIP_CEILINGS:-0}" != 1 ] && command -v cc >/dev/null; then
     log "ceilings of this machine (no library)"
     if cc -O2 -o "$HERE/results/ceilings" "$HERE/ceilings.c" 2>> "$HERE/results/ceilings.log"; then
         : > "$HERE/results/ceilings.jsonl"
         for _ in $(seq "$REPS"); do
-            for mode in "tcp 1" "tcp 2" "copy"; do
+            for mode in "tcp 1" "tcp 1 reno" "tcp 2" "tcp 2 reno" "pingpong" "copy"; do
                 # shellcheck disable=SC2086
                 timeout 120 "$HERE/results/ceilings" $mode >> "$HERE/results/ceilings.jsonl" 2>> "$HERE/results/ceilings.log" || true
             done
         done
         rm -f "$HERE/results/ceilings"
-        "$PY" - "$HERE/results/ceilings.jsonl" >> "$HERE/RESULTS.md" <<'PYEOF'
-import json, statistics, sys
-vals = {}
-for line in open(sys.argv[1]):
-    d = json.loads(line)
-    if d.get("mbs") is not None:
-        key = f"{d['what']} x{d['conns']}" if d["what"] == "tcp_stream" else d["what"]
-        vals.setdefault(key, []).append(d["mbs"])
-what = {
-    "tcp_stream x1": "TCP loopback stream, 1 connection (1 MiB writes)",
-    "tcp_stream x2": "TCP loopback stream, 2 connections",
-    "memcpy_1proc": "memcpy of 16 MiB, one process",
-    "cma_read": "process_vm_readv (CMA) of 16 MiB from another process",
-    "memcpy_split_2proc": "16 MiB copied through shared memory, half by each of two processes",
-}
-print("\n## Ceilings of this machine (no library, `bench/ceilings.c`)\n")
-print("What the kernel and the memory allow, measured in the same run: the bandwidth targets are judged against these.\n")
-print("| measurement | MB/s (median) | runs |")
-print("|---|---|---|")
-for k, label in what.items():
-    if k in vals:
-        v = vals[k]
-        print(f"| {label} | {statistics.median(v):.0f} | {', '.join(f'{x:.0f}' for x in v)} |")
-PYEOF
+        "$PY" "$HERE/report.py" ceilings "$HERE/results/ceilings.jsonl" >> "$HERE/RESULTS.md"
     else
         log "bench/ceilings.c did not build; see $HERE/results/ceilings.log"
     fi

@@ -114,6 +114,12 @@ pub const VARS: &[Var] = &[
         help: "How long a TCP connection attempt may take",
         accepts: "a duration",
     },
+    Var {
+        name: "COURIER_TCP_CONGESTION",
+        default: "auto",
+        help: "TCP congestion control: auto (reno for connections within this host, where no network is shared; the system's otherwise), system, or an algorithm for every connection",
+        accepts: "auto | system | an algorithm name (reno, cubic, bbr, ...)",
+    },
 ];
 
 /// Parsed configuration.
@@ -148,11 +154,24 @@ pub struct Config {
     pub tcp_rcvbuf: usize,
     /// TCP connect timeout.
     pub tcp_connect_timeout: Duration,
+    /// TCP congestion control.
+    pub tcp_congestion: TcpCongestion,
     /// The CUDA driver library.
     pub cuda_lib: String,
     /// Whether this process may sleep on its event fd (the context's `wakeup` feature; not
     /// an environment variable). Without it, shared-memory peers skip the wakeup protocol.
     pub wakeup: bool,
+}
+
+/// Which congestion control tcp connections use (`COURIER_TCP_CONGESTION`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TcpCongestion {
+    /// Reno between two ends on this host, the system's default otherwise.
+    Auto,
+    /// Leave every connection to the system's default.
+    System,
+    /// This algorithm on every connection.
+    Named(String),
 }
 
 /// Transport names known to Courier.
@@ -415,6 +434,25 @@ impl Config {
             "no" | "n" | "off" | "0" => CmaPolicy::No,
             other => return Err(bad("COURIER_SHM_CMA", other, "unknown policy")),
         };
+        let tcp_congestion = match get("COURIER_TCP_CONGESTION").trim() {
+            "auto" => TcpCongestion::Auto,
+            "system" => TcpCongestion::System,
+            name if !name.is_empty()
+                && name.len() < 16
+                && name
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-') =>
+            {
+                TcpCongestion::Named(name.to_string())
+            }
+            other => {
+                return Err(bad(
+                    "COURIER_TCP_CONGESTION",
+                    other,
+                    "not an algorithm name",
+                ));
+            }
+        };
         let shm_segment_copy = match get("COURIER_SHM_SEGMENT_COPY").trim() {
             "yes" | "y" | "on" | "1" => true,
             "no" | "n" | "off" | "0" => false,
@@ -441,6 +479,7 @@ impl Config {
             tcp_sndbuf: size("COURIER_TCP_SNDBUF")?,
             tcp_rcvbuf: size("COURIER_TCP_RCVBUF")?,
             tcp_connect_timeout: dur("COURIER_TCP_CONNECT_TIMEOUT")?,
+            tcp_congestion,
             cuda_lib: match get("COURIER_CUDA_LIB").trim() {
                 "" => return Err(bad("COURIER_CUDA_LIB", "", "empty")),
                 lib => lib.to_string(),
@@ -535,6 +574,17 @@ mod tests {
         assert!(e.detail().contains("COURIER_LOG_LEVEL"), "{e}");
         let e = cfg(&[("COURIER_KEEPALIVE_TIMEOUT", "100ms")]).unwrap_err();
         assert!(e.detail().contains("shorter"), "{e}");
+        let e = cfg(&[("COURIER_TCP_CONGESTION", "re no")]).unwrap_err();
+        assert!(e.detail().contains("COURIER_TCP_CONGESTION"), "{e}");
+    }
+
+    #[test]
+    fn tcp_congestion_choices() {
+        assert_eq!(cfg(&[]).unwrap().tcp_congestion, TcpCongestion::Auto);
+        let c = cfg(&[("COURIER_TCP_CONGESTION", "system")]).unwrap();
+        assert_eq!(c.tcp_congestion, TcpCongestion::System);
+        let c = cfg(&[("COURIER_TCP_CONGESTION", "cubic")]).unwrap();
+        assert_eq!(c.tcp_congestion, TcpCongestion::Named("cubic".into()));
     }
 
     #[test]

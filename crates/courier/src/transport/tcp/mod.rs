@@ -21,6 +21,11 @@
 //! system call; the buffer is never moved or compacted while a frame is handed out.
 //!
 //! Both halves share the socket; it closes when both are dropped.
+//!
+//! Congestion control: a connection whose two ends are on this host uses reno unless
+//! `COURIER_TCP_CONGESTION` says otherwise. No network is shared there, and bbr (the
+//! default on some systems) holds one loopback connection to about half of what it carries
+//! with reno (bench/analysis.md). Connections to other hosts keep the system's choice.
 
 use std::collections::VecDeque;
 use std::io::IoSlice;
@@ -32,6 +37,7 @@ use rustix::io::Errno;
 use rustix::net::{self, RecvFlags, SendAncillaryBuffer, SendFlags, SocketFlags};
 
 use super::{Caps, RawFrame, RndvMode, Sent, TxError};
+use crate::base::config::TcpCongestion;
 use crate::base::{Config, Error, Result, Status};
 
 mod place;
@@ -152,11 +158,13 @@ pub struct Listener {
     local: SocketAddr,
     sndbuf: usize,
     rcvbuf: usize,
+    congestion: TcpCongestion,
 }
 
-fn halves(fd: OwnedFd, peer: SocketAddr, accepting: bool) -> (Tx, Rx) {
+fn halves(fd: OwnedFd, peer: SocketAddr, accepting: bool, cc: &TcpCongestion) -> (Tx, Rx) {
     let sock = Arc::new(fd);
     let local = sock::local_addr(sock.as_fd());
+    sock::set_congestion(sock.as_fd(), peer, local, cc);
     let tx = Tx {
         sock: sock.clone(),
         peer,
@@ -214,6 +222,7 @@ impl Listener {
             local,
             sndbuf: cfg.tcp_sndbuf,
             rcvbuf: cfg.tcp_rcvbuf,
+            congestion: cfg.tcp_congestion.clone(),
         })
     }
 
@@ -254,7 +263,7 @@ impl Listener {
                         tracing::debug!("{e}; connection dropped");
                         continue;
                     }
-                    let (tx, rx) = halves(fd, peer, true);
+                    let (tx, rx) = halves(fd, peer, true, &self.congestion);
                     return Ok(Some((tx, rx, peer)));
                 }
                 Err(Errno::AGAIN) => return Ok(None),
@@ -279,7 +288,7 @@ impl Listener {
 /// Connect to a peer's listener; blocks up to `cfg.tcp_connect_timeout`.
 pub fn connect(addr: SocketAddr, cfg: &Config) -> Result<(Tx, Rx)> {
     let fd = sock::connect_with_timeout(addr, cfg)?;
-    let (mut tx, rx) = halves(fd, addr, false);
+    let (mut tx, rx) = halves(fd, addr, false, &cfg.tcp_congestion);
     tx.push_copy(&PREAMBLE);
     // A fresh socket takes 8 bytes at once; anything left goes out with the next flush.
     tx.flush().map_err(|e| {

@@ -8,6 +8,7 @@ use rustix::event::{PollFd, PollFlags, Timespec};
 use rustix::io::Errno;
 use rustix::net::{self, AddressFamily, SocketFlags, SocketType, sockopt};
 
+use crate::base::config::TcpCongestion;
 use crate::base::{Config, Error, Result, Status};
 
 /// A new non-blocking, close-on-exec TCP socket for `addr`'s family.
@@ -47,6 +48,44 @@ pub(super) fn set_buffers(
 /// Options every data socket gets: no Nagle delay.
 pub(super) fn set_nodelay(fd: BorrowedFd<'_>, what: &str) -> Result<()> {
     sockopt::set_tcp_nodelay(fd, true).map_err(|e| Error::io(&format!("{what}: TCP_NODELAY"), e))
+}
+
+/// Choose a connected socket's congestion control (`COURIER_TCP_CONGESTION`). Between two
+/// ends on one host no network is shared: reno lets the window open fully, where bbr
+/// (the default on some systems) holds a loopback connection to about half of what it
+/// carries otherwise (bench/analysis.md). Failure (an algorithm this process may not
+/// use) only costs speed.
+pub(super) fn set_congestion(
+    fd: BorrowedFd<'_>,
+    peer: SocketAddr,
+    local: Option<SocketAddr>,
+    cc: &TcpCongestion,
+) {
+    let name = match cc {
+        TcpCongestion::System => return,
+        TcpCongestion::Named(n) => n.as_str(),
+        TcpCongestion::Auto if same_host(peer, local) => "reno",
+        TcpCongestion::Auto => return,
+    };
+    if let Err(e) = sockopt::set_tcp_congestion(fd, name) {
+        tracing::debug!(
+            "tcp to {peer}: congestion control {name} refused ({e}); the system's stays"
+        );
+    }
+}
+
+/// Whether a connection between `local` and `peer` stays on this host: the peer is a
+/// loopback address or the kernel routed to it from the same address.
+pub(super) fn same_host(peer: SocketAddr, local: Option<SocketAddr>) -> bool {
+    let plain = |ip: IpAddr| match ip {
+        IpAddr::V6(v6) => v6
+            .to_ipv4_mapped()
+            .map(IpAddr::V4)
+            .unwrap_or(IpAddr::V6(v6)),
+        ip => ip,
+    };
+    let p = plain(peer.ip());
+    p.is_loopback() || local.is_some_and(|l| plain(l.ip()) == p)
 }
 
 /// The socket's local address, if the kernel reports an IP one.

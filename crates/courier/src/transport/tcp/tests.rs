@@ -666,3 +666,71 @@ fn zero_copy_frames_report_their_tokens_only_when_written() {
     assert_eq!(tx.ref_bytes, 0);
     check(&frames, &got);
 }
+
+/// The congestion control the kernel reports for a socket.
+fn congestion_of(fd: BorrowedFd<'_>) -> String {
+    use std::os::fd::AsRawFd;
+    let mut name = [0u8; 16];
+    let mut len = name.len() as libc::socklen_t;
+    // SAFETY: a live socket; `name` and `len` describe a writable buffer.
+    let r = unsafe {
+        libc::getsockopt(
+            fd.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_CONGESTION,
+            name.as_mut_ptr().cast(),
+            &mut len,
+        )
+    };
+    assert_eq!(r, 0, "TCP_CONGESTION: {}", std::io::Error::last_os_error());
+    let n = name.iter().position(|&b| b == 0).unwrap_or(name.len());
+    String::from_utf8_lossy(&name[..n]).into_owned()
+}
+
+fn proc_sys(path: &str) -> String {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .trim()
+        .to_string()
+}
+
+#[test]
+fn connections_within_the_host_use_reno_unless_told_otherwise() {
+    // Reno is in the kernel and any process may pick it unless an administrator took it
+    // out of the allowed list.
+    let allowed = proc_sys("/proc/sys/net/ipv4/tcp_allowed_congestion_control");
+    if !allowed.split_whitespace().any(|a| a == "reno") {
+        eprintln!("reno is not allowed here ({allowed}); nothing to check");
+        return;
+    }
+    let ((ctx, _), (atx, _)) = pair_on(LO4, &cfg(&[])).unwrap();
+    assert_eq!(congestion_of(ctx.sock.as_fd()), "reno");
+    assert_eq!(congestion_of(atx.sock.as_fd()), "reno");
+    let system = proc_sys("/proc/sys/net/ipv4/tcp_congestion_control");
+    let c = cfg(&[("COURIER_TCP_CONGESTION", "system")]);
+    let ((ctx, _), (atx, _)) = pair_on(LO4, &c).unwrap();
+    assert_eq!(congestion_of(ctx.sock.as_fd()), system);
+    assert_eq!(congestion_of(atx.sock.as_fd()), system);
+    // A name the kernel does not know costs nothing but the choice.
+    let c = cfg(&[("COURIER_TCP_CONGESTION", "nosuchcc")]);
+    let ((mut ctx, _), (_, mut arx)) = pair_on(LO4, &c).unwrap();
+    assert_eq!(congestion_of(ctx.sock.as_fd()), system);
+    let frames = vec![pattern(1, 100)];
+    check(&frames, &exchange(&mut ctx, &mut arx, &frames));
+}
+
+#[test]
+fn same_host_means_loopback_or_one_address_at_both_ends() {
+    let sa = |s: &str| s.parse::<SocketAddr>().unwrap();
+    assert!(sock::same_host(sa("127.0.0.1:1"), None));
+    assert!(sock::same_host(sa("127.3.2.1:1"), Some(sa("127.0.0.1:2"))));
+    assert!(sock::same_host(sa("[::1]:1"), None));
+    assert!(sock::same_host(sa("[::ffff:127.0.0.1]:1"), None));
+    assert!(sock::same_host(sa("192.0.2.2:1"), Some(sa("192.0.2.2:2"))));
+    assert!(sock::same_host(
+        sa("[::ffff:192.0.2.2]:1"),
+        Some(sa("192.0.2.2:2"))
+    ));
+    assert!(!sock::same_host(sa("192.0.2.3:1"), Some(sa("192.0.2.2:2"))));
+    assert!(!sock::same_host(sa("192.0.2.3:1"), None));
+}
