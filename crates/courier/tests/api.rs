@@ -288,6 +288,49 @@ fn active_messages_reply_and_rendezvous_descriptors() {
 }
 
 #[test]
+fn kept_rendezvous_message_declined_later() {
+    for tls in TLS {
+        let p = pair(tls);
+        let kept: Arc<Mutex<Vec<AmRndv>>> = Arc::default();
+        let k2 = kept.clone();
+        p.a.am_set_handler(5, move |m: &mut AmMessage| {
+            if let Some(d) = m.take_rndv() {
+                k2.lock().unwrap().push(d);
+            }
+        })
+        .unwrap();
+        let big: Vec<u8> = (0..300_000).map(|i| (i % 7) as u8).collect();
+        let rndv = AmFlags {
+            rndv: true,
+            ..Default::default()
+        };
+        let mut first = p.ba.am_send(5, b"", &big, rndv).unwrap();
+        let mut second = p.ba.am_send(5, b"", &big, rndv).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while kept.lock().unwrap().len() < 2 {
+            p.a.progress();
+            assert!(Instant::now() < deadline, "{tls}: messages not delivered");
+        }
+        let (d1, d2) = {
+            let mut k = kept.lock().unwrap();
+            let d2 = k.pop().unwrap();
+            (k.pop().unwrap(), d2)
+        };
+        // Declined after the handler returned: the sender's request completes, nothing moves.
+        p.a.am_decline(d1).unwrap();
+        let info = wait_on(&p.b, &mut first).unwrap();
+        assert_eq!(info.len, big.len(), "{tls}");
+        // The endpoint goes on: the other kept message is still received whole.
+        let mut into = vec![0u8; d2.len()];
+        let mut r = p.a.am_recv_data(d2, &mut into).unwrap();
+        wait_on(&p.a, &mut r).unwrap();
+        drop(r);
+        assert!(into == big, "{tls}: kept rendezvous data differs");
+        wait_on(&p.b, &mut second).unwrap();
+    }
+}
+
+#[test]
 fn streams_partial_and_exact() {
     for tls in TLS {
         let p = pair(tls);

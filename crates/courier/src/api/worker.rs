@@ -365,6 +365,24 @@ impl Worker {
         Ok(Request::new(self, s))
     }
 
+    /// Receive a rendezvous active message's data into `buf`, completed by `cb` (run inside
+    /// progress), or with `Callback::None` to be waited on through `request_for`. Always
+    /// `Started::Pending`, also when the data was read at once.
+    ///
+    /// # Safety
+    /// `buf` must stay valid and unused until the callback runs, or until the request
+    /// completes.
+    pub unsafe fn am_recv_data_raw(&self, desc: AmRndv, buf: Buf, cb: Callback) -> Result<Started> {
+        self.lock()?.am_recv_data(desc, buf, cb)
+    }
+
+    /// Decline a rendezvous message kept with [`AmMessage::take_rndv`]: its data stays at
+    /// the sender, whose request completes (as when a handler does not take it).
+    pub fn am_decline(&self, desc: AmRndv) -> Result<()> {
+        self.lock()?.am_decline(desc);
+        Ok(())
+    }
+
     /// Post a tag receive.
     pub fn tag_recv<'a>(&self, buf: &'a mut [u8], tag: u64, mask: u64) -> Result<Request<'a>> {
         self.inner
