@@ -347,7 +347,12 @@ pub unsafe extern "C" fn courier_request_free(req: *mut courier_request_t) {
             return;
         }
         // SAFETY: made by `start`; freed once.
-        let r = unsafe { Arc::from_raw(req as *const courier_request_t) };
+        let mut r = unsafe { Arc::from_raw(req as *const courier_request_t) };
         lock(&r.worker).take();
+        // Completed and held by nobody else: this thread's next operation reuses it (most
+        // callers free one request and start the next on the same thread).
+        if Arc::get_mut(&mut r).is_some() {
+            SPARE.set(Some(r));
+        }
     })
 }

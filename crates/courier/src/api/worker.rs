@@ -235,15 +235,21 @@ impl Worker {
         if g.deferred.is_empty() {
             return n;
         }
-        let deferred = std::mem::take(&mut g.deferred);
+        let spare = std::mem::take(&mut g.deferred_spare);
+        let mut deferred = std::mem::replace(&mut g.deferred, spare);
         drop(g);
         n += deferred.len();
-        self.run_deferred(deferred);
+        self.run_deferred(&mut deferred);
+        // The emptied vector serves a later progress call (callbacks come in every call that
+        // completes operations started with one: no allocation for each).
+        if let Ok(mut g) = self.lock() {
+            g.deferred_spare = deferred;
+        }
         n
     }
 
-    fn run_deferred(&self, deferred: Vec<Deferred>) {
-        for d in deferred {
+    fn run_deferred(&self, deferred: &mut Vec<Deferred>) {
+        for d in deferred.drain(..) {
             match d {
                 Deferred::Req(Callback::Rust(f), r, _) => f(r),
                 Deferred::Req(Callback::Raw(f, user), r, info) => f(user, r, info),

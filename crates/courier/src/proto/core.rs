@@ -84,6 +84,8 @@ pub(crate) struct State {
     pub unexp_pool: Vec<Vec<u8>>,
     pub am_handlers: Vec<Option<AmHandler>>,
     pub deferred: Vec<Deferred>,
+    /// An emptied `deferred`, swapped in when the callbacks run.
+    pub deferred_spare: Vec<Deferred>,
     pub shm_acceptor: Option<shm::Acceptor>,
     pub tcp_acceptor: Option<tcp::Listener>,
     pub listeners: Slab<ListenerSlot>,

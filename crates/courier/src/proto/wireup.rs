@@ -187,6 +187,7 @@ impl State {
             unexp_pool: Vec::new(),
             am_handlers: Vec::new(),
             deferred: Vec::new(),
+            deferred_spare: Vec::new(),
             shm_acceptor,
             tcp_acceptor,
             listeners: Slab::default(),
