@@ -111,6 +111,59 @@ func (w *Worker) amCopy(src []byte) []byte {
 	return b
 }
 
+// runRndvAM runs the handler of a batched rendezvous message: hdr (C memory, valid until
+// the batch is emptied) is its header, desc the descriptor the library kept for it. What
+// the handler neither received nor kept is released, which tells the sender. primary: as
+// for runEagerAM (the lent message is replaced when the handler keeps it).
+func (w *Worker) runRndvAM(id uint16, hdr []byte, dataLen int, desc *C.courier_am_desc_t, primary bool) {
+	fn := w.amHandler(id)
+	if fn == nil { // unregistered since: declined, as the library does
+		w.releaseDesc(desc)
+		return
+	}
+	var m *AMMessage
+	var h []byte
+	lent := primary && !w.rndvMsgBusy
+	if lent {
+		if w.rndvMsg == nil {
+			w.rndvMsg = new(AMMessage)
+		}
+		m, h = w.rndvMsg, w.amCopy(hdr)
+		w.rndvMsgBusy = true
+	} else {
+		m, h = new(AMMessage), append([]byte(nil), hdr...)
+	}
+	*m = AMMessage{ID: id, Header: h, DataLen: dataLen, w: w, rndv: true, desc: desc, inHandler: true}
+	w.callAMHandler(fn, m)
+	d, kept := m.settle()
+	if lent {
+		w.rndvMsgBusy = false
+		if kept {
+			w.rndvMsg = nil // the handler's now
+		}
+	}
+	w.releaseDesc(d)
+}
+
+// callAMHandler runs fn(m), recovering a panic.
+func (w *Worker) callAMHandler(fn func(*AMMessage), m *AMMessage) {
+	defer func() {
+		if v := recover(); v != nil {
+			w.notePanic(v)
+		}
+	}()
+	fn(m)
+}
+
+// releaseDesc declines a rendezvous message nobody received or kept (nil: nothing to do).
+func (w *Worker) releaseDesc(d *C.courier_am_desc_t) {
+	if d == nil || w.closed.Load() {
+		return
+	}
+	C.courier_worker_am_desc_release(w.ptr, d)
+	runtime.KeepAlive(w)
+}
+
 // runAM runs the handler of a message delivered by a direct call from the library
 // (rendezvous, reply, or large messages): what it returns tells the library whether the
 // rendezvous descriptor is kept.
@@ -174,8 +227,8 @@ func (e *Endpoint) SendAMIOV(id uint16, header []byte, bufs [][]byte, flags AMFl
 
 // AMMessage is an active message as its handler sees it. The *AMMessage is lent to the
 // handler: do not use it after the handler returned, except a rendezvous message kept with
-// Keep (the worker reuses the struct of small eager messages). Header and Data are copies
-// the handler may keep.
+// Keep (the worker reuses the struct of the others). Header and Data are copies the
+// handler may keep.
 type AMMessage struct {
 	// ID is the handler id.
 	ID uint16
@@ -189,12 +242,12 @@ type AMMessage struct {
 	w     *Worker
 	rndv  bool
 	reply *Endpoint
-	ended chan struct{} // rendezvous only: closed when the handler has returned
 
 	mu        sync.Mutex
 	desc      *C.courier_am_desc_t
 	inHandler bool
 	keep      bool
+	ended     chan struct{} // made by Keep, closed when the handler has returned
 }
 
 func newAMMessage(w *Worker, p *C.courier_am_recv_param_t) *AMMessage {
@@ -207,9 +260,7 @@ func newAMMessage(w *Worker, p *C.courier_am_recv_param_t) *AMMessage {
 		desc:      p.desc,
 		inHandler: true,
 	}
-	if m.rndv {
-		m.ended = make(chan struct{})
-	} else {
+	if !m.rndv {
 		m.Data = C.GoBytes(p.data, C.int(p.data_length))
 	}
 	if p.reply_ep != nil {
@@ -218,22 +269,32 @@ func newAMMessage(w *Worker, p *C.courier_am_recv_param_t) *AMMessage {
 	return m
 }
 
-// endHandler settles the message when its handler returns: what to tell the library.
+// endHandler settles a message delivered by a direct call when its handler returns: what
+// to tell the library (which releases a descriptor not kept).
 func (m *AMMessage) endHandler() C.courier_status_t {
-	m.mu.Lock()
-	if m.ended != nil {
-		defer close(m.ended)
+	if _, kept := m.settle(); kept {
+		return C.COURIER_INPROGRESS
 	}
+	return C.COURIER_OK
+}
+
+// settle ends the handler's turn: a reply endpoint is no longer lent; kept says whether
+// the handler kept the descriptor, release is the descriptor it neither received nor kept
+// (forgotten here, for the caller to release).
+func (m *AMMessage) settle() (release *C.courier_am_desc_t, kept bool) {
+	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.inHandler = false
 	if m.reply != nil {
 		m.reply.closed.Store(true) // lent for the handler only
 	}
-	if m.desc != nil && m.keep {
-		return C.COURIER_INPROGRESS
+	if m.keep {
+		close(m.ended)
+		return nil, true
 	}
+	d := m.desc
 	m.desc = nil
-	return C.COURIER_OK
+	return d, false
 }
 
 // takeDesc hands out the descriptor once. A kept message's descriptor is handed out only
@@ -273,8 +334,9 @@ func (m *AMMessage) ReplyEndpoint() *Endpoint {
 func (m *AMMessage) Keep() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.inHandler && m.desc != nil {
+	if m.inHandler && m.desc != nil && !m.keep {
 		m.keep = true
+		m.ended = make(chan struct{})
 	}
 }
 
@@ -290,6 +352,9 @@ func (m *AMMessage) ReceiveData(buf []byte, cb Callback) (*Request, error) {
 	}
 	o, err := m.w.newOp(cb)
 	if err != nil {
+		m.mu.Lock()
+		m.desc = desc // still the caller's to receive or release
+		m.mu.Unlock()
 		return nil, err
 	}
 	o.request() // its Info matters even when it completes at once

@@ -289,9 +289,10 @@ func (r *Request) Wait(ctx context.Context) error {
 }
 
 // Cancel asks the library to cancel the request; it then completes with ErrCanceled
-// (callback included; in the next progress unless it is a rendezvous receive). Tag and
-// stream receives, sends queued behind earlier ones and rendezvous receives can be
-// canceled until they start moving data; after that Cancel reports ErrNoResource.
+// (callback included) in the next progress. Tag and stream receives and sends queued
+// behind earlier ones can be canceled until they start moving data; after that, and for
+// other operations (a rendezvous ReceiveData asks for the data as it starts), Cancel
+// reports ErrNoResource.
 func (r *Request) Cancel() error {
 	if r == nil {
 		return nil

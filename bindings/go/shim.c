@@ -106,23 +106,26 @@ static void cg_complete(courier_status_t status, const courier_request_info_t *i
 
 static courier_status_t cg_am(const courier_am_recv_param_t *p, void *user_data) {
 	cg_batch_t *b = cg_batch_for((uintptr_t)user_data);
-	size_t total = p->header_length + p->data_length;
-	if (b != NULL && (p->flags & (COURIER_AM_RECV_FLAG_RNDV | COURIER_AM_RECV_FLAG_REPLY)) == 0 &&
-	    total <= CG_AM_BATCH_MAX) {
-		unsigned char *dst = cg_batch_reserve(b, total);
+	int rndv = (p->flags & COURIER_AM_RECV_FLAG_RNDV) != 0;
+	/* A rendezvous message's bytes stay at the sender: only its header is copied. */
+	size_t copy = p->header_length + (rndv ? 0 : p->data_length);
+	if (b != NULL && (p->flags & COURIER_AM_RECV_FLAG_REPLY) == 0 && copy <= CG_AM_BATCH_MAX) {
+		unsigned char *dst = cg_batch_reserve(b, copy);
 		cg_event_t *ev = dst ? cg_batch_push(b) : NULL;
 		if (ev != NULL) {
 			if (p->header_length)
 				memcpy(dst, p->header, p->header_length);
-			if (p->data_length)
+			if (!rndv && p->data_length)
 				memcpy(dst + p->header_length, p->data, p->data_length);
-			ev->kind = CG_EV_AM;
+			ev->kind = rndv ? CG_EV_RNDV : CG_EV_AM;
 			ev->id = p->id;
 			ev->off = b->used;
 			ev->header_length = p->header_length;
 			ev->data_length = p->data_length;
-			b->used += total;
-			return COURIER_OK;
+			ev->desc = rndv ? p->desc : NULL;
+			b->used += copy;
+			/* Keeps the descriptor: Go receives or releases it when it delivers the batch. */
+			return rndv ? COURIER_INPROGRESS : COURIER_OK;
 		}
 	}
 	return courierGoAM((void *)p, (uintptr_t)user_data, b);

@@ -9,14 +9,16 @@
  *   no cgo.Handle per operation.
  *
  * - Batches. Go progresses through cg_progress, which makes a batch (C memory owned by the
- *   caller) the calling thread's current one. While it is current, completions and small
- *   eager active messages are appended to it (the message bytes copied into its arena)
- *   instead of calling into Go; Go delivers them after cg_progress returns, so a
- *   progress call crosses into Go at most for the events that need to run inside the
- *   library (rendezvous and reply messages, endpoint errors, connection requests). Those
- *   call Go directly with the current batch, which Go delivers first, so every event is
- *   seen in the library's order. A completion that runs where no batch is current (a
- *   cancel, a flush or close that progresses) calls Go directly.
+ *   caller) the calling thread's current one. While it is current, completions, small
+ *   eager active messages (their bytes copied into its arena) and rendezvous active
+ *   messages (their header copied, their descriptor kept by returning COURIER_INPROGRESS)
+ *   are appended to it instead of calling into Go; Go delivers them after cg_progress
+ *   returns, so a progress call crosses into Go only for the events that must run inside
+ *   the library (messages that allow a reply, whose reply endpoint is lent for the
+ *   handler; large eager messages; endpoint errors; connection requests). Those call Go
+ *   directly with the current batch, which Go delivers first, so every event is seen in
+ *   the library's order. A completion that runs where no batch is current (a cancel, a
+ *   flush or close that progresses) calls Go directly.
  *
  * Nothing here is included by callbacks.go: a file with //export may only declare, and
  * the Go functions below are declared here with the parameter types C code uses. */
@@ -30,8 +32,9 @@
 /* Sends of at most this many bytes (header included for active messages) are copied into
  * the slot. */
 #define CG_SCRATCH 256
-/* Eager active messages of at most this many bytes (header + data) are batched; larger
- * ones are delivered by a direct call (one copy instead of two). */
+/* Eager active messages of at most this many bytes (header + data), and rendezvous ones
+ * whose header is at most this long, are batched; larger ones are delivered by a direct
+ * call (one copy instead of two). */
 #define CG_AM_BATCH_MAX 4096
 
 typedef struct cg_slot {
@@ -45,13 +48,17 @@ typedef struct cg_slot {
 	unsigned char scratch[CG_SCRATCH];
 } cg_slot_t;
 
-enum { CG_EV_DONE = 1, CG_EV_AM = 2 };
+/* CG_EV_AM: an eager message, header and data in the arena. CG_EV_RNDV: a rendezvous
+ * message, its header in the arena and its data at the sender behind desc (kept: Go
+ * receives or releases it). */
+enum { CG_EV_DONE = 1, CG_EV_AM = 2, CG_EV_RNDV = 3 };
 
 typedef struct {
 	uint32_t kind;
 	uint32_t slot;   /* CG_EV_DONE: the slot index */
-	uint16_t id;     /* CG_EV_AM: handler id; header at arena+off, data right after */
+	uint16_t id;     /* CG_EV_AM, CG_EV_RNDV: handler id; header at arena+off, data right after */
 	size_t off, header_length, data_length;
+	courier_am_desc_t *desc; /* CG_EV_RNDV */
 } cg_event_t;
 
 typedef struct cg_batch {

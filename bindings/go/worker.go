@@ -51,12 +51,15 @@ type Worker struct {
 
 	// Active-message handlers indexed by id, replaced whole under mu (read without a lock).
 	am atomic.Pointer[[]func(*AMMessage)]
-	// For the eager messages of the primary batch, used only by whoever holds it: the
-	// message lent to handlers, and a chunk their Header and Data copies are cut from.
-	amMsg     AMMessage
-	amMsgBusy bool
-	amBytes   []byte
-	mu        sync.Mutex // registrations, not the data path
+	// For the messages of the primary batch, used only by whoever holds it: the messages
+	// lent to eager and rendezvous handlers, and a chunk their Header and Data copies are
+	// cut from.
+	amMsg       AMMessage
+	amMsgBusy   bool
+	rndvMsg     *AMMessage // replaced when a handler keeps it
+	rndvMsgBusy bool
+	amBytes     []byte
+	mu          sync.Mutex // registrations, not the data path
 
 	// A panic raised by a Go callback inside progress, re-raised when Progress returns.
 	panicked atomic.Pointer[panicBox]
@@ -137,6 +140,10 @@ func (w *Worker) deliver(b *C.cg_batch_t) {
 			hl, dl := int(ev.header_length), int(ev.data_length)
 			src := unsafe.Slice((*byte)(unsafe.Add(unsafe.Pointer(b.arena), uintptr(ev.off))), hl+dl)
 			w.runEagerAM(uint16(ev.id), src, hl, primary)
+		case C.CG_EV_RNDV:
+			hl := int(ev.header_length)
+			hdr := unsafe.Slice((*byte)(unsafe.Add(unsafe.Pointer(b.arena), uintptr(ev.off))), hl)
+			w.runRndvAM(uint16(ev.id), hdr, int(ev.data_length), ev.desc, primary)
 		}
 	}
 	b.n, b.head, b.used = 0, 0, 0
