@@ -63,6 +63,32 @@ type Worker struct {
 
 	// A panic raised by a Go callback inside progress, re-raised when Progress returns.
 	panicked atomic.Pointer[panicBox]
+
+	// Progress calls, and when (since yieldBase) a goroutine calling Progress last yielded.
+	polls     atomic.Uint32
+	lastYield atomic.Int64
+}
+
+// yieldEvery is how often Progress yields the processor to the Go scheduler. A goroutine
+// that only calls Progress never blocks, so the runtime preempts it after 10 ms on one
+// scheduling tick. Preempted inside the C call, it loses its P to another thread, and the
+// runtime's monitor then polls every 20 µs for a while, retaking the P from every C call
+// that spans one of its ticks (a large copy): on a process pinned to one CPU, thousands of
+// thread switches a second, each taking the CPU from the copy. Yielding in Go code
+// first costs one hand-off every few milliseconds (a goroutine locked to its thread
+// passes its P to another thread and back) and keeps the monitor asleep.
+const yieldEvery = 4 * time.Millisecond
+
+var yieldBase = time.Now()
+
+// maybeYield yields if no goroutine progressing w has for yieldEvery.
+func (w *Worker) maybeYield() {
+	now := int64(time.Since(yieldBase)) // one monotonic clock read
+	last := w.lastYield.Load()
+	if now-last < int64(yieldEvery) || !w.lastYield.CompareAndSwap(last, now) {
+		return
+	}
+	runtime.Gosched()
 }
 
 type panicBox struct{ v any }
@@ -171,6 +197,8 @@ func (w *Worker) rethrow() {
 
 // Progress handles arrivals, retries queued sends and runs callbacks; it returns how many
 // events it handled. A panic in a callback is re-raised here, after the library is done.
+// Every few milliseconds of calls it yields the processor (runtime.Gosched), so that a
+// goroutine looping on Progress is not preempted inside the library (see yieldEvery).
 func (w *Worker) Progress() int {
 	if w.closed.Load() {
 		return 0
@@ -183,6 +211,9 @@ func (w *Worker) Progress() int {
 	w.putBatch(b, own)
 	runtime.KeepAlive(w)
 	w.rethrow()
+	if w.polls.Add(1)&63 == 0 {
+		w.maybeYield()
+	}
 	return n
 }
 
