@@ -73,26 +73,30 @@ func (w *Worker) runEagerAM(id uint16, src []byte, hl int, primary bool) {
 	}
 	var b []byte
 	var m *AMMessage
-	if primary && !w.amMsgBusy {
+	lent := primary && !w.amMsgBusy
+	if lent {
 		b = w.amCopy(src)
 		m = &w.amMsg
 		w.amMsgBusy = true
-		defer func() { w.amMsgBusy = false }()
 	} else {
 		b = append(make([]byte, 0, len(src)), src...)
 		m = new(AMMessage)
 	}
-	*m = AMMessage{ID: id, Header: b[:hl:hl], Data: b[hl:], DataLen: len(src) - hl, w: w, inHandler: true}
-	defer func() {
-		if v := recover(); v != nil {
-			w.notePanic(v)
-		}
-		// An eager message has no descriptor or reply endpoint to settle.
-		m.mu.Lock()
-		m.inHandler = false
-		m.mu.Unlock()
-	}()
+	// No reply endpoint, no descriptor: nothing to settle when the handler returns, so the
+	// message is not marked as in its handler (ReplyEndpoint is nil, Keep does nothing).
+	*m = AMMessage{ID: id, Header: b[:hl:hl], Data: b[hl:], DataLen: len(src) - hl, w: w}
+	defer w.endEagerAM(lent)
 	fn(m)
+}
+
+// endEagerAM ends an eager message's handler (deferred: it recovers a panic).
+func (w *Worker) endEagerAM(lent bool) {
+	if lent {
+		w.amMsgBusy = false
+	}
+	if v := recover(); v != nil {
+		w.notePanic(v)
+	}
 }
 
 // amCopy copies src into the worker's chunk: one allocation for many small messages. The
@@ -199,8 +203,8 @@ func (e *Endpoint) SendAM(id uint16, header, data []byte, flags AMFlags, cb Call
 	if copied {
 		header, data = nil, nil // passed in the slot
 	}
-	s := C.cg_am_send(uptr(unsafe.Pointer(e.ptr)), C.uint16_t(id), bytePtr(header), C.size_t(hl),
-		bytePtr(data), C.size_t(dl), C.uint32_t(flags), uptr(unsafe.Pointer(o.sl)), cbool(copied))
+	s := C.cg_am_send(uptr(unsafe.Pointer(e.ptr)), C.uint16_t(id), uptr(bytePtr(header)), C.size_t(hl),
+		uptr(bytePtr(data)), C.size_t(dl), C.uint32_t(flags), uptr(unsafe.Pointer(o.sl)), cbool(copied))
 	runtime.KeepAlive(e)
 	runtime.KeepAlive(header)
 	runtime.KeepAlive(data)
@@ -358,11 +362,12 @@ func (m *AMMessage) ReceiveData(buf []byte, cb Callback) (*Request, error) {
 		return nil, err
 	}
 	o.request() // its Info matters even when it completes at once
-	o.pin(buf)
-	defer runtime.KeepAlive(m.w)
-	return o.call(func(p *C.courier_op_params_t, out **C.courier_request_t) C.courier_status_t {
-		return C.courier_worker_am_recv_data(m.w.ptr, desc, bytePtr(buf), C.size_t(len(buf)), p, out)
-	})
+	o.pin(buf)  // so its address may pass as an integer
+	s := C.cg_am_recv_data(uptr(unsafe.Pointer(m.w.ptr)), uptr(unsafe.Pointer(desc)), uptr(bytePtr(buf)),
+		C.size_t(len(buf)), uptr(unsafe.Pointer(o.sl)))
+	runtime.KeepAlive(m.w)
+	runtime.KeepAlive(buf)
+	return o.started(s)
 }
 
 // Release drops a kept rendezvous message's data (the sender's request completes).

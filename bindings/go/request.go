@@ -54,9 +54,12 @@ type Request struct {
 	info     Info
 	err      error
 
-	pinner runtime.Pinner
-	pinned bool
+	pinner *runtime.Pinner // from pinners, while buffers are pinned
 }
+
+// pinners keeps Pinners for reuse: a Pinner used for the first time sets a finalizer,
+// which costs more than the pinning itself.
+var pinners = sync.Pool{New: func() any { return new(runtime.Pinner) }}
 
 // pendingOp is an operation between taking its slot and settling its starting call.
 type pendingOp struct {
@@ -90,8 +93,10 @@ func (o *pendingOp) pin(bufs ...[]byte) {
 	r := o.request()
 	for _, b := range bufs {
 		if len(b) > 0 {
+			if r.pinner == nil {
+				r.pinner = pinners.Get().(*runtime.Pinner)
+			}
 			r.pinner.Pin(&b[0])
-			r.pinned = true
 		}
 	}
 }
@@ -121,9 +126,10 @@ func (o *pendingOp) stage(header, data []byte) bool {
 }
 
 func (r *Request) unpin() {
-	if r.pinned {
+	if r.pinner != nil {
 		r.pinner.Unpin()
-		r.pinned = false
+		pinners.Put(r.pinner)
+		r.pinner = nil
 	}
 }
 
@@ -147,7 +153,7 @@ func (o *pendingOp) started(s C.courier_status_t) (*Request, error) {
 		r := o.request()
 		r.sl, r.slot, r.ptr = o.sl, o.slot, o.sl.req
 		if !w.slab.register(o.slot, r) {
-			r.completed() // delivered by another thread before r was registered
+			r.completed(nil) // delivered by another thread before r was registered
 		}
 		return r, nil
 	case s >= 0:
@@ -174,18 +180,20 @@ func (o *pendingOp) started(s C.courier_status_t) (*Request, error) {
 	}
 }
 
-// completed records the completion the library reported in the slot and finishes r.
-func (r *Request) completed() {
+// completed records the completion the library reported in the slot and finishes r;
+// b (may be nil) is the batch being delivered, which frees the C request later.
+func (r *Request) completed(b *C.cg_batch_t) {
 	s := C.courier_status_t(r.sl.status)
 	r.info = infoOf(&r.sl.info)
 	if s < 0 {
 		r.err = &Error{Status: Status(s), Detail: takeDetail(r.sl)}
 	}
-	r.finish()
+	r.finish(b)
 }
 
-// finish frees the C request and the slot, unpins, and runs the callback.
-func (r *Request) finish() {
+// finish frees the C request and the slot, unpins, and runs the callback. With a batch
+// b, the C request is freed by the next progress call instead of a call of its own.
+func (r *Request) finish(b *C.cg_batch_t) {
 	r.sl = nil
 	r.w.slab.put(r.slot)
 	r.mu.Lock()
@@ -196,7 +204,12 @@ func (r *Request) finish() {
 	}
 	r.mu.Unlock()
 	if ptr != nil {
-		C.courier_request_free(ptr)
+		if b != nil && b.ndead < C.CG_DEAD_MAX {
+			b.dead[b.ndead] = ptr
+			b.ndead++
+		} else {
+			C.courier_request_free(ptr)
+		}
 	}
 	r.unpin()
 	callback(r.w, r.cb, r.info, r.err)

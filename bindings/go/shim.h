@@ -61,6 +61,10 @@ typedef struct {
 	courier_am_desc_t *desc; /* CG_EV_RNDV */
 } cg_event_t;
 
+/* Requests Go finished while delivering a batch, freed by the batch's next progress call
+ * (or when the batch is freed) rather than by a call of their own. */
+#define CG_DEAD_MAX 64
+
 typedef struct cg_batch {
 	cg_event_t *ev;
 	uint32_t n, cap;
@@ -69,6 +73,8 @@ typedef struct cg_batch {
 	size_t used, arena_cap;
 	struct cg_batch *prev; /* the batch current before this one (nested progress) */
 	uintptr_t worker;      /* the Go worker's cgo.Handle: only its events go here */
+	uint32_t ndead;
+	courier_request_t *dead[CG_DEAD_MAX];
 } cg_batch_t;
 
 cg_slot_t *cg_slots_new(uint32_t first, uint32_t count, uintptr_t worker);
@@ -87,12 +93,17 @@ uint32_t cg_progress(uintptr_t worker, uintptr_t batch);
 
 /* Sends through a slot. copied != 0: Go copied the header and the data into the slot's
  * scratch (header first), and header and data are ignored; so no Go pointer reaches the
- * library. On failure the detail is stored in slot->detail. They never call Go. */
-courier_status_t cg_am_send(uintptr_t ep, uint16_t id, const void *header, size_t header_length, const void *data,
+ * library. Otherwise the data is pinned until completion and the header (copied by the
+ * library at once) kept alive across the call, so both pass as integers. On failure the
+ * detail is stored in slot->detail. They never call Go. */
+courier_status_t cg_am_send(uintptr_t ep, uint16_t id, uintptr_t header, size_t header_length, uintptr_t data,
 			    size_t length, uint32_t flags, uintptr_t slot, int copied);
-courier_status_t cg_tag_send(uintptr_t ep, const void *data, size_t length, uint64_t tag, int sync, uintptr_t slot,
+courier_status_t cg_tag_send(uintptr_t ep, uintptr_t data, size_t length, uint64_t tag, int sync, uintptr_t slot,
 			     int copied);
-courier_status_t cg_stream_send(uintptr_t ep, const void *data, size_t length, uintptr_t slot, int copied);
+courier_status_t cg_stream_send(uintptr_t ep, uintptr_t data, size_t length, uintptr_t slot, int copied);
+/* Receives a rendezvous message's data into buf (Go memory pinned by the caller, or C
+ * memory) through a slot. */
+courier_status_t cg_am_recv_data(uintptr_t worker, uintptr_t desc, uintptr_t buf, size_t length, uintptr_t slot);
 /* Stores the calling thread's failure detail in the slot (for other starting calls). */
 void cg_slot_fail(cg_slot_t *slot, courier_status_t status);
 

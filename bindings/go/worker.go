@@ -161,7 +161,7 @@ func (w *Worker) deliver(b *C.cg_batch_t) {
 		b.head++
 		switch ev.kind {
 		case C.CG_EV_DONE:
-			w.done(uint32(ev.slot))
+			w.done(uint32(ev.slot), b)
 		case C.CG_EV_AM:
 			hl, dl := int(ev.header_length), int(ev.data_length)
 			src := unsafe.Slice((*byte)(unsafe.Add(unsafe.Pointer(b.arena), uintptr(ev.off))), hl+dl)
@@ -175,10 +175,11 @@ func (w *Worker) deliver(b *C.cg_batch_t) {
 	b.n, b.head, b.used = 0, 0, 0
 }
 
-// done delivers the completion of the operation in slot i.
-func (w *Worker) done(i uint32) {
+// done delivers the completion of the operation in slot i (b: the batch it came in, or
+// nil).
+func (w *Worker) done(i uint32, b *C.cg_batch_t) {
 	if r := w.slab.completion(i); r != nil {
-		r.completed()
+		r.completed(b)
 	}
 }
 
