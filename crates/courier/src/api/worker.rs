@@ -216,6 +216,9 @@ impl Worker {
             }
             i += 1;
         }
+        if !g.copies.is_empty() {
+            n += g.progress_copies();
+        }
         if !g.link_errors.is_empty() {
             let errs = std::mem::take(&mut g.link_errors);
             for (e, err) in errs {

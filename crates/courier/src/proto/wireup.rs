@@ -203,6 +203,7 @@ impl State {
             link_errors: Vec::new(),
             incoming: VecDeque::new(),
             splits: Vec::new(),
+            copies: VecDeque::new(),
             rndv_copies: RndvCopies::default(),
             written: Vec::new(),
         })
@@ -937,7 +938,7 @@ impl State {
 
     /// Arm every link for sleeping. `Ok(false)`: something is already waiting.
     pub(crate) fn arm(&mut self) -> Result<bool> {
-        if !self.deferred.is_empty() || !self.link_errors.is_empty() {
+        if !self.deferred.is_empty() || !self.link_errors.is_empty() || !self.copies.is_empty() {
             return Ok(false);
         }
         for &e in &self.active.clone() {
