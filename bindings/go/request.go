@@ -159,7 +159,7 @@ func (o *pendingOp) started(s C.courier_status_t) (*Request, error) {
 	case s >= 0:
 		// Completed at once: no completion will come.
 		info := infoOf(&o.sl.info)
-		w.slab.putUnregistered(o.sl)
+		w.slab.put(o.sl)
 		r := o.r
 		if r == nil {
 			callback(w, o.cb, info, nil)
@@ -172,7 +172,7 @@ func (o *pendingOp) started(s C.courier_status_t) (*Request, error) {
 		return r, nil
 	default:
 		err := &Error{Status: Status(s), Detail: takeDetail(o.sl)}
-		w.slab.putUnregistered(o.sl)
+		w.slab.put(o.sl)
 		if o.r != nil {
 			o.r.unpin()
 		}
@@ -194,8 +194,9 @@ func (r *Request) completed(b *C.cg_batch_t) {
 // finish frees the C request and the slot, unpins, and runs the callback. With a batch
 // b, the C request is freed by the next progress call instead of a call of its own.
 func (r *Request) finish(b *C.cg_batch_t) {
+	sl := r.sl
 	r.sl = nil
-	r.w.slab.put(r.slot)
+	r.w.slab.put(sl)
 	r.mu.Lock()
 	ptr := r.ptr
 	r.ptr = nil
