@@ -63,7 +63,7 @@ pub const VARS: &[Var] = &[
     Var {
         name: "COURIER_RNDV_PIECE",
         default: "1m",
-        help: "Single-copy rendezvous reads and writes longer than this are copied one piece per progress call, so that no call into the library lasts longer than one piece ('off': whole)",
+        help: "Largest piece of a single-copy rendezvous read or write made in one call into the library; pieces shrink to take about 30 us when memory is slow ('off': whole copies)",
         accepts: "off | a size such as 512k, 1m",
     },
     Var {

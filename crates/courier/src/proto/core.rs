@@ -107,6 +107,8 @@ pub(crate) struct State {
     pub splits: Vec<SplitWait>,
     /// Rendezvous copies with pieces still to make, oldest first.
     pub copies: VecDeque<super::pieces::CopyJob>,
+    /// Bytes a piece of a copy takes about `pieces::PIECE_TIME` to copy (`pieces`).
+    pub piece_bytes: usize,
     /// How this worker's single-copy rendezvous copies went.
     pub rndv_copies: RndvCopies,
     /// Scratch for the ids of zero-copy sends a link reports written.

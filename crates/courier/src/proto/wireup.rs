@@ -204,6 +204,7 @@ impl State {
             incoming: VecDeque::new(),
             splits: Vec::new(),
             copies: VecDeque::new(),
+            piece_bytes: usize::MAX,
             rndv_copies: RndvCopies::default(),
             written: Vec::new(),
         })
