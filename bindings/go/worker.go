@@ -196,8 +196,11 @@ func (w *Worker) rethrow() {
 	}
 }
 
-// Progress handles arrivals, retries queued sends and runs callbacks; it returns how many
-// events it handled. A panic in a callback is re-raised here, after the library is done.
+// Progress handles arrivals, retries queued sends and runs callbacks, in the library's
+// order; it returns how many events it handled. A callback that progresses the worker
+// itself (Request.Wait) has the events that arrive meanwhile run inside that call, before
+// the rest of the events its own call collected. A panic in a callback is re-raised here,
+// after the library is done.
 // Every few milliseconds of calls it yields the processor (runtime.Gosched), so that a
 // goroutine looping on Progress is not preempted inside the library (see yieldEvery).
 func (w *Worker) Progress() int {
