@@ -73,26 +73,30 @@ func (w *Worker) runEagerAM(id uint16, src []byte, hl int, primary bool) {
 	}
 	var b []byte
 	var m *AMMessage
-	if primary && !w.amMsgBusy {
+	lent := primary && !w.amMsgBusy
+	if lent {
 		b = w.amCopy(src)
 		m = &w.amMsg
 		w.amMsgBusy = true
-		defer func() { w.amMsgBusy = false }()
 	} else {
 		b = append(make([]byte, 0, len(src)), src...)
 		m = new(AMMessage)
 	}
-	*m = AMMessage{ID: id, Header: b[:hl:hl], Data: b[hl:], DataLen: len(src) - hl, w: w, inHandler: true}
-	defer func() {
-		if v := recover(); v != nil {
-			w.notePanic(v)
-		}
-		// An eager message has no descriptor or reply endpoint to settle.
-		m.mu.Lock()
-		m.inHandler = false
-		m.mu.Unlock()
-	}()
+	// No reply endpoint, no descriptor: nothing to settle when the handler returns, so the
+	// message is not marked as in its handler (ReplyEndpoint is nil, Keep does nothing).
+	*m = AMMessage{ID: id, Header: b[:hl:hl], Data: b[hl:], DataLen: len(src) - hl, w: w}
+	defer w.endEagerAM(lent)
 	fn(m)
+}
+
+// endEagerAM ends an eager message's handler (deferred: it recovers a panic).
+func (w *Worker) endEagerAM(lent bool) {
+	if lent {
+		w.amMsgBusy = false
+	}
+	if v := recover(); v != nil {
+		w.notePanic(v)
+	}
 }
 
 // amCopy copies src into the worker's chunk: one allocation for many small messages. The
@@ -109,6 +113,59 @@ func (w *Worker) amCopy(src []byte) []byte {
 	copy(b, src)
 	w.amBytes = w.amBytes[len(src):]
 	return b
+}
+
+// runRndvAM runs the handler of a batched rendezvous message: hdr (C memory, valid until
+// the batch is emptied) is its header, desc the descriptor the library kept for it. What
+// the handler neither received nor kept is released, which tells the sender. primary: as
+// for runEagerAM (the lent message is replaced when the handler keeps it).
+func (w *Worker) runRndvAM(id uint16, hdr []byte, dataLen int, desc *C.courier_am_desc_t, primary bool) {
+	fn := w.amHandler(id)
+	if fn == nil { // unregistered since: declined, as the library does
+		w.releaseDesc(desc)
+		return
+	}
+	var m *AMMessage
+	var h []byte
+	lent := primary && !w.rndvMsgBusy
+	if lent {
+		if w.rndvMsg == nil {
+			w.rndvMsg = new(AMMessage)
+		}
+		m, h = w.rndvMsg, w.amCopy(hdr)
+		w.rndvMsgBusy = true
+	} else {
+		m, h = new(AMMessage), append([]byte(nil), hdr...)
+	}
+	*m = AMMessage{ID: id, Header: h, DataLen: dataLen, w: w, rndv: true, desc: desc, inHandler: true}
+	w.callAMHandler(fn, m)
+	d, kept := m.settle()
+	if lent {
+		w.rndvMsgBusy = false
+		if kept {
+			w.rndvMsg = nil // the handler's now
+		}
+	}
+	w.releaseDesc(d)
+}
+
+// callAMHandler runs fn(m), recovering a panic.
+func (w *Worker) callAMHandler(fn func(*AMMessage), m *AMMessage) {
+	defer func() {
+		if v := recover(); v != nil {
+			w.notePanic(v)
+		}
+	}()
+	fn(m)
+}
+
+// releaseDesc declines a rendezvous message nobody received or kept (nil: nothing to do).
+func (w *Worker) releaseDesc(d *C.courier_am_desc_t) {
+	if d == nil || w.closed.Load() {
+		return
+	}
+	C.courier_worker_am_desc_release(w.ptr, d)
+	runtime.KeepAlive(w)
 }
 
 // runAM runs the handler of a message delivered by a direct call from the library
@@ -146,8 +203,8 @@ func (e *Endpoint) SendAM(id uint16, header, data []byte, flags AMFlags, cb Call
 	if copied {
 		header, data = nil, nil // passed in the slot
 	}
-	s := C.cg_am_send(uptr(unsafe.Pointer(e.ptr)), C.uint16_t(id), bytePtr(header), C.size_t(hl),
-		bytePtr(data), C.size_t(dl), C.uint32_t(flags), uptr(unsafe.Pointer(o.sl)), cbool(copied))
+	s := C.cg_am_send(uptr(unsafe.Pointer(e.ptr)), C.uint16_t(id), uptr(bytePtr(header)), C.size_t(hl),
+		uptr(bytePtr(data)), C.size_t(dl), C.uint32_t(flags), uptr(unsafe.Pointer(o.sl)), cbool(copied))
 	runtime.KeepAlive(e)
 	runtime.KeepAlive(header)
 	runtime.KeepAlive(data)
@@ -174,8 +231,8 @@ func (e *Endpoint) SendAMIOV(id uint16, header []byte, bufs [][]byte, flags AMFl
 
 // AMMessage is an active message as its handler sees it. The *AMMessage is lent to the
 // handler: do not use it after the handler returned, except a rendezvous message kept with
-// Keep (the worker reuses the struct of small eager messages). Header and Data are copies
-// the handler may keep.
+// Keep (the worker reuses the struct of the others). Header and Data are copies the
+// handler may keep.
 type AMMessage struct {
 	// ID is the handler id.
 	ID uint16
@@ -189,12 +246,12 @@ type AMMessage struct {
 	w     *Worker
 	rndv  bool
 	reply *Endpoint
-	ended chan struct{} // rendezvous only: closed when the handler has returned
 
 	mu        sync.Mutex
 	desc      *C.courier_am_desc_t
 	inHandler bool
 	keep      bool
+	ended     chan struct{} // made by Keep, closed when the handler has returned
 }
 
 func newAMMessage(w *Worker, p *C.courier_am_recv_param_t) *AMMessage {
@@ -207,9 +264,7 @@ func newAMMessage(w *Worker, p *C.courier_am_recv_param_t) *AMMessage {
 		desc:      p.desc,
 		inHandler: true,
 	}
-	if m.rndv {
-		m.ended = make(chan struct{})
-	} else {
+	if !m.rndv {
 		m.Data = C.GoBytes(p.data, C.int(p.data_length))
 	}
 	if p.reply_ep != nil {
@@ -218,22 +273,32 @@ func newAMMessage(w *Worker, p *C.courier_am_recv_param_t) *AMMessage {
 	return m
 }
 
-// endHandler settles the message when its handler returns: what to tell the library.
+// endHandler settles a message delivered by a direct call when its handler returns: what
+// to tell the library (which releases a descriptor not kept).
 func (m *AMMessage) endHandler() C.courier_status_t {
-	m.mu.Lock()
-	if m.ended != nil {
-		defer close(m.ended)
+	if _, kept := m.settle(); kept {
+		return C.COURIER_INPROGRESS
 	}
+	return C.COURIER_OK
+}
+
+// settle ends the handler's turn: a reply endpoint is no longer lent; kept says whether
+// the handler kept the descriptor, release is the descriptor it neither received nor kept
+// (forgotten here, for the caller to release).
+func (m *AMMessage) settle() (release *C.courier_am_desc_t, kept bool) {
+	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.inHandler = false
 	if m.reply != nil {
 		m.reply.closed.Store(true) // lent for the handler only
 	}
-	if m.desc != nil && m.keep {
-		return C.COURIER_INPROGRESS
+	if m.keep {
+		close(m.ended)
+		return nil, true
 	}
+	d := m.desc
 	m.desc = nil
-	return C.COURIER_OK
+	return d, false
 }
 
 // takeDesc hands out the descriptor once. A kept message's descriptor is handed out only
@@ -273,8 +338,9 @@ func (m *AMMessage) ReplyEndpoint() *Endpoint {
 func (m *AMMessage) Keep() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.inHandler && m.desc != nil {
+	if m.inHandler && m.desc != nil && !m.keep {
 		m.keep = true
+		m.ended = make(chan struct{})
 	}
 }
 
@@ -290,14 +356,18 @@ func (m *AMMessage) ReceiveData(buf []byte, cb Callback) (*Request, error) {
 	}
 	o, err := m.w.newOp(cb)
 	if err != nil {
+		m.mu.Lock()
+		m.desc = desc // still the caller's to receive or release
+		m.mu.Unlock()
 		return nil, err
 	}
 	o.request() // its Info matters even when it completes at once
-	o.pin(buf)
-	defer runtime.KeepAlive(m.w)
-	return o.call(func(p *C.courier_op_params_t, out **C.courier_request_t) C.courier_status_t {
-		return C.courier_worker_am_recv_data(m.w.ptr, desc, bytePtr(buf), C.size_t(len(buf)), p, out)
-	})
+	o.pin(buf)  // so its address may pass as an integer
+	s := C.cg_am_recv_data(uptr(unsafe.Pointer(m.w.ptr)), uptr(unsafe.Pointer(desc)), uptr(bytePtr(buf)),
+		C.size_t(len(buf)), uptr(unsafe.Pointer(o.sl)))
+	runtime.KeepAlive(m.w)
+	runtime.KeepAlive(buf)
+	return o.started(s)
 }
 
 // Release drops a kept rendezvous message's data (the sender's request completes).

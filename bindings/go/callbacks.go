@@ -40,7 +40,7 @@ func (w *Worker) flushBatch(batch unsafe.Pointer) {
 func courierGoDone(slot unsafe.Pointer) {
 	s := (*cgSlot)(slot)
 	if w := workerOf(uintptr(s.worker)); w != nil {
-		w.done(uint32(s.index))
+		w.done(uint32(s.index), nil)
 	}
 }
 

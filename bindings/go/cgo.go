@@ -32,6 +32,7 @@ package courier
 #cgo nocallback cg_am_send
 #cgo nocallback cg_tag_send
 #cgo nocallback cg_stream_send
+#cgo nocallback cg_am_recv_data
 */
 import "C"
 

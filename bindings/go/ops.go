@@ -47,7 +47,7 @@ func (e *Endpoint) sendTag(data []byte, tag uint64, sync bool, cb Callback) (*Re
 	if copied {
 		data = nil // passed in the slot
 	}
-	s := C.cg_tag_send(uptr(unsafe.Pointer(e.ptr)), bytePtr(data), C.size_t(n), C.uint64_t(tag), cbool(sync),
+	s := C.cg_tag_send(uptr(unsafe.Pointer(e.ptr)), uptr(bytePtr(data)), C.size_t(n), C.uint64_t(tag), cbool(sync),
 		uptr(unsafe.Pointer(o.sl)), cbool(copied))
 	runtime.KeepAlive(e)
 	runtime.KeepAlive(data)
@@ -145,7 +145,7 @@ func (e *Endpoint) SendStream(data []byte, cb Callback) (*Request, error) {
 	if copied {
 		data = nil // passed in the slot
 	}
-	s := C.cg_stream_send(uptr(unsafe.Pointer(e.ptr)), bytePtr(data), C.size_t(n), uptr(unsafe.Pointer(o.sl)), cbool(copied))
+	s := C.cg_stream_send(uptr(unsafe.Pointer(e.ptr)), uptr(bytePtr(data)), C.size_t(n), uptr(unsafe.Pointer(o.sl)), cbool(copied))
 	runtime.KeepAlive(e)
 	runtime.KeepAlive(data)
 	return o.started(s)

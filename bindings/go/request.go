@@ -54,9 +54,12 @@ type Request struct {
 	info     Info
 	err      error
 
-	pinner runtime.Pinner
-	pinned bool
+	pinner *runtime.Pinner // from pinners, while buffers are pinned
 }
+
+// pinners keeps Pinners for reuse: a Pinner used for the first time sets a finalizer,
+// which costs more than the pinning itself.
+var pinners = sync.Pool{New: func() any { return new(runtime.Pinner) }}
 
 // pendingOp is an operation between taking its slot and settling its starting call.
 type pendingOp struct {
@@ -90,8 +93,10 @@ func (o *pendingOp) pin(bufs ...[]byte) {
 	r := o.request()
 	for _, b := range bufs {
 		if len(b) > 0 {
+			if r.pinner == nil {
+				r.pinner = pinners.Get().(*runtime.Pinner)
+			}
 			r.pinner.Pin(&b[0])
-			r.pinned = true
 		}
 	}
 }
@@ -121,9 +126,10 @@ func (o *pendingOp) stage(header, data []byte) bool {
 }
 
 func (r *Request) unpin() {
-	if r.pinned {
+	if r.pinner != nil {
 		r.pinner.Unpin()
-		r.pinned = false
+		pinners.Put(r.pinner)
+		r.pinner = nil
 	}
 }
 
@@ -147,13 +153,13 @@ func (o *pendingOp) started(s C.courier_status_t) (*Request, error) {
 		r := o.request()
 		r.sl, r.slot, r.ptr = o.sl, o.slot, o.sl.req
 		if !w.slab.register(o.slot, r) {
-			r.completed() // delivered by another thread before r was registered
+			r.completed(nil) // delivered by another thread before r was registered
 		}
 		return r, nil
 	case s >= 0:
 		// Completed at once: no completion will come.
 		info := infoOf(&o.sl.info)
-		w.slab.putUnregistered(o.sl)
+		w.slab.put(o.sl)
 		r := o.r
 		if r == nil {
 			callback(w, o.cb, info, nil)
@@ -166,7 +172,7 @@ func (o *pendingOp) started(s C.courier_status_t) (*Request, error) {
 		return r, nil
 	default:
 		err := &Error{Status: Status(s), Detail: takeDetail(o.sl)}
-		w.slab.putUnregistered(o.sl)
+		w.slab.put(o.sl)
 		if o.r != nil {
 			o.r.unpin()
 		}
@@ -174,20 +180,23 @@ func (o *pendingOp) started(s C.courier_status_t) (*Request, error) {
 	}
 }
 
-// completed records the completion the library reported in the slot and finishes r.
-func (r *Request) completed() {
+// completed records the completion the library reported in the slot and finishes r;
+// b (may be nil) is the batch being delivered, which frees the C request later.
+func (r *Request) completed(b *C.cg_batch_t) {
 	s := C.courier_status_t(r.sl.status)
 	r.info = infoOf(&r.sl.info)
 	if s < 0 {
 		r.err = &Error{Status: Status(s), Detail: takeDetail(r.sl)}
 	}
-	r.finish()
+	r.finish(b)
 }
 
-// finish frees the C request and the slot, unpins, and runs the callback.
-func (r *Request) finish() {
+// finish frees the C request and the slot, unpins, and runs the callback. With a batch
+// b, the C request is freed by the next progress call instead of a call of its own.
+func (r *Request) finish(b *C.cg_batch_t) {
+	sl := r.sl
 	r.sl = nil
-	r.w.slab.put(r.slot)
+	r.w.slab.put(sl)
 	r.mu.Lock()
 	ptr := r.ptr
 	r.ptr = nil
@@ -196,7 +205,12 @@ func (r *Request) finish() {
 	}
 	r.mu.Unlock()
 	if ptr != nil {
-		C.courier_request_free(ptr)
+		if b != nil && b.ndead < C.CG_DEAD_MAX {
+			b.dead[b.ndead] = ptr
+			b.ndead++
+		} else {
+			C.courier_request_free(ptr)
+		}
 	}
 	r.unpin()
 	callback(r.w, r.cb, r.info, r.err)
@@ -289,9 +303,10 @@ func (r *Request) Wait(ctx context.Context) error {
 }
 
 // Cancel asks the library to cancel the request; it then completes with ErrCanceled
-// (callback included; in the next progress unless it is a rendezvous receive). Tag and
-// stream receives, sends queued behind earlier ones and rendezvous receives can be
-// canceled until they start moving data; after that Cancel reports ErrNoResource.
+// (callback included) in the next progress. Tag and stream receives and sends queued
+// behind earlier ones can be canceled until they start moving data; after that, and for
+// other operations (a rendezvous ReceiveData asks for the data as it starts), Cancel
+// reports ErrNoResource.
 func (r *Request) Cancel() error {
 	if r == nil {
 		return nil

@@ -38,9 +38,16 @@ static cg_batch_t *cg_batch_for(uintptr_t worker) {
 	return b != NULL && b->worker == worker ? b : NULL;
 }
 
+static void cg_batch_reap(cg_batch_t *b) {
+	for (uint32_t i = 0; i < b->ndead; i++)
+		courier_request_free(b->dead[i]);
+	b->ndead = 0;
+}
+
 void cg_batch_free(cg_batch_t *b) {
 	if (b == NULL)
 		return;
+	cg_batch_reap(b);
 	free(b->ev);
 	free(b->arena);
 	free(b);
@@ -76,6 +83,8 @@ static unsigned char *cg_batch_reserve(cg_batch_t *b, size_t n) {
 uint32_t cg_progress(uintptr_t worker, uintptr_t batch) {
 	const courier_worker_t *w = (const courier_worker_t *)worker;
 	cg_batch_t *b = (cg_batch_t *)batch;
+	if (b->ndead)
+		cg_batch_reap(b);
 	b->prev = cg_cur;
 	cg_cur = b;
 	uint32_t n = 0;
@@ -106,23 +115,26 @@ static void cg_complete(courier_status_t status, const courier_request_info_t *i
 
 static courier_status_t cg_am(const courier_am_recv_param_t *p, void *user_data) {
 	cg_batch_t *b = cg_batch_for((uintptr_t)user_data);
-	size_t total = p->header_length + p->data_length;
-	if (b != NULL && (p->flags & (COURIER_AM_RECV_FLAG_RNDV | COURIER_AM_RECV_FLAG_REPLY)) == 0 &&
-	    total <= CG_AM_BATCH_MAX) {
-		unsigned char *dst = cg_batch_reserve(b, total);
+	int rndv = (p->flags & COURIER_AM_RECV_FLAG_RNDV) != 0;
+	/* A rendezvous message's bytes stay at the sender: only its header is copied. */
+	size_t copy = p->header_length + (rndv ? 0 : p->data_length);
+	if (b != NULL && (p->flags & COURIER_AM_RECV_FLAG_REPLY) == 0 && copy <= CG_AM_BATCH_MAX) {
+		unsigned char *dst = cg_batch_reserve(b, copy);
 		cg_event_t *ev = dst ? cg_batch_push(b) : NULL;
 		if (ev != NULL) {
 			if (p->header_length)
 				memcpy(dst, p->header, p->header_length);
-			if (p->data_length)
+			if (!rndv && p->data_length)
 				memcpy(dst + p->header_length, p->data, p->data_length);
-			ev->kind = CG_EV_AM;
+			ev->kind = rndv ? CG_EV_RNDV : CG_EV_AM;
 			ev->id = p->id;
 			ev->off = b->used;
 			ev->header_length = p->header_length;
 			ev->data_length = p->data_length;
-			b->used += total;
-			return COURIER_OK;
+			ev->desc = rndv ? p->desc : NULL;
+			b->used += copy;
+			/* Keeps the descriptor: Go receives or releases it when it delivers the batch. */
+			return rndv ? COURIER_INPROGRESS : COURIER_OK;
 		}
 	}
 	return courierGoAM((void *)p, (uintptr_t)user_data, b);
@@ -143,10 +155,11 @@ void cg_slot_fail(cg_slot_t *slot, courier_status_t status) {
 	slot->detail = d ? strdup(d) : NULL;
 }
 
-courier_status_t cg_am_send(uintptr_t e, uint16_t id, const void *header, size_t header_length, const void *data,
-			    size_t length, uint32_t flags, uintptr_t sl, int copied) {
+courier_status_t cg_am_send(uintptr_t e, uint16_t id, uintptr_t h, size_t header_length, uintptr_t d, size_t length,
+			    uint32_t flags, uintptr_t sl, int copied) {
 	const courier_ep_t *ep = (const courier_ep_t *)e;
 	cg_slot_t *slot = (cg_slot_t *)sl;
+	const void *header = (const void *)h, *data = (const void *)d;
 	if (copied) {
 		header = header_length ? slot->scratch : NULL;
 		data = length ? slot->scratch + header_length : NULL;
@@ -156,10 +169,11 @@ courier_status_t cg_am_send(uintptr_t e, uint16_t id, const void *header, size_t
 	return s;
 }
 
-courier_status_t cg_tag_send(uintptr_t e, const void *data, size_t length, uint64_t tag, int sync, uintptr_t sl,
+courier_status_t cg_tag_send(uintptr_t e, uintptr_t d, size_t length, uint64_t tag, int sync, uintptr_t sl,
 			     int copied) {
 	const courier_ep_t *ep = (const courier_ep_t *)e;
 	cg_slot_t *slot = (cg_slot_t *)sl;
+	const void *data = (const void *)d;
 	if (copied)
 		data = length ? slot->scratch : NULL;
 	courier_status_t s = sync ? courier_ep_tag_send_sync(ep, data, length, tag, &slot->params, &slot->req)
@@ -168,12 +182,21 @@ courier_status_t cg_tag_send(uintptr_t e, const void *data, size_t length, uint6
 	return s;
 }
 
-courier_status_t cg_stream_send(uintptr_t e, const void *data, size_t length, uintptr_t sl, int copied) {
+courier_status_t cg_stream_send(uintptr_t e, uintptr_t d, size_t length, uintptr_t sl, int copied) {
 	const courier_ep_t *ep = (const courier_ep_t *)e;
 	cg_slot_t *slot = (cg_slot_t *)sl;
+	const void *data = (const void *)d;
 	if (copied)
 		data = length ? slot->scratch : NULL;
 	courier_status_t s = courier_ep_stream_send(ep, data, length, &slot->params, &slot->req);
+	cg_slot_fail(slot, s);
+	return s;
+}
+
+courier_status_t cg_am_recv_data(uintptr_t w, uintptr_t desc, uintptr_t buf, size_t length, uintptr_t sl) {
+	cg_slot_t *slot = (cg_slot_t *)sl;
+	courier_status_t s = courier_worker_am_recv_data((const courier_worker_t *)w, (courier_am_desc_t *)desc,
+							 (void *)buf, length, &slot->params, &slot->req);
 	cg_slot_fail(slot, s);
 	return s;
 }

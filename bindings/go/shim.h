@@ -9,14 +9,16 @@
  *   no cgo.Handle per operation.
  *
  * - Batches. Go progresses through cg_progress, which makes a batch (C memory owned by the
- *   caller) the calling thread's current one. While it is current, completions and small
- *   eager active messages are appended to it (the message bytes copied into its arena)
- *   instead of calling into Go; Go delivers them after cg_progress returns, so a
- *   progress call crosses into Go at most for the events that need to run inside the
- *   library (rendezvous and reply messages, endpoint errors, connection requests). Those
- *   call Go directly with the current batch, which Go delivers first, so every event is
- *   seen in the library's order. A completion that runs where no batch is current (a
- *   cancel, a flush or close that progresses) calls Go directly.
+ *   caller) the calling thread's current one. While it is current, completions, small
+ *   eager active messages (their bytes copied into its arena) and rendezvous active
+ *   messages (their header copied, their descriptor kept by returning COURIER_INPROGRESS)
+ *   are appended to it instead of calling into Go; Go delivers them after cg_progress
+ *   returns, so a progress call crosses into Go only for the events that must run inside
+ *   the library (messages that allow a reply, whose reply endpoint is lent for the
+ *   handler; large eager messages; endpoint errors; connection requests). Those call Go
+ *   directly with the current batch, which Go delivers first, so every event is seen in
+ *   the library's order. A completion that runs where no batch is current (a cancel, a
+ *   flush or close that progresses) calls Go directly.
  *
  * Nothing here is included by callbacks.go: a file with //export may only declare, and
  * the Go functions below are declared here with the parameter types C code uses. */
@@ -30,8 +32,9 @@
 /* Sends of at most this many bytes (header included for active messages) are copied into
  * the slot. */
 #define CG_SCRATCH 256
-/* Eager active messages of at most this many bytes (header + data) are batched; larger
- * ones are delivered by a direct call (one copy instead of two). */
+/* Eager active messages of at most this many bytes (header + data), and rendezvous ones
+ * whose header is at most this long, are batched; larger ones are delivered by a direct
+ * call (one copy instead of two). */
 #define CG_AM_BATCH_MAX 4096
 
 typedef struct cg_slot {
@@ -45,14 +48,22 @@ typedef struct cg_slot {
 	unsigned char scratch[CG_SCRATCH];
 } cg_slot_t;
 
-enum { CG_EV_DONE = 1, CG_EV_AM = 2 };
+/* CG_EV_AM: an eager message, header and data in the arena. CG_EV_RNDV: a rendezvous
+ * message, its header in the arena and its data at the sender behind desc (kept: Go
+ * receives or releases it). */
+enum { CG_EV_DONE = 1, CG_EV_AM = 2, CG_EV_RNDV = 3 };
 
 typedef struct {
 	uint32_t kind;
 	uint32_t slot;   /* CG_EV_DONE: the slot index */
-	uint16_t id;     /* CG_EV_AM: handler id; header at arena+off, data right after */
+	uint16_t id;     /* CG_EV_AM, CG_EV_RNDV: handler id; header at arena+off, data right after */
 	size_t off, header_length, data_length;
+	courier_am_desc_t *desc; /* CG_EV_RNDV */
 } cg_event_t;
+
+/* Requests Go finished while delivering a batch, freed by the batch's next progress call
+ * (or when the batch is freed) rather than by a call of their own. */
+#define CG_DEAD_MAX 64
 
 typedef struct cg_batch {
 	cg_event_t *ev;
@@ -62,6 +73,8 @@ typedef struct cg_batch {
 	size_t used, arena_cap;
 	struct cg_batch *prev; /* the batch current before this one (nested progress) */
 	uintptr_t worker;      /* the Go worker's cgo.Handle: only its events go here */
+	uint32_t ndead;
+	courier_request_t *dead[CG_DEAD_MAX];
 } cg_batch_t;
 
 cg_slot_t *cg_slots_new(uint32_t first, uint32_t count, uintptr_t worker);
@@ -80,12 +93,17 @@ uint32_t cg_progress(uintptr_t worker, uintptr_t batch);
 
 /* Sends through a slot. copied != 0: Go copied the header and the data into the slot's
  * scratch (header first), and header and data are ignored; so no Go pointer reaches the
- * library. On failure the detail is stored in slot->detail. They never call Go. */
-courier_status_t cg_am_send(uintptr_t ep, uint16_t id, const void *header, size_t header_length, const void *data,
+ * library. Otherwise the data is pinned until completion and the header (copied by the
+ * library at once) kept alive across the call, so both pass as integers. On failure the
+ * detail is stored in slot->detail. They never call Go. */
+courier_status_t cg_am_send(uintptr_t ep, uint16_t id, uintptr_t header, size_t header_length, uintptr_t data,
 			    size_t length, uint32_t flags, uintptr_t slot, int copied);
-courier_status_t cg_tag_send(uintptr_t ep, const void *data, size_t length, uint64_t tag, int sync, uintptr_t slot,
+courier_status_t cg_tag_send(uintptr_t ep, uintptr_t data, size_t length, uint64_t tag, int sync, uintptr_t slot,
 			     int copied);
-courier_status_t cg_stream_send(uintptr_t ep, const void *data, size_t length, uintptr_t slot, int copied);
+courier_status_t cg_stream_send(uintptr_t ep, uintptr_t data, size_t length, uintptr_t slot, int copied);
+/* Receives a rendezvous message's data into buf (Go memory pinned by the caller, or C
+ * memory) through a slot. */
+courier_status_t cg_am_recv_data(uintptr_t worker, uintptr_t desc, uintptr_t buf, size_t length, uintptr_t slot);
 /* Stores the calling thread's failure detail in the slot (for other starting calls). */
 void cg_slot_fail(cg_slot_t *slot, courier_status_t status);
 

@@ -21,8 +21,9 @@ import (
 // ThreadModeMulti worker another thread may deliver the completion first: it then finds
 // no request and marks the slot early, and register hands the completion over instead.
 type slab struct {
-	// hot is one free slot, taken and given back with one atomic each: the slot of an
-	// operation that completed at once (never registered) goes straight back here.
+	// hot is one free slot, taken and given back with one atomic each: a slot whose
+	// operation is over goes back here when it is empty, so that an operation started after
+	// one ended (the common rhythm) takes no lock for its slot.
 	hot atomic.Pointer[C.cg_slot_t]
 
 	mu     sync.Mutex
@@ -84,8 +85,8 @@ func (s *slab) register(i uint32, r *Request) bool {
 	return true
 }
 
-// completion is the request of slot i, whose completion the library reported; nil if it
-// is not registered yet (the slot is marked early).
+// completion is the request of slot i, whose completion the library reported, and
+// forgets it; nil if it is not registered yet (the slot is marked early).
 func (s *slab) completion(i uint32) *Request {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -96,21 +97,18 @@ func (s *slab) completion(i uint32) *Request {
 	if r == nil {
 		s.early[i] = true
 	}
+	s.reqs[i] = nil
 	return r
 }
 
-// putUnregistered returns the slot of an operation that completed at once.
-func (s *slab) putUnregistered(sl *C.cg_slot_t) {
-	if !s.hot.CompareAndSwap(nil, sl) {
-		s.put(uint32(sl.index))
+// put returns slot sl, whose operation is over (no request registered on it); the library
+// no longer refers to it.
+func (s *slab) put(sl *C.cg_slot_t) {
+	if s.hot.CompareAndSwap(nil, sl) {
+		return
 	}
-}
-
-// put returns slot i; the library no longer refers to it.
-func (s *slab) put(i uint32) {
 	s.mu.Lock()
-	s.reqs[i] = nil
-	s.free = append(s.free, i)
+	s.free = append(s.free, uint32(sl.index))
 	s.mu.Unlock()
 }
 

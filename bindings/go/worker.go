@@ -51,15 +51,44 @@ type Worker struct {
 
 	// Active-message handlers indexed by id, replaced whole under mu (read without a lock).
 	am atomic.Pointer[[]func(*AMMessage)]
-	// For the eager messages of the primary batch, used only by whoever holds it: the
-	// message lent to handlers, and a chunk their Header and Data copies are cut from.
-	amMsg     AMMessage
-	amMsgBusy bool
-	amBytes   []byte
-	mu        sync.Mutex // registrations, not the data path
+	// For the messages of the primary batch, used only by whoever holds it: the messages
+	// lent to eager and rendezvous handlers, and a chunk their Header and Data copies are
+	// cut from.
+	amMsg       AMMessage
+	amMsgBusy   bool
+	rndvMsg     *AMMessage // replaced when a handler keeps it
+	rndvMsgBusy bool
+	amBytes     []byte
+	mu          sync.Mutex // registrations, not the data path
 
 	// A panic raised by a Go callback inside progress, re-raised when Progress returns.
 	panicked atomic.Pointer[panicBox]
+
+	// Progress calls, and when (since yieldBase) a goroutine calling Progress last yielded.
+	polls     atomic.Uint32
+	lastYield atomic.Int64
+}
+
+// yieldEvery is how often Progress yields the processor to the Go scheduler. A goroutine
+// that only calls Progress never blocks, so the runtime preempts it after 10 ms on one
+// scheduling tick. Preempted inside the C call, it loses its P to another thread, and the
+// runtime's monitor then polls every 20 µs for a while, retaking the P from every C call
+// that spans one of its ticks (a large copy): on a process pinned to one CPU, thousands of
+// thread switches a second, each taking the CPU from the copy. Yielding in Go code
+// first costs one hand-off every few milliseconds (a goroutine locked to its thread
+// passes its P to another thread and back) and keeps the monitor asleep.
+const yieldEvery = 4 * time.Millisecond
+
+var yieldBase = time.Now()
+
+// maybeYield yields if no goroutine progressing w has for yieldEvery.
+func (w *Worker) maybeYield() {
+	now := int64(time.Since(yieldBase)) // one monotonic clock read
+	last := w.lastYield.Load()
+	if now-last < int64(yieldEvery) || !w.lastYield.CompareAndSwap(last, now) {
+		return
+	}
+	runtime.Gosched()
 }
 
 type panicBox struct{ v any }
@@ -132,20 +161,25 @@ func (w *Worker) deliver(b *C.cg_batch_t) {
 		b.head++
 		switch ev.kind {
 		case C.CG_EV_DONE:
-			w.done(uint32(ev.slot))
+			w.done(uint32(ev.slot), b)
 		case C.CG_EV_AM:
 			hl, dl := int(ev.header_length), int(ev.data_length)
 			src := unsafe.Slice((*byte)(unsafe.Add(unsafe.Pointer(b.arena), uintptr(ev.off))), hl+dl)
 			w.runEagerAM(uint16(ev.id), src, hl, primary)
+		case C.CG_EV_RNDV:
+			hl := int(ev.header_length)
+			hdr := unsafe.Slice((*byte)(unsafe.Add(unsafe.Pointer(b.arena), uintptr(ev.off))), hl)
+			w.runRndvAM(uint16(ev.id), hdr, int(ev.data_length), ev.desc, primary)
 		}
 	}
 	b.n, b.head, b.used = 0, 0, 0
 }
 
-// done delivers the completion of the operation in slot i.
-func (w *Worker) done(i uint32) {
+// done delivers the completion of the operation in slot i (b: the batch it came in, or
+// nil).
+func (w *Worker) done(i uint32, b *C.cg_batch_t) {
 	if r := w.slab.completion(i); r != nil {
-		r.completed()
+		r.completed(b)
 	}
 }
 
@@ -162,8 +196,13 @@ func (w *Worker) rethrow() {
 	}
 }
 
-// Progress handles arrivals, retries queued sends and runs callbacks; it returns how many
-// events it handled. A panic in a callback is re-raised here, after the library is done.
+// Progress handles arrivals, retries queued sends and runs callbacks, in the library's
+// order; it returns how many events it handled. A callback that progresses the worker
+// itself (Request.Wait) has the events that arrive meanwhile run inside that call, before
+// the rest of the events its own call collected. A panic in a callback is re-raised here,
+// after the library is done.
+// Every few milliseconds of calls it yields the processor (runtime.Gosched), so that a
+// goroutine looping on Progress is not preempted inside the library (see yieldEvery).
 func (w *Worker) Progress() int {
 	if w.closed.Load() {
 		return 0
@@ -176,6 +215,9 @@ func (w *Worker) Progress() int {
 	w.putBatch(b, own)
 	runtime.KeepAlive(w)
 	w.rethrow()
+	if w.polls.Add(1)&63 == 0 {
+		w.maybeYield()
+	}
 	return n
 }
 

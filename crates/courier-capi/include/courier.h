@@ -899,10 +899,8 @@ courier_status_t courier_worker_am_recv_data(const courier_worker_t *worker,
                                              courier_request_t **req_out);
 
 /**
- * Decline a kept rendezvous message: the sender's request completes. Inside the handler
- * this is the same as returning without keeping it. Later, the library has no way to
- * decline, so the data is received into a scratch buffer and dropped (progress the worker
- * to finish it).
+ * Decline a kept rendezvous message: its data stays at the sender, whose request
+ * completes. Inside the handler this is the same as returning without keeping it.
  */
 courier_status_t courier_worker_am_desc_release(const courier_worker_t *worker,
                                                 courier_am_desc_t *desc);
@@ -1239,10 +1237,11 @@ courier_status_t courier_request_info(const courier_request_t *req,
 
 /**
  * Ask to cancel a request that has not started moving data. `COURIER_OK`: it completes
- * with `COURIER_ERR_CANCELED` (its callback runs then): at once for a rendezvous
- * active-message receive, in the next progress for the others. `COURIER_ERR_NO_RESOURCE`:
- * too late to cancel (already moving data, or complete). Cancelable: tag and stream
- * receives, sends still queued behind earlier ones, rendezvous active-message receives.
+ * with `COURIER_ERR_CANCELED` in the next progress (its callback runs then).
+ * `COURIER_ERR_NO_RESOURCE`: too late to cancel (already moving data, or complete), or not
+ * cancelable. Cancelable: tag and stream receives, sends still queued behind earlier ones.
+ * A rendezvous active-message receive has asked the sender for the data when it starts,
+ * so it is not.
  */
 courier_status_t courier_request_cancel(const courier_request_t *req);
 

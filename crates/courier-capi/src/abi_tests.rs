@@ -349,6 +349,79 @@ fn panic_in_callback_stays_inside() {
     }
 }
 
+/// Keeps every rendezvous descriptor in the `Vec` its `user_data` points to.
+unsafe extern "C-unwind" fn keeping_am(
+    p: *const courier_am_recv_param_t,
+    u: *mut c_void,
+) -> courier_status_t {
+    let (p, kept) = unsafe { (&*p, &mut *u.cast::<Vec<usize>>()) };
+    if p.desc.is_null() {
+        return COURIER_OK;
+    }
+    kept.push(p.desc as usize);
+    COURIER_INPROGRESS
+}
+
+#[test]
+fn kept_rendezvous_released_or_received_later() {
+    let s = Setup::new();
+    let mut kept: Vec<usize> = Vec::new();
+    let data: Vec<u8> = (0..200_000).map(|i| (i % 251) as u8).collect();
+    unsafe {
+        let ud = (&mut kept as *mut Vec<usize>).cast();
+        assert_eq!(
+            courier_worker_set_am_handler(s.w, 4, Some(keeping_am), ud),
+            COURIER_OK
+        );
+        let mut sreqs = [null_mut(); 2];
+        for r in &mut sreqs {
+            let st = courier_ep_am_send(
+                s.ep,
+                4,
+                null(),
+                0,
+                data.as_ptr().cast(),
+                data.len(),
+                COURIER_AM_SEND_FLAG_RNDV,
+                null(),
+                r,
+            );
+            assert_eq!(st, COURIER_INPROGRESS);
+        }
+        for _ in 0..1000 {
+            if kept.len() == 2 {
+                break;
+            }
+            courier_worker_progress(s.w);
+        }
+        assert_eq!(kept.len(), 2);
+        // Released after the handler returned: the sender's request completes.
+        let first = kept[0] as *mut courier_am_desc_t;
+        assert_eq!(courier_worker_am_desc_release(s.w, first), COURIER_OK);
+        assert_eq!(courier_request_wait(sreqs[0]), COURIER_OK);
+        // The other is still received whole.
+        let mut into = vec![0u8; data.len()];
+        let mut rreq = null_mut();
+        let second = kept[1] as *mut courier_am_desc_t;
+        let st = courier_worker_am_recv_data(
+            s.w,
+            second,
+            into.as_mut_ptr().cast(),
+            into.len(),
+            null(),
+            &mut rreq,
+        );
+        assert_eq!(st, COURIER_INPROGRESS);
+        assert_eq!(courier_request_wait(rreq), COURIER_OK);
+        courier_request_free(rreq);
+        assert!(into == data);
+        assert_eq!(courier_request_wait(sreqs[1]), COURIER_OK);
+        for r in sreqs {
+            courier_request_free(r);
+        }
+    }
+}
+
 unsafe fn round_trip(s: &Setup, tag: u64, msg: &[u8]) {
     unsafe {
         let mut buf = vec![0u8; msg.len()];

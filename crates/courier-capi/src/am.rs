@@ -14,7 +14,7 @@ use std::ptr;
 use courier_core::{AmFlags, AmMessage, AmRndv, Error, Status};
 
 use crate::endpoint::courier_ep_t;
-use crate::request::{courier_op_params_t, courier_request_t, start, start_polled};
+use crate::request::{courier_op_params_t, courier_request_t, start};
 use crate::status::*;
 use crate::tag::{courier_iov_t, iov_buf, one};
 use crate::worker::courier_worker_t;
@@ -248,15 +248,14 @@ pub unsafe extern "C" fn courier_worker_am_recv_data(
     boundary(|| {
         let w = unsafe { arg(worker, "worker") }?;
         out_arg(req_out, "req_out")?;
-        one(buffer, length, "buffer")?;
+        let b = one(buffer, length, "buffer")?;
         let rndv = unsafe { consume(desc) }?;
         // SAFETY: the caller promises `length` writable bytes until completion.
-        let buf: &'static mut [u8] = if length == 0 {
-            &mut []
-        } else {
-            unsafe { std::slice::from_raw_parts_mut(buffer as *mut u8, length) }
-        };
-        unsafe { start_polled(w, params, req_out, || w.w.am_recv_data(rndv, buf)) }
+        unsafe {
+            start(&w.w, params, req_out, |cb| {
+                w.w.am_recv_data_raw(rndv, b, cb)
+            })
+        }
     })
 }
 
@@ -280,10 +279,8 @@ unsafe fn consume(desc: *mut courier_am_desc_t) -> Result<AmRndv, Error> {
     })
 }
 
-/// Decline a kept rendezvous message: the sender's request completes. Inside the handler
-/// this is the same as returning without keeping it. Later, the library has no way to
-/// decline, so the data is received into a scratch buffer and dropped (progress the worker
-/// to finish it).
+/// Decline a kept rendezvous message: its data stays at the sender, whose request
+/// completes. Inside the handler this is the same as returning without keeping it.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn courier_worker_am_desc_release(
     worker: *const courier_worker_t,
@@ -298,21 +295,7 @@ pub unsafe extern "C" fn courier_worker_am_desc_release(
             return Ok(COURIER_OK);
         }
         let rndv = unsafe { consume(desc) }?;
-        let scratch: &'static mut [u8] = Box::leak(vec![0u8; rndv.len()].into_boxed_slice());
-        let scratch_ptr = scratch as *mut [u8];
-        let mut req: *mut courier_request_t = ptr::null_mut();
-        let s = unsafe {
-            start_polled(w, ptr::null(), &mut req, || {
-                w.w.am_recv_data(rndv, scratch).inspect_err(|_| {
-                    // SAFETY: the receive never started; nothing refers to the scratch.
-                    drop(Box::from_raw(scratch_ptr));
-                })
-            })
-        }?;
-        // The scratch buffer is reclaimed with the request only once it completed; a
-        // worker destroyed mid-transfer leaks it rather than free memory being written.
-        crate::request::attach_scratch(req, scratch_ptr);
-        unsafe { crate::request::courier_request_free(req) };
-        Ok(s)
+        w.w.am_decline(rndv)?;
+        Ok(COURIER_OK)
     })
 }

@@ -581,7 +581,7 @@ pub unsafe extern "C" fn courier_signal_wait_until(
                 ));
             }
             let busy = match w {
-                Some(w) => w.progress_all() > 0,
+                Some(w) => w.w.progress() > 0,
                 None => false,
             };
             if busy {
@@ -708,7 +708,7 @@ pub unsafe extern "C" fn courier_sem_wait(
             if s.sem.try_wait(n) {
                 return Ok(COURIER_OK);
             }
-            if w.progress_all() == 0 {
+            if w.w.progress() == 0 {
                 std::hint::spin_loop();
             }
         }

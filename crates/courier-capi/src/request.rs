@@ -15,15 +15,13 @@
 
 use std::cell::Cell;
 use std::ffi::c_void;
-use std::mem::ManuallyDrop;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
-use courier_core::{Callback, Error, Info, Request, Started, Status, Worker};
+use courier_core::{Callback, Error, Info, Started, Status, Worker};
 
 use crate::status::*;
-use crate::worker::courier_worker_t;
 
 /// What a completed operation reports.
 #[repr(C)]
@@ -78,31 +76,6 @@ pub struct courier_op_params_t {
     pub info: *mut courier_request_info_t,
 }
 
-/// A rendezvous receive the library completes only by polling (`Worker::am_recv_data`
-/// returns a `Request`, not a callback). Kept with its request until it completes.
-pub(crate) struct Polled(ManuallyDrop<Request<'static>>, Option<*mut [u8]>);
-
-// SAFETY: `Request` is !Send only to keep it beside the buffer it borrows; here the buffer
-// is the C caller's (valid until completion by contract) and every access to the request
-// goes through the worker's own lock, which refuses wrong threads in single-thread mode.
-unsafe impl Send for Polled {}
-
-impl Drop for Polled {
-    fn drop(&mut self) {
-        if !self.0.is_done() && !self.0.cancel() {
-            // Still moving data: dropping the Rust request would block until it finishes.
-            // Leak it instead (only when a worker is destroyed with receives in flight).
-            return;
-        }
-        // SAFETY: dropped once, here.
-        unsafe { ManuallyDrop::drop(&mut self.0) };
-        if let Some(s) = self.1.take() {
-            // SAFETY: a leaked Box the finished request no longer writes to.
-            drop(unsafe { Box::from_raw(s) });
-        }
-    }
-}
-
 /// An operation in flight.
 pub struct courier_request_t {
     result: OnceLock<(courier_status_t, courier_request_info_t, Option<Error>)>,
@@ -110,7 +83,6 @@ pub struct courier_request_t {
     user_data: usize,
     /// For `courier_request_wait`; taken by `courier_request_free`.
     worker: Mutex<Option<Worker>>,
-    polled: Mutex<Option<Polled>>,
     /// The library's id of an operation that completes through its callback (0: none).
     id: AtomicU64,
     /// The start call failed: no callback may run (the library may still complete it).
@@ -168,7 +140,6 @@ impl courier_request_t {
             cb: p.cb,
             user_data: p.user_data,
             worker: Mutex::new(worker),
-            polled: Mutex::new(None),
             id: AtomicU64::new(0),
             abandoned: AtomicBool::new(false),
         }
@@ -207,19 +178,8 @@ impl courier_request_t {
         }
     }
 
-    /// The final status, if complete (polling a rendezvous receive moves it on).
+    /// The final status, if complete.
     pub(crate) fn poll(&self) -> Option<courier_status_t> {
-        if let Some(r) = self.result.get() {
-            return Some(r.0);
-        }
-        let done = {
-            let mut g = lock(&self.polled);
-            g.as_mut()
-                .and_then(|p| p.0.test().cloned().map(|r| (r, p.0.info())))
-        };
-        if let Some((r, info)) = done {
-            self.finish(r, info);
-        }
         self.result.get().map(|r| r.0)
     }
 
@@ -307,63 +267,6 @@ pub(crate) unsafe fn start(
     }
 }
 
-/// Start an operation the library completes only by polling a `Request`.
-pub(crate) unsafe fn start_polled(
-    worker: &courier_worker_t,
-    params: *const courier_op_params_t,
-    req_out: *mut *mut courier_request_t,
-    op: impl FnOnce() -> Result<Request<'static>, Error>,
-) -> Result<courier_status_t, Error> {
-    let out = out_arg(req_out, "req_out")?;
-    let p = unsafe { op_params(params) };
-    let r = op()?;
-    let req = Arc::new(courier_request_t::new(Some(worker.w.clone()), &p));
-    *lock(&req.polled) = Some(Polled(ManuallyDrop::new(r), None));
-    worker.add_polled(req.clone());
-    unsafe { *out = Arc::into_raw(req) as *mut courier_request_t };
-    Ok(COURIER_INPROGRESS)
-}
-
-/// Give a polled request the scratch buffer it receives into, to free after completion.
-pub(crate) fn attach_scratch(req: *mut courier_request_t, scratch: *mut [u8]) {
-    // SAFETY: a live request just made by `start_polled`.
-    let r = unsafe { &*req };
-    if let Some(p) = lock(&r.polled).as_mut() {
-        p.1 = Some(scratch);
-    }
-}
-
-/// Requests completed only by polling, per worker handle; `courier_worker_progress` polls
-/// them so their callbacks run like every other's.
-#[derive(Default)]
-pub(crate) struct PolledList {
-    list: Mutex<Vec<Arc<courier_request_t>>>,
-    count: AtomicUsize,
-}
-
-impl PolledList {
-    pub(crate) fn add(&self, r: Arc<courier_request_t>) {
-        let mut g = lock(&self.list);
-        g.push(r);
-        self.count.store(g.len(), Ordering::Relaxed);
-    }
-
-    pub(crate) fn poll(&self) -> usize {
-        if self.count.load(Ordering::Relaxed) == 0 {
-            return 0;
-        }
-        // Poll without the lock: a callback may start another polled receive.
-        let mut mine = std::mem::take(&mut *lock(&self.list));
-        let before = mine.len();
-        mine.retain(|r| r.poll().is_none());
-        let n = before - mine.len();
-        let mut g = lock(&self.list);
-        g.append(&mut mine);
-        self.count.store(g.len(), Ordering::Relaxed);
-        n
-    }
-}
-
 /// `COURIER_INPROGRESS` while the request is in flight, else its final status (on failure
 /// the reason is in `courier_last_error_detail()`). Does not progress the worker.
 #[unsafe(no_mangle)]
@@ -404,10 +307,11 @@ pub unsafe extern "C" fn courier_request_info(
 }
 
 /// Ask to cancel a request that has not started moving data. `COURIER_OK`: it completes
-/// with `COURIER_ERR_CANCELED` (its callback runs then): at once for a rendezvous
-/// active-message receive, in the next progress for the others. `COURIER_ERR_NO_RESOURCE`:
-/// too late to cancel (already moving data, or complete). Cancelable: tag and stream
-/// receives, sends still queued behind earlier ones, rendezvous active-message receives.
+/// with `COURIER_ERR_CANCELED` in the next progress (its callback runs then).
+/// `COURIER_ERR_NO_RESOURCE`: too late to cancel (already moving data, or complete), or not
+/// cancelable. Cancelable: tag and stream receives, sends still queued behind earlier ones.
+/// A rendezvous active-message receive has asked the sender for the data when it starts,
+/// so it is not.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn courier_request_cancel(req: *const courier_request_t) -> courier_status_t {
     boundary(|| {
@@ -416,18 +320,11 @@ pub unsafe extern "C" fn courier_request_cancel(req: *const courier_request_t) -
             return Err(Error::new(Status::NoResource, "request already completed"));
         }
         let canceled = {
-            let mut g = lock(&r.polled);
-            match g.as_mut() {
-                Some(p) => p.0.cancel(),
-                None => {
-                    drop(g);
-                    let id = r.id.load(Ordering::Acquire);
-                    let w = lock(&r.worker).clone();
-                    match w {
-                        Some(w) if id != 0 => w.cancel_pending(id),
-                        _ => false,
-                    }
-                }
+            let id = r.id.load(Ordering::Acquire);
+            let w = lock(&r.worker).clone();
+            match w {
+                Some(w) if id != 0 => w.cancel_pending(id),
+                _ => false,
             }
         };
         if !canceled {
@@ -449,8 +346,13 @@ pub unsafe extern "C" fn courier_request_free(req: *mut courier_request_t) {
         if req.is_null() {
             return;
         }
-        // SAFETY: made by `start`/`start_polled`; freed once.
-        let r = unsafe { Arc::from_raw(req as *const courier_request_t) };
+        // SAFETY: made by `start`; freed once.
+        let mut r = unsafe { Arc::from_raw(req as *const courier_request_t) };
         lock(&r.worker).take();
+        // Completed and held by nobody else: this thread's next operation reuses it (most
+        // callers free one request and start the next on the same thread).
+        if Arc::get_mut(&mut r).is_some() {
+            SPARE.set(Some(r));
+        }
     })
 }

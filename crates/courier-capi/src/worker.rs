@@ -2,14 +2,12 @@
 //! peers opened to it.
 
 use std::ffi::c_void;
-use std::sync::Arc;
 use std::time::Duration;
 
 use courier_core::{ThreadMode, Worker, WorkerParams};
 
 use crate::context::courier_context_t;
 use crate::endpoint::courier_ep_t;
-use crate::request::{PolledList, courier_request_t};
 use crate::status::*;
 
 /// Used only by the thread that created it; no locking. Calls from another thread fail
@@ -33,18 +31,6 @@ pub struct courier_worker_params_t {
 /// A progress engine with its own address and connections.
 pub struct courier_worker_t {
     pub(crate) w: Worker,
-    polled: PolledList,
-}
-
-impl courier_worker_t {
-    pub(crate) fn add_polled(&self, r: Arc<courier_request_t>) {
-        self.polled.add(r);
-    }
-
-    /// Progress the library and the requests completed only by polling.
-    pub(crate) fn progress_all(&self) -> usize {
-        self.w.progress() + self.polled.poll()
-    }
 }
 
 /// Create a worker of `context` (params may be NULL: single-thread mode).
@@ -68,10 +54,7 @@ pub unsafe extern "C" fn courier_worker_create(
             };
         }
         let w = Worker::new(&c.ctx, p)?;
-        let h = Box::new(courier_worker_t {
-            w,
-            polled: PolledList::default(),
-        });
+        let h = Box::new(courier_worker_t { w });
         unsafe { *out = Box::into_raw(h) };
         Ok(COURIER_OK)
     })
@@ -95,7 +78,7 @@ pub unsafe extern "C" fn courier_worker_destroy(worker: *mut courier_worker_t) {
 pub unsafe extern "C" fn courier_worker_progress(worker: *const courier_worker_t) -> u32 {
     boundary_or(0, || match unsafe { worker.as_ref() } {
         Some(w) => {
-            let n = w.progress_all();
+            let n = w.w.progress();
             n.min(u32::MAX as usize) as u32
         }
         None => 0,

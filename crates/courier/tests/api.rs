@@ -30,7 +30,16 @@ impl Drop for Pair {
 }
 
 fn pair(tls: &str) -> Pair {
-    let ctx = Context::new(ContextParams::default().config("COURIER_TLS", tls)).unwrap();
+    pair_with(tls, &[])
+}
+
+/// A pair whose context also has the variables `cfg`.
+fn pair_with(tls: &str, cfg: &[(&str, &str)]) -> Pair {
+    let mut params = ContextParams::default().config("COURIER_TLS", tls);
+    for &(k, v) in cfg {
+        params = params.config(k, v);
+    }
+    let ctx = Context::new(params).unwrap();
     let a = Worker::new(&ctx, WorkerParams::default()).unwrap();
     let stop = Arc::new(AtomicBool::new(false));
     if tls == "self" {
@@ -284,6 +293,99 @@ fn active_messages_reply_and_rendezvous_descriptors() {
             .unwrap()
             .wait()
             .ok();
+    }
+}
+
+/// Rendezvous copies longer than `COURIER_RNDV_PIECE` are made one piece per progress call
+/// (the first at once): messages of many pieces, split or not, contiguous or scattered,
+/// arrive whole; a receive that starts a copy of many pieces is not complete before the
+/// worker progressed.
+#[test]
+fn rendezvous_copies_in_pieces() {
+    for tls in TLS {
+        let p = pair_with(tls, &[("COURIER_RNDV_PIECE", "16k")]);
+        for (round, size) in [100_000usize, (1 << 20) + 13].into_iter().enumerate() {
+            let data: Vec<u8> = (0..size).map(|i| (i * 7 + round) as u8).collect();
+            let tag = 0x40 + round as u64;
+            let mut s = p.ba.tag_send(&data, tag).unwrap();
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while p.a.tag_probe(tag, u64::MAX).unwrap().is_none() {
+                p.a.progress();
+                assert!(
+                    Instant::now() < deadline,
+                    "{tls}: message {size} not offered"
+                );
+            }
+            let mut got = vec![0u8; size];
+            let mut r = p.a.tag_recv(&mut got, tag, u64::MAX).unwrap();
+            if tls != "tcp" {
+                // The receive copied its first piece; the others wait for progress.
+                assert!(!r.is_done(), "{tls}: {size} bytes received in one call");
+            }
+            assert_eq!(wait_on(&p.a, &mut r).unwrap().len, size, "{tls}");
+            drop(r);
+            assert!(got == data, "{tls}: {size}-byte message differs");
+            wait_on(&p.b, &mut s).unwrap();
+            // Scattered on both sides, with segments that do not line up with pieces.
+            let (head, tail) = data.split_at(size / 3);
+            let mut s = p.ba.tag_send_iov(&[head, tail], tag).unwrap();
+            let mut x = vec![0u8; 5000];
+            let mut y = vec![0u8; size - 5000];
+            let mut r = {
+                let mut iov: [&mut [u8]; 2] = [&mut x, &mut y];
+                p.a.tag_recv_iov(&mut iov, tag, u64::MAX).unwrap()
+            };
+            assert_eq!(wait_on(&p.a, &mut r).unwrap().len, size, "{tls}");
+            drop(r);
+            assert!(
+                x == data[..5000] && y == data[5000..],
+                "{tls}: scattered message differs"
+            );
+            wait_on(&p.b, &mut s).unwrap();
+        }
+    }
+}
+
+#[test]
+fn kept_rendezvous_message_declined_later() {
+    for tls in TLS {
+        let p = pair(tls);
+        let kept: Arc<Mutex<Vec<AmRndv>>> = Arc::default();
+        let k2 = kept.clone();
+        p.a.am_set_handler(5, move |m: &mut AmMessage| {
+            if let Some(d) = m.take_rndv() {
+                k2.lock().unwrap().push(d);
+            }
+        })
+        .unwrap();
+        let big: Vec<u8> = (0..300_000).map(|i| (i % 7) as u8).collect();
+        let rndv = AmFlags {
+            rndv: true,
+            ..Default::default()
+        };
+        let mut first = p.ba.am_send(5, b"", &big, rndv).unwrap();
+        let mut second = p.ba.am_send(5, b"", &big, rndv).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while kept.lock().unwrap().len() < 2 {
+            p.a.progress();
+            assert!(Instant::now() < deadline, "{tls}: messages not delivered");
+        }
+        let (d1, d2) = {
+            let mut k = kept.lock().unwrap();
+            let d2 = k.pop().unwrap();
+            (k.pop().unwrap(), d2)
+        };
+        // Declined after the handler returned: the sender's request completes, nothing moves.
+        p.a.am_decline(d1).unwrap();
+        let info = wait_on(&p.b, &mut first).unwrap();
+        assert_eq!(info.len, big.len(), "{tls}");
+        // The endpoint goes on: the other kept message is still received whole.
+        let mut into = vec![0u8; d2.len()];
+        let mut r = p.a.am_recv_data(d2, &mut into).unwrap();
+        wait_on(&p.a, &mut r).unwrap();
+        drop(r);
+        assert!(into == big, "{tls}: kept rendezvous data differs");
+        wait_on(&p.b, &mut second).unwrap();
     }
 }
 

@@ -118,6 +118,8 @@ type conn struct {
 	expected uint64 // from the fin; 0 until it arrives
 	fin      bool
 	acked    bool
+	lat      bool             // the client pings: answer every message
+	onData   courier.Callback // completes the connection's rendezvous receives (made once)
 }
 
 // RunServer listens on p.Port, serves clients until every thread of one run is done, and
@@ -209,17 +211,20 @@ func RunServer(ctx context.Context, p *Params, ready chan<- string) error {
 				return
 			}
 		}
-		n := m.DataLen
-		if _, err := m.ReceiveData(buf[:n], func(_ courier.Info, err error) {
-			if err != nil {
-				failure = err
-				return
+		cn.lat = lat
+		if cn.onData == nil {
+			cn.onData = func(info courier.Info, err error) {
+				if err != nil {
+					failure = err
+					return
+				}
+				cn.received++
+				if cn.lat {
+					reply(cn, info.Length)
+				}
 			}
-			cn.received++
-			if lat {
-				reply(cn, n)
-			}
-		}); err != nil {
+		}
+		if _, err := m.ReceiveData(buf[:m.DataLen], cn.onData); err != nil {
 			failure = err
 		}
 	})

@@ -226,6 +226,9 @@ impl Worker {
             }
             i += 1;
         }
+        if !g.copies.is_empty() {
+            n += g.progress_copies();
+        }
         if !g.link_errors.is_empty() {
             let errs = std::mem::take(&mut g.link_errors);
             for (e, err) in errs {
@@ -245,15 +248,21 @@ impl Worker {
         if g.deferred.is_empty() {
             return n;
         }
-        let deferred = std::mem::take(&mut g.deferred);
+        let spare = std::mem::take(&mut g.deferred_spare);
+        let mut deferred = std::mem::replace(&mut g.deferred, spare);
         drop(g);
         n += deferred.len();
-        self.run_deferred(deferred);
+        self.run_deferred(&mut deferred);
+        // The emptied vector serves a later progress call (callbacks come in every call that
+        // completes operations started with one: no allocation for each).
+        if let Ok(mut g) = self.lock() {
+            g.deferred_spare = deferred;
+        }
         n
     }
 
-    fn run_deferred(&self, deferred: Vec<Deferred>) {
-        for d in deferred {
+    fn run_deferred(&self, deferred: &mut Vec<Deferred>) {
+        for d in deferred.drain(..) {
             match d {
                 Deferred::Req(Callback::Rust(f), r, _) => f(r),
                 Deferred::Req(Callback::Raw(f, user), r, info) => f(user, r, info),
@@ -372,6 +381,24 @@ impl Worker {
             Callback::None,
         )?;
         Ok(Request::new(self, s))
+    }
+
+    /// Receive a rendezvous active message's data into `buf`, completed by `cb` (run inside
+    /// progress), or with `Callback::None` to be waited on through `request_for`. Always
+    /// `Started::Pending`, also when the data was read at once.
+    ///
+    /// # Safety
+    /// `buf` must stay valid and unused until the callback runs, or until the request
+    /// completes.
+    pub unsafe fn am_recv_data_raw(&self, desc: AmRndv, buf: Buf, cb: Callback) -> Result<Started> {
+        self.lock()?.am_recv_data(desc, buf, cb)
+    }
+
+    /// Decline a rendezvous message kept with [`AmMessage::take_rndv`]: its data stays at
+    /// the sender, whose request completes (as when a handler does not take it).
+    pub fn am_decline(&self, desc: AmRndv) -> Result<()> {
+        self.lock()?.am_decline(desc);
+        Ok(())
     }
 
     /// Post a tag receive.

@@ -61,6 +61,12 @@ pub const VARS: &[Var] = &[
         accepts: "off | a size such as 256k, 1m",
     },
     Var {
+        name: "COURIER_RNDV_PIECE",
+        default: "1m",
+        help: "Largest piece of a single-copy rendezvous read or write made in one call into the library; pieces shrink to take about 30 us when memory is slow ('off': whole copies)",
+        accepts: "off | a size such as 512k, 1m",
+    },
+    Var {
         name: "COURIER_SHM_SEGMENT_COPY",
         default: "yes",
         help: "Rendezvous on shared memory copies buffers allocated by mem_map with plain loads and stores through their shared segment, instead of CMA",
@@ -138,6 +144,8 @@ pub struct Config {
     pub bcopy_thresh: Option<usize>,
     /// Split-copy threshold for CMA rendezvous; `None` = off.
     pub cma_split: Option<usize>,
+    /// Largest single-copy rendezvous copy made in one call; `None` = no limit.
+    pub rndv_piece: Option<usize>,
     /// Copy rendezvous data through shared segments of allocated memory.
     pub shm_segment_copy: bool,
     /// Keepalive interval.
@@ -470,6 +478,16 @@ impl Config {
                     parse_size(other)
                         .ok_or_else(|| bad("COURIER_CMA_SPLIT", other, "not a size or 'off'"))?,
                 ),
+            },
+            rndv_piece: match get("COURIER_RNDV_PIECE").trim() {
+                "off" | "no" | "0" => None,
+                other => Some(parse_size(other).filter(|&n| n >= 4096).ok_or_else(|| {
+                    bad(
+                        "COURIER_RNDV_PIECE",
+                        other,
+                        "not a size of at least 4k or 'off'",
+                    )
+                })?),
             },
             shm_segment_copy,
             keepalive_interval,

@@ -89,6 +89,8 @@ pub(crate) struct State {
     pub unexp_pool: Vec<Vec<u8>>,
     pub am_handlers: Vec<Option<AmHandler>>,
     pub deferred: Vec<Deferred>,
+    /// An emptied `deferred`, swapped in when the callbacks run.
+    pub deferred_spare: Vec<Deferred>,
     pub shm_acceptor: Option<shm::Acceptor>,
     pub tcp_acceptor: Option<tcp::Listener>,
     pub listeners: Slab<ListenerSlot>,
@@ -108,6 +110,10 @@ pub(crate) struct State {
     pub incoming: VecDeque<(u32, u32)>,
     /// Split rendezvous receives waiting for the sender's part.
     pub splits: Vec<SplitWait>,
+    /// Rendezvous copies with pieces still to make, oldest first.
+    pub copies: VecDeque<super::pieces::CopyJob>,
+    /// Bytes a piece of a copy takes about `pieces::PIECE_TIME` to copy (`pieces`).
+    pub piece_bytes: usize,
     /// How this worker's single-copy rendezvous copies went.
     pub rndv_copies: RndvCopies,
     /// Scratch for the ids of zero-copy sends a link reports written.
@@ -442,8 +448,9 @@ impl State {
             self.expected.retain(|&x| x != id);
             self.complete(id, Err(err.clone()));
         }
-        // Split receives from this peer: their requests failed above.
+        // Split receives from this peer and copies with it: their requests failed above.
         self.splits.retain(|w| w.ep != e);
+        self.copies.retain(|c| c.ep != e);
         // Rendezvous offers from this peer can no longer be fetched.
         self.unexpected
             .retain(|u| !(u.ep == e && matches!(u.body, UnexpBody::Rts { .. })));

@@ -6,6 +6,7 @@ pub mod am;
 pub(crate) mod core;
 pub(crate) mod fdpoll;
 pub mod memreg;
+pub(crate) mod pieces;
 pub(crate) mod place;
 pub(crate) mod recv;
 pub(crate) mod rma;

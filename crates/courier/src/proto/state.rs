@@ -251,13 +251,16 @@ pub struct RndvCopies {
     pub link: u64,
 }
 
-/// A split rendezvous receive: this side read the first part; the sender writes the rest.
+/// A split rendezvous receive: this side reads the first part, the sender writes the rest;
+/// it ends when both are done.
 pub(crate) struct SplitWait {
     pub rreq: u64,
     pub ep: u32,
     pub sreq: u64,
-    /// Result of this side's own read.
-    pub own: crate::base::Result<()>,
+    /// Result of this side's own read, once complete.
+    pub own: Option<crate::base::Result<()>>,
+    /// The sender's answer (0 or an error code), once it came.
+    pub rest: Option<i32>,
     /// The rest: where it goes here, and where it lies in the sender (for a fallback read).
     pub rest_local: Vec<(usize, usize)>,
     pub rest_remote: Vec<(u64, u64)>,

@@ -10,6 +10,7 @@
 //! the sender pushes `RndvData` frames straight from the user buffer.
 
 use super::core::State;
+use super::pieces::AfterCopy;
 use super::state::*;
 use crate::base::sys::copy_small;
 use crate::base::{Error, Result, Status};
@@ -402,13 +403,10 @@ impl State {
                     return;
                 }
             }
-            // SAFETY: `local` segments are the request's live receive buffer.
-            let res = unsafe { self.peer_copy(e, key, &local, &remote, false) };
-            self.send_status(e, Kind::RndvAts, sreq, &res);
-            match res {
-                Ok(()) => self.finish_recv(id),
-                Err(err) => self.complete(id, Err(err)),
-            }
+            let after = AfterCopy::Read { rreq: id, sreq };
+            // SAFETY: `local` segments are the request's live receive buffer, until the copy
+            // completes the request.
+            unsafe { self.copy_then(e, key, local, remote, false, after) };
             return;
         }
         if let Some(s) = self.req(id) {
@@ -473,16 +471,19 @@ impl State {
         }
         let own_local = seg_range(local, 0, at);
         let own_remote = seg_range(remote, 0, at as u64);
-        // SAFETY: `own_local` lies in the request's live receive buffer.
-        let own = unsafe { self.peer_copy(e, key, &own_local, &own_remote, false) };
         self.splits.push(SplitWait {
             rreq: id,
             ep: e,
             sreq,
-            own,
+            own: None,
+            rest: None,
             rest_local,
             rest_remote,
         });
+        let after = AfterCopy::SplitOwn { rreq: id };
+        // SAFETY: `own_local` lies in the request's live receive buffer, until the split
+        // ends and completes the request.
+        unsafe { self.copy_then(e, key, own_local, own_remote, false, after) };
         true
     }
 
@@ -513,7 +514,8 @@ impl State {
     /// Copy between `local` segments here and `remote` segments of the peer of `e`: read
     /// them (`write` false) or write them. Through the peer's shared segment when it gave a
     /// `key` that checks out, else through the link (CMA). A key that does not check out
-    /// (forged, stale, another process's) only costs the faster path.
+    /// (forged, stale, another process's) only costs the faster path. `count`: count it in
+    /// `rndv_copies` (the first piece of a copy made in pieces).
     ///
     /// # Safety
     /// `local` segments must be valid for writes (reads when `write`) of their lengths.
@@ -524,6 +526,7 @@ impl State {
         local: &[(usize, usize)],
         remote: &[(u64, u64)],
         write: bool,
+        count: bool,
     ) -> Result<()> {
         let pid = self
             .ep(e)
@@ -532,7 +535,7 @@ impl State {
         if let (Some(key), Some(pid)) = (key, pid) {
             match self.mem.shared_view(key, pid, remote) {
                 Ok((_map, there)) => {
-                    self.rndv_copies.shared += 1;
+                    self.rndv_copies.shared += u64::from(count);
                     // SAFETY: `there` lies in our live mapping of the peer's segment (checked
                     // against its owner's record and the mapping's length); `local` by the
                     // caller's contract.
@@ -552,7 +555,7 @@ impl State {
                 Err(err) => tracing::debug!("shared-segment copy refused ({err}); using CMA"),
             }
         }
-        self.rndv_copies.link += 1;
+        self.rndv_copies.link += u64::from(count);
         match self.ep(e).and_then(|ep| ep.tx.as_mut()) {
             // SAFETY: forwarded contract.
             Some(tx) if write => unsafe { tx.remote_write(local, remote) },
@@ -591,18 +594,23 @@ impl State {
             .unwrap_or_default();
         let remote: Vec<(u64, u64)> = segs.iter().collect();
         // SAFETY: `local` lies in the send request's buffer, live until the receiver's final
-        // acknowledgement, which comes after this answer.
-        let res = unsafe { self.peer_copy(e, segs.shared_key(), &local, &remote, true) };
-        if let Err(err) = &res {
-            tracing::debug!("split rendezvous: writing to the receiver failed: {err}");
-        }
-        self.send_status(e, Kind::RndvSplitDone, rreq, &res);
+        // acknowledgement, which comes after the answer that ends this copy.
+        unsafe {
+            self.copy_then(
+                e,
+                segs.shared_key(),
+                local,
+                remote,
+                true,
+                AfterCopy::SplitRest { rreq },
+            )
+        };
     }
 
     /// Answer a rendezvous step with its outcome: a `kind` frame naming the peer's request
     /// `id`, with status 0 or the error's code. (If it cannot be sent, the link is failing
     /// and the endpoint's failure completes the peer's request.)
-    fn send_status(&mut self, e: u32, kind: Kind, id: u64, res: &Result<()>) {
+    pub(crate) fn send_status(&mut self, e: u32, kind: Kind, id: u64, res: &Result<()>) {
         let code = match res {
             Ok(()) => 0,
             Err(err) => err.status().code(),
@@ -613,12 +621,32 @@ impl State {
 
     /// The sender wrote its part of a split rendezvous (or could not).
     pub(crate) fn on_rndv_split_done(&mut self, e: u32, rreq: u64, status: i32) {
-        let Some(pos) = self.splits.iter().position(|w| w.rreq == rreq && w.ep == e) else {
+        let Some(w) = self
+            .splits
+            .iter_mut()
+            .find(|w| w.rreq == rreq && w.ep == e && w.rest.is_none())
+        else {
             tracing::debug!("split rendezvous answer for unknown receive {rreq:#x}; ignored");
             return;
         };
+        w.rest = Some(status);
+        self.end_split(e, rreq);
+    }
+
+    /// End split receive `rreq` once both parts are in: acknowledge the sender, complete the
+    /// receive.
+    pub(crate) fn end_split(&mut self, e: u32, rreq: u64) {
+        let Some(pos) = self
+            .splits
+            .iter()
+            .position(|w| w.rreq == rreq && w.ep == e && w.own.is_some() && w.rest.is_some())
+        else {
+            return;
+        };
         let w = self.splits.swap_remove(pos);
-        let mut res = w.own;
+        let (Some(mut res), Some(status)) = (w.own, w.rest) else {
+            return;
+        };
         if status != 0 {
             // The sender could not write here: read its part instead (its buffer stays
             // valid until our acknowledgement).
@@ -639,7 +667,7 @@ impl State {
     }
 
     /// All wanted bytes of a rendezvous receive are in.
-    fn finish_recv(&mut self, id: u64) {
+    pub(crate) fn finish_recv(&mut self, id: u64) {
         let Some(s) = self.req(id) else { return };
         let (real, cap, tag) = (s.real_len, s.buf.len(), s.tag);
         self.complete_recv(id, real, cap, tag);

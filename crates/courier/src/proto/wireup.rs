@@ -187,6 +187,7 @@ impl State {
             unexp_pool: Vec::new(),
             am_handlers: Vec::new(),
             deferred: Vec::new(),
+            deferred_spare: Vec::new(),
             shm_acceptor,
             tcp_acceptor,
             listeners: Slab::default(),
@@ -202,6 +203,8 @@ impl State {
             link_errors: Vec::new(),
             incoming: VecDeque::new(),
             splits: Vec::new(),
+            copies: VecDeque::new(),
+            piece_bytes: usize::MAX,
             rndv_copies: RndvCopies::default(),
             written: Vec::new(),
             parked: None,
@@ -937,7 +940,7 @@ impl State {
 
     /// Arm every link for sleeping. `Ok(false)`: something is already waiting.
     pub(crate) fn arm(&mut self) -> Result<bool> {
-        if !self.deferred.is_empty() || !self.link_errors.is_empty() {
+        if !self.deferred.is_empty() || !self.link_errors.is_empty() || !self.copies.is_empty() {
             return Ok(false);
         }
         for &e in &self.active.clone() {

@@ -1,0 +1,212 @@
+//! Single-copy rendezvous copies in pieces.
+//!
+//! On a same-host link a rendezvous moves its data with one copy between the processes
+//! (through the peer's shared segment, or CMA): the receiver reads the sender's buffer, and
+//! in a split the sender also writes part of the receiver's. A copy longer than a piece is
+//! made one piece per call: the call that starts it copies the first piece, each progress
+//! call the next one (the oldest copy first). A piece is what this worker copies in about
+//! `PIECE_TIME` at the speed its last copies went, at most `COURIER_RNDV_PIECE`: a megabyte
+//! while the data stays in cache, less when it streams from memory. No call into the library
+//! then lasts much longer than `PIECE_TIME` per copy, so the worker's other endpoints are
+//! served between pieces, and a runtime that takes a long foreign call for a blocked thread
+//! (Go hands the processor of a goroutine that stays in C across two 20 us ticks of its
+//! monitor to another thread) never sees one. What follows a copy (the acknowledgement, the
+//! completion) happens when its last piece is in.
+
+use std::time::{Duration, Instant};
+
+use super::core::State;
+use super::state::*;
+use crate::base::Result;
+use crate::wire::frame::Kind;
+
+/// About how long copying one piece takes.
+const PIECE_TIME: Duration = Duration::from_micros(30);
+/// The smallest piece, however slow the copies.
+const MIN_PIECE: usize = 64 << 10;
+
+/// What follows a copy, with its outcome.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum AfterCopy {
+    /// A receiver read a whole message: acknowledge send `sreq`, complete receive `rreq`.
+    Read { rreq: u64, sreq: u64 },
+    /// A receiver read its own part of split receive `rreq`.
+    SplitOwn { rreq: u64 },
+    /// A sender wrote its part of split receive `rreq` into the receiver: answer it.
+    SplitRest { rreq: u64 },
+}
+
+/// A copy with pieces still to make.
+pub(crate) struct CopyJob {
+    pub ep: u32,
+    key: Option<Box<[u8]>>,
+    local: Vec<(usize, usize)>,
+    remote: Vec<(u64, u64)>,
+    write: bool,
+    /// Bytes copied so far, of `len`.
+    done: usize,
+    len: usize,
+    after: AfterCopy,
+}
+
+impl State {
+    /// Copy between `local` segments here and `remote` segments of the peer of `e` (read
+    /// them, or `write` them) as `peer_copy` does, then act on the outcome as `after` says:
+    /// at once when the copy fits one piece, otherwise its first piece now and the others in
+    /// later progress calls.
+    ///
+    /// # Safety
+    /// `local` segments must be valid for writes (reads when `write`) of their lengths until
+    /// `after` has run, or until the endpoint fails (which drops the copy).
+    pub(crate) unsafe fn copy_then(
+        &mut self,
+        e: u32,
+        key: Option<&[u8]>,
+        local: Vec<(usize, usize)>,
+        remote: Vec<(u64, u64)>,
+        write: bool,
+        after: AfterCopy,
+    ) {
+        let len: usize = local.iter().map(|&(_, l)| l).sum();
+        let piece = self.piece();
+        if len <= piece {
+            let t = Instant::now();
+            // SAFETY: forwarded contract.
+            let res = unsafe { self.peer_copy(e, key, &local, &remote, write, true) };
+            self.copy_took(len, t.elapsed());
+            self.after_copy(e, after, res);
+            return;
+        }
+        let mut job = CopyJob {
+            ep: e,
+            key: key.map(Box::from),
+            local,
+            remote,
+            write,
+            done: 0,
+            len,
+            after,
+        };
+        // SAFETY: forwarded contract.
+        match unsafe { self.copy_piece(&mut job, piece) } {
+            Ok(()) if job.done < job.len => self.copies.push_back(job),
+            Ok(()) => self.after_copy(e, after, Ok(())),
+            Err(err) => self.after_copy(e, after, Err(err)),
+        }
+    }
+
+    /// Copy the next piece of `job`.
+    ///
+    /// # Safety
+    /// As `copy_then`, for the job's segments.
+    unsafe fn copy_piece(&mut self, job: &mut CopyJob, piece: usize) -> Result<()> {
+        let n = piece.min(job.len - job.done);
+        let local = seg_range(&job.local, job.done, n);
+        let remote = seg_range(&job.remote, job.done as u64, n as u64);
+        let first = job.done == 0;
+        let t = Instant::now();
+        // SAFETY: forwarded contract.
+        unsafe {
+            self.peer_copy(
+                job.ep,
+                job.key.as_deref(),
+                &local,
+                &remote,
+                job.write,
+                first,
+            )
+        }?;
+        self.copy_took(n, t.elapsed());
+        job.done += n;
+        Ok(())
+    }
+
+    /// The size of the next piece.
+    fn piece(&self) -> usize {
+        match self.cfg.rndv_piece {
+            Some(max) => self.piece_bytes.clamp(MIN_PIECE.min(max), max),
+            None => usize::MAX,
+        }
+    }
+
+    /// A copy of `n` bytes took `took`: size the next pieces to take about `PIECE_TIME`
+    /// (half the old size, half what this speed gives, so one slow copy does not swing it).
+    fn copy_took(&mut self, n: usize, took: Duration) {
+        let Some(max) = self.cfg.rndv_piece else {
+            return;
+        };
+        if n >= MIN_PIECE {
+            self.piece_bytes = next_piece(self.piece_bytes, n, took, max);
+        }
+    }
+
+    /// Copy one piece of the oldest unfinished copy. Returns 1 if there was one, else 0.
+    pub(crate) fn progress_copies(&mut self) -> usize {
+        let Some(mut job) = self.copies.pop_front() else {
+            return 0;
+        };
+        let piece = self.piece();
+        // SAFETY: a queued job's segments stay valid until its `after` runs (`copy_then`);
+        // an endpoint that fails drops its jobs first.
+        match unsafe { self.copy_piece(&mut job, piece) } {
+            Ok(()) if job.done < job.len => self.copies.push_front(job),
+            res => self.after_copy(job.ep, job.after, res),
+        }
+        1
+    }
+
+    fn after_copy(&mut self, e: u32, after: AfterCopy, res: Result<()>) {
+        match after {
+            AfterCopy::Read { rreq, sreq } => {
+                self.send_status(e, Kind::RndvAts, sreq, &res);
+                match res {
+                    Ok(()) => self.finish_recv(rreq),
+                    Err(err) => self.complete(rreq, Err(err)),
+                }
+            }
+            AfterCopy::SplitOwn { rreq } => {
+                if let Some(w) = self.splits.iter_mut().find(|w| w.rreq == rreq && w.ep == e) {
+                    w.own = Some(res);
+                }
+                self.end_split(e, rreq);
+            }
+            AfterCopy::SplitRest { rreq } => {
+                if let Err(err) = &res {
+                    tracing::debug!("split rendezvous: writing to the receiver failed: {err}");
+                }
+                self.send_status(e, Kind::RndvSplitDone, rreq, &res);
+            }
+        }
+    }
+}
+
+/// The piece after one of `n` bytes that took `took`, when the last was `old` (at most
+/// `max`): halfway between `old` and what this speed copies in `PIECE_TIME`.
+fn next_piece(old: usize, n: usize, took: Duration, max: usize) -> usize {
+    let ns = took.as_nanos().max(1);
+    let fit = (n as u128 * PIECE_TIME.as_nanos() / ns).min(max as u128) as usize;
+    old.min(max) / 2 + fit / 2
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pieces_follow_the_copy_speed_within_bounds() {
+        let max = 1 << 20;
+        let us = Duration::from_micros;
+        // 1 MiB in 10 us (cache): the next piece stays the largest.
+        assert_eq!(next_piece(max, max, us(10), max), max);
+        // 1 MiB in 90 us (memory): pieces shrink toward what 30 us copies (about 350 KiB).
+        let mut p = max;
+        for _ in 0..20 {
+            p = next_piece(p, p, us(90) * (p as u32) / (max as u32), max);
+        }
+        assert!((330_000..370_000).contains(&p), "{p}");
+        // A slow copy is weighed against the old size, not taken alone.
+        assert_eq!(next_piece(max, max, us(3000), max), max / 2 + 10_485 / 2);
+        // Never above the maximum, whatever the speed; a zero time counts as 1 ns.
+        assert_eq!(next_piece(2 * max, max, Duration::ZERO, max), max);
+    }
+}
