@@ -9,6 +9,7 @@ import "C"
 import (
 	"context"
 	"runtime"
+	"sync"
 	"sync/atomic"
 	"unsafe"
 )
@@ -141,8 +142,56 @@ func (c *Context) MemMap(params *MemMapParams) (*Memory, error) {
 		return nil, err
 	}
 	m.attr = MemAttr{Address: uint64(uintptr(a.address)), Length: int(a.length), MemoryType: MemoryType(a.memory_type)}
+	if m.attr.MemoryType == MemoryTypeCuda {
+		devices.add(m.attr.Address, m.attr.Length)
+	}
 	runtime.SetFinalizer(m, (*Memory).Close)
 	return m, nil
+}
+
+// devices are the CUDA device regions mapped through MemMap: the binding never copies
+// from them with the CPU (the library copies device memory with the CUDA driver).
+var devices deviceRanges
+
+type deviceRanges struct {
+	n  atomic.Int32 // how many; 0 keeps the check to one load
+	mu sync.RWMutex
+	r  [][2]uint64 // start, end
+}
+
+func (d *deviceRanges) add(addr uint64, n int) {
+	d.mu.Lock()
+	d.r = append(d.r, [2]uint64{addr, addr + uint64(n)})
+	d.n.Add(1)
+	d.mu.Unlock()
+}
+
+func (d *deviceRanges) remove(addr uint64) {
+	d.mu.Lock()
+	for i, r := range d.r {
+		if r[0] == addr {
+			d.r = append(d.r[:i], d.r[i+1:]...)
+			d.n.Add(-1)
+			break
+		}
+	}
+	d.mu.Unlock()
+}
+
+// holds reports whether b starts in device memory mapped through MemMap.
+func (d *deviceRanges) holds(b []byte) bool {
+	if d.n.Load() == 0 || len(b) == 0 {
+		return false
+	}
+	p := uint64(uintptr(unsafe.Pointer(unsafe.SliceData(b))))
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	for _, r := range d.r {
+		if p >= r[0] && p < r[1] {
+			return true
+		}
+	}
+	return false
 }
 
 // Query reports the region's address, length and the memory type actually given.
@@ -155,6 +204,16 @@ func (m *Memory) Bytes() []byte {
 		return m.buf[:m.attr.Length]
 	}
 	if m.closed.Load() || m.attr.Length == 0 || m.attr.MemoryType == MemoryTypeCuda {
+		return nil
+	}
+	return unsafe.Slice((*byte)(m.addr()), m.attr.Length)
+}
+
+// DeviceBytes is a CUDA region as a byte slice to pass to operations (sends, receives,
+// puts, gets) and nothing else: the CPU cannot touch device memory, and reading or
+// writing the slice in Go faults. Nil for host memory (use Bytes) and after Close.
+func (m *Memory) DeviceBytes() []byte {
+	if m.closed.Load() || m.attr.Length == 0 || m.attr.MemoryType != MemoryTypeCuda {
 		return nil
 	}
 	return unsafe.Slice((*byte)(m.addr()), m.attr.Length)
@@ -267,6 +326,9 @@ func (m *Memory) Close() error {
 		return nil
 	}
 	runtime.SetFinalizer(m, nil)
+	if m.attr.MemoryType == MemoryTypeCuda {
+		devices.remove(m.attr.Address)
+	}
 	C.courier_mem_unmap(m.ptr)
 	m.pinner.Unpin()
 	m.buf = nil

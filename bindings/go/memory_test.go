@@ -64,8 +64,14 @@ func testOneSided(t *testing.T, tls string) {
 	defer cancel()
 	oc, _, ep := rmaPair(t, tls)
 
-	if _, err := oc.MemMap((&MemMapParams{}).SetMemoryType(MemoryTypeCuda).Allocate().SetLength(4096)); err == nil ||
-		!(errors.Is(err, ErrNoDevice) || errors.Is(err, ErrUnsupported)) {
+	// CUDA memory: NoDevice without a driver; device memory where one is loaded (a GPU,
+	// or TestDeviceMemory's stand-in driver, which stays loaded in this process).
+	if m, err := oc.MemMap((&MemMapParams{}).SetMemoryType(MemoryTypeCuda).Allocate().SetLength(4096)); err == nil {
+		if m.Query().MemoryType != MemoryTypeCuda {
+			t.Fatalf("cuda memory: %+v", m.Query())
+		}
+		m.Close()
+	} else if !errors.Is(err, ErrNoDevice) {
 		t.Fatalf("cuda memory without a device: %v", err)
 	}
 	const size = 1 << 20

@@ -105,8 +105,8 @@ func (o *pendingOp) pin(bufs ...[]byte) {
 // the library gets no Go pointer and nothing needs pinning; false when they do not fit.
 func (o *pendingOp) copyIn(header, data []byte) bool {
 	n := len(header) + len(data)
-	if n > C.CG_SCRATCH {
-		return false
+	if n > C.CG_SCRATCH || devices.holds(data) {
+		return false // device memory goes to the library as it is
 	}
 	if n > 0 {
 		dst := unsafe.Slice((*byte)(unsafe.Pointer(&o.sl.scratch[0])), n)

@@ -29,7 +29,7 @@ func main() {
 	flag.IntVar(&p.Threads, "t", 1, "client threads (each with its own worker and endpoint)")
 	flag.StringVar(&p.Server, "i", "", "server address to connect to (none: be the server)")
 	flag.IntVar(&p.Port, "p", 13338, "server port")
-	flag.StringVar(&p.MemType, "m", "host", "memory type (host)")
+	flag.StringVar(&p.MemType, "m", "host", "memory type of the message buffers (host, cuda)")
 	flag.BoolVar(&p.Wakeup, "wakeup", false, "sleep on the worker's event fd when idle instead of polling")
 	flag.IntVar(&p.Warmup, "warmup", 10, "warm-up iterations (not measured)")
 	flag.IntVar(&p.Window, "O", 32, "outstanding sends (bandwidth test)")

@@ -54,10 +54,22 @@ func (p *Params) check() error {
 	case p.Warmup < 0:
 		return errors.New("-warmup: must not be negative")
 	}
-	if p.MemType != "host" {
-		return fmt.Errorf("-m %s: unsupported memory type (only host is supported by this build)", p.MemType)
+	if _, err := p.memoryType(); err != nil {
+		return err
 	}
 	return nil
+}
+
+// memoryType is the message buffers' memory type (-m): host, or cuda (device memory the
+// library copies with the CUDA driver; the program never touches it).
+func (p *Params) memoryType() (courier.MemoryType, error) {
+	switch p.MemType {
+	case "host":
+		return courier.MemoryTypeHost, nil
+	case "cuda":
+		return courier.MemoryTypeCuda, nil
+	}
+	return 0, fmt.Errorf("-m %s: unknown memory type (host or cuda)", p.MemType)
 }
 
 func newContext(p *Params) (*courier.Context, error) {
@@ -91,15 +103,19 @@ func idle(w *courier.Worker, wakeup bool, spins *int) {
 // need maps a bigger region; release unmaps them all.
 type buffers struct {
 	c    *courier.Context
+	mt   courier.MemoryType
 	maps []*courier.Memory
 }
 
 func (b *buffers) get(n int) ([]byte, error) {
-	m, err := b.c.MemMap(&courier.MemMapParams{Alloc: true, Length: n})
+	m, err := b.c.MemMap(&courier.MemMapParams{Alloc: true, Length: n, MemoryType: b.mt})
 	if err != nil {
 		return nil, err
 	}
 	b.maps = append(b.maps, m)
+	if b.mt == courier.MemoryTypeCuda {
+		return m.DeviceBytes()[:n], nil
+	}
 	return m.Bytes()[:n], nil
 }
 
@@ -132,7 +148,8 @@ func RunServer(ctx context.Context, p *Params, ready chan<- string) error {
 		return err
 	}
 	defer c.Close()
-	bufs := &buffers{c: c}
+	mt, _ := p.memoryType() // checked by Params.check
+	bufs := &buffers{c: c, mt: mt}
 	defer bufs.release()
 	w, err := c.NewWorker((&courier.WorkerParams{}).SetThreadMode(courier.ThreadModeSingle))
 	if err != nil {
@@ -410,7 +427,8 @@ func runThread(ctx context.Context, c *courier.Context, p *Params, t int, rows c
 		return 0, err
 	}
 	defer w.Close()
-	bufs := &buffers{c: c}
+	mt, _ := p.memoryType() // checked by Params.check
+	bufs := &buffers{c: c, mt: mt}
 	defer bufs.release()
 	var pongs uint64
 	acked := false
@@ -465,8 +483,10 @@ func runThread(ctx context.Context, c *courier.Context, p *Params, t int, rows c
 	if err != nil {
 		return 0, err
 	}
-	for i := range data {
-		data[i] = byte(i)
+	if p.MemType == "host" { // device memory is sent as the driver allocated it
+		for i := range data {
+			data[i] = byte(i)
+		}
 	}
 	flags := rndvFlag(p, p.Size)
 	window := p.Window

@@ -83,8 +83,14 @@ func TestPerfBandwidthAndLatency(t *testing.T) {
 }
 
 func TestParamsCheck(t *testing.T) {
-	p := Params{Size: 8, Iterations: 1, Threads: 1, Window: 1, MemType: "cuda"}
-	if err := p.check(); err == nil || !strings.Contains(err.Error(), "cuda") {
-		t.Fatalf("cuda: %v", err)
+	p := Params{Size: 8, Iterations: 1, Threads: 1, Window: 1, MemType: "floppy"}
+	if err := p.check(); err == nil || !strings.Contains(err.Error(), "host or cuda") {
+		t.Fatalf("floppy: %v", err)
+	}
+	for _, m := range []string{"host", "cuda"} {
+		p.MemType = m
+		if err := p.check(); err != nil {
+			t.Fatalf("%s: %v", m, err)
+		}
 	}
 }
