@@ -143,6 +143,17 @@ fn child_entry_main() -> bool {
         "putget" => child_putget(&w, &ep, &rk, &tls),
         "atomics" => child_atomics(&ep, &rk),
         "liar" => child_liar(&ep, &rk, &keys),
+        "bigput" => {
+            // The owner unmaps the region while this put's data arrives: refused, and
+            // reported by the flush.
+            let (base, len) = rk[0].bounds();
+            ep.put(&pattern(len as usize, 1), base, &rk[0])
+                .unwrap()
+                .wait()
+                .unwrap();
+            let e = ep.flush().expect_err("region unmapped during the put");
+            assert_eq!(e.status(), Status::InvalidKey, "{e}");
+        }
         "fadd" => {
             let n: u64 = std::env::var("COURIER_TEST_N").unwrap().parse().unwrap();
             let (base, _) = rk[0].bounds();
@@ -431,6 +442,38 @@ fn putget(tls: &str) {
     assert!(
         reg == want,
         "registered region does not hold what the peer put"
+    );
+}
+
+/// Over tcp a large put's data is read from the socket straight into registered memory.
+/// When the owner unmaps the region while it arrives, nothing more is written there (the
+/// owner frees and reuses such memory), and the put is refused.
+#[test]
+fn region_unmapped_while_a_put_arrives_tcp() {
+    let (o, c) = owner("tcp");
+    let len = 16 << 20;
+    let mut reg = vec![0u8; len];
+    let m = c
+        .mem_map(MemMapParams::register(reg.as_mut_ptr(), len))
+        .unwrap();
+    let child = spawn("tcp", "bigput", o.port, &[m.pack_rkey().unwrap()], &[]);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    // SAFETY: our buffer; the link writes it only inside progress, on this thread.
+    while unsafe { std::ptr::read_volatile(reg.as_ptr()) } == 0 {
+        o.w.progress();
+        assert!(Instant::now() < deadline, "the put did not start arriving");
+    }
+    let landed = reg.iter().rposition(|&b| b != 0).unwrap_or(0) + 1;
+    assert!(
+        landed < len,
+        "the whole put arrived in one progress call; the test needs more"
+    );
+    drop(m);
+    reg.fill(0xee);
+    serve_until_done(&o, vec![child], || {});
+    assert!(
+        reg.iter().all(|&b| b == 0xee),
+        "the put wrote into the region after it was unmapped"
     );
 }
 

@@ -11,19 +11,24 @@
 //!
 //! A request's buffer stays valid while its request lives (dropping a request waits for
 //! it), and requests waiting on a link end only when the link is dropped with its
-//! endpoint. A region unmapped while a put into it is being placed is the owner's race, as
-//! it is with shared memory.
+//! endpoint. A put's region is checked against the registry before every read into it: once
+//! its owner has unmapped it, the rest of the payload is read and dropped, and the put is
+//! refused. (A read already under way when the owner unmaps on another thread still lands:
+//! that window is one read, as it is one store with shared memory.)
 
 use super::core::State;
 use super::recv::PollOne;
 use super::state::ReqKind;
-use crate::wire::frame::{Frame, Header, Kind};
+use crate::base::Error;
+use crate::transport::PlaceGuard;
+use crate::wire::frame::Frame;
 use crate::wire::rkey::access;
 
 /// What to do with a large frame whose head arrived.
 enum Placement {
-    /// Read the frame from this offset on into these segments.
-    Place(usize, Vec<(usize, usize)>),
+    /// Read the frame from this offset on into these segments, while the guard (if any)
+    /// says they may still be written.
+    Place(usize, Vec<(usize, usize)>, Option<PlaceGuard>),
     /// Buffer it and handle it as usual.
     Decline,
     /// The head is not all here yet.
@@ -56,10 +61,10 @@ impl State {
             return PollOne::Empty;
         };
         match decision {
-            Placement::Place(start, segs) => {
+            Placement::Place(start, segs, guard) => {
                 // SAFETY: the segments are a live request's buffer or a checked registered
-                // range (see the module doc).
-                if !unsafe { rx.place(start, segs) } {
+                // range, written only while its guard says it is still mapped (module doc).
+                if !unsafe { rx.place(start, segs, guard) } {
                     rx.decline();
                 }
             }
@@ -120,7 +125,20 @@ impl State {
                     n as u64,
                     access::WRITE,
                 ) {
-                    Ok(p) if !p.device => (start, vec![(p.ptr as usize, n)]),
+                    Ok(p) if !p.device => {
+                        // The owner may unmap the region while the payload arrives: the
+                        // link asks before every read, and drops the rest once it is gone.
+                        let (mem, t) = (self.mem.clone(), target);
+                        let still = move || {
+                            mem.lookup_place(t.region, t.secret, t.addr, n as u64, access::WRITE)
+                                .is_ok()
+                        };
+                        return Placement::Place(
+                            start,
+                            vec![(p.ptr as usize, n)],
+                            Some(Box::new(still)),
+                        );
+                    }
                     _ => return Placement::Decline,
                 }
             }
@@ -129,7 +147,7 @@ impl State {
         if segs.iter().map(|s| s.1).sum::<usize>() != len - start {
             return Placement::Decline;
         }
-        Placement::Place(start, segs)
+        Placement::Place(start, segs, None)
     }
 
     /// A placed frame's payload is in place: do what its handler does after copying.
@@ -144,10 +162,26 @@ impl State {
                 }
             }
             Ok(Frame::GetResp { req, .. }) => self.get_landed(req, payload),
-            // Acknowledged puts are answered; unacknowledged ones (req 0) only if refused.
-            Ok(Frame::Put { req, .. }) if req != 0 => {
-                let h = Header::new(Kind::RmaAck).word(1, req);
-                let _ = self.send_frame(e, &h, &[], &super::state::Buf::EMPTY, None);
+            // Acknowledged puts are answered; unacknowledged ones (req 0) only if refused:
+            // a region unmapped while the payload arrived did not get all of it.
+            Ok(Frame::Put { req, target, .. }) => {
+                let res = self
+                    .mem
+                    .lookup_place(
+                        target.region,
+                        target.secret,
+                        target.addr,
+                        payload as u64,
+                        access::WRITE,
+                    )
+                    .map(|_| 0)
+                    .map_err(|err| {
+                        Error::msg(
+                            err.status(),
+                            format!("{} (while the put's data was arriving)", err.detail()),
+                        )
+                    });
+                self.ack(e, req, res);
             }
             _ => {}
         }

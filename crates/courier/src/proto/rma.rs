@@ -428,7 +428,7 @@ impl State {
 
     // ----- target side -------------------------------------------------------------------
 
-    fn ack(&mut self, e: u32, req: u64, res: Result<u64>) {
+    pub(crate) fn ack(&mut self, e: u32, req: u64, res: Result<u64>) {
         if req == 0 && res.is_ok() {
             return; // unacknowledged put: only refusals are reported
         }

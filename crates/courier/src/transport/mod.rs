@@ -97,6 +97,10 @@ pub enum Sent {
     Later,
 }
 
+/// Asked by a link that reads a payload straight into memory, before each read: whether
+/// that memory may still be written.
+pub type PlaceGuard = Box<dyn FnMut() -> bool + Send>;
+
 /// A received frame in the transport's own buffer, valid until `consume`.
 #[derive(Copy, Clone, Debug)]
 pub struct RawFrame {
@@ -354,15 +358,22 @@ impl LinkRx {
     }
 
     /// Read the rest of the frame `peek_partial` offered, from byte `data_start` on,
-    /// straight into `segs` (their lengths add up to that rest). `false`: not done.
+    /// straight into `segs` (their lengths add up to that rest). `guard`, asked before each
+    /// read, says whether the segments may still be written; once it says no, the rest of
+    /// the payload is dropped. `false`: not done.
     ///
     /// # Safety
     /// The segments must be valid for writes, not overlap, and stay valid until the frame
     /// is returned by `take_placed` or the link is dropped.
-    pub unsafe fn place(&mut self, data_start: usize, segs: Vec<(usize, usize)>) -> bool {
+    pub unsafe fn place(
+        &mut self,
+        data_start: usize,
+        segs: Vec<(usize, usize)>,
+        guard: Option<PlaceGuard>,
+    ) -> bool {
         match self {
             // SAFETY: forwarded contract.
-            Self::Tcp(r) => unsafe { r.place(data_start, segs) },
+            Self::Tcp(r) => unsafe { r.place(data_start, segs, guard) },
             Self::Loopback(_) | Self::Shm(_) => false,
         }
     }

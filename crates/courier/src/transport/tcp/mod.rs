@@ -145,6 +145,8 @@ pub struct Rx {
     failed: Option<Error>,
     /// The frame at `start` whose payload is read into the protocol's memory.
     place: Option<place::Placing>,
+    /// Where a placed payload whose destination went away is read and dropped.
+    scratch: Vec<u8>,
     /// The protocol declined to place the (large) frame at `start`: buffer it whole.
     declined: bool,
     /// The protocol looks at large frames before they are complete (it called
@@ -192,6 +194,7 @@ fn halves(fd: OwnedFd, peer: SocketAddr, accepting: bool, cc: &TcpCongestion) ->
         failed: None,
         place: None,
         declined: false,
+        scratch: Vec::new(),
         placing_user: false,
     };
     (tx, rx)

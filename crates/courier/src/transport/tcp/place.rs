@@ -34,7 +34,15 @@ pub(super) struct Placing {
     off: usize,
     /// Payload bytes still to come.
     left: usize,
+    /// Asked before every read into the destination: whether it may still be written (a
+    /// put's region that its owner unmaps meanwhile may not).
+    guard: Option<super::super::PlaceGuard>,
+    /// The guard said no: the rest of the payload is read and dropped.
+    lost: bool,
 }
+
+/// Bytes of a payload whose destination went away read per call into this much scratch.
+const LOST_CHUNK: usize = 64 << 10;
 
 impl Placing {
     /// Copy `src` to the next destination bytes.
@@ -113,7 +121,12 @@ impl Rx {
     /// # Safety
     /// Every segment must be valid for writes of its length until the frame is taken with
     /// `take_placed` or the link is dropped, and must not overlap another.
-    pub(crate) unsafe fn place(&mut self, data_start: usize, segs: Vec<(usize, usize)>) -> bool {
+    pub(crate) unsafe fn place(
+        &mut self,
+        data_start: usize,
+        segs: Vec<(usize, usize)>,
+        guard: Option<super::super::PlaceGuard>,
+    ) -> bool {
         if self.peek_partial().is_none() {
             return false;
         }
@@ -133,6 +146,8 @@ impl Rx {
             idx: 0,
             off: 0,
             left: len - data_start,
+            guard,
+            lost: false,
         };
         let buffered = self.start + head..self.end;
         // SAFETY: the caller's contract; `buffered` is shorter than the payload (the frame
@@ -177,10 +192,20 @@ impl Rx {
             if p.left == 0 {
                 break;
             }
+            if !p.lost && p.guard.as_mut().is_some_and(|still| !still()) {
+                // The destination went away (its region was unmapped): nothing more is
+                // written there; the rest of the payload is read and dropped.
+                p.lost = true;
+                self.scratch.resize(LOST_CHUNK, 0);
+            }
             let mut iov: Vec<IoSliceMut<'_>> = Vec::with_capacity(PLACE_IOV + 1);
             let mut dst = 0;
             let (mut idx, mut off) = (p.idx, p.off);
-            while iov.len() < PLACE_IOV && dst < p.left {
+            if p.lost {
+                dst = p.left.min(LOST_CHUNK);
+                iov.push(IoSliceMut::new(&mut self.scratch[..dst]));
+            }
+            while !p.lost && iov.len() < PLACE_IOV && dst < p.left {
                 let (a, l) = p.segs[idx];
                 let n = (l - off).min(p.left - dst);
                 // SAFETY: the `place` contract: the segment is valid for writes and nothing
@@ -213,7 +238,11 @@ impl Rx {
                 }
                 Ok(n) => {
                     let to_dst = n.min(dst);
-                    p.advance(to_dst);
+                    if p.lost {
+                        p.left -= to_dst;
+                    } else {
+                        p.advance(to_dst);
+                    }
                     self.end += n - to_dst;
                     budget = budget.saturating_sub(n);
                     if n < offered {

@@ -518,13 +518,13 @@ fn large_payloads_are_read_straight_into_their_destination() {
         let mut b = vec![0u8; size - 1000];
         // SAFETY: `a` and `b` outlive the placement (taken below). Wrong lengths are
         // refused and change nothing.
-        assert!(!unsafe { rx.place(24, vec![(a.as_mut_ptr() as usize, 10)]) });
+        assert!(!unsafe { rx.place(24, vec![(a.as_mut_ptr() as usize, 10)], None) });
         let segs = vec![
             (a.as_mut_ptr() as usize, a.len()),
             (b.as_mut_ptr() as usize, b.len()),
         ];
         // SAFETY: as above.
-        assert!(unsafe { rx.place(24, segs) });
+        assert!(unsafe { rx.place(24, segs, None) });
         std::thread::scope(|sc| {
             sc.spawn(|| {
                 s.write_all(&payload[7..]).unwrap();
@@ -602,7 +602,7 @@ fn peer_gone_in_the_middle_of_a_placed_frame_is_peer_failure() {
     until_offered(&mut rx, 24);
     let mut dst = vec![0u8; 1 << 20];
     // SAFETY: `dst` outlives `rx`'s use of it (the link fails below, before `dst` drops).
-    assert!(unsafe { rx.place(24, vec![(dst.as_mut_ptr() as usize, dst.len())]) });
+    assert!(unsafe { rx.place(24, vec![(dst.as_mut_ptr() as usize, dst.len())], None) });
     drop(s);
     let e = until_error(&mut rx);
     assert_eq!(e.status(), Status::PeerFailure, "{e}");
