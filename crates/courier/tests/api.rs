@@ -346,6 +346,36 @@ fn rendezvous_copies_in_pieces() {
     }
 }
 
+/// A copy made in pieces moves on at every progress call, with nothing else to do: a
+/// receive of 16 pieces (no split) completes within 15 more calls.
+#[test]
+fn rendezvous_pieces_move_on_every_progress_call() {
+    let p = pair_with(
+        "shm",
+        &[("COURIER_RNDV_PIECE", "64k"), ("COURIER_CMA_SPLIT", "off")],
+    );
+    let size = 1 << 20;
+    let data: Vec<u8> = (0..size).map(|i| (i % 253) as u8).collect();
+    let mut s = p.ba.tag_send(&data, 9).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while p.a.tag_probe(9, u64::MAX).unwrap().is_none() {
+        p.a.progress();
+        assert!(Instant::now() < deadline, "message not offered");
+    }
+    let mut got = vec![0u8; size];
+    let mut r = p.a.tag_recv(&mut got, 9, u64::MAX).unwrap();
+    let mut calls = 0;
+    while r.test().is_none() {
+        p.a.progress();
+        calls += 1;
+        assert!(calls <= 15, "16 pieces not copied in 15 progress calls");
+    }
+    assert_eq!(r.test().unwrap().clone().unwrap().len, size);
+    drop(r);
+    assert!(got == data, "message differs");
+    wait_on(&p.b, &mut s).unwrap();
+}
+
 #[test]
 fn kept_rendezvous_message_declined_later() {
     for tls in TLS {

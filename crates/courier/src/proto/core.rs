@@ -267,8 +267,9 @@ impl State {
 
     /// Whether a progress call (already counted in `progress_calls`) has nothing to do: no
     /// fd link to poll, no connection being set up, not epoll's turn, no failure or
-    /// callback to deliver, and no active link with a frame waiting or sends queued. The
-    /// idle case of a spinning caller on shared memory, answered with a few loads.
+    /// callback to deliver, no copy with pieces to make, and no active link with a frame
+    /// waiting or sends queued. The idle case of a spinning caller on shared memory,
+    /// answered with a few loads.
     #[inline]
     pub(crate) fn nothing_to_do(&self) -> bool {
         if self.fd_links != 0
@@ -276,6 +277,7 @@ impl State {
             || self.pending_conns.slots.len() != self.pending_conns.free.len()
             || !self.link_errors.is_empty()
             || !self.deferred.is_empty()
+            || !self.copies.is_empty()
         {
             return false;
         }
