@@ -376,6 +376,59 @@ fn rendezvous_pieces_move_on_every_progress_call() {
     wait_on(&p.b, &mut s).unwrap();
 }
 
+/// A progress call copies one piece in all: a sender whose receiver asked for four split
+/// parts at once writes one of them per call, oldest first, and every message arrives whole.
+#[test]
+fn one_rendezvous_piece_per_progress_call() {
+    let p = pair("shm");
+    let size = 512 << 10;
+    let msgs: Vec<Vec<u8>> = (0..4)
+        .map(|m| (0..size).map(|i| (i * 3 + m) as u8).collect())
+        .collect();
+    let mut bufs: Vec<Vec<u8>> = (0..4).map(|_| vec![0u8; size]).collect();
+    let mut recvs: Vec<_> = bufs
+        .iter_mut()
+        .enumerate()
+        .map(|(m, b)| p.b.tag_recv(b, 0x70 + m as u64, u64::MAX).unwrap())
+        .collect();
+    let before = p.a.rndv_copies().unwrap();
+    let mut sends: Vec<_> = msgs
+        .iter()
+        .enumerate()
+        .map(|(m, d)| p.ab.tag_send(d, 0x70 + m as u64).unwrap())
+        .collect();
+    // The receiver asks for each second half as it starts reading the first.
+    let total = |c: RndvCopies| c.shared + c.link;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while total(p.b.rndv_copies().unwrap()) < 4 {
+        std::thread::yield_now();
+        assert!(
+            Instant::now() < deadline,
+            "receiver did not start its copies"
+        );
+    }
+    let mut made = 0;
+    while made < 4 {
+        p.a.progress();
+        let now = total(p.a.rndv_copies().unwrap()) - total(before);
+        assert!(
+            now <= made + 1,
+            "{} copies started in one progress call",
+            now - made
+        );
+        made = now;
+        assert!(Instant::now() < deadline, "sender did not write its parts");
+    }
+    for s in &mut sends {
+        wait_on(&p.a, s).unwrap();
+    }
+    for r in &mut recvs {
+        wait_on(&p.b, r).unwrap();
+    }
+    drop(recvs);
+    assert!(bufs == msgs, "a message differs");
+}
+
 #[test]
 fn kept_rendezvous_message_declined_later() {
     for tls in TLS {

@@ -170,6 +170,7 @@ impl Worker {
     #[inline(never)]
     fn progress_work<'g>(&'g self, mut g: Guard<'g, State>) -> usize {
         g.in_progress = true;
+        g.piece_made = false;
         let mut n = 0;
         // Every dead pending-connection slot is on the free list.
         let has_conns = g.pending_conns.slots.len() > g.pending_conns.free.len();
@@ -226,7 +227,8 @@ impl Worker {
             }
             i += 1;
         }
-        if !g.copies.is_empty() {
+        // One piece per call: none if a frame handled above started a copy.
+        if !g.copies.is_empty() && !g.piece_made {
             n += g.progress_copies();
         }
         if !g.link_errors.is_empty() {

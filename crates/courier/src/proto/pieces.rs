@@ -4,7 +4,10 @@
 //! (through the peer's shared segment, or CMA): the receiver reads the sender's buffer, and
 //! in a split the sender also writes part of the receiver's. A copy longer than a piece is
 //! made one piece per call: the call that starts it copies the first piece, each progress
-//! call the next one (the oldest copy first). A piece is what this worker copies in about
+//! call the next one (the oldest copy first). A progress call makes one piece in all,
+//! however many copies the frames it handles start (a sender whose receiver asks for
+//! several split parts at once, say): those copies wait their turn in later calls. A piece
+//! is what this worker copies in about
 //! `PIECE_TIME` at the speed its last copies went, at most `COURIER_RNDV_PIECE`: a megabyte
 //! while the data stays in cache, less when it streams from memory. No call into the library
 //! then lasts much longer than `PIECE_TIME` per copy, so the worker's other endpoints are
@@ -53,7 +56,8 @@ impl State {
     /// Copy between `local` segments here and `remote` segments of the peer of `e` (read
     /// them, or `write` them) as `peer_copy` does, then act on the outcome as `after` says:
     /// at once when the copy fits one piece, otherwise its first piece now and the others in
-    /// later progress calls.
+    /// later progress calls. Inside a progress call that has made its piece already, or
+    /// while older copies wait, the whole copy waits for later calls.
     ///
     /// # Safety
     /// `local` segments must be valid for writes (reads when `write`) of their lengths until
@@ -68,18 +72,9 @@ impl State {
         after: AfterCopy,
     ) {
         let len: usize = local.iter().map(|&(_, l)| l).sum();
-        let piece = self.piece();
-        if len <= piece {
-            let t = Instant::now();
-            // SAFETY: forwarded contract.
-            let res = unsafe { self.peer_copy(e, key, &local, &remote, write, true) };
-            self.copy_took(len, t.elapsed());
-            self.after_copy(e, after, res);
-            return;
-        }
         let mut job = CopyJob {
             ep: e,
-            key: key.map(Box::from),
+            key: None,
             local,
             remote,
             write,
@@ -87,6 +82,22 @@ impl State {
             len,
             after,
         };
+        if self.in_progress && (self.piece_made || !self.copies.is_empty()) {
+            // This progress call has copied its piece, or older copies wait: after them.
+            job.key = key.map(Box::from);
+            self.copies.push_back(job);
+            return;
+        }
+        let piece = self.piece();
+        if len <= piece {
+            let t = Instant::now();
+            // SAFETY: forwarded contract.
+            let res = unsafe { self.peer_copy(e, key, &job.local, &job.remote, write, true) };
+            self.copy_took(len, t.elapsed());
+            self.after_copy(e, after, res);
+            return;
+        }
+        job.key = key.map(Box::from);
         // SAFETY: forwarded contract.
         match unsafe { self.copy_piece(&mut job, piece) } {
             Ok(()) if job.done < job.len => self.copies.push_back(job),
@@ -132,6 +143,7 @@ impl State {
     /// A copy of `n` bytes took `took`: size the next pieces to take about `PIECE_TIME`
     /// (half the old size, half what this speed gives, so one slow copy does not swing it).
     fn copy_took(&mut self, n: usize, took: Duration) {
+        self.piece_made = true;
         let Some(max) = self.cfg.rndv_piece else {
             return;
         };

@@ -205,6 +205,7 @@ impl State {
             splits: Vec::new(),
             copies: VecDeque::new(),
             piece_bytes: usize::MAX,
+            piece_made: false,
             rndv_copies: RndvCopies::default(),
             written: Vec::new(),
             parked: None,
