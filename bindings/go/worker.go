@@ -64,7 +64,8 @@ type Worker struct {
 	// A panic raised by a Go callback inside progress, re-raised when Progress returns.
 	panicked atomic.Pointer[panicBox]
 
-	// Progress calls, and when (since yieldBase) a goroutine calling Progress last yielded.
+	// Progress calls and the events they delivered, and when (since yieldBase) a goroutine
+	// calling Progress last yielded.
 	polls     atomic.Uint32
 	lastYield atomic.Int64
 }
@@ -209,13 +210,17 @@ func (w *Worker) Progress() int {
 	}
 	b, own := w.takeBatch()
 	n := int(C.cg_progress(uptr(unsafe.Pointer(w.ptr)), uptr(unsafe.Pointer(b))))
-	if b.n != 0 {
+	events := uint32(b.n)
+	if events != 0 {
 		w.deliver(b)
 	}
 	w.putBatch(b, own)
 	runtime.KeepAlive(w)
 	w.rethrow()
-	if w.polls.Add(1)&63 == 0 {
+	// The clock is read once every 64 calls and events: an idle call costs little, but an
+	// event's handler may make a long C call (a rendezvous ReceiveData copies a piece), and
+	// a call that delivers dozens of them would otherwise let the 4 ms run to 10.
+	if p := w.polls.Add(1 + events); p>>6 != (p-1-events)>>6 {
 		w.maybeYield()
 	}
 	return n
