@@ -160,7 +160,8 @@ impl State {
         if let Some(s) = self.req(rid) {
             s.expect = len;
         }
-        let mut extra = header.to_vec();
+        let mut extra = Vec::with_capacity(Self::offer_capacity(hlen, &data));
+        extra.extend_from_slice(header);
         let (count, shared) = if mode == RndvMode::RemoteRead {
             let (n, shared) = self.emit_offer(e, &mut extra, &data);
             (n as u64, shared)

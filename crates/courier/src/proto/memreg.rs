@@ -345,8 +345,18 @@ struct RegInner {
     generations: Vec<u64>,
     /// Host-memory-only table when no shared table could be made.
     private: Vec<Record>,
-    /// Allocated regions (in shared segments): (base, length, id), for rendezvous offers.
-    allocs: Vec<(u64, u64, u64)>,
+    /// Allocated regions (in shared segments), for rendezvous offers.
+    allocs: Vec<Offer>,
+}
+
+/// An allocated region as rendezvous offers name it: where it lies, its id, and its packed
+/// key, made when the region is recorded (nothing in an allocated region's key changes),
+/// so that an offer costs no packing, no system call for the process id, no allocation.
+struct Offer {
+    base: u64,
+    len: u64,
+    id: u64,
+    key: Box<[u8]>,
 }
 
 impl MemRegistry {
@@ -441,10 +451,8 @@ impl MemRegistry {
         g.generations[slot] += 1;
         let id = (g.generations[slot] << 12) | slot as u64;
         let secret = random_u64() | 1;
-        if memfd.is_some() && self.table.is_some() {
-            g.allocs.push((base, len, id));
-        }
-        g.slots[slot] = Some(Region {
+        let offered = memfd.is_some() && self.table.is_some();
+        let region = Region {
             secret,
             base,
             len,
@@ -453,7 +461,12 @@ impl MemRegistry {
             memfd,
             _alloc: alloc,
             ipc: None,
-        });
+        };
+        if offered {
+            let key = self.pack_region(id, &region).into_boxed_slice();
+            g.allocs.push(Offer { base, len, id, key });
+        }
+        g.slots[slot] = Some(region);
         self.publish(
             &mut g,
             slot,
@@ -541,24 +554,29 @@ impl MemRegistry {
                 },
             );
             g.slots[slot] = None;
-            g.allocs.retain(|a| a.2 != id);
+            g.allocs.retain(|a| a.id != id);
         }
     }
 
-    /// A packed key for the allocated region that holds every one of `segs` (address,
-    /// length), if there is one: a same-host peer given it copies those bytes with plain
-    /// loads and stores through the region's shared segment instead of through the kernel.
-    pub(crate) fn shared_key(&self, segs: &[(u64, u64)]) -> Option<Vec<u8>> {
-        let id = {
-            let g = self.lock();
-            let inside = |r: &&(u64, u64, u64)| {
-                let (b, l) = (r.0, r.1);
-                segs.iter()
-                    .all(|&(a, n)| a >= b && a.checked_add(n).is_some_and(|e| e <= b + l))
-            };
-            g.allocs.iter().find(inside)?.2
+    /// Append to `out` the packed key of the allocated region that holds every one of `segs`
+    /// (address, length), if there is one (`false`: none, `out` unchanged): a same-host peer
+    /// given it copies those bytes with plain loads and stores through the region's shared
+    /// segment instead of through the kernel.
+    pub(crate) fn shared_key(&self, segs: &[(usize, usize)], out: &mut Vec<u8>) -> bool {
+        let g = self.lock();
+        let inside = |r: &&Offer| {
+            segs.iter().all(|&(a, n)| {
+                let (a, n) = (a as u64, n as u64);
+                a >= r.base && a.checked_add(n).is_some_and(|e| e <= r.base + r.len)
+            })
         };
-        self.pack(id).ok()
+        match g.allocs.iter().find(inside) {
+            Some(o) => {
+                out.extend_from_slice(&o.key);
+                true
+            }
+            None => false,
+        }
     }
 
     /// Where `segs` (addresses in the peer process `peer_pid` that packed `key`) lie in a
@@ -607,7 +625,12 @@ impl MemRegistry {
             .and_then(|r| r.as_ref())
             .filter(|_| g.generations[slot] == id >> 12)
             .ok_or(Status::InvalidKey)?;
-        Ok(RkeyRepr {
+        Ok(self.pack_region(id, r))
+    }
+
+    /// The packed key of region `id`, recorded as `r`.
+    fn pack_region(&self, id: u64, r: &Region) -> Vec<u8> {
+        RkeyRepr {
             mem_type: r.mem_type.code(),
             access: r.access,
             region: id,
@@ -621,7 +644,7 @@ impl MemRegistry {
             region_fd: r.memfd.as_ref().map(|f| f.as_raw_fd()).unwrap_or(-1),
             ipc: r.ipc,
         }
-        .pack())
+        .pack()
     }
 
     /// Check an access by a peer against this context's own records; where it lands.
@@ -816,7 +839,19 @@ mod tests {
             .for_each(|(i, b)| *b = (i % 251) as u8);
         let base = ptr as u64;
         let segs = [(base + 100, 1000), (base + 5000, 3192)];
-        let key = r.shared_key(&segs).expect("allocated memory is offered");
+        let local = segs.map(|(a, n)| (a as usize, n as usize));
+        let mut key = b"before".to_vec();
+        assert!(
+            r.shared_key(&local, &mut key),
+            "allocated memory is offered"
+        );
+        assert_eq!(&key[..6], b"before", "the key is appended");
+        key.drain(..6);
+        assert_eq!(
+            key,
+            r.pack(id).unwrap(),
+            "the key packed when the region was added"
+        );
         let me = pid();
         let (map, there) = r.shared_view(&key, me, &segs).unwrap();
         assert_eq!(there.len(), 2);
@@ -852,12 +887,14 @@ mod tests {
         let mut heap = vec![0u8; 64];
         let hb = heap.as_mut_ptr() as u64;
         r.add(hb, 64, 0, MemoryType::Host, None, None).unwrap();
-        assert!(r.shared_key(&[(hb, 64)]).is_none());
+        let mut none = Vec::new();
+        assert!(!r.shared_key(&[(hb as usize, 64)], &mut none));
         // Segments that are not all inside one region are not offered.
-        assert!(r.shared_key(&[(base, 10), (hb, 10)]).is_none());
+        assert!(!r.shared_key(&[(base as usize, 10), (hb as usize, 10)], &mut none));
         // After unmap: not offered, and an old key is refused.
         r.remove(id);
-        assert!(r.shared_key(&segs).is_none());
+        assert!(!r.shared_key(&local, &mut none));
+        assert!(none.is_empty());
         assert_eq!(refused(&key, me, &segs), Status::InvalidKey);
     }
 }

@@ -106,6 +106,7 @@ impl State {
         }
         let mut extra = Vec::new();
         let (count, shared) = if mode == RndvMode::RemoteRead {
+            extra.reserve_exact(Self::offer_capacity(0, &data));
             let (n, shared) = self.emit_offer(e, &mut extra, &data);
             (n as u32, shared)
         } else {
@@ -456,8 +457,8 @@ impl State {
     ) -> bool {
         let rest_local = seg_range(local, at, want - at);
         let rest_remote = seg_range(remote, at as u64, (want - at) as u64);
-        let mut extra = Vec::with_capacity(rest_local.len() * frame::SEG_LEN);
         let rest = Buf::Many(rest_local.clone());
+        let mut extra = Vec::with_capacity(Self::offer_capacity(0, &rest));
         let (count, shared) = self.emit_offer(e, &mut extra, &rest);
         let hdr = Header::new(Kind::RndvSplit)
             .word(1, sreq)
@@ -487,26 +488,24 @@ impl State {
         true
     }
 
+    /// Room for `data`'s rendezvous offer (segments and a region key) after `extra` bytes.
+    pub(crate) fn offer_capacity(extra: usize, data: &Buf) -> usize {
+        extra + data.segs().len() * frame::SEG_LEN + crate::wire::rkey::LEN
+    }
+
     /// Append `data`'s segments to a rendezvous offer on `e`. Where the link is shared memory
     /// and `data` lies in one of this context's allocated regions, that region's key follows,
     /// so the peer copies with plain loads and stores through the shared segment rather than
     /// through the kernel. Returns the segment count and the frame flags to set.
     pub(crate) fn emit_offer(&mut self, e: u32, out: &mut Vec<u8>, data: &Buf) -> (usize, u8) {
-        let segs: Vec<(u64, u64)> = data
-            .segs()
-            .iter()
-            .map(|&(a, l)| (a as u64, l as u64))
-            .collect();
-        emit_segments(out, segs.iter().copied());
+        let segs = data.segs();
+        emit_segments(out, segs.iter().map(|&(a, l)| (a as u64, l as u64)));
         let shm = self
             .ep(e)
             .and_then(|ep| ep.tx.as_ref())
             .is_some_and(|tx| tx.peer_pid().is_some());
-        if shm && self.cfg.shm_segment_copy {
-            if let Some(key) = self.mem.shared_key(&segs) {
-                out.extend_from_slice(&key);
-                return (segs.len(), frame::flags::SHARED);
-            }
+        if shm && self.cfg.shm_segment_copy && self.mem.shared_key(segs, out) {
+            return (segs.len(), frame::flags::SHARED);
         }
         (segs.len(), 0)
     }
