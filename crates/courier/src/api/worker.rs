@@ -195,13 +195,8 @@ impl Worker {
         while i < g.active.len() {
             let e = g.active[i];
             let ready = g.rx_maybe_ready(e);
-            let busy = g
-                .eps
-                .slots
-                .get(e as usize)
-                .is_some_and(|ep| !ep.pending.is_empty() || !ep.push.is_empty());
-            if !ready && !busy && g.fd_links == 0 {
-                // The common idle case on shared memory: nothing in, nothing queued.
+            if !ready && !g.tx_busy(e) {
+                // The common idle case: nothing in, nothing queued.
                 i += 1;
                 continue;
             }
@@ -219,10 +214,8 @@ impl Worker {
                     break;
                 }
             }
-            let busy = g
-                .ep(e)
-                .is_some_and(|ep| !ep.pending.is_empty() || !ep.push.is_empty());
-            if busy || g.fd_links > 0 {
+            // Handlers may have queued answers behind the first (a burst): out they go.
+            if g.tx_busy(e) {
                 n += g.progress_tx(e);
             }
             i += 1;

@@ -299,10 +299,21 @@ impl State {
         true
     }
 
+    /// Whether endpoint `idx` has sends to retry or push, or its link has queued bytes or
+    /// written zero-copy sends to report: what `progress_tx` is for.
+    #[inline]
+    pub(crate) fn tx_busy(&self, idx: u32) -> bool {
+        self.eps.slots.get(idx as usize).is_some_and(|ep| {
+            !ep.pending.is_empty()
+                || !ep.push.is_empty()
+                || ep.tx.as_ref().is_some_and(|tx| tx.has_work())
+        })
+    }
+
     // ----- endpoints ------------------------------------------------------------------
 
-    /// Whether endpoint `idx`'s link may hold a frame: one load on shared memory, always
-    /// true for links that must be read to know.
+    /// Whether endpoint `idx`'s link may hold a frame: one load on shared memory; on tcp,
+    /// whether bytes are buffered (its socket is read before, by `read_fd_links` or epoll).
     #[inline]
     pub(crate) fn rx_maybe_ready(&self, idx: u32) -> bool {
         self.eps
@@ -662,6 +673,15 @@ impl State {
     /// how many.
     #[inline]
     pub(crate) fn reap_written(&mut self, e: u32) -> usize {
+        let waiting = self
+            .eps
+            .slots
+            .get(e as usize)
+            .and_then(|ep| ep.tx.as_ref())
+            .is_some_and(|tx| tx.has_completed());
+        if !waiting {
+            return 0;
+        }
         let mut n = 0;
         let mut ids = std::mem::take(&mut self.written);
         if let Some(tx) = self

@@ -188,6 +188,25 @@ impl LinkTx {
         }
     }
 
+    /// Whether `flush` has bytes to write or `take_completed` tokens to report (links that
+    /// keep no queue never have).
+    #[inline]
+    pub fn has_work(&self) -> bool {
+        match self {
+            Self::Tcp(t) => t.has_work(),
+            Self::Loopback(_) | Self::Shm(_) => false,
+        }
+    }
+
+    /// Whether `take_completed` has tokens to report.
+    #[inline]
+    pub fn has_completed(&self) -> bool {
+        match self {
+            Self::Tcp(t) => t.has_completed(),
+            Self::Loopback(_) | Self::Shm(_) => false,
+        }
+    }
+
     /// Append the tokens of `send_zc` frames written since the last call to `out`.
     #[inline]
     pub fn take_completed(&mut self, out: &mut Vec<u64>) {
@@ -273,13 +292,15 @@ impl LinkTx {
 }
 
 impl LinkRx {
-    /// `false` only when certainly nothing is waiting: a cheap check before `peek` for
-    /// links read from shared memory (others always answer `true`).
+    /// `false` only when certainly nothing is waiting: a cheap check before `peek` (one
+    /// load on shared memory; on tcp, whether bytes are buffered, the socket being read by
+    /// `poll_read` or `on_readable`; the loopback link always answers `true`).
     #[inline]
     pub fn maybe_ready(&self) -> bool {
         match self {
             LinkRx::Shm(r) => r.ready(),
-            _ => true,
+            LinkRx::Tcp(r) => r.maybe_ready(),
+            LinkRx::Loopback(_) => true,
         }
     }
 

@@ -727,7 +727,33 @@ impl Tx {
         }
     }
 
+    /// Whether `flush` or `take_completed` would have anything to do: bytes are queued or
+    /// written zero-copy frames wait to be reported. (`flush` also ends a burst: that
+    /// much it does without a system call.)
+    #[inline]
+    pub(crate) fn has_work(&self) -> bool {
+        !self.segs.is_empty() || !self.completed.is_empty()
+    }
+
+    /// Whether written zero-copy frames wait to be reported by `take_completed`.
+    #[inline]
+    pub(crate) fn has_completed(&self) -> bool {
+        !self.completed.is_empty()
+    }
+
+    #[inline]
     pub(crate) fn flush(&mut self) -> Result<bool> {
+        // Progress calls this for every link on every call: an empty queue answers at once.
+        if self.segs.is_empty() && self.failed.is_none() && self.q.capacity() <= TXQ_SHRINK_ABOVE {
+            self.burst = false;
+            self.next_flush = COALESCE;
+            return Ok(true);
+        }
+        self.flush_queue()
+    }
+
+    #[inline(never)]
+    fn flush_queue(&mut self) -> Result<bool> {
         if let Some(e) = &self.failed {
             return Err(e.clone());
         }
@@ -953,10 +979,42 @@ impl Rx {
         self.closed.as_ref().map_or(Ok(()), |e| Err(e.clone()))
     }
 
+    /// `false` only when certainly nothing is waiting to be handled: no byte buffered, no
+    /// frame being placed, no failure or close to report. (Bytes may be waiting in the
+    /// socket: `poll_read` or `on_readable` fetch them.)
+    #[inline]
+    pub(crate) fn maybe_ready(&self) -> bool {
+        self.end != self.start
+            || self.place.is_some()
+            || self.closed.is_some()
+            || self.failed.is_some()
+    }
+
     /// Read without a readiness report (progress polls the socket itself when it watches
     /// few links): a no-op while a complete frame is already buffered, so a busy link costs
     /// one `recv` per buffer of frames, not per frame.
+    #[inline]
     pub(crate) fn poll_read(&mut self) -> Result<()> {
+        if self.start == self.end
+            && self.place.is_none()
+            && self.closed.is_none()
+            && self.failed.is_none()
+        {
+            // The common case of a polled link: nothing buffered, so nothing to parse and
+            // the whole buffer free; just read.
+            self.start = 0;
+            self.end = 0;
+            self.read_some();
+            return match &self.closed {
+                Some(e) if self.end == 0 => Err(e.clone()),
+                _ => Ok(()),
+            };
+        }
+        self.poll_read_buffered()
+    }
+
+    #[inline(never)]
+    fn poll_read_buffered(&mut self) -> Result<()> {
         if self.place.is_some() {
             return self.on_readable();
         }

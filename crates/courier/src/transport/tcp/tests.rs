@@ -734,3 +734,41 @@ fn same_host_means_loopback_or_one_address_at_both_ends() {
     assert!(!sock::same_host(sa("192.0.2.3:1"), Some(sa("192.0.2.2:2"))));
     assert!(!sock::same_host(sa("192.0.2.3:1"), None));
 }
+
+#[test]
+fn maybe_ready_says_whether_anything_waits_in_the_buffer() {
+    let ((mut tx, crx), (atx, mut rx)) = pair_for_tests();
+    rx.poll_read().unwrap();
+    // The preamble alone may have arrived: it is taken by the next peek.
+    assert!(rx.peek().unwrap().is_none());
+    assert!(
+        !rx.maybe_ready(),
+        "nothing buffered: progress may skip the link"
+    );
+    tx.send(&[b"ping"]).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !rx.maybe_ready() {
+        assert!(Instant::now() < deadline, "the frame did not arrive");
+        wait_readable(rx.fd().unwrap(), 5);
+        rx.poll_read().unwrap();
+    }
+    let f = rx.peek().unwrap().expect("a complete frame");
+    // SAFETY: between peek and consume on a live link.
+    assert_eq!(unsafe { f.bytes() }, b"ping");
+    assert!(rx.maybe_ready(), "a frame handed out is still waiting");
+    rx.consume();
+    assert!(!rx.maybe_ready(), "everything buffered was consumed");
+    // A close must be reported, so it counts as something waiting.
+    drop((tx, crx));
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let err = loop {
+        assert!(Instant::now() < deadline, "the close was not seen");
+        wait_readable(rx.fd().unwrap(), 5);
+        if let Err(e) = rx.poll_read() {
+            break e;
+        }
+    };
+    assert_eq!(err.status(), Status::PeerFailure);
+    assert!(rx.maybe_ready());
+    drop(atx);
+}
