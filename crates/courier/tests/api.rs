@@ -640,3 +640,139 @@ fn single_thread_worker_refuses_other_threads() {
     let e = r.expect_err("refused");
     assert!(e.detail().contains("ThreadMode::Multi"), "{e}");
 }
+
+/// How many fds the epoll set `epfd` watches (from /proc/self/fdinfo).
+fn epoll_set_len(epfd: i32) -> usize {
+    std::fs::read_to_string(format!("/proc/self/fdinfo/{epfd}"))
+        .unwrap()
+        .lines()
+        .filter(|l| l.starts_with("tfd:"))
+        .count()
+}
+
+/// Progress calls after which a worker that reads its tcp links itself has taken them out
+/// of its epoll set (it last armed long before).
+const BUSY_PROGRESS: usize = 20_000;
+
+/// Send `msg` with tag `tag` on `from` and receive it on worker `w` (progressing both, never
+/// arming `w`).
+fn one_message(w: &Worker, from: &Endpoint, tag: u64, msg: &[u8]) {
+    let mut buf = vec![0u8; msg.len()];
+    let mut r = w.tag_recv(&mut buf, tag, u64::MAX).unwrap();
+    let mut s = from.tag_send(msg, tag).unwrap();
+    wait_on(w, &mut r).unwrap();
+    wait_on(from.worker(), &mut s).unwrap();
+    drop(r);
+    assert_eq!(buf, msg);
+}
+
+#[test]
+fn tcp_links_join_the_epoll_set_only_while_the_worker_may_sleep() {
+    let p = pair("tcp");
+    let set = || epoll_set_len(p.a.event_fd());
+    for _ in 0..BUSY_PROGRESS {
+        p.a.progress();
+    }
+    let polled = set();
+    one_message(&p.a, &p.ba, 3, b"read directly");
+    assert!(p.a.arm().unwrap(), "nothing is waiting");
+    assert_eq!(
+        set(),
+        polled + 1,
+        "arming puts the link's socket in the set"
+    );
+    // Sleeping on the set wakes on the peer's message.
+    let ba = p.ba.clone();
+    let t = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(100));
+        ba.tag_send(b"wake", 4).unwrap().wait().unwrap();
+    });
+    let mut buf = [0u8; 4];
+    let mut r = p.a.tag_recv(&mut buf, 4, u64::MAX).unwrap();
+    let t0 = Instant::now();
+    p.a.wait(Some(Duration::from_secs(5))).unwrap();
+    assert!(
+        t0.elapsed() < Duration::from_secs(4),
+        "the message did not wake the worker"
+    );
+    wait_on(&p.a, &mut r).unwrap();
+    drop(r);
+    t.join().unwrap();
+    assert_eq!(&buf, b"wake");
+    // Busy again: the worker reads the socket itself and takes it out of the set.
+    for _ in 0..BUSY_PROGRESS {
+        p.a.progress();
+    }
+    assert_eq!(set(), polled);
+    one_message(&p.a, &p.ba, 5, b"read directly again");
+    // A peer that goes away is still noticed without epoll.
+    let failed = Arc::new(AtomicBool::new(false));
+    let f2 = failed.clone();
+    let ab =
+        p.a.connect(
+            &p.b.address().unwrap(),
+            EndpointParams::default().error_handler(move |_| f2.store(true, Ordering::SeqCst)),
+        )
+        .unwrap();
+    let ba = loop {
+        p.a.progress();
+        if let Some(e) = p.b.incoming_endpoint() {
+            break e;
+        }
+    };
+    one_message(&p.a, &ba, 6, b"second link");
+    for _ in 0..BUSY_PROGRESS {
+        p.a.progress();
+    }
+    assert_eq!(set(), polled, "both links are read directly");
+    ba.close_force();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !failed.load(Ordering::SeqCst) {
+        p.a.progress();
+        assert!(Instant::now() < deadline, "the peer's close was not seen");
+    }
+    drop(ab);
+}
+
+#[test]
+fn more_tcp_links_than_progress_reads_itself_are_read_through_epoll() {
+    let p = pair("tcp");
+    // Six tcp links on worker a: one more than DIRECT_POLL_LINKS (4) plus one.
+    let mut links = vec![(p.ab.clone(), p.ba.clone())];
+    for _ in 0..5 {
+        let ab =
+            p.a.connect(&p.b.address().unwrap(), EndpointParams::default())
+                .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let ba = loop {
+            p.a.progress();
+            if let Some(e) = p.b.incoming_endpoint() {
+                break e;
+            }
+            assert!(Instant::now() < deadline, "no incoming endpoint");
+        };
+        links.push((ab, ba));
+    }
+    let set = || epoll_set_len(p.a.event_fd());
+    for _ in 0..BUSY_PROGRESS {
+        p.a.progress();
+    }
+    let six = set();
+    // Never armed: every link's messages come in through epoll, which watches them all.
+    for (k, (_, ba)) in links.iter().enumerate() {
+        one_message(&p.a, ba, 10 + k as u64, b"through epoll");
+    }
+    assert_eq!(set(), six);
+    // Down to four: progress reads them itself, and they leave the set.
+    for (ab, _) in links.drain(4..) {
+        ab.close_force();
+    }
+    assert_eq!(set(), six - 2);
+    for _ in 0..BUSY_PROGRESS {
+        p.a.progress();
+    }
+    assert_eq!(set(), six - 6, "the four links left are read directly");
+    for (k, (_, ba)) in links.iter().enumerate() {
+        one_message(&p.a, ba, 20 + k as u64, b"read directly");
+    }
+}

@@ -187,6 +187,9 @@ impl Worker {
         if (g.fd_links > 0 && !direct) || has_conns || g.progress_calls & (every - 1) == 0 {
             n += g.progress_events();
             n += g.progress_conns();
+            if direct && g.watched_idle() {
+                g.unwatch_fd_links();
+            }
         }
         if direct {
             g.read_fd_links();

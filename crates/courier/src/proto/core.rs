@@ -101,6 +101,11 @@ pub(crate) struct State {
     pub progress_calls: u64,
     pub in_progress: bool,
     pub fd_links: usize,
+    /// Whether the fds of fd links are in the epoll set (`fdpoll`: only while the worker
+    /// may sleep or watches too many links to read each one).
+    pub fd_watched: bool,
+    /// `progress_calls` at the last `arm`.
+    pub armed_at: u64,
     /// Endpoints whose links must be dropped once no handler runs on them.
     pub reap: Vec<u32>,
     pub excluded: Vec<String>,
@@ -367,13 +372,11 @@ impl State {
         let caps = tx.caps().clone();
         let thresh = self.cfg.rndv_thresh.unwrap_or(caps.rndv_thresh).max(1);
         if let Some(fd) = rx.fd() {
-            epoll::add(
-                &self.epoll,
-                fd,
-                epoll::EventData::new_u64(token::make(token::EP, e)),
-                epoll::EventFlags::IN | epoll::EventFlags::RDHUP,
-            )
-            .map_err(|err| Error::io("epoll add", err))?;
+            // An fd link is read by progress itself; its fd joins the epoll set only while
+            // the worker may sleep or reads through epoll (`fdpoll`).
+            if !caps.data_via_fd || self.fd_watched {
+                watch(&self.epoll, fd, e).map_err(|err| Error::io("epoll add", err))?;
+            }
             if caps.data_via_fd {
                 self.fd_links += 1;
                 crate::proto::wireup::set_tcp_keepalive(fd, &self.cfg);
@@ -388,6 +391,9 @@ impl State {
         ep.rx = Some(rx);
         if !self.active.contains(&e) {
             self.active.push(e);
+        }
+        if !self.fd_watched && self.fd_links > crate::proto::fdpoll::DIRECT_POLL_LINKS {
+            self.watch_fd_links()?;
         }
         Ok(())
     }
@@ -703,6 +709,23 @@ impl State {
         }
         self.written = ids;
         n
+    }
+}
+
+/// Add endpoint `e`'s link fd to the worker's epoll set (already there: fine).
+pub(crate) fn watch(
+    epfd: &OwnedFd,
+    fd: std::os::fd::BorrowedFd<'_>,
+    e: u32,
+) -> std::result::Result<(), rustix::io::Errno> {
+    match epoll::add(
+        epfd,
+        fd,
+        epoll::EventData::new_u64(token::make(token::EP, e)),
+        epoll::EventFlags::IN | epoll::EventFlags::RDHUP,
+    ) {
+        Ok(()) | Err(rustix::io::Errno::EXIST) => Ok(()),
+        Err(err) => Err(err),
     }
 }
 

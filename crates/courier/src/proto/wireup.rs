@@ -198,6 +198,8 @@ impl State {
             progress_calls: 0,
             in_progress: false,
             fd_links: 0,
+            fd_watched: false,
+            armed_at: 0,
             reap: Vec::new(),
             excluded,
             link_errors: Vec::new(),
