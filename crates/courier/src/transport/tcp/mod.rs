@@ -4,9 +4,10 @@
 //! side checks it before anything else. After that, in both directions, each frame is a
 //! 4-byte little-endian length (1 to [`MAX_FRAME`]) followed by that many bytes.
 //!
-//! Sending: `send` writes the length prefix and the parts with one `sendmsg` when nothing is
-//! queued; what the kernel does not take goes into a user-space queue (one growable buffer,
-//! reused), which `flush` writes out, many small frames in one system call. Beyond
+//! Sending: `send` writes the length prefix and the parts with one system call when nothing
+//! is queued (a small frame gathered on the stack with `send`, a larger one with
+//! `sendmsg`); what the kernel does not take goes into a user-space queue (one growable
+//! buffer, reused), which `flush` writes out, many small frames in one system call. Beyond
 //! [`HIGH_WATER`] queued bytes, `send` answers `NoResource` (back-pressure).
 //!
 //! Zero copy: `send_zc` queues the unwritten rest of a large frame (at least
@@ -58,6 +59,9 @@ pub const RX_BUDGET: usize = 4 << 20;
 
 const HDR: usize = 4;
 const RX_INITIAL: usize = 256 << 10;
+/// Frames up to this long (length prefix included) that leave at once are gathered into
+/// one piece on the stack first (`Tx::write_small`).
+const SMALL_SEND: usize = 512;
 /// Parts that go straight into one `sendmsg`; frames with more parts go through the queue.
 const MAX_IOV: usize = 16;
 /// Queue pieces written by one `sendmsg` of `flush`.
@@ -340,15 +344,16 @@ impl Tx {
         err
     }
 
-    /// One non-blocking write of `iov`; bytes taken (0 if the socket is full).
+    /// One non-blocking write of `iov`; bytes taken (0 if the socket is full). A single
+    /// piece goes with `send`, which spares the kernel importing a message header and an
+    /// iovec (about 40 ns per call on loopback).
     fn write(sock: &OwnedFd, iov: &[IoSlice<'_>]) -> std::result::Result<usize, Errno> {
+        let flags = SendFlags::NOSIGNAL | SendFlags::DONTWAIT;
         loop {
-            let r = net::sendmsg(
-                sock,
-                iov,
-                &mut SendAncillaryBuffer::default(),
-                SendFlags::NOSIGNAL | SendFlags::DONTWAIT,
-            );
+            let r = match iov {
+                [one] => net::send(sock, one, flags),
+                _ => net::sendmsg(sock, iov, &mut SendAncillaryBuffer::default(), flags),
+            };
             match r {
                 Ok(n) => return Ok(n),
                 Err(Errno::INTR) => continue,
@@ -440,6 +445,9 @@ impl Tx {
             }
         }
         let burst = std::mem::replace(&mut self.burst, true);
+        if self.segs.is_empty() && !burst && HDR + total <= SMALL_SEND {
+            return self.write_small(&hdr, parts, total);
+        }
         let large = HDR + total >= DIRECT_SEND;
         // A lone frame (the first since the last flush) leaves at once: latency. Frames of a
         // burst are coalesced and leave together (at `flush`, or when COALESCE bytes wait);
@@ -494,6 +502,39 @@ impl Tx {
             len: b.len(),
             token,
         });
+    }
+
+    /// The queue is empty and the frame small: gather it on the stack and write it with one
+    /// `send` (one piece); what the kernel does not take is queued. Always `Done`.
+    #[inline]
+    fn write_small(
+        &mut self,
+        hdr: &[u8; HDR],
+        parts: &[&[u8]],
+        total: usize,
+    ) -> Result<Sent, TxError> {
+        let len = HDR + total;
+        let mut buf = std::mem::MaybeUninit::<[u8; SMALL_SEND]>::uninit();
+        let base = buf.as_mut_ptr().cast::<u8>();
+        let mut at = 0;
+        for piece in std::iter::once(&hdr[..]).chain(parts.iter().copied()) {
+            // SAFETY: the pieces add up to `len <= SMALL_SEND` bytes (checked by the
+            // caller); `buf` is a different allocation from every piece.
+            unsafe { std::ptr::copy_nonoverlapping(piece.as_ptr(), base.add(at), piece.len()) };
+            at += piece.len();
+        }
+        // SAFETY: the first `len` bytes were written just above.
+        let frame = unsafe { std::slice::from_raw_parts(base, len) };
+        let wrote = match Self::write(&self.sock, &[IoSlice::new(frame)]) {
+            Ok(w) => w,
+            Err(e) => return Err(TxError::Failed(self.fail("tcp send", e))),
+        };
+        if wrote < len {
+            self.compact();
+            self.push_copy(&frame[wrote..]);
+        }
+        self.next_flush = self.queued() + COALESCE;
+        Ok(Sent::Done)
     }
 
     /// The queue is empty: write the frame from the caller's memory with as few `sendmsg`

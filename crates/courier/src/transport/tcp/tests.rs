@@ -772,3 +772,32 @@ fn maybe_ready_says_whether_anything_waits_in_the_buffer() {
     assert!(rx.maybe_ready());
     drop(atx);
 }
+
+#[test]
+fn a_small_frame_meeting_a_full_socket_is_queued_and_arrives_whole() {
+    // Small kernel buffers; lone small frames (each gathered into one piece and written
+    // with one `send`) until one finds the socket full and is queued, whole or its rest.
+    let cfg = cfg(&[("COURIER_TCP_SNDBUF", "16k"), ("COURIER_TCP_RCVBUF", "16k")]);
+    let ((mut tx, _crx), (_atx, mut rx)) = pair_on(LO4, &cfg).unwrap();
+    let mut frames = Vec::new();
+    while tx.queued() == 0 {
+        assert!(frames.len() < 100_000, "the kernel took everything");
+        let i = frames.len();
+        let f = pattern(i, 200 + i % 200);
+        assert!(f.len() + HDR <= SMALL_SEND);
+        let (a, b) = f.split_at(7);
+        tx.send(&[a, b, &[]]).unwrap();
+        frames.push(f);
+        if tx.queued() == 0 {
+            // Ends the burst, so the next frame is a lone one again.
+            assert!(tx.flush().unwrap());
+        }
+    }
+    let last = frames.last().map_or(0, |f| f.len() + HDR);
+    assert!(
+        tx.queued() <= last,
+        "only the frame that met the full socket is queued ({} of {last} bytes)",
+        tx.queued()
+    );
+    check(&frames, &receive_all(&mut tx, &mut rx, frames.len()));
+}
