@@ -15,10 +15,12 @@
 //! Counts are per call of each step; divide by the `n` given.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::Duration;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use courier::*;
+
+mod common;
+use common::Linked;
 
 const TAG: u64 = 7;
 
@@ -114,38 +116,14 @@ fn main() -> Result<()> {
         .nth(1)
         .and_then(|s| s.parse().ok())
         .unwrap_or(1000);
-    // Two contexts, as two processes would have: puts go the same-host way.
-    let ctx = Context::new(ContextParams::default().config("COURIER_TLS", "shm"))?;
-    let ctx_b = Context::new(ContextParams::default().config("COURIER_TLS", "shm"))?;
-    let a = Worker::new(&ctx, WorkerParams::default())?;
-    let b = Worker::new(
-        &ctx_b,
-        WorkerParams {
-            thread_mode: ThreadMode::Multi,
-        },
-    )?;
-    let stop = Arc::new(AtomicBool::new(false));
-    let helper = {
-        let (b, stop) = (b.clone(), stop.clone());
-        std::thread::spawn(move || {
-            while !stop.load(Ordering::Relaxed) {
-                if b.progress() == 0 {
-                    std::thread::yield_now();
-                }
-            }
-        })
-    };
-    let ab = a.connect(&b.address()?, EndpointParams::default())?;
-    ab.wait_connected(Duration::from_secs(5))?;
-    let ba = loop {
-        if let Some(ep) = b.incoming_endpoint() {
-            break ep;
-        }
-        std::thread::yield_now();
-    };
-    stop.store(true, Ordering::Relaxed);
-    let _ = helper.join();
-    println!("link: {:?}", ab.transport());
+    let Linked {
+        ctx_b,
+        a,
+        b,
+        ab,
+        ba,
+        ..
+    } = common::linked("shm")?;
 
     let data = *b"smallcst";
     let batch = 64; // well inside the FIFO

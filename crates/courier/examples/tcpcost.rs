@@ -16,11 +16,12 @@
 //! of each step; divide by the `n` given. Without valgrind it prints nanoseconds per step
 //! (system calls included), for a rough look.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use courier::*;
+
+mod common;
+use common::Linked;
 
 const TAG: u64 = 7;
 
@@ -83,38 +84,14 @@ fn main() -> Result<()> {
         .nth(1)
         .and_then(|s| s.parse().ok())
         .unwrap_or(1000);
-    // Two contexts, as two processes would have: the region is reached through the link.
-    let ctx_a = Context::new(ContextParams::default().config("COURIER_TLS", "tcp"))?;
-    let ctx_b = Context::new(ContextParams::default().config("COURIER_TLS", "tcp"))?;
-    let a = Worker::new(&ctx_a, WorkerParams::default())?;
-    let b = Worker::new(
-        &ctx_b,
-        WorkerParams {
-            thread_mode: ThreadMode::Multi,
-        },
-    )?;
-    let stop = Arc::new(AtomicBool::new(false));
-    let helper = {
-        let (b, stop) = (b.clone(), stop.clone());
-        std::thread::spawn(move || {
-            while !stop.load(Ordering::Relaxed) {
-                if b.progress() == 0 {
-                    std::thread::yield_now();
-                }
-            }
-        })
-    };
-    let ab = a.connect(&b.address()?, EndpointParams::default())?;
-    ab.wait_connected(Duration::from_secs(5))?;
-    let ba = loop {
-        if let Some(ep) = b.incoming_endpoint() {
-            break ep;
-        }
-        std::thread::yield_now();
-    };
-    stop.store(true, Ordering::Relaxed);
-    let _ = helper.join();
-    println!("link: {:?}", ab.transport());
+    let Linked {
+        ctx_b,
+        a,
+        b,
+        ab,
+        ba,
+        ..
+    } = common::linked("tcp")?;
 
     let mem = ctx_b.mem_map(MemMapParams::allocate(4096))?;
     let key = ab.rkey_unpack(&mem.pack_rkey()?)?;
