@@ -118,6 +118,25 @@ func pair(t *testing.T) (a, b *Worker, ep *Endpoint) {
 	return a, b, ep
 }
 
+// dial connects an endpoint from a to b by b's worker address and waits until it is up;
+// the caller closes it.
+func dial(t *testing.T, a, b *Worker) *Endpoint {
+	t.Helper()
+	addr, err := b.Address()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ep, err := a.NewEndpoint((&EndpointParams{}).SetWorkerAddress(addr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ep.WaitConnected(10 * time.Second); err != nil {
+		ep.CloseForce()
+		t.Fatal(err)
+	}
+	return ep
+}
+
 func TestStatusErrors(t *testing.T) {
 	var err error = &Error{Status: ErrRejected, Detail: "no thanks"}
 	if !errors.Is(err, ErrRejected) || errors.Is(err, ErrPeerFailure) {

@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"sync"
 	"testing"
-	"time"
 )
 
 var (
@@ -54,18 +53,8 @@ func TestDeviceMemory(t *testing.T) {
 	a, b := newWorker(t, c, ThreadModeMulti), newWorker(t, c, ThreadModeMulti)
 	stopA, stopB := progress(a), progress(b)
 	defer func() { stopA(); stopB(); a.Close(); b.Close() }()
-	addr, err := b.Address()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ep, err := a.NewEndpoint((&EndpointParams{}).SetWorkerAddress(addr))
-	if err != nil {
-		t.Fatal(err)
-	}
+	ep := dial(t, a, b)
 	defer ep.CloseForce()
-	if err := ep.WaitConnected(10 * time.Second); err != nil {
-		t.Fatal(err)
-	}
 	ctx := context.Background()
 	send := func(data []byte, tag uint64) {
 		t.Helper()

@@ -22,18 +22,8 @@ func TestProgressYieldsBetweenBusyHandlers(t *testing.T) {
 		a.Close()
 		b.Close()
 	})
-	addr, err := b.Address()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ep, err := a.NewEndpoint((&EndpointParams{}).SetWorkerAddress(addr))
-	if err != nil {
-		t.Fatal(err)
-	}
+	ep := dial(t, a, b)
 	t.Cleanup(func() { ep.CloseForce() })
-	if err := ep.WaitConnected(10 * time.Second); err != nil {
-		t.Fatal(err)
-	}
 	stopB() // b is progressed here from now on
 	const n = 1000
 	const busy = 20 * time.Microsecond
