@@ -112,10 +112,7 @@ fn drain(w: &Worker, mut done: impl FnMut() -> bool) {
 }
 
 fn main() -> Result<()> {
-    let n: usize = std::env::args()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(1000);
+    let n = common::count_arg();
     let Linked {
         ctx_b,
         a,

@@ -61,3 +61,11 @@ pub fn linked(tls: &str) -> Result<Linked> {
         _ctx_a: ctx_a,
     })
 }
+
+/// The repetition count given as the first argument (default 1000).
+pub fn count_arg() -> usize {
+    std::env::args()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1000)
+}
