@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Go binding benchmark: builds cmd/goperftest, runs server and client pinned to different
-# CPUs (taskset -c $SERVER_CPU / -c $CLIENT_CPU), 3 repetitions per point, and prints the
-# medians as one JSON line per point:
+# CPUs (taskset -c $SERVER_CPU / -c $CLIENT_CPU), 5 repetitions per point (Go and native
+# alternating), and prints the medians as one JSON line per point:
 #   8 B      active-message ping-pong latency (one-way, RTT/2)   goperftest -lat
 #   1, 4, 16 MiB  active-message bandwidth (window of 32)       goperftest
 # With NATIVE=1 the same points run with `target/release/courier perf` (-t ucp_am_lat /
 # ucp_am_bw) and print lines with "impl":"native" next to "impl":"go".
 #
-# Environment: REPS (3), SIZES ("8 1048576 4194304 16777216"), SERVER_CPU (0),
+# Environment: REPS (5), SIZES ("8 1048576 4194304 16777216"), SERVER_CPU (0),
 # CLIENT_CPU (1), PORT (first port, 13400), COURIER_TLS (as usual), NATIVE (0),
 # ITERS_LAT / ITERS_BW_1M / ITERS_BW_4M / ITERS_BW_16M, GOPERFTEST_FLAGS (e.g. -wakeup),
 # GOPERFTEST_BIN (a prebuilt goperftest: skip the build).
@@ -16,7 +16,7 @@ set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
-REPS=${REPS:-3}
+REPS=${REPS:-5}
 SIZES=${SIZES:-"8 1048576 4194304 16777216"}
 SERVER_CPU=${SERVER_CPU:-0}
 CLIENT_CPU=${CLIENT_CPU:-1}
@@ -24,8 +24,8 @@ PORT=${PORT:-13400}
 NATIVE=${NATIVE:-0}
 ITERS_LAT=${ITERS_LAT:-100000}
 ITERS_BW_1M=${ITERS_BW_1M:-10000}
-ITERS_BW_4M=${ITERS_BW_4M:-300}
-ITERS_BW_16M=${ITERS_BW_16M:-100}
+ITERS_BW_4M=${ITERS_BW_4M:-1000}
+ITERS_BW_16M=${ITERS_BW_16M:-300}
 GOPERFTEST_FLAGS=${GOPERFTEST_FLAGS:-}
 
 bin="${GOPERFTEST_BIN:-$root/target/goperftest}"
@@ -101,26 +101,26 @@ for size in $SIZES; do
     lat=0; test=am_bw
     if [ "$size" -le 8 ]; then lat=1; test=am_lat; fi
     iters=$(iters_for "$size")
-    lats=(); gbps=(); mbs=()
+    lats=(); gbps=(); mbs=(); nlats=(); nmbs=()
+    # Go and native alternate run by run, so that the machine's drift reaches both alike.
     for _ in $(seq "$REPS"); do
         j=$(run_go "$size" "$iters" "$lat")
         lats+=("$(field latency_us <<<"$j")")
         gbps+=("$(field bandwidth_gbps <<<"$j")")
         mbs+=("$(field bandwidth_mbs <<<"$j")")
+        if [ "$NATIVE" = 1 ]; then
+            j=$(run_native "$size" "$iters" "$lat")
+            nlats+=("$(field latency_avg_us <<<"$j")")
+            nmbs+=("$(field bandwidth_avg_mbs <<<"$j")")
+        fi
     done
     printf '{"impl":"go","test":"%s","size":%d,"iterations":%d,"reps":%d,"latency_us":%s,"bandwidth_gbps":%s,"bandwidth_mbs":%s}\n' \
         "$test" "$size" "$iters" "$REPS" \
         "$(printf '%s\n' "${lats[@]}" | median)" "$(printf '%s\n' "${gbps[@]}" | median)" "$(printf '%s\n' "${mbs[@]}" | median)"
     if [ "$NATIVE" = 1 ]; then
-        lats=(); mbs=()
-        for _ in $(seq "$REPS"); do
-            j=$(run_native "$size" "$iters" "$lat")
-            lats+=("$(field latency_avg_us <<<"$j")")
-            mbs+=("$(field bandwidth_avg_mbs <<<"$j")")
-        done
-        m=$(printf '%s\n' "${mbs[@]}" | median)
+        m=$(printf '%s\n' "${nmbs[@]}" | median)
         printf '{"impl":"native","test":"ucp_%s","size":%d,"iterations":%d,"reps":%d,"latency_us":%s,"bandwidth_gbps":%s,"bandwidth_mbs":%s}\n' \
             "$test" "$size" "$iters" "$REPS" \
-            "$(printf '%s\n' "${lats[@]}" | median)" "$(awk -v m="$m" 'BEGIN {printf "%.6f", m * 1048576 * 8 / 1e9}')" "$m"
+            "$(printf '%s\n' "${nlats[@]}" | median)" "$(awk -v m="$m" 'BEGIN {printf "%.6f", m * 1048576 * 8 / 1e9}')" "$m"
     fi
 done
