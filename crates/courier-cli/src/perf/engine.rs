@@ -650,6 +650,107 @@ fn send<'a>(
     link.check(r)
 }
 
+/// Receives finished by `counted_recvs`' callback: how many (failed ones too), and the
+/// first failure.
+struct RecvCount {
+    /// The size every message must have.
+    size: usize,
+    finished: AtomicU64,
+    any_failed: AtomicBool,
+    failed: Mutex<Option<String>>,
+}
+
+/// The callback of a counted receive. `user` is the address of a `RecvCount` that outlives
+/// every receive posted with it (`counted_recvs` frees it only once all have finished).
+fn recv_counted(user: usize, r: courier::Result<Info>, info: Info) {
+    // SAFETY: see above; the count is only read and written through atomics and a mutex.
+    let c = unsafe { &*(user as *const RecvCount) };
+    let failure = match r {
+        Err(e) => Some(format!("{e} (message of {} bytes)", info.len)),
+        Ok(i) if i.len != c.size => {
+            Some(format!("message has {} bytes, expected {}", i.len, c.size))
+        }
+        Ok(_) => None,
+    };
+    if let Some(m) = failure {
+        let mut g = c.failed.lock().unwrap_or_else(|p| p.into_inner());
+        if g.is_none() {
+            *g = Some(m);
+        }
+        c.any_failed.store(true, Ordering::Relaxed);
+    }
+    // One thread progresses the worker: a load and a store count without a locked
+    // instruction.
+    c.finished
+        .store(c.finished.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+}
+
+/// Receive `total` tag messages of `size` bytes with `w` receives posted at a time, all into
+/// the same buffer at `rbase` (their contents are not looked at), each finished by a
+/// callback that counts it: ucx_perftest's receiver (`tag_recv_cb`, `wait_recv_window`). A
+/// receive that finds its message already waiting finishes at once, without a callback.
+fn counted_recvs(link: &Link, total: u64, w: usize, rbase: *mut u8, size: usize) -> CliResult<()> {
+    let count = Box::new(RecvCount {
+        size,
+        finished: AtomicU64::new(0),
+        any_failed: AtomicBool::new(false),
+        failed: Mutex::new(None),
+    });
+    let user = &*count as *const RecvCount as usize;
+    let mut posted = 0u64;
+    let mut at_once = 0u64;
+    let mut idle = Idle::default();
+    let result = loop {
+        if count.any_failed.load(Ordering::Relaxed) {
+            let m = count
+                .failed
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .take();
+            break Err(CliError::run(format!(
+                "a message from {}: {}",
+                link.peer,
+                m.unwrap_or_default()
+            )));
+        }
+        let done = count.finished.load(Ordering::Relaxed) + at_once;
+        if done >= total {
+            break Ok(());
+        }
+        if posted < total && posted - done < w as u64 {
+            let buf = courier::Buf::One((rbase as usize, size));
+            let cb = courier::Callback::Raw(recv_counted, user);
+            // SAFETY: the buffer lies inside the receive area, which outlives this call;
+            // the receives overwrite one another's bytes, which nobody reads.
+            let started = unsafe { link.worker.tag_recv_raw(buf, TAG_PING, u64::MAX, cb) };
+            match link.check(started) {
+                Ok(courier::Started::Done(info)) if info.len != size => {
+                    break Err(CliError::run(format!(
+                        "message from {} has {} bytes, expected {size}",
+                        link.peer, info.len
+                    )));
+                }
+                Ok(courier::Started::Done(_)) => at_once += 1,
+                Ok(courier::Started::Pending(_)) => {}
+                Err(e) => break Err(e),
+            }
+            posted += 1;
+            continue;
+        }
+        if let Err(e) = link.poll(&mut idle) {
+            break Err(e);
+        }
+    };
+    if count.finished.load(Ordering::Relaxed) + at_once >= posted {
+        drop(count);
+    } else {
+        // Receives are still posted (the run failed): their callbacks may yet run, so the
+        // count must stay where they point. A failed run ends the test; this is its cost.
+        Box::leak(count);
+    }
+    result
+}
+
 fn check_tag(link: &Link, p: &Params, buf: &[u8], info: &Info) -> CliResult<()> {
     if info.len != buf.len() {
         return Err(CliError::run(format!(
@@ -907,6 +1008,10 @@ fn run_server(link: &Link, p: &Params, b: &Buffers, am: Option<Arc<AmState>>) ->
             // SAFETY: slot 0, used only by wait_count.
             let rb = unsafe { slot(rbase, 0, size) };
             am.wait_count(link, total, rb, p.check)?;
+            link.send_ctrl(TAG_FIN, &total.to_le_bytes())?;
+        }
+        TestKind::TagBw | TestKind::TagSyncBw if !p.check => {
+            counted_recvs(link, total, w, rbase, size)?;
             link.send_ctrl(TAG_FIN, &total.to_le_bytes())?;
         }
         TestKind::TagBw | TestKind::TagSyncBw => {
