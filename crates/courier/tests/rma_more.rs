@@ -1,0 +1,901 @@
+//! More one-sided operations between real processes (tests/rma.rs has the first ones).
+//!
+//! Two set-ups. In most tests the parent owns the memory and children (this binary re-run
+//! with `COURIER_TEST_ROLE`) connect, unpack the keys passed in their environment and act,
+//! while the parent progresses and then checks its memory. Where the target's own view
+//! matters (its log, a semaphore or signal it waits on) a child is the target: it prints
+//! its port and keys on stdout, the parent connects and acts, and the child checks.
+//!
+//! Transports: shared memory with allocated memory (plain loads, stores and CPU atomics),
+//! shared memory with registered memory (CMA for puts and gets, the owner's progress for
+//! atomics and signals; with `COURIER_SHM_CMA=no` everything through shm frames), and tcp
+//! with either kind of memory (everything through the owner's progress).
+
+use std::collections::hash_map::RandomState;
+use std::hash::{BuildHasher, Hasher};
+use std::io::{BufRead, BufReader, Read};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{Receiver, channel};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use courier::*;
+
+/// How long any one test may take before it fails.
+const DEADLINE: Duration = Duration::from_secs(60);
+
+// ----- transports and memory ----------------------------------------------------------------
+
+/// A transport selection, given to both sides.
+#[derive(Clone, Copy, Debug)]
+struct Net {
+    tls: &'static str,
+    cma: &'static str,
+}
+
+const SHM: Net = Net {
+    tls: "all",
+    cma: "auto",
+};
+const SHM_NOCMA: Net = Net {
+    tls: "all",
+    cma: "no",
+};
+const TCP: Net = Net {
+    tls: "tcp",
+    cma: "auto",
+};
+
+impl Net {
+    fn env(self) -> [(&'static str, String); 2] {
+        [
+            ("COURIER_TLS", self.tls.to_string()),
+            ("COURIER_SHM_CMA", self.cma.to_string()),
+        ]
+    }
+    fn from_env() -> Net {
+        let tls = std::env::var("COURIER_TLS").unwrap();
+        let cma = std::env::var("COURIER_SHM_CMA").unwrap();
+        [SHM, SHM_NOCMA, TCP]
+            .into_iter()
+            .find(|n| n.tls == tls && n.cma == cma)
+            .unwrap()
+    }
+    /// Whether refusals are decided by the target (as opposed to by this process, which
+    /// reads the owner's key table on the same host).
+    fn remote_checks(self) -> bool {
+        self.tls == "tcp"
+    }
+}
+
+fn ctx(net: Net) -> Context {
+    let f = Features {
+        rma: true,
+        atomics: true,
+        wakeup: true,
+        ..Default::default()
+    };
+    let mut p = ContextParams::default().features(f);
+    for (k, v) in net.env() {
+        p = p.config(k, &v);
+    }
+    Context::new(p).unwrap()
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Mem {
+    /// `MemMapParams::allocate`: a shared segment, mapped by same-host peers.
+    Alloc,
+    /// `MemMapParams::register` of the test's own buffer.
+    Reg,
+}
+
+/// A mapped region of either kind; the registered buffer outlives its mapping.
+struct Region {
+    mem: Memory,
+    _backing: Option<Vec<u64>>,
+}
+
+impl Region {
+    fn new(c: &Context, kind: Mem, len: usize, acc: u16) -> Region {
+        match kind {
+            Mem::Alloc => Region {
+                mem: c.mem_map(MemMapParams::allocate(len).access(acc)).unwrap(),
+                _backing: None,
+            },
+            Mem::Reg => {
+                // u64s: the words atomics and signals use must be aligned.
+                let mut b = vec![0u64; len.div_ceil(8)];
+                let mem = c
+                    .mem_map(MemMapParams::register(b.as_mut_ptr() as *mut u8, len).access(acc))
+                    .unwrap();
+                Region {
+                    mem,
+                    _backing: Some(b),
+                }
+            }
+        }
+    }
+    fn key(&self) -> Vec<u8> {
+        self.mem.pack_rkey().unwrap()
+    }
+    fn len(&self) -> usize {
+        self.mem.len()
+    }
+    /// The region's bytes. Callers look only while no peer writes them.
+    fn bytes(&self) -> &[u8] {
+        // SAFETY: our own live region.
+        unsafe { std::slice::from_raw_parts(self.mem.as_ptr(), self.len()) }
+    }
+    fn write(&self, off: usize, data: &[u8]) {
+        assert!(off + data.len() <= self.len());
+        // SAFETY: inside our own live region.
+        unsafe {
+            std::ptr::copy_nonoverlapping(data.as_ptr(), self.mem.as_ptr().add(off), data.len())
+        };
+    }
+    fn word(&self, off: usize) -> &AtomicU64 {
+        assert!(off.is_multiple_of(8) && off + 8 <= self.len());
+        // SAFETY: aligned (regions start on pages or u64 buffers), inside the region.
+        unsafe { AtomicU64::from_ptr(self.mem.as_ptr().add(off) as *mut u64) }
+    }
+}
+
+fn pattern(n: usize, seed: u64) -> Vec<u8> {
+    let s = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    (0..n)
+        .map(|i| ((i as u64).wrapping_mul(131).wrapping_add(s) >> 3) as u8 ^ (i >> 12) as u8)
+        .collect()
+}
+
+/// Where two byte strings first differ, for messages.
+fn first_diff(a: &[u8], b: &[u8]) -> String {
+    match a.iter().zip(b).position(|(x, y)| x != y) {
+        Some(i) => format!(
+            "first difference at byte {i}: {:#04x} vs {:#04x}",
+            a[i], b[i]
+        ),
+        None if a.len() != b.len() => format!("lengths {} vs {}", a.len(), b.len()),
+        None => "equal".into(),
+    }
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+fn unhex(s: &str) -> Vec<u8> {
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+        .collect()
+}
+
+fn keys_hex(keys: &[Vec<u8>]) -> String {
+    keys.iter().map(|k| hex(k)).collect::<Vec<_>>().join(",")
+}
+
+fn keys_unhex(s: &str) -> Vec<Vec<u8>> {
+    s.split(',').filter(|s| !s.is_empty()).map(unhex).collect()
+}
+
+/// `key` with a random secret in place of its own (bytes 16..24 of the packed key).
+fn forge_secret(key: &[u8]) -> Vec<u8> {
+    let mut k = key.to_vec();
+    let old = u64::from_le_bytes(k[16..24].try_into().unwrap());
+    let mut new = RandomState::new().build_hasher().finish();
+    if new == old {
+        new ^= 1;
+    }
+    k[16..24].copy_from_slice(&new.to_le_bytes());
+    k
+}
+
+/// `key` claiming `len` bytes.
+fn forge_length(key: &[u8], len: u64) -> Vec<u8> {
+    let mut k = key.to_vec();
+    k[32..40].copy_from_slice(&len.to_le_bytes());
+    k
+}
+
+// ----- processes ----------------------------------------------------------------------------
+
+/// A child process; killed (and reaped) if the test ends before it does.
+struct Kid {
+    child: Child,
+    role: String,
+    stderr: Option<JoinHandle<String>>,
+    stdout: Option<Receiver<String>>,
+}
+
+impl Kid {
+    fn spawn(role: &str, net: Net, env: &[(&str, String)]) -> Kid {
+        let mut cmd = Command::new(std::env::current_exe().unwrap());
+        cmd.args(["--exact", "child_entry", "--nocapture", "--test-threads=1"])
+            .env("COURIER_TEST_ROLE", role)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        for (k, v) in net.env() {
+            cmd.env(k, v);
+        }
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let mut child = cmd.spawn().unwrap();
+        // Both pipes are drained all along, so a chatty child never blocks on them.
+        let mut err = child.stderr.take().unwrap();
+        let stderr = std::thread::spawn(move || {
+            let mut s = String::new();
+            let _ = err.read_to_string(&mut s);
+            s
+        });
+        let out = child.stdout.take().unwrap();
+        let (tx, rx) = channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(out).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Kid {
+            child,
+            role: role.into(),
+            stderr: Some(stderr),
+            stdout: Some(rx),
+        }
+    }
+
+    /// The value of the first stdout line `NAME value` (the child prints it at start).
+    fn line(&self, name: &str) -> String {
+        let rx = self.stdout.as_ref().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match rx.recv_timeout(left) {
+                // The test harness may have printed on the same line before.
+                Ok(l) => {
+                    if let Some((_, v)) = l.split_once(&format!("{name} ")) {
+                        return v.to_string();
+                    }
+                }
+                Err(_) => panic!("child {} printed no {name} line", self.role),
+            }
+        }
+    }
+
+    /// `Some(stderr)` once it has exited; panics (with its stderr) if it failed.
+    fn poll(&mut self) -> Option<String> {
+        let st = self.child.try_wait().unwrap()?;
+        let err = self.stderr.take().unwrap().join().unwrap();
+        assert!(
+            st.success(),
+            "child {} failed ({st}); its stderr:\n{err}",
+            self.role
+        );
+        Some(err)
+    }
+}
+
+impl Drop for Kid {
+    fn drop(&mut self) {
+        if self.stderr.is_some() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// Progress `w` (and run `also`) until every child has exited; each must exit 0. Returns
+/// their stderr.
+fn serve(w: &Worker, kids: &mut [Kid], mut also: impl FnMut()) -> Vec<String> {
+    let deadline = Instant::now() + DEADLINE;
+    let mut out: Vec<Option<String>> = kids.iter().map(|_| None).collect();
+    while out.iter().any(|o| o.is_none()) {
+        w.progress();
+        also();
+        for (k, o) in kids.iter_mut().zip(out.iter_mut()) {
+            if o.is_none() {
+                *o = k.poll();
+            }
+        }
+        assert!(Instant::now() < deadline, "children did not finish in time");
+    }
+    out.into_iter().map(|o| o.unwrap()).collect()
+}
+
+/// Progress `w` until `cond` holds; fails at once if the child exits meanwhile.
+fn progress_until(w: &Worker, kid: &mut Kid, what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + DEADLINE;
+    while !cond() {
+        w.progress();
+        if let Some(err) = kid.poll() {
+            if cond() {
+                return;
+            }
+            panic!(
+                "child {} exited while we waited for {what}; its stderr:\n{err}",
+                kid.role
+            );
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+    }
+}
+
+/// The parent as owner: a worker with a listener that accepts every child.
+struct Owner {
+    c: Context,
+    w: Worker,
+    _l: Listener,
+    _eps: Arc<Mutex<Vec<Endpoint>>>,
+    port: u16,
+}
+
+impl Owner {
+    fn new(net: Net) -> Owner {
+        let c = ctx(net);
+        let w = Worker::new(&c, WorkerParams::default()).unwrap();
+        let eps: Arc<Mutex<Vec<Endpoint>>> = Arc::default();
+        let e2 = eps.clone();
+        let l = Listener::new(&w, "127.0.0.1:0".parse().unwrap(), move |r: ConnRequest| {
+            if let Ok(ep) = r.accept(EndpointParams::default()) {
+                e2.lock().unwrap().push(ep);
+            }
+        })
+        .unwrap();
+        let port = l.local_addr().port();
+        Owner {
+            c,
+            w,
+            _l: l,
+            _eps: eps,
+            port,
+        }
+    }
+
+    /// Start a child acting on `keys`.
+    fn spawn(&self, role: &str, net: Net, keys: &[Vec<u8>], env: &[(&str, String)]) -> Kid {
+        let mut all = vec![
+            ("COURIER_TEST_PORT", self.port.to_string()),
+            ("COURIER_TEST_KEYS", keys_hex(keys)),
+        ];
+        all.extend(env.iter().map(|(k, v)| (*k, v.clone())));
+        Kid::spawn(role, net, &all)
+    }
+}
+
+// ----- the child side -----------------------------------------------------------------------
+
+/// A child acting on the parent's memory: connected, with the keys unpacked.
+struct Actor {
+    _c: Context,
+    _w: Worker,
+    ep: Endpoint,
+    raw: Vec<Vec<u8>>,
+    rk: Vec<RemoteKey>,
+    net: Net,
+}
+
+fn actor() -> Actor {
+    let net = Net::from_env();
+    let port: u16 = std::env::var("COURIER_TEST_PORT").unwrap().parse().unwrap();
+    let raw = keys_unhex(&std::env::var("COURIER_TEST_KEYS").unwrap());
+    let c = ctx(net);
+    let w = Worker::new(&c, WorkerParams::default()).unwrap();
+    let ep = w
+        .connect_sockaddr(
+            ([127, 0, 0, 1], port).into(),
+            std::process::id() as u64,
+            EndpointParams::default(),
+        )
+        .unwrap();
+    ep.wait_connected(Duration::from_secs(10)).unwrap();
+    let rk = raw.iter().map(|k| ep.rkey_unpack(k).unwrap()).collect();
+    Actor {
+        _c: c,
+        _w: w,
+        ep,
+        raw,
+        rk,
+        net,
+    }
+}
+
+/// A child that is the target: it listens, prints `PORT` and then `KEYS` on stdout, and
+/// progresses while it waits for what the parent does.
+struct Target {
+    c: Context,
+    w: Worker,
+    _l: Listener,
+    eps: Arc<Mutex<Vec<Endpoint>>>,
+    deadline: Instant,
+}
+
+fn target() -> Target {
+    let c = ctx(Net::from_env());
+    let w = Worker::new(&c, WorkerParams::default()).unwrap();
+    let eps: Arc<Mutex<Vec<Endpoint>>> = Arc::default();
+    let e2 = eps.clone();
+    let l = Listener::new(&w, "127.0.0.1:0".parse().unwrap(), move |r: ConnRequest| {
+        if let Ok(ep) = r.accept(EndpointParams::default()) {
+            e2.lock().unwrap().push(ep);
+        }
+    })
+    .unwrap();
+    println!("PORT {}", l.local_addr().port());
+    Target {
+        c,
+        w,
+        _l: l,
+        eps,
+        deadline: Instant::now() + DEADLINE,
+    }
+}
+
+impl Target {
+    fn publish(&self, keys: &[Vec<u8>]) {
+        println!("KEYS {}", keys_hex(keys));
+    }
+    /// The parent's endpoint, once it has connected.
+    fn ep(&self) -> Endpoint {
+        while self.eps.lock().unwrap().is_empty() {
+            self.w.progress();
+            assert!(Instant::now() < self.deadline, "the parent did not connect");
+        }
+        self.eps.lock().unwrap()[0].clone()
+    }
+    fn recv_u64(&self, tag: u64) -> u64 {
+        let mut b = [0u8; 8];
+        let mut r = self.w.tag_recv(&mut b, tag, u64::MAX).unwrap();
+        while !r.is_done() {
+            self.w.progress();
+            assert!(
+                Instant::now() < self.deadline,
+                "no message {tag:#x} from the parent"
+            );
+        }
+        r.wait().unwrap();
+        u64::from_le_bytes(b)
+    }
+}
+
+fn send_u64(ep: &Endpoint, tag: u64, v: u64) {
+    ep.tag_send(&v.to_le_bytes(), tag).unwrap().wait().unwrap();
+}
+
+/// The parent as client of a target child: connected, with the child's keys.
+struct Client {
+    _c: Context,
+    w: Worker,
+    ep: Endpoint,
+    raw: Vec<Vec<u8>>,
+    rk: Vec<RemoteKey>,
+}
+
+fn client(kid: &mut Kid, net: Net) -> Client {
+    let port: u16 = kid.line("PORT").parse().unwrap();
+    let raw = keys_unhex(&kid.line("KEYS"));
+    let c = ctx(net);
+    let w = Worker::new(&c, WorkerParams::default()).unwrap();
+    let ep = w
+        .connect_sockaddr(
+            ([127, 0, 0, 1], port).into(),
+            std::process::id() as u64,
+            EndpointParams::default(),
+        )
+        .unwrap();
+    progress_until(&w, kid, "the connection", || ep.is_connected().unwrap());
+    let rk = raw.iter().map(|k| ep.rkey_unpack(k).unwrap()).collect();
+    Client {
+        _c: c,
+        w,
+        ep,
+        raw,
+        rk,
+    }
+}
+
+impl Client {
+    /// Tell the child to finish; wait until it has, and return its stderr.
+    fn finish(&self, kid: &mut Kid) -> String {
+        self.ep.flush().unwrap();
+        send_u64(&self.ep, EXIT, 0);
+        serve(&self.w, std::slice::from_mut(kid), || {}).remove(0)
+    }
+}
+
+/// Parent to target child: finish.
+const EXIT: u64 = 0xe41;
+
+fn child_entry_main() {
+    let Ok(role) = std::env::var("COURIER_TEST_ROLE") else {
+        return;
+    };
+    match role.as_str() {
+        "forged" => child_forged(),
+        "log_target" => child_log_target(),
+        other => panic!("unknown role {other}"),
+    }
+    std::process::exit(0);
+}
+
+#[test]
+fn child_entry() {
+    child_entry_main();
+}
+
+// ----- refusals -----------------------------------------------------------------------------
+
+/// Why an operation must be refused.
+#[derive(Clone, Copy, Debug)]
+enum Why {
+    /// A key whose secret is not the region's.
+    Forged,
+    /// A key of a region its owner unmapped.
+    Stale,
+    /// The region was mapped without the right (`what`: "read", "write", "atomics").
+    NoRight(&'static str),
+    /// Outside the region.
+    Range,
+}
+
+impl Why {
+    fn status(self) -> Status {
+        match self {
+            Why::Forged | Why::Stale => Status::InvalidKey,
+            Why::NoRight(_) => Status::AccessDenied,
+            Why::Range => Status::OutOfRange,
+        }
+    }
+    /// Words the error's sentence must hold. Refused here (same host: the owner's key
+    /// table is read here), the sentence is the owner's record's; refused by the target,
+    /// it says the target refused, and the status names why.
+    fn check(self, e: &Error, remote: bool) {
+        assert_eq!(e.status(), self.status(), "{self:?}: {e}");
+        let d = e.detail();
+        let ok = if remote {
+            d.contains("target refused") && d.contains(self.status().as_str())
+        } else {
+            match self {
+                Why::Forged => d.contains("forged"),
+                Why::Stale => d.contains("stale") || d.contains("not mapped"),
+                Why::NoRight(what) => d.contains(&format!("remote {what} access")),
+                Why::Range => d.contains("outside"),
+            }
+        };
+        assert!(ok, "{self:?}: the error does not say why: {e}");
+    }
+}
+
+/// The operation must be refused for `why`: at once, at completion, or (operations the
+/// target does not acknowledge one by one) at the next flush; reported once.
+fn refused(a: &Actor, r: Result<Request<'_>>, why: Why, what: &str) {
+    refused_on(&a.ep, a.net.remote_checks(), r, why, what)
+}
+
+fn refused_on(ep: &Endpoint, remote: bool, r: Result<Request<'_>>, why: Why, what: &str) {
+    let e = match r {
+        Err(e) => e,
+        Ok(req) => match req.wait() {
+            Err(e) => e,
+            Ok(_) => match ep.flush() {
+                Err(e) => e,
+                Ok(()) => panic!("{what}: not refused ({why:?})"),
+            },
+        },
+    };
+    why.check(&e, remote);
+    if let Err(e) = ep.flush() {
+        panic!("{what}: a second error after the refusal: {e}");
+    }
+}
+
+const ALL_OPS: [AtomicOp; 6] = [
+    AtomicOp::Add,
+    AtomicOp::And,
+    AtomicOp::Or,
+    AtomicOp::Xor,
+    AtomicOp::Swap,
+    AtomicOp::Cswap,
+];
+
+/// Region size of the refusal tests.
+const FLEN: usize = 64 << 10;
+
+fn child_forged() {
+    // rk[0]: T (all rights), rk[1]: NR (write and atomics, no read), rk[2]: a region unmapped
+    // before we ran (its owner mapped another one since, likely in its place), rk[3]: S, a
+    // signal region (all rights).
+    let a = actor();
+    let (tb, tlen) = a.rk[0].bounds();
+    let (nb, _) = a.rk[1].bounds();
+    let (xb, _) = a.rk[2].bounds();
+    let (sb, slen) = a.rk[3].bounds();
+    let fk = a.ep.rkey_unpack(&forge_secret(&a.raw[0])).unwrap();
+    let fsig = a.ep.rkey_unpack(&forge_secret(&a.raw[3])).unwrap();
+    let wide = a.ep.rkey_unpack(&forge_length(&a.raw[0], 1 << 20)).unwrap();
+    let (stale, t, nr, s) = (&a.rk[2], &a.rk[0], &a.rk[1], &a.rk[3]);
+
+    // A get without the read right, small and large: refused, nothing read.
+    for n in [8usize, 40_000] {
+        let mut sink = vec![0xccu8; n];
+        refused(
+            &a,
+            a.ep.get(&mut sink, nb, nr),
+            Why::NoRight("read"),
+            "get without the read right",
+        );
+        assert!(sink.iter().all(|&b| b == 0xcc), "a refused get wrote {n}");
+    }
+    // Forged and stale keys on gets.
+    for (k, base, why) in [(&fk, tb, Why::Forged), (stale, xb, Why::Stale)] {
+        for n in [8usize, 40_000] {
+            let mut sink = vec![0xccu8; n];
+            refused(&a, a.ep.get(&mut sink, base, k), why, "get");
+            assert!(sink.iter().all(|&b| b == 0xcc), "a refused get wrote {n}");
+        }
+    }
+    // Forged and stale keys on every atomic, both widths.
+    for (k, base, why) in [(&fk, tb, Why::Forged), (stale, xb, Why::Stale)] {
+        for op in ALL_OPS {
+            for bits32 in [false, true] {
+                let what = format!("{op:?} (32-bit: {bits32}) with a {why:?} key");
+                refused(
+                    &a,
+                    a.ep.atomic(op, 0x5a5a, 0x1111_1111, base + 64, k, bits32),
+                    why,
+                    &what,
+                );
+            }
+        }
+    }
+    // Atomics out of the region's range with an honest key, and with a key that claims
+    // more than the region (the owner's record decides).
+    for (addr, bits32) in [
+        (tb + tlen, false),
+        (tb + tlen, true),
+        (tb + tlen + 4096, false),
+        (tb - 8, false),
+        (tb - 4, true),
+    ] {
+        for op in [AtomicOp::Add, AtomicOp::Cswap] {
+            let what = format!(
+                "{op:?} at base{:+} (32-bit: {bits32})",
+                addr as i64 - tb as i64
+            );
+            refused(
+                &a,
+                a.ep.atomic(op, 1, 0, addr, t, bits32),
+                Why::Range,
+                &what,
+            );
+        }
+    }
+    refused(
+        &a,
+        a.ep.atomic(AtomicOp::Add, 1, 0, tb + tlen, &wide, false),
+        Why::Range,
+        "atomic past the region with a key claiming 1 MiB",
+    );
+    // put_signal: a bad data key with a good signal key, a good data key with a bad
+    // signal key; neither the data nor the signal may change.
+    let msg = [0xeeu8; 256];
+    for (dk, db, sk, sbase, why, what) in [
+        (&fk, tb, s, sb, Why::Forged, "forged data key"),
+        (stale, xb, s, sb, Why::Stale, "stale data key"),
+        (t, tb, &fsig, sb, Why::Forged, "forged signal key"),
+        (t, tb, stale, xb, Why::Stale, "stale signal key"),
+        (
+            t,
+            tb,
+            s,
+            sb + slen,
+            Why::Range,
+            "signal word past its region",
+        ),
+        (t, tb + tlen - 8, s, sb, Why::Range, "data past its region"),
+    ] {
+        for op in [SignalOp::Set, SignalOp::Add] {
+            refused(
+                &a,
+                a.ep.put_signal(&msg, db, dk, sbase, sk, 99, op),
+                why,
+                &format!("put_signal {op:?} with a {what}"),
+            );
+        }
+    }
+    // Honest operations still work: one add on S's first word, and T reads back whole.
+    let old =
+        a.ep.atomic(AtomicOp::Add, 1, 0, sb, s, false)
+            .unwrap()
+            .wait()
+            .unwrap()
+            .value;
+    assert_eq!(old, S_INIT, "the signal word changed before the honest add");
+    let mut back = vec![0u8; tlen as usize];
+    a.ep.get(&mut back, tb, t).unwrap().wait().unwrap();
+    assert!(
+        back == pattern(FLEN, 1),
+        "T reads back different: {}",
+        first_diff(&back, &pattern(FLEN, 1))
+    );
+    a.ep.flush().unwrap();
+}
+
+const S_INIT: u64 = 0x5151_5151_5151_5151;
+
+fn forged(net: Net, kind: Mem) {
+    let o = Owner::new(net);
+    let t = Region::new(&o.c, kind, FLEN, access::ALL);
+    t.write(0, &pattern(FLEN, 1));
+    let nr = Region::new(&o.c, kind, FLEN, access::WRITE | access::ATOMIC);
+    nr.write(0, &pattern(FLEN, 2));
+    let stale = Region::new(&o.c, kind, FLEN, access::ALL);
+    let stale_key = stale.key();
+    drop(stale);
+    // Likely the same slot and, for allocated memory, the same address: a stale key must
+    // not reach it.
+    let reuse = Region::new(&o.c, kind, FLEN, access::ALL);
+    reuse.write(0, &pattern(FLEN, 3));
+    let s = Region::new(&o.c, kind, 4096, access::ALL);
+    s.write(0, &pattern(4096, 4));
+    s.word(0).store(S_INIT, Ordering::Release);
+    let keys = [t.key(), nr.key(), stale_key, s.key()];
+    let mut kid = o.spawn("forged", net, &keys, &[]);
+    serve(&o.w, std::slice::from_mut(&mut kid), || {});
+    for (r, seed, name) in [
+        (&t, 1, "T"),
+        (&nr, 2, "NR"),
+        (&reuse, 3, "the reused region"),
+    ] {
+        let want = pattern(FLEN, seed);
+        assert!(
+            r.bytes() == &want[..],
+            "a refused operation changed {name}: {}",
+            first_diff(r.bytes(), &want)
+        );
+    }
+    let mut want = pattern(4096, 4);
+    want[..8].copy_from_slice(&(S_INIT + 1).to_le_bytes());
+    assert!(
+        s.bytes() == &want[..],
+        "the signal region holds more than the honest add: {}",
+        first_diff(s.bytes(), &want)
+    );
+}
+
+#[test]
+fn forged_stale_and_out_of_range_shm_allocated() {
+    forged(SHM, Mem::Alloc);
+}
+
+#[test]
+fn forged_stale_and_out_of_range_shm_registered() {
+    forged(SHM, Mem::Reg);
+}
+
+#[test]
+fn forged_stale_and_out_of_range_shm_registered_no_cma() {
+    forged(SHM_NOCMA, Mem::Reg);
+}
+
+#[test]
+fn forged_stale_and_out_of_range_tcp_allocated() {
+    forged(TCP, Mem::Alloc);
+}
+
+#[test]
+fn forged_stale_and_out_of_range_tcp_registered() {
+    forged(TCP, Mem::Reg);
+}
+
+/// Over tcp the target decides: it logs each refusal (at warn, `COURIER_LOG_LEVEL`) and
+/// goes on serving.
+fn child_log_target() {
+    let t = target();
+    let r = Region::new(&t.c, Mem::Alloc, 4096, access::ALL);
+    r.write(0, &pattern(4096, 5));
+    let stale = Region::new(&t.c, Mem::Alloc, 4096, access::ALL);
+    let stale_key = stale.key();
+    drop(stale);
+    t.publish(&[r.key(), stale_key]);
+    let _ep = t.ep();
+    t.recv_u64(EXIT);
+    let mut want = pattern(4096, 5);
+    let w = u64::from_le_bytes(want[64..72].try_into().unwrap());
+    want[64..72].copy_from_slice(&(w + 1).to_le_bytes());
+    assert!(
+        r.bytes() == &want[..],
+        "the target's memory is not what the one honest add left: {}",
+        first_diff(r.bytes(), &want)
+    );
+}
+
+#[test]
+fn target_logs_refusals_and_goes_on_serving_tcp() {
+    let mut kid = Kid::spawn(
+        "log_target",
+        TCP,
+        &[("COURIER_LOG_LEVEL", "warn".to_string())],
+    );
+    let cl = client(&mut kid, TCP);
+    let me = cl
+        .ep
+        .local_sockaddr()
+        .expect("a tcp endpoint has a socket address");
+    let (tb, _) = cl.rk[0].bounds();
+    let (xb, _) = cl.rk[1].bounds();
+    let fk = cl.ep.rkey_unpack(&forge_secret(&cl.raw[0])).unwrap();
+    let mut sink = [0xccu8; 64];
+    refused_on(
+        &cl.ep,
+        true,
+        cl.ep.get(&mut sink, tb, &fk),
+        Why::Forged,
+        "forged get",
+    );
+    assert_eq!(sink, [0xcc; 64]);
+    refused_on(
+        &cl.ep,
+        true,
+        cl.ep.atomic(AtomicOp::Add, 1, 0, tb + 64, &fk, false),
+        Why::Forged,
+        "forged atomic",
+    );
+    refused_on(
+        &cl.ep,
+        true,
+        cl.ep.put(&[0xee; 64], xb, &cl.rk[1]),
+        Why::Stale,
+        "stale put",
+    );
+    // Then an honest add and an honest read, served as usual.
+    let want = pattern(4096, 5);
+    let old = cl
+        .ep
+        .atomic(AtomicOp::Add, 1, 0, tb + 64, &cl.rk[0], false)
+        .unwrap()
+        .wait()
+        .unwrap()
+        .value;
+    assert_eq!(old, u64::from_le_bytes(want[64..72].try_into().unwrap()));
+    let mut back = vec![0u8; 4096];
+    cl.ep.get(&mut back, tb, &cl.rk[0]).unwrap().wait().unwrap();
+    assert_eq!(back[..64], want[..64]);
+    assert_eq!(
+        u64::from_le_bytes(back[64..72].try_into().unwrap()),
+        old + 1
+    );
+    assert_eq!(back[72..], want[72..]);
+    let log = cl.finish(&mut kid);
+    // One line per refusal, in order, naming why (and the peer, for operations); none for
+    // the honest operations.
+    let lines: Vec<&str> = log.lines().filter(|l| l.contains("refused")).collect();
+    let expect = [
+        ("refused a remote read: ", "has a wrong secret (forged key)"),
+        (
+            &format!("refused a remote operation from {me}: ")[..],
+            "has a wrong secret (forged key)",
+        ),
+        (
+            &format!("refused a remote operation from {me}: ")[..],
+            "is not mapped (stale key, or unmapped)",
+        ),
+    ];
+    assert_eq!(
+        lines.len(),
+        expect.len(),
+        "expected {} refusal lines in the target's log:\n{log}",
+        expect.len()
+    );
+    for (line, (head, why)) in lines.iter().zip(expect) {
+        assert!(
+            line.contains(" WARN ") && line.contains(head) && line.contains(why),
+            "log line {line:?} should say {head:?} ... {why:?}; the whole log:\n{log}"
+        );
+    }
+}
