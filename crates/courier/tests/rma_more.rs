@@ -150,13 +150,17 @@ fn pattern(n: usize, seed: u64) -> Vec<u8> {
         .collect()
 }
 
-/// Where two byte strings first differ, for messages.
+/// Where two byte strings differ, for messages.
 fn first_diff(a: &[u8], b: &[u8]) -> String {
+    let n = a.iter().zip(b).filter(|(x, y)| x != y).count();
     match a.iter().zip(b).position(|(x, y)| x != y) {
-        Some(i) => format!(
-            "first difference at byte {i}: {:#04x} vs {:#04x}",
-            a[i], b[i]
-        ),
+        Some(i) => {
+            let last = a.iter().zip(b).rposition(|(x, y)| x != y).unwrap();
+            format!(
+                "{n} bytes differ, from byte {i} ({:#04x} vs {:#04x}) to byte {last}",
+                a[i], b[i]
+            )
+        }
         None if a.len() != b.len() => format!("lengths {} vs {}", a.len(), b.len()),
         None => "equal".into(),
     }
@@ -331,7 +335,7 @@ struct Owner {
     c: Context,
     w: Worker,
     _l: Listener,
-    _eps: Arc<Mutex<Vec<Endpoint>>>,
+    eps: Arc<Mutex<Vec<Endpoint>>>,
     port: u16,
 }
 
@@ -352,7 +356,7 @@ impl Owner {
             c,
             w,
             _l: l,
-            _eps: eps,
+            eps,
             port,
         }
     }
@@ -366,6 +370,14 @@ impl Owner {
         all.extend(env.iter().map(|(k, v)| (*k, v.clone())));
         Kid::spawn(role, net, &all)
     }
+
+    /// The endpoint of the first child that connected.
+    fn ep(&self, kid: &mut Kid) -> Endpoint {
+        progress_until(&self.w, kid, "the child to connect", || {
+            !self.eps.lock().unwrap().is_empty()
+        });
+        self.eps.lock().unwrap()[0].clone()
+    }
 }
 
 // ----- the child side -----------------------------------------------------------------------
@@ -373,7 +385,7 @@ impl Owner {
 /// A child acting on the parent's memory: connected, with the keys unpacked.
 struct Actor {
     _c: Context,
-    _w: Worker,
+    w: Worker,
     ep: Endpoint,
     raw: Vec<Vec<u8>>,
     rk: Vec<RemoteKey>,
@@ -397,7 +409,7 @@ fn actor() -> Actor {
     let rk = raw.iter().map(|k| ep.rkey_unpack(k).unwrap()).collect();
     Actor {
         _c: c,
-        _w: w,
+        w,
         ep,
         raw,
         rk,
@@ -519,6 +531,9 @@ fn child_entry_main() {
         "forged" => child_forged(),
         "log_target" => child_log_target(),
         "everyop" => child_everyop(),
+        "bigsig" => child_bigsig(),
+        "bigsig_badkey" => child_bigsig_badkey(),
+        "bigput_overrun" => child_bigput_overrun(),
         other => panic!("unknown role {other}"),
     }
     std::process::exit(0);
@@ -1206,4 +1221,213 @@ fn every_operation_tcp_allocated() {
 #[test]
 fn every_operation_tcp_registered() {
     everyop(TCP, Mem::Reg);
+}
+
+// ----- signalling puts larger than a frame --------------------------------------------------
+
+/// Parent to child: the round was checked.
+const ACK: u64 = 0xac;
+const MIB: usize = 1 << 20;
+/// More than one tcp frame (16 MiB).
+const TCP_MULTI: usize = 17 * MIB + 4099;
+
+fn sizes_env(sizes: &[usize]) -> (&'static str, String) {
+    let v: Vec<String> = sizes.iter().map(|s| s.to_string()).collect();
+    ("COURIER_TEST_SIZES", v.join(","))
+}
+
+fn sizes_from_env() -> Vec<usize> {
+    std::env::var("COURIER_TEST_SIZES")
+        .unwrap()
+        .split(',')
+        .map(|s| s.parse().unwrap())
+        .collect()
+}
+
+/// Round `r`: odd rounds set the signal to `r`, even ones add 1 to `r - 1`.
+fn round_op(r: u64) -> (SignalOp, u64) {
+    if r % 2 == 1 {
+        (SignalOp::Set, r)
+    } else {
+        (SignalOp::Add, 1)
+    }
+}
+
+fn child_bigsig() {
+    let a = actor();
+    let (d, s) = (&a.rk[0], &a.rk[1]);
+    let (db, _) = d.bounds();
+    let (sb, _) = s.bounds();
+    for (i, &n) in sizes_from_env().iter().enumerate() {
+        let r = i as u64 + 1;
+        let (op, v) = round_op(r);
+        let data = pattern(n, r);
+        a.ep.put_signal(&data, db, d, sb, s, v, op)
+            .unwrap()
+            .wait()
+            .unwrap();
+        // The owner reads the round before we write the next.
+        let mut ack = [0u8; 8];
+        a.w.tag_recv(&mut ack, ACK, u64::MAX)
+            .unwrap()
+            .wait()
+            .unwrap();
+        assert_eq!(u64::from_le_bytes(ack), r);
+    }
+}
+
+/// The owner watches the signal word; when it moves, the whole round's data must be
+/// there.
+fn bigsig(net: Net, kind: Mem, sizes: &[usize]) {
+    let o = Owner::new(net);
+    let max = *sizes.iter().max().unwrap();
+    let d = Region::new(&o.c, kind, max, access::ALL);
+    let s = Region::new(&o.c, kind, 64, access::ALL);
+    let mut kid = o.spawn("bigsig", net, &[d.key(), s.key()], &[sizes_env(sizes)]);
+    let ep = o.ep(&mut kid);
+    for (i, &n) in sizes.iter().enumerate() {
+        let r = i as u64 + 1;
+        progress_until(&o.w, &mut kid, &format!("signal {r}"), || {
+            s.word(0).load(Ordering::Acquire) != r - 1
+        });
+        assert_eq!(
+            s.word(0).load(Ordering::Acquire),
+            r,
+            "the signal skipped or went back"
+        );
+        let want = pattern(n, r);
+        let got = &d.bytes()[..n];
+        assert!(
+            got == &want[..],
+            "round {r}: signal seen before all of its {n} bytes: {}",
+            first_diff(got, &want)
+        );
+        send_u64(&ep, ACK, r);
+    }
+    serve(&o.w, std::slice::from_mut(&mut kid), || {});
+}
+
+#[test]
+fn put_signal_larger_than_a_frame_tcp_allocated() {
+    bigsig(TCP, Mem::Alloc, &[MIB, TCP_MULTI, MIB + 1, TCP_MULTI, 4096]);
+}
+
+#[test]
+fn put_signal_larger_than_a_frame_tcp_registered() {
+    bigsig(TCP, Mem::Reg, &[MIB, TCP_MULTI, MIB + 1, TCP_MULTI, 4096]);
+}
+
+#[test]
+fn put_signal_larger_than_a_frame_shm_registered() {
+    // shm frames hold 64 KiB at most.
+    bigsig(
+        SHM,
+        Mem::Reg,
+        &[MIB, 3 * MIB + 5, MIB, 200_000, MIB, 65_536],
+    );
+}
+
+#[test]
+fn put_signal_larger_than_a_frame_shm_registered_no_cma() {
+    bigsig(SHM_NOCMA, Mem::Reg, &[MIB, 3 * MIB + 5, 200_000]);
+}
+
+fn child_bigsig_badkey() {
+    let a = actor();
+    let (d, s) = (&a.rk[0], &a.rk[1]);
+    let (db, dlen) = d.bounds();
+    let (sb, _) = s.bounds();
+    let fd = a.ep.rkey_unpack(&forge_secret(&a.raw[0])).unwrap();
+    let fs = a.ep.rkey_unpack(&forge_secret(&a.raw[1])).unwrap();
+    let data = vec![0xeeu8; dlen as usize];
+    for op in [SignalOp::Set, SignalOp::Add] {
+        refused(
+            &a,
+            a.ep.put_signal(&data, db, &fd, sb, s, 9, op),
+            Why::Forged,
+            "a put_signal larger than a frame with a forged data key",
+        );
+        refused(
+            &a,
+            a.ep.put_signal(&data, db, d, sb, &fs, 9, op),
+            Why::Forged,
+            "a put_signal larger than a frame with a forged signal key",
+        );
+    }
+}
+
+/// A refused signalling put changes nothing, however many frames its data takes.
+fn bigsig_badkey(net: Net, kind: Mem, len: usize) {
+    let o = Owner::new(net);
+    let d = Region::new(&o.c, kind, len, access::ALL);
+    d.write(0, &pattern(len, 7));
+    let s = Region::new(&o.c, kind, 64, access::ALL);
+    s.word(0).store(S_INIT, Ordering::Release);
+    let mut kid = o.spawn("bigsig_badkey", net, &[d.key(), s.key()], &[]);
+    serve(&o.w, std::slice::from_mut(&mut kid), || {});
+    assert_eq!(s.word(0).load(Ordering::Acquire), S_INIT, "signal changed");
+    let want = pattern(len, 7);
+    assert!(
+        d.bytes() == &want[..],
+        "a refused put_signal wrote data: {}",
+        first_diff(d.bytes(), &want)
+    );
+}
+
+#[test]
+#[ignore = "bug: over tcp each 16 MiB frame of a put_signal is checked and written on its own \
+            (proto/rma.rs: the signal rides on the last frame only), so one refused for its \
+            signal key has already written all but its last frame"]
+fn put_signal_larger_than_a_frame_with_a_bad_key_tcp() {
+    bigsig_badkey(TCP, Mem::Reg, TCP_MULTI);
+}
+
+#[test]
+fn put_signal_larger_than_a_frame_with_a_bad_key_shm_registered_no_cma() {
+    bigsig_badkey(SHM_NOCMA, Mem::Reg, 3 * MIB);
+}
+
+fn child_bigput_overrun() {
+    let a = actor();
+    let (d, s) = (&a.rk[0], &a.rk[1]);
+    let (db, dlen) = d.bounds();
+    let (sb, _) = s.bounds();
+    // 8 bytes more than the region holds.
+    let data = vec![0xeeu8; dlen as usize + 8];
+    refused(
+        &a,
+        a.ep.put(&data, db, d),
+        Why::Range,
+        "a put past the region's end",
+    );
+    refused(
+        &a,
+        a.ep.put_signal(&data, db, d, sb, s, 9, SignalOp::Set),
+        Why::Range,
+        "a put_signal past the region's end",
+    );
+}
+
+/// A put that runs past its region's end is refused and writes nothing, however many
+/// frames its data takes.
+#[test]
+#[ignore = "bug: over tcp each 16 MiB frame of a put is checked and written on its own \
+            (proto/rma.rs, on_put), so a put that runs past its region's end is refused \
+            only after its first 16 MiB were written"]
+fn put_larger_than_a_frame_past_the_region_end_tcp() {
+    let (net, len) = (TCP, TCP_MULTI);
+    let o = Owner::new(net);
+    let d = Region::new(&o.c, Mem::Reg, len, access::ALL);
+    d.write(0, &pattern(len, 7));
+    let s = Region::new(&o.c, Mem::Reg, 64, access::ALL);
+    s.word(0).store(S_INIT, Ordering::Release);
+    let mut kid = o.spawn("bigput_overrun", net, &[d.key(), s.key()], &[]);
+    serve(&o.w, std::slice::from_mut(&mut kid), || {});
+    assert_eq!(s.word(0).load(Ordering::Acquire), S_INIT, "signal changed");
+    let want = pattern(len, 7);
+    assert!(
+        d.bytes() == &want[..],
+        "a refused put wrote data: {}",
+        first_diff(d.bytes(), &want)
+    );
 }
