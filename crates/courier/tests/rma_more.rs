@@ -136,6 +136,10 @@ impl Region {
             std::ptr::copy_nonoverlapping(data.as_ptr(), self.mem.as_ptr().add(off), data.len())
         };
     }
+    /// `n` bytes at `off`. Callers look only while no peer writes them.
+    fn at(&self, off: usize, n: usize) -> &[u8] {
+        &self.bytes()[off..off + n]
+    }
     fn word(&self, off: usize) -> &AtomicU64 {
         assert!(off.is_multiple_of(8) && off + 8 <= self.len());
         // SAFETY: aligned (regions start on pages or u64 buffers), inside the region.
@@ -380,6 +384,35 @@ impl Owner {
     }
 }
 
+/// Wait for a request of the parent's, failing at once if `kid` exits meanwhile.
+fn wait_req(mut r: Request<'_>, kid: &mut Kid, what: &str) -> Result<Info> {
+    let deadline = Instant::now() + DEADLINE;
+    loop {
+        if let Some(res) = r.test() {
+            return res.clone();
+        }
+        let _ = r.wait_timeout(Duration::from_millis(1));
+        if let Some(err) = kid.poll() {
+            if let Some(res) = r.test() {
+                return res.clone();
+            }
+            panic!(
+                "child {} exited while we waited for {what}; its stderr:\n{err}",
+                kid.role
+            );
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+    }
+}
+
+/// Receive the 8-byte message with `tag`, failing if `kid` exits first.
+fn recv_u64(w: &Worker, kid: &mut Kid, tag: u64) -> u64 {
+    let mut b = [0u8; 8];
+    let r = w.tag_recv(&mut b, tag, u64::MAX).unwrap();
+    wait_req(r, kid, &format!("message {tag:#x}")).unwrap();
+    u64::from_le_bytes(b)
+}
+
 // ----- the child side -----------------------------------------------------------------------
 
 /// A child acting on the parent's memory: connected, with the keys unpacked.
@@ -534,6 +567,7 @@ fn child_entry_main() {
         "bigsig" => child_bigsig(),
         "bigsig_badkey" => child_bigsig_badkey(),
         "bigput_overrun" => child_bigput_overrun(),
+        "sem_consumer" => child_sem_consumer(),
         other => panic!("unknown role {other}"),
     }
     std::process::exit(0);
@@ -1430,4 +1464,151 @@ fn put_larger_than_a_frame_past_the_region_end_tcp() {
         "a refused put wrote data: {}",
         first_diff(d.bytes(), &want)
     );
+}
+
+// ----- semaphores ---------------------------------------------------------------------------
+
+const SEM_N: u64 = 32;
+const SLOT: usize = 4096;
+/// Parent to consumer: the phases of the semaphore test.
+const P2: u64 = 0x202;
+const P4: u64 = 0x204;
+
+/// The consumer owns the semaphores and the data slots, and waits; the parent produces.
+fn child_sem_consumer() {
+    let t = target();
+    let d = Region::new(&t.c, Mem::Alloc, SLOT * (SEM_N as usize + 8), access::ALL);
+    let int = Semaphore::new(&t.c, 0).unwrap();
+    let boolean = Semaphore::new(
+        &t.c,
+        sem_flags::BOOLEAN | sem_flags::SPRODUCER | sem_flags::SCONSUMER,
+    )
+    .unwrap();
+    let (ik, ia) = int.remote().unwrap();
+    let (bk, ba) = boolean.remote().unwrap();
+    t.publish(&[d.key(), ik, bk]);
+    println!("ADDRS {ia},{ba}");
+    let slot = |k: u64| d.at(k as usize * SLOT, SLOT);
+
+    // 1. An integer semaphore counts signalling puts (add 1); each post taken is one whose
+    //    data is all there.
+    for k in 1..=SEM_N {
+        int.wait(&t.w, 1).unwrap();
+        assert!(
+            slot(k) == pattern(SLOT, k),
+            "post {k} taken before its data"
+        );
+    }
+    assert_eq!(int.value(), 0);
+    assert!(!int.try_wait(1));
+    let ep = t.ep();
+    send_u64(&ep, ACK, 1);
+
+    // 2. try(n) after a remote atomic add of 5: all or nothing.
+    assert_eq!(t.recv_u64(P2), 5);
+    assert_eq!(int.value(), 5);
+    assert!(!int.try_wait(6), "took 6 of 5");
+    assert_eq!(int.value(), 5, "a failed try took something");
+    assert!(int.try_wait(2));
+    assert_eq!(int.value(), 3);
+    assert!(int.try_wait(3));
+    assert_eq!(int.value(), 0);
+    assert!(!int.try_wait(1));
+    // Integers count up to SEM_MAX.
+    int.post(SEM_MAX).unwrap();
+    assert!(int.post(1).is_err());
+    assert_eq!(int.value(), SEM_MAX);
+    assert!(int.try_wait(SEM_MAX));
+    send_u64(&ep, ACK, 2);
+
+    // 3. A boolean semaphore posted by a signalling put (add 1).
+    boolean.wait(&t.w, 1).unwrap();
+    assert!(
+        slot(SEM_N + 1) == pattern(SLOT, 1001),
+        "post taken before its data"
+    );
+    assert_eq!(boolean.value(), 0);
+    assert!(!boolean.try_wait(1));
+    send_u64(&ep, ACK, 3);
+
+    // 4. Two posts by signalling puts that set 1 leave a boolean at 1.
+    assert_eq!(t.recv_u64(P4), 4);
+    assert_eq!(boolean.value(), 1);
+    assert!(slot(SEM_N + 2) == pattern(SLOT, 1002));
+    assert!(slot(SEM_N + 3) == pattern(SLOT, 1003));
+    assert!(!boolean.try_wait(2));
+    assert!(boolean.try_wait(1));
+    assert!(!boolean.try_wait(1));
+    boolean.post(1).unwrap();
+    assert!(
+        boolean.post(1).is_err(),
+        "a boolean semaphore holds at most 1"
+    );
+    assert!(boolean.try_wait(1));
+    send_u64(&ep, ACK, 4);
+    t.recv_u64(EXIT);
+}
+
+fn semaphores(net: Net) {
+    let mut kid = Kid::spawn("sem_consumer", net, &[]);
+    let cl = client(&mut kid, net);
+    let addrs: Vec<u64> = kid
+        .line("ADDRS")
+        .split(',')
+        .map(|a| a.parse().unwrap())
+        .collect();
+    let (d, is, bs) = (&cl.rk[0], &cl.rk[1], &cl.rk[2]);
+    let (ia, ba) = (addrs[0], addrs[1]);
+    let (db, _) = d.bounds();
+    let at = |k: u64| db + k * SLOT as u64;
+    let post = |k: u64, key: &RemoteKey, addr: u64, v: u64, op: SignalOp| {
+        let data = pattern(SLOT, k);
+        cl.ep
+            .put_signal(&data, at(k % 1000), d, addr, key, v, op)
+            .unwrap()
+            .wait()
+            .unwrap();
+    };
+    for k in 1..=SEM_N {
+        post(k, is, ia, 1, SignalOp::Add);
+    }
+    assert_eq!(recv_u64(&cl.w, &mut kid, ACK), 1);
+    let old = cl
+        .ep
+        .atomic(AtomicOp::Add, 5, 0, ia, is, false)
+        .unwrap()
+        .wait()
+        .unwrap()
+        .value;
+    assert_eq!(old, 0, "the consumer took every post");
+    send_u64(&cl.ep, P2, 5);
+    assert_eq!(recv_u64(&cl.w, &mut kid, ACK), 2);
+    // Slot SEM_N + i holds pattern 1000 + i.
+    let k = |i: u64| 1000 + i;
+    let post_b = |i: u64, v, op| {
+        let data = pattern(SLOT, k(i));
+        cl.ep
+            .put_signal(&data, at(SEM_N + i), d, ba, bs, v, op)
+            .unwrap()
+            .wait()
+            .unwrap();
+    };
+    post_b(1, 1, SignalOp::Add);
+    assert_eq!(recv_u64(&cl.w, &mut kid, ACK), 3);
+    post_b(2, 1, SignalOp::Set);
+    post_b(3, 1, SignalOp::Set);
+    cl.ep.flush().unwrap();
+    send_u64(&cl.ep, P4, 4);
+    assert_eq!(recv_u64(&cl.w, &mut kid, ACK), 4);
+    cl.finish(&mut kid);
+}
+
+#[test]
+fn semaphore_posted_by_a_peer_shm() {
+    semaphores(SHM);
+}
+
+#[test]
+fn semaphore_posted_by_a_peer_tcp() {
+    semaphores(TCP);
 }
