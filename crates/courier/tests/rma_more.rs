@@ -568,6 +568,8 @@ fn child_entry_main() {
         "bigsig_badkey" => child_bigsig_badkey(),
         "bigput_overrun" => child_bigput_overrun(),
         "sem_consumer" => child_sem_consumer(),
+        "direct_ptr" => child_direct_ptr(),
+        "sleeper" => child_sleeper(),
         other => panic!("unknown role {other}"),
     }
     std::process::exit(0);
@@ -1611,4 +1613,192 @@ fn semaphore_posted_by_a_peer_shm() {
 #[test]
 fn semaphore_posted_by_a_peer_tcp() {
     semaphores(TCP);
+}
+
+// ----- direct pointers and sleeping signal waits --------------------------------------------
+
+/// Flags in the direct-pointer test's region.
+const DP_F1: usize = 8192;
+const DP_F2: usize = 8200;
+const DP_F3: usize = 8208;
+const DP_F4: usize = 8216;
+
+fn child_direct_ptr() {
+    let a = actor();
+    let (k, g) = (&a.rk[0], &a.rk[1]);
+    let (base, len) = k.bounds();
+    assert_eq!(k.path(), "direct");
+    let p = k
+        .direct_ptr(base)
+        .expect("a same-host peer's allocated region is mapped here");
+    assert_eq!(
+        k.direct_ptr(base + len - 1),
+        Some(p.wrapping_add(len as usize - 1))
+    );
+    assert!(k.direct_ptr(base + len).is_none(), "past the end");
+    assert!(k.direct_ptr(base - 1).is_none(), "before the start");
+    let (gb, _) = g.bounds();
+    assert_eq!(g.path(), "cma");
+    assert!(
+        g.direct_ptr(gb).is_none(),
+        "registered memory is not mapped here"
+    );
+    // SAFETY: aligned words inside the mapped region, shared only through atomics.
+    let word = |off: usize| unsafe { AtomicU64::from_ptr(p.add(off) as *mut u64) };
+    // SAFETY: inside the mapped region; the owner does not write these bytes meanwhile.
+    let bytes = |off: usize| unsafe { std::slice::from_raw_parts(p.add(off), 4096) };
+    // The owner's stores, seen through the pointer.
+    assert_eq!(word(DP_F1).load(Ordering::Acquire), 1);
+    assert!(bytes(0) == pattern(4096, 1), "the owner's data, read here");
+    // Ours, for the owner to see.
+    let mine = pattern(4096, 2);
+    // SAFETY: inside the mapped region; the owner reads it only after the flag.
+    unsafe { std::ptr::copy_nonoverlapping(mine.as_ptr(), p.add(4096), 4096) };
+    word(DP_F2).store(1, Ordering::Release);
+    // The owner answers with new data.
+    let deadline = Instant::now() + DEADLINE;
+    while word(DP_F3).load(Ordering::Acquire) != 1 {
+        a.w.progress();
+        assert!(Instant::now() < deadline, "no answer from the owner");
+    }
+    assert!(
+        bytes(0) == pattern(4096, 3),
+        "the owner's new data, read here"
+    );
+    // The operations see the same memory.
+    let mut back = vec![0u8; 4096];
+    a.ep.get(&mut back, base, k).unwrap().wait().unwrap();
+    assert!(back == pattern(4096, 3));
+    word(DP_F4).store(0xfeed, Ordering::Release);
+    let old =
+        a.ep.atomic(AtomicOp::Add, 1, 0, base + DP_F4 as u64, k, false)
+            .unwrap()
+            .wait()
+            .unwrap()
+            .value;
+    assert_eq!(old, 0xfeed);
+}
+
+#[test]
+fn direct_pointer_loads_and_stores_shm() {
+    let o = Owner::new(SHM);
+    let r = Region::new(&o.c, Mem::Alloc, 64 << 10, access::ALL);
+    r.write(0, &pattern(4096, 1));
+    r.word(DP_F1).store(1, Ordering::Release);
+    let g = Region::new(&o.c, Mem::Reg, 4096, access::ALL);
+    let mut kid = o.spawn("direct_ptr", SHM, &[r.key(), g.key()], &[]);
+    progress_until(&o.w, &mut kid, "the peer's stores", || {
+        r.word(DP_F2).load(Ordering::Acquire) == 1
+    });
+    assert!(
+        r.at(4096, 4096) == pattern(4096, 2),
+        "the peer's stores through its pointer, read here"
+    );
+    r.write(0, &pattern(4096, 3));
+    r.word(DP_F3).store(1, Ordering::Release);
+    serve(&o.w, std::slice::from_mut(&mut kid), || {});
+    assert_eq!(r.word(DP_F4).load(Ordering::Acquire), 0xfeed + 1);
+}
+
+const SLEEP_ROUNDS: u64 = 3;
+/// How long the parent waits before each signalling put.
+const SLEEP_GAP: Duration = Duration::from_millis(150);
+
+fn cpu_time() -> Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid timespec to fill.
+    assert_eq!(
+        unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) },
+        0
+    );
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
+/// Times this thread gave up the cpu on its own (slept).
+fn voluntary_switches() -> i64 {
+    // SAFETY: a zeroed rusage is valid for getrusage to fill.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    assert_eq!(unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut ru) }, 0);
+    ru.ru_nvcsw as i64
+}
+
+fn unix_now() -> Duration {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+}
+
+/// Waits, sleeping, for each round's signal; the data must be there when it returns, it
+/// must return soon after the put, and it must not have spun meanwhile.
+fn child_sleeper() {
+    let t = target();
+    let d = Region::new(&t.c, Mem::Alloc, SLOT * 4, access::ALL);
+    let s = Region::new(&t.c, Mem::Alloc, 64, access::ALL);
+    t.publish(&[d.key(), s.key()]);
+    let (mut cpu, mut wall, mut naps) = (Duration::ZERO, Duration::ZERO, 0);
+    for r in 1..=SLEEP_ROUNDS {
+        let (c0, w0, n0) = (cpu_time(), Instant::now(), voluntary_switches());
+        let v = s.mem.signal_wait_until(&t.w, 0, Cmp::Ge, r, true).unwrap();
+        let late = unix_now();
+        cpu += cpu_time() - c0;
+        wall += w0.elapsed();
+        naps += voluntary_switches() - n0;
+        assert_eq!(v, r);
+        let got = d.at(r as usize * SLOT, SLOT);
+        assert!(
+            got[8..] == pattern(SLOT, r)[8..],
+            "round {r}: signal before data"
+        );
+        let sent = Duration::from_nanos(u64::from_le_bytes(got[..8].try_into().unwrap()));
+        let delay = late.saturating_sub(sent);
+        assert!(
+            delay < Duration::from_secs(2),
+            "round {r}: woke {delay:?} after the put"
+        );
+        send_u64(&t.ep(), ACK, r);
+    }
+    eprintln!("sleeping waits: {cpu:?} of cpu in {wall:?}, {naps} naps");
+    // A spinning wait never gives up the cpu on its own (however busy the machine, which
+    // makes its cpu share a poor witness); one that sleeps does, every millisecond or so.
+    assert!(
+        naps as u128 >= wall.as_millis() / 10,
+        "a sleeping wait slept {naps} times in {wall:?} ({cpu:?} of cpu): it spun"
+    );
+    t.recv_u64(EXIT);
+}
+
+fn sleeping_wait(net: Net) {
+    let mut kid = Kid::spawn("sleeper", net, &[]);
+    let cl = client(&mut kid, net);
+    let (d, s) = (&cl.rk[0], &cl.rk[1]);
+    let (db, _) = d.bounds();
+    let (sb, _) = s.bounds();
+    for r in 1..=SLEEP_ROUNDS {
+        std::thread::sleep(SLEEP_GAP);
+        let mut data = pattern(SLOT, r);
+        data[..8].copy_from_slice(&(unix_now().as_nanos() as u64).to_le_bytes());
+        cl.ep
+            .put_signal(&data, db + r * SLOT as u64, d, sb, s, r, SignalOp::Set)
+            .unwrap()
+            .wait()
+            .unwrap();
+        cl.ep.flush().unwrap();
+        assert_eq!(recv_u64(&cl.w, &mut kid, ACK), r);
+    }
+    let err = cl.finish(&mut kid);
+    eprintln!("{}", err.trim());
+}
+
+#[test]
+fn signal_wait_sleeping_woken_by_a_peer_shm() {
+    sleeping_wait(SHM);
+}
+
+#[test]
+fn signal_wait_sleeping_woken_by_a_peer_tcp() {
+    sleeping_wait(TCP);
 }
