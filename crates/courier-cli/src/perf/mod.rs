@@ -71,7 +71,7 @@ pub struct PerfArgs {
     /// Error handling (always on in Courier; accepted for compatibility)
     #[arg(short = 'e')]
     pub err_handling: bool,
-    /// Print only the final numbers
+    /// Print only the final numbers (with -v: only the final CSV row)
     #[arg(short = 'f')]
     pub final_only: bool,
     /// Print CSV
@@ -160,6 +160,7 @@ impl Settings {
         }
         let out = match (a.json, a.csv, a.final_only) {
             (true, _, _) => Output::Json,
+            (_, true, true) => Output::CsvFinal,
             (_, true, _) => Output::Csv,
             (_, _, true) => Output::FinalOnly,
             _ => Output::Table,

@@ -1,0 +1,124 @@
+//! `courier perf` run as users run it: `--local` and its options, the loopback table's
+//! once-a-second rows, and the header details shared with ucx_perftest. No assertion looks
+//! at a timing value; timings only choose how long a run must be.
+
+use std::process::{Command, Output, Stdio};
+
+fn courier(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_courier"));
+    c.args(args).stdin(Stdio::null());
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    c.output().expect("run courier")
+}
+
+fn text(o: &Output) -> (String, String) {
+    (
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+const TCP: &[(&str, &str)] = &[("COURIER_TLS", "tcp")];
+
+fn numbers(line: &str) -> Vec<f64> {
+    line.split(|c: char| c.is_whitespace() || c == ',')
+        .filter_map(|w| w.parse::<f64>().ok())
+        .collect()
+}
+
+/// Seconds the measured part of a `tag_lat` run took, from its final row (iterations and
+/// overall one-way latency, in the table and in CSV alike).
+fn measured_secs(final_row: &str) -> f64 {
+    let n = numbers(final_row);
+    assert_eq!(n.len(), 8, "not a result row: {final_row}");
+    n[0] * n[3] * 2.0 / 1e6
+}
+
+/// `courier perf -l -t tag_lat` over TCP with `extra` options, measuring for more than
+/// 1.1 s. The iteration count comes from a short probe run on the same loopback path; a
+/// run that still turns out shorter (the machine was busier while probing) is repeated
+/// with more iterations. Returns stdout.
+fn loopback_run_over_a_second(extra: &[&str]) -> String {
+    let o = courier(
+        &[
+            "perf", "-l", "-t", "tag_lat", "-n", "2000", "-w", "200", "--json",
+        ],
+        TCP,
+    );
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "probe: {out}{err}");
+    let v: serde_json::Value =
+        serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{e}: {out}"));
+    let per_iter = v["latency_overall_us"].as_f64().expect("latency") * 2.0 / 1e6;
+    let mut iters = (1.6 / per_iter.max(1e-7))
+        .ceil()
+        .clamp(1000.0, 100_000_000.0);
+    for _ in 0..4 {
+        let n = format!("{}", iters as u64);
+        let mut args = vec!["perf", "-l", "-t", "tag_lat", "-n", &n, "-w", "200"];
+        args.extend_from_slice(extra);
+        let o = courier(&args, TCP);
+        let (out, err) = text(&o);
+        assert!(o.status.success(), "{args:?}: {out}{err}");
+        let last = out.lines().last().unwrap_or_default();
+        let secs = measured_secs(last.trim_start_matches("Final:"));
+        if secs > 1.1 {
+            return out;
+        }
+        iters = (iters * 1.6 / secs.max(0.05)).min(1e9);
+    }
+    panic!("could not make a loopback run last over 1.1 s");
+}
+
+/// `-f -v`: the CSV column names and the final row only, however long the run.
+#[test]
+fn final_only_csv_prints_only_the_final_row() {
+    let out = loopback_run_over_a_second(&["-f", "-v"]);
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 2, "{out}");
+    assert_eq!(
+        lines[0],
+        "iterations,50.0_percentile_lat,avg_lat,overall_lat,avg_bw,overall_bw,avg_mr,overall_mr"
+    );
+    assert_eq!(
+        lines[1]
+            .split(',')
+            .filter(|f| f.parse::<f64>().is_ok())
+            .count(),
+        8,
+        "{out}"
+    );
+}
+
+/// An IOV message: the header shows the whole message's size, the layout as ucx_perftest
+/// shows it for protocol-layer tests, and no window row.
+#[test]
+fn iov_header_shows_the_total_message_size() {
+    for (t, extra) in [("tag_bw", &["-O", "8"][..]), ("tag_lat", &["-f"][..])] {
+        let mut args = vec![
+            "perf", "-l", "-t", t, "-s", "64,64", "-n", "200", "-w", "10",
+        ];
+        args.extend_from_slice(extra);
+        let o = courier(&args, TCP);
+        let (out, err) = text(&o);
+        assert!(o.status.success(), "{t}: {out}{err}");
+        assert!(out.contains("| Message size: 128 "), "{t}: {out}");
+        assert!(out.contains("| Data layout:  (automatic) "), "{t}: {out}");
+        assert!(!out.contains("Window"), "{t}: {out}");
+        assert!(!out.contains("64,64"), "{t}: {out}");
+    }
+    let o = courier(
+        &[
+            "perf", "-l", "-t", "ucp_fadd", "-n", "100", "-w", "10", "-f",
+        ],
+        TCP,
+    );
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{out}{err}");
+    assert!(
+        out.contains("| Test:         atomic fetch-and-add latency / rate "),
+        "{out}"
+    );
+}
