@@ -72,6 +72,33 @@ fn loopback_run_over_a_second(extra: &[&str]) -> String {
     panic!("could not make a loopback run last over 1.1 s");
 }
 
+/// ucx_perftest prints a `[thread 0]` row about once a second before `Final:`.
+#[test]
+fn a_run_over_a_second_prints_progress_rows_before_final() {
+    let out = loopback_run_over_a_second(&[]);
+    let lines: Vec<&str> = out.lines().collect();
+    let head = lines
+        .iter()
+        .position(|l| l.starts_with("|    Stage     | # iterations |"))
+        .unwrap_or_else(|| panic!("no column header:\n{out}"));
+    let body = &lines[head + 2..];
+    let (fin, progress) = body.split_last().expect("rows");
+    assert!(fin.starts_with("Final:"), "{out}");
+    assert!(
+        !progress.is_empty(),
+        "no [thread 0] row in a run over 1 s:\n{out}"
+    );
+    let mut last = 0.0;
+    for l in progress {
+        assert!(l.starts_with("[thread 0]"), "{l}\n{out}");
+        let n = numbers(l);
+        assert_eq!(n.len(), 8, "{l}");
+        assert!(n[0] > last, "iterations do not grow: {out}");
+        last = n[0];
+    }
+    assert!(numbers(fin)[0] > last, "{out}");
+}
+
 /// `-f -v`: the CSV column names and the final row only, however long the run.
 #[test]
 fn final_only_csv_prints_only_the_final_row() {
