@@ -149,3 +149,57 @@ fn iov_header_shows_the_total_message_size() {
         "{out}"
     );
 }
+
+/// The CPUs this test may run on (`Cpus_allowed_list` of /proc/self/status).
+fn allowed_cpus() -> Vec<usize> {
+    let status = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
+    let list = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+        .expect("Cpus_allowed_list")
+        .trim();
+    let mut v = Vec::new();
+    for part in list.split(',') {
+        match part.split_once('-') {
+            Some((a, b)) => v.extend(a.parse::<usize>().unwrap()..=b.parse::<usize>().unwrap()),
+            None => v.push(part.parse().unwrap()),
+        }
+    }
+    v
+}
+
+/// `-c` with one CPU: the client is pinned there, the server thread of `-l` to the next
+/// CPU, never to the same one; a note says so.
+#[test]
+fn one_cpu_pins_client_and_server_apart() {
+    let cpus = allowed_cpus();
+    let c0 = cpus[0].to_string();
+    for mode in [&["-l", "-t", "tag_lat"][..]] {
+        let mut args = vec!["perf", "-n", "200", "-w", "10", "--json", "-c", &c0];
+        args.extend_from_slice(mode);
+        let o = courier(&args, TCP);
+        let (out, err) = text(&o);
+        assert!(o.status.success(), "{mode:?}: {out}{err}");
+        assert!(
+            err.contains(&format!("note: -c {c0} names one CPU")),
+            "{mode:?}: {err}"
+        );
+        let rows: Vec<serde_json::Value> = out
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+            .filter(|v: &serde_json::Value| v.get("server").is_some())
+            .collect();
+        assert!(!rows.is_empty(), "{mode:?}: {out}");
+        for v in rows {
+            assert_eq!(v["client"]["cpus"], serde_json::json!([cpus[0]]), "{v}");
+            assert_eq!(v["client"]["thread_mode"], "single", "{v}");
+            assert_eq!(v["server"]["thread_mode"], "single", "{v}");
+            let server = v["server"]["cpus"].as_array().expect("cpus").clone();
+            if cpus.len() > 1 {
+                assert_eq!(server, [serde_json::json!(cpus[1])], "{v}");
+            } else {
+                assert_eq!(server, [serde_json::json!(cpus[0])], "{v}");
+            }
+        }
+    }
+}

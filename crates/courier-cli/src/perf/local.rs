@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use comfy_table::{Cell, CellAlignment, ContentArrangement, Table, presets::UTF8_FULL};
 
 use super::engine::{self, Link};
-use super::params::{MemKind, Params, TestKind};
+use super::params::{self, MemKind, Params, TestKind};
 use super::report::{Output, Row};
 use super::{PerfArgs, Settings, make_worker};
 use crate::error::{CliError, CliResult};
@@ -23,13 +23,25 @@ pub struct ChildServer {
 }
 
 impl ChildServer {
-    /// Start `courier perf -p 0 --announce` with COURIER_TLS=`tls` (None: inherit).
-    pub fn spawn(tls: Option<&str>) -> CliResult<ChildServer> {
+    /// Start `courier perf -p 0 --announce` with COURIER_TLS=`tls` (None: inherit), its
+    /// worker in `s.mode`, pinned per `s.server_cpu()` (else free to run wherever this
+    /// process could when it started, whatever the calling thread is pinned to).
+    pub fn spawn(tls: Option<&str>, s: &Settings) -> CliResult<ChildServer> {
         let exe = std::env::current_exe()
             .map_err(|e| CliError::run(format!("cannot find this program: {e}")))?;
         let mut cmd = Command::new(exe);
-        cmd.args(["perf", "-p", "0", "--announce"])
-            .stdin(Stdio::null())
+        cmd.args(["perf", "-p", "0", "--announce", "-M"])
+            .arg(params::thread_mode_name(s.mode));
+        match s.server_cpu() {
+            Some(c) => {
+                cmd.arg("-c").arg(c.to_string());
+            }
+            None if !s.start_cpus.is_empty() => {
+                cmd.arg("--affinity").arg(params::cpu_list(&s.start_cpus));
+            }
+            None => {}
+        }
+        cmd.stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         if let Some(t) = tls {
@@ -127,9 +139,9 @@ impl ChildServer {
         }
     }
 
-    /// Connect a client worker with COURIER_TLS=`tls` to it.
-    pub fn connect(&self, tls: Option<&str>) -> CliResult<Link> {
-        let worker = make_worker(courier::ThreadMode::Single, tls)?;
+    /// Connect a client worker in `mode` with COURIER_TLS=`tls` to it.
+    pub fn connect(&self, tls: Option<&str>, mode: courier::ThreadMode) -> CliResult<Link> {
+        let worker = make_worker(mode, tls)?;
         let addr = SocketAddr::from(([127, 0, 0, 1], self.port));
         engine::connect(
             &worker,
@@ -286,8 +298,8 @@ pub fn run(_a: &PerfArgs, s: &Settings) -> CliResult<()> {
         let mut session: Option<(ChildServer, Link)> = None;
         for (i, c) in SUITE.iter().enumerate() {
             if session.is_none() {
-                let started =
-                    ChildServer::spawn(Some(tls)).and_then(|srv| match srv.connect(Some(tls)) {
+                let started = ChildServer::spawn(Some(tls), &quiet).and_then(|srv| {
+                    match srv.connect(Some(tls), courier::ThreadMode::Single) {
                         Ok(l) => Ok((srv, l)),
                         Err(e) => {
                             std::thread::sleep(Duration::from_millis(100));
@@ -298,7 +310,8 @@ pub fn run(_a: &PerfArgs, s: &Settings) -> CliResult<()> {
                                 format!("{} (server: {more})", e.msg)
                             }))
                         }
-                    });
+                    }
+                });
                 match started {
                     Ok(x) => session = Some(x),
                     Err(e) => {

@@ -170,12 +170,13 @@ pub fn format_row(label: Option<&str>, r: &Row, out: Output, thousands: bool) ->
 }
 
 /// The final result as one JSON object.
-pub fn json(p: &Params, percentile: f64, r: &Row, transport: Option<&str>) -> String {
+pub fn json(p: &Params, percentile: f64, r: &Row, transport: Option<&str>) -> serde_json::Value {
     serde_json::json!({
         "test": p.test.name(),
         "message_size": p.msg_size(),
         "iov": p.sizes,
         "window": p.window,
+        "check": p.check,
         "iterations": r.iters,
         "percentile": percentile,
         "latency_percentile_us": r.lat_pct,
@@ -187,7 +188,6 @@ pub fn json(p: &Params, percentile: f64, r: &Row, transport: Option<&str>) -> St
         "msgrate_overall": r.mr_overall,
         "transport": transport,
     })
-    .to_string()
 }
 
 /// Something that wants to see rows while the test runs (the `--local` live display).

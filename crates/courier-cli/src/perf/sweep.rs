@@ -5,7 +5,7 @@ use std::sync::{Arc, Barrier, mpsc};
 
 use super::engine::{self, Link};
 use super::local::ChildServer;
-use super::params::{MemKind, Params, TestKind, parse_size};
+use super::params::{self, MemKind, Params, TestKind, parse_size};
 use super::report::{Output, Row};
 use super::{PerfArgs, Settings, make_worker, run_test};
 use crate::error::{CliError, CliResult};
@@ -106,15 +106,18 @@ fn section(
 pub fn run(a: &PerfArgs, s: &Settings, server: Option<SocketAddr>) -> CliResult<()> {
     let max = parse_size(&a.max_size)?;
     let list = sizes(max);
-    s.pin(0)?;
+    if server.is_none() {
+        s.note_one_cpu();
+    }
+    s.pin_client()?;
     let (child, link) = match server {
         Some(addr) => {
             let w = make_worker(s.mode, None)?;
             (None, engine::connect(&w, addr, &addr.to_string())?)
         }
         None => {
-            let c = ChildServer::spawn(None)?;
-            let l = c.connect(None)?;
+            let c = ChildServer::spawn(None, s)?;
+            let l = c.connect(None, s.mode)?;
             (Some(c), l)
         }
     };
@@ -150,7 +153,7 @@ pub fn run(a: &PerfArgs, s: &Settings, server: Option<SocketAddr>) -> CliResult<
         c.finish(std::time::Duration::from_secs(5))?;
     }
     if server.is_none() {
-        multi_pair(a.pairs.max(1), &list, a.quick)?;
+        multi_pair(a.pairs.max(1), &list, a.quick, s)?;
     } else {
         println!(
             "# Multiple Bandwidth / Message Rate Test: needs --local (one server process per pair)"
@@ -161,10 +164,19 @@ pub fn run(a: &PerfArgs, s: &Settings, server: Option<SocketAddr>) -> CliResult<
 
 /// osu_mbw_mr: `pairs` client threads, each with its own worker and server process,
 /// streaming tag messages at once; the sum of their rates.
-fn multi_pair(pairs: usize, list: &[usize], quick: bool) -> CliResult<()> {
+/// The pairs share the CPUs: no side is pinned, whatever `-c` says.
+fn multi_pair(pairs: usize, list: &[usize], quick: bool, s: &Settings) -> CliResult<()> {
     let list: Vec<usize> = list.iter().copied().filter(|&s| s <= 4 << 20).collect();
+    let free = Settings {
+        out: Output::Silent,
+        thousands: false,
+        percentile: 50.0,
+        cpus: vec![],
+        start_cpus: s.start_cpus.clone(),
+        mode: courier::ThreadMode::Single,
+    };
     let servers = (0..pairs)
-        .map(|_| ChildServer::spawn(None))
+        .map(|_| ChildServer::spawn(None, &free))
         .collect::<CliResult<Vec<_>>>()?;
     let barrier = Arc::new(Barrier::new(pairs));
     let (tx, rx) = mpsc::channel::<(usize, CliResult<Row>)>();
@@ -172,8 +184,12 @@ fn multi_pair(pairs: usize, list: &[usize], quick: bool) -> CliResult<()> {
     for srv in &servers {
         let port = srv.port;
         let (barrier, tx, list) = (barrier.clone(), tx.clone(), list.clone());
+        let quiet = free.clone();
         handles.push(std::thread::spawn(move || {
             let go = || -> CliResult<Link> {
+                if !quiet.start_cpus.is_empty() {
+                    params::set_affinity(&quiet.start_cpus)?;
+                }
                 let w = make_worker(courier::ThreadMode::Single, None)?;
                 engine::connect(
                     &w,
@@ -182,13 +198,6 @@ fn multi_pair(pairs: usize, list: &[usize], quick: bool) -> CliResult<()> {
                 )
             };
             let link = go();
-            let quiet = Settings {
-                out: Output::Silent,
-                thousands: false,
-                percentile: 50.0,
-                cpus: vec![],
-                mode: courier::ThreadMode::Single,
-            };
             for (i, &size) in list.iter().enumerate() {
                 barrier.wait();
                 let r = match &link {
