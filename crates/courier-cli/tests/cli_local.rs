@@ -168,13 +168,168 @@ fn allowed_cpus() -> Vec<usize> {
     v
 }
 
-/// `-c` with one CPU: the client is pinned there, the server thread of `-l` to the next
-/// CPU, never to the same one; a note says so.
+/// The rows of a comfy-table box: its cells, trimmed, for every line holding cells.
+fn table_rows(out: &str) -> Vec<Vec<String>> {
+    out.lines()
+        .filter(|l| l.starts_with('│'))
+        .map(|l| {
+            l.trim_matches('│')
+                .split(['┆', '│'])
+                .map(|c| c.trim().to_string())
+                .collect()
+        })
+        .collect()
+}
+
+/// `courier perf --local -n N -t LIST`: the rows `-t` picks (the suite's 1 MiB latency row
+/// included), with N iterations each, on both transports, then the summary table.
+#[test]
+fn local_suite_honours_n_and_t_and_prints_the_summary_table() {
+    let o = courier(
+        &["perf", "--local", "-n", "400", "-t", "ucp_fadd,tag_lat"],
+        &[],
+    );
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{out}{err}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(
+        lines[0], "courier perf --local: 3 tests per transport, server and client in two processes",
+        "{out}"
+    );
+    let shm_skipped = out.contains("shm  skipped:");
+    let want = [
+        ("tag_lat", "8 B"),
+        ("tag_lat", "1 MiB"),
+        ("ucp_fadd", "8 B"),
+    ];
+    // One progress line per row, in suite order, with -n's count.
+    let progress: Vec<&&str> = lines.iter().filter(|l| l.contains(" iters ")).collect();
+    assert_eq!(progress.len(), if shm_skipped { 3 } else { 6 }, "{out}");
+    for (l, (t, size)) in progress.iter().zip(want.iter().cycle()) {
+        let w: Vec<&str> = l.split_whitespace().collect();
+        assert_eq!(w[1], *t, "{l}");
+        assert_eq!(format!("{} {}", w[2], w[3]), *size, "{l}");
+        assert_eq!(w[4], "400", "{l}");
+    }
+    let rows = table_rows(&out);
+    assert_eq!(
+        rows[0],
+        [
+            "Transport",
+            "Test",
+            "Size",
+            "Latency (µs)",
+            "Bandwidth (MB/s)",
+            "Msg rate (msg/s)"
+        ],
+        "{out}"
+    );
+    assert_eq!(rows.len(), 1 + 6, "{out}");
+    for (i, r) in rows[1..].iter().enumerate() {
+        let tls = if i < 3 { "shm" } else { "tcp" };
+        let (t, size) = want[i % 3];
+        assert_eq!(r.len(), 6, "{r:?}");
+        assert_eq!(
+            (r[0].as_str(), r[1].as_str(), r[2].as_str()),
+            (tls, t, size)
+        );
+        if tls == "shm" && shm_skipped {
+            assert!(r[3].starts_with("error:"), "{r:?}");
+            continue;
+        }
+        for cell in &r[3..] {
+            assert!(cell.parse::<f64>().is_ok(), "{r:?}\n{out}");
+        }
+    }
+    assert!(!out.contains("tag_bw") && !out.contains("ucp_put"), "{out}");
+    assert!(
+        lines
+            .last()
+            .unwrap()
+            .starts_with("Latency: one-way for *_lat"),
+        "{out}"
+    );
+}
+
+/// `--local --json`: one JSON object per row, each saying where its client and server ran
+/// (`-c`, `-M`) as they found it themselves, then the summary; nothing else on stdout.
+#[test]
+fn local_suite_json_rows_honour_c_m_r_and_check() {
+    let cpus = allowed_cpus();
+    let (c0, c1) = (cpus[0], *cpus.get(1).unwrap_or(&cpus[0]));
+    let list = format!("{c0},{c1}");
+    let o = courier(
+        &[
+            "perf",
+            "--local",
+            "--json",
+            "-n",
+            "500",
+            "-w",
+            "20",
+            "-t",
+            "ucp_am_lat,ucp_fadd",
+            "-c",
+            &list,
+            "-M",
+            "multi",
+            "-R",
+            "99",
+            "--check",
+        ],
+        &[],
+    );
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{out}{err}");
+    let objs: Vec<serde_json::Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}\n{out}")))
+        .collect();
+    let (summary, rows) = objs.split_last().expect("objects");
+    assert_eq!(rows.len(), 4, "{out}");
+    let mut passed = 0;
+    for (i, v) in rows.iter().enumerate() {
+        let tls = if i < 2 { "shm" } else { "tcp" };
+        assert_eq!(v["tls"], tls, "{v}");
+        assert_eq!(v["test"], ["ucp_am_lat", "ucp_fadd"][i % 2], "{v}");
+        assert_eq!(v["message_size"], 8, "{v}");
+        if v.get("error").is_some() {
+            assert!(tls == "shm" && err.contains("shm  skipped:"), "{v}\n{err}");
+            continue;
+        }
+        passed += 1;
+        assert_eq!(v["transport"], tls, "{v}");
+        assert_eq!(v["iterations"], 500, "{v}");
+        assert_eq!(v["percentile"], 99.0, "{v}");
+        assert!(v["latency_percentile_us"].as_f64().is_some(), "{v}");
+        assert_eq!(v["check"], true, "{v}");
+        for side in ["client", "server"] {
+            assert_eq!(v[side]["thread_mode"], "multi", "{side}: {v}");
+        }
+        assert_eq!(v["client"]["cpus"], serde_json::json!([c0]), "{v}");
+        assert_eq!(v["server"]["cpus"], serde_json::json!([c1]), "{v}");
+        assert_ne!(v["client"]["pid"], v["server"]["pid"], "{v}");
+    }
+    let s = &summary["summary"];
+    assert_eq!(s["tests_per_transport"], 2, "{summary}");
+    assert_eq!(s["passed"], passed, "{summary}");
+    assert_eq!(s["failed"], 4 - passed, "{summary}");
+    let srows = s["rows"].as_array().expect("rows");
+    assert_eq!(srows.len(), 4, "{summary}");
+    for (r, v) in srows.iter().zip(rows) {
+        assert_eq!(r["test"], v["test"]);
+        assert_eq!(r["tls"], v["tls"]);
+        assert_eq!(r["iterations"], 500);
+    }
+}
+
+/// `-c` with one CPU: the client is pinned there, the server (a thread with `-l`, a
+/// process with `--local`) to the next CPU, never to the same one; a note says so.
 #[test]
 fn one_cpu_pins_client_and_server_apart() {
     let cpus = allowed_cpus();
     let c0 = cpus[0].to_string();
-    for mode in [&["-l", "-t", "tag_lat"][..]] {
+    for mode in [&["-l", "-t", "tag_lat"][..], &["--local", "-t", "ucp_fadd"]] {
         let mut args = vec!["perf", "-n", "200", "-w", "10", "--json", "-c", &c0];
         args.extend_from_slice(mode);
         let o = courier(&args, TCP);
@@ -201,5 +356,26 @@ fn one_cpu_pins_client_and_server_apart() {
                 assert_eq!(server, [serde_json::json!(cpus[0])], "{v}");
             }
         }
+    }
+}
+
+/// Options `--local` cannot honour are usage errors, before anything starts.
+#[test]
+fn local_refuses_options_it_cannot_honour() {
+    for (extra, want) in [
+        (&["-s", "1k"][..], "-s cannot be used with --local"),
+        (&["127.0.0.1"], "HOST cannot be used with --local"),
+        (&["-f"], "-f cannot be used with --local"),
+        (&["-O", "2"], "-O cannot be used with --local"),
+        (&["-t", "ucp_get"], "-t ucp_get: not in the --local suite"),
+        (&["-M", "many"], "expected single, serialized or multi"),
+    ] {
+        let mut args = vec!["perf", "--local"];
+        args.extend_from_slice(extra);
+        let o = courier(&args, &[]);
+        let (out, err) = text(&o);
+        assert_eq!(o.status.code(), Some(2), "{extra:?}: {out}{err}");
+        assert!(err.contains(want), "{extra:?}: {err}");
+        assert!(out.is_empty(), "{extra:?}: {out}");
     }
 }

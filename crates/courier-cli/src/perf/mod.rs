@@ -33,16 +33,17 @@ pub struct PerfArgs {
     pub port: u16,
     /// Test: tag_lat, tag_bw, tag_sync_lat, tag_sync_bw, ucp_am_lat, ucp_am_bw, stream_lat,
     /// stream_bw, ucp_put_lat, ucp_put_bw, ucp_get, ucp_add, ucp_fadd, ucp_swap, ucp_cswap,
-    /// put_signal_lat, put_signal_bw, put_flush_signal_lat
+    /// put_signal_lat, put_signal_bw, put_flush_signal_lat. With --local: a comma list
+    /// of the suite's tests to run
     #[arg(short = 't', long = "test")]
     pub test: Option<String>,
     /// Message size; a comma list is the IOV of one message (k, m suffixes)
     #[arg(short = 's', long = "size", default_value = "8")]
     pub size: String,
-    /// Measured iterations
+    /// Measured iterations (with --local: replaces every test's own count)
     #[arg(short = 'n', long = "iters", default_value = "1000000")]
     pub iters: String,
-    /// Warm-up iterations
+    /// Warm-up iterations (with --local: replaces every test's own count)
     #[arg(short = 'w', long = "warmup", default_value = "10000")]
     pub warmup: String,
     /// Outstanding operations (default 32 for tag_bw, tag_sync_bw, ucp_am_bw, ucp_put_bw,
@@ -87,13 +88,15 @@ pub struct PerfArgs {
     /// Loopback: server and client in this process
     #[arg(short = 'l')]
     pub loopback: bool,
-    /// Print the final result as one JSON object
+    /// Print the final result as one JSON object (with --local: one per test, then the
+    /// summary)
     #[arg(long)]
     pub json: bool,
     /// Verify message contents on the receiver
     #[arg(long)]
     pub check: bool,
     /// Run the standard suite with both processes started here, on each transport
+    /// (honours -t, -n, -w, -c, -M, -R, -N, --json and --check)
     #[arg(long)]
     pub local: bool,
     /// OSU-style sweeps over message sizes 1 B .. 16 MiB
@@ -118,6 +121,24 @@ pub struct PerfArgs {
     /// client's pinning that a child process inherits)
     #[arg(long, hide = true)]
     pub affinity: Option<String>,
+    /// The ids of the options given on the command line (not defaulted), from `given_ids`.
+    #[arg(skip)]
+    pub given: Vec<String>,
+}
+
+impl PerfArgs {
+    /// Whether the option with clap id `id` (the field's name) was on the command line.
+    pub fn given(&self, id: &str) -> bool {
+        self.given.iter().any(|g| g == id)
+    }
+}
+
+/// The ids of the options of `m` given on the command line rather than by default.
+pub fn given_ids(m: &clap::ArgMatches) -> Vec<String> {
+    m.ids()
+        .filter(|id| m.value_source(id.as_str()) == Some(clap::parser::ValueSource::CommandLine))
+        .map(|id| id.as_str().to_string())
+        .collect()
 }
 
 /// Validated options common to every mode.
