@@ -379,3 +379,48 @@ fn local_refuses_options_it_cannot_honour() {
         assert!(out.is_empty(), "{extra:?}: {out}");
     }
 }
+
+/// `--sweep`: every section, the multi-pair one included (it stopped at 4 MiB), goes up
+/// to `--max-size`, and the bandwidth sections say which window each size used.
+#[test]
+fn sweep_reaches_max_size_and_names_its_windows() {
+    let o = courier(
+        &[
+            "perf",
+            "--local",
+            "--sweep",
+            "--max-size",
+            "8m",
+            "--pairs",
+            "1",
+            "--quick",
+        ],
+        &[],
+    );
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{out}{err}");
+    let windows = "window size: 64 (1 B .. 1 MiB), 32 (2 MiB), 16 (4 MiB), 8 (8 MiB) ]";
+    assert_eq!(
+        out.lines()
+            .filter(|l| l.starts_with("# [") && l.ends_with(windows))
+            .count(),
+        3,
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!("# [ pairs: 1 ] [ {windows}")),
+        "{out}"
+    );
+    let sections: Vec<&str> = out.split("# OSU-style ").skip(1).collect();
+    assert_eq!(sections.len(), 4, "{out}");
+    for s in sections {
+        let sizes: Vec<f64> = s
+            .lines()
+            .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+            .skip(1)
+            .map(|l| numbers(l)[0])
+            .collect();
+        assert_eq!(sizes.len(), 24, "{s}");
+        assert_eq!(sizes.last(), Some(&8388608.0), "{s}");
+    }
+}

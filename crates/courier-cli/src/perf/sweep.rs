@@ -4,7 +4,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Barrier, mpsc};
 
 use super::engine::{self, Link};
-use super::local::ChildServer;
+use super::local::{ChildServer, human_size};
 use super::params::{self, MemKind, Params, TestKind, parse_size};
 use super::report::{Output, Row};
 use super::{PerfArgs, Settings, make_worker, run_test};
@@ -20,8 +20,33 @@ fn sizes(max: usize) -> Vec<usize> {
     v
 }
 
+/// Outstanding messages of the bandwidth tests: 64, as in OSU, up to 1 MiB; above, as
+/// many as make 64 MiB in flight (at least 2): 4 at 16 MiB.
 fn window(size: usize) -> usize {
     ((64usize << 20) / size.max(1)).clamp(2, 64)
+}
+
+/// The windows used over `list`, for the section headers: `64 (1 B .. 1 MiB), 32 (2 MiB)`.
+fn window_note(list: &[usize]) -> String {
+    let mut groups: Vec<(usize, usize, usize)> = Vec::new();
+    for &size in list {
+        let w = window(size);
+        match groups.last_mut() {
+            Some((gw, _, last)) if *gw == w => *last = size,
+            _ => groups.push((w, size, size)),
+        }
+    }
+    groups
+        .iter()
+        .map(|&(w, first, last)| {
+            if first == last {
+                format!("{w} ({})", human_size(first))
+            } else {
+                format!("{w} ({} .. {})", human_size(first), human_size(last))
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// Latency sweep point: (iterations, warm-up).
@@ -34,9 +59,17 @@ fn lat_iters(size: usize) -> (u64, u64) {
     }
 }
 
+/// Bandwidth sweep point: (messages, warm-up); 512 MiB a point from 8 KiB up, at least
+/// 16 messages (so 16 MiB moves 32).
 fn bw_msgs(size: usize) -> (u64, u64) {
-    let n = ((512u64 << 20) / size as u64).clamp(64, 100_000);
-    (n, (n / 10).max(8))
+    let n = ((512u64 << 20) / size.max(1) as u64).clamp(16, 100_000);
+    (n, (n / 10).max(4))
+}
+
+/// Messages of each pair at one point of the multi-pair test: a quarter of the bandwidth
+/// sweep's, at least 8.
+fn mbw_msgs(size: usize, quick: bool) -> u64 {
+    (params(TestKind::TagBw, size, quick).iters / 4).max(8)
 }
 
 fn bibw_rounds(size: usize) -> (u64, u64) {
@@ -85,6 +118,9 @@ fn section(
         test.name(),
         link.ep.transport().unwrap_or("?")
     );
+    if test != TestKind::TagLat {
+        println!("# [ window size: {} ]", window_note(list));
+    }
     println!("# Size{col:>26}");
     let quiet = Settings {
         out: Output::Silent,
@@ -166,7 +202,7 @@ pub fn run(a: &PerfArgs, s: &Settings, server: Option<SocketAddr>) -> CliResult<
 /// streaming tag messages at once; the sum of their rates.
 /// The pairs share the CPUs: no side is pinned, whatever `-c` says.
 fn multi_pair(pairs: usize, list: &[usize], quick: bool, s: &Settings) -> CliResult<()> {
-    let list: Vec<usize> = list.iter().copied().filter(|&s| s <= 4 << 20).collect();
+    let list = list.to_vec();
     let free = Settings {
         out: Output::Silent,
         thousands: false,
@@ -203,7 +239,7 @@ fn multi_pair(pairs: usize, list: &[usize], quick: bool, s: &Settings) -> CliRes
                 let r = match &link {
                     Ok(l) => {
                         let mut p = params(TestKind::TagBw, size, quick);
-                        p.iters = (p.iters / 4).max(64);
+                        p.iters = mbw_msgs(size, quick);
                         run_test(l, &p, &quiet, None)
                     }
                     Err(e) => Err(CliError::run(e.msg.clone())),
@@ -220,7 +256,10 @@ fn multi_pair(pairs: usize, list: &[usize], quick: bool, s: &Settings) -> CliRes
         "# OSU-style Multiple Bandwidth / Message Rate Test (courier tag_bw, {pairs} pairs, {} processes)",
         pairs * 2
     );
-    println!("# [ pairs: {pairs} ] [ window size: 64 ]");
+    println!(
+        "# [ pairs: {pairs} ] [ window size: {} ]",
+        window_note(&list)
+    );
     println!("# Size{:>20}{:>18}", "MB/s", "Messages/s");
     let mut rows: Vec<Vec<Row>> = vec![Vec::new(); list.len()];
     let mut failure = None;
@@ -260,5 +299,73 @@ mod tests {
         assert_eq!(window(8), 64);
         assert_eq!(window(16 << 20), 4);
         assert!(lat_iters(16 << 20).0 >= 10);
+    }
+
+    #[test]
+    fn headers_name_the_window_of_every_size() {
+        assert_eq!(
+            window_note(&sizes(16 << 20)),
+            "64 (1 B .. 1 MiB), 32 (2 MiB), 16 (4 MiB), 8 (8 MiB), 4 (16 MiB)"
+        );
+        assert_eq!(window_note(&sizes(64)), "64 (1 B .. 64 B)");
+        assert_eq!(window_note(&[1]), "64 (1 B)");
+    }
+
+    /// Bytes one sweep point moves (measured and warm-up, both ways for latency and
+    /// bi-directional tests; `pairs` pairs for the multi-pair test).
+    fn volume(test: TestKind, size: usize, pairs: u64) -> u64 {
+        let p = params(test, size, false);
+        let size = size as u64;
+        match test {
+            TestKind::TagLat => p.total() * size * 2,
+            TestKind::TagBibw => p.total() * p.window as u64 * size * 2,
+            _ if pairs > 0 => (mbw_msgs(size as usize, false) + p.warmup) * size * pairs,
+            _ => p.total() * size,
+        }
+    }
+
+    /// The sweep goes to 16 MiB, every section included, and the large sizes move no more
+    /// than the middle ones: the counts shrink as the size grows.
+    #[test]
+    fn the_sweep_reaches_16_mib_and_stays_short() {
+        let list = sizes(16 << 20);
+        assert_eq!(list.last(), Some(&(16 << 20)));
+        let mut total = 0;
+        for (test, pairs) in [
+            (TestKind::TagLat, 0),
+            (TestKind::TagBw, 0),
+            (TestKind::TagBibw, 0),
+            (TestKind::TagBw, 2),
+        ] {
+            for &size in &list {
+                let v = volume(test, size, pairs);
+                assert!(
+                    v <= 1200 << 20,
+                    "{} {size} B{}: {} MiB",
+                    test.name(),
+                    if pairs > 0 { " (pairs)" } else { "" },
+                    v >> 20
+                );
+                total += v;
+            }
+            // Past 1 MiB the message counts shrink as the size grows.
+            let msgs = |size: usize| {
+                let p = params(test, size, false);
+                match (test, pairs) {
+                    (TestKind::TagBibw, _) => p.iters * p.window as u64,
+                    (_, 0) => p.iters,
+                    _ => mbw_msgs(size, false),
+                }
+            };
+            assert!(msgs(16 << 20) < msgs(1 << 20), "{}", test.name());
+        }
+        // 20.8 GiB: a few seconds over shared memory. (Before the multi-pair test went past
+        // 4 MiB the sweep moved 20.9 GiB: the smaller floor of the bandwidth test pays for
+        // the 8 and 16 MiB points.)
+        assert!(
+            total < 22 << 30,
+            "the whole sweep moves {} MiB",
+            total >> 20
+        );
     }
 }
