@@ -369,6 +369,7 @@ fn local_refuses_options_it_cannot_honour() {
         (&["-O", "2"], "-O cannot be used with --local"),
         (&["-t", "ucp_get"], "-t ucp_get: not in the --local suite"),
         (&["-M", "many"], "expected single, serialized or multi"),
+        (&["--sweep", "-n", "10"], "-n cannot be used with --sweep"),
     ] {
         let mut args = vec!["perf", "--local"];
         args.extend_from_slice(extra);

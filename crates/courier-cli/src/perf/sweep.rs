@@ -138,8 +138,55 @@ fn section(
     Ok(())
 }
 
+/// Options the sweeps do not use (each point's test, size, counts and output are the
+/// sweep's own), by clap id, with how to name them.
+const NOT_WITH_SWEEP: [(&str, &str); 16] = [
+    ("test", "-t"),
+    ("size", "-s"),
+    ("iters", "-n"),
+    ("warmup", "-w"),
+    ("outstanding", "-O"),
+    ("mem", "-m"),
+    ("layout", "-D"),
+    ("final_only", "-f"),
+    ("csv", "-v"),
+    ("json", "--json"),
+    ("thousands", "-N"),
+    ("percentile", "-R"),
+    ("check", "--check"),
+    ("loopback", "-l"),
+    ("verbose", "--verbose"),
+    ("announce", "--announce"),
+];
+
+/// Refuse the options `--sweep` would ignore; with `--local`, also a server to use.
+fn check_args(a: &PerfArgs) -> CliResult<()> {
+    let honoured = "--sweep takes --max-size, --pairs, --quick, -c and -M, and HOST and -p \
+                    without --local";
+    for (id, flag) in NOT_WITH_SWEEP {
+        if a.given(id) {
+            return Err(CliError::usage(format!(
+                "{flag} cannot be used with --sweep: its points set their own tests, sizes, \
+                 counts and output ({honoured})"
+            )));
+        }
+    }
+    if a.local {
+        for (id, flag) in [("host", "HOST"), ("port", "-p")] {
+            if a.given(id) {
+                return Err(CliError::usage(format!(
+                    "{flag} cannot be used with --local --sweep: it starts its own servers \
+                     ({honoured})"
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Run the sweeps against `server`, or (None) against a server process started here.
 pub fn run(a: &PerfArgs, s: &Settings, server: Option<SocketAddr>) -> CliResult<()> {
+    check_args(a)?;
     let max = parse_size(&a.max_size)?;
     let list = sizes(max);
     if server.is_none() {
@@ -299,6 +346,65 @@ mod tests {
         assert_eq!(window(8), 64);
         assert_eq!(window(16 << 20), 4);
         assert!(lat_iters(16 << 20).0 >= 10);
+    }
+
+    fn args(v: &[&str]) -> PerfArgs {
+        use clap::{CommandFactory, FromArgMatches};
+        #[derive(clap::Parser)]
+        struct Cmd {
+            #[command(flatten)]
+            a: PerfArgs,
+        }
+        let m = Cmd::command().get_matches_from(std::iter::once("perf").chain(v.iter().copied()));
+        let mut a = Cmd::from_arg_matches(&m).expect("parsed").a;
+        a.given = super::super::given_ids(&m);
+        a
+    }
+
+    #[test]
+    fn options_the_sweep_ignores_are_refused() {
+        for v in [
+            &[
+                "--local",
+                "--sweep",
+                "--max-size",
+                "1m",
+                "--pairs",
+                "1",
+                "--quick",
+            ][..],
+            &["--local", "--sweep", "-c", "0", "-M", "multi"],
+            &["--sweep", "10.0.0.1", "-p", "4000"],
+        ] {
+            assert!(check_args(&args(v)).is_ok(), "{v:?}");
+        }
+        for (v, want) in [
+            (
+                &["--local", "--sweep", "-n", "10"][..],
+                "-n cannot be used with --sweep",
+            ),
+            (
+                &["--sweep", "h", "-s", "8"],
+                "-s cannot be used with --sweep",
+            ),
+            (&["--local", "--sweep", "--json"], "--json cannot be used"),
+            (
+                &["--local", "--sweep", "-t", "tag_lat"],
+                "-t cannot be used",
+            ),
+            (
+                &["--local", "--sweep", "h"],
+                "HOST cannot be used with --local --sweep",
+            ),
+            (
+                &["--local", "--sweep", "-p", "1"],
+                "-p cannot be used with --local --sweep",
+            ),
+        ] {
+            let e = check_args(&args(v)).unwrap_err();
+            assert_eq!(e.code, 2, "{v:?}");
+            assert!(e.msg.contains(want), "{v:?}: {}", e.msg);
+        }
     }
 
     #[test]
