@@ -8,7 +8,7 @@ mod error;
 mod info;
 mod perf;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -35,9 +35,15 @@ fn main() {
     unsafe {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
-    let cli = Cli::parse();
+    let m = Cli::command().get_matches();
+    let cli = Cli::from_arg_matches(&m).unwrap_or_else(|e| e.exit());
     let r = match cli.cmd {
-        Cmd::Perf(a) => perf::main(*a),
+        Cmd::Perf(mut a) => {
+            if let Some(("perf", sub)) = m.subcommand() {
+                a.given = perf::given_ids(sub);
+            }
+            perf::main(*a)
+        }
         Cmd::Info(a) => info::main(a),
     };
     if let Err(e) = r {

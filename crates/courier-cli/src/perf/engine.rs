@@ -2,7 +2,8 @@
 //!
 //! Control: the client sends each test's parameters as a tag message (`TAG_CTRL`, JSON);
 //! the server answers `TAG_ACK` ("ok" or an error sentence), both run the test, and a
-//! `{"op":"done"}` ends the session. One-way tests end with the server's `TAG_FIN`, so the
+//! `{"op":"done"}` ends the session. `{"op":"info"}` asks where the server runs (answered
+//! "ok" and a JSON object). One-way tests end with the server's `TAG_FIN`, so the
 //! client's clock covers every message's arrival.
 
 use super::clock::Instant;
@@ -329,6 +330,33 @@ pub fn client_start(link: &Link, p: &Params) -> CliResult<Option<rma::Side>> {
     Ok(side)
 }
 
+/// Where the calling thread's side of a test runs: process, worker thread mode and the
+/// CPUs the thread may use.
+pub fn side_info(worker: &Worker) -> serde_json::Value {
+    serde_json::json!({
+        "pid": std::process::id(),
+        "thread_mode": super::params::thread_mode_name(worker.thread_mode()),
+        "cpus": super::params::affinity().unwrap_or_default(),
+    })
+}
+
+/// Ask the server where its side runs (`side_info` of its serving thread).
+pub fn peer_info(link: &Link) -> CliResult<serde_json::Value> {
+    link.send_ctrl(TAG_CTRL, br#"{"op":"info"}"#)?;
+    let mut buf = vec![0u8; CTRL_MAX];
+    let n = link.recv_ctrl(TAG_ACK, &mut buf)?;
+    let reply = String::from_utf8_lossy(&buf[..n.min(buf.len())]).to_string();
+    reply
+        .strip_prefix("ok ")
+        .and_then(|j| serde_json::from_str(j).ok())
+        .ok_or_else(|| {
+            CliError::run(format!(
+                "server {} did not say where it runs: {reply}",
+                link.peer
+            ))
+        })
+}
+
 /// Tell the server the session is over and close.
 pub fn client_finish(link: Link) {
     let _ = link.send_ctrl(TAG_CTRL, br#"{"op":"done"}"#);
@@ -366,6 +394,13 @@ pub fn serve(link: Link, verbose: bool) -> CliResult<()> {
         let v: serde_json::Value = serde_json::from_slice(msg).unwrap_or(serde_json::Value::Null);
         if v["op"] == "done" {
             break;
+        }
+        if v["op"] == "info" {
+            link.send_ctrl(
+                TAG_ACK,
+                format!("ok {}", side_info(&link.worker)).as_bytes(),
+            )?;
+            continue;
         }
         let p = match Params::decode(msg) {
             Ok(p) => p,

@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 use comfy_table::{Cell, CellAlignment, ContentArrangement, Table, presets::UTF8_FULL};
 
 use super::engine::{self, Link};
-use super::params::{MemKind, Params, TestKind};
-use super::report::{Output, Row};
+use super::params::{self, MemKind, Params, TestKind};
+use super::report::{self, Output, Row};
 use super::{PerfArgs, Settings, make_worker};
 use crate::error::{CliError, CliResult};
 
@@ -23,13 +23,25 @@ pub struct ChildServer {
 }
 
 impl ChildServer {
-    /// Start `courier perf -p 0 --announce` with COURIER_TLS=`tls` (None: inherit).
-    pub fn spawn(tls: Option<&str>) -> CliResult<ChildServer> {
+    /// Start `courier perf -p 0 --announce` with COURIER_TLS=`tls` (None: inherit), its
+    /// worker in `s.mode`, pinned per `s.server_cpu()` (else free to run wherever this
+    /// process could when it started, whatever the calling thread is pinned to).
+    pub fn spawn(tls: Option<&str>, s: &Settings) -> CliResult<ChildServer> {
         let exe = std::env::current_exe()
             .map_err(|e| CliError::run(format!("cannot find this program: {e}")))?;
         let mut cmd = Command::new(exe);
-        cmd.args(["perf", "-p", "0", "--announce"])
-            .stdin(Stdio::null())
+        cmd.args(["perf", "-p", "0", "--announce", "-M"])
+            .arg(params::thread_mode_name(s.mode));
+        match s.server_cpu() {
+            Some(c) => {
+                cmd.arg("-c").arg(c.to_string());
+            }
+            None if !s.start_cpus.is_empty() => {
+                cmd.arg("--affinity").arg(params::cpu_list(&s.start_cpus));
+            }
+            None => {}
+        }
+        cmd.stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         if let Some(t) = tls {
@@ -127,9 +139,9 @@ impl ChildServer {
         }
     }
 
-    /// Connect a client worker with COURIER_TLS=`tls` to it.
-    pub fn connect(&self, tls: Option<&str>) -> CliResult<Link> {
-        let worker = make_worker(courier::ThreadMode::Single, tls)?;
+    /// Connect a client worker in `mode` with COURIER_TLS=`tls` to it.
+    pub fn connect(&self, tls: Option<&str>, mode: courier::ThreadMode) -> CliResult<Link> {
+        let worker = make_worker(mode, tls)?;
         let addr = SocketAddr::from(([127, 0, 0, 1], self.port));
         engine::connect(
             &worker,
@@ -159,6 +171,7 @@ pub fn human_size(n: usize) -> String {
     }
 }
 
+#[derive(Clone, Copy, Debug, PartialEq)]
 struct Case {
     test: TestKind,
     size: usize,
@@ -166,12 +179,18 @@ struct Case {
     warmup: u64,
 }
 
-const SUITE: [Case; 10] = [
+const SUITE: [Case; 11] = [
     Case {
         test: TestKind::TagLat,
         size: 8,
         iters: 20_000,
         warmup: 1_000,
+    },
+    Case {
+        test: TestKind::TagLat,
+        size: 1 << 20,
+        iters: 2_000,
+        warmup: 100,
     },
     Case {
         test: TestKind::TagBw,
@@ -229,6 +248,119 @@ const SUITE: [Case; 10] = [
     },
 ];
 
+/// Options that mean nothing to `--local` (it starts its servers and picks each test's
+/// size, window and memory itself), by clap id, with how to name them and why.
+const NOT_WITH_LOCAL: [(&str, &str, &str); 14] = [
+    (
+        "host",
+        "HOST",
+        "--local starts its own server processes (drop --local to run one test against HOST)",
+    ),
+    (
+        "port",
+        "-p",
+        "--local's servers listen on ports the system picks",
+    ),
+    (
+        "loopback",
+        "-l",
+        "--local already runs client and server here, in two processes",
+    ),
+    ("size", "-s", "the suite sets each test's message size"),
+    (
+        "outstanding",
+        "-O",
+        "the suite uses each test's default window",
+    ),
+    ("mem", "-m", "the suite runs on host memory"),
+    ("layout", "-D", "the suite sends contiguous messages"),
+    (
+        "final_only",
+        "-f",
+        "--local prints a summary table (or JSON lines with --json)",
+    ),
+    (
+        "csv",
+        "-v",
+        "--local prints a summary table (or JSON lines with --json)",
+    ),
+    ("max_size", "--max-size", "it belongs to --sweep"),
+    ("pairs", "--pairs", "it belongs to --sweep"),
+    ("quick", "--quick", "it belongs to --sweep"),
+    ("verbose", "--verbose", "it is a server option"),
+    ("announce", "--announce", "it is a server option"),
+];
+
+/// The suite's rows as `a` asks: those of the tests in `-t` (a comma list), every one
+/// without it; `-n` replaces each row's iteration count and scales its warm-up alike,
+/// unless `-w` gives the warm-up.
+fn plan(a: &PerfArgs) -> CliResult<Vec<Case>> {
+    for (id, flag, why) in NOT_WITH_LOCAL {
+        if a.given(id) {
+            return Err(CliError::usage(format!(
+                "{flag} cannot be used with --local: {why}; with --local use -t, -n, -w, -c, \
+                 -M, -R, -N, --json and --check"
+            )));
+        }
+    }
+    let mut cases: Vec<Case> = match a.test.as_deref().filter(|_| a.given("test")) {
+        None => SUITE.to_vec(),
+        Some(list) => {
+            let mut want = Vec::new();
+            for name in list.split(',').map(str::trim) {
+                if name.is_empty() {
+                    return Err(CliError::usage(format!(
+                        "-t {list:?}: expected test names separated by commas"
+                    )));
+                }
+                let t = TestKind::parse(name)?;
+                if !SUITE.iter().any(|c| c.test == t) {
+                    let mut names: Vec<&str> = SUITE.iter().map(|c| c.test.name()).collect();
+                    names.dedup();
+                    return Err(CliError::usage(format!(
+                        "-t {name}: not in the --local suite; its tests: {}",
+                        names.join(", ")
+                    )));
+                }
+                want.push(t);
+            }
+            SUITE
+                .iter()
+                .filter(|c| want.contains(&c.test))
+                .copied()
+                .collect()
+        }
+    };
+    let iters = if a.given("iters") {
+        let n = params::parse_count("-n", &a.iters)?;
+        if n == 0 {
+            return Err(CliError::usage(
+                "-n 0: every test of --local needs at least one iteration",
+            ));
+        }
+        Some(n)
+    } else {
+        None
+    };
+    let warmup = if a.given("warmup") {
+        Some(params::parse_count("-w", &a.warmup)?)
+    } else {
+        None
+    };
+    for c in &mut cases {
+        if let Some(n) = iters {
+            // The suite's warm-up share of the row, at least one iteration.
+            let scaled = (c.warmup as u128 * n as u128).div_ceil(c.iters as u128);
+            c.warmup = u64::try_from(scaled).unwrap_or(u64::MAX).max(1);
+            c.iters = n;
+        }
+        if let Some(w) = warmup {
+            c.warmup = w;
+        }
+    }
+    Ok(cases)
+}
+
 struct Outcome {
     tls: &'static str,
     used: Option<&'static str>,
@@ -236,30 +368,75 @@ struct Outcome {
     result: Result<Row, String>,
 }
 
-fn line(tls: &str, c: &Case, r: &Row) -> String {
+fn line(tls: &str, c: &Case, r: &Row, thousands: bool) -> String {
     format!(
-        "{tls:<4} {:<20} {:>7}  {:>9} iters  {:>9.3} us  {:>10.2} MB/s  {:>11.0} msg/s",
+        "{tls:<4} {:<20} {:>7}  {:>9} iters  {:>9.3} us  {:>10.2} MB/s  {:>11} msg/s",
         c.test.name(),
         human_size(c.size),
-        r.iters,
+        report::group(r.iters as f64, thousands),
         r.lat_overall,
         r.bw_overall,
-        r.mr_overall
+        report::group(r.mr_overall, thousands)
     )
 }
 
+/// Where `--local` prints: its table and progress on stdout, or with `--json` one JSON
+/// object per line on stdout and its remarks on stderr.
+struct Out {
+    json: bool,
+    tty: bool,
+}
+
+impl Out {
+    /// A remark (a transport skipped, a row that failed, a server that lingered).
+    fn say(&self, text: &str) {
+        if self.json {
+            eprintln!("courier perf --local: {text}");
+        } else {
+            println!("{}{text}", if self.tty { "\r\x1b[2K" } else { "" });
+        }
+    }
+}
+
+fn error_json(tls: &str, c: &Case, msg: &str) -> serde_json::Value {
+    serde_json::json!({
+        "tls": tls,
+        "test": c.test.name(),
+        "message_size": c.size,
+        "error": msg,
+    })
+}
+
 /// Run the suite.
-pub fn run(_a: &PerfArgs, s: &Settings) -> CliResult<()> {
-    let tty = std::io::stdout().is_terminal();
+pub fn run(a: &PerfArgs, s: &Settings) -> CliResult<()> {
+    let cases = plan(a)?;
+    let out = Out {
+        json: s.out == Output::Json,
+        tty: s.out != Output::Json && std::io::stdout().is_terminal(),
+    };
+    let tty = out.tty;
     let quiet = Settings {
         out: Output::Silent,
         ..s.clone()
     };
+    s.note_one_cpu();
+    s.pin_client()?;
     let mut outcomes: Vec<Outcome> = Vec::new();
-    println!(
-        "courier perf --local: {} tests per transport, server and client in two processes",
-        SUITE.len()
-    );
+    if !out.json {
+        println!(
+            "courier perf --local: {} tests per transport, server and client in two processes",
+            cases.len()
+        );
+        if a.given("cpus") || a.given("thread_mode") {
+            let at = |c: Option<usize>| c.map_or("unpinned".to_string(), |c| format!("CPU {c}"));
+            println!(
+                "courier perf --local: thread mode {}; client on {}, server on {}",
+                params::thread_mode_name(s.mode),
+                at(s.cpus.first().copied()),
+                at(s.server_cpu())
+            );
+        }
+    }
     for tls in ["shm", "tcp"] {
         let probe = courier::Config::from_env_with(&[("COURIER_TLS", tls)])
             .map_err(CliError::from)
@@ -272,7 +449,10 @@ pub fn run(_a: &PerfArgs, s: &Settings) -> CliResult<()> {
                 }
             });
         if let Err(e) = probe {
-            for (i, _) in SUITE.iter().enumerate() {
+            for (i, c) in cases.iter().enumerate() {
+                if out.json {
+                    println!("{}", error_json(tls, c, &e.msg));
+                }
                 outcomes.push(Outcome {
                     tls,
                     used: None,
@@ -280,15 +460,27 @@ pub fn run(_a: &PerfArgs, s: &Settings) -> CliResult<()> {
                     result: Err(e.msg.clone()),
                 });
             }
-            println!("{tls:<4} skipped: {}", e.msg);
+            out.say(&format!("{tls:<4} skipped: {}", e.msg));
             continue;
         }
-        let mut session: Option<(ChildServer, Link)> = None;
-        for (i, c) in SUITE.iter().enumerate() {
+        // The server process, the link to it, and (for --json) where each side runs.
+        let mut session: Option<(ChildServer, Link, serde_json::Value)> = None;
+        for (i, c) in cases.iter().enumerate() {
             if session.is_none() {
-                let started =
-                    ChildServer::spawn(Some(tls)).and_then(|srv| match srv.connect(Some(tls)) {
-                        Ok(l) => Ok((srv, l)),
+                let started = ChildServer::spawn(Some(tls), s).and_then(|srv| {
+                    let linked = srv.connect(Some(tls), s.mode).and_then(|l| {
+                        let sides = if out.json {
+                            serde_json::json!({
+                                "client": engine::side_info(&l.worker),
+                                "server": engine::peer_info(&l)?,
+                            })
+                        } else {
+                            serde_json::Value::Null
+                        };
+                        Ok((l, sides))
+                    });
+                    match linked {
+                        Ok((l, sides)) => Ok((srv, l, sides)),
                         Err(e) => {
                             std::thread::sleep(Duration::from_millis(100));
                             let more = srv.stderr_text();
@@ -298,16 +490,20 @@ pub fn run(_a: &PerfArgs, s: &Settings) -> CliResult<()> {
                                 format!("{} (server: {more})", e.msg)
                             }))
                         }
-                    });
+                    }
+                });
                 match started {
                     Ok(x) => session = Some(x),
                     Err(e) => {
-                        println!(
+                        if out.json {
+                            println!("{}", error_json(tls, c, &e.msg));
+                        }
+                        out.say(&format!(
                             "{tls:<4} {:<20} {:>7}  error: {}",
                             c.test.name(),
                             human_size(c.size),
                             e.msg
-                        );
+                        ));
                         outcomes.push(Outcome {
                             tls,
                             used: None,
@@ -318,19 +514,21 @@ pub fn run(_a: &PerfArgs, s: &Settings) -> CliResult<()> {
                     }
                 }
             }
-            let (srv, link) = session.as_ref().expect("just set");
+            let Some((srv, link, sides)) = session.as_ref() else {
+                continue;
+            };
             let p = Params {
                 test: c.test,
                 sizes: vec![c.size],
                 iters: c.iters,
                 warmup: c.warmup,
                 window: c.test.default_window(),
-                check: false,
+                check: a.check,
                 mem: [MemKind::Host; 2],
             };
             let mut watch = |r: &Row| {
                 if tty {
-                    print!("\r{}", line(tls, c, r));
+                    print!("\r{}", line(tls, c, r, s.thousands));
                     let _ = std::io::stdout().flush();
                 }
             };
@@ -346,11 +544,19 @@ pub fn run(_a: &PerfArgs, s: &Settings) -> CliResult<()> {
             let used = link.ep.transport();
             match r {
                 Ok(row) => {
-                    println!(
-                        "{}{}",
-                        if tty { "\r\x1b[2K" } else { "" },
-                        line(tls, c, &row)
-                    );
+                    if out.json {
+                        let mut v = report::json(&p, s.percentile, &row, used);
+                        v["tls"] = tls.into();
+                        v["client"] = sides["client"].clone();
+                        v["server"] = sides["server"].clone();
+                        println!("{v}");
+                    } else {
+                        println!(
+                            "{}{}",
+                            if tty { "\r\x1b[2K" } else { "" },
+                            line(tls, c, &row, s.thousands)
+                        );
+                    }
                     outcomes.push(Outcome {
                         tls,
                         used,
@@ -365,12 +571,14 @@ pub fn run(_a: &PerfArgs, s: &Settings) -> CliResult<()> {
                     } else {
                         format!("{} (server: {more})", e.msg)
                     };
-                    println!(
-                        "{}{tls:<4} {:<20} {:>7}  error: {msg}",
-                        if tty { "\r\x1b[2K" } else { "" },
+                    if out.json {
+                        println!("{}", error_json(tls, c, &msg));
+                    }
+                    out.say(&format!(
+                        "{tls:<4} {:<20} {:>7}  error: {msg}",
                         c.test.name(),
                         human_size(c.size)
-                    );
+                    ));
                     outcomes.push(Outcome {
                         tls,
                         used,
@@ -381,21 +589,60 @@ pub fn run(_a: &PerfArgs, s: &Settings) -> CliResult<()> {
                 }
             }
         }
-        if let Some((srv, link)) = session.take() {
+        if let Some((srv, link, _)) = session.take() {
             engine::client_finish(link);
             if let Err(e) = srv.finish(Duration::from_secs(5)) {
-                println!("{tls:<4} note: {}", e.msg);
+                out.say(&format!("{tls:<4} note: {}", e.msg));
             }
         }
     }
-    print_summary(&outcomes);
+    if out.json {
+        println!("{}", summary_json(&cases, &outcomes));
+    } else {
+        print_summary(&cases, &outcomes, s.thousands);
+    }
     if outcomes.iter().all(|o| o.result.is_err()) {
         return Err(CliError::run("every test failed"));
     }
     Ok(())
 }
 
-fn print_summary(outcomes: &[Outcome]) {
+/// The summary table's rows as one JSON object (`--json`).
+fn summary_json(cases: &[Case], outcomes: &[Outcome]) -> serde_json::Value {
+    let rows: Vec<serde_json::Value> = outcomes
+        .iter()
+        .map(|o| {
+            let c = &cases[o.case];
+            let mut v = serde_json::json!({
+                "tls": o.tls,
+                "transport": o.used,
+                "test": c.test.name(),
+                "message_size": c.size,
+                "iterations": c.iters,
+            });
+            match &o.result {
+                Ok(r) => {
+                    v["latency_overall_us"] = r.lat_overall.into();
+                    v["bandwidth_overall_mbs"] = r.bw_overall.into();
+                    v["msgrate_overall"] = r.mr_overall.into();
+                }
+                Err(e) => v["error"] = e.as_str().into(),
+            }
+            v
+        })
+        .collect();
+    let ok = outcomes.iter().filter(|o| o.result.is_ok()).count();
+    serde_json::json!({
+        "summary": {
+            "tests_per_transport": cases.len(),
+            "passed": ok,
+            "failed": outcomes.len() - ok,
+            "rows": rows,
+        }
+    })
+}
+
+fn print_summary(cases: &[Case], outcomes: &[Outcome], thousands: bool) {
     let mut t = Table::new();
     t.load_preset(UTF8_FULL)
         .set_content_arrangement(ContentArrangement::Dynamic);
@@ -408,7 +655,7 @@ fn print_summary(outcomes: &[Outcome]) {
         "Msg rate (msg/s)",
     ]);
     for o in outcomes {
-        let c = &SUITE[o.case];
+        let c = &cases[o.case];
         let tr = match o.used {
             Some(u) if u != o.tls => format!("{} (got {u})", o.tls),
             _ => o.tls.to_string(),
@@ -427,7 +674,8 @@ fn print_summary(outcomes: &[Outcome]) {
                     Cell::new(format!("{:.2}", r.bw_overall)).set_alignment(CellAlignment::Right),
                 );
                 row.push(
-                    Cell::new(format!("{:.0}", r.mr_overall)).set_alignment(CellAlignment::Right),
+                    Cell::new(report::group(r.mr_overall, thousands))
+                        .set_alignment(CellAlignment::Right),
                 );
             }
             Err(e) => {
@@ -443,4 +691,96 @@ fn print_summary(outcomes: &[Outcome]) {
     println!(
         "Latency: one-way for *_lat (RTT/2), per-message overhead for *_bw. MB/s = 2^20 bytes/s."
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::{CommandFactory, FromArgMatches};
+
+    #[derive(clap::Parser)]
+    struct Cmd {
+        #[command(flatten)]
+        a: PerfArgs,
+    }
+
+    fn args(v: &[&str]) -> PerfArgs {
+        let m = Cmd::command().get_matches_from(std::iter::once("perf").chain(v.iter().copied()));
+        let mut a = Cmd::from_arg_matches(&m).expect("parsed").a;
+        a.given = super::super::given_ids(&m);
+        a
+    }
+
+    #[test]
+    fn the_suite_has_large_message_latency() {
+        let all = plan(&args(&["--local"])).unwrap();
+        assert_eq!(all, SUITE.to_vec());
+        assert!(
+            all.iter()
+                .any(|c| c.test == TestKind::TagLat && c.size == 1 << 20)
+        );
+    }
+
+    #[test]
+    fn t_picks_rows_and_n_w_set_the_counts() {
+        let p = plan(&args(&["--local", "-n", "2000", "-t", "tag_bw, tag_lat"])).unwrap();
+        let rows: Vec<(TestKind, usize, u64, u64)> = p
+            .iter()
+            .map(|c| (c.test, c.size, c.iters, c.warmup))
+            .collect();
+        assert_eq!(
+            rows,
+            vec![
+                (TestKind::TagLat, 8, 2000, 100),
+                (TestKind::TagLat, 1 << 20, 2000, 100),
+                (TestKind::TagBw, 8, 2000, 100),
+                (TestKind::TagBw, 1 << 20, 2000, 100),
+            ]
+        );
+        // Given, even at its default value, -n replaces the suite's counts.
+        let p = plan(&args(&["--local", "-n", "1000000", "-t", "ucp_fadd"])).unwrap();
+        assert_eq!((p[0].iters, p[0].warmup), (1_000_000, 50_000));
+        let p = plan(&args(&[
+            "--local",
+            "-n",
+            "3",
+            "-w",
+            "7",
+            "-t",
+            "ucp_put_bw",
+        ]))
+        .unwrap();
+        assert_eq!((p[0].iters, p[0].warmup), (3, 7));
+        let p = plan(&args(&["--local", "-n", "1", "-t", "ucp_put_bw"])).unwrap();
+        assert_eq!((p[0].iters, p[0].warmup), (1, 1));
+        let p = plan(&args(&["--local", "-w", "0", "-t", "ucp_am_lat"])).unwrap();
+        assert_eq!((p[0].iters, p[0].warmup), (20_000, 0));
+    }
+
+    #[test]
+    fn options_local_cannot_honour_are_refused() {
+        for (v, want) in [
+            (
+                &["--local", "-s", "64"][..],
+                "-s cannot be used with --local",
+            ),
+            (&["--local", "10.0.0.1"], "HOST cannot be used with --local"),
+            (&["--local", "-O", "4"], "-O cannot be used with --local"),
+            (&["--local", "-m", "host"], "-m cannot be used with --local"),
+            (&["--local", "-f"], "-f cannot be used with --local"),
+            (&["--local", "-v"], "-v cannot be used with --local"),
+            (&["--local", "-l"], "-l cannot be used with --local"),
+            (&["--local", "-p", "1"], "-p cannot be used with --local"),
+            (&["--local", "--pairs", "3"], "--pairs cannot be used"),
+            (&["--local", "-t", "ucp_get"], "not in the --local suite"),
+            (&["--local", "-t", "nope"], "unknown test"),
+            (&["--local", "-t", "tag_lat,"], "separated by commas"),
+            (&["--local", "-n", "0"], "at least one iteration"),
+            (&["--local", "-n", "many"], "-n \"many\""),
+        ] {
+            let e = plan(&args(v)).unwrap_err();
+            assert_eq!(e.code, 2, "{v:?}");
+            assert!(e.msg.contains(want), "{v:?}: {}", e.msg);
+        }
+    }
 }

@@ -33,16 +33,17 @@ pub struct PerfArgs {
     pub port: u16,
     /// Test: tag_lat, tag_bw, tag_sync_lat, tag_sync_bw, ucp_am_lat, ucp_am_bw, stream_lat,
     /// stream_bw, ucp_put_lat, ucp_put_bw, ucp_get, ucp_add, ucp_fadd, ucp_swap, ucp_cswap,
-    /// put_signal_lat, put_signal_bw, put_flush_signal_lat
+    /// put_signal_lat, put_signal_bw, put_flush_signal_lat. With --local: a comma list
+    /// of the suite's tests to run
     #[arg(short = 't', long = "test")]
     pub test: Option<String>,
     /// Message size; a comma list is the IOV of one message (k, m suffixes)
     #[arg(short = 's', long = "size", default_value = "8")]
     pub size: String,
-    /// Measured iterations
+    /// Measured iterations (with --local: replaces every test's own count)
     #[arg(short = 'n', long = "iters", default_value = "1000000")]
     pub iters: String,
-    /// Warm-up iterations
+    /// Warm-up iterations (with --local: replaces every test's own count)
     #[arg(short = 'w', long = "warmup", default_value = "10000")]
     pub warmup: String,
     /// Outstanding operations (default 32 for tag_bw, tag_sync_bw, ucp_am_bw, ucp_put_bw,
@@ -53,7 +54,8 @@ pub struct PerfArgs {
     /// when there is none), cuda (two-sided tests, ucp_put_bw and ucp_get)
     #[arg(short = 'm', long = "mem", default_value = "host")]
     pub mem: String,
-    /// CPUs to pin threads to (e.g. 0,2-3)
+    /// CPUs to pin threads to (e.g. 0,2-3): the client to the first, a server started
+    /// here (-l, --local) to the second, or to the next CPU when only one is given
     #[arg(short = 'c', long = "cpus")]
     pub cpus: Option<String>,
     /// Threads (only 1 is supported)
@@ -71,7 +73,7 @@ pub struct PerfArgs {
     /// Error handling (always on in Courier; accepted for compatibility)
     #[arg(short = 'e')]
     pub err_handling: bool,
-    /// Print only the final numbers
+    /// Print only the final numbers (with -v: only the final CSV row)
     #[arg(short = 'f')]
     pub final_only: bool,
     /// Print CSV
@@ -86,13 +88,15 @@ pub struct PerfArgs {
     /// Loopback: server and client in this process
     #[arg(short = 'l')]
     pub loopback: bool,
-    /// Print the final result as one JSON object
+    /// Print the final result as one JSON object (with --local: one per test, then the
+    /// summary)
     #[arg(long)]
     pub json: bool,
     /// Verify message contents on the receiver
     #[arg(long)]
     pub check: bool,
     /// Run the standard suite with both processes started here, on each transport
+    /// (honours -t, -n, -w, -c, -M, -R, -N, --json and --check)
     #[arg(long)]
     pub local: bool,
     /// OSU-style sweeps over message sizes 1 B .. 16 MiB
@@ -113,6 +117,28 @@ pub struct PerfArgs {
     /// Server: print "PORT <n>" on stdout once listening (used by --local)
     #[arg(long, hide = true)]
     pub announce: bool,
+    /// Server: run on these CPUs (before -c pins it; used by --local to undo the
+    /// client's pinning that a child process inherits)
+    #[arg(long, hide = true)]
+    pub affinity: Option<String>,
+    /// The ids of the options given on the command line (not defaulted), from `given_ids`.
+    #[arg(skip)]
+    pub given: Vec<String>,
+}
+
+impl PerfArgs {
+    /// Whether the option with clap id `id` (the field's name) was on the command line.
+    pub fn given(&self, id: &str) -> bool {
+        self.given.iter().any(|g| g == id)
+    }
+}
+
+/// The ids of the options of `m` given on the command line rather than by default.
+pub fn given_ids(m: &clap::ArgMatches) -> Vec<String> {
+    m.ids()
+        .filter(|id| m.value_source(id.as_str()) == Some(clap::parser::ValueSource::CommandLine))
+        .map(|id| id.as_str().to_string())
+        .collect()
 }
 
 /// Validated options common to every mode.
@@ -124,8 +150,11 @@ pub struct Settings {
     pub thousands: bool,
     /// Percentile.
     pub percentile: f64,
-    /// CPUs.
+    /// CPUs of `-c`: the client's first, then the server's (`-l`, `--local`).
     pub cpus: Vec<usize>,
+    /// The CPUs this process could run on when it started (before any pinning); empty
+    /// when unknown.
+    pub start_cpus: Vec<usize>,
     /// Thread mode of every worker.
     pub mode: ThreadMode,
 }
@@ -160,6 +189,7 @@ impl Settings {
         }
         let out = match (a.json, a.csv, a.final_only) {
             (true, _, _) => Output::Json,
+            (_, true, true) => Output::CsvFinal,
             (_, true, _) => Output::Csv,
             (_, _, true) => Output::FinalOnly,
             _ => Output::Table,
@@ -174,16 +204,69 @@ impl Settings {
                 .map(params::parse_cpus)
                 .transpose()?
                 .unwrap_or_default(),
+            start_cpus: params::affinity().unwrap_or_default(),
             mode: params::parse_thread_mode(&a.thread_mode)?,
         })
     }
 
-    fn pin(&self, idx: usize) -> CliResult<()> {
-        if self.cpus.is_empty() {
-            return Ok(());
+    /// Pin the calling thread, the client (or a lone server process), to the first CPU
+    /// of `-c`.
+    pub fn pin_client(&self) -> CliResult<()> {
+        match self.cpus.first() {
+            Some(&c) => params::pin_to(c),
+            None => Ok(()),
         }
-        params::pin_to(self.cpus[idx % self.cpus.len()])
     }
+
+    /// The CPU for a server this process starts itself (`-l`, `--local`): the second of
+    /// `-c`. With one CPU given, client and server on that core would take turns at every
+    /// message of a ping-pong, so the server gets the next CPU this process may use (None,
+    /// left unpinned, when there is no other).
+    pub fn server_cpu(&self) -> Option<usize> {
+        match self.cpus[..] {
+            [] => None,
+            [c] => next_cpu(&self.start_cpus, c),
+            [_, c, ..] => Some(c),
+        }
+    }
+
+    /// Pin the calling thread, a server this process started, per `server_cpu`; without
+    /// one it may run anywhere this process could when it started.
+    pub fn pin_server(&self) -> CliResult<()> {
+        match self.server_cpu() {
+            Some(c) => params::pin_to(c),
+            None if !self.cpus.is_empty() && !self.start_cpus.is_empty() => {
+                params::set_affinity(&self.start_cpus)
+            }
+            None => Ok(()),
+        }
+    }
+
+    /// With one CPU in `-c` and a server started here, say where each side runs.
+    pub fn note_one_cpu(&self) {
+        if let [c] = self.cpus[..] {
+            match self.server_cpu() {
+                Some(sc) => eprintln!(
+                    "courier perf: note: -c {c} names one CPU: the client is pinned to it and \
+                     the server to CPU {sc}, the next one available (-c {c},{sc} says so)"
+                ),
+                None => eprintln!(
+                    "courier perf: note: -c {c} names one CPU and no other is available: the \
+                     client is pinned to it and the server is left unpinned"
+                ),
+            }
+        }
+    }
+}
+
+/// The CPU after `cpu` in `allowed` (wrapping around), other than `cpu` itself.
+fn next_cpu(allowed: &[usize], cpu: usize) -> Option<usize> {
+    allowed
+        .iter()
+        .copied()
+        .filter(|&c| c > cpu)
+        .chain(allowed.iter().copied().filter(|&c| c < cpu))
+        .next()
 }
 
 fn params_from_args(a: &PerfArgs) -> CliResult<Params> {
@@ -292,10 +375,10 @@ pub fn run_test(link: &Link, p: &Params, s: &Settings, watch: Option<Watch<'_>>)
     let mut meter = Meter::new(p, s.percentile, s.out, s.thousands, watch);
     let row = engine::run_client(link, p, &mut meter, side)?;
     if s.out == Output::Json {
-        println!(
-            "{}",
-            report::json(p, s.percentile, &row, link.ep.transport())
-        );
+        let mut v = report::json(p, s.percentile, &row, link.ep.transport());
+        v["client"] = engine::side_info(&link.worker);
+        v["server"] = engine::peer_info(link)?;
+        println!("{v}");
     }
     Ok(row)
 }
@@ -313,7 +396,7 @@ pub fn spawn_server_thread(
         .name("perf-server".into())
         .spawn(move || {
             let r = (|| -> CliResult<()> {
-                s2.pin(1)?;
+                s2.pin_server()?;
                 let worker = make_worker(s2.mode, None)?;
                 let ptx2 = ptx.clone();
                 let link = engine::accept(
@@ -343,6 +426,9 @@ pub fn spawn_server_thread(
 /// Entry point of `courier perf`.
 pub fn main(a: PerfArgs) -> CliResult<()> {
     let s = Settings::from_args(&a)?;
+    if a.affinity.is_some() && (a.host.is_some() || a.loopback || a.local || a.sweep) {
+        return Err(CliError::usage("--affinity is an option of the server"));
+    }
     if a.local && a.sweep {
         return sweep::run(&a, &s, None);
     }
@@ -358,8 +444,9 @@ pub fn main(a: PerfArgs) -> CliResult<()> {
     }
     if a.loopback {
         let p = params_from_args(&a)?;
+        s.note_one_cpu();
         let (port, done) = spawn_server_thread(&s, a.verbose)?;
-        s.pin(0)?;
+        s.pin_client()?;
         let worker = make_worker(s.mode, None)?;
         let shown = format!("127.0.0.1:{port}");
         let link = engine::connect(&worker, SocketAddr::from(([127, 0, 0, 1], port)), &shown)?;
@@ -373,7 +460,7 @@ pub fn main(a: PerfArgs) -> CliResult<()> {
     match a.host.as_deref() {
         Some(host) => {
             let p = params_from_args(&a)?;
-            s.pin(0)?;
+            s.pin_client()?;
             let addr = resolve(host, a.port)?;
             let worker = make_worker(s.mode, None)?;
             let link = engine::connect(&worker, addr, &format!("{host}:{}", a.port))?;
@@ -382,7 +469,10 @@ pub fn main(a: PerfArgs) -> CliResult<()> {
             Ok(())
         }
         None => {
-            s.pin(0)?;
+            if let Some(cpus) = &a.affinity {
+                params::set_affinity(&params::parse_cpus(cpus)?)?;
+            }
+            s.pin_client()?;
             let worker = make_worker(s.mode, None)?;
             let announce = a.announce;
             let link = engine::accept(
@@ -405,5 +495,34 @@ pub fn main(a: PerfArgs) -> CliResult<()> {
             }
             engine::serve(link, a.verbose)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings(cpus: &[usize], start: &[usize]) -> Settings {
+        Settings {
+            out: Output::Silent,
+            thousands: false,
+            percentile: 50.0,
+            cpus: cpus.to_vec(),
+            start_cpus: start.to_vec(),
+            mode: ThreadMode::Single,
+        }
+    }
+
+    #[test]
+    fn one_cpu_puts_the_server_on_another() {
+        assert_eq!(settings(&[], &[0, 1]).server_cpu(), None);
+        assert_eq!(settings(&[0, 1], &[0, 1]).server_cpu(), Some(1));
+        assert_eq!(settings(&[1, 1], &[0, 1]).server_cpu(), Some(1));
+        assert_eq!(settings(&[0], &[0, 1]).server_cpu(), Some(1));
+        assert_eq!(settings(&[1], &[0, 1]).server_cpu(), Some(0));
+        assert_eq!(settings(&[2], &[0, 2, 5]).server_cpu(), Some(5));
+        assert_eq!(settings(&[5], &[0, 2, 5]).server_cpu(), Some(0));
+        assert_eq!(settings(&[0], &[0]).server_cpu(), None);
+        assert_eq!(settings(&[0], &[]).server_cpu(), None);
     }
 }

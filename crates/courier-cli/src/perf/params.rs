@@ -110,9 +110,9 @@ impl TestKind {
             TestKind::PutBw => "put bandwidth",
             TestKind::Get => "get latency / bandwidth / message rate",
             TestKind::Add => "atomic add bandwidth / message rate",
-            TestKind::Fadd => "atomic fetch-and-add latency / bandwidth / rate",
-            TestKind::Swap => "atomic swap latency / bandwidth / rate",
-            TestKind::Cswap => "atomic compare-and-swap latency / bandwidth / rate",
+            TestKind::Fadd => "atomic fetch-and-add latency / rate",
+            TestKind::Swap => "atomic swap latency / rate",
+            TestKind::Cswap => "atomic compare-and-swap latency / rate",
             TestKind::PutSignalLat => "put with signal latency",
             TestKind::PutSignalBw => "put with signal bandwidth / message rate",
             TestKind::PutFlushSignalLat => "put + flush + atomic signal latency",
@@ -415,20 +415,82 @@ pub fn parse_cpus(s: &str) -> CliResult<Vec<usize>> {
 
 /// Pin the calling thread to one CPU.
 pub fn pin_to(cpu: usize) -> CliResult<()> {
+    set_affinity(&[cpu])
+}
+
+/// Let the calling thread run on `cpus` (threads and processes it starts inherit that).
+pub fn set_affinity(cpus: &[usize]) -> CliResult<()> {
+    if let Some(&c) = cpus.iter().find(|&&c| c >= libc::CPU_SETSIZE as usize) {
+        return Err(CliError::usage(format!(
+            "cannot pin to CPU {c}: beyond the {} CPUs a CPU set holds",
+            libc::CPU_SETSIZE
+        )));
+    }
     // SAFETY: a zeroed cpu_set_t is a valid empty set; CPU_SET stays inside it (checked
-    // against CPU_SETSIZE when parsing); sched_setaffinity(0) applies to this thread.
+    // against CPU_SETSIZE above); sched_setaffinity(0) applies to this thread.
     let rc = unsafe {
         let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(cpu, &mut set);
+        for &c in cpus {
+            libc::CPU_SET(c, &mut set);
+        }
         libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set)
     };
     if rc != 0 {
+        let what = match cpus {
+            [c] => format!("CPU {c}"),
+            _ => format!("CPUs {}", cpu_list(cpus)),
+        };
         return Err(CliError::usage(format!(
-            "cannot pin to CPU {cpu}: {}",
+            "cannot pin to {what}: {}",
             std::io::Error::last_os_error()
         )));
     }
     Ok(())
+}
+
+/// The CPUs the calling thread may run on.
+pub fn affinity() -> CliResult<Vec<usize>> {
+    // SAFETY: a zeroed cpu_set_t is a valid empty set for the kernel to fill;
+    // sched_getaffinity(0) reads this thread's mask; CPU_ISSET stays inside the set.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
+            return Err(CliError::run(format!(
+                "cannot read the CPU affinity: {}",
+                std::io::Error::last_os_error()
+            )));
+        }
+        Ok((0..libc::CPU_SETSIZE as usize)
+            .filter(|&c| libc::CPU_ISSET(c, &set))
+            .collect())
+    }
+}
+
+/// A CPU list as `-c` takes it, ranges folded: `0-3,6`.
+pub fn cpu_list(cpus: &[usize]) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < cpus.len() {
+        let mut j = i;
+        while j + 1 < cpus.len() && cpus[j + 1] == cpus[j] + 1 {
+            j += 1;
+        }
+        parts.push(if j > i {
+            format!("{}-{}", cpus[i], cpus[j])
+        } else {
+            cpus[i].to_string()
+        });
+        i = j + 1;
+    }
+    parts.join(",")
+}
+
+/// The `-M` name of a worker's thread mode.
+pub fn thread_mode_name(m: courier::ThreadMode) -> &'static str {
+    match m {
+        courier::ThreadMode::Single => "single",
+        courier::ThreadMode::Multi => "multi",
+    }
 }
 
 #[cfg(test)]
@@ -468,6 +530,12 @@ mod tests {
         assert!(parse_thread_mode("many").is_err());
         assert_eq!(parse_cpus("0,2-3").unwrap(), vec![0, 2, 3]);
         assert!(parse_cpus("a").is_err());
+        assert_eq!(cpu_list(&[0, 1, 2, 3, 6]), "0-3,6");
+        assert_eq!(cpu_list(&[5]), "5");
+        assert_eq!(
+            parse_cpus(&cpu_list(&[0, 2, 3, 7])).unwrap(),
+            vec![0, 2, 3, 7]
+        );
     }
 
     #[test]

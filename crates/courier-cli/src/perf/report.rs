@@ -16,12 +16,22 @@ pub enum Output {
     Table,
     /// Header box, then one row of numbers (`-f`).
     FinalOnly,
-    /// CSV (`-v`).
+    /// CSV (`-v`): the column names, then a row about once a second and the final one.
     Csv,
+    /// CSV with `-f`: the column names and the final row only.
+    CsvFinal,
     /// One JSON object (`--json`).
     Json,
     /// Nothing (the numbers are used by the caller).
     Silent,
+}
+
+impl Output {
+    /// Whether the rows printed about once a second appear (ucx_perftest leaves them out
+    /// with `-f`, CSV included).
+    pub fn prints_progress(self) -> bool {
+        matches!(self, Output::Table | Output::Csv)
+    }
 }
 
 /// One reported row.
@@ -65,7 +75,7 @@ pub fn header(p: &Params, percentile: f64, out: Output, mem: &[String; 2]) -> St
         return s;
     }
     let pct = pct_label(percentile);
-    if out == Output::Csv {
+    if matches!(out, Output::Csv | Output::CsvFinal) {
         s.push_str(&format!("iterations,{pct}_percentile_lat,avg_lat,overall_lat,avg_bw,overall_bw,avg_mr,overall_mr\n"));
         return s;
     }
@@ -73,26 +83,13 @@ pub fn header(p: &Params, percentile: f64, out: Output, mem: &[String; 2]) -> St
     s.push_str(&format!("+{}+\n", "-".repeat(106)));
     s.push_str(&line("API:", "protocol layer"));
     s.push_str(&line("Test:", p.test.description()));
-    s.push_str(&line(
-        "Data layout:",
-        if p.sizes.len() > 1 {
-            "iov"
-        } else {
-            "(automatic)"
-        },
-    ));
+    // ucx_perftest's protocol-layer tests always show "(automatic)" here (UCP picks the
+    // layout), an IOV message included, and the message size is the whole message: the
+    // sum of its IOV segments. It prints no window row.
+    s.push_str(&line("Data layout:", "(automatic)"));
     s.push_str(&line("Send memory:", &mem[0]));
     s.push_str(&line("Recv memory:", &mem[1]));
-    let size = p
-        .sizes
-        .iter()
-        .map(|x| x.to_string())
-        .collect::<Vec<_>>()
-        .join(",");
-    s.push_str(&line("Message size:", &size));
-    if p.window > 1 {
-        s.push_str(&line("Window size:", &p.window.to_string()));
-    }
+    s.push_str(&line("Message size:", &p.msg_size().to_string()));
     if out == Output::FinalOnly {
         s.push_str(&format!("+{}+\n", "-".repeat(106)));
         return s;
@@ -117,7 +114,8 @@ fn pct_label(p: f64) -> String {
     }
 }
 
-fn group(n: f64, thousands: bool) -> String {
+/// A whole number, with thousands separators if asked (`-N`).
+pub fn group(n: f64, thousands: bool) -> String {
     let s = format!("{:.0}", n);
     if !thousands {
         return s;
@@ -140,7 +138,7 @@ fn group(n: f64, thousands: bool) -> String {
 /// One row as text (`label` = `[thread 0]`, `Final:`, or None for `-f`).
 pub fn format_row(label: Option<&str>, r: &Row, out: Output, thousands: bool) -> String {
     match out {
-        Output::Csv => format!(
+        Output::Csv | Output::CsvFinal => format!(
             "{},{:.3},{:.3},{:.3},{:.2},{:.2},{:.0},{:.0}\n",
             r.iters,
             r.lat_pct,
@@ -172,12 +170,13 @@ pub fn format_row(label: Option<&str>, r: &Row, out: Output, thousands: bool) ->
 }
 
 /// The final result as one JSON object.
-pub fn json(p: &Params, percentile: f64, r: &Row, transport: Option<&str>) -> String {
+pub fn json(p: &Params, percentile: f64, r: &Row, transport: Option<&str>) -> serde_json::Value {
     serde_json::json!({
         "test": p.test.name(),
         "message_size": p.msg_size(),
         "iov": p.sizes,
         "window": p.window,
+        "check": p.check,
         "iterations": r.iters,
         "percentile": percentile,
         "latency_percentile_us": r.lat_pct,
@@ -189,7 +188,6 @@ pub fn json(p: &Params, percentile: f64, r: &Row, transport: Option<&str>) -> St
         "msgrate_overall": r.mr_overall,
         "transport": transport,
     })
-    .to_string()
 }
 
 /// Something that wants to see rows while the test runs (the `--local` live display).
@@ -297,7 +295,7 @@ impl<'w> Meter<'w> {
 
     fn report(&mut self, now: Instant) {
         let r = self.row(now, &self.interval);
-        if self.out == Output::Table || self.out == Output::Csv {
+        if self.out.prints_progress() {
             let mut o = std::io::stdout().lock();
             let _ = o
                 .write_all(format_row(Some("[thread 0]"), &r, self.out, self.thousands).as_bytes());
@@ -326,8 +324,9 @@ impl<'w> Meter<'w> {
         }
         let text = match self.out {
             Output::Table => format_row(Some("Final:"), &r, self.out, self.thousands),
-            Output::Csv => format_row(None, &r, self.out, self.thousands),
-            Output::FinalOnly => format_row(None, &r, self.out, self.thousands),
+            Output::Csv | Output::CsvFinal | Output::FinalOnly => {
+                format_row(None, &r, self.out, self.thousands)
+            }
             Output::Json | Output::Silent => String::new(),
         };
         let mut o = std::io::stdout().lock();
@@ -367,6 +366,61 @@ mod tests {
         assert!(h.contains("| Send memory:  nic (host fallback) "), "{h}");
         assert!(h.contains("| Recv memory:  host "), "{h}");
         assert!(h.lines().all(|l| l.len() == 108), "{h}");
+    }
+
+    #[test]
+    fn iov_header_shows_the_total_size_and_no_window() {
+        let mut p = params();
+        p.test = TestKind::TagBw;
+        p.sizes = vec![64, 64];
+        p.window = 32;
+        for out in [Output::Table, Output::FinalOnly] {
+            let h = header(&p, 50.0, out, &host2());
+            assert!(h.contains("| Message size: 128 "), "{h}");
+            assert!(h.contains("| Data layout:  (automatic) "), "{h}");
+            assert!(!h.contains("Window"), "{h}");
+            assert!(!h.contains("64,64"), "{h}");
+            assert!(h.lines().all(|l| l.len() == 108), "{h}");
+        }
+    }
+
+    #[test]
+    fn final_only_csv_prints_no_progress_rows() {
+        assert!(Output::Table.prints_progress());
+        assert!(Output::Csv.prints_progress());
+        for out in [
+            Output::CsvFinal,
+            Output::FinalOnly,
+            Output::Json,
+            Output::Silent,
+        ] {
+            assert!(!out.prints_progress(), "{out:?}");
+        }
+        assert!(
+            header(&params(), 50.0, Output::CsvFinal, &host2())
+                .starts_with("iterations,50.0_percentile_lat,avg_lat")
+        );
+        let r = Row {
+            iters: 10,
+            ..Row::default()
+        };
+        assert_eq!(
+            format_row(None, &r, Output::CsvFinal, false),
+            "10,0.000,0.000,0.000,0.00,0.00,0,0\n"
+        );
+    }
+
+    #[test]
+    fn atomic_descriptions_read_like_ucx_perftest() {
+        assert_eq!(
+            TestKind::Fadd.description(),
+            "atomic fetch-and-add latency / rate"
+        );
+        assert_eq!(TestKind::Swap.description(), "atomic swap latency / rate");
+        assert_eq!(
+            TestKind::Cswap.description(),
+            "atomic compare-and-swap latency / rate"
+        );
     }
 
     #[test]

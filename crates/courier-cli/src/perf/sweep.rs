@@ -4,8 +4,8 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Barrier, mpsc};
 
 use super::engine::{self, Link};
-use super::local::ChildServer;
-use super::params::{MemKind, Params, TestKind, parse_size};
+use super::local::{ChildServer, human_size};
+use super::params::{self, MemKind, Params, TestKind, parse_size};
 use super::report::{Output, Row};
 use super::{PerfArgs, Settings, make_worker, run_test};
 use crate::error::{CliError, CliResult};
@@ -20,8 +20,33 @@ fn sizes(max: usize) -> Vec<usize> {
     v
 }
 
+/// Outstanding messages of the bandwidth tests: 64, as in OSU, up to 1 MiB; above, as
+/// many as make 64 MiB in flight (at least 2): 4 at 16 MiB.
 fn window(size: usize) -> usize {
     ((64usize << 20) / size.max(1)).clamp(2, 64)
+}
+
+/// The windows used over `list`, for the section headers: `64 (1 B .. 1 MiB), 32 (2 MiB)`.
+fn window_note(list: &[usize]) -> String {
+    let mut groups: Vec<(usize, usize, usize)> = Vec::new();
+    for &size in list {
+        let w = window(size);
+        match groups.last_mut() {
+            Some((gw, _, last)) if *gw == w => *last = size,
+            _ => groups.push((w, size, size)),
+        }
+    }
+    groups
+        .iter()
+        .map(|&(w, first, last)| {
+            if first == last {
+                format!("{w} ({})", human_size(first))
+            } else {
+                format!("{w} ({} .. {})", human_size(first), human_size(last))
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// Latency sweep point: (iterations, warm-up).
@@ -34,9 +59,17 @@ fn lat_iters(size: usize) -> (u64, u64) {
     }
 }
 
+/// Bandwidth sweep point: (messages, warm-up); 512 MiB a point from 8 KiB up, at least
+/// 16 messages (so 16 MiB moves 32).
 fn bw_msgs(size: usize) -> (u64, u64) {
-    let n = ((512u64 << 20) / size as u64).clamp(64, 100_000);
-    (n, (n / 10).max(8))
+    let n = ((512u64 << 20) / size.max(1) as u64).clamp(16, 100_000);
+    (n, (n / 10).max(4))
+}
+
+/// Messages of each pair at one point of the multi-pair test: a quarter of the bandwidth
+/// sweep's, at least 8.
+fn mbw_msgs(size: usize, quick: bool) -> u64 {
+    (params(TestKind::TagBw, size, quick).iters / 4).max(8)
 }
 
 fn bibw_rounds(size: usize) -> (u64, u64) {
@@ -85,6 +118,9 @@ fn section(
         test.name(),
         link.ep.transport().unwrap_or("?")
     );
+    if test != TestKind::TagLat {
+        println!("# [ window size: {} ]", window_note(list));
+    }
     println!("# Size{col:>26}");
     let quiet = Settings {
         out: Output::Silent,
@@ -102,19 +138,69 @@ fn section(
     Ok(())
 }
 
+/// Options the sweeps do not use (each point's test, size, counts and output are the
+/// sweep's own), by clap id, with how to name them.
+const NOT_WITH_SWEEP: [(&str, &str); 16] = [
+    ("test", "-t"),
+    ("size", "-s"),
+    ("iters", "-n"),
+    ("warmup", "-w"),
+    ("outstanding", "-O"),
+    ("mem", "-m"),
+    ("layout", "-D"),
+    ("final_only", "-f"),
+    ("csv", "-v"),
+    ("json", "--json"),
+    ("thousands", "-N"),
+    ("percentile", "-R"),
+    ("check", "--check"),
+    ("loopback", "-l"),
+    ("verbose", "--verbose"),
+    ("announce", "--announce"),
+];
+
+/// Refuse the options `--sweep` would ignore; with `--local`, also a server to use.
+fn check_args(a: &PerfArgs) -> CliResult<()> {
+    let honoured = "--sweep takes --max-size, --pairs, --quick, -c and -M, and HOST and -p \
+                    without --local";
+    for (id, flag) in NOT_WITH_SWEEP {
+        if a.given(id) {
+            return Err(CliError::usage(format!(
+                "{flag} cannot be used with --sweep: its points set their own tests, sizes, \
+                 counts and output ({honoured})"
+            )));
+        }
+    }
+    if a.local {
+        for (id, flag) in [("host", "HOST"), ("port", "-p")] {
+            if a.given(id) {
+                return Err(CliError::usage(format!(
+                    "{flag} cannot be used with --local --sweep: it starts its own servers \
+                     ({honoured})"
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Run the sweeps against `server`, or (None) against a server process started here.
 pub fn run(a: &PerfArgs, s: &Settings, server: Option<SocketAddr>) -> CliResult<()> {
+    check_args(a)?;
     let max = parse_size(&a.max_size)?;
     let list = sizes(max);
-    s.pin(0)?;
+    if server.is_none() {
+        s.note_one_cpu();
+    }
+    s.pin_client()?;
     let (child, link) = match server {
         Some(addr) => {
             let w = make_worker(s.mode, None)?;
             (None, engine::connect(&w, addr, &addr.to_string())?)
         }
         None => {
-            let c = ChildServer::spawn(None)?;
-            let l = c.connect(None)?;
+            let c = ChildServer::spawn(None, s)?;
+            let l = c.connect(None, s.mode)?;
             (Some(c), l)
         }
     };
@@ -150,7 +236,7 @@ pub fn run(a: &PerfArgs, s: &Settings, server: Option<SocketAddr>) -> CliResult<
         c.finish(std::time::Duration::from_secs(5))?;
     }
     if server.is_none() {
-        multi_pair(a.pairs.max(1), &list, a.quick)?;
+        multi_pair(a.pairs.max(1), &list, a.quick, s)?;
     } else {
         println!(
             "# Multiple Bandwidth / Message Rate Test: needs --local (one server process per pair)"
@@ -161,10 +247,19 @@ pub fn run(a: &PerfArgs, s: &Settings, server: Option<SocketAddr>) -> CliResult<
 
 /// osu_mbw_mr: `pairs` client threads, each with its own worker and server process,
 /// streaming tag messages at once; the sum of their rates.
-fn multi_pair(pairs: usize, list: &[usize], quick: bool) -> CliResult<()> {
-    let list: Vec<usize> = list.iter().copied().filter(|&s| s <= 4 << 20).collect();
+/// The pairs share the CPUs: no side is pinned, whatever `-c` says.
+fn multi_pair(pairs: usize, list: &[usize], quick: bool, s: &Settings) -> CliResult<()> {
+    let list = list.to_vec();
+    let free = Settings {
+        out: Output::Silent,
+        thousands: false,
+        percentile: 50.0,
+        cpus: vec![],
+        start_cpus: s.start_cpus.clone(),
+        mode: courier::ThreadMode::Single,
+    };
     let servers = (0..pairs)
-        .map(|_| ChildServer::spawn(None))
+        .map(|_| ChildServer::spawn(None, &free))
         .collect::<CliResult<Vec<_>>>()?;
     let barrier = Arc::new(Barrier::new(pairs));
     let (tx, rx) = mpsc::channel::<(usize, CliResult<Row>)>();
@@ -172,8 +267,12 @@ fn multi_pair(pairs: usize, list: &[usize], quick: bool) -> CliResult<()> {
     for srv in &servers {
         let port = srv.port;
         let (barrier, tx, list) = (barrier.clone(), tx.clone(), list.clone());
+        let quiet = free.clone();
         handles.push(std::thread::spawn(move || {
             let go = || -> CliResult<Link> {
+                if !quiet.start_cpus.is_empty() {
+                    params::set_affinity(&quiet.start_cpus)?;
+                }
                 let w = make_worker(courier::ThreadMode::Single, None)?;
                 engine::connect(
                     &w,
@@ -182,19 +281,12 @@ fn multi_pair(pairs: usize, list: &[usize], quick: bool) -> CliResult<()> {
                 )
             };
             let link = go();
-            let quiet = Settings {
-                out: Output::Silent,
-                thousands: false,
-                percentile: 50.0,
-                cpus: vec![],
-                mode: courier::ThreadMode::Single,
-            };
             for (i, &size) in list.iter().enumerate() {
                 barrier.wait();
                 let r = match &link {
                     Ok(l) => {
                         let mut p = params(TestKind::TagBw, size, quick);
-                        p.iters = (p.iters / 4).max(64);
+                        p.iters = mbw_msgs(size, quick);
                         run_test(l, &p, &quiet, None)
                     }
                     Err(e) => Err(CliError::run(e.msg.clone())),
@@ -211,7 +303,10 @@ fn multi_pair(pairs: usize, list: &[usize], quick: bool) -> CliResult<()> {
         "# OSU-style Multiple Bandwidth / Message Rate Test (courier tag_bw, {pairs} pairs, {} processes)",
         pairs * 2
     );
-    println!("# [ pairs: {pairs} ] [ window size: 64 ]");
+    println!(
+        "# [ pairs: {pairs} ] [ window size: {} ]",
+        window_note(&list)
+    );
     println!("# Size{:>20}{:>18}", "MB/s", "Messages/s");
     let mut rows: Vec<Vec<Row>> = vec![Vec::new(); list.len()];
     let mut failure = None;
@@ -251,5 +346,132 @@ mod tests {
         assert_eq!(window(8), 64);
         assert_eq!(window(16 << 20), 4);
         assert!(lat_iters(16 << 20).0 >= 10);
+    }
+
+    fn args(v: &[&str]) -> PerfArgs {
+        use clap::{CommandFactory, FromArgMatches};
+        #[derive(clap::Parser)]
+        struct Cmd {
+            #[command(flatten)]
+            a: PerfArgs,
+        }
+        let m = Cmd::command().get_matches_from(std::iter::once("perf").chain(v.iter().copied()));
+        let mut a = Cmd::from_arg_matches(&m).expect("parsed").a;
+        a.given = super::super::given_ids(&m);
+        a
+    }
+
+    #[test]
+    fn options_the_sweep_ignores_are_refused() {
+        for v in [
+            &[
+                "--local",
+                "--sweep",
+                "--max-size",
+                "1m",
+                "--pairs",
+                "1",
+                "--quick",
+            ][..],
+            &["--local", "--sweep", "-c", "0", "-M", "multi"],
+            &["--sweep", "10.0.0.1", "-p", "4000"],
+        ] {
+            assert!(check_args(&args(v)).is_ok(), "{v:?}");
+        }
+        for (v, want) in [
+            (
+                &["--local", "--sweep", "-n", "10"][..],
+                "-n cannot be used with --sweep",
+            ),
+            (
+                &["--sweep", "h", "-s", "8"],
+                "-s cannot be used with --sweep",
+            ),
+            (&["--local", "--sweep", "--json"], "--json cannot be used"),
+            (
+                &["--local", "--sweep", "-t", "tag_lat"],
+                "-t cannot be used",
+            ),
+            (
+                &["--local", "--sweep", "h"],
+                "HOST cannot be used with --local --sweep",
+            ),
+            (
+                &["--local", "--sweep", "-p", "1"],
+                "-p cannot be used with --local --sweep",
+            ),
+        ] {
+            let e = check_args(&args(v)).unwrap_err();
+            assert_eq!(e.code, 2, "{v:?}");
+            assert!(e.msg.contains(want), "{v:?}: {}", e.msg);
+        }
+    }
+
+    #[test]
+    fn headers_name_the_window_of_every_size() {
+        assert_eq!(
+            window_note(&sizes(16 << 20)),
+            "64 (1 B .. 1 MiB), 32 (2 MiB), 16 (4 MiB), 8 (8 MiB), 4 (16 MiB)"
+        );
+        assert_eq!(window_note(&sizes(64)), "64 (1 B .. 64 B)");
+        assert_eq!(window_note(&[1]), "64 (1 B)");
+    }
+
+    /// Bytes one sweep point moves (measured and warm-up, both ways for latency and
+    /// bi-directional tests; `pairs` pairs for the multi-pair test).
+    fn volume(test: TestKind, size: usize, pairs: u64) -> u64 {
+        let p = params(test, size, false);
+        let size = size as u64;
+        match test {
+            TestKind::TagLat => p.total() * size * 2,
+            TestKind::TagBibw => p.total() * p.window as u64 * size * 2,
+            _ if pairs > 0 => (mbw_msgs(size as usize, false) + p.warmup) * size * pairs,
+            _ => p.total() * size,
+        }
+    }
+
+    /// The sweep goes to 16 MiB, every section included, and the large sizes move no more
+    /// than the middle ones: the counts shrink as the size grows.
+    #[test]
+    fn the_sweep_reaches_16_mib_and_stays_short() {
+        let list = sizes(16 << 20);
+        assert_eq!(list.last(), Some(&(16 << 20)));
+        let mut total = 0;
+        for (test, pairs) in [
+            (TestKind::TagLat, 0),
+            (TestKind::TagBw, 0),
+            (TestKind::TagBibw, 0),
+            (TestKind::TagBw, 2),
+        ] {
+            for &size in &list {
+                let v = volume(test, size, pairs);
+                assert!(
+                    v <= 1200 << 20,
+                    "{} {size} B{}: {} MiB",
+                    test.name(),
+                    if pairs > 0 { " (pairs)" } else { "" },
+                    v >> 20
+                );
+                total += v;
+            }
+            // Past 1 MiB the message counts shrink as the size grows.
+            let msgs = |size: usize| {
+                let p = params(test, size, false);
+                match (test, pairs) {
+                    (TestKind::TagBibw, _) => p.iters * p.window as u64,
+                    (_, 0) => p.iters,
+                    _ => mbw_msgs(size, false),
+                }
+            };
+            assert!(msgs(16 << 20) < msgs(1 << 20), "{}", test.name());
+        }
+        // 20.8 GiB: a few seconds over shared memory. (Before the multi-pair test went past
+        // 4 MiB the sweep moved 20.9 GiB: the smaller floor of the bandwidth test pays for
+        // the 8 and 16 MiB points.)
+        assert!(
+            total < 22 << 30,
+            "the whole sweep moves {} MiB",
+            total >> 20
+        );
     }
 }
