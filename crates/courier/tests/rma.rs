@@ -20,17 +20,22 @@ fn unhex(s: &str) -> Vec<u8> {
 }
 
 fn ctx(tls: &str) -> Context {
+    ctx_with(tls, &[])
+}
+
+fn ctx_with(tls: &str, cfg: &[(&str, &str)]) -> Context {
     let f = Features {
         rma: true,
         atomics: true,
         ..Default::default()
     };
-    Context::new(
-        ContextParams::default()
-            .features(f)
-            .config("COURIER_TLS", tls),
-    )
-    .unwrap()
+    let mut p = ContextParams::default()
+        .features(f)
+        .config("COURIER_TLS", tls);
+    for (k, v) in cfg {
+        p = p.config(k, v);
+    }
+    Context::new(p).unwrap()
 }
 
 // ----- the owner (parent) -------------------------------------------------------------------
@@ -44,7 +49,11 @@ struct Owner {
 }
 
 fn owner(tls: &str) -> (Owner, Context) {
-    let c = ctx(tls);
+    owner_with(tls, &[])
+}
+
+fn owner_with(tls: &str, cfg: &[(&str, &str)]) -> (Owner, Context) {
+    let c = ctx_with(tls, cfg);
     let w = Worker::new(&c, WorkerParams::default()).unwrap();
     let eps: Arc<Mutex<Vec<Endpoint>>> = Arc::default();
     let e2 = eps.clone();
@@ -74,6 +83,16 @@ fn spawn(
     keys: &[Vec<u8>],
     extra: &[(&str, String)],
 ) -> Child {
+    command(tls, scenario, port, keys, extra).spawn().unwrap()
+}
+
+fn command(
+    tls: &str,
+    scenario: &str,
+    port: u16,
+    keys: &[Vec<u8>],
+    extra: &[(&str, String)],
+) -> Command {
     let mut cmd = Command::new(std::env::current_exe().unwrap());
     cmd.args(["--exact", "child_entry", "--nocapture", "--test-threads=1"])
         .env("COURIER_TEST_ROLE", scenario)
@@ -88,7 +107,7 @@ fn spawn(
     for (k, v) in extra {
         cmd.env(k, v);
     }
-    cmd.spawn().unwrap()
+    cmd
 }
 
 /// Progress the owner until every child exits; each must exit 0.
@@ -153,6 +172,26 @@ fn child_entry_main() -> bool {
                 .unwrap();
             let e = ep.flush().expect_err("region unmapped during the put");
             assert_eq!(e.status(), Status::InvalidKey, "{e}");
+        }
+        "stalled_get" => {
+            // Ask for the whole region, then read nothing until the owner says so: its
+            // answers back up on its side. It unmaps the region meanwhile and overwrites
+            // the memory with 0xee: the get is refused, and nothing read after the unmap
+            // reaches us.
+            let (base, len) = rk[0].bounds();
+            let mut buf = vec![0u8; len as usize];
+            let r = ep.get(&mut buf, base, &rk[0]).unwrap();
+            println!("asked"); // after the test harness's own words on that line
+            let mut line = String::new();
+            std::io::stdin().read_line(&mut line).unwrap();
+            let e = r
+                .wait()
+                .expect_err("the region was unmapped while the get's answer waited to leave");
+            assert_eq!(e.status(), Status::InvalidKey, "{e}");
+            assert!(
+                buf.iter().all(|&b| b == 0 || b == 0x5a),
+                "bytes of the region read after it was unmapped reached the peer"
+            );
         }
         "fadd" => {
             let n: u64 = std::env::var("COURIER_TEST_N").unwrap().parse().unwrap();
@@ -475,6 +514,72 @@ fn region_unmapped_while_a_put_arrives_tcp() {
         reg.iter().all(|&b| b == 0xee),
         "the put wrote into the region after it was unmapped"
     );
+}
+
+/// Over tcp a get's answer is sent straight from the region; when the peer does not read,
+/// the frames that do not fit the link's queue wait in the endpoint's queue, pointing into
+/// the region. The owner unmaps the region (and frees or reuses the memory) meanwhile:
+/// those frames are never sent from it, the get is refused at the peer, and the owner goes
+/// on serving.
+fn stalled_get(allocated: bool) {
+    use std::io::{BufRead, Write};
+    // Small socket buffers: the link's own queue fills, the rest waits in the endpoint's.
+    let small = [("COURIER_TCP_SNDBUF", "64k"), ("COURIER_TCP_RCVBUF", "64k")];
+    let (o, c) = owner_with("tcp", &small);
+    let len = 128 << 20;
+    let mut reg = vec![0x5au8; if allocated { 0 } else { len }];
+    let m = if allocated {
+        let m = c.mem_map(MemMapParams::allocate(len)).unwrap();
+        m.write(0, &vec![0x5au8; len]).unwrap();
+        m
+    } else {
+        c.mem_map(MemMapParams::register(reg.as_mut_ptr(), len))
+            .unwrap()
+    };
+    let mut child = command(
+        "tcp",
+        "stalled_get",
+        o.port,
+        &[m.pack_rkey().unwrap()],
+        &[("COURIER_TCP_RCVBUF", "64k".into())],
+    )
+    .stdin(Stdio::piped())
+    .stdout(Stdio::piped())
+    .spawn()
+    .unwrap();
+    let out = child.stdout.take().unwrap();
+    let (tx, asked) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(out).lines() {
+            if line.is_ok_and(|l| l.ends_with("asked")) {
+                let _ = tx.send(());
+            }
+        }
+    });
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while asked.try_recv().is_err() {
+        o.w.progress();
+        assert!(Instant::now() < deadline, "the child did not ask");
+    }
+    // The request is on its way: answer it, until the link backs up.
+    let until = Instant::now() + Duration::from_millis(500);
+    while Instant::now() < until {
+        o.w.progress();
+    }
+    drop(m);
+    reg.fill(0xee);
+    child.stdin.take().unwrap().write_all(b"go\n").unwrap();
+    serve_until_done(&o, vec![child], || {});
+}
+
+#[test]
+fn get_answers_queued_when_the_region_is_unmapped_registered_tcp() {
+    stalled_get(false);
+}
+
+#[test]
+fn get_answers_queued_when_the_region_is_unmapped_allocated_tcp() {
+    stalled_get(true);
 }
 
 #[test]

@@ -290,6 +290,7 @@ impl State {
             hdr: *h,
             extra: Vec::new(),
             data: data.clone(),
+            region: None,
         });
         Ok(None)
     }
@@ -492,10 +493,21 @@ impl State {
             let n = chunk.min(len - off);
             let h = Header::new(Kind::GetResp).word(1, req).word(2, off as u64);
             // Staged bytes go as the frame's own bytes (a queued frame keeps a copy of
-            // them); region bytes are sent from the region, which outlives the frame.
+            // them); region bytes are sent from the region. A frame that has to wait keeps
+            // pointing into the region, named so that it is checked again before it leaves
+            // (the owner may unmap the region meanwhile: `check_queued_read`).
             let sent = match &staged {
                 Some(host) => self.send_frame(e, &h, &host[off..off + n], &Buf::EMPTY, None),
-                None => self.send_frame(e, &h, &[], &Buf::One((p as usize + off, n)), None),
+                None => {
+                    let data = Buf::One((p as usize + off, n));
+                    let src = RegionRead {
+                        region: t.region,
+                        secret: t.secret,
+                        addr: t.addr.wrapping_add(off as u64),
+                        req,
+                    };
+                    self.send_region_frame(e, &h, data, src)
+                }
             };
             if sent.is_err() {
                 return;
@@ -505,6 +517,63 @@ impl State {
                 return;
             }
         }
+    }
+
+    /// Send one frame of a get's answer whose data lies in one of our regions: now, or
+    /// queued with the region named (`Pending::region`).
+    fn send_region_frame(
+        &mut self,
+        e: u32,
+        h: &Header,
+        data: Buf,
+        src: RegionRead,
+    ) -> Result<bool> {
+        if self.try_send_now(e, h, &[], &data)? {
+            return Ok(true);
+        }
+        let ep = self
+            .ep(e)
+            .ok_or_else(|| Error::new(Status::EndpointClosed, "endpoint was closed"))?;
+        ep.pending.push_back(Pending {
+            req: None,
+            hdr: *h,
+            extra: Vec::new(),
+            data,
+            region: Some(src),
+        });
+        Ok(false)
+    }
+
+    /// The region a queued answer of get `req` reads from is gone (`why`): every answer of
+    /// that get still queued on `e` is dropped unsent, and the requester is told the get
+    /// was refused, in their place (in order with the answers already sent).
+    pub(crate) fn drop_get_answers(&mut self, e: u32, req: u64, why: Error) {
+        let peer = self.ep(e).map(|ep| ep.peer.clone()).unwrap_or_default();
+        tracing::warn!(
+            "a read by {peer} was cut short: the region was unmapped while its data waited to be sent ({why})"
+        );
+        let Some(ep) = self.ep(e) else { return };
+        let Some(at) = ep
+            .pending
+            .iter()
+            .position(|p| p.region.is_some_and(|r| r.req == req))
+        else {
+            return;
+        };
+        ep.pending.retain(|p| p.region.is_none_or(|r| r.req != req));
+        let h = Header::new(Kind::GetResp)
+            .word(1, req)
+            .aux32(why.status().code() as u32);
+        ep.pending.insert(
+            at,
+            Pending {
+                req: None,
+                hdr: h,
+                extra: Vec::new(),
+                data: Buf::EMPTY,
+                region: None,
+            },
+        );
     }
 
     pub(crate) fn on_get_resp(&mut self, e: u32, req: u64, offset: u64, status: i32, data: &[u8]) {

@@ -230,6 +230,20 @@ pub(crate) struct Pending {
     pub extra: Vec<u8>,
     /// User data segments after `extra`.
     pub data: Buf,
+    /// `data` lies in one of this context's regions (a get's answer): checked against the
+    /// registry again before the frame leaves, so nothing is sent from a region unmapped
+    /// while the frame waited.
+    pub region: Option<RegionRead>,
+}
+
+/// Where a queued get answer's bytes lie: the region as the get named it, and the
+/// requester's get.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct RegionRead {
+    pub region: u64,
+    pub secret: u64,
+    pub addr: u64,
+    pub req: u64,
 }
 
 /// Data to push to a peer after it said it is ready (rendezvous without remote read).
