@@ -193,6 +193,31 @@ fn child_entry_main() -> bool {
                 "bytes of the region read after it was unmapped reached the peer"
             );
         }
+        "swapped_fd" => {
+            // Region a's key with region b's segment fd: refused when unpacked, naming why;
+            // whatever happens, nothing lands in b (the owner checks).
+            let mut forged = keys[0].clone();
+            forged[72..76].copy_from_slice(&keys[1][72..76]);
+            assert_ne!(forged, keys[0], "the regions have different segment fds");
+            let (base, len) = rk[0].bounds();
+            let r = ep.rkey_unpack(&forged);
+            if let Ok(k) = &r {
+                let _ = ep
+                    .put(&vec![0xabu8; len as usize], base, k)
+                    .and_then(|r| r.wait());
+                let _ = ep.flush();
+            }
+            let e = r
+                .err()
+                .expect("a key naming another region's segment was accepted");
+            assert_eq!(e.status(), Status::InvalidKey, "{e}");
+            assert!(e.detail().contains("forged key"), "{e}");
+            // The honest key still works.
+            ep.put(&vec![0xcdu8; len as usize], base, &rk[0])
+                .unwrap()
+                .wait()
+                .unwrap();
+        }
         "fadd" => {
             let n: u64 = std::env::var("COURIER_TEST_N").unwrap().parse().unwrap();
             let (base, _) = rk[0].bounds();
@@ -676,6 +701,30 @@ fn key_shorter_than_its_region_shm() {
 #[test]
 fn key_shorter_than_its_region_tcp() {
     shortened("tcp");
+}
+
+/// A key whose segment fd is another region's: refused, and the other region untouched.
+#[test]
+fn key_naming_another_regions_segment_shm() {
+    let (o, c) = owner("all");
+    let a = c.mem_map(MemMapParams::allocate(4096)).unwrap();
+    let b = c.mem_map(MemMapParams::allocate(4096)).unwrap();
+    a.write(0, &[0x11; 4096]).unwrap();
+    b.write(0, &[0x11; 4096]).unwrap();
+    let keys = [a.pack_rkey().unwrap(), b.pack_rkey().unwrap()];
+    let child = spawn("all", "swapped_fd", o.port, &keys, &[]);
+    serve_until_done(&o, vec![child], || {});
+    let mut got = [0u8; 4096];
+    b.read(0, &mut got).unwrap();
+    assert!(
+        got.iter().all(|&x| x == 0x11),
+        "a write through a forged key landed in another region"
+    );
+    a.read(0, &mut got).unwrap();
+    assert!(
+        got.iter().all(|&x| x == 0xcd),
+        "the honest key's write did not land"
+    );
 }
 
 #[test]

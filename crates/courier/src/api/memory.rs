@@ -19,7 +19,7 @@ use crate::base::sys::{copy_small, host_id};
 use crate::base::{Error, Result, Status};
 use crate::proto::core::State;
 pub use crate::proto::memreg::MemoryType;
-use crate::proto::memreg::{Mapping, MemRegistry, PeerMaps, Place, check};
+use crate::proto::memreg::{Mapping, MemRegistry, PeerMaps, Place, SegmentRefusal, check};
 pub use crate::proto::rma::{AtomicOp, SignalOp};
 use crate::proto::rma::{do_atomic, do_signal};
 use crate::proto::stage;
@@ -677,8 +677,21 @@ impl Endpoint {
             match reg.peer(&key) {
                 Ok(peer) => {
                     let seg = if key.region_fd >= 0 {
-                        peer.region(key.region, key.region_fd, key.length as usize)
-                            .ok()
+                        match peer.segment(key.region, key.region_fd, key.length as usize) {
+                            Ok(m) => Some(m),
+                            // A key naming another of the owner's descriptors is a lie.
+                            Err(SegmentRefusal::Forged(e)) => return Err(e),
+                            // Stale, or not to be mapped here: the record decides at each
+                            // operation, which takes another way.
+                            Err(SegmentRefusal::Unavailable(e)) => {
+                                tracing::debug!(
+                                    "segment of region {:#x} of pid {}: {e}",
+                                    key.region,
+                                    key.pid
+                                );
+                                None
+                            }
+                        }
                     } else {
                         None
                     };
