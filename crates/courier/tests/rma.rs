@@ -218,6 +218,8 @@ fn child_entry_main() -> bool {
                 .wait()
                 .unwrap();
         }
+        "past_the_key" => child_partial(&ep, &keys, false),
+        "partial_liar" => child_partial(&ep, &keys, true),
         "fadd" => {
             let n: u64 = std::env::var("COURIER_TEST_N").unwrap().parse().unwrap();
             let (base, _) = rk[0].bounds();
@@ -231,19 +233,17 @@ fn child_entry_main() -> bool {
         "signaler" => child_signaler(&w, &ep, &rk),
         "shortened" => {
             // The key claims 8 bytes of a three-page region; the owner's record says three
-            // pages. Put past what the key claims, inside the record: it must land where
-            // the record says, never past our mapping of the owner's segment (which covers
-            // what the key claims).
+            // pages. The key reaches only what it claims, on every path: past that (inside
+            // the record) puts and gets are refused before anything is touched or sent.
             let (base, _) = rk[0].bounds();
-            ep.put(&[0xabu8; 8], base + SHORTENED_AT as u64, &rk[0])
-                .unwrap()
-                .wait()
-                .unwrap();
+            let at = base + SHORTENED_AT as u64;
+            expect_err(&ep, ep.put(&[0xeeu8; 8], at, &rk[0]), Status::OutOfRange);
             let mut got = [0u8; 8];
-            ep.get(&mut got, base + SHORTENED_AT as u64, &rk[0])
-                .unwrap()
-                .wait()
-                .unwrap();
+            expect_err(&ep, ep.get(&mut got, at, &rk[0]), Status::OutOfRange);
+            expect_err(&ep, ep.put(&[0xeeu8; 16], base, &rk[0]), Status::OutOfRange);
+            // What it claims works.
+            ep.put(&[0xabu8; 8], base, &rk[0]).unwrap().wait().unwrap();
+            ep.get(&mut got, base, &rk[0]).unwrap().wait().unwrap();
             assert_eq!(got, [0xab; 8]);
         }
         "remap" => {
@@ -419,9 +419,14 @@ fn child_liar(ep: &Endpoint, rk: &[RemoteKey], raw: &[Vec<u8>]) {
     let mut sink = [0u8; 16];
     expect_err(ep, ep.get(&mut sink, base - 16, &rk[0]), Status::OutOfRange);
     // The same lies with payloads large enough to be read straight into memory on tcp:
-    // refused before a byte lands.
+    // refused before a byte lands. (The forged secret comes with forged bounds, or the
+    // sender itself refuses a put its key does not cover.)
     let big_junk = vec![0xeeu8; 300_000];
-    expect_err(ep, ep.put(&big_junk, base, &fk), Status::InvalidKey);
+    let mut both = big.clone();
+    both[16] ^= 0x55;
+    let fbk = ep.rkey_unpack(&both).unwrap();
+    expect_err(ep, ep.put(&big_junk, base, &fbk), Status::InvalidKey);
+    expect_err(ep, ep.put(&big_junk, base, &fk), Status::OutOfRange);
     expect_err(ep, ep.put(&big_junk, base, &bk), Status::OutOfRange);
     // No right.
     let (rbase, _) = rk[1].bounds();
@@ -448,6 +453,89 @@ fn child_liar(ep: &Endpoint, rk: &[RemoteKey], raw: &[Vec<u8>]) {
     let mut back = [0u8; 8];
     ep.get(&mut back, rbase, &rk[1]).unwrap().wait().unwrap();
     assert_eq!(back, [7u8; 8]);
+}
+
+/// `key` as if its owner were on another host: the peer cannot check the owner's records
+/// itself, so every operation goes through the owner (on shared memory too), and the peer
+/// knows only what the key claims.
+fn through_owner(ep: &Endpoint, key: &[u8]) -> RemoteKey {
+    let mut k = key.to_vec();
+    k[48] ^= 0xff; // the host id
+    let rk = ep.rkey_unpack(&k).unwrap();
+    assert_eq!(rk.path(), "remote");
+    rk
+}
+
+/// The "partial" scenarios' keys, every one reached through the owner. raw[0]: a writable
+/// region of PARTIAL_LEN bytes, raw[1]: a read-only region, raw[2]: another writable region
+/// of PARTIAL_LEN bytes, raw[3]: a signal word.
+fn child_partial(ep: &Endpoint, raw: &[Vec<u8>], liar: bool) {
+    let r = through_owner(ep, &raw[0]);
+    let ro = through_owner(ep, &raw[1]);
+    let r2 = through_owner(ep, &raw[2]);
+    let sig = through_owner(ep, &raw[3]);
+    let (base, len) = r.bounds();
+    let (rob, _) = ro.bounds();
+    let (sbase, _) = sig.bounds();
+    let len = len as usize;
+    // Many frames, the first ones inside the region, the last ones past its end.
+    let over = vec![0xeeu8; len + len / 5];
+    if !liar {
+        // Past the end of what the key says: refused before anything leaves.
+        let e = ep
+            .put(&over, base, &r)
+            .err()
+            .expect("refused before sending");
+        assert_eq!(e.status(), Status::OutOfRange, "{e}");
+        // Data inside, signal word without the write right: the same.
+        let e = ep
+            .put_signal(&over[..len], base, &r, rob, &ro, 1, SignalOp::Set)
+            .err()
+            .expect("refused before sending");
+        assert_eq!(e.status(), Status::AccessDenied, "{e}");
+        let e = ep
+            .put_signal(&over[..len], base, &r, sbase + 64, &sig, 1, SignalOp::Set)
+            .err()
+            .expect("refused before sending");
+        assert_eq!(e.status(), Status::OutOfRange, "{e}");
+    } else {
+        // A key that claims four times its region passes the sender's check: the owner
+        // refuses the whole put at its first frame.
+        let mut big = raw[0].clone();
+        big[32..40].copy_from_slice(&(4 * len as u64).to_le_bytes());
+        let bk = through_owner(ep, &big);
+        expect_err(ep, ep.put(&over, base, &bk), Status::OutOfRange);
+        // A forged signal key: nothing of the data is written either.
+        let mut forged = raw[3].clone();
+        forged[16] ^= 0x55;
+        let fs = through_owner(ep, &forged);
+        expect_err(
+            ep,
+            ep.put_signal(&over[..len], base, &r, sbase, &fs, 1, SignalOp::Set),
+            Status::InvalidKey,
+        );
+        // Data past the region's end with a good signal: neither lands.
+        expect_err(
+            ep,
+            ep.put_signal(&over, base, &bk, sbase, &sig, 1, SignalOp::Set),
+            Status::OutOfRange,
+        );
+    }
+    // The owner goes on serving: an honest put-with-signal of as many frames lands whole.
+    let (base2, _) = r2.bounds();
+    ep.put_signal(
+        &vec![0x22u8; len],
+        base2,
+        &r2,
+        sbase,
+        &sig,
+        7,
+        SignalOp::Set,
+    )
+    .unwrap()
+    .wait()
+    .unwrap();
+    ep.flush().unwrap();
 }
 
 const SLOTS: u64 = 16;
@@ -668,6 +756,56 @@ fn liar(tls: &str) {
     );
 }
 
+/// Regions of the "partial" scenario: more than one frame on every link (16 MiB on tcp).
+const PARTIAL_LEN: usize = 20 << 20;
+
+/// Puts and puts-with-signal through the owner that are refused (past the region's end, a
+/// signal word without the right or with a forged key) write nothing, though their data
+/// takes many frames: the sender refuses what its key does not allow before anything
+/// leaves ("past_the_key"), and the owner refuses the whole operation at its first frame
+/// (a lying key, "partial_liar").
+fn partial(tls: &str, role: &str) {
+    let (o, c) = owner(tls);
+    let mut r = vec![0x11u8; PARTIAL_LEN];
+    let rm = c
+        .mem_map(MemMapParams::register(r.as_mut_ptr(), r.len()))
+        .unwrap();
+    let mut ro = vec![7u8; 4096];
+    let rom = c
+        .mem_map(MemMapParams::register(ro.as_mut_ptr(), ro.len()).access(access::READ))
+        .unwrap();
+    let mut r2 = vec![0u8; PARTIAL_LEN];
+    let r2m = c
+        .mem_map(MemMapParams::register(r2.as_mut_ptr(), r2.len()))
+        .unwrap();
+    let sig = c.mem_map(MemMapParams::allocate(64)).unwrap();
+    let keys = [&rm, &rom, &r2m, &sig].map(|m| m.pack_rkey().unwrap());
+    let child = spawn(tls, role, o.port, &keys, &[]);
+    serve_until_done(&o, vec![child], || {});
+    assert_eq!(sig.signal_fetch(0).unwrap(), 7, "the honest signal");
+    drop((rm, rom, r2m));
+    let first = r.iter().position(|&b| b != 0x11);
+    assert_eq!(first, None, "a refused put wrote into the region");
+    assert!(
+        ro.iter().all(|&b| b == 7),
+        "a refused put wrote into read-only memory"
+    );
+    assert!(
+        r2.iter().all(|&b| b == 0x22),
+        "the honest put did not land whole"
+    );
+}
+
+#[test]
+fn puts_past_their_key_are_refused_before_sending_shm() {
+    partial("all", "past_the_key");
+}
+
+#[test]
+fn puts_past_their_key_are_refused_before_sending_tcp() {
+    partial("tcp", "past_the_key");
+}
+
 /// Where the "shortened" child puts, in a region of `3 * 4096` bytes.
 const SHORTENED_AT: usize = 2 * 4096 + 8;
 
@@ -683,13 +821,10 @@ fn shortened(tls: &str) {
     serve_until_done(&o, vec![child], || {});
     // SAFETY: our own region.
     let t = unsafe { std::slice::from_raw_parts(target.as_ptr(), len) };
-    assert_eq!(t[SHORTENED_AT..SHORTENED_AT + 8], [0xab; 8]);
+    assert_eq!(t[..8], [0xab; 8]);
     assert!(
-        t[..SHORTENED_AT]
-            .iter()
-            .chain(&t[SHORTENED_AT + 8..])
-            .all(|&b| b == 0x11),
-        "the put landed somewhere else too"
+        t[8..].iter().all(|&b| b == 0x11),
+        "a put landed past what its key claims"
     );
 }
 

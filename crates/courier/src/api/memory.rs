@@ -467,7 +467,7 @@ impl RemoteKey {
         else {
             return None;
         };
-        if !self.ep.same_as(ep) {
+        if !self.ep.same_as(ep) || self.key.access & need != need {
             return None;
         }
         let rec = peer.record(self.key.region)?;
@@ -475,10 +475,54 @@ impl RemoteKey {
         if rec.mem_type != MemoryType::Host.code() as u64 {
             return None;
         }
+        // Inside what the key claims (so inside our mapping, which is at least that long).
         let off = addr - rec.base;
         let inside = rec.base == self.key.base
-            && off.checked_add(len).is_some_and(|end| end <= m.len as u64);
+            && off
+                .checked_add(len)
+                .is_some_and(|end| end <= self.key.length && end <= m.len as u64);
         inside.then(|| m.ptr.wrapping_add(off as usize))
+    }
+
+    /// Whether the key itself grants `need` on `[addr, addr + len)`: checked on every path
+    /// before anything is touched or sent, so an operation the key does not cover is refused
+    /// whole, at once (the owner's record is checked as well, by this process where it can
+    /// read it, else by the owner).
+    #[inline]
+    fn claims(&self, addr: u64, len: u64, need: u16) -> Result<()> {
+        let k = &self.key;
+        let inside = addr >= k.base
+            && addr
+                .checked_add(len)
+                .is_some_and(|end| k.base.checked_add(k.length).is_some_and(|lim| end <= lim));
+        if inside && k.access & need == need {
+            return Ok(());
+        }
+        Err(self.claim_refusal(addr, len, need))
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn claim_refusal(&self, addr: u64, len: u64, need: u16) -> Error {
+        let k = &self.key;
+        if k.access & need != need {
+            let what = match need {
+                access::READ => "remote read",
+                access::WRITE => "remote write",
+                _ => "remote atomic",
+            };
+            return Error::msg(
+                Status::AccessDenied,
+                format!("the key of region {:#x} grants no {what} access", k.region),
+            );
+        }
+        Error::msg(
+            Status::OutOfRange,
+            format!(
+                "access [{addr:#x}, +{len}) outside the key's region [{:#x}, +{})",
+                k.base, k.length
+            ),
+        )
     }
 
     /// Check an access against the owner's record; where it lands if mapped here.
@@ -494,6 +538,7 @@ impl RemoteKey {
     }
 
     fn place(&self, addr: u64, len: u64, need: u16) -> Result<Option<Place>> {
+        self.claims(addr, len, need)?;
         let direct_record = |peer: &PeerMaps| {
             let rec = peer.record(self.key.region).ok_or_else(|| {
                 Error::new(Status::InvalidKey, "region id out of range (forged key)")
