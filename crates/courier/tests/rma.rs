@@ -806,6 +806,16 @@ fn puts_past_their_key_are_refused_before_sending_tcp() {
     partial("tcp", "past_the_key");
 }
 
+#[test]
+fn puts_refused_by_the_owner_write_none_of_their_frames_shm() {
+    partial("all", "partial_liar");
+}
+
+#[test]
+fn puts_refused_by_the_owner_write_none_of_their_frames_tcp() {
+    partial("tcp", "partial_liar");
+}
+
 /// Where the "shortened" child puts, in a region of `3 * 4096` bytes.
 const SHORTENED_AT: usize = 2 * 4096 + 8;
 

@@ -355,6 +355,7 @@ impl State {
             rx_busy: false,
             rma_unacked: false,
             rma_error: None,
+            put_refused: None,
         };
         if let Some(idx) = self.eps.free.pop() {
             let s = &mut self.eps.slots[idx as usize];

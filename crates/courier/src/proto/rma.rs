@@ -5,7 +5,9 @@
 //! region, its secret and an address; the target checks them against its registry and
 //! answers with `RmaAck` (or `GetResp`), whose status names why a refused operation was
 //! refused. Operations on one endpoint are carried out in the order they were sent, so a
-//! put-with-signal's signal is seen only after its data.
+//! put-with-signal's signal is seen only after its data. A put whose data takes more than
+//! one frame starts with a `PutBegin` frame naming the whole operation: the target checks
+//! it all there, so a refused operation writes none of its frames.
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering, fence};
 
@@ -15,7 +17,7 @@ use super::state::*;
 use super::tag::Started;
 use crate::base::{Error, Result, Status};
 use crate::transport::{Sent, TxError};
-use crate::wire::frame::{Header, Kind, RemoteRef};
+use crate::wire::frame::{Header, Kind, RemoteRef, flags};
 use crate::wire::rkey::access;
 
 /// Atomic operations.
@@ -148,6 +150,11 @@ fn hdr(kind: Kind, t: &RemoteRef, req: u64) -> Header {
         .word(4, req)
 }
 
+/// The `PutBegin` frame of a put of `len` bytes at `t`.
+fn begin(t: &RemoteRef, len: usize) -> Header {
+    hdr(Kind::PutBegin, t, len as u64)
+}
+
 impl State {
     fn rma_req(&mut self, e: u32, kind: ReqKind, buf: Buf, frames: usize, cb: Callback) -> u64 {
         let len = buf.len();
@@ -166,23 +173,30 @@ impl State {
 
     /// Send put frames for `data` at `target`, the last one with header `last`; completes
     /// locally when every frame has been written (remote completion is `flush`). The target
-    /// answers only when it refuses a frame; the refusal is reported by the next flush.
+    /// answers only when it refuses a frame; the refusal is reported by the next flush. Data
+    /// of more than one frame is announced by `first` (a `PutBegin` naming the whole
+    /// operation), which the target checks before any of it.
     ///
     /// Small puts are copied by the link and complete at once. Puts of at least the link's
     /// `zcopy_min` are written from `data` itself: they return `Pending` unless the kernel
     /// took every byte at once, and complete when the link reports their last frame written.
+    #[allow(clippy::too_many_arguments)]
     fn unacked(
         &mut self,
         e: u32,
         data: Buf,
         target: RemoteRef,
         last: impl Fn(RemoteRef) -> Header,
+        first: Header,
         kind: Kind,
         cb: Callback,
     ) -> Result<Started> {
         let chunk = self.chunk_of(e, kind)?;
         let len = data.len();
         let n = len.div_ceil(chunk).max(1);
+        if n > 1 {
+            self.send_frame(e, &first, &[], &Buf::EMPTY, None)?;
+        }
         let mut zc = false;
         if let Some(ep) = self.ep(e) {
             ep.rma_unacked = true;
@@ -303,7 +317,16 @@ impl State {
         target: RemoteRef,
         cb: Callback,
     ) -> Result<Started> {
-        self.unacked(e, data, target, |t| hdr(Kind::Put, &t, 0), Kind::Put, cb)
+        let first = begin(&target, data.len());
+        self.unacked(
+            e,
+            data,
+            target,
+            |t| hdr(Kind::Put, &t, 0),
+            first,
+            Kind::Put,
+            cb,
+        )
     }
 
     /// Get `buf.len()` bytes from `target`.
@@ -375,7 +398,13 @@ impl State {
                 .word(7, signal.addr)
                 .word(8, value)
         };
-        self.unacked(e, data, target, last, Kind::PutSignal, cb)
+        let first = begin(&target, data.len())
+            .flags(flags::SIGNAL)
+            .aux16(op as u16)
+            .word(5, signal.region)
+            .word(6, signal.secret)
+            .word(7, signal.addr);
+        self.unacked(e, data, target, last, first, Kind::PutSignal, cb)
     }
 
     /// Ask the target to confirm every earlier operation on `e`; `Ok(None)` if nothing
@@ -448,7 +477,79 @@ impl State {
         let _ = self.send_frame(e, &h, &[], &Buf::EMPTY, None);
     }
 
+    /// The first frame of a put (or put-with-signal) of `len` bytes in many frames: check
+    /// the whole operation now. Refused, it is answered once, and its data frames, which
+    /// follow on this link, are dropped unwritten (`take_refused`).
+    pub(crate) fn on_put_begin(
+        &mut self,
+        e: u32,
+        t: RemoteRef,
+        len: u64,
+        signal: Option<(RemoteRef, u16)>,
+    ) {
+        let res = self
+            .mem
+            .lookup_place(t.region, t.secret, t.addr, len, access::WRITE)
+            .and_then(|_| match signal {
+                Some((sig, op)) => self.signal_word(sig, op).map(|_| ()),
+                None => Ok(()),
+            });
+        let Some(ep) = self.ep(e) else { return };
+        match res {
+            Ok(()) => ep.put_refused = None,
+            Err(err) => {
+                ep.put_refused = (len > 0).then_some((len, err.status()));
+                self.ack(e, 0, Err(err));
+            }
+        }
+    }
+
+    /// Whether a put frame of `n` bytes on `e` belongs to an operation refused at its first
+    /// frame, and is to be dropped (`last`: the operation's closing `PutSignal`). A frame
+    /// asking for an answer gets one.
+    #[inline]
+    fn take_refused(&mut self, e: u32, req: u64, n: usize, last: bool) -> bool {
+        let Some(ep) = self.ep(e) else { return false };
+        let Some((left, st)) = ep.put_refused else {
+            return false;
+        };
+        let left = left.saturating_sub(n as u64);
+        ep.put_refused = (left > 0 && !last).then_some((left, st));
+        if req != 0 {
+            let why = Error::new(st, "part of an operation refused at its first frame");
+            self.ack(e, req, Err(why));
+        }
+        true
+    }
+
+    /// Check a put-with-signal's signal word and op: where the word is.
+    fn signal_word(&self, sig: RemoteRef, op: u16) -> Result<(*mut u8, SignalOp)> {
+        let op = match op {
+            0 => SignalOp::Set,
+            1 => SignalOp::Add,
+            _ => {
+                return Err(Error::msg(
+                    Status::Unsupported,
+                    format!("unknown signal operation {op}"),
+                ));
+            }
+        };
+        if !sig.addr.is_multiple_of(8) {
+            return Err(Error::new(
+                Status::InvalidParam,
+                "signal address is not 8-byte aligned",
+            ));
+        }
+        let p = self
+            .mem
+            .lookup(sig.region, sig.secret, sig.addr, 8, access::WRITE)?;
+        Ok((p, op))
+    }
+
     pub(crate) fn on_put(&mut self, e: u32, t: RemoteRef, req: u64, data: &[u8]) {
+        if self.take_refused(e, req, data.len(), false) {
+            return;
+        }
         let res = self
             .mem
             .lookup_place(t.region, t.secret, t.addr, data.len() as u64, access::WRITE)
@@ -662,23 +763,10 @@ impl State {
         value: u64,
         data: &[u8],
     ) {
+        if self.take_refused(e, req, data.len(), true) {
+            return;
+        }
         let res = (|| {
-            let op = match op {
-                0 => SignalOp::Set,
-                1 => SignalOp::Add,
-                _ => {
-                    return Err(Error::msg(
-                        Status::Unsupported,
-                        format!("unknown signal operation {op}"),
-                    ));
-                }
-            };
-            if !sig.addr.is_multiple_of(8) {
-                return Err(Error::new(
-                    Status::InvalidParam,
-                    "signal address is not 8-byte aligned",
-                ));
-            }
             // Check both before touching either.
             let dst = self.mem.lookup_place(
                 t.region,
@@ -687,9 +775,7 @@ impl State {
                 data.len() as u64,
                 access::WRITE,
             )?;
-            let sp = self
-                .mem
-                .lookup(sig.region, sig.secret, sig.addr, 8, access::WRITE)?;
+            let (sp, op) = self.signal_word(sig, op)?;
             // SAFETY: both ranges checked. A device copy has finished when it returns.
             unsafe {
                 write_place(dst, data)?;

@@ -316,6 +316,9 @@ pub(crate) struct EpSlot {
     pub rma_unacked: bool,
     /// The first refusal of an unacknowledged put, reported by the next flush.
     pub rma_error: Option<Error>,
+    /// Target side: the rest of a put refused at its first frame (`Kind::PutBegin`), as
+    /// bytes of put data still to drop unwritten on this link, and the refusal's status.
+    pub put_refused: Option<(u64, Status)>,
 }
 
 impl EpSlot {
