@@ -220,6 +220,30 @@ fn child_entry_main() -> bool {
         }
         "past_the_key" => child_partial(&ep, &keys, false),
         "partial_liar" => child_partial(&ep, &keys, true),
+        "fence" => {
+            // rk[0]: registered memory, reached through the owner (CMA is off); rk[1]:
+            // allocated memory, stored to directly. Each round: an operation through the
+            // owner, a fence, then a direct store the owner watches for.
+            assert_eq!(rk[0].path(), "remote");
+            assert_eq!(rk[1].path(), "direct");
+            let (x, _) = rk[0].bounds();
+            let (y, _) = rk[1].bounds();
+            for i in 1..=FENCE_ROUNDS {
+                // In step with the owner, which watches for this round's store.
+                let mut go = [0u8; 8];
+                w.tag_recv(&mut go, 0xf0, u64::MAX).unwrap().wait().unwrap();
+                assert_eq!(u64::from_le_bytes(go), i);
+                let word = i.to_le_bytes();
+                let before = if i % 2 == 1 {
+                    ep.atomic(AtomicOp::Swap, i, 0, x, &rk[0], false).unwrap()
+                } else {
+                    ep.put(&word, x, &rk[0]).unwrap()
+                };
+                ep.fence().unwrap();
+                ep.put(&i.to_le_bytes(), y, &rk[1]).unwrap().wait().unwrap();
+                before.wait().unwrap();
+            }
+        }
         "fadd" => {
             let n: u64 = std::env::var("COURIER_TEST_N").unwrap().parse().unwrap();
             let (base, _) = rk[0].bounds();
@@ -870,6 +894,68 @@ fn key_naming_another_regions_segment_shm() {
         got.iter().all(|&x| x == 0xcd),
         "the honest key's write did not land"
     );
+}
+
+const FENCE_ROUNDS: u64 = 20;
+
+/// A fence orders an operation still on its way to the owner (an atomic, or a put, on
+/// registered memory with CMA off) before a direct store issued after it on the same
+/// endpoint: whoever sees the store sees the operation's effect.
+#[test]
+fn fence_orders_operations_through_the_owner_before_direct_stores_shm() {
+    let (o, c) = owner("all");
+    let mut x = vec![0u64; 8];
+    let xm = c
+        .mem_map(MemMapParams::register(x.as_mut_ptr().cast(), 64))
+        .unwrap();
+    let y = c.mem_map(MemMapParams::allocate(64)).unwrap();
+    let keys = [xm.pack_rkey().unwrap(), y.pack_rkey().unwrap()];
+    let mut child = spawn(
+        "all",
+        "fence",
+        o.port,
+        &keys,
+        &[("COURIER_SHM_CMA", "no".into())],
+    );
+    let xp = x.as_ptr();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while o.eps.lock().unwrap().is_empty() {
+        o.w.progress();
+        assert!(Instant::now() < deadline, "the child did not connect");
+    }
+    let ep = o.eps.lock().unwrap()[0].clone();
+    for i in 1..=FENCE_ROUNDS {
+        ep.tag_send(&i.to_le_bytes(), 0xf0).unwrap().wait().unwrap();
+        // Watch the flag, progressing only now and then: an operation the fence did not
+        // wait for is still unprocessed here when the flag rises.
+        'seen: loop {
+            let until = Instant::now() + Duration::from_millis(20);
+            while Instant::now() < until {
+                if y.signal_fetch(0).unwrap() == i {
+                    break 'seen;
+                }
+            }
+            o.w.progress();
+            if y.signal_fetch(0).unwrap() == i {
+                break 'seen;
+            }
+            if let Some(st) = child.try_wait().unwrap() {
+                let mut err = String::new();
+                use std::io::Read;
+                let _ = child.stderr.take().unwrap().read_to_string(&mut err);
+                panic!("child ended in round {i} ({st}):\n{err}");
+            }
+            assert!(Instant::now() < deadline, "round {i} did not finish");
+        }
+        // SAFETY: our registered word; the owner's progress (this thread) writes it.
+        let got = unsafe { std::ptr::read_volatile(xp) };
+        assert_eq!(
+            got, i,
+            "a direct store issued after a fence was seen before the operation issued before it"
+        );
+    }
+    serve_until_done(&o, vec![child], || {});
+    drop(xm);
 }
 
 #[test]

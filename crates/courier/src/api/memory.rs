@@ -753,6 +753,20 @@ impl Endpoint {
         } else {
             Path::Remote
         };
+        let direct = match &path {
+            Path::Local(_) | Path::DeviceIpc { .. } => true,
+            Path::Direct { seg, cma, .. } => seg.is_some() || *cma,
+            Path::Remote => false,
+        };
+        if direct {
+            // A fence on this endpoint must now order operations through the owner.
+            self.with_state(|st, e| {
+                if let Some(ep) = st.ep(e) {
+                    ep.rma_direct_keys = true;
+                }
+                Ok(())
+            })?;
+        }
         Ok(RemoteKey {
             key,
             path,
@@ -1088,8 +1102,14 @@ impl Endpoint {
 
     /// Order: operations issued after the fence are carried out after those before it.
     pub fn fence(&self) -> Result<()> {
-        // Operations through the owner run in order on one link; direct ones are done when
-        // issued. A full fence orders this process's own loads and stores.
+        // Operations through the owner run in order on one link, and direct ones are done
+        // when issued; but a direct one issued after the fence would overtake one still on
+        // its way to the owner. So when this endpoint has both, the fence waits until the
+        // owner has carried out everything sent before it. A full fence orders this
+        // process's own loads and stores.
+        if let Some(id) = self.with_state(|st, e| st.rma_fence_start(e))? {
+            Request::new(self.worker(), Started::Pending(id)).wait()?;
+        }
         fence(Ordering::SeqCst);
         Ok(())
     }

@@ -355,6 +355,8 @@ impl State {
             rx_busy: false,
             rma_unacked: false,
             rma_error: None,
+            rma_via_owner: false,
+            rma_direct_keys: false,
             put_refused: None,
         };
         if let Some(idx) = self.eps.free.pop() {

@@ -200,6 +200,7 @@ impl State {
         let mut zc = false;
         if let Some(ep) = self.ep(e) {
             ep.rma_unacked = true;
+            ep.rma_via_owner = true;
             zc = ep.caps.as_ref().is_some_and(|c| len >= c.zcopy_min);
         }
         let mut cb = Some(cb);
@@ -347,6 +348,9 @@ impl State {
             self.req_free(id);
             return Err(err);
         }
+        if let Some(ep) = self.ep(e) {
+            ep.rma_via_owner = true;
+        }
         Ok(Started::Pending(id))
     }
 
@@ -372,6 +376,9 @@ impl State {
         if let Err(err) = self.send_frame(e, &h, &[], &Buf::EMPTY, None) {
             self.req_free(id);
             return Err(err);
+        }
+        if let Some(ep) = self.ep(e) {
+            ep.rma_via_owner = true;
         }
         Ok(Started::Pending(id))
     }
@@ -408,9 +415,16 @@ impl State {
     }
 
     /// Ask the target to confirm every earlier operation on `e`; `Ok(None)` if nothing
-    /// unconfirmed was sent.
+    /// unconfirmed was sent. (Called once every acknowledged operation is answered, so the
+    /// owner has carried out all of them when it confirms.)
     pub(crate) fn rma_flush_start(&mut self, e: u32) -> Result<Option<u64>> {
-        let need = self.ep(e).is_some_and(|ep| ep.rma_unacked);
+        let need = match self.ep(e) {
+            Some(ep) => {
+                ep.rma_via_owner = false;
+                ep.rma_unacked
+            }
+            None => false,
+        };
         if !need {
             return Ok(None);
         }
@@ -429,6 +443,33 @@ impl State {
             return Err(err);
         }
         if let Some(ep) = self.ep(e) {
+            ep.rma_unacked = false;
+        }
+        Ok(Some(id))
+    }
+
+    /// What a fence on `e` waits for: when operations were sent through the owner since
+    /// the last fence or flush and a key on `e` reaches memory without it (so an operation
+    /// after the fence could overtake them), ask the owner to confirm everything sent so
+    /// far; the id of that request. `Ok(None)`: nothing to wait for, the fence orders this
+    /// process's own loads and stores only. Refusals of earlier puts stay for the next
+    /// flush to report.
+    pub(crate) fn rma_fence_start(&mut self, e: u32) -> Result<Option<u64>> {
+        let ep = self
+            .ep(e)
+            .ok_or_else(|| Error::new(Status::EndpointClosed, "endpoint was closed"))?;
+        if !(ep.rma_via_owner && ep.rma_direct_keys) {
+            return Ok(None);
+        }
+        let id = self.rma_req(e, ReqKind::Rma, Buf::EMPTY, 1, Callback::None);
+        let h = Header::new(Kind::FlushReq).word(1, id);
+        if let Err(err) = self.send_frame(e, &h, &[], &Buf::EMPTY, None) {
+            self.req_free(id);
+            return Err(err);
+        }
+        if let Some(ep) = self.ep(e) {
+            // The owner confirms the unacknowledged puts too (and reports refusals first).
+            ep.rma_via_owner = false;
             ep.rma_unacked = false;
         }
         Ok(Some(id))

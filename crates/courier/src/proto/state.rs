@@ -316,6 +316,12 @@ pub(crate) struct EpSlot {
     pub rma_unacked: bool,
     /// The first refusal of an unacknowledged put, reported by the next flush.
     pub rma_error: Option<Error>,
+    /// Operations were sent through the owner (puts, gets, atomics) that no fence or flush
+    /// has waited for since.
+    pub rma_via_owner: bool,
+    /// A remote key unpacked on this endpoint reaches memory without the owner (mapped
+    /// here, or CMA): an operation through the owner may be overtaken by one of those.
+    pub rma_direct_keys: bool,
     /// Target side: the rest of a put refused at its first frame (`Kind::PutBegin`), as
     /// bytes of put data still to drop unwritten on this link, and the refusal's status.
     pub put_refused: Option<(u64, Status)>,
