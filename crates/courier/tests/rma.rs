@@ -20,17 +20,22 @@ fn unhex(s: &str) -> Vec<u8> {
 }
 
 fn ctx(tls: &str) -> Context {
+    ctx_with(tls, &[])
+}
+
+fn ctx_with(tls: &str, cfg: &[(&str, &str)]) -> Context {
     let f = Features {
         rma: true,
         atomics: true,
         ..Default::default()
     };
-    Context::new(
-        ContextParams::default()
-            .features(f)
-            .config("COURIER_TLS", tls),
-    )
-    .unwrap()
+    let mut p = ContextParams::default()
+        .features(f)
+        .config("COURIER_TLS", tls);
+    for (k, v) in cfg {
+        p = p.config(k, v);
+    }
+    Context::new(p).unwrap()
 }
 
 // ----- the owner (parent) -------------------------------------------------------------------
@@ -44,7 +49,11 @@ struct Owner {
 }
 
 fn owner(tls: &str) -> (Owner, Context) {
-    let c = ctx(tls);
+    owner_with(tls, &[])
+}
+
+fn owner_with(tls: &str, cfg: &[(&str, &str)]) -> (Owner, Context) {
+    let c = ctx_with(tls, cfg);
     let w = Worker::new(&c, WorkerParams::default()).unwrap();
     let eps: Arc<Mutex<Vec<Endpoint>>> = Arc::default();
     let e2 = eps.clone();
@@ -74,6 +83,16 @@ fn spawn(
     keys: &[Vec<u8>],
     extra: &[(&str, String)],
 ) -> Child {
+    command(tls, scenario, port, keys, extra).spawn().unwrap()
+}
+
+fn command(
+    tls: &str,
+    scenario: &str,
+    port: u16,
+    keys: &[Vec<u8>],
+    extra: &[(&str, String)],
+) -> Command {
     let mut cmd = Command::new(std::env::current_exe().unwrap());
     cmd.args(["--exact", "child_entry", "--nocapture", "--test-threads=1"])
         .env("COURIER_TEST_ROLE", scenario)
@@ -88,7 +107,7 @@ fn spawn(
     for (k, v) in extra {
         cmd.env(k, v);
     }
-    cmd.spawn().unwrap()
+    cmd
 }
 
 /// Progress the owner until every child exits; each must exit 0.
@@ -154,6 +173,77 @@ fn child_entry_main() -> bool {
             let e = ep.flush().expect_err("region unmapped during the put");
             assert_eq!(e.status(), Status::InvalidKey, "{e}");
         }
+        "stalled_get" => {
+            // Ask for the whole region, then read nothing until the owner says so: its
+            // answers back up on its side. It unmaps the region meanwhile and overwrites
+            // the memory with 0xee: the get is refused, and nothing read after the unmap
+            // reaches us.
+            let (base, len) = rk[0].bounds();
+            let mut buf = vec![0u8; len as usize];
+            let r = ep.get(&mut buf, base, &rk[0]).unwrap();
+            println!("asked"); // after the test harness's own words on that line
+            let mut line = String::new();
+            std::io::stdin().read_line(&mut line).unwrap();
+            let e = r
+                .wait()
+                .expect_err("the region was unmapped while the get's answer waited to leave");
+            assert_eq!(e.status(), Status::InvalidKey, "{e}");
+            assert!(
+                buf.iter().all(|&b| b == 0 || b == 0x5a),
+                "bytes of the region read after it was unmapped reached the peer"
+            );
+        }
+        "swapped_fd" => {
+            // Region a's key with region b's segment fd: refused when unpacked, naming why;
+            // whatever happens, nothing lands in b (the owner checks).
+            let mut forged = keys[0].clone();
+            forged[72..76].copy_from_slice(&keys[1][72..76]);
+            assert_ne!(forged, keys[0], "the regions have different segment fds");
+            let (base, len) = rk[0].bounds();
+            let r = ep.rkey_unpack(&forged);
+            if let Ok(k) = &r {
+                let _ = ep
+                    .put(&vec![0xabu8; len as usize], base, k)
+                    .and_then(|r| r.wait());
+                let _ = ep.flush();
+            }
+            let e = r
+                .err()
+                .expect("a key naming another region's segment was accepted");
+            assert_eq!(e.status(), Status::InvalidKey, "{e}");
+            assert!(e.detail().contains("forged key"), "{e}");
+            // The honest key still works.
+            ep.put(&vec![0xcdu8; len as usize], base, &rk[0])
+                .unwrap()
+                .wait()
+                .unwrap();
+        }
+        "past_the_key" => child_partial(&ep, &keys, false),
+        "partial_liar" => child_partial(&ep, &keys, true),
+        "fence" => {
+            // rk[0]: registered memory, reached through the owner (CMA is off); rk[1]:
+            // allocated memory, stored to directly. Each round: an operation through the
+            // owner, a fence, then a direct store the owner watches for.
+            assert_eq!(rk[0].path(), "remote");
+            assert_eq!(rk[1].path(), "direct");
+            let (x, _) = rk[0].bounds();
+            let (y, _) = rk[1].bounds();
+            for i in 1..=FENCE_ROUNDS {
+                // In step with the owner, which watches for this round's store.
+                let mut go = [0u8; 8];
+                w.tag_recv(&mut go, 0xf0, u64::MAX).unwrap().wait().unwrap();
+                assert_eq!(u64::from_le_bytes(go), i);
+                let word = i.to_le_bytes();
+                let before = if i % 2 == 1 {
+                    ep.atomic(AtomicOp::Swap, i, 0, x, &rk[0], false).unwrap()
+                } else {
+                    ep.put(&word, x, &rk[0]).unwrap()
+                };
+                ep.fence().unwrap();
+                ep.put(&i.to_le_bytes(), y, &rk[1]).unwrap().wait().unwrap();
+                before.wait().unwrap();
+            }
+        }
         "fadd" => {
             let n: u64 = std::env::var("COURIER_TEST_N").unwrap().parse().unwrap();
             let (base, _) = rk[0].bounds();
@@ -167,19 +257,17 @@ fn child_entry_main() -> bool {
         "signaler" => child_signaler(&w, &ep, &rk),
         "shortened" => {
             // The key claims 8 bytes of a three-page region; the owner's record says three
-            // pages. Put past what the key claims, inside the record: it must land where
-            // the record says, never past our mapping of the owner's segment (which covers
-            // what the key claims).
+            // pages. The key reaches only what it claims, on every path: past that (inside
+            // the record) puts and gets are refused before anything is touched or sent.
             let (base, _) = rk[0].bounds();
-            ep.put(&[0xabu8; 8], base + SHORTENED_AT as u64, &rk[0])
-                .unwrap()
-                .wait()
-                .unwrap();
+            let at = base + SHORTENED_AT as u64;
+            expect_err(&ep, ep.put(&[0xeeu8; 8], at, &rk[0]), Status::OutOfRange);
             let mut got = [0u8; 8];
-            ep.get(&mut got, base + SHORTENED_AT as u64, &rk[0])
-                .unwrap()
-                .wait()
-                .unwrap();
+            expect_err(&ep, ep.get(&mut got, at, &rk[0]), Status::OutOfRange);
+            expect_err(&ep, ep.put(&[0xeeu8; 16], base, &rk[0]), Status::OutOfRange);
+            // What it claims works.
+            ep.put(&[0xabu8; 8], base, &rk[0]).unwrap().wait().unwrap();
+            ep.get(&mut got, base, &rk[0]).unwrap().wait().unwrap();
             assert_eq!(got, [0xab; 8]);
         }
         "remap" => {
@@ -355,9 +443,14 @@ fn child_liar(ep: &Endpoint, rk: &[RemoteKey], raw: &[Vec<u8>]) {
     let mut sink = [0u8; 16];
     expect_err(ep, ep.get(&mut sink, base - 16, &rk[0]), Status::OutOfRange);
     // The same lies with payloads large enough to be read straight into memory on tcp:
-    // refused before a byte lands.
+    // refused before a byte lands. (The forged secret comes with forged bounds, or the
+    // sender itself refuses a put its key does not cover.)
     let big_junk = vec![0xeeu8; 300_000];
-    expect_err(ep, ep.put(&big_junk, base, &fk), Status::InvalidKey);
+    let mut both = big.clone();
+    both[16] ^= 0x55;
+    let fbk = ep.rkey_unpack(&both).unwrap();
+    expect_err(ep, ep.put(&big_junk, base, &fbk), Status::InvalidKey);
+    expect_err(ep, ep.put(&big_junk, base, &fk), Status::OutOfRange);
     expect_err(ep, ep.put(&big_junk, base, &bk), Status::OutOfRange);
     // No right.
     let (rbase, _) = rk[1].bounds();
@@ -384,6 +477,89 @@ fn child_liar(ep: &Endpoint, rk: &[RemoteKey], raw: &[Vec<u8>]) {
     let mut back = [0u8; 8];
     ep.get(&mut back, rbase, &rk[1]).unwrap().wait().unwrap();
     assert_eq!(back, [7u8; 8]);
+}
+
+/// `key` as if its owner were on another host: the peer cannot check the owner's records
+/// itself, so every operation goes through the owner (on shared memory too), and the peer
+/// knows only what the key claims.
+fn through_owner(ep: &Endpoint, key: &[u8]) -> RemoteKey {
+    let mut k = key.to_vec();
+    k[48] ^= 0xff; // the host id
+    let rk = ep.rkey_unpack(&k).unwrap();
+    assert_eq!(rk.path(), "remote");
+    rk
+}
+
+/// The "partial" scenarios' keys, every one reached through the owner. raw[0]: a writable
+/// region of PARTIAL_LEN bytes, raw[1]: a read-only region, raw[2]: another writable region
+/// of PARTIAL_LEN bytes, raw[3]: a signal word.
+fn child_partial(ep: &Endpoint, raw: &[Vec<u8>], liar: bool) {
+    let r = through_owner(ep, &raw[0]);
+    let ro = through_owner(ep, &raw[1]);
+    let r2 = through_owner(ep, &raw[2]);
+    let sig = through_owner(ep, &raw[3]);
+    let (base, len) = r.bounds();
+    let (rob, _) = ro.bounds();
+    let (sbase, _) = sig.bounds();
+    let len = len as usize;
+    // Many frames, the first ones inside the region, the last ones past its end.
+    let over = vec![0xeeu8; len + len / 5];
+    if !liar {
+        // Past the end of what the key says: refused before anything leaves.
+        let e = ep
+            .put(&over, base, &r)
+            .err()
+            .expect("refused before sending");
+        assert_eq!(e.status(), Status::OutOfRange, "{e}");
+        // Data inside, signal word without the write right: the same.
+        let e = ep
+            .put_signal(&over[..len], base, &r, rob, &ro, 1, SignalOp::Set)
+            .err()
+            .expect("refused before sending");
+        assert_eq!(e.status(), Status::AccessDenied, "{e}");
+        let e = ep
+            .put_signal(&over[..len], base, &r, sbase + 64, &sig, 1, SignalOp::Set)
+            .err()
+            .expect("refused before sending");
+        assert_eq!(e.status(), Status::OutOfRange, "{e}");
+    } else {
+        // A key that claims four times its region passes the sender's check: the owner
+        // refuses the whole put at its first frame.
+        let mut big = raw[0].clone();
+        big[32..40].copy_from_slice(&(4 * len as u64).to_le_bytes());
+        let bk = through_owner(ep, &big);
+        expect_err(ep, ep.put(&over, base, &bk), Status::OutOfRange);
+        // A forged signal key: nothing of the data is written either.
+        let mut forged = raw[3].clone();
+        forged[16] ^= 0x55;
+        let fs = through_owner(ep, &forged);
+        expect_err(
+            ep,
+            ep.put_signal(&over[..len], base, &r, sbase, &fs, 1, SignalOp::Set),
+            Status::InvalidKey,
+        );
+        // Data past the region's end with a good signal: neither lands.
+        expect_err(
+            ep,
+            ep.put_signal(&over, base, &bk, sbase, &sig, 1, SignalOp::Set),
+            Status::OutOfRange,
+        );
+    }
+    // The owner goes on serving: an honest put-with-signal of as many frames lands whole.
+    let (base2, _) = r2.bounds();
+    ep.put_signal(
+        &vec![0x22u8; len],
+        base2,
+        &r2,
+        sbase,
+        &sig,
+        7,
+        SignalOp::Set,
+    )
+    .unwrap()
+    .wait()
+    .unwrap();
+    ep.flush().unwrap();
 }
 
 const SLOTS: u64 = 16;
@@ -477,6 +653,72 @@ fn region_unmapped_while_a_put_arrives_tcp() {
     );
 }
 
+/// Over tcp a get's answer is sent straight from the region; when the peer does not read,
+/// the frames that do not fit the link's queue wait in the endpoint's queue, pointing into
+/// the region. The owner unmaps the region (and frees or reuses the memory) meanwhile:
+/// those frames are never sent from it, the get is refused at the peer, and the owner goes
+/// on serving.
+fn stalled_get(allocated: bool) {
+    use std::io::{BufRead, Write};
+    // Small socket buffers: the link's own queue fills, the rest waits in the endpoint's.
+    let small = [("COURIER_TCP_SNDBUF", "64k"), ("COURIER_TCP_RCVBUF", "64k")];
+    let (o, c) = owner_with("tcp", &small);
+    let len = 128 << 20;
+    let mut reg = vec![0x5au8; if allocated { 0 } else { len }];
+    let m = if allocated {
+        let m = c.mem_map(MemMapParams::allocate(len)).unwrap();
+        m.write(0, &vec![0x5au8; len]).unwrap();
+        m
+    } else {
+        c.mem_map(MemMapParams::register(reg.as_mut_ptr(), len))
+            .unwrap()
+    };
+    let mut child = command(
+        "tcp",
+        "stalled_get",
+        o.port,
+        &[m.pack_rkey().unwrap()],
+        &[("COURIER_TCP_RCVBUF", "64k".into())],
+    )
+    .stdin(Stdio::piped())
+    .stdout(Stdio::piped())
+    .spawn()
+    .unwrap();
+    let out = child.stdout.take().unwrap();
+    let (tx, asked) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(out).lines() {
+            if line.is_ok_and(|l| l.ends_with("asked")) {
+                let _ = tx.send(());
+            }
+        }
+    });
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while asked.try_recv().is_err() {
+        o.w.progress();
+        assert!(Instant::now() < deadline, "the child did not ask");
+    }
+    // The request is on its way: answer it, until the link backs up.
+    let until = Instant::now() + Duration::from_millis(500);
+    while Instant::now() < until {
+        o.w.progress();
+    }
+    drop(m);
+    reg.fill(0xee);
+    child.stdin.take().unwrap().write_all(b"go\n").unwrap();
+    serve_until_done(&o, vec![child], || {});
+}
+
+#[test]
+fn get_answers_queued_when_the_region_is_unmapped_registered_tcp() {
+    stalled_get(false);
+}
+
+#[test]
+fn get_answers_queued_when_the_region_is_unmapped_allocated_tcp() {
+    stalled_get(true);
+}
+
 #[test]
 fn put_get_shm() {
     putget("all");
@@ -538,6 +780,66 @@ fn liar(tls: &str) {
     );
 }
 
+/// Regions of the "partial" scenario: more than one frame on every link (16 MiB on tcp).
+const PARTIAL_LEN: usize = 20 << 20;
+
+/// Puts and puts-with-signal through the owner that are refused (past the region's end, a
+/// signal word without the right or with a forged key) write nothing, though their data
+/// takes many frames: the sender refuses what its key does not allow before anything
+/// leaves ("past_the_key"), and the owner refuses the whole operation at its first frame
+/// (a lying key, "partial_liar").
+fn partial(tls: &str, role: &str) {
+    let (o, c) = owner(tls);
+    let mut r = vec![0x11u8; PARTIAL_LEN];
+    let rm = c
+        .mem_map(MemMapParams::register(r.as_mut_ptr(), r.len()))
+        .unwrap();
+    let mut ro = vec![7u8; 4096];
+    let rom = c
+        .mem_map(MemMapParams::register(ro.as_mut_ptr(), ro.len()).access(access::READ))
+        .unwrap();
+    let mut r2 = vec![0u8; PARTIAL_LEN];
+    let r2m = c
+        .mem_map(MemMapParams::register(r2.as_mut_ptr(), r2.len()))
+        .unwrap();
+    let sig = c.mem_map(MemMapParams::allocate(64)).unwrap();
+    let keys = [&rm, &rom, &r2m, &sig].map(|m| m.pack_rkey().unwrap());
+    let child = spawn(tls, role, o.port, &keys, &[]);
+    serve_until_done(&o, vec![child], || {});
+    assert_eq!(sig.signal_fetch(0).unwrap(), 7, "the honest signal");
+    drop((rm, rom, r2m));
+    let first = r.iter().position(|&b| b != 0x11);
+    assert_eq!(first, None, "a refused put wrote into the region");
+    assert!(
+        ro.iter().all(|&b| b == 7),
+        "a refused put wrote into read-only memory"
+    );
+    assert!(
+        r2.iter().all(|&b| b == 0x22),
+        "the honest put did not land whole"
+    );
+}
+
+#[test]
+fn puts_past_their_key_are_refused_before_sending_shm() {
+    partial("all", "past_the_key");
+}
+
+#[test]
+fn puts_past_their_key_are_refused_before_sending_tcp() {
+    partial("tcp", "past_the_key");
+}
+
+#[test]
+fn puts_refused_by_the_owner_write_none_of_their_frames_shm() {
+    partial("all", "partial_liar");
+}
+
+#[test]
+fn puts_refused_by_the_owner_write_none_of_their_frames_tcp() {
+    partial("tcp", "partial_liar");
+}
+
 /// Where the "shortened" child puts, in a region of `3 * 4096` bytes.
 const SHORTENED_AT: usize = 2 * 4096 + 8;
 
@@ -553,13 +855,10 @@ fn shortened(tls: &str) {
     serve_until_done(&o, vec![child], || {});
     // SAFETY: our own region.
     let t = unsafe { std::slice::from_raw_parts(target.as_ptr(), len) };
-    assert_eq!(t[SHORTENED_AT..SHORTENED_AT + 8], [0xab; 8]);
+    assert_eq!(t[..8], [0xab; 8]);
     assert!(
-        t[..SHORTENED_AT]
-            .iter()
-            .chain(&t[SHORTENED_AT + 8..])
-            .all(|&b| b == 0x11),
-        "the put landed somewhere else too"
+        t[8..].iter().all(|&b| b == 0x11),
+        "a put landed past what its key claims"
     );
 }
 
@@ -571,6 +870,92 @@ fn key_shorter_than_its_region_shm() {
 #[test]
 fn key_shorter_than_its_region_tcp() {
     shortened("tcp");
+}
+
+/// A key whose segment fd is another region's: refused, and the other region untouched.
+#[test]
+fn key_naming_another_regions_segment_shm() {
+    let (o, c) = owner("all");
+    let a = c.mem_map(MemMapParams::allocate(4096)).unwrap();
+    let b = c.mem_map(MemMapParams::allocate(4096)).unwrap();
+    a.write(0, &[0x11; 4096]).unwrap();
+    b.write(0, &[0x11; 4096]).unwrap();
+    let keys = [a.pack_rkey().unwrap(), b.pack_rkey().unwrap()];
+    let child = spawn("all", "swapped_fd", o.port, &keys, &[]);
+    serve_until_done(&o, vec![child], || {});
+    let mut got = [0u8; 4096];
+    b.read(0, &mut got).unwrap();
+    assert!(
+        got.iter().all(|&x| x == 0x11),
+        "a write through a forged key landed in another region"
+    );
+    a.read(0, &mut got).unwrap();
+    assert!(
+        got.iter().all(|&x| x == 0xcd),
+        "the honest key's write did not land"
+    );
+}
+
+const FENCE_ROUNDS: u64 = 20;
+
+/// A fence orders an operation still on its way to the owner (an atomic, or a put, on
+/// registered memory with CMA off) before a direct store issued after it on the same
+/// endpoint: whoever sees the store sees the operation's effect.
+#[test]
+fn fence_orders_operations_through_the_owner_before_direct_stores_shm() {
+    let (o, c) = owner("all");
+    let mut x = vec![0u64; 8];
+    let xm = c
+        .mem_map(MemMapParams::register(x.as_mut_ptr().cast(), 64))
+        .unwrap();
+    let y = c.mem_map(MemMapParams::allocate(64)).unwrap();
+    let keys = [xm.pack_rkey().unwrap(), y.pack_rkey().unwrap()];
+    let mut child = spawn(
+        "all",
+        "fence",
+        o.port,
+        &keys,
+        &[("COURIER_SHM_CMA", "no".into())],
+    );
+    let xp = x.as_ptr();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while o.eps.lock().unwrap().is_empty() {
+        o.w.progress();
+        assert!(Instant::now() < deadline, "the child did not connect");
+    }
+    let ep = o.eps.lock().unwrap()[0].clone();
+    for i in 1..=FENCE_ROUNDS {
+        ep.tag_send(&i.to_le_bytes(), 0xf0).unwrap().wait().unwrap();
+        // Watch the flag, progressing only now and then: an operation the fence did not
+        // wait for is still unprocessed here when the flag rises.
+        'seen: loop {
+            let until = Instant::now() + Duration::from_millis(20);
+            while Instant::now() < until {
+                if y.signal_fetch(0).unwrap() == i {
+                    break 'seen;
+                }
+            }
+            o.w.progress();
+            if y.signal_fetch(0).unwrap() == i {
+                break 'seen;
+            }
+            if let Some(st) = child.try_wait().unwrap() {
+                let mut err = String::new();
+                use std::io::Read;
+                let _ = child.stderr.take().unwrap().read_to_string(&mut err);
+                panic!("child ended in round {i} ({st}):\n{err}");
+            }
+            assert!(Instant::now() < deadline, "round {i} did not finish");
+        }
+        // SAFETY: our registered word; the owner's progress (this thread) writes it.
+        let got = unsafe { std::ptr::read_volatile(xp) };
+        assert_eq!(
+            got, i,
+            "a direct store issued after a fence was seen before the operation issued before it"
+        );
+    }
+    serve_until_done(&o, vec![child], || {});
+    drop(xm);
 }
 
 #[test]

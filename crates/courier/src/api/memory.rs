@@ -19,7 +19,7 @@ use crate::base::sys::{copy_small, host_id};
 use crate::base::{Error, Result, Status};
 use crate::proto::core::State;
 pub use crate::proto::memreg::MemoryType;
-use crate::proto::memreg::{Mapping, MemRegistry, PeerMaps, Place, check};
+use crate::proto::memreg::{Mapping, MemRegistry, PeerMaps, Place, SegmentRefusal, check};
 pub use crate::proto::rma::{AtomicOp, SignalOp};
 use crate::proto::rma::{do_atomic, do_signal};
 use crate::proto::stage;
@@ -467,7 +467,7 @@ impl RemoteKey {
         else {
             return None;
         };
-        if !self.ep.same_as(ep) {
+        if !self.ep.same_as(ep) || self.key.access & need != need {
             return None;
         }
         let rec = peer.record(self.key.region)?;
@@ -475,10 +475,54 @@ impl RemoteKey {
         if rec.mem_type != MemoryType::Host.code() as u64 {
             return None;
         }
+        // Inside what the key claims (so inside our mapping, which is at least that long).
         let off = addr - rec.base;
         let inside = rec.base == self.key.base
-            && off.checked_add(len).is_some_and(|end| end <= m.len as u64);
+            && off
+                .checked_add(len)
+                .is_some_and(|end| end <= self.key.length && end <= m.len as u64);
         inside.then(|| m.ptr.wrapping_add(off as usize))
+    }
+
+    /// Whether the key itself grants `need` on `[addr, addr + len)`: checked on every path
+    /// before anything is touched or sent, so an operation the key does not cover is refused
+    /// whole, at once (the owner's record is checked as well, by this process where it can
+    /// read it, else by the owner).
+    #[inline]
+    fn claims(&self, addr: u64, len: u64, need: u16) -> Result<()> {
+        let k = &self.key;
+        let inside = addr >= k.base
+            && addr
+                .checked_add(len)
+                .is_some_and(|end| k.base.checked_add(k.length).is_some_and(|lim| end <= lim));
+        if inside && k.access & need == need {
+            return Ok(());
+        }
+        Err(self.claim_refusal(addr, len, need))
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn claim_refusal(&self, addr: u64, len: u64, need: u16) -> Error {
+        let k = &self.key;
+        if k.access & need != need {
+            let what = match need {
+                access::READ => "remote read",
+                access::WRITE => "remote write",
+                _ => "remote atomic",
+            };
+            return Error::msg(
+                Status::AccessDenied,
+                format!("the key of region {:#x} grants no {what} access", k.region),
+            );
+        }
+        Error::msg(
+            Status::OutOfRange,
+            format!(
+                "access [{addr:#x}, +{len}) outside the key's region [{:#x}, +{})",
+                k.base, k.length
+            ),
+        )
     }
 
     /// Check an access against the owner's record; where it lands if mapped here.
@@ -494,6 +538,7 @@ impl RemoteKey {
     }
 
     fn place(&self, addr: u64, len: u64, need: u16) -> Result<Option<Place>> {
+        self.claims(addr, len, need)?;
         let direct_record = |peer: &PeerMaps| {
             let rec = peer.record(self.key.region).ok_or_else(|| {
                 Error::new(Status::InvalidKey, "region id out of range (forged key)")
@@ -677,8 +722,21 @@ impl Endpoint {
             match reg.peer(&key) {
                 Ok(peer) => {
                     let seg = if key.region_fd >= 0 {
-                        peer.region(key.region, key.region_fd, key.length as usize)
-                            .ok()
+                        match peer.segment(key.region, key.region_fd, key.length as usize) {
+                            Ok(m) => Some(m),
+                            // A key naming another of the owner's descriptors is a lie.
+                            Err(SegmentRefusal::Forged(e)) => return Err(e),
+                            // Stale, or not to be mapped here: the record decides at each
+                            // operation, which takes another way.
+                            Err(SegmentRefusal::Unavailable(e)) => {
+                                tracing::debug!(
+                                    "segment of region {:#x} of pid {}: {e}",
+                                    key.region,
+                                    key.pid
+                                );
+                                None
+                            }
+                        }
                     } else {
                         None
                     };
@@ -695,6 +753,20 @@ impl Endpoint {
         } else {
             Path::Remote
         };
+        let direct = match &path {
+            Path::Local(_) | Path::DeviceIpc { .. } => true,
+            Path::Direct { seg, cma, .. } => seg.is_some() || *cma,
+            Path::Remote => false,
+        };
+        if direct {
+            // A fence on this endpoint must now order operations through the owner.
+            self.with_state(|st, e| {
+                if let Some(ep) = st.ep(e) {
+                    ep.rma_direct_keys = true;
+                }
+                Ok(())
+            })?;
+        }
         Ok(RemoteKey {
             key,
             path,
@@ -1030,8 +1102,14 @@ impl Endpoint {
 
     /// Order: operations issued after the fence are carried out after those before it.
     pub fn fence(&self) -> Result<()> {
-        // Operations through the owner run in order on one link; direct ones are done when
-        // issued. A full fence orders this process's own loads and stores.
+        // Operations through the owner run in order on one link, and direct ones are done
+        // when issued; but a direct one issued after the fence would overtake one still on
+        // its way to the owner. So when this endpoint has both, the fence waits until the
+        // owner has carried out everything sent before it. A full fence orders this
+        // process's own loads and stores.
+        if let Some(id) = self.with_state(|st, e| st.rma_fence_start(e))? {
+            Request::new(self.worker(), Started::Pending(id)).wait()?;
+        }
         fence(Ordering::SeqCst);
         Ok(())
     }

@@ -355,6 +355,9 @@ impl State {
             rx_busy: false,
             rma_unacked: false,
             rma_error: None,
+            rma_via_owner: false,
+            rma_direct_keys: false,
+            put_refused: None,
         };
         if let Some(idx) = self.eps.free.pop() {
             let s = &mut self.eps.slots[idx as usize];
@@ -594,6 +597,7 @@ impl State {
             hdr: *hdr,
             extra: extra.to_vec(),
             data: data.clone(),
+            region: None,
         });
         Ok(false)
     }
@@ -602,6 +606,7 @@ impl State {
     pub(crate) fn progress_tx(&mut self, e: u32) -> usize {
         let mut n = 0;
         loop {
+            self.check_queued_read(e);
             let Some(ep) = self.ep(e) else { return n };
             if ep.status != EpStatus::Connected {
                 return n;
@@ -659,6 +664,32 @@ impl State {
             }
         }
         n + self.reap_written(e)
+    }
+
+    /// If the next frame queued on `e` is a get's answer read from one of our regions, make
+    /// sure the region is still mapped; if not, the answers of that get still queued are
+    /// dropped and the requester is told the get was refused (`drop_get_answers`). Only
+    /// frames that waited are checked again: one sent at once leaves while the get's own
+    /// check holds. (An unmap on another thread while the frame is being handed to the link
+    /// still races that one copy, as a store through shared memory would.)
+    #[inline]
+    fn check_queued_read(&mut self, e: u32) {
+        let Some((src, len)) = self
+            .eps
+            .slots
+            .get(e as usize)
+            .and_then(|ep| ep.pending.front())
+            .and_then(|p| Some((p.region?, p.data.len() as u64)))
+        else {
+            return;
+        };
+        let need = crate::wire::rkey::access::READ;
+        if let Err(err) = self
+            .mem
+            .lookup_place(src.region, src.secret, src.addr, len, need)
+        {
+            self.drop_get_answers(e, src.req, err);
+        }
     }
 
     /// A send request's last frame went to the link: complete it now if the link holds no

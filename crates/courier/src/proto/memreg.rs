@@ -1,12 +1,14 @@
 //! Memory regions of a context, and the key table that same-host peers check keys against.
 //!
 //! Every mapped region gets a slot in a shared *key table* (a memfd, 64-byte entries) that
-//! holds the owner's record: region id, secret, bounds, rights, and a valid word. A peer on
-//! the same host maps the table (and, for allocated regions, the region's own memfd)
-//! through `pidfd_getfd`, then checks every access against the owner's record before it
-//! loads, stores or runs a CPU atomic: forged keys, stale keys (after unmap), accesses out
-//! of range or without the right are refused without touching the region. Peers elsewhere
-//! send operations to the owner's worker, which checks them against the same records.
+//! holds the owner's record: region id, secret, bounds, rights, the identity of the
+//! region's shared segment, and a valid word. A peer on the same host maps the table (and,
+//! for allocated regions, the region's own memfd) through `pidfd_getfd`, then checks every
+//! access against the owner's record before it loads, stores or runs a CPU atomic: forged
+//! keys, stale keys (after unmap), accesses out of range or without the right are refused
+//! without touching the region, and a segment is mapped only if it is the one the record
+//! names (a key's fd number is a claim like the rest). Peers elsewhere send operations to
+//! the owner's worker, which checks them against the same records.
 
 use std::collections::HashMap;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
@@ -120,6 +122,11 @@ fn word(table: *mut u8, slot: usize, w: usize) -> &'static AtomicU64 {
     unsafe { AtomicU64::from_ptr(table.add(slot * ENTRY + w * 8) as *mut u64) }
 }
 
+/// Word 7 of a record: the inode of the region's shared segment (a memfd, on the same
+/// file system as the key table), 0 for a region with none. Read only when a peer maps the
+/// segment, so not part of `Record` (which the direct paths read on every access).
+const SEGMENT_WORD: usize = 7;
+
 #[inline]
 fn read_record(table: *mut u8, slot: usize) -> Record {
     Record {
@@ -232,9 +239,12 @@ pub(crate) struct Place {
 pub(crate) struct PeerMaps {
     pidfd: OwnedFd,
     pub table: Mapping,
+    /// The device of the owner's key table: its region segments are memfds on the same
+    /// file system.
+    table_dev: u64,
     /// Mapped region segments by region id (never reused), not by fd number (which the
-    /// owner's kernel reuses after an unmap).
-    regions: Mutex<HashMap<u64, Arc<Mapping>>>,
+    /// owner's kernel reuses after an unmap), with the fd number they were checked under.
+    regions: Mutex<HashMap<u64, (i32, Arc<Mapping>)>>,
     /// The owner's device allocations opened through their IPC handles, by region id.
     devices: Mutex<HashMap<u64, Arc<crate::base::cuda::IpcMapping>>>,
 }
@@ -280,51 +290,114 @@ impl PeerMaps {
 
     /// Map the owner's segment of region `region` (memfd `fd`, `len` bytes), cached per
     /// region. The owner's record must still describe that region, so a segment is never
-    /// taken for a region that was unmapped (and its fd number reused) meanwhile.
+    /// taken for a region that was unmapped (and its fd number reused) meanwhile, and the
+    /// descriptor taken must be the segment the record names: a key naming any other of
+    /// the owner's descriptors (another region's segment, its key table, a file) is refused.
     pub(crate) fn region(&self, region: u64, fd: i32, len: usize) -> Result<Arc<Mapping>> {
+        self.segment(region, fd, len).map_err(Error::from)
+    }
+
+    /// `region`, telling a forged key (its fd is not the region's segment) from a segment
+    /// that cannot be mapped here now (region unmapped, descriptor not to be taken, key
+    /// longer than the segment).
+    pub(crate) fn segment(
+        &self,
+        region: u64,
+        fd: i32,
+        len: usize,
+    ) -> std::result::Result<Arc<Mapping>, SegmentRefusal> {
+        use SegmentRefusal::{Forged, Unavailable};
         let mut g = self.regions.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(m) = g.get(&region) {
-            if m.len >= len {
+        if let Some((at, m)) = g.get(&region) {
+            if *at == fd && m.len >= len {
                 return Ok(m.clone());
             }
         }
-        if self
-            .record(region)
-            .is_none_or(|r| r.valid != 1 || r.region != region)
-        {
-            return Err(Error::new(
+        let live = || {
+            self.record(region)
+                .is_some_and(|r| r.valid == 1 && r.region == region)
+        };
+        let gone = || {
+            Unavailable(Error::new(
                 Status::InvalidKey,
                 "the region is no longer mapped by its owner",
-            ));
+            ))
+        };
+        if !live() {
+            return Err(gone());
         }
         // Regions the owner has unmapped are dropped from the cache as we go.
         g.retain(|id, _| {
             self.record(*id)
                 .is_some_and(|r| r.valid == 1 && r.region == *id)
         });
-        let local = rustix::process::pidfd_getfd(
+        let forged = |what: &str| {
+            Forged(Error::msg(
+                Status::InvalidKey,
+                format!(
+                    "the key names descriptor {fd} of its owner, {what}, not the memory segment \
+                     of region {region:#x} (forged key)"
+                ),
+            ))
+        };
+        if fd < 0 {
+            return Err(forged("which does not exist"));
+        }
+        let local = match rustix::process::pidfd_getfd(
             &self.pidfd,
             fd,
             rustix::process::PidfdGetfdFlags::empty(),
-        )
-        .map_err(|e| {
-            Error::msg(
-                Status::Unreachable,
-                format!("cannot take the peer's memory segment: {e}"),
-            )
-        })?;
-        let size = rustix::fs::fstat(&local)
-            .map_err(|e| Error::io("fstat", e))?
-            .st_size as usize;
+        ) {
+            Ok(f) => f,
+            // No such descriptor while the region (and so its segment) is still there.
+            Err(rustix::io::Errno::BADF) if live() => return Err(forged("which is not open")),
+            Err(e) => {
+                return Err(Unavailable(Error::msg(
+                    Status::Unreachable,
+                    format!("cannot take the peer's memory segment: {e}"),
+                )));
+            }
+        };
+        let st = rustix::fs::fstat(&local).map_err(|e| Unavailable(Error::io("fstat", e)))?;
+        // Read after taking the descriptor: while the record still describes the region,
+        // the segment it names is open in the owner, so its inode is not reused.
+        if !live() {
+            return Err(gone());
+        }
+        let slot = (region & 0xfff) as usize;
+        let ino = word(self.table.ptr, slot, SEGMENT_WORD).load(Ordering::Acquire);
+        if ino == 0 {
+            return Err(forged("while the region has no shared segment"));
+        }
+        if st.st_ino as u64 != ino || st.st_dev as u64 != self.table_dev {
+            return Err(forged("which is something else"));
+        }
+        let size = st.st_size as usize;
         if size < len {
-            return Err(Error::new(
+            return Err(Unavailable(Error::new(
                 Status::InvalidKey,
                 "peer's memory segment is smaller than the key claims",
-            ));
+            )));
         }
-        let m = Arc::new(Mapping::map(&local, size)?);
-        g.insert(region, m.clone());
+        let m = Arc::new(Mapping::map(&local, size).map_err(Unavailable)?);
+        g.insert(region, (fd, m.clone()));
         Ok(m)
+    }
+}
+
+/// Why `PeerMaps::segment` maps nothing.
+pub(crate) enum SegmentRefusal {
+    /// The key's fd is not the region's segment: refuse the key.
+    Forged(Error),
+    /// The segment cannot be mapped here (now): reach the region another way.
+    Unavailable(Error),
+}
+
+impl From<SegmentRefusal> for Error {
+    fn from(r: SegmentRefusal) -> Error {
+        match r {
+            SegmentRefusal::Forged(e) | SegmentRefusal::Unavailable(e) => e,
+        }
     }
 }
 
@@ -406,7 +479,8 @@ impl MemRegistry {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn publish(&self, g: &mut RegInner, slot: usize, rec: Record) {
+    /// Write a record (and the inode of the region's segment, 0 for none) into the table.
+    fn publish(&self, g: &mut RegInner, slot: usize, rec: Record, segment: u64) {
         match &self.table {
             Some(t) => {
                 word(t.ptr, slot, 0).store(0, Ordering::Release);
@@ -417,6 +491,7 @@ impl MemRegistry {
                     (4, rec.len),
                     (5, rec.access),
                     (6, rec.mem_type),
+                    (SEGMENT_WORD, segment),
                 ] {
                     word(t.ptr, slot, w).store(v, Ordering::Relaxed);
                 }
@@ -452,6 +527,15 @@ impl MemRegistry {
         let id = (g.generations[slot] << 12) | slot as u64;
         let secret = random_u64() | 1;
         let offered = memfd.is_some() && self.table.is_some();
+        // What same-host peers check a key's segment fd against.
+        let segment = match &memfd {
+            Some(fd) => {
+                rustix::fs::fstat(fd)
+                    .map_err(|e| Error::io("fstat", e))?
+                    .st_ino as u64
+            }
+            None => 0,
+        };
         let region = Region {
             secret,
             base,
@@ -479,6 +563,7 @@ impl MemRegistry {
                 access: acc as u64,
                 mem_type: mem_type.code() as u64,
             },
+            segment,
         );
         Ok((id, secret))
     }
@@ -552,6 +637,7 @@ impl MemRegistry {
                     access: 0,
                     mem_type: 0,
                 },
+                0,
             );
             g.slots[slot] = None;
             g.allocs.retain(|a| a.id != id);
@@ -724,9 +810,8 @@ impl MemRegistry {
                 format!("pidfd_getfd refused ({e}); the kernel's ptrace policy forbids it"),
             )
         })?;
-        let size = rustix::fs::fstat(&fd)
-            .map_err(|e| Error::io("fstat", e))?
-            .st_size as usize;
+        let st = rustix::fs::fstat(&fd).map_err(|e| Error::io("fstat", e))?;
+        let size = st.st_size as usize;
         if size != TABLE_BYTES {
             return Err(Error::new(
                 Status::InvalidKey,
@@ -745,6 +830,7 @@ impl MemRegistry {
         let p = Arc::new(PeerMaps {
             pidfd,
             table,
+            table_dev: st.st_dev as u64,
             regions: Mutex::new(HashMap::new()),
             devices: Mutex::new(HashMap::new()),
         });
@@ -820,6 +906,60 @@ mod tests {
         )
         .unwrap();
         assert_eq!(key.length, 100);
+    }
+
+    /// A key whose segment fd names another region's segment (or anything that is not the
+    /// region's own memfd) is refused, and nothing of that other segment is mapped for it.
+    #[test]
+    fn segment_fd_must_be_the_regions_own() {
+        let r = MemRegistry::new();
+        if r.table.is_none() {
+            return; // no memfd here: no segments (checked by the multi-process tests)
+        }
+        let (a, _, pa) = r.allocate(4096, access::ALL, MemoryType::Host).unwrap();
+        let (b, _, _) = r.allocate(8192, access::ALL, MemoryType::Host).unwrap();
+        let ka = RkeyRepr::unpack(&r.pack(a).unwrap()).unwrap();
+        let kb = RkeyRepr::unpack(&r.pack(b).unwrap()).unwrap();
+        let me = pid();
+        let seg = [(pa as u64, 64)];
+        // The honest key works.
+        assert!(r.shared_view(&ka.pack(), me, &seg).is_ok());
+        let refused = |k: &RkeyRepr| match r.shared_view(&k.pack(), me, &seg) {
+            Ok(_) => panic!("a forged segment fd was mapped"),
+            Err(e) => e,
+        };
+        // Region a's key naming region b's segment.
+        let mut forged = ka.clone();
+        forged.region_fd = kb.region_fd;
+        let e = refused(&forged);
+        assert_eq!(e.status(), Status::InvalidKey, "{e}");
+        assert!(e.detail().contains("segment"), "{e}");
+        // Naming the key table, or an fd that is no memfd at all.
+        forged.region_fd = ka.table_fd;
+        assert_eq!(refused(&forged).status(), Status::InvalidKey);
+        let file = std::fs::File::open("/proc/self/exe").unwrap();
+        forged.region_fd = file.as_raw_fd();
+        assert_eq!(refused(&forged).status(), Status::InvalidKey);
+        // A registered region has no segment: any fd its key names is refused.
+        let mut heap = vec![0u8; 4096];
+        let (h, _) = r
+            .add(
+                heap.as_mut_ptr() as u64,
+                4096,
+                access::ALL,
+                MemoryType::Host,
+                None,
+                None,
+            )
+            .unwrap();
+        let mut kh = RkeyRepr::unpack(&r.pack(h).unwrap()).unwrap();
+        kh.region_fd = kb.region_fd;
+        let peer = r.peer(&kh).unwrap();
+        let e = match peer.region(h, kh.region_fd, 4096) {
+            Ok(_) => panic!("a registered region's key mapped another segment"),
+            Err(e) => e,
+        };
+        assert_eq!(e.status(), Status::InvalidKey, "{e}");
     }
 
     /// A rendezvous offer's segment key: only allocated regions get one, and a view is

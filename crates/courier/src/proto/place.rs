@@ -9,6 +9,9 @@
 //! path (the whole frame buffered, then handled), so refusals, logging and protocol errors
 //! stay in one place.
 //!
+//! Puts of an operation the target refused at its first frame (`Kind::PutBegin`) are
+//! declined too: their handler drops them.
+//!
 //! A request's buffer stays valid while its request lives (dropping a request waits for
 //! it), and requests waiting on a link end only when the link is dropped with its
 //! endpoint. A put's region is checked against the registry before every read into it: once
@@ -116,6 +119,10 @@ impl State {
             Frame::Put { target, data, .. } => {
                 let start = head.len() - data.len();
                 let n = len - start;
+                // Part of a put refused at its first frame: dropped by the usual handler.
+                if self.ep(e).is_some_and(|ep| ep.put_refused.is_some()) {
+                    return Placement::Decline;
+                }
                 // Refused puts are declined: the usual handler refuses, logs and answers.
                 // So is device memory: the socket cannot be read into it.
                 match self.mem.lookup_place(

@@ -227,6 +227,11 @@ impl State {
                 value,
                 data,
             } => self.on_put_signal(e, target, req, signal, op, value, data),
+            Frame::PutBegin {
+                target,
+                len,
+                signal,
+            } => self.on_put_begin(e, target, len, signal),
             Frame::FlushReq { req } => self.on_flush_req(e, req),
             Frame::FlushAck { req } => self.on_flush_ack(e, req),
             Frame::Am { .. } | Frame::AmRts { .. } => {}

@@ -5,7 +5,9 @@
 //! region, its secret and an address; the target checks them against its registry and
 //! answers with `RmaAck` (or `GetResp`), whose status names why a refused operation was
 //! refused. Operations on one endpoint are carried out in the order they were sent, so a
-//! put-with-signal's signal is seen only after its data.
+//! put-with-signal's signal is seen only after its data. A put whose data takes more than
+//! one frame starts with a `PutBegin` frame naming the whole operation: the target checks
+//! it all there, so a refused operation writes none of its frames.
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering, fence};
 
@@ -15,7 +17,7 @@ use super::state::*;
 use super::tag::Started;
 use crate::base::{Error, Result, Status};
 use crate::transport::{Sent, TxError};
-use crate::wire::frame::{Header, Kind, RemoteRef};
+use crate::wire::frame::{Header, Kind, RemoteRef, flags};
 use crate::wire::rkey::access;
 
 /// Atomic operations.
@@ -148,6 +150,11 @@ fn hdr(kind: Kind, t: &RemoteRef, req: u64) -> Header {
         .word(4, req)
 }
 
+/// The `PutBegin` frame of a put of `len` bytes at `t`.
+fn begin(t: &RemoteRef, len: usize) -> Header {
+    hdr(Kind::PutBegin, t, len as u64)
+}
+
 impl State {
     fn rma_req(&mut self, e: u32, kind: ReqKind, buf: Buf, frames: usize, cb: Callback) -> u64 {
         let len = buf.len();
@@ -166,26 +173,34 @@ impl State {
 
     /// Send put frames for `data` at `target`, the last one with header `last`; completes
     /// locally when every frame has been written (remote completion is `flush`). The target
-    /// answers only when it refuses a frame; the refusal is reported by the next flush.
+    /// answers only when it refuses a frame; the refusal is reported by the next flush. Data
+    /// of more than one frame is announced by `first` (a `PutBegin` naming the whole
+    /// operation), which the target checks before any of it.
     ///
     /// Small puts are copied by the link and complete at once. Puts of at least the link's
     /// `zcopy_min` are written from `data` itself: they return `Pending` unless the kernel
     /// took every byte at once, and complete when the link reports their last frame written.
+    #[allow(clippy::too_many_arguments)]
     fn unacked(
         &mut self,
         e: u32,
         data: Buf,
         target: RemoteRef,
         last: impl Fn(RemoteRef) -> Header,
+        first: Header,
         kind: Kind,
         cb: Callback,
     ) -> Result<Started> {
         let chunk = self.chunk_of(e, kind)?;
         let len = data.len();
         let n = len.div_ceil(chunk).max(1);
+        if n > 1 {
+            self.send_frame(e, &first, &[], &Buf::EMPTY, None)?;
+        }
         let mut zc = false;
         if let Some(ep) = self.ep(e) {
             ep.rma_unacked = true;
+            ep.rma_via_owner = true;
             zc = ep.caps.as_ref().is_some_and(|c| len >= c.zcopy_min);
         }
         let mut cb = Some(cb);
@@ -290,6 +305,7 @@ impl State {
             hdr: *h,
             extra: Vec::new(),
             data: data.clone(),
+            region: None,
         });
         Ok(None)
     }
@@ -302,7 +318,16 @@ impl State {
         target: RemoteRef,
         cb: Callback,
     ) -> Result<Started> {
-        self.unacked(e, data, target, |t| hdr(Kind::Put, &t, 0), Kind::Put, cb)
+        let first = begin(&target, data.len());
+        self.unacked(
+            e,
+            data,
+            target,
+            |t| hdr(Kind::Put, &t, 0),
+            first,
+            Kind::Put,
+            cb,
+        )
     }
 
     /// Get `buf.len()` bytes from `target`.
@@ -322,6 +347,9 @@ impl State {
         if let Err(err) = self.send_frame(e, &h, &[], &Buf::EMPTY, None) {
             self.req_free(id);
             return Err(err);
+        }
+        if let Some(ep) = self.ep(e) {
+            ep.rma_via_owner = true;
         }
         Ok(Started::Pending(id))
     }
@@ -349,6 +377,9 @@ impl State {
             self.req_free(id);
             return Err(err);
         }
+        if let Some(ep) = self.ep(e) {
+            ep.rma_via_owner = true;
+        }
         Ok(Started::Pending(id))
     }
 
@@ -374,13 +405,26 @@ impl State {
                 .word(7, signal.addr)
                 .word(8, value)
         };
-        self.unacked(e, data, target, last, Kind::PutSignal, cb)
+        let first = begin(&target, data.len())
+            .flags(flags::SIGNAL)
+            .aux16(op as u16)
+            .word(5, signal.region)
+            .word(6, signal.secret)
+            .word(7, signal.addr);
+        self.unacked(e, data, target, last, first, Kind::PutSignal, cb)
     }
 
     /// Ask the target to confirm every earlier operation on `e`; `Ok(None)` if nothing
-    /// unconfirmed was sent.
+    /// unconfirmed was sent. (Called once every acknowledged operation is answered, so the
+    /// owner has carried out all of them when it confirms.)
     pub(crate) fn rma_flush_start(&mut self, e: u32) -> Result<Option<u64>> {
-        let need = self.ep(e).is_some_and(|ep| ep.rma_unacked);
+        let need = match self.ep(e) {
+            Some(ep) => {
+                ep.rma_via_owner = false;
+                ep.rma_unacked
+            }
+            None => false,
+        };
         if !need {
             return Ok(None);
         }
@@ -399,6 +443,33 @@ impl State {
             return Err(err);
         }
         if let Some(ep) = self.ep(e) {
+            ep.rma_unacked = false;
+        }
+        Ok(Some(id))
+    }
+
+    /// What a fence on `e` waits for: when operations were sent through the owner since
+    /// the last fence or flush and a key on `e` reaches memory without it (so an operation
+    /// after the fence could overtake them), ask the owner to confirm everything sent so
+    /// far; the id of that request. `Ok(None)`: nothing to wait for, the fence orders this
+    /// process's own loads and stores only. Refusals of earlier puts stay for the next
+    /// flush to report.
+    pub(crate) fn rma_fence_start(&mut self, e: u32) -> Result<Option<u64>> {
+        let ep = self
+            .ep(e)
+            .ok_or_else(|| Error::new(Status::EndpointClosed, "endpoint was closed"))?;
+        if !(ep.rma_via_owner && ep.rma_direct_keys) {
+            return Ok(None);
+        }
+        let id = self.rma_req(e, ReqKind::Rma, Buf::EMPTY, 1, Callback::None);
+        let h = Header::new(Kind::FlushReq).word(1, id);
+        if let Err(err) = self.send_frame(e, &h, &[], &Buf::EMPTY, None) {
+            self.req_free(id);
+            return Err(err);
+        }
+        if let Some(ep) = self.ep(e) {
+            // The owner confirms the unacknowledged puts too (and reports refusals first).
+            ep.rma_via_owner = false;
             ep.rma_unacked = false;
         }
         Ok(Some(id))
@@ -447,7 +518,79 @@ impl State {
         let _ = self.send_frame(e, &h, &[], &Buf::EMPTY, None);
     }
 
+    /// The first frame of a put (or put-with-signal) of `len` bytes in many frames: check
+    /// the whole operation now. Refused, it is answered once, and its data frames, which
+    /// follow on this link, are dropped unwritten (`take_refused`).
+    pub(crate) fn on_put_begin(
+        &mut self,
+        e: u32,
+        t: RemoteRef,
+        len: u64,
+        signal: Option<(RemoteRef, u16)>,
+    ) {
+        let res = self
+            .mem
+            .lookup_place(t.region, t.secret, t.addr, len, access::WRITE)
+            .and_then(|_| match signal {
+                Some((sig, op)) => self.signal_word(sig, op).map(|_| ()),
+                None => Ok(()),
+            });
+        let Some(ep) = self.ep(e) else { return };
+        match res {
+            Ok(()) => ep.put_refused = None,
+            Err(err) => {
+                ep.put_refused = (len > 0).then_some((len, err.status()));
+                self.ack(e, 0, Err(err));
+            }
+        }
+    }
+
+    /// Whether a put frame of `n` bytes on `e` belongs to an operation refused at its first
+    /// frame, and is to be dropped (`last`: the operation's closing `PutSignal`). A frame
+    /// asking for an answer gets one.
+    #[inline]
+    fn take_refused(&mut self, e: u32, req: u64, n: usize, last: bool) -> bool {
+        let Some(ep) = self.ep(e) else { return false };
+        let Some((left, st)) = ep.put_refused else {
+            return false;
+        };
+        let left = left.saturating_sub(n as u64);
+        ep.put_refused = (left > 0 && !last).then_some((left, st));
+        if req != 0 {
+            let why = Error::new(st, "part of an operation refused at its first frame");
+            self.ack(e, req, Err(why));
+        }
+        true
+    }
+
+    /// Check a put-with-signal's signal word and op: where the word is.
+    fn signal_word(&self, sig: RemoteRef, op: u16) -> Result<(*mut u8, SignalOp)> {
+        let op = match op {
+            0 => SignalOp::Set,
+            1 => SignalOp::Add,
+            _ => {
+                return Err(Error::msg(
+                    Status::Unsupported,
+                    format!("unknown signal operation {op}"),
+                ));
+            }
+        };
+        if !sig.addr.is_multiple_of(8) {
+            return Err(Error::new(
+                Status::InvalidParam,
+                "signal address is not 8-byte aligned",
+            ));
+        }
+        let p = self
+            .mem
+            .lookup(sig.region, sig.secret, sig.addr, 8, access::WRITE)?;
+        Ok((p, op))
+    }
+
     pub(crate) fn on_put(&mut self, e: u32, t: RemoteRef, req: u64, data: &[u8]) {
+        if self.take_refused(e, req, data.len(), false) {
+            return;
+        }
         let res = self
             .mem
             .lookup_place(t.region, t.secret, t.addr, data.len() as u64, access::WRITE)
@@ -492,10 +635,21 @@ impl State {
             let n = chunk.min(len - off);
             let h = Header::new(Kind::GetResp).word(1, req).word(2, off as u64);
             // Staged bytes go as the frame's own bytes (a queued frame keeps a copy of
-            // them); region bytes are sent from the region, which outlives the frame.
+            // them); region bytes are sent from the region. A frame that has to wait keeps
+            // pointing into the region, named so that it is checked again before it leaves
+            // (the owner may unmap the region meanwhile: `check_queued_read`).
             let sent = match &staged {
                 Some(host) => self.send_frame(e, &h, &host[off..off + n], &Buf::EMPTY, None),
-                None => self.send_frame(e, &h, &[], &Buf::One((p as usize + off, n)), None),
+                None => {
+                    let data = Buf::One((p as usize + off, n));
+                    let src = RegionRead {
+                        region: t.region,
+                        secret: t.secret,
+                        addr: t.addr.wrapping_add(off as u64),
+                        req,
+                    };
+                    self.send_region_frame(e, &h, data, src)
+                }
             };
             if sent.is_err() {
                 return;
@@ -505,6 +659,63 @@ impl State {
                 return;
             }
         }
+    }
+
+    /// Send one frame of a get's answer whose data lies in one of our regions: now, or
+    /// queued with the region named (`Pending::region`).
+    fn send_region_frame(
+        &mut self,
+        e: u32,
+        h: &Header,
+        data: Buf,
+        src: RegionRead,
+    ) -> Result<bool> {
+        if self.try_send_now(e, h, &[], &data)? {
+            return Ok(true);
+        }
+        let ep = self
+            .ep(e)
+            .ok_or_else(|| Error::new(Status::EndpointClosed, "endpoint was closed"))?;
+        ep.pending.push_back(Pending {
+            req: None,
+            hdr: *h,
+            extra: Vec::new(),
+            data,
+            region: Some(src),
+        });
+        Ok(false)
+    }
+
+    /// The region a queued answer of get `req` reads from is gone (`why`): every answer of
+    /// that get still queued on `e` is dropped unsent, and the requester is told the get
+    /// was refused, in their place (in order with the answers already sent).
+    pub(crate) fn drop_get_answers(&mut self, e: u32, req: u64, why: Error) {
+        let peer = self.ep(e).map(|ep| ep.peer.clone()).unwrap_or_default();
+        tracing::warn!(
+            "a read by {peer} was cut short: the region was unmapped while its data waited to be sent ({why})"
+        );
+        let Some(ep) = self.ep(e) else { return };
+        let Some(at) = ep
+            .pending
+            .iter()
+            .position(|p| p.region.is_some_and(|r| r.req == req))
+        else {
+            return;
+        };
+        ep.pending.retain(|p| p.region.is_none_or(|r| r.req != req));
+        let h = Header::new(Kind::GetResp)
+            .word(1, req)
+            .aux32(why.status().code() as u32);
+        ep.pending.insert(
+            at,
+            Pending {
+                req: None,
+                hdr: h,
+                extra: Vec::new(),
+                data: Buf::EMPTY,
+                region: None,
+            },
+        );
     }
 
     pub(crate) fn on_get_resp(&mut self, e: u32, req: u64, offset: u64, status: i32, data: &[u8]) {
@@ -593,23 +804,10 @@ impl State {
         value: u64,
         data: &[u8],
     ) {
+        if self.take_refused(e, req, data.len(), true) {
+            return;
+        }
         let res = (|| {
-            let op = match op {
-                0 => SignalOp::Set,
-                1 => SignalOp::Add,
-                _ => {
-                    return Err(Error::msg(
-                        Status::Unsupported,
-                        format!("unknown signal operation {op}"),
-                    ));
-                }
-            };
-            if !sig.addr.is_multiple_of(8) {
-                return Err(Error::new(
-                    Status::InvalidParam,
-                    "signal address is not 8-byte aligned",
-                ));
-            }
             // Check both before touching either.
             let dst = self.mem.lookup_place(
                 t.region,
@@ -618,9 +816,7 @@ impl State {
                 data.len() as u64,
                 access::WRITE,
             )?;
-            let sp = self
-                .mem
-                .lookup(sig.region, sig.secret, sig.addr, 8, access::WRITE)?;
+            let (sp, op) = self.signal_word(sig, op)?;
             // SAFETY: both ranges checked. A device copy has finished when it returns.
             unsafe {
                 write_place(dst, data)?;

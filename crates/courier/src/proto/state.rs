@@ -230,6 +230,20 @@ pub(crate) struct Pending {
     pub extra: Vec<u8>,
     /// User data segments after `extra`.
     pub data: Buf,
+    /// `data` lies in one of this context's regions (a get's answer): checked against the
+    /// registry again before the frame leaves, so nothing is sent from a region unmapped
+    /// while the frame waited.
+    pub region: Option<RegionRead>,
+}
+
+/// Where a queued get answer's bytes lie: the region as the get named it, and the
+/// requester's get.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct RegionRead {
+    pub region: u64,
+    pub secret: u64,
+    pub addr: u64,
+    pub req: u64,
 }
 
 /// Data to push to a peer after it said it is ready (rendezvous without remote read).
@@ -302,6 +316,15 @@ pub(crate) struct EpSlot {
     pub rma_unacked: bool,
     /// The first refusal of an unacknowledged put, reported by the next flush.
     pub rma_error: Option<Error>,
+    /// Operations were sent through the owner (puts, gets, atomics) that no fence or flush
+    /// has waited for since.
+    pub rma_via_owner: bool,
+    /// A remote key unpacked on this endpoint reaches memory without the owner (mapped
+    /// here, or CMA): an operation through the owner may be overtaken by one of those.
+    pub rma_direct_keys: bool,
+    /// Target side: the rest of a put refused at its first frame (`Kind::PutBegin`), as
+    /// bytes of put data still to drop unwritten on this link, and the refusal's status.
+    pub put_refused: Option<(u64, Status)>,
 }
 
 impl EpSlot {

@@ -106,6 +106,13 @@ pub enum Kind {
     FlushReq = 36,
     /// Answer to `FlushReq`: W1 origin request.
     FlushAck = 37,
+    /// The first frame of a put or put-with-signal whose data takes more than one frame:
+    /// W1 region, W2 secret, W3 address, W4 total data length; with `flags::SIGNAL`, W5
+    /// signal region, W6 signal secret, W7 signal address, aux16 signal op. The target
+    /// checks the whole operation before any of its data; if it refuses it, it answers the
+    /// refusal once (as for an unacknowledged put) and drops the next W4 bytes of put data
+    /// on the link (the operation's `Put` frames and closing `PutSignal`) unwritten.
+    PutBegin = 38,
 }
 
 impl Kind {
@@ -138,6 +145,7 @@ impl Kind {
             35 => PutSignal,
             36 => FlushReq,
             37 => FlushAck,
+            38 => PutBegin,
             _ => return None,
         })
     }
@@ -159,6 +167,7 @@ impl Kind {
             GetReq => 48,
             Atomic => 56,
             PutSignal => 72,
+            PutBegin => 64,
         }
     }
 }
@@ -172,6 +181,8 @@ pub mod flags {
     /// Rendezvous offers (`TagRts`, `AmRts`, `RndvSplit`): a packed remote key follows the
     /// segment list, naming the shared segment that holds every segment.
     pub const SHARED: u8 = 1 << 2;
+    /// `PutBegin`: the operation is a put-with-signal, whose signal the frame names.
+    pub const SIGNAL: u8 = 1 << 3;
 }
 
 /// Why a frame was refused.
@@ -329,6 +340,13 @@ pub enum Frame<'a> {
         op: u16,
         value: u64,
         data: &'a [u8],
+    },
+    /// See [`Kind::PutBegin`].
+    PutBegin {
+        target: RemoteRef,
+        len: u64,
+        /// The signal word and op of a put-with-signal.
+        signal: Option<(RemoteRef, u16)>,
     },
 }
 
@@ -615,6 +633,16 @@ impl<'a> Frame<'a> {
                 value: u64_at(b, field::W8),
                 data: rest,
             },
+            Kind::PutBegin => Frame::PutBegin {
+                target: rref(b, field::W1, field::W2, field::W3),
+                len: u64_at(b, field::W4),
+                signal: (fl & flags::SIGNAL != 0).then(|| {
+                    (
+                        rref(b, field::W5, field::W6, field::W7),
+                        u16_at(b, field::AUX16),
+                    )
+                }),
+            },
         })
     }
 }
@@ -742,6 +770,44 @@ mod tests {
             }
             f => panic!("{f:?}"),
         }
+
+        let t = RemoteRef {
+            region: 0x1001,
+            secret: 77,
+            addr: 0x4000,
+        };
+        let put = Header::new(Kind::PutBegin)
+            .word(1, t.region)
+            .word(2, t.secret)
+            .word(3, t.addr)
+            .word(4, 1 << 30);
+        assert_eq!(
+            Frame::parse(put.as_bytes()).unwrap(),
+            Frame::PutBegin {
+                target: t,
+                len: 1 << 30,
+                signal: None
+            }
+        );
+        let s = RemoteRef {
+            region: 0x2002,
+            secret: 5,
+            addr: 0x8008,
+        };
+        let b = put
+            .flags(flags::SIGNAL)
+            .aux16(1)
+            .word(5, s.region)
+            .word(6, s.secret)
+            .word(7, s.addr);
+        assert_eq!(
+            Frame::parse(b.as_bytes()).unwrap(),
+            Frame::PutBegin {
+                target: t,
+                len: 1 << 30,
+                signal: Some((s, 1))
+            }
+        );
     }
 
     #[test]
@@ -853,7 +919,7 @@ mod tests {
         }
 
         #[test]
-        fn parse_never_panics_on_known_kinds(k in prop::sample::select(vec![1u8,2,3,4,5,6,7,8,9,10,11,12,20,21,22,23,30,31,32,33,34,35,36,37]),
+        fn parse_never_panics_on_known_kinds(k in prop::sample::select(vec![1u8,2,3,4,5,6,7,8,9,10,11,12,20,21,22,23,30,31,32,33,34,35,36,37,38]),
                                              rest in proptest::collection::vec(any::<u8>(), 0..96)) {
             let mut b = vec![k];
             b.extend(rest);
