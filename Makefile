@@ -6,6 +6,10 @@
 
 CARGO ?= cargo
 export CARGO_TERM_COLOR ?= never
+# rustup installs cargo into ~/.cargo/bin and the Go tarball lives in /usr/local/go/bin; neither
+# is on a fresh shell's PATH, and scripts/deps.sh's PATH does not reach make. Look there after
+# PATH, so tools already on PATH keep coming first.
+export PATH := $(PATH):$(HOME)/.cargo/bin:/usr/local/go/bin
 
 .PHONY: all build run test test-rust lint fmt bench clean deps deps-test
 
