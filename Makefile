@@ -1,13 +1,17 @@
 # Courier — one command per workflow.
 #   make          build everything (release)
 #   make run      build and run the main job: the local benchmark suite, both processes started for you
-#   make test     every test: Rust (unit, conformance, multi-process), C examples, Go bindings
+#   make test     every test: scripts, Rust (unit, conformance, multi-process), C examples, Go bindings
 #   make bench    side-by-side benchmarks against UCX and libfabric (installs them if missing)
 
 CARGO ?= cargo
 export CARGO_TERM_COLOR ?= never
+# rustup installs cargo into ~/.cargo/bin and the Go tarball lives in /usr/local/go/bin; neither
+# is on a fresh shell's PATH, and scripts/deps.sh's PATH does not reach make. Look there after
+# PATH, so tools already on PATH keep coming first.
+export PATH := $(PATH):$(HOME)/.cargo/bin:/usr/local/go/bin
 
-.PHONY: all build run test test-rust lint fmt bench clean deps deps-test
+.PHONY: all build run test test-rust test-scripts lint fmt bench clean deps deps-test
 
 include crates/courier-capi/capi.mk
 
@@ -25,11 +29,15 @@ build: deps
 run: build
 	./target/release/courier perf --local
 
-test: deps-test test-rust capi-check-header capi-test capi-go-test lint
+test: deps-test test-scripts test-rust capi-check-header capi-test capi-go-test lint
 	@echo "make test: all suites passed"
 
 test-rust:
 	$(CARGO) test --workspace --release -- --test-threads=2
+
+# scripts/deps.sh's toolchain choice, against stubs (installs nothing).
+test-scripts:
+	bash scripts/test-deps.sh
 
 lint:
 	$(CARGO) fmt --all -- --check

@@ -3,7 +3,9 @@
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
+use courier::AtomicOp;
 use courier::base::config::{Config, VARS};
+use courier::onesided::{ATOMIC_BITS, Op, OwnerLimits, Reach, Route, TargetMemory, op_route};
 use courier::transport::{Caps, LinkTx, RndvMode, loopback, shm, tcp};
 
 use crate::error::{CliError, CliResult};
@@ -33,7 +35,8 @@ pub struct InfoArgs {
     /// Endpoint lanes and protocol thresholds
     #[arg(short = 'e')]
     pub endpoint: bool,
-    /// Features for -e: t tag, m am, s stream (r rma, a amo: not supported); e, w accepted
+    /// Features for -e: t tag, m am, s stream, r rma, a amo; e error handling (peer failure
+    /// detection), w wakeup (both also keep transports that lack them out)
     #[arg(short = 'u', default_value = "t")]
     pub features: String,
     /// Peer for -e: self, intra (same host) or inter (another host)
@@ -93,7 +96,7 @@ fn shm_caps(cfg: &Config) -> Result<Caps, String> {
         .map_err(|_| "the test connection panicked".to_string())?
 }
 
-fn caps_block(c: &Caps, thresh: usize, extra: &[(&str, String)]) -> String {
+fn caps_block(c: &Caps, thresh: usize, extra: &[(String, String)]) -> String {
     let mut s = String::new();
     s.push_str(&format!("#      Transport: {}\n", c.name));
     s.push_str(&format!("#         Device: {}\n", c.device));
@@ -154,7 +157,11 @@ fn devices(cfg: &Config) -> String {
     let excluded = |_: &str| format!("excluded by COURIER_TLS={}", tls.spec);
     if tls.allows("self") {
         let c = self_caps();
-        s.push_str(&caps_block(&c, thresh(&c), &[]));
+        s.push_str(&caps_block(
+            &c,
+            thresh(&c),
+            &one_sided_caps(&c, Reach::SameContext),
+        ));
     } else {
         s.push_str(&unusable("self", "memory", &excluded("self")));
     }
@@ -166,17 +173,15 @@ fn devices(cfg: &Config) -> String {
                 } else {
                     "refused (bounce buffers)".to_string()
                 };
-                s.push_str(&caps_block(
-                    &c,
-                    thresh(&c),
-                    &[
-                        ("cma", cma),
-                        (
-                            "cma policy",
-                            format!("{:?}; {}", cfg.shm_cma, shm::cma_status()),
-                        ),
-                    ],
-                ));
+                let mut extra = vec![
+                    ("cma".to_string(), cma),
+                    (
+                        "cma policy".to_string(),
+                        format!("{:?}; {}", cfg.shm_cma, shm::cma_status()),
+                    ),
+                ];
+                extra.extend(one_sided_caps(&c, shm_reach(&c, cfg, true).0));
+                s.push_str(&caps_block(&c, thresh(&c), &extra));
             }
             Err(e) => s.push_str(&unusable("shm", "memory", &e)),
         }
@@ -204,7 +209,14 @@ fn devices(cfg: &Config) -> String {
                     if c.device.is_empty() || c.device == "?" {
                         c.device = name.clone();
                     }
-                    s.push_str(&caps_block(&c, thresh(&c), &[("address", ip.to_string())]));
+                    let mut extra = vec![("address".to_string(), ip.to_string())];
+                    extra.extend(one_sided_caps(&c, Reach::Elsewhere));
+                    extra.push((
+                        "same-host peers".to_string(),
+                        "while COURIER_TLS allows shm, their keys are used as on shm (direct, cma)"
+                            .to_string(),
+                    ));
+                    s.push_str(&caps_block(&c, thresh(&c), &extra));
                 }
                 Err(e) => s.push_str(&unusable("tcp", &format!("{name} ({ip})"), &e)),
             }
@@ -229,6 +241,266 @@ fn cuda_domain(cfg: &Config) -> String {
             d.devices, d.device_name, d.version
         )),
         Err(e) => s.push_str(&format!("#         Status: not usable: {}\n#\n", e.detail())),
+    }
+    s
+}
+
+/// "32, 64 bit": the word widths of atomics.
+fn atomic_widths() -> String {
+    let w: Vec<String> = ATOMIC_BITS.iter().map(|b| b.to_string()).collect();
+    format!("{} bit", w.join(", "))
+}
+
+/// The atomic operations' names, space-separated.
+fn atomic_names() -> String {
+    let n: Vec<&str> = AtomicOp::ALL.iter().map(|o| o.name()).collect();
+    n.join(" ")
+}
+
+/// The one-sided operations other than atomics, comma-separated.
+fn rma_names() -> String {
+    let n: Vec<&str> = Op::ALL
+        .iter()
+        .filter(|o| **o != Op::Atomic)
+        .map(|o| o.name())
+        .collect();
+    n.join(", ")
+}
+
+/// How keys of a same-host peer are used over link `c` (shm, or tcp on this host), as
+/// `rkey_unpack` decides; `.1`: whether that needs a per-key CMA probe, which `info` cannot
+/// make (it is shown as failing).
+fn shm_reach(c: &Caps, cfg: &Config, same_host: bool) -> (Reach, bool) {
+    let probed = std::cell::Cell::new(false);
+    let r = Reach::find(
+        Some(c),
+        false,
+        same_host,
+        cfg.tls.allows("shm"),
+        cfg.shm_cma,
+        || {
+            probed.set(true);
+            false
+        },
+    );
+    (r, probed.get())
+}
+
+/// Which route each one-sided operation takes to memory `mem`: `direct: put, get, ...`.
+fn route_summary(reach: Reach, mem: TargetMemory) -> String {
+    let mut groups: Vec<(Route, Vec<&str>)> = Vec::new();
+    for op in Op::ALL {
+        let r = op_route(reach, mem, op);
+        match groups.iter_mut().find(|g| g.0 == r) {
+            Some(g) => g.1.push(op.name()),
+            None => groups.push((r, vec![op.name()])),
+        }
+    }
+    let parts: Vec<String> = groups
+        .iter()
+        .map(|(r, ops)| format!("{}: {}", r.name(), ops.join(", ")))
+        .collect();
+    parts.join("; ")
+}
+
+/// Whether `op` goes through the owner for some kind of memory.
+fn uses_owner(reach: Reach, op: Op) -> bool {
+    TargetMemory::ALL
+        .iter()
+        .any(|m| op_route(reach, *m, op) == Route::Remote)
+}
+
+/// `-d` capability lines of one-sided operations over a link with `c` to a peer at `reach`
+/// (ucx_info's `put_zcopy`, `get_bcopy`, `atomic_add` lines).
+fn one_sided_caps(c: &Caps, reach: Reach) -> Vec<(String, String)> {
+    let mut v = Vec::new();
+    let widths: Vec<String> = ATOMIC_BITS.iter().map(|b| format!("atomic{b}")).collect();
+    v.push((
+        "one-sided".to_string(),
+        format!("{}, {}", rma_names(), widths.join(", ")),
+    ));
+    for m in TargetMemory::ALL {
+        v.push((format!("{} memory", m.name()), route_summary(reach, m)));
+    }
+    // Routes that do the whole operation in the call: no size limit but the region's.
+    for op in [Op::Put, Op::Get, Op::PutSignal] {
+        let mut names: Vec<&str> = Vec::new();
+        for m in TargetMemory::ALL {
+            let r = op_route(reach, m, op);
+            if r.in_call() && !names.contains(&r.name()) {
+                names.push(r.name());
+            }
+        }
+        if !names.is_empty() {
+            v.push((
+                format!("{}_zcopy", op.name()),
+                format!("unlimited ({}: done in the call)", names.join(", ")),
+            ));
+        }
+    }
+    let l = OwnerLimits::of(c);
+    // Placement is only looked at for the kinds of memory whose operation goes through
+    // the owner.
+    let placed = |op: Op, what: &str| {
+        let from = TargetMemory::ALL
+            .iter()
+            .filter(|m| op_route(reach, **m, op) == Route::Remote)
+            .filter_map(|m| l.placed_from(op, *m))
+            .min();
+        match from {
+            Some(p) => format!("; frames from {p} bytes may be read {what}"),
+            None => String::new(),
+        }
+    };
+    for (op, piece, last) in [
+        (Op::Put, l.put_piece, ""),
+        (
+            Op::PutSignal,
+            l.put_signal_piece,
+            "; the signal with the last frame",
+        ),
+    ] {
+        if !uses_owner(reach, op) {
+            continue;
+        }
+        let put_placed = placed(op, "straight into the owner's host memory");
+        match l.zcopy_from {
+            Some(z) => {
+                v.push((
+                    format!("{}_bcopy", op.name()),
+                    format!("< {z} bytes, copied by the link; {piece} bytes a frame{last} (by the owner)"),
+                ));
+                v.push((
+                    format!("{}_zcopy", op.name()),
+                    format!("from {z} bytes, sent from the caller's buffer; {piece} bytes a frame{last} (by the owner){put_placed}"),
+                ));
+            }
+            None => v.push((
+                format!("{}_bcopy", op.name()),
+                format!(
+                    "{piece} bytes a frame, longer ones in pieces{last} (by the owner){put_placed}"
+                ),
+            )),
+        }
+    }
+    if uses_owner(reach, Op::Get) {
+        v.push((
+            "get_bcopy".to_string(),
+            format!(
+                "{} bytes a frame of the answer, longer ones in pieces (by the owner){}",
+                l.get_piece,
+                placed(Op::Get, "straight into the caller's buffer")
+            ),
+        ));
+    }
+    for op in AtomicOp::ALL {
+        v.push((
+            format!("atomic_{}", op.name()),
+            format!("{} (returns the old value)", atomic_widths()),
+        ));
+    }
+    if uses_owner(reach, Op::Atomic) {
+        v.push((
+            "remote atomics".to_string(),
+            "one frame each way (by the owner)".to_string(),
+        ));
+    }
+    v
+}
+
+/// `a..<label>..b` ranges of a one-sided operation on `route` (`-e`).
+fn one_sided_range(op: Op, mem: TargetMemory, route: Route, l: &OwnerLimits) -> String {
+    let name = op.name();
+    let mut s = format!("#   {name:>14}: ");
+    if route != Route::Remote {
+        if route == Route::Unsupported {
+            s.push_str("unsupported");
+        } else {
+            s.push_str(&format!("0..<{}>..(inf)", route.name()));
+        }
+        s.push('\n');
+        return s;
+    }
+    // Through the owner: copied by the link, or sent from the caller's buffer; large
+    // frames may be read straight into their destination.
+    let zcopy = match op {
+        Op::Put | Op::PutSignal => l.zcopy_from,
+        _ => None,
+    };
+    let placed = l.placed_from(op, mem);
+    let mut cuts: Vec<usize> = [Some(0), zcopy, placed].into_iter().flatten().collect();
+    cuts.sort_unstable();
+    cuts.dedup();
+    for (i, &from) in cuts.iter().enumerate() {
+        let copy = match (op, zcopy) {
+            (Op::Get, _) => "",
+            (_, Some(z)) if from >= z => "/zcopy",
+            _ => "/bcopy",
+        };
+        let at = if placed.is_some_and(|p| from >= p) {
+            ",placed"
+        } else {
+            ""
+        };
+        if i > 0 {
+            s.push_str(&format!("..{from}"));
+        } else {
+            s.push('0');
+        }
+        s.push_str(&format!("..<remote{copy}{at}>"));
+    }
+    s.push_str("..(inf)\n");
+    s
+}
+
+/// `-e` lines of the one-sided operations (`rma`: put, get, put_signal; `amo`: atomics)
+/// by the memory the peer's key names.
+fn one_sided_ranges(c: &Caps, reach: Reach, rma: bool, amo: bool) -> String {
+    let l = OwnerLimits::of(c);
+    let mut s = String::new();
+    let mut owner = false;
+    for m in TargetMemory::ALL {
+        let key = courier::onesided::key_route(reach, m);
+        s.push_str(&format!(
+            "#   {} memory: key path {} ({})\n",
+            m.name(),
+            key.name(),
+            key.describe()
+        ));
+        let mut ops = Vec::new();
+        if rma {
+            ops.extend([Op::Put, Op::Get, Op::PutSignal]);
+        }
+        if amo {
+            ops.push(Op::Atomic);
+        }
+        for op in ops {
+            let r = op_route(reach, m, op);
+            owner |= r == Route::Remote && op != Op::Atomic;
+            if op == Op::Atomic {
+                for b in ATOMIC_BITS {
+                    let how = match r {
+                        Route::Unsupported => "unsupported (atomics need host memory)".to_string(),
+                        Route::Remote => {
+                            format!("<remote> {} (one frame each way)", atomic_names())
+                        }
+                        r => format!("<{}> {}", r.name(), atomic_names()),
+                    };
+                    s.push_str(&format!("#   {:>14}: {how}\n", format!("atomic{b}")));
+                }
+            } else {
+                s.push_str(&one_sided_range(op, m, r, &l));
+            }
+        }
+    }
+    if owner {
+        s.push_str(&format!(
+            "#   remote frames: put {}, put_signal {}, get {} payload bytes at most (longer operations are split)\n",
+            l.put_piece, l.put_signal_piece, l.get_piece
+        ));
+    }
+    if rma {
+        s.push_str("#   put_signal: the signal word in allocated memory of the same peer\n");
     }
     s
 }
@@ -296,6 +568,7 @@ fn endpoint(cfg: &Config, a: &InfoArgs) -> CliResult<String> {
             )));
         }
     }
+    let has = |f: char| a.features.contains(f);
     let mut s = String::new();
     let peer = match a.peer.as_str() {
         "self" => "self",
@@ -318,6 +591,13 @@ fn endpoint(cfg: &Config, a: &InfoArgs) -> CliResult<String> {
             },
         };
         match c {
+            // As ucx_info -u e / -u w: a transport that cannot do what was asked is left out.
+            Ok(c) if has('e') && !c.peer_failure => {
+                why.push(format!("{t}: cannot detect peer failure (-u e)"));
+            }
+            Ok(c) if has('w') && !c.wakeup => {
+                why.push(format!("{t}: cannot wake a sleeping worker (-u w)"));
+            }
             Ok(c) => {
                 chosen = Some(c);
                 break;
@@ -336,22 +616,55 @@ fn endpoint(cfg: &Config, a: &InfoArgs) -> CliResult<String> {
         "#\n# Courier endpoint (peer: {peer}, features: {})\n#\n",
         a.features
     ));
-    let mut feats = Vec::new();
-    if a.features.contains('t') {
-        feats.push("tag");
+    let lane = format!("{}/{}", c.name, c.device);
+    let mut lanes: Vec<String> = Vec::new();
+    let feats: Vec<&str> = [('t', "tag"), ('m', "am"), ('s', "stream")]
+        .iter()
+        .filter(|(f, _)| has(*f))
+        .map(|(_, n)| *n)
+        .collect();
+    if !feats.is_empty() {
+        lanes.push(format!("({})", feats.join(" ")));
     }
-    if a.features.contains('m') {
-        feats.push("am");
+    // Where the peer's memory is: the same context for a self peer; for the others, as
+    // rkey_unpack decides from the link.
+    let (reach, probed) = match a.peer.as_str() {
+        "self" => (Reach::SameContext, false),
+        p => shm_reach(&c, cfg, p == "intra"),
+    };
+    let one_sided: Vec<&str> = [('r', "rma"), ('a', "amo")]
+        .iter()
+        .filter(|(f, _)| has(*f))
+        .map(|(_, n)| *n)
+        .collect();
+    if !one_sided.is_empty() {
+        let mut paths: Vec<&str> = Vec::new();
+        for m in TargetMemory::ALL {
+            let p = courier::onesided::key_route(reach, m).name();
+            if !paths.contains(&p) {
+                paths.push(p);
+            }
+        }
+        lanes.push(format!(
+            "({}) peer memory reached by {}",
+            one_sided.join(" "),
+            paths.join(", ")
+        ));
     }
-    if a.features.contains('s') {
-        feats.push("stream");
+    for (i, l) in lanes.iter().enumerate() {
+        s.push_str(&format!("#   lane[{i}]: {lane}  {l}\n"));
     }
-    s.push_str(&format!(
-        "#   lane[0]: {}/{}  ({})\n",
-        c.name,
-        c.device,
-        feats.join(" ")
-    ));
+    if has('e') {
+        s.push_str(&format!(
+            "#   keepalive: {lane}  (peer failure noticed by the link; idle links checked every {:?}, given up after {:?})\n",
+            cfg.keepalive_interval, cfg.keepalive_timeout
+        ));
+    }
+    if has('w') {
+        s.push_str(&format!(
+            "#   wakeup: {lane}  (a sleeping worker is woken through its event fd)\n"
+        ));
+    }
     for w in &why {
         s.push_str(&format!("#   skipped {w}\n"));
     }
@@ -365,7 +678,7 @@ fn endpoint(cfg: &Config, a: &InfoArgs) -> CliResult<String> {
         Kind::Stream.header_len(),
     );
     let short = |h: usize| (c.max_short + 1).saturating_sub(h);
-    if a.features.contains('t') {
+    if has('t') {
         let eager_end = thresh.min((c.max_frame + 1).saturating_sub(tag_fit_hdr));
         s.push_str(&ranges("tag_send", short(tag_hdr), Some(eager_end)));
         s.push_str(&ranges(
@@ -374,18 +687,27 @@ fn endpoint(cfg: &Config, a: &InfoArgs) -> CliResult<String> {
             Some(eager_end),
         ));
     }
-    if a.features.contains('m') {
+    if has('m') {
         let eager_end = thresh.min((c.max_frame + 1).saturating_sub(am_hdr));
         s.push_str(&ranges("am_send", short(am_hdr), Some(eager_end)));
     }
-    if a.features.contains('s') {
+    if has('s') {
         s.push_str(&ranges("stream_send", short(stream_hdr), None));
     }
-    if a.features.contains('r') || a.features.contains('a') {
-        s.push_str("#   rma/amo: not supported by Courier yet\n");
+    if has('r') || has('a') {
+        if has('t') || has('m') || has('s') {
+            s.push_str("#\n");
+        }
+        s.push_str(&one_sided_ranges(&c, reach, has('r'), has('a')));
+        if probed {
+            s.push_str("#   registered memory: cma only where a one-word CMA read of the owner's region works (probed per key); shown as if it does not\n");
+        }
+    }
+    if !s.ends_with("#\n") {
+        s.push_str("#\n");
     }
     s.push_str(&format!(
-        "#\n#   rendezvous threshold: {thresh}{}\n",
+        "#   rendezvous threshold: {thresh}{}\n",
         if cfg.rndv_thresh.is_some() {
             " (COURIER_RNDV_THRESH)"
         } else {
@@ -404,7 +726,12 @@ pub fn main(a: InfoArgs) -> CliResult<()> {
         out.push_str(&version_line());
         out.push('\n');
         out.push_str("# transports: self (in-worker), shm (memfd FIFOs + CMA), tcp\n");
-        out.push_str("# apis: tag, active messages, stream; rma/atomics: no\n");
+        out.push_str(&format!(
+            "# apis: tag, active messages, stream, rma ({}), atomics ({}; {}), signal waits, semaphores\n",
+            rma_names(),
+            atomic_names(),
+            atomic_widths()
+        ));
     }
     if a.config {
         out.push_str(&config_text(&cfg, a.all || a.full));
@@ -426,7 +753,7 @@ pub fn main(a: InfoArgs) -> CliResult<()> {
             };
             out.push_str(&format!("#   {t:<5} {st}\n"));
         }
-        out.push_str("# courier info -d: devices and capabilities; -c: configuration; -e -u t: protocol thresholds\n");
+        out.push_str("# courier info -d: devices and capabilities; -c: configuration; -e -u tra: protocol thresholds\n");
     }
     print!("{out}");
     Ok(())
@@ -435,6 +762,60 @@ pub fn main(a: InfoArgs) -> CliResult<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn one_sided_range_shape() {
+        let l = OwnerLimits::of(&self_caps());
+        let (op, m) = (Op::Put, TargetMemory::Registered);
+        assert_eq!(
+            one_sided_range(op, m, Route::Direct, &l),
+            "#              put: 0..<direct>..(inf)\n"
+        );
+        // A link that neither sends from the caller's buffer nor places frames.
+        assert_eq!(
+            one_sided_range(op, m, Route::Remote, &l),
+            "#              put: 0..<remote/bcopy>..(inf)\n"
+        );
+        assert_eq!(
+            one_sided_range(Op::Get, m, Route::Remote, &l),
+            "#              get: 0..<remote>..(inf)\n"
+        );
+    }
+
+    #[test]
+    fn tcp_ranges_follow_the_link() {
+        let cfg = Config::from_env_with(&[]).expect("default configuration");
+        let Ok(c) = tcp_caps(IpAddr::from([127, 0, 0, 1]), &cfg) else {
+            return; // no loopback interface: nothing to look at
+        };
+        let l = OwnerLimits::of(&c);
+        let (Some(z), Some(p)) = (
+            l.zcopy_from,
+            l.placed_from(Op::Put, TargetMemory::Allocated),
+        ) else {
+            panic!("tcp sends from the caller's buffer and places puts: {l:?}");
+        };
+        assert_eq!(
+            one_sided_range(Op::Put, TargetMemory::Allocated, Route::Remote, &l),
+            format!(
+                "#              put: 0..<remote/bcopy>..{z}..<remote/zcopy>..{p}..<remote/zcopy,placed>..(inf)\n"
+            )
+        );
+        // Device memory at the owner is not placed; neither is the frame with the signal.
+        assert!(
+            !one_sided_range(Op::Put, TargetMemory::Cuda, Route::Remote, &l).contains("placed")
+        );
+        assert!(
+            !one_sided_range(Op::PutSignal, TargetMemory::Allocated, Route::Remote, &l)
+                .contains("placed")
+        );
+        let d = one_sided_caps(&c, Reach::Elsewhere);
+        let get = d
+            .iter()
+            .find(|(k, _)| k == "get_bcopy")
+            .expect("get_bcopy line");
+        assert!(get.1.contains(&l.get_piece.to_string()), "{get:?}");
+    }
 
     #[test]
     fn ranges_shape() {

@@ -90,17 +90,11 @@ impl Endpoint {
             && std::sync::Arc::ptr_eq(&self.worker.inner, &other.worker.inner)
     }
 
-    /// The link's large-message mode, and whether CMA works on it.
-    pub(crate) fn link_mode(&self) -> (Option<crate::transport::RndvMode>, bool) {
-        self.with(|st, e| {
-            let ep = st.ep(e).ok_or(Status::EndpointClosed)?;
-            let mode = ep.caps.as_ref().map(|c| c.rndv);
-            let cma = ep.caps.as_ref().is_some_and(|c| {
-                c.name == "shm" && c.rndv == crate::transport::RndvMode::RemoteRead
-            });
-            Ok((mode, cma))
-        })
-        .unwrap_or((None, false))
+    /// What the endpoint's link can do; `None` while it connects (or once it is closed).
+    pub(crate) fn link_caps(&self) -> Option<crate::transport::Caps> {
+        self.with(|st, e| Ok(st.ep(e).and_then(|ep| ep.caps.clone())))
+            .ok()
+            .flatten()
     }
 
     fn req<'a>(&self, s: Result<Started>) -> Result<Request<'a>> {

@@ -5,6 +5,8 @@
 //! atomics, without the owner's CPU; registered memory is reached with CMA on the same host.
 //! Elsewhere (or over tcp) the owner's worker carries operations out as it progresses.
 //! Whatever the path, every access is checked against the owner's own record of the region.
+//! [`super::onesided`] describes these paths for tools (`courier info`); change both together
+//! (`tests/onesided.rs` checks that they agree).
 
 use std::sync::atomic::{AtomicU64, Ordering, fence};
 use std::sync::{Arc, Once};
@@ -12,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use super::context::Context;
 use super::endpoint::Endpoint;
+use super::onesided::Reach;
 use super::request::Request;
 use super::worker::Worker;
 use crate::base::cuda;
@@ -25,7 +28,6 @@ use crate::proto::rma::{do_atomic, do_signal};
 use crate::proto::stage;
 use crate::proto::state::{Buf, Callback, Info};
 use crate::proto::tag::Started;
-use crate::transport::RndvMode;
 use crate::wire::frame::RemoteRef;
 use crate::wire::rkey::RkeyRepr;
 pub use crate::wire::rkey::access;
@@ -683,20 +685,21 @@ impl Endpoint {
             RkeyRepr::unpack(bytes).map_err(|e| Error::msg(Status::InvalidKey, e.to_string()))?;
         let reg = self.worker().context().inner.mem.clone();
         let same_host = key.host_id == host_id();
-        let (mode, link_cma) = self.link_mode();
         let cfg = self.worker().context().inner.cfg.clone();
         // A peer on this host is reached directly whenever shared memory may be used, also
         // while the endpoint still runs on the tcp link it started on (its shm upgrade may
-        // land after this key is unpacked).
-        let upgrading = mode != Some(RndvMode::RemoteRead) && cfg.tls.allows("shm");
-        let cma = link_cma
-            || (upgrading
-                && cfg.shm_cma != crate::base::config::CmaPolicy::No
-                && crate::transport::shm::cma_probe(key.pid, key.base));
-        let near = same_host && (mode == Some(RndvMode::RemoteRead) || upgrading);
-        let path = if key.pid == std::process::id() && key.ctx_id == reg.ctx_id {
+        // land after this key is unpacked). `onesided` describes these choices for tools.
+        let reach = Reach::find(
+            self.link_caps().as_ref(),
+            key.pid == std::process::id() && key.ctx_id == reg.ctx_id,
+            same_host,
+            cfg.tls.allows("shm"),
+            cfg.shm_cma,
+            || crate::transport::shm::cma_probe(key.pid, key.base),
+        );
+        let path = if reach == Reach::SameContext {
             Path::Local(reg)
-        } else if near && key.mem_type == MemoryType::Cuda.code() {
+        } else if reach != Reach::Elsewhere && key.mem_type == MemoryType::Cuda.code() {
             // Device memory: opened here through its IPC handle, or through the owner.
             let open = || -> Result<Path> {
                 let ipc = key.ipc.ok_or_else(|| {
@@ -718,7 +721,7 @@ impl Endpoint {
                 );
                 Path::Remote
             })
-        } else if near && key.mem_type != MemoryType::Cuda.code() {
+        } else if let Reach::SameHost { cma } = reach {
             match reg.peer(&key) {
                 Ok(peer) => {
                     let seg = if key.region_fd >= 0 {

@@ -6,6 +6,7 @@ pub mod endpoint;
 pub mod listener;
 pub(crate) mod lock;
 pub mod memory;
+pub mod onesided;
 pub mod request;
 pub mod worker;
 

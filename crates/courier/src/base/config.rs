@@ -49,12 +49,6 @@ pub const VARS: &[Var] = &[
         accepts: "auto | a size such as 8192, 16k, 1m",
     },
     Var {
-        name: "COURIER_BCOPY_THRESH",
-        default: "auto",
-        help: "Message size from which eager sends copy through a bounce buffer instead of inline",
-        accepts: "auto | a size",
-    },
-    Var {
         name: "COURIER_CMA_SPLIT",
         default: "256k",
         help: "Rendezvous size from which both sides of a shared-memory link copy half of a message each with CMA, in parallel ('off' disables)",
@@ -140,8 +134,6 @@ pub struct Config {
     pub log_level: LogLevel,
     /// Rendezvous threshold; `None` = per transport.
     pub rndv_thresh: Option<usize>,
-    /// Bounce-copy threshold; `None` = per transport.
-    pub bcopy_thresh: Option<usize>,
     /// Split-copy threshold for CMA rendezvous; `None` = off.
     pub cma_split: Option<usize>,
     /// Largest single-copy rendezvous copy made in one call; `None` = no limit.
@@ -471,7 +463,6 @@ impl Config {
             net_devices,
             log_level,
             rndv_thresh: auto_size("COURIER_RNDV_THRESH")?,
-            bcopy_thresh: auto_size("COURIER_BCOPY_THRESH")?,
             cma_split: match get("COURIER_CMA_SPLIT").trim() {
                 "off" | "no" | "0" => None,
                 other => Some(
@@ -559,6 +550,21 @@ mod tests {
         // Small-message streams run ahead of their receiver only when the cells they touch
         // (a line each) outgrow a core's first-level cache: see the analysis in bench/.
         assert_eq!(c.shm_fifo_size, 1024);
+    }
+
+    /// COURIER_BCOPY_THRESH was listed and parsed but never read; it is gone, and setting it
+    /// in code is refused (in the environment it is warned about like any unknown name).
+    #[test]
+    fn bcopy_thresh_is_not_a_variable() {
+        assert!(VARS.iter().all(|v| v.name != "COURIER_BCOPY_THRESH"));
+        let e = Config::from_env_with(&[("COURIER_BCOPY_THRESH", "4k")])
+            .expect_err("an unknown variable");
+        assert_eq!(e.status(), Status::BadConfig);
+        assert!(
+            e.to_string()
+                .contains("not a Courier configuration variable"),
+            "{e}"
+        );
     }
 
     #[test]

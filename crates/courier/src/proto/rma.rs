@@ -39,6 +39,28 @@ pub enum AtomicOp {
 }
 
 impl AtomicOp {
+    /// Every operation, in wire order.
+    pub const ALL: [AtomicOp; 6] = [
+        AtomicOp::Add,
+        AtomicOp::And,
+        AtomicOp::Or,
+        AtomicOp::Xor,
+        AtomicOp::Swap,
+        AtomicOp::Cswap,
+    ];
+
+    /// Lower-case name, as in ucx_info's `atomic_<name>` capabilities.
+    pub fn name(self) -> &'static str {
+        match self {
+            AtomicOp::Add => "add",
+            AtomicOp::And => "and",
+            AtomicOp::Or => "or",
+            AtomicOp::Xor => "xor",
+            AtomicOp::Swap => "swap",
+            AtomicOp::Cswap => "cswap",
+        }
+    }
+
     fn from_u16(v: u16) -> Option<AtomicOp> {
         Some(match v {
             0 => AtomicOp::Add,
@@ -168,7 +190,7 @@ impl State {
 
     fn chunk_of(&mut self, e: u32, kind: Kind) -> Result<usize> {
         let (_, max_frame, _) = self.ep_limits(e)?;
-        Ok((max_frame - kind.header_len()).max(1))
+        Ok(kind.payload_max(max_frame))
     }
 
     /// Send put frames for `data` at `target`, the last one with header `last`; completes

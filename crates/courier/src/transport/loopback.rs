@@ -46,6 +46,7 @@ fn caps() -> Caps {
         rndv: RndvMode::RemoteRead,
         rndv_thresh: 64 << 10,
         zcopy_min: usize::MAX,
+        place_min: usize::MAX,
         peer_failure: true,
         wakeup: true,
         data_via_fd: false,

@@ -59,6 +59,9 @@ pub struct Caps {
     /// Frames at least this long may stay in the caller's memory after `send_zc` returns
     /// (`Sent::Later`); `usize::MAX` where `send_zc` always copies.
     pub zcopy_min: usize,
+    /// Arriving frames at least this long (header included) may be read straight into
+    /// memory the protocol names (`LinkRx::peek_partial`); `usize::MAX` where never.
+    pub place_min: usize,
     /// Whether the link notices a dead peer by itself.
     pub peer_failure: bool,
     /// Whether the link can wake a sleeping peer.

@@ -170,6 +170,13 @@ impl Kind {
             PutBegin => 64,
         }
     }
+
+    /// The most payload bytes one frame of this kind carries on a link whose largest frame
+    /// is `max_frame` (at least 1): the piece size of operations split into such frames.
+    pub const fn payload_max(self, max_frame: usize) -> usize {
+        let n = max_frame.saturating_sub(self.header_len());
+        if n == 0 { 1 } else { n }
+    }
 }
 
 /// Flags byte.

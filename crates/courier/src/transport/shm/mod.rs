@@ -145,6 +145,7 @@ fn caps(max_frame: usize, cma: bool) -> Caps {
         },
         rndv_thresh: 16 << 10,
         zcopy_min: usize::MAX,
+        place_min: usize::MAX,
         peer_failure: true,
         wakeup: true,
         data_via_fd: false,

@@ -87,6 +87,7 @@ fn caps(local: Option<SocketAddr>) -> Caps {
         rndv: RndvMode::Push,
         rndv_thresh: 64 << 10,
         zcopy_min: DIRECT_SEND,
+        place_min: place::PLACE_MIN,
         peer_failure: true,
         wakeup: true,
         data_via_fd: true,

@@ -1,0 +1,384 @@
+//! `courier info`: the one-sided lanes and capabilities of `-e` and `-d`, `-e` for every
+//! kind of peer, and the feature letters. Shapes and the presence of the right lanes are
+//! checked, not numbers that may be tuned.
+
+use std::process::{Command, Output, Stdio};
+
+fn courier(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_courier"));
+    c.args(args).stdin(Stdio::null());
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    c.output().expect("run courier")
+}
+
+/// Run `courier info ARGS`, which must succeed; its standard output.
+fn info(args: &[&str], env: &[(&str, &str)]) -> String {
+    let mut all = vec!["info"];
+    all.extend_from_slice(args);
+    let o = courier(&all, env);
+    let out = String::from_utf8_lossy(&o.stdout).into_owned();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{all:?} failed:\n{out}\n{err}");
+    out
+}
+
+/// The value of the `#   NAME: value` line (names are right-aligned), if there is one.
+fn field<'a>(lines: &[&'a str], name: &str) -> Option<&'a str> {
+    lines.iter().find_map(|l| {
+        let (k, v) = l.strip_prefix('#')?.split_once(": ")?;
+        (k.trim() == name).then_some(v)
+    })
+}
+
+/// The lines `-e` prints under `#   KIND memory: key path ...` (up to the next such line),
+/// and the key path named there.
+fn memory<'a>(out: &'a str, kind: &str) -> (&'a str, Vec<&'a str>) {
+    let head = format!("#   {kind} memory: key path ");
+    let mut it = out.lines().skip_while(|l| !l.starts_with(&head));
+    let first = it
+        .next()
+        .unwrap_or_else(|| panic!("no {kind} memory section:\n{out}"));
+    let path = first[head.len()..].split(' ').next().unwrap_or("");
+    let body = it
+        .take_while(|l| !l.contains(" memory: key path ") && l.starts_with("#    "))
+        .collect();
+    (path, body)
+}
+
+/// `0..<label>..(inf)` or `0..<a>..N..<b>..(inf)` with increasing sizes: the labels.
+fn range_labels(range: &str) -> Vec<String> {
+    let parts: Vec<&str> = range.split("..").collect();
+    assert!(
+        parts.len() >= 3 && parts[0] == "0" && parts[parts.len() - 1] == "(inf)",
+        "not a range: {range}"
+    );
+    let mut labels = Vec::new();
+    let mut last = 0u64;
+    for (i, p) in parts[1..parts.len() - 1].iter().enumerate() {
+        if i % 2 == 0 {
+            let l = p
+                .strip_prefix('<')
+                .and_then(|p| p.strip_suffix('>'))
+                .unwrap_or_else(|| panic!("not a <label> in {range}"));
+            labels.push(l.to_string());
+        } else {
+            let n: u64 = p
+                .parse()
+                .unwrap_or_else(|_| panic!("not a size in {range}"));
+            assert!(n > last, "sizes do not increase in {range}");
+            last = n;
+        }
+    }
+    labels
+}
+
+/// The transport of `lane[0]` (`shm/memory` → `shm`).
+fn lane0(out: &str) -> &str {
+    let l = out
+        .lines()
+        .find(|l| l.starts_with("#   lane[0]: "))
+        .unwrap_or_else(|| panic!("no lane[0]:\n{out}"));
+    l["#   lane[0]: ".len()..].split('/').next().unwrap_or("")
+}
+
+/// Every kind of memory has put, get and put_signal ranges, and atomic32/64 lines, with
+/// routes consistent with its key path. Returns the labels of each kind's put.
+fn check_one_sided(out: &str) -> Vec<(String, Vec<String>)> {
+    let mut puts = Vec::new();
+    for kind in ["allocated", "registered", "cuda"] {
+        let (path, body) = memory(out, kind);
+        for op in ["put", "get", "put_signal"] {
+            let r = field(&body, op).unwrap_or_else(|| panic!("{kind}: no {op}:\n{out}"));
+            let labels = range_labels(r);
+            // Operations done in the call take the key's path for every size; the others
+            // go through the owner.
+            let in_call = labels.len() == 1 && labels[0] == path;
+            let remote = labels.iter().all(|l| l.starts_with("remote"));
+            assert!(in_call || remote, "{kind} {op}: {r} with key path {path}");
+            if path == "remote" {
+                assert!(remote, "{kind} {op}: {r}");
+            }
+            if op == "put" {
+                puts.push((kind.to_string(), labels));
+            }
+        }
+        for bits in ["atomic32", "atomic64"] {
+            let a = field(&body, bits).unwrap_or_else(|| panic!("{kind}: no {bits}:\n{out}"));
+            if kind == "cuda" {
+                assert!(a.starts_with("unsupported"), "{kind} {bits}: {a}");
+            } else {
+                assert!(
+                    a.contains("add and or xor swap cswap") && a.starts_with('<'),
+                    "{kind} {bits}: {a}"
+                );
+            }
+        }
+    }
+    puts
+}
+
+#[test]
+fn e_self_shows_local_lanes_for_every_operation() {
+    let out = info(&["-e", "-u", "tmsra", "-P", "self"], &[]);
+    assert!(out.contains("(peer: self, features: tmsra)"), "{out}");
+    assert_eq!(lane0(&out), "self", "{out}");
+    assert!(out.contains("#   lane[1]: self/memory  (rma amo)"), "{out}");
+    assert!(
+        field(&out.lines().collect::<Vec<_>>(), "tag_send")
+            .is_some_and(|r| range_labels(r).contains(&"rndv".to_string())),
+        "{out}"
+    );
+    check_one_sided(&out);
+    for kind in ["allocated", "registered"] {
+        let (path, body) = memory(&out, kind);
+        assert_eq!(path, "local", "{kind}:\n{out}");
+        assert_eq!(field(&body, "put"), Some("0..<local>..(inf)"), "{out}");
+        assert!(field(&body, "atomic64").is_some_and(|a| a.starts_with("<local>")));
+    }
+    // The peer is this context whatever transport carries the endpoint.
+    let out = info(&["-e", "-u", "ra", "-P", "self"], &[("COURIER_TLS", "tcp")]);
+    assert_eq!(lane0(&out), "tcp", "{out}");
+    assert_eq!(memory(&out, "registered").0, "local", "{out}");
+    assert!(
+        out.contains("skipped self: excluded by COURIER_TLS=tcp"),
+        "{out}"
+    );
+}
+
+#[test]
+fn e_intra_maps_allocated_memory_and_uses_cma_or_the_owner_for_registered() {
+    let out = info(&["-e", "-u", "tmsra", "-P", "intra"], &[]);
+    assert!(out.contains("(peer: intra-node, features: tmsra)"), "{out}");
+    let puts = check_one_sided(&out);
+    match lane0(&out) {
+        "shm" => {
+            let (path, body) = memory(&out, "allocated");
+            assert_eq!(path, "direct", "{out}");
+            for op in ["put", "get", "put_signal"] {
+                assert_eq!(field(&body, op), Some("0..<direct>..(inf)"), "{op}:\n{out}");
+            }
+            assert!(field(&body, "atomic64").is_some_and(|a| a.starts_with("<direct>")));
+            let (path, body) = memory(&out, "registered");
+            assert!(path == "cma" || path == "remote", "{out}");
+            // put_signal and atomics into registered memory go through the owner.
+            assert!(field(&body, "put_signal").is_some_and(|r| r.contains("<remote")));
+            assert!(field(&body, "atomic32").is_some_and(|a| a.starts_with("<remote>")));
+            assert_eq!(memory(&out, "cuda").0, "cuda_ipc", "{out}");
+            assert!(out.contains("#   remote frames: put "), "{out}");
+        }
+        // Shared memory does not work here: tcp, and the reason shm was skipped.
+        "tcp" => assert!(out.contains("#   skipped shm: "), "{out}"),
+        other => panic!("intra-node lane {other}:\n{out}"),
+    }
+    assert!(puts.iter().all(|(_, l)| !l.is_empty()));
+
+    // Without CMA, registered memory goes through the owner.
+    let out = info(
+        &["-e", "-u", "r", "-P", "intra"],
+        &[("COURIER_SHM_CMA", "no")],
+    );
+    if lane0(&out) == "shm" {
+        let (path, body) = memory(&out, "registered");
+        assert_eq!(path, "remote", "{out}");
+        assert_eq!(
+            field(&body, "put").map(range_labels),
+            Some(vec!["remote/bcopy".to_string()]),
+            "{out}"
+        );
+        assert_eq!(memory(&out, "allocated").0, "direct", "{out}");
+    }
+
+    // Over tcp with shared memory excluded, everything goes through the owner.
+    let out = info(
+        &["-e", "-u", "ra", "-P", "intra"],
+        &[("COURIER_TLS", "tcp")],
+    );
+    assert_eq!(lane0(&out), "tcp", "{out}");
+    for kind in ["allocated", "registered", "cuda"] {
+        assert_eq!(memory(&out, kind).0, "remote", "{kind}:\n{out}");
+    }
+    check_one_sided(&out);
+}
+
+#[test]
+fn e_inter_goes_through_the_owner_with_tcp_thresholds() {
+    let out = info(
+        &["-e", "-u", "ra", "-P", "inter"],
+        &[("COURIER_TLS", "tcp")],
+    );
+    assert_eq!(lane0(&out), "tcp", "{out}");
+    assert!(
+        out.contains("(rma amo) peer memory reached by remote"),
+        "{out}"
+    );
+    // No two-sided lines when only r and a are asked for.
+    assert!(!out.contains("tag_send"), "{out}");
+    for (kind, put) in check_one_sided(&out) {
+        // Copied by the link first, then sent from the caller's buffer.
+        assert_eq!(put[0], "remote/bcopy", "{kind}:\n{out}");
+        assert!(
+            put[1..].iter().any(|l| l == "remote/zcopy"),
+            "{kind}:\n{out}"
+        );
+    }
+    let (_, body) = memory(&out, "allocated");
+    let get = field(&body, "get").map(range_labels).unwrap_or_default();
+    assert_eq!(get[0], "remote", "{out}");
+    assert!(out.contains("#   remote frames: put "), "{out}");
+
+    // Only what was asked for: atomics alone, rma alone, neither.
+    let out = info(&["-e", "-u", "a", "-P", "inter"], &[("COURIER_TLS", "tcp")]);
+    let (_, body) = memory(&out, "registered");
+    assert!(
+        field(&body, "atomic64").is_some() && field(&body, "put").is_none(),
+        "{out}"
+    );
+    let out = info(&["-e", "-u", "r", "-P", "inter"], &[("COURIER_TLS", "tcp")]);
+    let (_, body) = memory(&out, "registered");
+    assert!(
+        field(&body, "put").is_some() && field(&body, "atomic64").is_none(),
+        "{out}"
+    );
+    let out = info(&["-e", "-u", "t", "-P", "inter"], &[("COURIER_TLS", "tcp")]);
+    assert!(!out.contains("key path") && !out.contains("(rma"), "{out}");
+}
+
+/// The block of `-d` for one transport (from its `Transport:` line to the next).
+fn transport_blocks(out: &str) -> Vec<Vec<&str>> {
+    let mut blocks: Vec<Vec<&str>> = Vec::new();
+    for l in out.lines() {
+        if l.trim_start_matches('#')
+            .trim_start()
+            .starts_with("Transport:")
+        {
+            blocks.push(Vec::new());
+        }
+        if let Some(b) = blocks.last_mut() {
+            b.push(l);
+        }
+    }
+    blocks
+}
+
+#[test]
+fn d_lists_one_sided_capabilities_per_transport() {
+    let out = info(&["-d"], &[]);
+    let mut seen = Vec::new();
+    for b in transport_blocks(&out) {
+        let name = field(&b, "Transport").unwrap_or("");
+        if field(&b, "Status").is_some_and(|s| s.starts_with("not usable")) || name == "cuda_copy" {
+            continue;
+        }
+        seen.push(name.to_string());
+        assert_eq!(
+            field(&b, "one-sided"),
+            Some("put, get, put_signal, atomic32, atomic64"),
+            "{name}:\n{}",
+            b.join("\n")
+        );
+        for op in ["add", "and", "or", "xor", "swap", "cswap"] {
+            let a = field(&b, &format!("atomic_{op}"));
+            assert!(
+                a.is_some_and(|a| a.starts_with("32, 64 bit")),
+                "{name} atomic_{op}"
+            );
+        }
+        for kind in ["allocated", "registered", "cuda"] {
+            assert!(
+                field(&b, &format!("{kind} memory")).is_some(),
+                "{name}: {kind}"
+            );
+        }
+        let cuda = field(&b, "cuda memory").unwrap_or("");
+        assert!(cuda.contains("unsupported: atomic"), "{name}: {cuda}");
+        match name {
+            "self" => {
+                assert_eq!(
+                    field(&b, "allocated memory"),
+                    Some("local: put, get, put_signal, atomic")
+                );
+                assert!(field(&b, "put_zcopy").is_some_and(|v| v.starts_with("unlimited")));
+                assert!(
+                    field(&b, "put_bcopy").is_none(),
+                    "self never goes through frames"
+                );
+            }
+            "shm" => {
+                assert_eq!(
+                    field(&b, "allocated memory"),
+                    Some("direct: put, get, put_signal, atomic")
+                );
+                let reg = field(&b, "registered memory").unwrap_or("");
+                assert!(
+                    reg.contains("remote: put_signal, atomic") || reg.starts_with("remote:"),
+                    "{reg}"
+                );
+                assert!(field(&b, "get_zcopy").is_some_and(|v| v.starts_with("unlimited")));
+                assert!(field(&b, "put_signal_bcopy").is_some_and(|v| v.contains("bytes a frame")));
+                assert!(field(&b, "remote atomics").is_some());
+            }
+            "tcp" => {
+                assert_eq!(
+                    field(&b, "registered memory"),
+                    Some("remote: put, get, put_signal, atomic")
+                );
+                for k in ["put_bcopy", "put_zcopy", "put_signal_bcopy", "get_bcopy"] {
+                    assert!(
+                        field(&b, k).is_some_and(|v| v.contains("bytes a frame")),
+                        "tcp {k}:\n{}",
+                        b.join("\n")
+                    );
+                }
+                assert!(field(&b, "remote atomics").is_some());
+            }
+            other => panic!("unknown transport {other}"),
+        }
+    }
+    assert!(
+        seen.iter().any(|t| t == "self") && seen.iter().any(|t| t == "tcp"),
+        "{out}"
+    );
+}
+
+#[test]
+fn v_lists_the_one_sided_apis() {
+    let out = info(&["-v"], &[]);
+    assert!(!out.contains("rma/atomics: no"), "{out}");
+    let apis = out
+        .lines()
+        .find(|l| l.starts_with("# apis: "))
+        .unwrap_or_else(|| panic!("no apis line:\n{out}"));
+    for w in [
+        "tag",
+        "rma (put, get, put_signal)",
+        "atomics (add and or xor swap cswap; 32, 64 bit)",
+    ] {
+        assert!(apis.contains(w), "{w}: {apis}");
+    }
+}
+
+#[test]
+fn feature_letters_e_and_w_show_keepalive_and_wakeup_and_others_are_refused() {
+    let out = info(
+        &["-e", "-u", "te", "-P", "inter"],
+        &[("COURIER_TLS", "tcp")],
+    );
+    let ka = out
+        .lines()
+        .find(|l| l.starts_with("#   keepalive: tcp/"))
+        .unwrap_or_else(|| panic!("no keepalive lane:\n{out}"));
+    assert!(ka.contains("peer failure"), "{ka}");
+    assert!(!out.contains("#   wakeup: "), "{out}");
+    let out = info(&["-e", "-u", "w", "-P", "self"], &[]);
+    assert!(out.contains("#   wakeup: self/memory"), "{out}");
+    assert!(!out.contains("keepalive"), "{out}");
+    let o = courier(&["info", "-e", "-u", "tq"], &[]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("unknown feature 'q'") && err.contains("w wakeup"),
+        "{err}"
+    );
+}
