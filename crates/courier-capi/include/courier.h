@@ -1092,7 +1092,9 @@ courier_status_t courier_rkey_ptr(const courier_rkey_t *rkey, uint64_t remote_ad
 
 /**
  * Write `length` bytes from `buffer` at `remote_addr` in the peer's region. Completes when
- * the data is in place (`COURIER_OK` at once when the region is mapped here).
+ * `buffer` may be reused (`COURIER_OK` at once when the region is mapped here or reached by
+ * CMA, the data then in place); when the owner carries the put out (tcp), once the data has
+ * left this process. `courier_ep_flush` says when every earlier put is in place.
  */
 courier_status_t courier_ep_put(const courier_ep_t *ep,
                                 const void *buffer,

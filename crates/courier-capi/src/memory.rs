@@ -356,7 +356,9 @@ fn signal_op(op: u32) -> Result<SignalOp, courier_core::Error> {
 }
 
 /// Write `length` bytes from `buffer` at `remote_addr` in the peer's region. Completes when
-/// the data is in place (`COURIER_OK` at once when the region is mapped here).
+/// `buffer` may be reused (`COURIER_OK` at once when the region is mapped here or reached by
+/// CMA, the data then in place); when the owner carries the put out (tcp), once the data has
+/// left this process. `courier_ep_flush` says when every earlier put is in place.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn courier_ep_put(
     ep: *const courier_ep_t,

@@ -903,6 +903,13 @@ fn selection_case(tls: &str, want: &str) {
         "selection line {line:?} lacks {want:?}"
     );
     assert!(line.contains(" am(") && line.contains(" stream("), "{line}");
+    assert!(line.contains(" rma(") && line.contains(" amo("), "{line}");
+    if tls == "all" {
+        // Same host over shm: allocated memory is stored into directly.
+        assert!(line.contains("amo(direct/memory shm/memory)"), "{line}");
+    } else {
+        assert!(line.contains("amo(tcp/"), "{line}");
+    }
 }
 
 #[test]

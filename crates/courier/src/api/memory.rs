@@ -787,8 +787,11 @@ impl Endpoint {
         Ok(())
     }
 
-    /// Write `data` at `raddr` in the peer's region. Completes when the data is in place
-    /// (at once when the region is mapped here).
+    /// Write `data` at `raddr` in the peer's region. Completes when `data` may be reused:
+    /// at once when the region is mapped here or reached by CMA (the data is then in
+    /// place); when the owner carries the put out (tcp, or registered memory reached
+    /// without CMA), once the data has left this process. `flush` says when every earlier
+    /// put is in place, and reports one the owner refused.
     pub fn put<'a>(&self, data: &'a [u8], raddr: u64, key: &RemoteKey) -> Result<Request<'a>> {
         // SAFETY: the request borrows `data` for its lifetime.
         let s = unsafe {

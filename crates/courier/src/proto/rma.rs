@@ -631,8 +631,17 @@ impl State {
                 if !p.device {
                     return Ok((p.ptr, None));
                 }
-                // Device memory is read once into host memory, sent from there.
-                let mut host = vec![0u8; len as usize];
+                // Device memory is read once into host memory, sent from there. The peer
+                // chose the length (within the region): a host copy that cannot be had is
+                // a refusal, not an abort.
+                let mut host = Vec::new();
+                if host.try_reserve_exact(len as usize).is_err() {
+                    return Err(Error::msg(
+                        Status::NoMemory,
+                        format!("no host memory to stage a {len}-byte read of device memory"),
+                    ));
+                }
+                host.resize(len as usize, 0);
                 // SAFETY: the registry checked the range; `host` holds `len` bytes.
                 unsafe { crate::proto::stage::from_device(host.as_mut_ptr(), p.ptr, host.len())? };
                 Ok((host.as_mut_ptr(), Some(host)))

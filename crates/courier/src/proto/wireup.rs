@@ -225,7 +225,23 @@ impl State {
         } else {
             lane.clone()
         };
-        let key = format!("{locality} tag({big}) am({big}) stream({lane})");
+        // One-sided lanes, as `onesided` describes them: a same-host shm link stores into
+        // allocated memory directly and reaches registered memory with CMA (when its probe
+        // passed) or through the owner; elsewhere the owner carries every operation out.
+        let (rma, amo) = if caps.name == "shm" {
+            let cma = if crate::api::onesided::link_cma(&caps) {
+                " cma/memory"
+            } else {
+                ""
+            };
+            (
+                format!("direct/memory{cma} {lane}"),
+                format!("direct/memory {lane}"),
+            )
+        } else {
+            (lane.clone(), lane.clone())
+        };
+        let key = format!("{locality} tag({big}) am({big}) stream({lane}) rma({rma}) amo({amo})");
         let n = match self.ep_configs.iter().position(|k| *k == key) {
             Some(n) => n,
             None => {
