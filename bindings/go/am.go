@@ -191,9 +191,10 @@ func (w *Worker) runAM(p *C.courier_am_recv_param_t) (ret C.courier_status_t) {
 // SendAM sends an active message to handler id on the peer. header is copied at once; data
 // must not change until the request completes.
 func (e *Endpoint) SendAM(id uint16, header, data []byte, flags AMFlags, cb Callback) (*Request, error) {
-	if err := e.usable(); err != nil {
+	if err := e.enter(); err != nil {
 		return nil, err
 	}
+	defer e.leave()
 	o, err := e.w.newOp(cb)
 	if err != nil {
 		return nil, err
@@ -213,9 +214,10 @@ func (e *Endpoint) SendAM(id uint16, header, data []byte, flags AMFlags, cb Call
 
 // SendAMIOV sends an active message whose data is gathered from several buffers.
 func (e *Endpoint) SendAMIOV(id uint16, header []byte, bufs [][]byte, flags AMFlags, cb Callback) (*Request, error) {
-	if err := e.usable(); err != nil {
+	if err := e.enter(); err != nil {
 		return nil, err
 	}
+	defer e.leave()
 	o, err := e.w.newOp(cb)
 	if err != nil {
 		return nil, err
@@ -290,7 +292,7 @@ func (m *AMMessage) settle() (release *C.courier_am_desc_t, kept bool) {
 	defer m.mu.Unlock()
 	m.inHandler = false
 	if m.reply != nil {
-		m.reply.closed.Store(true) // lent for the handler only
+		m.reply.refs.Or(epClosed) // lent for the handler only
 	}
 	if m.keep {
 		close(m.ended)

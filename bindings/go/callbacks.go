@@ -57,8 +57,8 @@ func courierGoAM(param unsafe.Pointer, worker C.uintptr_t, batch unsafe.Pointer)
 //export courierGoEpError
 func courierGoEpError(ep unsafe.Pointer, status C.courier_status_t, h C.uintptr_t, batch unsafe.Pointer) {
 	e, ok := handleValue(uintptr(h)).(*Endpoint)
-	if !ok || e.onError == nil {
-		return
+	if !ok || e.onError == nil || e.refs.Load()&epClosed != 0 {
+		return // closed: the handler is not called after Close
 	}
 	e.w.flushBatch(batch)
 	err := detailOf(status)

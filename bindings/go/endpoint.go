@@ -49,9 +49,13 @@ func (p *EndpointParams) SetErrorHandler(f func(ep *Endpoint, err error)) *Endpo
 
 // Endpoint is a connection to one peer worker.
 type Endpoint struct {
-	w        *Worker
-	ptr      *C.courier_ep_t
-	closed   atomic.Bool
+	w   *Worker
+	ptr *C.courier_ep_t
+	// refs counts the calls into the library on this endpoint that are under way, with
+	// epClosed (and epForce) set once it is closed: a Close racing a Read on a net.Conn
+	// must not free the handle under the Read's call (see enter and release).
+	refs     atomic.Int64
+	released atomic.Bool
 	borrowed bool // a reply endpoint lent to an active-message handler
 	onError  func(ep *Endpoint, err error)
 	handle   cgo.Handle
@@ -124,11 +128,68 @@ func (w *Worker) NewEndpoint(params *EndpointParams) (*Endpoint, error) {
 	return newEndpoint(w, ptr, e), nil
 }
 
-func (e *Endpoint) usable() error {
-	if e.closed.Load() {
+// Bits of Endpoint.refs above the count of calls under way.
+const (
+	epClosed = int64(1) << 40 // closed: no new call may start
+	epForce  = int64(1) << 41 // closed with CloseForce
+)
+
+// enter starts a call into the library on e; every successful enter is paired with a
+// leave once the call has returned. It fails once e is closed.
+func (e *Endpoint) enter() error {
+	if e.refs.Add(1)&epClosed != 0 {
+		e.leave()
 		return errClosed("endpoint")
 	}
 	return nil
+}
+
+// leave ends a call started by enter. The last call to leave a closed endpoint releases
+// its handle, which its closer left in place while the call was under way.
+func (e *Endpoint) leave() {
+	if e.refs.Add(-1)&^epForce == epClosed {
+		e.release()
+	}
+}
+
+// shut closes e to new calls and releases the handle now if no call is under way, else
+// leaves that to the last call to return (which then cannot report the close's error).
+func (e *Endpoint) shut(force bool) error {
+	if e.borrowed {
+		return nil
+	}
+	bits := epClosed
+	if force {
+		bits |= epForce
+	}
+	for {
+		old := e.refs.Load()
+		if old&epClosed != 0 {
+			return nil
+		}
+		if e.refs.CompareAndSwap(old, old|bits) {
+			runtime.SetFinalizer(e, nil)
+			if old == 0 {
+				return e.release()
+			}
+			return nil
+		}
+	}
+}
+
+// release closes the library's endpoint, once.
+func (e *Endpoint) release() error {
+	if e.borrowed || !e.released.CompareAndSwap(false, true) {
+		return nil
+	}
+	var err error
+	if e.refs.Load()&epForce != 0 {
+		_, err = call(func() C.courier_status_t { return C.courier_ep_close_force(e.ptr) })
+	} else {
+		_, err = call(func() C.courier_status_t { return C.courier_ep_close(e.ptr) })
+	}
+	e.dropHandle()
+	return err
 }
 
 // Worker is the endpoint's worker.
@@ -136,9 +197,10 @@ func (e *Endpoint) Worker() *Worker { return e.w }
 
 // WaitConnected progresses until the endpoint is connected, failed, or timeout passed.
 func (e *Endpoint) WaitConnected(timeout time.Duration) error {
-	if err := e.usable(); err != nil {
+	if err := e.enter(); err != nil {
 		return err
 	}
+	defer e.leave()
 	_, err := call(func() C.courier_status_t {
 		return C.courier_ep_wait_connected(e.ptr, C.int64_t(timeout.Milliseconds()))
 	})
@@ -148,9 +210,10 @@ func (e *Endpoint) WaitConnected(timeout time.Duration) error {
 
 // Connected reports whether the endpoint is connected; an error if it failed.
 func (e *Endpoint) Connected() (bool, error) {
-	if err := e.usable(); err != nil {
+	if err := e.enter(); err != nil {
 		return false, err
 	}
+	defer e.leave()
 	s, err := call(func() C.courier_status_t { return C.courier_ep_status(e.ptr) })
 	runtime.KeepAlive(e)
 	return s == C.COURIER_OK, err
@@ -159,9 +222,10 @@ func (e *Endpoint) Connected() (bool, error) {
 // Transport is the transport carrying the endpoint ("self", "shm", "tcp"), "" before it
 // connects.
 func (e *Endpoint) Transport() string {
-	if e.usable() != nil {
+	if e.enter() != nil {
 		return ""
 	}
+	defer e.leave()
 	s := C.GoString(C.courier_ep_transport(e.ptr))
 	runtime.KeepAlive(e)
 	return s
@@ -170,9 +234,10 @@ func (e *Endpoint) Transport() string {
 // LocalAddr is this side's socket address for an endpoint made by socket address (also
 // after its upgrade to shared memory); nil for one made from a worker address.
 func (e *Endpoint) LocalAddr() *net.TCPAddr {
-	if e.usable() != nil {
+	if e.enter() != nil {
 		return nil
 	}
+	defer e.leave()
 	var buf [C.COURIER_SOCKADDR_STRLEN]C.char
 	st := C.courier_ep_local_address(e.ptr, &buf[0], C.size_t(len(buf)))
 	runtime.KeepAlive(e)
@@ -188,32 +253,20 @@ func (e *Endpoint) LocalAddr() *net.TCPAddr {
 
 // Flush progresses until every send on the endpoint has left this process.
 func (e *Endpoint) Flush() error {
-	if err := e.usable(); err != nil {
+	if err := e.enter(); err != nil {
 		return err
 	}
+	defer e.leave()
 	_, err := call(func() C.courier_status_t { return C.courier_ep_flush(e.ptr) })
 	runtime.KeepAlive(e)
 	return err
 }
 
-// Close flushes, tells the peer and releases the endpoint. Safe to call twice.
-func (e *Endpoint) Close() error {
-	if e.borrowed || e.closed.Swap(true) {
-		return nil
-	}
-	runtime.SetFinalizer(e, nil)
-	_, err := call(func() C.courier_status_t { return C.courier_ep_close(e.ptr) })
-	e.dropHandle()
-	return err
-}
+// Close flushes, tells the peer and releases the endpoint. Safe to call twice, and while
+// other goroutines use the endpoint: their calls then fail as closed, and one under way
+// when Close is called finishes first (the last of them releases the endpoint).
+func (e *Endpoint) Close() error { return e.shut(false) }
 
-// CloseForce releases the endpoint at once; operations in flight fail. Safe to call twice.
-func (e *Endpoint) CloseForce() error {
-	if e.borrowed || e.closed.Swap(true) {
-		return nil
-	}
-	runtime.SetFinalizer(e, nil)
-	_, err := call(func() C.courier_status_t { return C.courier_ep_close_force(e.ptr) })
-	e.dropHandle()
-	return err
-}
+// CloseForce releases the endpoint at once; operations in flight fail. Safe to call twice,
+// and concurrently, as Close.
+func (e *Endpoint) CloseForce() error { return e.shut(true) }

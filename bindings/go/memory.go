@@ -346,9 +346,10 @@ type RemoteKey struct {
 
 // UnpackRkey unpacks a peer's packed remote key for operations on e.
 func (e *Endpoint) UnpackRkey(packed []byte) (*RemoteKey, error) {
-	if err := e.usable(); err != nil {
+	if err := e.enter(); err != nil {
 		return nil, err
 	}
+	defer e.leave()
 	k := &RemoteKey{ep: e}
 	_, err := call(func() C.courier_status_t {
 		return C.courier_ep_rkey_unpack(e.ptr, bytePtr(packed), C.size_t(len(packed)), &k.ptr)
@@ -427,9 +428,10 @@ const (
 // Put writes data at raddr in the peer's region. data must not change until the request
 // completes.
 func (e *Endpoint) Put(data []byte, raddr uint64, k *RemoteKey, cb Callback) (*Request, error) {
-	if err := e.usable(); err != nil {
+	if err := e.enter(); err != nil {
 		return nil, err
 	}
+	defer e.leave()
 	if err := k.usable(); err != nil {
 		return nil, err
 	}
@@ -447,9 +449,10 @@ func (e *Endpoint) Put(data []byte, raddr uint64, k *RemoteKey, cb Callback) (*R
 
 // Get reads len(buf) bytes at raddr in the peer's region into buf.
 func (e *Endpoint) Get(buf []byte, raddr uint64, k *RemoteKey, cb Callback) (*Request, error) {
-	if err := e.usable(); err != nil {
+	if err := e.enter(); err != nil {
 		return nil, err
 	}
+	defer e.leave()
 	if err := k.usable(); err != nil {
 		return nil, err
 	}
@@ -478,9 +481,10 @@ func (e *Endpoint) Atomic32(op AtomicOp, value, compare uint32, raddr uint64, k 
 }
 
 func (e *Endpoint) atomic(op AtomicOp, size int, value, compare, raddr uint64, k *RemoteKey, cb Callback) (*Request, error) {
-	if err := e.usable(); err != nil {
+	if err := e.enter(); err != nil {
 		return nil, err
 	}
+	defer e.leave()
 	if err := k.usable(); err != nil {
 		return nil, err
 	}
@@ -501,9 +505,10 @@ func (e *Endpoint) atomic(op AtomicOp, size int, value, compare, raddr uint64, k
 // or SignalAdd sigValue), as one operation: whoever sees the signal sees the data.
 func (e *Endpoint) PutSignal(data []byte, raddr uint64, k *RemoteKey, sigAddr uint64, sigKey *RemoteKey,
 	sigValue uint64, op SignalOp, cb Callback) (*Request, error) {
-	if err := e.usable(); err != nil {
+	if err := e.enter(); err != nil {
 		return nil, err
 	}
+	defer e.leave()
 	if err := k.usable(); err != nil {
 		return nil, err
 	}
@@ -526,9 +531,10 @@ func (e *Endpoint) PutSignal(data []byte, raddr uint64, k *RemoteKey, sigAddr ui
 
 // Fence orders e's operations: those issued after it are carried out after those before.
 func (e *Endpoint) Fence() error {
-	if err := e.usable(); err != nil {
+	if err := e.enter(); err != nil {
 		return err
 	}
+	defer e.leave()
 	_, err := call(func() C.courier_status_t { return C.courier_ep_fence(e.ptr) })
 	runtime.KeepAlive(e)
 	return err

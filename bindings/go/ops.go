@@ -35,9 +35,10 @@ func (e *Endpoint) SendTagSync(data []byte, tag uint64, cb Callback) (*Request, 
 }
 
 func (e *Endpoint) sendTag(data []byte, tag uint64, sync bool, cb Callback) (*Request, error) {
-	if err := e.usable(); err != nil {
+	if err := e.enter(); err != nil {
 		return nil, err
 	}
+	defer e.leave()
 	o, err := e.w.newOp(cb)
 	if err != nil {
 		return nil, err
@@ -56,9 +57,10 @@ func (e *Endpoint) sendTag(data []byte, tag uint64, sync bool, cb Callback) (*Re
 
 // SendTagIOV sends one message gathered from several buffers.
 func (e *Endpoint) SendTagIOV(bufs [][]byte, tag uint64, cb Callback) (*Request, error) {
-	if err := e.usable(); err != nil {
+	if err := e.enter(); err != nil {
 		return nil, err
 	}
+	defer e.leave()
 	o, err := e.w.newOp(cb)
 	if err != nil {
 		return nil, err
@@ -133,9 +135,10 @@ func (w *Worker) ProbeTag(tag, mask uint64) (Info, bool, error) {
 
 // SendStream sends stream bytes.
 func (e *Endpoint) SendStream(data []byte, cb Callback) (*Request, error) {
-	if err := e.usable(); err != nil {
+	if err := e.enter(); err != nil {
 		return nil, err
 	}
+	defer e.leave()
 	o, err := e.w.newOp(cb)
 	if err != nil {
 		return nil, err
@@ -153,9 +156,10 @@ func (e *Endpoint) SendStream(data []byte, cb Callback) (*Request, error) {
 
 // SendStreamIOV sends stream bytes gathered from several buffers.
 func (e *Endpoint) SendStreamIOV(bufs [][]byte, cb Callback) (*Request, error) {
-	if err := e.usable(); err != nil {
+	if err := e.enter(); err != nil {
 		return nil, err
 	}
+	defer e.leave()
 	o, err := e.w.newOp(cb)
 	if err != nil {
 		return nil, err
@@ -179,9 +183,10 @@ func streamFlags(waitAll bool) C.uint32_t {
 // RecvStream receives stream bytes into buf: whatever has arrived (at least one byte), or
 // with waitAll exactly len(buf). Info.Length is the count.
 func (e *Endpoint) RecvStream(buf []byte, waitAll bool, cb Callback) (*Request, error) {
-	if err := e.usable(); err != nil {
+	if err := e.enter(); err != nil {
 		return nil, err
 	}
+	defer e.leave()
 	o, err := e.w.newOp(cb)
 	if err != nil {
 		return nil, err
@@ -196,9 +201,10 @@ func (e *Endpoint) RecvStream(buf []byte, waitAll bool, cb Callback) (*Request, 
 
 // RecvStreamIOV receives stream bytes scattered into several buffers.
 func (e *Endpoint) RecvStreamIOV(bufs [][]byte, waitAll bool, cb Callback) (*Request, error) {
-	if err := e.usable(); err != nil {
+	if err := e.enter(); err != nil {
 		return nil, err
 	}
+	defer e.leave()
 	o, err := e.w.newOp(cb)
 	if err != nil {
 		return nil, err
