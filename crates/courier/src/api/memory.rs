@@ -969,15 +969,8 @@ impl Endpoint {
         bits32: bool,
         cb: Callback,
     ) -> Result<Started> {
-        self.check_key(key)?;
-        let width = if bits32 { 4 } else { 8 };
-        if !raddr.is_multiple_of(width) {
-            return Err(Error::msg(
-                Status::InvalidParam,
-                format!("atomic address {raddr:#x} is not {width}-byte aligned"),
-            ));
-        }
-        match key.resolve(raddr, width, access::ATOMIC)? {
+        let (width, place) = self.atomic_target(raddr, key, bits32)?;
+        match place {
             // SAFETY: checked in range and aligned (and host memory: `resolve` refuses
             // atomics on device memory); shared memory is touched only atomically.
             Some(p) => Ok(Started::Done(Info {
@@ -989,6 +982,65 @@ impl Endpoint {
                 st.rma_atomic(e, op, bits32, value, compare, rref(key, raddr), cb)
             }),
         }
+    }
+
+    /// A posted (non-fetching) atomic: `op` with `value` on the 64-bit (or, with `bits32`,
+    /// 32-bit) word at `raddr`, returning nothing (`ucp_atomic_post`, OpenSHMEM's
+    /// `shmem_atomic_add` and kin). `op` is `Add`, `And`, `Or` or `Xor`; `Swap` and `Cswap`
+    /// exist for their old value, so they are refused (`InvalidParam`): use `atomic`.
+    ///
+    /// On a region mapped here it is carried out before this returns. Otherwise it goes to
+    /// the owner, which answers only if it refuses it: `flush` waits until the owner has
+    /// carried it out and reports a refusal (`fence` orders it like a put). What the key
+    /// itself shows to be wrong (alignment, range, rights) is refused at once, before
+    /// anything is sent.
+    pub fn atomic_post(
+        &self,
+        op: AtomicOp,
+        value: u64,
+        raddr: u64,
+        key: &RemoteKey,
+        bits32: bool,
+    ) -> Result<()> {
+        if matches!(op, AtomicOp::Swap | AtomicOp::Cswap) {
+            return Err(Error::msg(
+                Status::InvalidParam,
+                format!(
+                    "a posted atomic cannot be {op:?}: it returns no old value (use a fetching atomic)"
+                ),
+            ));
+        }
+        match self.atomic_target(raddr, key, bits32)? {
+            (_, Some(p)) => {
+                // SAFETY: as in `atomic_raw`.
+                unsafe { do_atomic(p.ptr, op, bits32, value, 0) };
+                Ok(())
+            }
+            (_, None) => {
+                self.with_state(|st, e| st.rma_atomic_post(e, op, bits32, value, rref(key, raddr)))
+            }
+        }
+    }
+
+    /// The checks every atomic passes before it is carried out or sent: the key is this
+    /// endpoint's, the word aligned, and within what the key (and, where this process can
+    /// read it, the owner's record) grants for atomics. The word's width, and where it is
+    /// when mapped here.
+    fn atomic_target(
+        &self,
+        raddr: u64,
+        key: &RemoteKey,
+        bits32: bool,
+    ) -> Result<(u64, Option<Place>)> {
+        self.check_key(key)?;
+        let width = if bits32 { 4 } else { 8 };
+        if !raddr.is_multiple_of(width) {
+            return Err(Error::msg(
+                Status::InvalidParam,
+                format!("atomic address {raddr:#x} is not {width}-byte aligned"),
+            ));
+        }
+        Ok((width, key.resolve(raddr, width, access::ATOMIC)?))
     }
 
     /// Write `data` at `raddr` and then update the signal word at `sig_addr` (`Set` or
