@@ -880,6 +880,48 @@ fn one_sided_on_a_local_region() {
             courier_ep_atomic(s.ep, 77, 1, 0, 8, base + 1024, rk, &op, &mut req),
             COURIER_ERR_INVALID_PARAM
         );
+        // Posted atomics: done at once on a region mapped here; the fetch sees them.
+        for (o, v) in [
+            (COURIER_ATOMIC_OP_ADD, 10u64),
+            (COURIER_ATOMIC_OP_OR, 0x100),
+        ] {
+            assert_eq!(
+                courier_ep_atomic_post(s.ep, o, v, 8, base + 1024, rk),
+                COURIER_OK
+            );
+        }
+        for (o, size, addr) in [
+            (COURIER_ATOMIC_OP_SWAP, 8, base + 1024),
+            (COURIER_ATOMIC_OP_CSWAP, 4, base + 1024),
+            (77, 8, base + 1024),
+            (COURIER_ATOMIC_OP_ADD, 2, base + 1024),
+            (COURIER_ATOMIC_OP_ADD, 8, base + 1028),
+        ] {
+            assert_eq!(
+                courier_ep_atomic_post(s.ep, o, 1, size, addr, rk),
+                COURIER_ERR_INVALID_PARAM,
+                "op {o} size {size} at +{}",
+                addr - base
+            );
+        }
+        assert_eq!(
+            courier_ep_atomic_post(s.ep, COURIER_ATOMIC_OP_ADD, 1, 8, base + 4096, rk),
+            COURIER_ERR_OUT_OF_RANGE
+        );
+        let st = courier_ep_atomic(
+            s.ep,
+            COURIER_ATOMIC_OP_ADD,
+            0,
+            0,
+            8,
+            base + 1024,
+            rk,
+            &op,
+            &mut req,
+        );
+        assert_eq!(settle(st, req, &mut info), COURIER_OK);
+        assert_eq!(info.value, (3 + 4 + 10) | 0x100);
+        assert_eq!(courier_ep_flush(s.ep), COURIER_OK);
         assert_eq!(
             courier_ep_atomic(
                 s.ep,

@@ -435,6 +435,35 @@ pub unsafe extern "C" fn courier_ep_atomic(
     })
 }
 
+/// A posted (non-fetching) atomic: `op` (`COURIER_ATOMIC_OP_ADD`, `_AND`, `_OR` or `_XOR`)
+/// with `value` on the `size`-byte word (4 or 8, aligned) at `remote_addr`; no old value, no
+/// request. On a region mapped here it is done when this returns; otherwise the owner answers
+/// only if it refuses it, and `courier_ep_flush` confirms it or reports the refusal.
+/// `COURIER_ATOMIC_OP_SWAP` and `_CSWAP` fetch by nature: `COURIER_ERR_INVALID_PARAM` (use
+/// `courier_ep_atomic`). What the key itself shows to be wrong is refused at once.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn courier_ep_atomic_post(
+    ep: *const courier_ep_t,
+    op: u32,
+    value: u64,
+    size: u32,
+    remote_addr: u64,
+    rkey: *const courier_rkey_t,
+) -> courier_status_t {
+    boundary(|| {
+        let e = unsafe { arg(ep, "ep") }?;
+        let k = unsafe { arg(rkey, "rkey") }?;
+        let op = atomic_op(op)?;
+        let bits32 = match size {
+            4 => true,
+            8 => false,
+            _ => return Err(invalid(&format!("atomic size {size} (expected 4 or 8)"))),
+        };
+        e.ep.atomic_post(op, value, remote_addr, &k.key, bits32)?;
+        Ok(COURIER_OK)
+    })
+}
+
 /// Write `length` bytes at `remote_addr`, then update the 8-byte signal word at
 /// `signal_addr` (`COURIER_SIGNAL_SET` or `COURIER_SIGNAL_ADD` `signal_value`), as one
 /// operation: whoever sees the signal change sees the data.
