@@ -280,8 +280,10 @@
 #define COURIER_CMP_LE 5
 
 /**
- * `courier_signal_wait_until`: sleep on the worker's event fd between checks instead of
- * spinning (needs `COURIER_FEATURE_WAKEUP`).
+ * `courier_signal_wait_until`: after a short spin, sleep on the worker's event fd (woken
+ * by any arriving frame; at most 1 ms at a time, since a word written directly wakes no fd)
+ * instead of spinning. Without `COURIER_FEATURE_WAKEUP`, or without a worker, it spins,
+ * yielding the CPU between checks.
  */
 #define COURIER_SIGNAL_WAIT_FLAG_SLEEP (1 << 0)
 

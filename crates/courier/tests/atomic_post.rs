@@ -1,8 +1,9 @@
-//! Posted (non-fetching) atomics between real processes.
+//! Posted (non-fetching) atomics and sleeping signal waits between real processes.
 //!
 //! The set-ups follow tests/rma_more.rs: this binary re-runs itself as a child with
 //! `COURIER_TEST_ROLE`. For posted atomics the parent owns the memory and children connect,
-//! unpack the keys passed in their environment and post.
+//! unpack the keys passed in their environment and post; for the sleeping waits a child is
+//! the target, prints its port and keys, and measures itself while the parent signals it.
 //!
 //! Paths: shared memory with allocated memory (mapped by the peer: CPU atomics), shared
 //! memory with registered memory (the owner's progress carries the atomics out, their frames
@@ -199,8 +200,7 @@ struct Kid {
     child: Child,
     role: String,
     stderr: Option<JoinHandle<String>>,
-    /// Lines the child prints (drained so that it never blocks on them).
-    _stdout: Receiver<String>,
+    stdout: Receiver<String>,
 }
 
 impl Kid {
@@ -237,7 +237,24 @@ impl Kid {
             child,
             role: role.into(),
             stderr: Some(stderr),
-            _stdout: rx,
+            stdout: rx,
+        }
+    }
+
+    /// The value of the first stdout line `NAME value`.
+    fn line(&self, name: &str) -> String {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.stdout.recv_timeout(left) {
+                // The test harness may have printed on the same line before.
+                Ok(l) => {
+                    if let Some((_, v)) = l.split_once(&format!("{name} ")) {
+                        return v.to_string();
+                    }
+                }
+                Err(_) => panic!("child {} printed no {name} line", self.role),
+            }
         }
     }
 
@@ -277,6 +294,24 @@ fn serve(w: &Worker, kids: &mut [Kid]) -> Vec<String> {
         assert!(Instant::now() < deadline, "children did not finish in time");
     }
     out.into_iter().map(|o| o.unwrap()).collect()
+}
+
+/// Progress `w` until `cond` holds; fails at once if the child exits meanwhile.
+fn progress_until(w: &Worker, kid: &mut Kid, what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + DEADLINE;
+    while !cond() {
+        w.progress();
+        if let Some(err) = kid.poll() {
+            if cond() {
+                return;
+            }
+            panic!(
+                "child {} exited while we waited for {what}; its stderr:\n{err}",
+                kid.role
+            );
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+    }
 }
 
 /// The parent as owner: a worker with a listener that accepts every child.
@@ -391,6 +426,7 @@ fn child_entry_main() {
     match role.as_str() {
         "poster" => child_poster(),
         "refused" => child_refused(),
+        "waiter" => child_waiter(),
         other => panic!("unknown role {other}"),
     }
     std::process::exit(0);
@@ -761,4 +797,208 @@ fn posted_atomics_on_a_local_region() {
     }
     ep.flush().unwrap();
     assert_eq!(r.word(0).load(Ordering::Acquire), (30 | 0x100) ^ 3);
+}
+
+// ----- sleeping signal waits ----------------------------------------------------------------
+
+/// How long the parent lets the waiter sleep before it signals.
+const WAIT_GAP: Duration = Duration::from_millis(500);
+/// Rounds signalled as soon as the waiter asks for the next one (a signal may come just
+/// as it arms its sleep).
+const QUICK_ROUNDS: u64 = 30;
+const ACK: u64 = 0xac;
+const EXIT: u64 = 0xe41;
+
+/// CPU time of this whole process.
+fn cpu_time() -> Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid timespec to fill.
+    assert_eq!(
+        unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) },
+        0
+    );
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
+fn send_u64(ep: &Endpoint, tag: u64, v: u64) {
+    ep.tag_send(&v.to_le_bytes(), tag).unwrap().wait().unwrap();
+}
+
+/// The target: waits, sleeping, for the parent's signals; measures its CPU time across the
+/// first (long) wait, and tells the parent (in per mille of the wall time) with its ack.
+fn child_waiter() {
+    let c = ctx(Net::from_env());
+    let w = Worker::new(&c, WorkerParams::default()).unwrap();
+    let eps: Arc<Mutex<Vec<Endpoint>>> = Arc::default();
+    let e2 = eps.clone();
+    let _l = Listener::new(&w, "127.0.0.1:0".parse().unwrap(), move |r: ConnRequest| {
+        if let Ok(ep) = r.accept(EndpointParams::default()) {
+            e2.lock().unwrap().push(ep);
+        }
+    })
+    .unwrap();
+    println!("PORT {}", _l.local_addr().port());
+    let s = Region::new(&c, Mem::Alloc, 64, access::ALL);
+    println!("KEYS {}", keys_hex(&[s.key()]));
+    let deadline = Instant::now() + DEADLINE;
+    while eps.lock().unwrap().is_empty() {
+        w.progress();
+        assert!(Instant::now() < deadline, "the parent did not connect");
+    }
+    let ep = eps.lock().unwrap()[0].clone();
+    send_u64(&ep, ACK, 0);
+    // The long wait, measured.
+    let (c0, w0) = (cpu_time(), Instant::now());
+    let v = s.mem.signal_wait_until(&w, 0, Cmp::Ge, 1, true).unwrap();
+    let (cpu, wall) = (cpu_time() - c0, w0.elapsed());
+    assert_eq!(v, 1);
+    eprintln!("sleeping wait: {cpu:?} of cpu in {wall:?}");
+    assert!(
+        wall >= WAIT_GAP / 2,
+        "woke after {wall:?}, before the parent signalled"
+    );
+    assert!(
+        cpu < wall / 5,
+        "a sleeping wait used {cpu:?} of cpu in {wall:?}: it spun"
+    );
+    send_u64(
+        &ep,
+        ACK,
+        (cpu.as_micros() * 1000 / wall.as_micros().max(1)) as u64,
+    );
+    // Quick rounds: each must be seen soon, whenever it lands.
+    for r in 2..=QUICK_ROUNDS + 1 {
+        let t = Instant::now();
+        let v = s.mem.signal_wait_until(&w, 0, Cmp::Ge, r, true).unwrap();
+        assert_eq!(v, r);
+        assert!(
+            t.elapsed() < Duration::from_secs(2),
+            "round {r}: woke after {:?}",
+            t.elapsed()
+        );
+        send_u64(&ep, ACK, r);
+    }
+    let mut b = [0u8; 8];
+    let r = w.tag_recv(&mut b, EXIT, u64::MAX).unwrap();
+    r.wait().unwrap();
+}
+
+/// Receive the 8-byte message with `tag`, failing if `kid` exits first.
+fn recv_u64(w: &Worker, kid: &mut Kid, tag: u64) -> u64 {
+    let mut b = [0u8; 8];
+    let mut r = w.tag_recv(&mut b, tag, u64::MAX).unwrap();
+    progress_until(w, kid, &format!("message {tag:#x}"), || r.is_done());
+    r.wait().unwrap();
+    u64::from_le_bytes(b)
+}
+
+fn sleeping_wait_cpu(net: Net) {
+    let mut kid = Kid::spawn("waiter", net, &[]);
+    let port: u16 = kid.line("PORT").parse().unwrap();
+    let keys = keys_unhex(&kid.line("KEYS"));
+    let c = ctx(net);
+    let w = Worker::new(&c, WorkerParams::default()).unwrap();
+    let ep = w
+        .connect_sockaddr(
+            ([127, 0, 0, 1], port).into(),
+            std::process::id() as u64,
+            EndpointParams::default(),
+        )
+        .unwrap();
+    progress_until(&w, &mut kid, "the connection", || {
+        ep.is_connected().unwrap()
+    });
+    let s = ep.rkey_unpack(&keys[0]).unwrap();
+    let (sb, _) = s.bounds();
+    let signal = |kid: &mut Kid, v: u64| {
+        // Data into the signal region's second half; the signal is its first word.
+        let mut r = ep
+            .put_signal(&[0x5a; 32], sb + 32, &s, sb, &s, v, SignalOp::Set)
+            .unwrap();
+        progress_until(&w, kid, "the put", || r.is_done());
+        r.wait().unwrap();
+    };
+    assert_eq!(recv_u64(&w, &mut kid, ACK), 0);
+    let t = Instant::now();
+    while t.elapsed() < WAIT_GAP {
+        w.progress();
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    signal(&mut kid, 1);
+    let permille = recv_u64(&w, &mut kid, ACK);
+    eprintln!(
+        "the waiter used {}.{}% of a CPU while it slept ({net:?})",
+        permille / 10,
+        permille % 10
+    );
+    for r in 2..=QUICK_ROUNDS + 1 {
+        signal(&mut kid, r);
+        assert_eq!(recv_u64(&w, &mut kid, ACK), r);
+    }
+    ep.flush().unwrap();
+    send_u64(&ep, EXIT, 0);
+    let err = serve(&w, std::slice::from_mut(&mut kid)).remove(0);
+    eprintln!("{}", err.trim());
+}
+
+#[test]
+fn sleeping_signal_wait_uses_little_cpu_tcp() {
+    sleeping_wait_cpu(Net::Tcp);
+}
+
+/// Over shared memory the signal lands directly in the mapped region, waking no fd: the
+/// waiter's bounded sleeps still see it soon, and cheaply.
+#[test]
+fn sleeping_signal_wait_uses_little_cpu_shm() {
+    sleeping_wait_cpu(Net::Shm);
+}
+
+/// Without the wakeup feature a sleeping wait cannot sleep on the worker's fd: it spins,
+/// yielding, instead of failing (as the C call does); a time limit still ends it.
+#[test]
+fn sleeping_signal_wait_without_wakeup_spins() {
+    let c = ctx_with(Net::Shm, false);
+    let w = Worker::new(&c, WorkerParams::default()).unwrap();
+    let r = Region::new(&c, Mem::Alloc, 64, access::ALL);
+    let p = r.mem.as_ptr() as usize;
+    let setter = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(30));
+        // SAFETY: the region outlives the thread (joined below); aligned word.
+        unsafe { AtomicU64::from_ptr(p as *mut u64) }.store(5, Ordering::Release);
+    });
+    assert_eq!(r.mem.signal_wait_until(&w, 0, Cmp::Eq, 5, true).unwrap(), 5);
+    setter.join().unwrap();
+    let e = r
+        .mem
+        .signal_wait_until_timeout(
+            Some(&w),
+            0,
+            Cmp::Gt,
+            5,
+            true,
+            Some(Duration::from_millis(20)),
+        )
+        .unwrap_err();
+    assert_eq!(e.status(), Status::Timeout, "{e}");
+    // With the feature, a time limit ends a sleeping wait too.
+    let c2 = ctx(Net::Shm);
+    let w2 = Worker::new(&c2, WorkerParams::default()).unwrap();
+    let r2 = Region::new(&c2, Mem::Alloc, 64, access::ALL);
+    let t = Instant::now();
+    let e = r2
+        .mem
+        .signal_wait_until_timeout(
+            Some(&w2),
+            0,
+            Cmp::Ne,
+            0,
+            true,
+            Some(Duration::from_millis(30)),
+        )
+        .unwrap_err();
+    assert_eq!(e.status(), Status::Timeout, "{e}");
+    assert!(t.elapsed() >= Duration::from_millis(30));
 }

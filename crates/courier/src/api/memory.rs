@@ -352,8 +352,15 @@ impl Memory {
     }
 
     /// Wait until the signal word at `offset` satisfies `cmp value`, progressing `worker`
-    /// meanwhile; returns the value that met the condition. With `sleep`, waits on the
-    /// worker's event fd between checks instead of spinning.
+    /// meanwhile; returns the value that met the condition.
+    ///
+    /// Without `sleep` it spins. With `sleep` it spins briefly, then sleeps on the worker's
+    /// event fd: a frame that arrives (a peer's put-with-signal through this worker, over tcp
+    /// or shared-memory frames) wakes it at once. A word written straight into the region
+    /// (a same-host peer's direct put-with-signal, another thread) wakes no fd, so each sleep
+    /// lasts at most a millisecond before the word is looked at again. A context without the
+    /// wakeup feature cannot sleep on the fd: then `sleep` spins, yielding the CPU between
+    /// checks.
     pub fn signal_wait_until(
         &self,
         worker: &Worker,
@@ -362,8 +369,29 @@ impl Memory {
         value: u64,
         sleep: bool,
     ) -> Result<u64> {
+        self.signal_wait_until_timeout(Some(worker), offset, cmp, value, sleep, None)
+    }
+
+    /// `signal_wait_until` with a time limit (`Timeout` when it passes; `None`: none) and
+    /// an optional worker (`None`: only watch the word, for a peer that writes it directly
+    /// or a worker that another thread progresses; `sleep` then yields the CPU between
+    /// checks).
+    pub fn signal_wait_until_timeout(
+        &self,
+        worker: Option<&Worker>,
+        offset: usize,
+        cmp: Cmp,
+        value: u64,
+        sleep: bool,
+        timeout: Option<Duration>,
+    ) -> Result<u64> {
         let w = self.word(offset)?;
-        let mut spins = 0u32;
+        let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
+        // Whom to sleep on: without the wakeup feature `arm` is refused, and the wait
+        // yields instead.
+        let sleeper = worker.filter(|wk| sleep && wk.context().features().wakeup);
+        let mut spin_since: Option<Instant> = None;
+        let mut idle = 0u32;
         loop {
             // Look at the word several times per progress call: a same-host peer writes
             // it directly, and an idle progress costs more than a load, so checking only
@@ -374,13 +402,51 @@ impl Memory {
                     return Ok(v);
                 }
             }
-            if worker.progress() == 0 {
-                spins += 1;
-                if sleep && spins > 1000 {
-                    worker.wait(Some(Duration::from_millis(1)))?;
-                    spins = 0;
-                }
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                return Err(Error::new(
+                    Status::Timeout,
+                    "signal word did not meet the condition in time",
+                ));
             }
+            if worker.is_some_and(|wk| wk.progress() > 0) {
+                continue;
+            }
+            idle = idle.wrapping_add(1);
+            if !sleep {
+                if worker.is_none() && idle.is_multiple_of(SIGNAL_YIELD_EVERY) {
+                    // Only watching: the writer may be a thread that needs this CPU.
+                    std::thread::yield_now();
+                } else {
+                    std::hint::spin_loop();
+                }
+                continue;
+            }
+            // A short spin first (once per wait, not after every sleep): a signal that
+            // comes soon is seen without a system call.
+            let now = Instant::now();
+            if now.duration_since(*spin_since.get_or_insert(now)) < SIGNAL_SPIN {
+                std::hint::spin_loop();
+                continue;
+            }
+            let Some(wk) = sleeper else {
+                std::thread::yield_now();
+                continue;
+            };
+            // Armed, the worker's fd wakes on any frame from now on, so a signal carried
+            // by a frame cannot slip in between the look below and the sleep. `false`:
+            // something is already waiting; progress handles it.
+            if !wk.arm()? {
+                continue;
+            }
+            let v = w.load(Ordering::Acquire);
+            if cmp.holds(v, value) {
+                return Ok(v);
+            }
+            let nap = match deadline {
+                Some(d) => SIGNAL_NAP.min(d.saturating_duration_since(Instant::now())),
+                None => SIGNAL_NAP,
+            };
+            wk.sleep_armed(Some(nap))?;
         }
     }
 }
@@ -393,6 +459,13 @@ impl Drop for Memory {
 
 /// Loads of a signal word between two progress calls in `signal_wait_until`.
 const SIGNAL_LOADS_PER_PROGRESS: usize = 16;
+/// How long a sleeping `signal_wait_until` spins before its first sleep.
+const SIGNAL_SPIN: Duration = Duration::from_micros(50);
+/// The longest sleep of a sleeping `signal_wait_until` before it looks at the word again
+/// (a word written directly wakes no fd).
+const SIGNAL_NAP: Duration = Duration::from_millis(1);
+/// A spinning wait without a worker yields the CPU once per this many idle rounds.
+const SIGNAL_YIELD_EVERY: u32 = 1024;
 
 enum Path {
     /// The region belongs to this very context.
