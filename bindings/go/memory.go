@@ -501,6 +501,36 @@ func (e *Endpoint) atomic(op AtomicOp, size int, value, compare, raddr uint64, k
 	})
 }
 
+// AtomicPost runs op (AtomicAdd, AtomicAnd, AtomicOr or AtomicXor) with value on the 64-bit
+// word at raddr (8-byte aligned) without fetching the old value: nothing comes back and no
+// Request is made. On a region mapped here it is done when AtomicPost returns; otherwise the
+// owner answers only if it refuses it, and the next Flush confirms it or reports the
+// refusal. AtomicSwap and AtomicCswap need a fetch: ErrInvalidParam (use Atomic).
+func (e *Endpoint) AtomicPost(op AtomicOp, value, raddr uint64, k *RemoteKey) error {
+	return e.atomicPost(op, 8, value, raddr, k)
+}
+
+// AtomicPost32 is AtomicPost on the 32-bit word at raddr (4-byte aligned).
+func (e *Endpoint) AtomicPost32(op AtomicOp, value uint32, raddr uint64, k *RemoteKey) error {
+	return e.atomicPost(op, 4, uint64(value), raddr, k)
+}
+
+func (e *Endpoint) atomicPost(op AtomicOp, size int, value, raddr uint64, k *RemoteKey) error {
+	if err := e.usable(); err != nil {
+		return err
+	}
+	if err := k.usable(); err != nil {
+		return err
+	}
+	_, err := call(func() C.courier_status_t {
+		return C.courier_ep_atomic_post(e.ptr, C.uint32_t(op), C.uint64_t(value), C.uint32_t(size),
+			C.uint64_t(raddr), k.ptr)
+	})
+	runtime.KeepAlive(e)
+	runtime.KeepAlive(k)
+	return err
+}
+
 // PutSignal writes data at raddr, then updates the 8-byte signal word at sigAddr (SignalSet
 // or SignalAdd sigValue), as one operation: whoever sees the signal sees the data.
 func (e *Endpoint) PutSignal(data []byte, raddr uint64, k *RemoteKey, sigAddr uint64, sigKey *RemoteKey,

@@ -3,6 +3,7 @@ package courier
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"testing"
 )
@@ -142,6 +143,33 @@ func testOneSided(t *testing.T, tls string) {
 	}
 	if _, err := ep.Atomic(AtomicAdd, 1, 0, base+3, rk, nil); !errors.Is(err, ErrInvalidParam) {
 		t.Fatalf("unaligned atomic: %v", err)
+	}
+	// posted atomics: nothing comes back; Flush confirms them (the owner's worker carries
+	// them out over tcp; over shared memory they are done at once)
+	for i := 0; i < 50; i++ {
+		if err := ep.AtomicPost(AtomicAdd, 3, base+size-48, rk); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, p := range []struct {
+		op AtomicOp
+		v  uint32
+	}{{AtomicOr, 0xf0f0f0f0}, {AtomicXor, 0xffff0000}, {AtomicAnd, 0xff0ff0ff}} {
+		if err := ep.AtomicPost32(p.op, p.v, base+size-40, rk); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := ep.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if v := binary.LittleEndian.Uint64(region[size-48:]); v != 150 {
+		t.Fatalf("posted adds: %d, want 150", v)
+	}
+	if v := binary.LittleEndian.Uint32(region[size-40:]); v != (0xf0f0f0f0^0xffff0000)&0xff0ff0ff {
+		t.Fatalf("posted or, xor, and: %#x", v)
+	}
+	if err := ep.AtomicPost(AtomicSwap, 1, base+size-48, rk); !errors.Is(err, ErrInvalidParam) {
+		t.Fatalf("posted swap: %v", err)
 	}
 	// Refused at once, on completion, or (puts the target carries out complete locally,
 	// like OpenSHMEM's) by the next flush.

@@ -1,9 +1,9 @@
 /* One-sided communication between two processes. The parent (owner) allocates a region and
  * a semaphore, and sends their remote keys to the child over a stream. The child puts a
- * block, gets it back, runs fetching atomics (64- and 32-bit), checks that an access outside
- * the region fails, puts a second block with a signal (COURIER_SIGNAL_ADD) and posts the
- * semaphore with a remote atomic add. The parent waits on the signal word and the
- * semaphore, then checks every byte it was sent. */
+ * block, gets it back, runs fetching atomics and posted (non-fetching) ones (64- and
+ * 32-bit), checks that an access outside the region fails, puts a second block with a signal
+ * (COURIER_SIGNAL_ADD) and posts the semaphore with a remote atomic add. The parent waits on
+ * the signal word and the semaphore, then checks every byte it was sent. */
 #include "common.h"
 
 #include <stdint.h>
@@ -14,6 +14,9 @@
 #define OFF_SIGPUT (256u * 1024u) /* put-with-signal block */
 #define OFF_ATOMIC64 (REGION - 64u)
 #define OFF_ATOMIC32 (REGION - 56u)
+#define OFF_POST64 (REGION - 48u) /* posted atomics */
+#define OFF_POST32 (REGION - 40u)
+#define POSTS 100u
 #define OFF_SIGNAL (REGION - 8u)
 
 struct keys_header {
@@ -108,6 +111,10 @@ static int owner(int port_fd, pid_t child)
     memcpy(&a32, region + OFF_ATOMIC32, 4);
     EXPECT(a64 == 12);
     EXPECT(a32 == 0xabcd);
+    memcpy(&a64, region + OFF_POST64, 8);
+    memcpy(&a32, region + OFF_POST32, 4);
+    EXPECT(a64 == ((3u * POSTS) | 0x10000u));
+    EXPECT(a32 == ((0xf0f0f0f0u ^ 0xffff0000u) & 0xff0ff0ffu));
 
     /* The child posts the semaphore with a remote atomic add after the signal. */
     CHECK(courier_sem_wait(sem, w, 1));
@@ -208,6 +215,22 @@ static int user(int port_fd)
     EXPECT(fetch_op(ep, COURIER_ATOMIC_OP_CSWAP, 0xabcd, 0, 4, h.base + OFF_ATOMIC32, rk) == 0);
     EXPECT(fetch_op(ep, COURIER_ATOMIC_OP_CSWAP, 0x1111, 0, 4, h.base + OFF_ATOMIC32, rk) ==
            0xabcd); /* compare fails: unchanged */
+
+    /* posted atomics: nothing comes back; the flush confirms them (or reports a refusal) */
+    const uint64_t p64 = h.base + OFF_POST64, p32 = h.base + OFF_POST32;
+    for (unsigned i = 0; i < POSTS; i++)
+        CHECK(courier_ep_atomic_post(ep, COURIER_ATOMIC_OP_ADD, 3, 8, p64, rk));
+    CHECK(courier_ep_atomic_post(ep, COURIER_ATOMIC_OP_OR, 0x10000, 8, p64, rk));
+    CHECK(courier_ep_atomic_post(ep, COURIER_ATOMIC_OP_OR, 0xf0f0f0f0, 4, p32, rk));
+    CHECK(courier_ep_atomic_post(ep, COURIER_ATOMIC_OP_XOR, 0xffff0000, 4, p32, rk));
+    CHECK(courier_ep_atomic_post(ep, COURIER_ATOMIC_OP_AND, 0xff0ff0ff, 4, p32, rk));
+    CHECK(courier_ep_flush(ep));
+    EXPECT(fetch_op(ep, COURIER_ATOMIC_OP_ADD, 0, 0, 8, p64, rk) == ((3u * POSTS) | 0x10000u));
+    /* a swap fetches by nature; outside the key's region is refused before anything is sent */
+    EXPECT(courier_ep_atomic_post(ep, COURIER_ATOMIC_OP_SWAP, 1, 8, p64, rk) ==
+           COURIER_ERR_INVALID_PARAM);
+    EXPECT(courier_ep_atomic_post(ep, COURIER_ATOMIC_OP_ADD, 1, 8, h.base + REGION, rk) ==
+           COURIER_ERR_OUT_OF_RANGE);
 
     /* outside the region: refused at once (the region is mapped here), or, for a put the
      * target carries out, by the next flush (puts complete locally, like OpenSHMEM's) */

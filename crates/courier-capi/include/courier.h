@@ -280,8 +280,10 @@
 #define COURIER_CMP_LE 5
 
 /**
- * `courier_signal_wait_until`: sleep on the worker's event fd between checks instead of
- * spinning (needs `COURIER_FEATURE_WAKEUP`).
+ * `courier_signal_wait_until`: after a short spin, sleep on the worker's event fd (woken
+ * by any arriving frame; at most 1 ms at a time, since a word written directly wakes no fd)
+ * instead of spinning. Without `COURIER_FEATURE_WAKEUP`, or without a worker, it spins,
+ * yielding the CPU between checks.
  */
 #define COURIER_SIGNAL_WAIT_FLAG_SLEEP (1 << 0)
 
@@ -1130,6 +1132,21 @@ courier_status_t courier_ep_atomic(const courier_ep_t *ep,
                                    const courier_rkey_t *rkey,
                                    const courier_op_params_t *params,
                                    courier_request_t **req_out);
+
+/**
+ * A posted (non-fetching) atomic: `op` (`COURIER_ATOMIC_OP_ADD`, `_AND`, `_OR` or `_XOR`)
+ * with `value` on the `size`-byte word (4 or 8, aligned) at `remote_addr`; no old value, no
+ * request. On a region mapped here it is done when this returns; otherwise the owner answers
+ * only if it refuses it, and `courier_ep_flush` confirms it or reports the refusal.
+ * `COURIER_ATOMIC_OP_SWAP` and `_CSWAP` fetch by nature: `COURIER_ERR_INVALID_PARAM` (use
+ * `courier_ep_atomic`). What the key itself shows to be wrong is refused at once.
+ */
+courier_status_t courier_ep_atomic_post(const courier_ep_t *ep,
+                                        uint32_t op,
+                                        uint64_t value,
+                                        uint32_t size,
+                                        uint64_t remote_addr,
+                                        const courier_rkey_t *rkey);
 
 /**
  * Write `length` bytes at `remote_addr`, then update the 8-byte signal word at

@@ -880,6 +880,48 @@ fn one_sided_on_a_local_region() {
             courier_ep_atomic(s.ep, 77, 1, 0, 8, base + 1024, rk, &op, &mut req),
             COURIER_ERR_INVALID_PARAM
         );
+        // Posted atomics: done at once on a region mapped here; the fetch sees them.
+        for (o, v) in [
+            (COURIER_ATOMIC_OP_ADD, 10u64),
+            (COURIER_ATOMIC_OP_OR, 0x100),
+        ] {
+            assert_eq!(
+                courier_ep_atomic_post(s.ep, o, v, 8, base + 1024, rk),
+                COURIER_OK
+            );
+        }
+        for (o, size, addr) in [
+            (COURIER_ATOMIC_OP_SWAP, 8, base + 1024),
+            (COURIER_ATOMIC_OP_CSWAP, 4, base + 1024),
+            (77, 8, base + 1024),
+            (COURIER_ATOMIC_OP_ADD, 2, base + 1024),
+            (COURIER_ATOMIC_OP_ADD, 8, base + 1028),
+        ] {
+            assert_eq!(
+                courier_ep_atomic_post(s.ep, o, 1, size, addr, rk),
+                COURIER_ERR_INVALID_PARAM,
+                "op {o} size {size} at +{}",
+                addr - base
+            );
+        }
+        assert_eq!(
+            courier_ep_atomic_post(s.ep, COURIER_ATOMIC_OP_ADD, 1, 8, base + 4096, rk),
+            COURIER_ERR_OUT_OF_RANGE
+        );
+        let st = courier_ep_atomic(
+            s.ep,
+            COURIER_ATOMIC_OP_ADD,
+            0,
+            0,
+            8,
+            base + 1024,
+            rk,
+            &op,
+            &mut req,
+        );
+        assert_eq!(settle(st, req, &mut info), COURIER_OK);
+        assert_eq!(info.value, (3 + 4 + 10) | 0x100);
+        assert_eq!(courier_ep_flush(s.ep), COURIER_OK);
         assert_eq!(
             courier_ep_atomic(
                 s.ep,
@@ -955,5 +997,52 @@ fn one_sided_on_a_local_region() {
         );
         courier_buffer_free(kb);
         courier_sem_destroy(sem);
+    }
+}
+
+/// With `COURIER_SIGNAL_WAIT_FLAG_SLEEP` on a context without the wakeup feature the wait
+/// spins (yielding) instead of failing, as the Rust call does.
+#[test]
+fn sleeping_signal_wait_without_wakeup_spins() {
+    unsafe {
+        let (mut p, _cfg) = tls(c"all");
+        p.field_mask |= COURIER_CONTEXT_FIELD_FEATURES;
+        p.features = COURIER_FEATURE_TAG | COURIER_FEATURE_RMA | COURIER_FEATURE_AMO;
+        let mut ctx = null_mut();
+        assert_eq!(courier_context_create(&p, &mut ctx), COURIER_OK);
+        let mut w = null_mut();
+        assert_eq!(courier_worker_create(ctx, null(), &mut w), COURIER_OK);
+        let mp = courier_mem_map_params_t {
+            field_mask: COURIER_MEM_MAP_FIELD_LENGTH | COURIER_MEM_MAP_FIELD_FLAGS,
+            address: null_mut(),
+            length: 4096,
+            flags: COURIER_MEM_MAP_FLAG_ALLOCATE,
+            memory_type: COURIER_MEMORY_TYPE_HOST,
+            access: 0,
+        };
+        let mut mem = null_mut();
+        assert_eq!(courier_mem_map(ctx, &mp, &mut mem), COURIER_OK);
+        let mut attr = std::mem::zeroed::<courier_mem_attr_t>();
+        assert_eq!(courier_mem_query(mem, &mut attr), COURIER_OK);
+        let word = attr.address as usize + 64;
+        let setter = std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            AtomicU64::from_ptr(word as *mut u64).store(7, Ordering::Release);
+        });
+        let sleep = COURIER_SIGNAL_WAIT_FLAG_SLEEP;
+        let mut v = 0u64;
+        assert_eq!(
+            courier_signal_wait_until(mem, w, 64, COURIER_CMP_GE, 7, sleep, 10_000, &mut v),
+            COURIER_OK
+        );
+        assert_eq!(v, 7);
+        setter.join().unwrap();
+        assert_eq!(
+            courier_signal_wait_until(mem, w, 64, COURIER_CMP_EQ, 8, sleep, 20, &mut v),
+            COURIER_ERR_TIMEOUT
+        );
+        courier_mem_unmap(mem);
+        courier_worker_destroy(w);
+        courier_context_destroy(ctx);
     }
 }

@@ -9,7 +9,7 @@
 //! progresses, so the owner must keep progressing.
 
 use std::ffi::{c_char, c_void};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use courier_core::{
     AtomicOp, Buf, Cmp, MemMapParams, Memory, MemoryType, RemoteKey, Semaphore, SignalOp, Status,
@@ -437,6 +437,35 @@ pub unsafe extern "C" fn courier_ep_atomic(
     })
 }
 
+/// A posted (non-fetching) atomic: `op` (`COURIER_ATOMIC_OP_ADD`, `_AND`, `_OR` or `_XOR`)
+/// with `value` on the `size`-byte word (4 or 8, aligned) at `remote_addr`; no old value, no
+/// request. On a region mapped here it is done when this returns; otherwise the owner answers
+/// only if it refuses it, and `courier_ep_flush` confirms it or reports the refusal.
+/// `COURIER_ATOMIC_OP_SWAP` and `_CSWAP` fetch by nature: `COURIER_ERR_INVALID_PARAM` (use
+/// `courier_ep_atomic`). What the key itself shows to be wrong is refused at once.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn courier_ep_atomic_post(
+    ep: *const courier_ep_t,
+    op: u32,
+    value: u64,
+    size: u32,
+    remote_addr: u64,
+    rkey: *const courier_rkey_t,
+) -> courier_status_t {
+    boundary(|| {
+        let e = unsafe { arg(ep, "ep") }?;
+        let k = unsafe { arg(rkey, "rkey") }?;
+        let op = atomic_op(op)?;
+        let bits32 = match size {
+            4 => true,
+            8 => false,
+            _ => return Err(invalid(&format!("atomic size {size} (expected 4 or 8)"))),
+        };
+        e.ep.atomic_post(op, value, remote_addr, &k.key, bits32)?;
+        Ok(COURIER_OK)
+    })
+}
+
 /// Write `length` bytes at `remote_addr`, then update the 8-byte signal word at
 /// `signal_addr` (`COURIER_SIGNAL_SET` or `COURIER_SIGNAL_ADD` `signal_value`), as one
 /// operation: whoever sees the signal change sees the data.
@@ -502,18 +531,20 @@ pub const COURIER_CMP_LT: u32 = 4;
 /// `<=`
 pub const COURIER_CMP_LE: u32 = 5;
 
-/// `courier_signal_wait_until`: sleep on the worker's event fd between checks instead of
-/// spinning (needs `COURIER_FEATURE_WAKEUP`).
+/// `courier_signal_wait_until`: after a short spin, sleep on the worker's event fd (woken
+/// by any arriving frame; at most 1 ms at a time, since a word written directly wakes no fd)
+/// instead of spinning. Without `COURIER_FEATURE_WAKEUP`, or without a worker, it spins,
+/// yielding the CPU between checks.
 pub const COURIER_SIGNAL_WAIT_FLAG_SLEEP: u32 = 1 << 0;
 
-fn cmp_holds(cmp: u32, a: u64, b: u64) -> Result<bool, courier_core::Error> {
+fn cmp_of(cmp: u32) -> Result<Cmp, courier_core::Error> {
     Ok(match cmp {
-        COURIER_CMP_EQ => a == b,
-        COURIER_CMP_NE => a != b,
-        COURIER_CMP_GT => a > b,
-        COURIER_CMP_GE => a >= b,
-        COURIER_CMP_LT => a < b,
-        COURIER_CMP_LE => a <= b,
+        COURIER_CMP_EQ => Cmp::Eq,
+        COURIER_CMP_NE => Cmp::Ne,
+        COURIER_CMP_GT => Cmp::Gt,
+        COURIER_CMP_GE => Cmp::Ge,
+        COURIER_CMP_LT => Cmp::Lt,
+        COURIER_CMP_LE => Cmp::Le,
         _ => return Err(invalid(&format!("unknown comparison {cmp}"))),
     })
 }
@@ -558,53 +589,21 @@ pub unsafe extern "C" fn courier_signal_wait_until(
     boundary(|| {
         let m = unsafe { arg(mem, "mem") }?;
         let w = unsafe { worker.as_ref() };
-        cmp_holds(cmp, 0, 0)?;
+        let cmp = cmp_of(cmp)?;
         if w.is_some() && in_callback() {
             return Err(invalid(
                 "courier_signal_wait_until inside a callback cannot progress the worker",
             ));
         }
         let sleep = flags & COURIER_SIGNAL_WAIT_FLAG_SLEEP != 0;
-        let deadline =
-            (timeout_ms >= 0).then(|| Instant::now() + Duration::from_millis(timeout_ms as u64));
-        let mut idle = 0u32;
-        loop {
-            let v = m.mem.signal_fetch(offset)?;
-            if cmp_holds(cmp, v, value)? {
-                if !value_out.is_null() {
-                    unsafe { *value_out = v };
-                }
-                return Ok(COURIER_OK);
-            }
-            if deadline.is_some_and(|d| Instant::now() > d) {
-                return Err(courier_core::Error::new(
-                    Status::Timeout,
-                    "signal word did not meet the condition in time",
-                ));
-            }
-            let busy = match w {
-                Some(w) => w.w.progress() > 0,
-                None => false,
-            };
-            if busy {
-                idle = 0;
-                continue;
-            }
-            idle += 1;
-            if idle > 1000 {
-                idle = 0;
-                match w {
-                    Some(w) if sleep => match w.w.wait(Some(Duration::from_millis(1))) {
-                        Ok(()) => {}
-                        Err(e) if e.status() == Status::Unsupported => std::thread::yield_now(),
-                        Err(e) => return Err(e),
-                    },
-                    _ => std::thread::yield_now(),
-                }
-            } else {
-                std::hint::spin_loop();
-            }
+        let timeout = (timeout_ms >= 0).then(|| Duration::from_millis(timeout_ms as u64));
+        let v =
+            m.mem
+                .signal_wait_until_timeout(w.map(|w| &w.w), offset, cmp, value, sleep, timeout)?;
+        if !value_out.is_null() {
+            unsafe { *value_out = v };
         }
+        Ok(COURIER_OK)
     })
 }
 

@@ -29,7 +29,7 @@ pub enum TestKind {
     PutBw,
     /// Gets from the server's memory.
     Get,
-    /// Posted atomic add.
+    /// Posted (non-fetching) atomic adds streamed with a window, flushed at the end.
     Add,
     /// Fetch-and-add.
     Fadd,
@@ -177,6 +177,7 @@ impl TestKind {
             | TestKind::TagSyncBw
             | TestKind::AmBw
             | TestKind::PutBw
+            | TestKind::Add
             | TestKind::PutSignalBw => 32,
             TestKind::TagBibw => 64,
             _ => 1,

@@ -375,7 +375,7 @@ fn settle(link: &Link, slot: &mut Option<Request<'_>>) -> CliResult<u64> {
 /// `j` moves the word from `j` to `j + 1` (add 1, swap in `j + 1`, compare `j` swap `j + 1`).
 #[inline]
 fn expect_old(link: &Link, p: &Params, j: u64, got: u64) -> CliResult<()> {
-    if p.check && p.test != TestKind::Add && got != mask(p.msg_size(), j) {
+    if p.check && got != mask(p.msg_size(), j) {
         return Err(CliError::run(format!(
             "data check failed: {} operation {j} on {}'s word returned {got}, expected {}",
             p.test.name(),
@@ -526,10 +526,38 @@ fn client_loops(link: &Link, p: &Params, meter: &mut Meter<'_>, side: &Side) -> 
                 settle(link, s)?;
             }
         }
-        TestKind::Add | TestKind::Fadd | TestKind::Swap | TestKind::Cswap => {
+        TestKind::Add => {
+            // Posted adds streamed without waiting for any: one progress call per window
+            // (queued frames leave, refusals come in), a flush at the end. Then every add
+            // has been carried out, and `--check` reads the word back.
+            let bits32 = size == 4;
+            timed(meter, p, |i| {
+                link.check(ep.atomic_post(AtomicOp::Add, 1, r_sig, rk, bits32))?;
+                if (i + 1).is_multiple_of(w as u64) {
+                    link.worker.progress();
+                }
+                Ok(())
+            })?;
+            link.check(ep.flush())?;
+            if p.check {
+                let mut word = [0u8; 8];
+                let mut r = link.check(ep.get(&mut word[..size], r_sig, rk))?;
+                link.wait(&mut r)?;
+                drop(r);
+                let (got, want) = (u64::from_le_bytes(word), mask(size, p.total()));
+                if got != want {
+                    return Err(CliError::run(format!(
+                        "data check failed: {}'s word is {got} after {} posted adds of 1, expected {want}",
+                        link.peer,
+                        p.total()
+                    )));
+                }
+            }
+        }
+        TestKind::Fadd | TestKind::Swap | TestKind::Cswap => {
             let bits32 = size == 4;
             let op = match p.test {
-                TestKind::Add | TestKind::Fadd => AtomicOp::Add,
+                TestKind::Fadd => AtomicOp::Add,
                 TestKind::Swap => AtomicOp::Swap,
                 _ => AtomicOp::Cswap,
             };

@@ -354,8 +354,15 @@ impl Memory {
     }
 
     /// Wait until the signal word at `offset` satisfies `cmp value`, progressing `worker`
-    /// meanwhile; returns the value that met the condition. With `sleep`, waits on the
-    /// worker's event fd between checks instead of spinning.
+    /// meanwhile; returns the value that met the condition.
+    ///
+    /// Without `sleep` it spins. With `sleep` it spins briefly, then sleeps on the worker's
+    /// event fd: a frame that arrives (a peer's put-with-signal through this worker, over tcp
+    /// or shared-memory frames) wakes it at once. A word written straight into the region
+    /// (a same-host peer's direct put-with-signal, another thread) wakes no fd, so each sleep
+    /// lasts at most a millisecond before the word is looked at again. A context without the
+    /// wakeup feature cannot sleep on the fd: then `sleep` spins, yielding the CPU between
+    /// checks.
     pub fn signal_wait_until(
         &self,
         worker: &Worker,
@@ -364,8 +371,29 @@ impl Memory {
         value: u64,
         sleep: bool,
     ) -> Result<u64> {
+        self.signal_wait_until_timeout(Some(worker), offset, cmp, value, sleep, None)
+    }
+
+    /// `signal_wait_until` with a time limit (`Timeout` when it passes; `None`: none) and
+    /// an optional worker (`None`: only watch the word, for a peer that writes it directly
+    /// or a worker that another thread progresses; `sleep` then yields the CPU between
+    /// checks).
+    pub fn signal_wait_until_timeout(
+        &self,
+        worker: Option<&Worker>,
+        offset: usize,
+        cmp: Cmp,
+        value: u64,
+        sleep: bool,
+        timeout: Option<Duration>,
+    ) -> Result<u64> {
         let w = self.word(offset)?;
-        let mut spins = 0u32;
+        let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
+        // Whom to sleep on: without the wakeup feature `arm` is refused, and the wait
+        // yields instead.
+        let sleeper = worker.filter(|wk| sleep && wk.context().features().wakeup);
+        let mut spin_since: Option<Instant> = None;
+        let mut idle = 0u32;
         loop {
             // Look at the word several times per progress call: a same-host peer writes
             // it directly, and an idle progress costs more than a load, so checking only
@@ -376,13 +404,51 @@ impl Memory {
                     return Ok(v);
                 }
             }
-            if worker.progress() == 0 {
-                spins += 1;
-                if sleep && spins > 1000 {
-                    worker.wait(Some(Duration::from_millis(1)))?;
-                    spins = 0;
-                }
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                return Err(Error::new(
+                    Status::Timeout,
+                    "signal word did not meet the condition in time",
+                ));
             }
+            if worker.is_some_and(|wk| wk.progress() > 0) {
+                continue;
+            }
+            idle = idle.wrapping_add(1);
+            if !sleep {
+                if worker.is_none() && idle.is_multiple_of(SIGNAL_YIELD_EVERY) {
+                    // Only watching: the writer may be a thread that needs this CPU.
+                    std::thread::yield_now();
+                } else {
+                    std::hint::spin_loop();
+                }
+                continue;
+            }
+            // A short spin first (once per wait, not after every sleep): a signal that
+            // comes soon is seen without a system call.
+            let now = Instant::now();
+            if now.duration_since(*spin_since.get_or_insert(now)) < SIGNAL_SPIN {
+                std::hint::spin_loop();
+                continue;
+            }
+            let Some(wk) = sleeper else {
+                std::thread::yield_now();
+                continue;
+            };
+            // Armed, the worker's fd wakes on any frame from now on, so a signal carried
+            // by a frame cannot slip in between the look below and the sleep. `false`:
+            // something is already waiting; progress handles it.
+            if !wk.arm()? {
+                continue;
+            }
+            let v = w.load(Ordering::Acquire);
+            if cmp.holds(v, value) {
+                return Ok(v);
+            }
+            let nap = match deadline {
+                Some(d) => SIGNAL_NAP.min(d.saturating_duration_since(Instant::now())),
+                None => SIGNAL_NAP,
+            };
+            wk.sleep_armed(Some(nap))?;
         }
     }
 }
@@ -395,6 +461,13 @@ impl Drop for Memory {
 
 /// Loads of a signal word between two progress calls in `signal_wait_until`.
 const SIGNAL_LOADS_PER_PROGRESS: usize = 16;
+/// How long a sleeping `signal_wait_until` spins before its first sleep.
+const SIGNAL_SPIN: Duration = Duration::from_micros(50);
+/// The longest sleep of a sleeping `signal_wait_until` before it looks at the word again
+/// (a word written directly wakes no fd).
+const SIGNAL_NAP: Duration = Duration::from_millis(1);
+/// A spinning wait without a worker yields the CPU once per this many idle rounds.
+const SIGNAL_YIELD_EVERY: u32 = 1024;
 
 enum Path {
     /// The region belongs to this very context.
@@ -975,15 +1048,8 @@ impl Endpoint {
         bits32: bool,
         cb: Callback,
     ) -> Result<Started> {
-        self.check_key(key)?;
-        let width = if bits32 { 4 } else { 8 };
-        if !raddr.is_multiple_of(width) {
-            return Err(Error::msg(
-                Status::InvalidParam,
-                format!("atomic address {raddr:#x} is not {width}-byte aligned"),
-            ));
-        }
-        match key.resolve(raddr, width, access::ATOMIC)? {
+        let (width, place) = self.atomic_target(raddr, key, bits32)?;
+        match place {
             // SAFETY: checked in range and aligned (and host memory: `resolve` refuses
             // atomics on device memory); shared memory is touched only atomically.
             Some(p) => Ok(Started::Done(Info {
@@ -995,6 +1061,65 @@ impl Endpoint {
                 st.rma_atomic(e, op, bits32, value, compare, rref(key, raddr), cb)
             }),
         }
+    }
+
+    /// A posted (non-fetching) atomic: `op` with `value` on the 64-bit (or, with `bits32`,
+    /// 32-bit) word at `raddr`, returning nothing (`ucp_atomic_post`, OpenSHMEM's
+    /// `shmem_atomic_add` and kin). `op` is `Add`, `And`, `Or` or `Xor`; `Swap` and `Cswap`
+    /// exist for their old value, so they are refused (`InvalidParam`): use `atomic`.
+    ///
+    /// On a region mapped here it is carried out before this returns. Otherwise it goes to
+    /// the owner, which answers only if it refuses it: `flush` waits until the owner has
+    /// carried it out and reports a refusal (`fence` orders it like a put). What the key
+    /// itself shows to be wrong (alignment, range, rights) is refused at once, before
+    /// anything is sent.
+    pub fn atomic_post(
+        &self,
+        op: AtomicOp,
+        value: u64,
+        raddr: u64,
+        key: &RemoteKey,
+        bits32: bool,
+    ) -> Result<()> {
+        if matches!(op, AtomicOp::Swap | AtomicOp::Cswap) {
+            return Err(Error::msg(
+                Status::InvalidParam,
+                format!(
+                    "a posted atomic cannot be {op:?}: it returns no old value (use a fetching atomic)"
+                ),
+            ));
+        }
+        match self.atomic_target(raddr, key, bits32)? {
+            (_, Some(p)) => {
+                // SAFETY: as in `atomic_raw`.
+                unsafe { do_atomic(p.ptr, op, bits32, value, 0) };
+                Ok(())
+            }
+            (_, None) => {
+                self.with_state(|st, e| st.rma_atomic_post(e, op, bits32, value, rref(key, raddr)))
+            }
+        }
+    }
+
+    /// The checks every atomic passes before it is carried out or sent: the key is this
+    /// endpoint's, the word aligned, and within what the key (and, where this process can
+    /// read it, the owner's record) grants for atomics. The word's width, and where it is
+    /// when mapped here.
+    fn atomic_target(
+        &self,
+        raddr: u64,
+        key: &RemoteKey,
+        bits32: bool,
+    ) -> Result<(u64, Option<Place>)> {
+        self.check_key(key)?;
+        let width = if bits32 { 4 } else { 8 };
+        if !raddr.is_multiple_of(width) {
+            return Err(Error::msg(
+                Status::InvalidParam,
+                format!("atomic address {raddr:#x} is not {width}-byte aligned"),
+            ));
+        }
+        Ok((width, key.resolve(raddr, width, access::ATOMIC)?))
     }
 
     /// Write `data` at `raddr` and then update the signal word at `sig_addr` (`Set` or

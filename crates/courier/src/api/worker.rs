@@ -489,21 +489,33 @@ impl Worker {
         if !self.arm()? {
             return Ok(());
         }
-        let fd = self
-            .lock()?
-            .epoll_as_fd()
-            .try_clone_to_owned()
-            .map_err(|e| Error::io("dup", e))?;
+        self.sleep_armed(timeout)
+    }
+
+    /// The sleep of `wait`, after `arm` returned true.
+    pub(crate) fn sleep_armed(&self, timeout: Option<Duration>) -> Result<()> {
+        // SAFETY: the epoll fd is owned by the worker's state, which `self` keeps alive
+        // (as `signal` does with the event fd); it is never replaced.
+        let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(self.inner.epoll_raw) };
         let ts = timeout.map(|t| rustix::time::Timespec {
-            tv_sec: t.as_secs() as i64,
+            tv_sec: t.as_secs().min(i64::MAX as u64) as i64,
             tv_nsec: t.subsec_nanos() as i64,
         });
         let mut ev = [epoll::Event {
             flags: epoll::EventFlags::empty(),
             data: epoll::EventData::new_u64(0),
         }; 1];
-        match epoll::wait(&fd, &mut ev, ts.as_ref()) {
-            Ok(_) | Err(rustix::io::Errno::INTR) => Ok(()),
+        match epoll::wait(fd, &mut ev, ts.as_ref()) {
+            Ok(0) | Err(rustix::io::Errno::INTR) => Ok(()),
+            Ok(_) => {
+                // Whatever woke us (a wakeup byte, the event fd) stays readable until
+                // progress reads epoll, which it does only now and then: the next call
+                // does, or the next sleep would end at once too.
+                if let Ok(mut g) = self.lock() {
+                    g.epoll_next();
+                }
+                Ok(())
+            }
             Err(e) => Err(Error::io("epoll_wait", e)),
         }
     }

@@ -272,6 +272,12 @@ impl State {
         self.deferred.push(Deferred::Req(cb, result, info));
     }
 
+    /// Make the next progress call read epoll (it does every `EPOLL_EVERY` calls, a
+    /// multiple of `fdpoll::DIRECT_EPOLL_EVERY`): after a sleep ended by an event.
+    pub(crate) fn epoll_next(&mut self) {
+        self.progress_calls |= EPOLL_EVERY - 1;
+    }
+
     /// Whether a progress call (already counted in `progress_calls`) has nothing to do: no
     /// fd link to poll, no connection being set up, not epoll's turn, no failure or
     /// callback to deliver, no copy with pieces to make, and no active link with a frame

@@ -24,7 +24,7 @@ use super::recv::PollOne;
 use super::state::ReqKind;
 use crate::base::Error;
 use crate::transport::PlaceGuard;
-use crate::wire::frame::Frame;
+use crate::wire::frame::{Frame, Kind};
 use crate::wire::rkey::access;
 
 /// What to do with a large frame whose head arrived.
@@ -188,7 +188,7 @@ impl State {
                             format!("{} (while the put's data was arriving)", err.detail()),
                         )
                     });
-                self.ack(e, req, res);
+                self.ack(e, req, Kind::Put, res);
             }
             _ => {}
         }

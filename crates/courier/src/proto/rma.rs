@@ -4,10 +4,12 @@
 //! same-host peer whose memory the kernel will not let us map). Every operation names a
 //! region, its secret and an address; the target checks them against its registry and
 //! answers with `RmaAck` (or `GetResp`), whose status names why a refused operation was
-//! refused. Operations on one endpoint are carried out in the order they were sent, so a
-//! put-with-signal's signal is seen only after its data. A put whose data takes more than
-//! one frame starts with a `PutBegin` frame naming the whole operation: the target checks
-//! it all there, so a refused operation writes none of its frames.
+//! refused. Puts and posted (non-fetching) atomics are unacknowledged: the target answers
+//! them only when it refuses them, and a flush confirms the rest. Operations on one
+//! endpoint are carried out in the order they were sent, so a put-with-signal's signal is
+//! seen only after its data. A put whose data takes more than one frame starts with a
+//! `PutBegin` frame naming the whole operation: the target checks it all there, so a
+//! refused operation writes none of its frames.
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering, fence};
 
@@ -162,6 +164,17 @@ fn refused(status: i32) -> Error {
         st,
         format!("the target refused the operation: {}", st.as_str()),
     )
+}
+
+/// What an unacknowledged operation refused by the target was, from the kind its refusal
+/// names.
+fn unacked_name(kind: u64) -> &'static str {
+    match kind {
+        k if k == Kind::Atomic as u64 => "posted atomic",
+        k if k == Kind::PutSignal as u64 => "put with signal",
+        k if k == Kind::Put as u64 => "put",
+        _ => "put or posted atomic",
+    }
 }
 
 fn hdr(kind: Kind, t: &RemoteRef, req: u64) -> Header {
@@ -405,6 +418,30 @@ impl State {
         Ok(Started::Pending(id))
     }
 
+    /// A posted atomic at `target`: sent with request id 0, so the target answers only if
+    /// it refuses it (reported by the next flush, which also confirms it was carried out).
+    /// Nothing waits for it: queued behind back-pressure, it leaves with the queue.
+    pub(crate) fn rma_atomic_post(
+        &mut self,
+        e: u32,
+        op: AtomicOp,
+        bits32: bool,
+        operand: u64,
+        target: RemoteRef,
+    ) -> Result<()> {
+        self.ep_limits(e)?;
+        let h = hdr(Kind::Atomic, &target, 0)
+            .aux16(op as u16)
+            .flags(bits32 as u8)
+            .word(5, operand);
+        self.send_frame(e, &h, &[], &Buf::EMPTY, None)?;
+        if let Some(ep) = self.ep(e) {
+            ep.rma_unacked = true;
+            ep.rma_via_owner = true;
+        }
+        Ok(())
+    }
+
     /// Put `data` at `target` and then update `signal`, in one message when it fits.
     /// Large puts are split; the signal rides on the last fragment, so it rises once, after
     /// all the data (the link delivers and the target executes in order).
@@ -497,7 +534,7 @@ impl State {
         Ok(Some(id))
     }
 
-    /// The first refusal of an unacknowledged put since the last flush.
+    /// The first refusal of an unacknowledged put or posted atomic since the last flush.
     pub(crate) fn rma_take_error(&mut self, e: u32) -> Option<Error> {
         self.ep(e).and_then(|ep| ep.rma_error.take())
     }
@@ -521,16 +558,20 @@ impl State {
 
     // ----- target side -------------------------------------------------------------------
 
-    pub(crate) fn ack(&mut self, e: u32, req: u64, res: Result<u64>) {
+    /// Answer operation `req` (a `what` frame) on `e`. Unacknowledged operations (`req`
+    /// 0: puts, posted atomics) are answered only when refused, and the answer names the
+    /// kind of frame refused in place of a value.
+    pub(crate) fn ack(&mut self, e: u32, req: u64, what: Kind, res: Result<u64>) {
         if req == 0 && res.is_ok() {
-            return; // unacknowledged put: only refusals are reported
+            return; // unacknowledged: only refusals are reported
         }
         let (status, value) = match res {
             Ok(v) => (0, v),
             Err(err) => {
                 let peer = self.ep(e).map(|ep| ep.peer.clone()).unwrap_or_default();
                 tracing::warn!("refused a remote operation from {peer}: {err}");
-                (err.status().code(), 0)
+                let value = if req == 0 { what as u64 } else { 0 };
+                (err.status().code(), value)
             }
         };
         let h = Header::new(Kind::RmaAck)
@@ -562,7 +603,12 @@ impl State {
             Ok(()) => ep.put_refused = None,
             Err(err) => {
                 ep.put_refused = (len > 0).then_some((len, err.status()));
-                self.ack(e, 0, Err(err));
+                let what = if signal.is_some() {
+                    Kind::PutSignal
+                } else {
+                    Kind::Put
+                };
+                self.ack(e, 0, what, Err(err));
             }
         }
     }
@@ -580,7 +626,8 @@ impl State {
         ep.put_refused = (left > 0 && !last).then_some((left, st));
         if req != 0 {
             let why = Error::new(st, "part of an operation refused at its first frame");
-            self.ack(e, req, Err(why));
+            let what = if last { Kind::PutSignal } else { Kind::Put };
+            self.ack(e, req, what, Err(why));
         }
         true
     }
@@ -620,7 +667,7 @@ impl State {
                 // SAFETY: the registry checked the whole range is inside a mapped region.
                 unsafe { write_place(p, data) }.map(|()| 0)
             });
-        self.ack(e, req, res);
+        self.ack(e, req, Kind::Put, res);
     }
 
     pub(crate) fn on_get_req(&mut self, e: u32, t: RemoteRef, req: u64, len: u64) {
@@ -821,7 +868,7 @@ impl State {
                     unsafe { do_atomic(p, op, bits32, operand, compare) }
                 }),
         };
-        self.ack(e, req, res);
+        self.ack(e, req, Kind::Atomic, res);
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -856,19 +903,24 @@ impl State {
             }
             Ok(0)
         })();
-        self.ack(e, req, res);
+        self.ack(e, req, Kind::PutSignal, res);
     }
 
     pub(crate) fn on_rma_ack(&mut self, e: u32, req: u64, status: i32, value: u64) {
         if req == 0 {
-            // A refused unacknowledged put: remembered for the next flush.
+            // A refused unacknowledged operation: remembered for the next flush. `value`
+            // names the kind of frame refused.
             if status != 0 {
                 if let Some(ep) = self.ep(e) {
                     if ep.rma_error.is_none() {
                         let st = Status::from_code(status).unwrap_or(Status::IoError);
                         ep.rma_error = Some(Error::msg(
                             st,
-                            format!("the target refused an earlier put: {}", st.as_str()),
+                            format!(
+                                "the target refused an earlier {}: {}",
+                                unacked_name(value),
+                                st.as_str()
+                            ),
                         ));
                     }
                 }

@@ -311,10 +311,11 @@ pub(crate) struct EpSlot {
     pub peer_worker: u64,
     /// A handler is running on a frame of this endpoint's rx: do not drop the link now.
     pub rx_busy: bool,
-    /// Puts were sent that the target acknowledges only by refusing them: a flush must
-    /// ask the target to confirm.
+    /// Puts or posted atomics were sent that the target acknowledges only by refusing
+    /// them: a flush must ask the target to confirm.
     pub rma_unacked: bool,
-    /// The first refusal of an unacknowledged put, reported by the next flush.
+    /// The first refusal of an unacknowledged put or posted atomic, reported by the next
+    /// flush.
     pub rma_error: Option<Error>,
     /// Operations were sent through the owner (puts, gets, atomics) that no fence or flush
     /// has waited for since.

@@ -87,7 +87,8 @@ pub enum Kind {
     /// Remote write: W1 region, W2 secret, W3 remote address, W4 origin request; payload data.
     Put = 30,
     /// Result of a remote operation: W1 origin request, aux32 status (i32), W2 value
-    /// (fetching atomics).
+    /// (fetching atomics). An unacknowledged operation (W4 0: puts, posted atomics) is
+    /// answered only when refused, with W1 0 and W2 the kind of the refused frame.
     RmaAck = 31,
     /// Remote read request: W1 region, W2 secret, W3 remote address, W4 origin request,
     /// W5 length.
@@ -95,7 +96,8 @@ pub enum Kind {
     /// Remote read data: W1 origin request, W2 offset, aux32 status; payload data.
     GetResp = 33,
     /// Remote atomic: aux16 op, flags bit 0 = 32-bit, W1 region, W2 secret, W3 address,
-    /// W4 origin request, W5 operand, W6 compare.
+    /// W4 origin request (0: a posted atomic, answered only if refused), W5 operand, W6
+    /// compare.
     Atomic = 34,
     /// Put with signal: aux16 signal op, W1 region, W2 secret, W3 address, W4 origin
     /// request, W5 signal region, W6 signal secret, W7 signal address, W8 signal value;

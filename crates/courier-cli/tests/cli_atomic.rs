@@ -1,0 +1,61 @@
+//! `courier perf -t ucp_add`: posted adds streamed with a window, flushed at the end, and
+//! with `--check` the target word read back and compared with the number of adds. No
+//! assertion looks at timing values.
+
+use std::process::{Command, Output, Stdio};
+
+fn courier(args: &[&str], tls: &str) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_courier"))
+        .args(args)
+        .env("COURIER_TLS", tls)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run courier")
+}
+
+fn numbers(line: &str) -> Vec<f64> {
+    line.split_whitespace()
+        .filter_map(|w| w.replace(',', "").parse::<f64>().ok())
+        .collect()
+}
+
+/// Run `ucp_add` with `--check` over `tls` (with `extra` options): it succeeds, and its
+/// final row counts every iteration.
+fn add_checked(tls: &str, extra: &[&str]) -> String {
+    let mut args = vec!["perf", "-l", "-t", "ucp_add", "-n", "2000", "--check"];
+    args.extend_from_slice(extra);
+    let o = courier(&args, tls);
+    let (out, err) = (
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    );
+    assert!(
+        o.status.success(),
+        "COURIER_TLS={tls} {extra:?}\nstdout:\n{out}\nstderr:\n{err}"
+    );
+    assert!(
+        out.contains("Test:         atomic add bandwidth / message rate"),
+        "{out}"
+    );
+    let fin = out
+        .lines()
+        .find(|l| l.starts_with("Final:"))
+        .unwrap_or_else(|| panic!("no Final row:\n{out}"));
+    let n = numbers(fin);
+    assert_eq!(n.len(), 8, "{fin}");
+    assert_eq!(n[0], 2000.0, "{fin}");
+    out
+}
+
+#[test]
+fn ucp_add_posted_and_checked_over_shm() {
+    add_checked("all", &[]);
+    add_checked("all", &["-s", "4"]);
+}
+
+#[test]
+fn ucp_add_posted_and_checked_over_tcp() {
+    add_checked("tcp", &[]);
+    // A window of 1: a progress call after every add; 32-bit adds.
+    add_checked("tcp", &["-s", "4", "-O", "1"]);
+}
