@@ -516,9 +516,10 @@ func (e *Endpoint) AtomicPost32(op AtomicOp, value uint32, raddr uint64, k *Remo
 }
 
 func (e *Endpoint) atomicPost(op AtomicOp, size int, value, raddr uint64, k *RemoteKey) error {
-	if err := e.usable(); err != nil {
+	if err := e.enter(); err != nil {
 		return err
 	}
+	defer e.leave()
 	if err := k.usable(); err != nil {
 		return err
 	}
