@@ -106,10 +106,15 @@ func TestNetConn(t *testing.T) {
 		}
 		s.SetReadDeadline(time.Time{})
 		big := pattern(3<<20+5, 9)
-		go func() { cl.Write(big) }()
+		wrote := make(chan error, 1)
+		go func() { _, err := cl.Write(big); wrote <- err }()
 		got := make([]byte, len(big))
 		if _, err := io.ReadFull(s, got); err != nil || !bytes.Equal(got, big) {
 			t.Fatalf("big read: %v", err)
+		}
+		// The writer finishes before the connection (and, at the end, its worker) closes.
+		if err := <-wrote; err != nil {
+			t.Fatalf("big write: %v", err)
 		}
 		// Close on one side is EOF on the other.
 		cl.Close()

@@ -77,6 +77,14 @@ func (s *slab) get() (*C.cg_slot_t, uint32, error) {
 func (s *slab) register(i uint32, r *Request) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if int(i) >= len(s.early) {
+		// The worker was closed while the operation started: it never completes (see
+		// Worker.Close), and r is kept with the other abandoned requests.
+		abandoned.Lock()
+		abandoned.reqs = append(abandoned.reqs, r)
+		abandoned.Unlock()
+		return true
+	}
 	if s.early[i] {
 		s.early[i] = false
 		return false
