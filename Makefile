@@ -35,9 +35,11 @@ test: deps-test test-scripts test-rust capi-check-header capi-test capi-go-test 
 test-rust:
 	$(CARGO) test --workspace --release -- --test-threads=2
 
-# scripts/deps.sh's toolchain choice, against stubs (installs nothing).
+# scripts/deps.sh's toolchain choice, against stubs (installs nothing); the bench report's
+# parsers against the output shapes of ucx_perftest, fi_pingpong, courier perf and ceilings.
 test-scripts:
 	bash scripts/test-deps.sh
+	python3 bench/report.py selftest
 
 lint:
 	$(CARGO) fmt --all -- --check

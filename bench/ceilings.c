@@ -21,6 +21,7 @@
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -241,6 +242,44 @@ static char *shared(long len) {
 	return p;
 }
 
+/* cacheline: 8-byte round trips through two cache lines of one shared page, no library:
+ * each side stores the iteration number in its own line and spins on the other's (ping on
+ * CPU 1, echo on CPU 0); the mean over 2M round trips. The floor under any library's shared-memory
+ * round trip (tag_lat, ucp_am_lat, ucp_put_lat). */
+static int cacheline(void) {
+	enum { WARMUP = 100000, ITERS = 2000000 };
+	volatile uint64_t *line = (volatile uint64_t *)shared(4096);
+	volatile uint64_t *ping = &line[0], *pong = &line[8]; /* 64 bytes apart */
+	*ping = 0;
+	*pong = 0;
+	pid_t child = fork();
+	if (child < 0)
+		die("fork");
+	if (child == 0) {
+		pin(0);
+		for (uint64_t i = 1; i <= WARMUP + ITERS; i++) {
+			while (__atomic_load_n(ping, __ATOMIC_ACQUIRE) != i)
+				;
+			__atomic_store_n(pong, i, __ATOMIC_RELEASE);
+		}
+		_exit(0);
+	}
+	pin(1);
+	double t0 = 0;
+	for (uint64_t i = 1; i <= WARMUP + ITERS; i++) {
+		if (i == WARMUP + 1)
+			t0 = now(); /* the clock is read twice in all: it adds nothing per round trip */
+		__atomic_store_n(ping, i, __ATOMIC_RELEASE);
+		while (__atomic_load_n(pong, __ATOMIC_ACQUIRE) != i)
+			;
+	}
+	double rtt = (now() - t0) / ITERS * 1e6;
+	waitpid(child, NULL, 0);
+	printf("{\"what\": \"shm_pingpong\", \"conns\": 0, \"rtt_us\": %.4f, \"oneway_us\": %.4f}\n", rtt,
+	       rtt / 2);
+	return 0;
+}
+
 static int copy(void) {
 	const long len = 16 * MIB;
 	const int reps = 60;
@@ -305,8 +344,10 @@ int main(int argc, char **argv) {
 	}
 	if (argc == 2 && strcmp(argv[1], "pingpong") == 0)
 		return pingpong();
+	if (argc == 2 && strcmp(argv[1], "cacheline") == 0)
+		return cacheline();
 	if (argc == 2 && strcmp(argv[1], "copy") == 0)
 		return copy();
-	fprintf(stderr, "usage: ceilings tcp N [CC] | ceilings pingpong | ceilings copy\n");
+	fprintf(stderr, "usage: ceilings tcp N [CC] | ceilings pingpong | ceilings cacheline | ceilings copy\n");
 	return 2;
 }

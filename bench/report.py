@@ -679,14 +679,15 @@ def render_ceilings(lines: list[str]) -> str:
     """The ceilings tables from bench/ceilings.c's JSON lines (one per measurement)."""
     bw: dict[str, list[float]] = {}
     rtt: list[float] = []
+    shm_rtt: list[float] = []
     for line in lines:
         try:
             d = json.loads(line)
         except ValueError:
             continue
-        if d.get("what") == "tcp_pingpong":
+        if d.get("what") in ("tcp_pingpong", "shm_pingpong"):
             if d.get("rtt_us") is not None:
-                rtt.append(d["rtt_us"])
+                (rtt if d["what"] == "tcp_pingpong" else shm_rtt).append(d["rtt_us"])
             continue
         if d.get("mbs") is None:
             continue
@@ -703,12 +704,17 @@ def render_ceilings(lines: list[str]) -> str:
         if k in bw:
             v = bw[k]
             out.append(f"| {label} | {statistics.median(v):.0f} | {', '.join(f'{x:.0f}' for x in v)} |")
-    if rtt:
+    if rtt or shm_rtt:
         out += ["", "| measurement | round trip (us, median) | one-way (us) | runs (round trip) |",
                 "|---|---|---|---|"]
+    if rtt:
         m = statistics.median(rtt)
         out.append(f"| TCP loopback ping-pong, 8 B, one connection | {m:.2f} | {m / 2:.2f} | "
                    f"{', '.join(f'{x:.2f}' for x in rtt)} |")
+    if shm_rtt:
+        m = statistics.median(shm_rtt)
+        out.append(f"| shared-memory ping-pong, 8 B, two cache lines (mean of 2M) | {m:.3f} | {m / 2:.3f} | "
+                   f"{', '.join(f'{x:.3f}' for x in shm_rtt)} |")
     return "\n".join(out) + "\n"
 
 
@@ -744,8 +750,10 @@ def selftest() -> None:
         '{"what": "tcp_stream", "conns": 1, "cc": "reno", "mbs": 9000}',
         '{"what": "tcp_stream", "conns": 1, "mbs": 4000}',
         '{"what": "tcp_pingpong", "conns": 1, "rtt_us": 7.0, "oneway_us": 3.5}',
+        '{"what": "shm_pingpong", "conns": 0, "rtt_us": 0.125, "oneway_us": 0.0625}',
         "not json",
     ])
+    assert "| shared-memory ping-pong, 8 B, two cache lines (mean of 2M) | 0.125 | 0.062 |" in c, c
     assert "| TCP loopback stream, 1 connection, reno | 9000 | 9000 |" in c, c
     assert "the system's congestion control | 4000 |" in c, c
     assert "| TCP loopback ping-pong, 8 B, one connection | 7.00 | 3.50 |" in c, c

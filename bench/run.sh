@@ -350,13 +350,14 @@ PYEOF
 fi
 # What the machine allows without any library (bench/ceilings.c): the TCP loopback stream
 # over one and two connections with the system's congestion control and with reno, the TCP
-# ping-pong round trip, and memcpy / CMA / split memcpy of 16 MiB.
+# ping-pong round trip, a shared-memory cache-line ping-pong, and memcpy / CMA / split memcpy
+# of 16 MiB.
 if [ "$status" = 0 ] && [ "${BENCH_SKIP_CEILINGS:-0}" != 1 ] && command -v cc >/dev/null; then
     log "ceilings of this machine (no library)"
     if cc -O2 -o "$HERE/results/ceilings" "$HERE/ceilings.c" 2>> "$HERE/results/ceilings.log"; then
         : > "$HERE/results/ceilings.jsonl"
         for _ in $(seq "$REPS"); do
-            for mode in "tcp 1" "tcp 1 reno" "tcp 2" "tcp 2 reno" "pingpong" "copy"; do
+            for mode in "tcp 1" "tcp 1 reno" "tcp 2" "tcp 2 reno" "pingpong" "cacheline" "copy"; do
                 # shellcheck disable=SC2086
                 timeout 120 "$HERE/results/ceilings" $mode >> "$HERE/results/ceilings.jsonl" 2>> "$HERE/results/ceilings.log" || true
             done
