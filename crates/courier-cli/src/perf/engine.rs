@@ -5,6 +5,12 @@
 //! `{"op":"done"}` ends the session. `{"op":"info"}` asks where the server runs (answered
 //! "ok" and a JSON object). One-way tests end with the server's `TAG_FIN`, so the
 //! client's clock covers every message's arrival.
+//!
+//! A peer that dies is reported by the library (the endpoint's error handler); one that
+//! stops (SIGSTOP, a hung host behind a live kernel) is given up on after `Link::stall`
+//! without a sign of life (`--peer-timeout`). During one-sided tests, whose operations
+//! the server may never see (shared memory), the client proves it is alive with an empty
+//! active message (`AM_ALIVE`) every `BEAT` (see `Beat`).
 
 use super::clock::Instant;
 use std::collections::VecDeque;
@@ -27,6 +33,18 @@ const TAG_PING: u64 = 0x1000;
 const TAG_PONG: u64 = 0x1001;
 const AM_PING: u16 = 1;
 const AM_PONG: u16 = 2;
+/// The client's proof of life during one-sided tests (no payload; the server's handler
+/// ignores it, its arrival is the point).
+const AM_ALIVE: u16 = 3;
+/// How often a client running a one-sided test sends `AM_ALIVE` and looks at its link.
+/// `--peer-timeout` is at least `MIN_STALL`, several beats.
+pub(super) const BEAT: Duration = Duration::from_millis(200);
+/// The shortest `--peer-timeout`.
+pub const MIN_STALL: Duration = Duration::from_secs(1);
+/// Progress calls a beat makes on shared memory: enough for an idle worker to look at its
+/// links' sockets (it asks epoll every 256 calls when nothing else is going on), which is
+/// how a dead shared-memory peer is noticed. (A tcp link's socket is read by every call.)
+const BEAT_LOOKS_SHM: usize = 256;
 const CTRL_MAX: usize = 64 << 10;
 
 /// Where an endpoint's failure is recorded (its error handler runs inside progress).
@@ -122,6 +140,19 @@ impl Link {
         self.peer_failed(&self.failure.text())
     }
 
+    /// Give up on a peer that showed no sign of life for `stall`. The endpoint is closed
+    /// at once, so that its requests still in flight fail: dropping one that cannot be
+    /// canceled (a started send, a get, an atomic) would otherwise wait for the silent
+    /// peer without end.
+    #[cold]
+    fn stalled(&self) -> CliError {
+        self.ep.clone().close_force();
+        CliError::run(format!(
+            "peer {} stopped responding (no progress for {:?}; --peer-timeout sets the limit)",
+            self.peer, self.stall
+        ))
+    }
+
     pub(super) fn req_err(&self, e: &courier::Error) -> CliError {
         if self.failure.is_set() {
             self.failed()
@@ -146,12 +177,7 @@ impl Link {
             let now = Instant::now();
             match idle.since {
                 None => idle.since = Some(now),
-                Some(t) if now.duration_since(t) > self.stall => {
-                    return Err(CliError::run(format!(
-                        "peer {} stopped responding (no progress for {:?})",
-                        self.peer, self.stall
-                    )));
-                }
+                Some(t) if now.duration_since(t) > self.stall => return Err(self.stalled()),
                 _ => {}
             }
         }
@@ -186,36 +212,67 @@ impl Link {
         let n = self.wait(&mut r)?.len;
         Ok(n)
     }
+}
 
-    /// Progress until `r` completes, however long that takes (the peer decides), ending
-    /// only if the peer fails. Progresses hot while anything moves.
-    pub(super) fn wait_patient(&self, r: &mut Request<'_>) -> CliResult<Info> {
-        let mut spins = 0u32;
-        loop {
+/// A client's heartbeat during a one-sided test: every `BEAT`, an empty `AM_ALIVE` to the
+/// server (whose waits then see progress: on shared memory the test's puts, gets and
+/// atomics land without it) and a look at the link, so a server that died meanwhile ends
+/// the run (those operations complete without this side's progress as well).
+pub(super) struct Beat {
+    next: Instant,
+    pending: Option<Request<'static>>,
+}
+
+impl Beat {
+    pub(super) fn new() -> Beat {
+        Beat {
+            next: Instant::now() + BEAT,
+            pending: None,
+        }
+    }
+
+    /// At `now` (a clock reading the caller has anyway): beat if it is time.
+    #[inline]
+    pub(super) fn tick(&mut self, link: &Link, now: Instant) -> CliResult<()> {
+        if now < self.next {
+            return Ok(());
+        }
+        self.beat(link, now)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn beat(&mut self, link: &Link, now: Instant) -> CliResult<()> {
+        self.next = now + BEAT;
+        let looks = if link.ep.transport() == Some("shm") {
+            BEAT_LOOKS_SHM
+        } else {
+            1
+        };
+        for _ in 0..looks {
+            link.worker.progress();
+        }
+        if link.failure.is_set() {
+            return Err(link.failed());
+        }
+        if let Some(r) = self.pending.as_mut() {
             match r.test() {
-                Some(Ok(i)) => return Ok(*i),
-                Some(Err(e)) => return Err(self.req_err(e)),
-                None => {
-                    if self.worker.progress() == 0 {
-                        if self.failure.is_set() {
-                            return Err(self.failed());
-                        }
-                        spins += 1;
-                        if spins > 100_000 {
-                            let _ = self.worker.wait(Some(Duration::from_millis(5)));
-                            spins = 0;
-                        }
-                    } else {
-                        spins = 0;
-                    }
-                }
+                // The last one has not left yet (a full socket): one in flight is enough.
+                None => return Ok(()),
+                Some(Err(e)) => return Err(link.req_err(e)),
+                Some(Ok(_)) => self.pending = None,
             }
         }
+        let mut r = link.check(link.ep.am_send(AM_ALIVE, &[], &[], AmFlags::default()))?;
+        if !r.is_done() {
+            self.pending = Some(r);
+        }
+        Ok(())
     }
 }
 
-/// Connect to a `courier perf` server.
-pub fn connect(worker: &Worker, addr: SocketAddr, shown: &str) -> CliResult<Link> {
+/// Connect to a `courier perf` server; give up on it after `stall` without a sign of life.
+pub fn connect(worker: &Worker, addr: SocketAddr, shown: &str, stall: Duration) -> CliResult<Link> {
     let failure = Arc::new(Failure::default());
     let ep = worker
         .connect_sockaddr(addr, std::process::id() as u64, ep_params(&failure))
@@ -233,15 +290,17 @@ pub fn connect(worker: &Worker, addr: SocketAddr, shown: &str) -> CliResult<Link
         ep,
         failure,
         peer: shown.to_string(),
-        stall: Duration::from_secs(30),
+        stall,
         retired: Default::default(),
     })
 }
 
-/// Wait (without limit) for one client on `listener`, as the ucx_perftest server does.
+/// Wait (without limit) for one client on `listener`, as the ucx_perftest server does;
+/// once connected, give up on it after `stall` without a sign of life.
 pub fn accept(
     worker: &Worker,
     listener_addr: SocketAddr,
+    stall: Duration,
     announce: impl FnOnce(u16),
 ) -> CliResult<Link> {
     type Slot = Arc<Mutex<Option<(Endpoint, String)>>>;
@@ -270,7 +329,7 @@ pub fn accept(
                 ep,
                 failure,
                 peer: who,
-                stall: Duration::from_secs(30),
+                stall,
                 retired: Default::default(),
             });
         }
@@ -365,31 +424,13 @@ pub fn client_finish(link: Link) {
 
 /// Serve tests until the client says done (or fails).
 pub fn serve(link: Link, verbose: bool) -> CliResult<()> {
+    link.worker
+        .am_set_handler(AM_ALIVE, |_| {})
+        .map_err(|e| CliError::run(format!("cannot set the active-message handler: {e}")))?;
     let mut buf = vec![0u8; CTRL_MAX];
     loop {
-        // The client may take its time between tests (printing, spawning nothing): no stall limit.
-        let n = {
-            let mut r = link.check(link.worker.tag_recv(&mut buf, TAG_CTRL, u64::MAX))?;
-            let mut spins = 0u32;
-            loop {
-                match r.test() {
-                    Some(Ok(i)) => break i.len,
-                    Some(Err(e)) => return Err(link.req_err(e)),
-                    None => {
-                        if link.worker.progress() == 0 {
-                            if link.failure.is_set() {
-                                return Err(link.failed());
-                            }
-                            spins += 1;
-                            if spins > 100_000 {
-                                let _ = link.worker.wait(Some(Duration::from_millis(5)));
-                                spins = 0;
-                            }
-                        }
-                    }
-                }
-            }
-        };
+        // Between tests the client only prints: a client silent for `stall` is gone.
+        let n = link.recv_ctrl(TAG_CTRL, &mut buf)?;
         let msg = &buf[..n.min(buf.len())];
         let v: serde_json::Value = serde_json::from_slice(msg).unwrap_or(serde_json::Value::Null);
         if v["op"] == "done" {

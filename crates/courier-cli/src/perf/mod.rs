@@ -111,6 +111,12 @@ pub struct PerfArgs {
     /// --sweep: a tenth of the iterations (for tests)
     #[arg(long, hide = true)]
     pub quick: bool,
+    /// Give up on a peer that shows no sign of life for this long (e.g. 30s, 2.5s, inf;
+    /// at least 1s): a stopped or hung peer ends the run with an error naming it. On the
+    /// server it also bounds the wait for a client's next test. (A peer that dies is
+    /// noticed at once, or within COURIER_KEEPALIVE_TIMEOUT over the network.)
+    #[arg(long = "peer-timeout", default_value = "30s")]
+    pub peer_timeout: String,
     /// Server: print what it runs
     #[arg(long)]
     pub verbose: bool,
@@ -157,6 +163,8 @@ pub struct Settings {
     pub start_cpus: Vec<usize>,
     /// Thread mode of every worker.
     pub mode: ThreadMode,
+    /// How long a peer may show no sign of life (`--peer-timeout`).
+    pub peer_timeout: Duration,
 }
 
 impl Settings {
@@ -206,6 +214,7 @@ impl Settings {
                 .unwrap_or_default(),
             start_cpus: params::affinity().unwrap_or_default(),
             mode: params::parse_thread_mode(&a.thread_mode)?,
+            peer_timeout: parse_peer_timeout(&a.peer_timeout)?,
         })
     }
 
@@ -257,6 +266,24 @@ impl Settings {
             }
         }
     }
+}
+
+/// `--peer-timeout`: a duration of at least `engine::MIN_STALL` (`inf`: no limit).
+fn parse_peer_timeout(v: &str) -> CliResult<Duration> {
+    let d = params::parse_duration(v).ok_or_else(|| {
+        CliError::usage(format!(
+            "--peer-timeout {v}: expected a duration such as 30s, 2.5s, 1500ms or inf"
+        ))
+    })?;
+    if d < engine::MIN_STALL {
+        return Err(CliError::usage(format!(
+            "--peer-timeout {v}: at least {:?} (a client running a one-sided test proves it \
+             is alive every {:?})",
+            engine::MIN_STALL,
+            engine::BEAT
+        )));
+    }
+    Ok(d)
 }
 
 /// The CPU after `cpu` in `allowed` (wrapping around), other than `cpu` itself.
@@ -402,6 +429,7 @@ pub fn spawn_server_thread(
                 let link = engine::accept(
                     &worker,
                     SocketAddr::from(([127, 0, 0, 1], 0)),
+                    s2.peer_timeout,
                     move |port| {
                         let _ = ptx2.send(Ok(port));
                     },
@@ -449,7 +477,12 @@ pub fn main(a: PerfArgs) -> CliResult<()> {
         s.pin_client()?;
         let worker = make_worker(s.mode, None)?;
         let shown = format!("127.0.0.1:{port}");
-        let link = engine::connect(&worker, SocketAddr::from(([127, 0, 0, 1], port)), &shown)?;
+        let link = engine::connect(
+            &worker,
+            SocketAddr::from(([127, 0, 0, 1], port)),
+            &shown,
+            s.peer_timeout,
+        )?;
         run_test(&link, &p, &s, None)?;
         engine::client_finish(link);
         return match done.recv_timeout(Duration::from_secs(10)) {
@@ -463,7 +496,8 @@ pub fn main(a: PerfArgs) -> CliResult<()> {
             s.pin_client()?;
             let addr = resolve(host, a.port)?;
             let worker = make_worker(s.mode, None)?;
-            let link = engine::connect(&worker, addr, &format!("{host}:{}", a.port))?;
+            let link =
+                engine::connect(&worker, addr, &format!("{host}:{}", a.port), s.peer_timeout)?;
             run_test(&link, &p, &s, None)?;
             engine::client_finish(link);
             Ok(())
@@ -478,6 +512,7 @@ pub fn main(a: PerfArgs) -> CliResult<()> {
             let link = engine::accept(
                 &worker,
                 SocketAddr::from(([0, 0, 0, 0], a.port)),
+                s.peer_timeout,
                 move |port| {
                     eprintln!("Waiting for connection...");
                     if announce {
@@ -510,6 +545,7 @@ mod tests {
             cpus: cpus.to_vec(),
             start_cpus: start.to_vec(),
             mode: ThreadMode::Single,
+            peer_timeout: Duration::from_secs(30),
         }
     }
 
