@@ -16,6 +16,9 @@ const START: Duration = Duration::from_secs(30);
 /// How long after a peer was killed the other side must have ended (it notices at once on
 /// this host; the limit is slack for a busy machine, far below any stall limit).
 const AFTER_KILL: Duration = Duration::from_secs(10);
+/// `--peer-timeout` of the SIGSTOP tests, and how long after it the run must have ended.
+const PEER_TIMEOUT: &str = "2s";
+const AFTER_STOP: Duration = Duration::from_secs(15);
 /// How long a test lets the run go before it kills or stops a side.
 const RUNNING: Duration = Duration::from_millis(500);
 
@@ -270,5 +273,112 @@ fn a_killed_server_ends_the_client_on_shared_memory() {
         let (st, err, took) = r.client.exit_within(AFTER_KILL);
         eprintln!("{test}: client ended {took:?} after the kill");
         assert_named("client", st, &err, &r.server_addr, Some("failed"));
+    }
+}
+
+#[test]
+fn a_stopped_peer_is_given_up_after_the_peer_timeout() {
+    // The kernel of a stopped process still answers for its sockets, so over tcp only the
+    // silence tells; TCP's own timeout is put out of the way so that the perf tool's limit
+    // is what ends the run.
+    let env: &[(&str, &str)] = &[("COURIER_TLS", "tcp"), ("COURIER_KEEPALIVE_TIMEOUT", "60s")];
+    let opts = ["--peer-timeout", PEER_TIMEOUT];
+    // (test, which side stops): the other waits for a ping-pong answer, for the end of a
+    // one-sided test, on a get or on a signal word.
+    for (test, stop_client) in [
+        ("tag_lat", true),
+        ("tag_lat", false),
+        ("ucp_put_bw", true),
+        ("ucp_get", false),
+        ("put_signal_lat", false),
+    ] {
+        let mut r = start(test, env, &opts);
+        let (stopped, waiting, peer, who) = if stop_client {
+            (&r.client, &mut r.server, r.client_addr.clone(), "server")
+        } else {
+            (&r.server, &mut r.client, r.server_addr.clone(), "client")
+        };
+        stopped.signal(libc::SIGSTOP);
+        let (st, err, took) = waiting.exit_within(AFTER_STOP);
+        eprintln!("{test}: the {who} gave up {took:?} after its peer stopped");
+        assert_named(who, st, &err, &peer, Some("stopped responding"));
+        assert!(
+            err.contains(&format!("no progress for {PEER_TIMEOUT}")),
+            "{err}"
+        );
+        // `r` drops: the stopped one is continued and killed.
+    }
+}
+
+#[test]
+fn a_stopped_client_of_a_one_sided_test_on_shared_memory_is_given_up() {
+    // The server sees none of the client's operations on shared memory; the client's
+    // heartbeat is what stops when the client does.
+    let opts = ["--peer-timeout", PEER_TIMEOUT];
+    for test in ["ucp_put_bw", "ucp_fadd"] {
+        let mut r = start(test, DEFAULT, &opts);
+        r.client.signal(libc::SIGSTOP);
+        let (st, err, took) = r.server.exit_within(AFTER_STOP);
+        eprintln!("{test}: the server gave up {took:?} after the client stopped");
+        assert_named(
+            "server",
+            st,
+            &err,
+            &r.client_addr,
+            Some("stopped responding"),
+        );
+    }
+}
+
+#[test]
+fn a_live_client_of_a_long_one_sided_test_is_not_given_up() {
+    // A one-sided test on shared memory that runs for several peer timeouts: the client's
+    // heartbeat keeps the server waiting. Killed afterwards, the client is reported as
+    // failed, not as silent.
+    let opts = ["--peer-timeout", "1s"];
+    for test in ["ucp_put_bw", "put_signal_bw"] {
+        let mut r = start(test, DEFAULT, &opts);
+        std::thread::sleep(Duration::from_secs(3));
+        for p in [&mut r.server, &mut r.client] {
+            assert!(
+                p.child.try_wait().expect("try_wait").is_none(),
+                "{test}: the {} ended while both sides were alive:\n{}",
+                p.what,
+                p.stderr()
+            );
+        }
+        r.client.signal(libc::SIGKILL);
+        let (st, err, _) = r.server.exit_within(AFTER_KILL);
+        assert_named("server", st, &err, &r.client_addr, Some("failed"));
+    }
+}
+
+#[test]
+fn a_bad_peer_timeout_is_a_usage_error() {
+    for (v, want) in [
+        ("0.5s", "at least 1s"),
+        ("soon", "expected a duration"),
+        ("-3s", "expected a duration"),
+        ("1e30", "expected a duration"),
+    ] {
+        let o = Command::new(env!("CARGO_BIN_EXE_courier"))
+            .args([
+                "perf",
+                "-l",
+                "-t",
+                "tag_lat",
+                "-n",
+                "10",
+                &format!("--peer-timeout={v}"),
+            ])
+            .stdin(Stdio::null())
+            .output()
+            .expect("run courier");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{v}: {err}");
+        assert!(
+            err.contains("--peer-timeout") && err.contains(want),
+            "{v}: {err}"
+        );
     }
 }
