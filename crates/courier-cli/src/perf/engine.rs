@@ -295,12 +295,13 @@ pub fn connect(worker: &Worker, addr: SocketAddr, shown: &str, stall: Duration) 
     })
 }
 
-/// Wait (without limit) for one client on `listener`, as the ucx_perftest server does;
-/// once connected, give up on it after `stall` without a sign of life.
+/// Wait for one client on `listener` (without limit, as the ucx_perftest server does, or
+/// at most `limit`); once connected, give up on it after `stall` without a sign of life.
 pub fn accept(
     worker: &Worker,
     listener_addr: SocketAddr,
     stall: Duration,
+    limit: Option<Duration>,
     announce: impl FnOnce(u16),
 ) -> CliResult<Link> {
     type Slot = Arc<Mutex<Option<(Endpoint, String)>>>;
@@ -320,8 +321,16 @@ pub fn accept(
     })
     .map_err(|e| CliError::run(format!("cannot listen on {listener_addr}: {e}")))?;
     announce(listener.local_addr().port());
+    let deadline = limit.map(|l| std::time::Instant::now() + l);
     let mut idle = 0u32;
     loop {
+        if deadline.is_some_and(|d| std::time::Instant::now() > d) {
+            return Err(CliError::run(format!(
+                "no client connected to {} within {:?}",
+                listener.local_addr(),
+                limit.unwrap_or_default()
+            )));
+        }
         if let Some((ep, who)) = slot.lock().unwrap_or_else(|p| p.into_inner()).take() {
             drop(listener);
             return Ok(Link {
@@ -416,14 +425,145 @@ pub fn peer_info(link: &Link) -> CliResult<serde_json::Value> {
         })
 }
 
+/// Ask the server for the links of a client's threads 1..n (`-T n`); returns their ports
+/// on the server's host.
+pub fn client_threads(link: &Link, n: usize) -> CliResult<Vec<u16>> {
+    let msg = serde_json::json!({ "op": "threads", "n": n });
+    link.send_ctrl(TAG_CTRL, msg.to_string().as_bytes())?;
+    let mut buf = vec![0u8; CTRL_MAX];
+    let got = link.recv_ctrl(TAG_ACK, &mut buf)?;
+    let reply = String::from_utf8_lossy(&buf[..got.min(buf.len())]).to_string();
+    let ports: Option<Vec<u16>> = reply
+        .strip_prefix("ok ")
+        .and_then(|j| serde_json::from_str::<serde_json::Value>(j).ok())
+        .and_then(|v| {
+            v["ports"].as_array().map(|a| {
+                a.iter()
+                    .filter_map(|p| p.as_u64().and_then(|p| u16::try_from(p).ok()))
+                    .collect()
+            })
+        });
+    match ports {
+        Some(p) if p.len() + 1 == n && !p.contains(&0) => Ok(p),
+        _ => Err(CliError::run(format!(
+            "server {} cannot serve {n} threads: {reply}",
+            link.peer
+        ))),
+    }
+}
+
 /// Tell the server the session is over and close.
 pub fn client_finish(link: Link) {
     let _ = link.send_ctrl(TAG_CTRL, br#"{"op":"done"}"#);
     let _ = link.ep.close();
 }
 
-/// Serve tests until the client says done (or fails).
-pub fn serve(link: Link, verbose: bool) -> CliResult<()> {
+/// How a server runs: where it listens (for the links of a client's other threads), its
+/// workers' thread mode, its stall limit and whether it says what it runs.
+#[derive(Clone, Debug)]
+pub struct ServeOpts {
+    /// The address its listener is bound to (the other threads' listeners use its IP).
+    pub ip: std::net::IpAddr,
+    /// Thread mode of the workers it makes for a client's other threads.
+    pub mode: courier::ThreadMode,
+    /// The stall limit (`--peer-timeout`).
+    pub stall: Duration,
+    /// Print what it runs (`--verbose`).
+    pub verbose: bool,
+}
+
+/// Serve tests until the client says done (or fails). A client running `-T N` asks first
+/// for N - 1 more links (`{"op":"threads","n":N}`): each gets its own server thread,
+/// worker and listener, whose ports go back with the "ok"; each is served like this one.
+pub fn serve(link: Link, o: &ServeOpts) -> CliResult<()> {
+    let mut helpers: Vec<std::thread::JoinHandle<CliResult<()>>> = Vec::new();
+    let r = serve_link(&link, o, &mut helpers);
+    // Every helper ends: its client says done, fails, or falls silent (bounded by the
+    // stall limit), or never connects (bounded by the accept limit).
+    let mut first = r.err();
+    for h in helpers {
+        let hr = h
+            .join()
+            .unwrap_or_else(|_| Err(CliError::run("a server thread panicked")));
+        if let (None, Err(e)) = (&first, hr) {
+            first = Some(e);
+        }
+    }
+    match first {
+        Some(e) => Err(e),
+        None => {
+            finish_link(link);
+            Ok(())
+        }
+    }
+}
+
+/// Start the server threads for a client's threads 1..n, each listening on a port of its
+/// own; returns the ports once all listen.
+fn spawn_helpers(
+    o: &ServeOpts,
+    n: usize,
+    helpers: &mut Vec<std::thread::JoinHandle<CliResult<()>>>,
+) -> CliResult<Vec<u16>> {
+    let mut ports = Vec::with_capacity(n.saturating_sub(1));
+    for k in 1..n {
+        let (tx, rx) = std::sync::mpsc::channel::<u16>();
+        let o2 = o.clone();
+        let h = std::thread::Builder::new()
+            .name(format!("perf-server-{k}"))
+            .spawn(move || -> CliResult<()> {
+                let worker = super::make_worker(o2.mode, None)?;
+                let link = accept(
+                    &worker,
+                    SocketAddr::new(o2.ip, 0),
+                    o2.stall,
+                    // The client connects right after it hears the ports.
+                    Some(o2.stall.min(Duration::from_secs(60))),
+                    move |port| {
+                        let _ = tx.send(port);
+                    },
+                )?;
+                if o2.verbose {
+                    eprintln!(
+                        "connected: {} over {} (thread {k})",
+                        link.peer,
+                        link.ep.transport().unwrap_or("?")
+                    );
+                }
+                serve(link, &o2)
+            })
+            .map_err(|e| CliError::run(format!("cannot start a server thread: {e}")))?;
+        match rx.recv_timeout(Duration::from_secs(10)) {
+            Ok(port) => {
+                helpers.push(h);
+                ports.push(port);
+            }
+            Err(_) => {
+                // It failed before listening (or hangs there): its error is the one to
+                // report, if it has one.
+                return Err(if h.is_finished() {
+                    match h.join() {
+                        Ok(Err(e)) => e,
+                        _ => CliError::run(format!("server thread {k} failed")),
+                    }
+                } else {
+                    CliError::run(format!("server thread {k} did not start listening"))
+                });
+            }
+        }
+    }
+    Ok(ports)
+}
+
+/// The most threads a client may run (and a server answer).
+pub const MAX_THREADS: usize = 256;
+
+fn serve_link(
+    link: &Link,
+    o: &ServeOpts,
+    helpers: &mut Vec<std::thread::JoinHandle<CliResult<()>>>,
+) -> CliResult<()> {
+    let verbose = o.verbose;
     link.worker
         .am_set_handler(AM_ALIVE, |_| {})
         .map_err(|e| CliError::run(format!("cannot set the active-message handler: {e}")))?;
@@ -441,6 +581,31 @@ pub fn serve(link: Link, verbose: bool) -> CliResult<()> {
                 TAG_ACK,
                 format!("ok {}", side_info(&link.worker)).as_bytes(),
             )?;
+            continue;
+        }
+        if v["op"] == "threads" {
+            let n = v["n"]
+                .as_u64()
+                .filter(|&n| (2..=MAX_THREADS as u64).contains(&n));
+            let reply = match n {
+                None => format!(
+                    "threads: expected a count from 2 to {MAX_THREADS}, got {}",
+                    v["n"]
+                ),
+                Some(_) if !helpers.is_empty() => {
+                    "threads: this session already has its threads".to_string()
+                }
+                Some(n) => {
+                    if verbose {
+                        eprintln!("client runs {n} threads");
+                    }
+                    match spawn_helpers(o, n as usize, helpers) {
+                        Ok(ports) => format!("ok {}", serde_json::json!({ "ports": ports })),
+                        Err(e) => e.msg,
+                    }
+                }
+            };
+            link.send_ctrl(TAG_ACK, reply.as_bytes())?;
             continue;
         }
         let p = match Params::decode(msg) {
@@ -461,8 +626,8 @@ pub fn serve(link: Link, verbose: bool) -> CliResult<()> {
             );
         }
         if p.test.is_rma() {
-            let side = match rma::Side::map(&link, &p, p.mem[1]).and_then(|mut s| {
-                s.attach_peer(&link, &v)?;
+            let side = match rma::Side::map(link, &p, p.mem[1]).and_then(|mut s| {
+                s.attach_peer(link, &v)?;
                 Ok(s)
             }) {
                 Ok(s) => s,
@@ -474,7 +639,7 @@ pub fn serve(link: Link, verbose: bool) -> CliResult<()> {
             let ack = format!("ok {}", side.ack_json()?);
             link.send_ctrl(TAG_ACK, ack.as_bytes())?;
             let t0 = Instant::now();
-            rma::run_server(&link, &p, side)?;
+            rma::run_server(link, &p, side)?;
             if verbose {
                 eprintln!(
                     "done {} in {:.3} s",
@@ -484,12 +649,12 @@ pub fn serve(link: Link, verbose: bool) -> CliResult<()> {
             }
             continue;
         }
-        let b = Buffers::new(&link, &p)?;
-        let am = setup_am(&link, &p, AM_PING)?;
+        let b = Buffers::new(link, &p)?;
+        let am = setup_am(link, &p, AM_PING)?;
         link.send_ctrl(TAG_ACK, b"ok")?;
         let t0 = Instant::now();
         let before = link.worker.rndv_copies().unwrap_or_default();
-        run_server(&link, &p, &b, am)?;
+        run_server(link, &p, &b, am)?;
         if verbose {
             let after = link.worker.rndv_copies().unwrap_or_default();
             eprintln!(
@@ -501,6 +666,11 @@ pub fn serve(link: Link, verbose: bool) -> CliResult<()> {
             );
         }
     }
+    Ok(())
+}
+
+/// The client said done: let it close first, then close.
+fn finish_link(link: Link) {
     let _ = link.ep.flush();
     // Give the client a moment to close first, so its last receive is not cut short.
     let deadline = Instant::now() + Duration::from_secs(2);
@@ -512,7 +682,6 @@ pub fn serve(link: Link, verbose: bool) -> CliResult<()> {
     if !link.failure.is_set() {
         let _ = link.ep.close();
     }
-    Ok(())
 }
 
 // ---------------------------------------------------------------------------------------

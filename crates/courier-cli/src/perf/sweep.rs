@@ -261,6 +261,7 @@ fn multi_pair(pairs: usize, list: &[usize], quick: bool, s: &Settings) -> CliRes
         start_cpus: s.start_cpus.clone(),
         mode: courier::ThreadMode::Single,
         peer_timeout: s.peer_timeout,
+        threads: 1,
     };
     let servers = (0..pairs)
         .map(|_| ChildServer::spawn(None, &free))
