@@ -522,7 +522,7 @@ mod tests {
         assert_eq!(t.find("1000"), r.find("1000"));
         assert_eq!(
             format_aggregate(&a, Output::FinalOnly, true),
-            format!("1000 {:>29} {:>22} {:>23}\n", "3.000", "40.00", "400,000")
+            format!("1,000 {:>29} {:>22} {:>23}\n", "3.000", "40.00", "400,000")
         );
         assert_eq!(
             format_aggregate(&a, Output::CsvFinal, false),
