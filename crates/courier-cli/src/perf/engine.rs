@@ -5,6 +5,12 @@
 //! `{"op":"done"}` ends the session. `{"op":"info"}` asks where the server runs (answered
 //! "ok" and a JSON object). One-way tests end with the server's `TAG_FIN`, so the
 //! client's clock covers every message's arrival.
+//!
+//! A peer that dies is reported by the library (the endpoint's error handler); one that
+//! stops (SIGSTOP, a hung host behind a live kernel) is given up on after `Link::stall`
+//! without a sign of life (`--peer-timeout`). During one-sided tests, whose operations
+//! the server may never see (shared memory), the client proves it is alive with an empty
+//! active message (`AM_ALIVE`) every `BEAT` (see `Beat`).
 
 use super::clock::Instant;
 use std::collections::VecDeque;
@@ -27,6 +33,18 @@ const TAG_PING: u64 = 0x1000;
 const TAG_PONG: u64 = 0x1001;
 const AM_PING: u16 = 1;
 const AM_PONG: u16 = 2;
+/// The client's proof of life during one-sided tests (no payload; the server's handler
+/// ignores it, its arrival is the point).
+const AM_ALIVE: u16 = 3;
+/// How often a client running a one-sided test sends `AM_ALIVE` and looks at its link.
+/// `--peer-timeout` is at least `MIN_STALL`, several beats.
+pub(super) const BEAT: Duration = Duration::from_millis(200);
+/// The shortest `--peer-timeout`.
+pub const MIN_STALL: Duration = Duration::from_secs(1);
+/// Progress calls a beat makes on shared memory: enough for an idle worker to look at its
+/// links' sockets (it asks epoll every 256 calls when nothing else is going on), which is
+/// how a dead shared-memory peer is noticed. (A tcp link's socket is read by every call.)
+const BEAT_LOOKS_SHM: usize = 256;
 const CTRL_MAX: usize = 64 << 10;
 
 /// Where an endpoint's failure is recorded (its error handler runs inside progress).
@@ -122,6 +140,19 @@ impl Link {
         self.peer_failed(&self.failure.text())
     }
 
+    /// Give up on a peer that showed no sign of life for `stall`. The endpoint is closed
+    /// at once, so that its requests still in flight fail: dropping one that cannot be
+    /// canceled (a started send, a get, an atomic) would otherwise wait for the silent
+    /// peer without end.
+    #[cold]
+    fn stalled(&self) -> CliError {
+        self.ep.clone().close_force();
+        CliError::run(format!(
+            "peer {} stopped responding (no progress for {:?}; --peer-timeout sets the limit)",
+            self.peer, self.stall
+        ))
+    }
+
     pub(super) fn req_err(&self, e: &courier::Error) -> CliError {
         if self.failure.is_set() {
             self.failed()
@@ -146,12 +177,7 @@ impl Link {
             let now = Instant::now();
             match idle.since {
                 None => idle.since = Some(now),
-                Some(t) if now.duration_since(t) > self.stall => {
-                    return Err(CliError::run(format!(
-                        "peer {} stopped responding (no progress for {:?})",
-                        self.peer, self.stall
-                    )));
-                }
+                Some(t) if now.duration_since(t) > self.stall => return Err(self.stalled()),
                 _ => {}
             }
         }
@@ -186,36 +212,67 @@ impl Link {
         let n = self.wait(&mut r)?.len;
         Ok(n)
     }
+}
 
-    /// Progress until `r` completes, however long that takes (the peer decides), ending
-    /// only if the peer fails. Progresses hot while anything moves.
-    pub(super) fn wait_patient(&self, r: &mut Request<'_>) -> CliResult<Info> {
-        let mut spins = 0u32;
-        loop {
+/// A client's heartbeat during a one-sided test: every `BEAT`, an empty `AM_ALIVE` to the
+/// server (whose waits then see progress: on shared memory the test's puts, gets and
+/// atomics land without it) and a look at the link, so a server that died meanwhile ends
+/// the run (those operations complete without this side's progress as well).
+pub(super) struct Beat {
+    next: Instant,
+    pending: Option<Request<'static>>,
+}
+
+impl Beat {
+    pub(super) fn new() -> Beat {
+        Beat {
+            next: Instant::now() + BEAT,
+            pending: None,
+        }
+    }
+
+    /// At `now` (a clock reading the caller has anyway): beat if it is time.
+    #[inline]
+    pub(super) fn tick(&mut self, link: &Link, now: Instant) -> CliResult<()> {
+        if now < self.next {
+            return Ok(());
+        }
+        self.beat(link, now)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn beat(&mut self, link: &Link, now: Instant) -> CliResult<()> {
+        self.next = now + BEAT;
+        let looks = if link.ep.transport() == Some("shm") {
+            BEAT_LOOKS_SHM
+        } else {
+            1
+        };
+        for _ in 0..looks {
+            link.worker.progress();
+        }
+        if link.failure.is_set() {
+            return Err(link.failed());
+        }
+        if let Some(r) = self.pending.as_mut() {
             match r.test() {
-                Some(Ok(i)) => return Ok(*i),
-                Some(Err(e)) => return Err(self.req_err(e)),
-                None => {
-                    if self.worker.progress() == 0 {
-                        if self.failure.is_set() {
-                            return Err(self.failed());
-                        }
-                        spins += 1;
-                        if spins > 100_000 {
-                            let _ = self.worker.wait(Some(Duration::from_millis(5)));
-                            spins = 0;
-                        }
-                    } else {
-                        spins = 0;
-                    }
-                }
+                // The last one has not left yet (a full socket): one in flight is enough.
+                None => return Ok(()),
+                Some(Err(e)) => return Err(link.req_err(e)),
+                Some(Ok(_)) => self.pending = None,
             }
         }
+        let mut r = link.check(link.ep.am_send(AM_ALIVE, &[], &[], AmFlags::default()))?;
+        if !r.is_done() {
+            self.pending = Some(r);
+        }
+        Ok(())
     }
 }
 
-/// Connect to a `courier perf` server.
-pub fn connect(worker: &Worker, addr: SocketAddr, shown: &str) -> CliResult<Link> {
+/// Connect to a `courier perf` server; give up on it after `stall` without a sign of life.
+pub fn connect(worker: &Worker, addr: SocketAddr, shown: &str, stall: Duration) -> CliResult<Link> {
     let failure = Arc::new(Failure::default());
     let ep = worker
         .connect_sockaddr(addr, std::process::id() as u64, ep_params(&failure))
@@ -233,15 +290,18 @@ pub fn connect(worker: &Worker, addr: SocketAddr, shown: &str) -> CliResult<Link
         ep,
         failure,
         peer: shown.to_string(),
-        stall: Duration::from_secs(30),
+        stall,
         retired: Default::default(),
     })
 }
 
-/// Wait (without limit) for one client on `listener`, as the ucx_perftest server does.
+/// Wait for one client on `listener` (without limit, as the ucx_perftest server does, or
+/// at most `limit`); once connected, give up on it after `stall` without a sign of life.
 pub fn accept(
     worker: &Worker,
     listener_addr: SocketAddr,
+    stall: Duration,
+    limit: Option<Duration>,
     announce: impl FnOnce(u16),
 ) -> CliResult<Link> {
     type Slot = Arc<Mutex<Option<(Endpoint, String)>>>;
@@ -261,8 +321,16 @@ pub fn accept(
     })
     .map_err(|e| CliError::run(format!("cannot listen on {listener_addr}: {e}")))?;
     announce(listener.local_addr().port());
+    let deadline = limit.map(|l| std::time::Instant::now() + l);
     let mut idle = 0u32;
     loop {
+        if deadline.is_some_and(|d| std::time::Instant::now() > d) {
+            return Err(CliError::run(format!(
+                "no client connected to {} within {:?}",
+                listener.local_addr(),
+                limit.unwrap_or_default()
+            )));
+        }
         if let Some((ep, who)) = slot.lock().unwrap_or_else(|p| p.into_inner()).take() {
             drop(listener);
             return Ok(Link {
@@ -270,7 +338,7 @@ pub fn accept(
                 ep,
                 failure,
                 peer: who,
-                stall: Duration::from_secs(30),
+                stall,
                 retired: Default::default(),
             });
         }
@@ -357,39 +425,152 @@ pub fn peer_info(link: &Link) -> CliResult<serde_json::Value> {
         })
 }
 
+/// Ask the server for the links of a client's threads 1..n (`-T n`); returns their ports
+/// on the server's host.
+pub fn client_threads(link: &Link, n: usize) -> CliResult<Vec<u16>> {
+    let msg = serde_json::json!({ "op": "threads", "n": n });
+    link.send_ctrl(TAG_CTRL, msg.to_string().as_bytes())?;
+    let mut buf = vec![0u8; CTRL_MAX];
+    let got = link.recv_ctrl(TAG_ACK, &mut buf)?;
+    let reply = String::from_utf8_lossy(&buf[..got.min(buf.len())]).to_string();
+    let ports: Option<Vec<u16>> = reply
+        .strip_prefix("ok ")
+        .and_then(|j| serde_json::from_str::<serde_json::Value>(j).ok())
+        .and_then(|v| {
+            v["ports"].as_array().map(|a| {
+                a.iter()
+                    .filter_map(|p| p.as_u64().and_then(|p| u16::try_from(p).ok()))
+                    .collect()
+            })
+        });
+    match ports {
+        Some(p) if p.len() + 1 == n && !p.contains(&0) => Ok(p),
+        _ => Err(CliError::run(format!(
+            "server {} cannot serve {n} threads: {reply}",
+            link.peer
+        ))),
+    }
+}
+
 /// Tell the server the session is over and close.
 pub fn client_finish(link: Link) {
     let _ = link.send_ctrl(TAG_CTRL, br#"{"op":"done"}"#);
     let _ = link.ep.close();
 }
 
-/// Serve tests until the client says done (or fails).
-pub fn serve(link: Link, verbose: bool) -> CliResult<()> {
+/// How a server runs: where it listens (for the links of a client's other threads), its
+/// workers' thread mode, its stall limit and whether it says what it runs.
+#[derive(Clone, Debug)]
+pub struct ServeOpts {
+    /// The address its listener is bound to (the other threads' listeners use its IP).
+    pub ip: std::net::IpAddr,
+    /// Thread mode of the workers it makes for a client's other threads.
+    pub mode: courier::ThreadMode,
+    /// The stall limit (`--peer-timeout`).
+    pub stall: Duration,
+    /// Print what it runs (`--verbose`).
+    pub verbose: bool,
+}
+
+/// Serve tests until the client says done (or fails). A client running `-T N` asks first
+/// for N - 1 more links (`{"op":"threads","n":N}`): each gets its own server thread,
+/// worker and listener, whose ports go back with the "ok"; each is served like this one.
+pub fn serve(link: Link, o: &ServeOpts) -> CliResult<()> {
+    let mut helpers: Vec<std::thread::JoinHandle<CliResult<()>>> = Vec::new();
+    let r = serve_link(&link, o, &mut helpers);
+    // Every helper ends: its client says done, fails, or falls silent (bounded by the
+    // stall limit), or never connects (bounded by the accept limit).
+    let mut first = r.err();
+    for h in helpers {
+        let hr = h
+            .join()
+            .unwrap_or_else(|_| Err(CliError::run("a server thread panicked")));
+        if let (None, Err(e)) = (&first, hr) {
+            first = Some(e);
+        }
+    }
+    match first {
+        Some(e) => Err(e),
+        None => {
+            finish_link(link);
+            Ok(())
+        }
+    }
+}
+
+/// Start the server threads for a client's threads 1..n, each listening on a port of its
+/// own; returns the ports once all listen.
+fn spawn_helpers(
+    o: &ServeOpts,
+    n: usize,
+    helpers: &mut Vec<std::thread::JoinHandle<CliResult<()>>>,
+) -> CliResult<Vec<u16>> {
+    let mut ports = Vec::with_capacity(n.saturating_sub(1));
+    for k in 1..n {
+        let (tx, rx) = std::sync::mpsc::channel::<u16>();
+        let o2 = o.clone();
+        let h = std::thread::Builder::new()
+            .name(format!("perf-server-{k}"))
+            .spawn(move || -> CliResult<()> {
+                let worker = super::make_worker(o2.mode, None)?;
+                let link = accept(
+                    &worker,
+                    SocketAddr::new(o2.ip, 0),
+                    o2.stall,
+                    // The client connects right after it hears the ports.
+                    Some(o2.stall.min(Duration::from_secs(60))),
+                    move |port| {
+                        let _ = tx.send(port);
+                    },
+                )?;
+                if o2.verbose {
+                    eprintln!(
+                        "connected: {} over {} (thread {k})",
+                        link.peer,
+                        link.ep.transport().unwrap_or("?")
+                    );
+                }
+                serve(link, &o2)
+            })
+            .map_err(|e| CliError::run(format!("cannot start a server thread: {e}")))?;
+        match rx.recv_timeout(Duration::from_secs(10)) {
+            Ok(port) => {
+                helpers.push(h);
+                ports.push(port);
+            }
+            Err(_) => {
+                // It failed before listening (or hangs there): its error is the one to
+                // report, if it has one.
+                return Err(if h.is_finished() {
+                    match h.join() {
+                        Ok(Err(e)) => e,
+                        _ => CliError::run(format!("server thread {k} failed")),
+                    }
+                } else {
+                    CliError::run(format!("server thread {k} did not start listening"))
+                });
+            }
+        }
+    }
+    Ok(ports)
+}
+
+/// The most threads a client may run (and a server answer).
+pub const MAX_THREADS: usize = 256;
+
+fn serve_link(
+    link: &Link,
+    o: &ServeOpts,
+    helpers: &mut Vec<std::thread::JoinHandle<CliResult<()>>>,
+) -> CliResult<()> {
+    let verbose = o.verbose;
+    link.worker
+        .am_set_handler(AM_ALIVE, |_| {})
+        .map_err(|e| CliError::run(format!("cannot set the active-message handler: {e}")))?;
     let mut buf = vec![0u8; CTRL_MAX];
     loop {
-        // The client may take its time between tests (printing, spawning nothing): no stall limit.
-        let n = {
-            let mut r = link.check(link.worker.tag_recv(&mut buf, TAG_CTRL, u64::MAX))?;
-            let mut spins = 0u32;
-            loop {
-                match r.test() {
-                    Some(Ok(i)) => break i.len,
-                    Some(Err(e)) => return Err(link.req_err(e)),
-                    None => {
-                        if link.worker.progress() == 0 {
-                            if link.failure.is_set() {
-                                return Err(link.failed());
-                            }
-                            spins += 1;
-                            if spins > 100_000 {
-                                let _ = link.worker.wait(Some(Duration::from_millis(5)));
-                                spins = 0;
-                            }
-                        }
-                    }
-                }
-            }
-        };
+        // Between tests the client only prints: a client silent for `stall` is gone.
+        let n = link.recv_ctrl(TAG_CTRL, &mut buf)?;
         let msg = &buf[..n.min(buf.len())];
         let v: serde_json::Value = serde_json::from_slice(msg).unwrap_or(serde_json::Value::Null);
         if v["op"] == "done" {
@@ -400,6 +581,31 @@ pub fn serve(link: Link, verbose: bool) -> CliResult<()> {
                 TAG_ACK,
                 format!("ok {}", side_info(&link.worker)).as_bytes(),
             )?;
+            continue;
+        }
+        if v["op"] == "threads" {
+            let n = v["n"]
+                .as_u64()
+                .filter(|&n| (2..=MAX_THREADS as u64).contains(&n));
+            let reply = match n {
+                None => format!(
+                    "threads: expected a count from 2 to {MAX_THREADS}, got {}",
+                    v["n"]
+                ),
+                Some(_) if !helpers.is_empty() => {
+                    "threads: this session already has its threads".to_string()
+                }
+                Some(n) => {
+                    if verbose {
+                        eprintln!("client runs {n} threads");
+                    }
+                    match spawn_helpers(o, n as usize, helpers) {
+                        Ok(ports) => format!("ok {}", serde_json::json!({ "ports": ports })),
+                        Err(e) => e.msg,
+                    }
+                }
+            };
+            link.send_ctrl(TAG_ACK, reply.as_bytes())?;
             continue;
         }
         let p = match Params::decode(msg) {
@@ -420,8 +626,8 @@ pub fn serve(link: Link, verbose: bool) -> CliResult<()> {
             );
         }
         if p.test.is_rma() {
-            let side = match rma::Side::map(&link, &p, p.mem[1]).and_then(|mut s| {
-                s.attach_peer(&link, &v)?;
+            let side = match rma::Side::map(link, &p, p.mem[1]).and_then(|mut s| {
+                s.attach_peer(link, &v)?;
                 Ok(s)
             }) {
                 Ok(s) => s,
@@ -433,7 +639,7 @@ pub fn serve(link: Link, verbose: bool) -> CliResult<()> {
             let ack = format!("ok {}", side.ack_json()?);
             link.send_ctrl(TAG_ACK, ack.as_bytes())?;
             let t0 = Instant::now();
-            rma::run_server(&link, &p, side)?;
+            rma::run_server(link, &p, side)?;
             if verbose {
                 eprintln!(
                     "done {} in {:.3} s",
@@ -443,12 +649,12 @@ pub fn serve(link: Link, verbose: bool) -> CliResult<()> {
             }
             continue;
         }
-        let b = Buffers::new(&link, &p)?;
-        let am = setup_am(&link, &p, AM_PING)?;
+        let b = Buffers::new(link, &p)?;
+        let am = setup_am(link, &p, AM_PING)?;
         link.send_ctrl(TAG_ACK, b"ok")?;
         let t0 = Instant::now();
         let before = link.worker.rndv_copies().unwrap_or_default();
-        run_server(&link, &p, &b, am)?;
+        run_server(link, &p, &b, am)?;
         if verbose {
             let after = link.worker.rndv_copies().unwrap_or_default();
             eprintln!(
@@ -460,6 +666,11 @@ pub fn serve(link: Link, verbose: bool) -> CliResult<()> {
             );
         }
     }
+    Ok(())
+}
+
+/// The client said done: let it close first, then close.
+fn finish_link(link: Link) {
     let _ = link.ep.flush();
     // Give the client a moment to close first, so its last receive is not cut short.
     let deadline = Instant::now() + Duration::from_secs(2);
@@ -471,7 +682,6 @@ pub fn serve(link: Link, verbose: bool) -> CliResult<()> {
     if !link.failure.is_set() {
         let _ = link.ep.close();
     }
-    Ok(())
 }
 
 // ---------------------------------------------------------------------------------------

@@ -20,6 +20,8 @@ pub struct ChildServer {
     /// Its port on 127.0.0.1.
     pub port: u16,
     stderr: Arc<Mutex<String>>,
+    /// The `--peer-timeout` both sides use.
+    peer_timeout: Duration,
 }
 
 impl ChildServer {
@@ -31,7 +33,13 @@ impl ChildServer {
             .map_err(|e| CliError::run(format!("cannot find this program: {e}")))?;
         let mut cmd = Command::new(exe);
         cmd.args(["perf", "-p", "0", "--announce", "-M"])
-            .arg(params::thread_mode_name(s.mode));
+            .arg(params::thread_mode_name(s.mode))
+            .arg("--peer-timeout")
+            .arg(if s.peer_timeout == Duration::MAX {
+                "inf".to_string()
+            } else {
+                format!("{}ms", s.peer_timeout.as_millis())
+            });
         match s.server_cpu() {
             Some(c) => {
                 cmd.arg("-c").arg(c.to_string());
@@ -77,23 +85,24 @@ impl ChildServer {
                 }
             }
         });
-        let mut s = ChildServer {
+        let mut srv = ChildServer {
             child,
             port: 0,
             stderr,
+            peer_timeout: s.peer_timeout,
         };
         match rx.recv_timeout(Duration::from_secs(10)) {
             Ok(p) => {
-                s.port = p;
-                Ok(s)
+                srv.port = p;
+                Ok(srv)
             }
             Err(_) => {
-                let _ = s.child.kill();
-                let _ = s.child.wait();
+                let _ = srv.child.kill();
+                let _ = srv.child.wait();
                 std::thread::sleep(Duration::from_millis(50));
                 Err(CliError::run(format!(
                     "the server process did not start: {}",
-                    s.stderr_text()
+                    srv.stderr_text()
                 )))
             }
         }
@@ -147,6 +156,7 @@ impl ChildServer {
             &worker,
             addr,
             &format!("127.0.0.1:{} (pid {})", self.port, self.child.id()),
+            self.peer_timeout,
         )
     }
 }

@@ -9,6 +9,7 @@ pub mod params;
 pub mod report;
 pub mod rma;
 pub mod sweep;
+pub mod threads;
 
 use std::io::Write;
 use std::net::{SocketAddr, ToSocketAddrs};
@@ -58,7 +59,12 @@ pub struct PerfArgs {
     /// here (-l, --local) to the second, or to the next CPU when only one is given
     #[arg(short = 'c', long = "cpus")]
     pub cpus: Option<String>,
-    /// Threads (only 1 is supported)
+    /// Client threads running the test at once (two-sided tests). Like ucx_perftest, each
+    /// thread has its own worker and endpoint (and the server a thread, worker and
+    /// endpoint for each): threads sharing one worker would take one another's messages
+    /// (tag matching is per worker) and turns at its lock. Implies -M multi. Rows say
+    /// [thread k]; the Final row aggregates as ucx_perftest's does: iterations, mean
+    /// latency, total bandwidth, total message rate
     #[arg(short = 'T', long = "threads", default_value_t = 1)]
     pub threads: u32,
     /// Thread mode: single, serialized, multi
@@ -111,6 +117,12 @@ pub struct PerfArgs {
     /// --sweep: a tenth of the iterations (for tests)
     #[arg(long, hide = true)]
     pub quick: bool,
+    /// Give up on a peer that shows no sign of life for this long (e.g. 30s, 2.5s, inf;
+    /// at least 1s): a stopped or hung peer ends the run with an error naming it. On the
+    /// server it also bounds the wait for a client's next test. (A peer that dies is
+    /// noticed at once, or within COURIER_KEEPALIVE_TIMEOUT over the network.)
+    #[arg(long = "peer-timeout", default_value = "30s")]
+    pub peer_timeout: String,
     /// Server: print what it runs
     #[arg(long)]
     pub verbose: bool,
@@ -157,16 +169,48 @@ pub struct Settings {
     pub start_cpus: Vec<usize>,
     /// Thread mode of every worker.
     pub mode: ThreadMode,
+    /// How long a peer may show no sign of life (`--peer-timeout`).
+    pub peer_timeout: Duration,
+    /// Client threads (`-T`).
+    pub threads: usize,
 }
 
 impl Settings {
     fn from_args(a: &PerfArgs) -> CliResult<Settings> {
         params::parse_mem(&a.mem)?;
-        if a.threads != 1 {
+        let threads = a.threads as usize;
+        let mut mode = params::parse_thread_mode(&a.thread_mode)?;
+        if threads == 0 || threads > engine::MAX_THREADS {
             return Err(CliError::usage(format!(
-                "-T {}: multiple threads per process are not supported yet; use -T 1",
-                a.threads
+                "-T {threads}: expected 1 to {} threads",
+                engine::MAX_THREADS
             )));
+        }
+        if threads > 1 {
+            let refuse = |why: &str| Err(CliError::usage(format!("-T {threads}: {why}")));
+            if a.local || a.sweep {
+                return refuse(
+                    "--local and --sweep run one thread per test (--sweep --pairs runs several pairs)",
+                );
+            }
+            if a.host.is_none() && !a.loopback {
+                return refuse(
+                    "an option of the client; the server answers as many threads as it runs",
+                );
+            }
+            if a.cpus.is_some() {
+                return refuse("-c pins one client thread; leave it out to run several");
+            }
+            if a.given("thread_mode") && mode == ThreadMode::Single {
+                return refuse("several threads need -M multi (or serialized), as in ucx_perftest");
+            }
+            if !a.given("thread_mode") {
+                eprintln!(
+                    "courier perf: note: -T {threads} implies -M multi (each thread has its own \
+                     worker, in multi-thread mode as ucx_perftest asks)"
+                );
+            }
+            mode = ThreadMode::Multi;
         }
         if a.wait_mode != "poll" {
             return Err(CliError::usage(format!(
@@ -205,7 +249,9 @@ impl Settings {
                 .transpose()?
                 .unwrap_or_default(),
             start_cpus: params::affinity().unwrap_or_default(),
-            mode: params::parse_thread_mode(&a.thread_mode)?,
+            mode,
+            threads,
+            peer_timeout: parse_peer_timeout(&a.peer_timeout)?,
         })
     }
 
@@ -259,6 +305,24 @@ impl Settings {
     }
 }
 
+/// `--peer-timeout`: a duration of at least `engine::MIN_STALL` (`inf`: no limit).
+fn parse_peer_timeout(v: &str) -> CliResult<Duration> {
+    let d = params::parse_duration(v).ok_or_else(|| {
+        CliError::usage(format!(
+            "--peer-timeout {v}: expected a duration such as 30s, 2.5s, 1500ms or inf"
+        ))
+    })?;
+    if d < engine::MIN_STALL {
+        return Err(CliError::usage(format!(
+            "--peer-timeout {v}: at least {:?} (a client running a one-sided test proves it \
+             is alive every {:?})",
+            engine::MIN_STALL,
+            engine::BEAT
+        )));
+    }
+    Ok(d)
+}
+
 /// The CPU after `cpu` in `allowed` (wrapping around), other than `cpu` itself.
 fn next_cpu(allowed: &[usize], cpu: usize) -> Option<usize> {
     allowed
@@ -299,6 +363,13 @@ fn params_from_args(a: &PerfArgs) -> CliResult<Params> {
     check_mem(&p)?;
     if p.test.is_rma() {
         rma::validate(&p)?;
+        if a.threads > 1 {
+            return Err(CliError::usage(format!(
+                "-T {}: {} is one-sided; several threads run the two-sided tests",
+                a.threads,
+                p.test.name()
+            )));
+        }
     }
     Ok(p)
 }
@@ -397,16 +468,27 @@ pub fn spawn_server_thread(
         .spawn(move || {
             let r = (|| -> CliResult<()> {
                 s2.pin_server()?;
+                // The server's own worker: -M as given, whatever -T implied.
                 let worker = make_worker(s2.mode, None)?;
                 let ptx2 = ptx.clone();
                 let link = engine::accept(
                     &worker,
                     SocketAddr::from(([127, 0, 0, 1], 0)),
+                    s2.peer_timeout,
+                    None,
                     move |port| {
                         let _ = ptx2.send(Ok(port));
                     },
                 )?;
-                engine::serve(link, verbose)
+                engine::serve(
+                    link,
+                    &engine::ServeOpts {
+                        ip: [127, 0, 0, 1].into(),
+                        mode: s2.mode,
+                        stall: s2.peer_timeout,
+                        verbose,
+                    },
+                )
             })();
             if let Err(e) = &r {
                 let _ = ptx.send(Err(CliError {
@@ -447,9 +529,21 @@ pub fn main(a: PerfArgs) -> CliResult<()> {
         s.note_one_cpu();
         let (port, done) = spawn_server_thread(&s, a.verbose)?;
         s.pin_client()?;
-        let worker = make_worker(s.mode, None)?;
         let shown = format!("127.0.0.1:{port}");
-        let link = engine::connect(&worker, SocketAddr::from(([127, 0, 0, 1], port)), &shown)?;
+        if s.threads > 1 {
+            threads::run_client(&p, &s, SocketAddr::from(([127, 0, 0, 1], port)), &shown)?;
+            return match done.recv_timeout(Duration::from_secs(10)) {
+                Ok(r) => r,
+                Err(_) => Err(CliError::run("the loopback server did not finish")),
+            };
+        }
+        let worker = make_worker(s.mode, None)?;
+        let link = engine::connect(
+            &worker,
+            SocketAddr::from(([127, 0, 0, 1], port)),
+            &shown,
+            s.peer_timeout,
+        )?;
         run_test(&link, &p, &s, None)?;
         engine::client_finish(link);
         return match done.recv_timeout(Duration::from_secs(10)) {
@@ -462,8 +556,12 @@ pub fn main(a: PerfArgs) -> CliResult<()> {
             let p = params_from_args(&a)?;
             s.pin_client()?;
             let addr = resolve(host, a.port)?;
+            if s.threads > 1 {
+                return threads::run_client(&p, &s, addr, &format!("{host}:{}", a.port));
+            }
             let worker = make_worker(s.mode, None)?;
-            let link = engine::connect(&worker, addr, &format!("{host}:{}", a.port))?;
+            let link =
+                engine::connect(&worker, addr, &format!("{host}:{}", a.port), s.peer_timeout)?;
             run_test(&link, &p, &s, None)?;
             engine::client_finish(link);
             Ok(())
@@ -478,6 +576,8 @@ pub fn main(a: PerfArgs) -> CliResult<()> {
             let link = engine::accept(
                 &worker,
                 SocketAddr::from(([0, 0, 0, 0], a.port)),
+                s.peer_timeout,
+                None,
                 move |port| {
                     eprintln!("Waiting for connection...");
                     if announce {
@@ -493,7 +593,15 @@ pub fn main(a: PerfArgs) -> CliResult<()> {
                     link.ep.transport().unwrap_or("?")
                 );
             }
-            engine::serve(link, a.verbose)
+            engine::serve(
+                link,
+                &engine::ServeOpts {
+                    ip: [0, 0, 0, 0].into(),
+                    mode: s.mode,
+                    stall: s.peer_timeout,
+                    verbose: a.verbose,
+                },
+            )
         }
     }
 }
@@ -510,6 +618,8 @@ mod tests {
             cpus: cpus.to_vec(),
             start_cpus: start.to_vec(),
             mode: ThreadMode::Single,
+            peer_timeout: Duration::from_secs(30),
+            threads: 1,
         }
     }
 

@@ -391,6 +391,29 @@ pub fn parse_thread_mode(s: &str) -> CliResult<courier::ThreadMode> {
     }
 }
 
+/// Parse a duration: `30s`, `2.5s`, `1500ms`, `100us`, a bare number of seconds, or `inf`
+/// (`Duration::MAX`). None for anything else, negative or too large.
+pub fn parse_duration(s: &str) -> Option<std::time::Duration> {
+    let t = s.trim().to_ascii_lowercase();
+    if t == "inf" {
+        return Some(std::time::Duration::MAX);
+    }
+    let (num, scale) = if let Some(n) = t.strip_suffix("ms") {
+        (n, 1e-3)
+    } else if let Some(n) = t.strip_suffix("us") {
+        (n, 1e-6)
+    } else if let Some(n) = t.strip_suffix('s') {
+        (n, 1.0)
+    } else {
+        (t.as_str(), 1.0)
+    };
+    let v: f64 = num.trim().parse().ok()?;
+    if !v.is_finite() {
+        return None;
+    }
+    std::time::Duration::try_from_secs_f64(v * scale).ok()
+}
+
 /// Parse a CPU list such as `0,2-3`.
 pub fn parse_cpus(s: &str) -> CliResult<Vec<usize>> {
     let bad = || CliError::usage(format!("-c {s:?}: expected a CPU list such as 0,2-3"));
@@ -529,6 +552,14 @@ mod tests {
             courier::ThreadMode::Multi
         );
         assert!(parse_thread_mode("many").is_err());
+        use std::time::Duration;
+        assert_eq!(parse_duration("30s"), Some(Duration::from_secs(30)));
+        assert_eq!(parse_duration("2.5"), Some(Duration::from_millis(2500)));
+        assert_eq!(parse_duration("1500ms"), Some(Duration::from_millis(1500)));
+        assert_eq!(parse_duration("inf"), Some(Duration::MAX));
+        for bad in ["", "-1s", "1e30s", "nan", "3h", "x"] {
+            assert_eq!(parse_duration(bad), None, "{bad}");
+        }
         assert_eq!(parse_cpus("0,2-3").unwrap(), vec![0, 2, 3]);
         assert!(parse_cpus("a").is_err());
         assert_eq!(cpu_list(&[0, 1, 2, 3, 6]), "0-3,6");

@@ -169,6 +169,62 @@ pub fn format_row(label: Option<&str>, r: &Row, out: Output, thousands: bool) ->
     }
 }
 
+/// The result of a `-T` run, as ucx_perftest aggregates its threads: the iterations of
+/// thread 0, the average of the threads' overall latencies, and the sums of their overall
+/// bandwidths and message rates. (The "average" columns and the percentile have no
+/// meaning across threads; ucx_perftest leaves them out of this row.)
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Aggregate {
+    /// Iterations (of thread 0; every thread runs as many).
+    pub iters: u64,
+    /// Mean of the threads' overall latency (usec).
+    pub lat_overall: f64,
+    /// Sum of the threads' overall bandwidth (MB/s, 2^20).
+    pub bw_overall: f64,
+    /// Sum of the threads' overall message rate.
+    pub mr_overall: f64,
+}
+
+impl Aggregate {
+    /// Aggregate the final rows of the threads, thread 0 first.
+    pub fn of(rows: &[Row]) -> Aggregate {
+        let n = rows.len().max(1) as f64;
+        Aggregate {
+            iters: rows.first().map_or(0, |r| r.iters),
+            lat_overall: rows.iter().map(|r| r.lat_overall).sum::<f64>() / n,
+            bw_overall: rows.iter().map(|r| r.bw_overall).sum(),
+            mr_overall: rows.iter().map(|r| r.mr_overall).sum(),
+        }
+    }
+}
+
+/// The final row of a `-T` run as ucx_perftest prints it for several threads: four
+/// numbers (iterations, latency, bandwidth, message rate), labelled `Final:` in the table,
+/// bare with `-f`, comma-separated with `-v`.
+pub fn format_aggregate(a: &Aggregate, out: Output, thousands: bool) -> String {
+    match out {
+        Output::Csv | Output::CsvFinal => format!(
+            "{},{:.3},{:.2},{:.0}\n",
+            a.iters, a.lat_overall, a.bw_overall, a.mr_overall
+        ),
+        Output::Table | Output::FinalOnly => {
+            let nums = format!(
+                "{:>18} {:>29.3} {:>22.2} {:>23}",
+                group(a.iters as f64, thousands),
+                a.lat_overall,
+                a.bw_overall,
+                group(a.mr_overall, thousands)
+            );
+            if out == Output::Table {
+                format!("{:<10}{nums}\n", "Final:")
+            } else {
+                format!("{}\n", nums.trim_start())
+            }
+        }
+        Output::Json | Output::Silent => String::new(),
+    }
+}
+
 /// The final result as one JSON object.
 pub fn json(p: &Params, percentile: f64, r: &Row, transport: Option<&str>) -> serde_json::Value {
     serde_json::json!({
@@ -214,6 +270,9 @@ pub struct Meter<'w> {
     thousands: bool,
     period: Duration,
     watch: Option<Watch<'w>>,
+    /// The thread whose rows these are (`-T`: `Some(k)`, its rows are labelled in CSV too
+    /// and its final row is left to the aggregate).
+    thread: Option<usize>,
 }
 
 impl<'w> Meter<'w> {
@@ -247,7 +306,15 @@ impl<'w> Meter<'w> {
             thousands,
             period: Duration::from_secs(1),
             watch,
+            thread: None,
         }
+    }
+
+    /// The meter of thread `k` of a `-T` run: its rows say `[thread k]` (CSV rows too, as
+    /// ucx_perftest's do), and `finish` prints nothing (one aggregated row follows).
+    pub fn for_thread(mut self, k: usize) -> Self {
+        self.thread = Some(k);
+        self
     }
 
     /// Start measuring at `now` (after warm-up).
@@ -296,9 +363,13 @@ impl<'w> Meter<'w> {
     fn report(&mut self, now: Instant) {
         let r = self.row(now, &self.interval);
         if self.out.prints_progress() {
+            let label = format!("[thread {}]", self.thread.unwrap_or(0));
+            let mut text = format_row(Some(&label), &r, self.out, self.thousands);
+            if self.thread.is_some() && matches!(self.out, Output::Csv) {
+                text.insert_str(0, &label);
+            }
             let mut o = std::io::stdout().lock();
-            let _ = o
-                .write_all(format_row(Some("[thread 0]"), &r, self.out, self.thousands).as_bytes());
+            let _ = o.write_all(text.as_bytes());
             let _ = o.flush();
         }
         if let Some(w) = self.watch.as_mut() {
@@ -323,6 +394,7 @@ impl<'w> Meter<'w> {
             r.mr_avg = r.mr_overall;
         }
         let text = match self.out {
+            _ if self.thread.is_some() => String::new(),
             Output::Table => format_row(Some("Final:"), &r, self.out, self.thousands),
             Output::Csv | Output::CsvFinal | Output::FinalOnly => {
                 format_row(None, &r, self.out, self.thousands)
@@ -407,6 +479,54 @@ mod tests {
         assert_eq!(
             format_row(None, &r, Output::CsvFinal, false),
             "10,0.000,0.000,0.000,0.00,0.00,0,0\n"
+        );
+    }
+
+    #[test]
+    fn the_aggregate_of_threads_is_ucx_perftests() {
+        let row = |iters, lat, bw, mr| Row {
+            iters,
+            lat_overall: lat,
+            bw_overall: bw,
+            mr_overall: mr,
+            ..Row::default()
+        };
+        let a = Aggregate::of(&[
+            row(1000, 2.0, 10.0, 100000.0),
+            row(1000, 4.0, 30.0, 300000.0),
+        ]);
+        assert_eq!(
+            a,
+            Aggregate {
+                iters: 1000,
+                lat_overall: 3.0,
+                bw_overall: 40.0,
+                mr_overall: 400000.0
+            }
+        );
+        let t = format_aggregate(&a, Output::Table, false);
+        assert_eq!(
+            t,
+            format!(
+                "Final:    {:>18} {:>29} {:>22} {:>23}\n",
+                "1000", "3.000", "40.00", "400000"
+            )
+        );
+        // The iterations end where the table's iterations column ends.
+        let r = format_row(
+            Some("Final:"),
+            &row(1000, 0.0, 0.0, 0.0),
+            Output::Table,
+            false,
+        );
+        assert_eq!(t.find("1000"), r.find("1000"));
+        assert_eq!(
+            format_aggregate(&a, Output::FinalOnly, true),
+            format!("1,000 {:>29} {:>22} {:>23}\n", "3.000", "40.00", "400,000")
+        );
+        assert_eq!(
+            format_aggregate(&a, Output::CsvFinal, false),
+            "1000,3.000,40.00,400000\n"
         );
     }
 

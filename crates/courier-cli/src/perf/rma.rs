@@ -12,9 +12,9 @@ use super::clock::Instant;
 use std::sync::Arc;
 use std::sync::atomic::{Ordering, fence};
 
-use courier::{AtomicOp, Cmp, MemMapParams, Memory, MemoryType, RemoteKey, Request, SignalOp};
+use courier::{AtomicOp, MemMapParams, Memory, MemoryType, RemoteKey, Request, SignalOp};
 
-use super::engine::{Failure, Idle, Link, TAG_FIN, pattern, verify};
+use super::engine::{Beat, Failure, Idle, Link, TAG_FIN, pattern, verify};
 use super::params::{MemKind, Params, TestKind};
 use super::report::{Meter, Row, mem_label};
 use crate::error::{CliError, CliResult};
@@ -232,20 +232,37 @@ impl Side {
             .ok_or_else(|| CliError::run(format!("no remote key from {}", link.peer)))
     }
 
-    /// Wait until this side's signal word is at least `v` (progressing the worker).
+    /// Wait until this side's signal word is at least `v`, progressing the worker (the
+    /// library's `signal_wait_until` has no time limit: a stopped peer would hold it
+    /// forever). The word becomes `u64::MAX` when the peer fails (`Failure::arm`).
     #[inline]
     fn wait_signal(&self, link: &Link, v: u64) -> CliResult<()> {
-        let got = link.check(self.mem().signal_wait_until(
-            &link.worker,
-            self.layout.sig,
-            Cmp::Ge,
-            v,
-            false,
-        ))?;
-        if got == u64::MAX && link.failure.is_set() {
-            return Err(link.failed());
+        let m = self.mem();
+        if self.layout.sig + 8 > m.len() {
+            return Err(CliError::run(
+                "the signal word lies outside the test region",
+            ));
         }
-        Ok(())
+        // SAFETY: inside the region (checked above), 8-byte aligned (Layout; the base is
+        // page aligned); the region outlives this call. The peer writes it, so atomically.
+        let word = unsafe {
+            std::sync::atomic::AtomicU64::from_ptr(m.as_ptr().add(self.layout.sig).cast())
+        };
+        let mut idle = Idle::default();
+        loop {
+            // Several looks per progress call: a same-host peer writes the word directly,
+            // and an idle progress costs more than a load.
+            for _ in 0..16 {
+                let got = word.load(Ordering::Acquire);
+                if got >= v {
+                    if got == u64::MAX && link.failure.is_set() {
+                        return Err(link.failed());
+                    }
+                    return Ok(());
+                }
+            }
+            link.poll(&mut idle)?;
+        }
     }
 }
 
@@ -331,14 +348,17 @@ fn check_data(link: &Link, p: &Params, buf: &[u8]) -> CliResult<()> {
     Ok(())
 }
 
-/// Run `body(i)` for every iteration, timing each after the warm-up.
+/// Run `body(i)` for every iteration, timing each after the warm-up, with the client's
+/// heartbeat (`Beat`) in between.
 #[inline]
 fn timed(
+    link: &Link,
     meter: &mut Meter<'_>,
     p: &Params,
     mut body: impl FnMut(u64) -> CliResult<()>,
 ) -> CliResult<()> {
     let (total, warm) = (p.total(), p.warmup);
+    let mut beat = Beat::new();
     let mut t = Instant::now();
     for i in 0..total {
         if i == warm {
@@ -350,6 +370,7 @@ fn timed(
         if i >= warm {
             meter.record(now, t);
         }
+        beat.tick(link, now)?;
         t = now;
     }
     Ok(())
@@ -419,7 +440,7 @@ fn client_loops(link: &Link, p: &Params, meter: &mut Meter<'_>, side: &Side) -> 
     match p.test {
         TestKind::PutLat => {
             let mut pending: Option<Request<'_>> = None;
-            timed(meter, p, |i| {
+            timed(link, meter, p, |i| {
                 settle(link, &mut pending)?;
                 // SAFETY: the previous put from the send area has completed.
                 unsafe { stamp(send_ptr, size, i + 1) };
@@ -438,7 +459,7 @@ fn client_loops(link: &Link, p: &Params, meter: &mut Meter<'_>, side: &Side) -> 
         }
         TestKind::PutSignalLat => {
             let mut pending: Option<Request<'_>> = None;
-            timed(meter, p, |i| {
+            timed(link, meter, p, |i| {
                 settle(link, &mut pending)?;
                 pending = Some(link.check(ep.put_signal(
                     data,
@@ -462,7 +483,7 @@ fn client_loops(link: &Link, p: &Params, meter: &mut Meter<'_>, side: &Side) -> 
         }
         TestKind::PutFlushSignalLat => {
             let mut pending: Option<Request<'_>> = None;
-            timed(meter, p, |i| {
+            timed(link, meter, p, |i| {
                 settle(link, &mut pending)?;
                 let mut put = link.check(ep.put(data, r_recv, rk))?;
                 link.check(ep.flush())?;
@@ -484,7 +505,7 @@ fn client_loops(link: &Link, p: &Params, meter: &mut Meter<'_>, side: &Side) -> 
         TestKind::PutBw | TestKind::PutSignalBw => {
             let signal = p.test == TestKind::PutSignalBw;
             let mut ring: Vec<Option<Request<'_>>> = (0..w).map(|_| None).collect();
-            timed(meter, p, |i| {
+            timed(link, meter, p, |i| {
                 let s = &mut ring[(i % w as u64) as usize];
                 settle(link, s)?;
                 *s = Some(link.check(if signal {
@@ -507,7 +528,7 @@ fn client_loops(link: &Link, p: &Params, meter: &mut Meter<'_>, side: &Side) -> 
         TestKind::Get => {
             let mut ring: Vec<Option<Request<'_>>> = (0..w).map(|_| None).collect();
             let slot_ptr = |k: usize| base.wrapping_add(k * size);
-            timed(meter, p, |i| {
+            timed(link, meter, p, |i| {
                 let k = (i % w as u64) as usize;
                 settle(link, &mut ring[k])?;
                 if p.check && i >= w as u64 {
@@ -569,7 +590,7 @@ fn client_loops(link: &Link, p: &Params, meter: &mut Meter<'_>, side: &Side) -> 
                 }
                 Ok(())
             };
-            timed(meter, p, |i| {
+            timed(link, meter, p, |i| {
                 let s = &mut ring[(i % w as u64) as usize];
                 drain(s)?;
                 let (value, compare) = match op {
@@ -601,12 +622,15 @@ fn client_loops(link: &Link, p: &Params, meter: &mut Meter<'_>, side: &Side) -> 
 // ---------------------------------------------------------------------------------------
 
 /// Run a one-sided test as the server: answer the ping-pongs, then progress until the
-/// client's `TAG_FIN` (its operations need this side's progress over tcp).
+/// client's `TAG_FIN` (its operations need this side's progress over tcp). Every wait
+/// ends if the client fails or falls silent (its heartbeat stops) for the stall limit.
 pub fn run_server(link: &Link, p: &Params, side: Side) -> CliResult<()> {
     server_loops(link, p, &side)?;
     let mut fin = [0u8; 8];
     let mut r = link.check(link.worker.tag_recv(&mut fin, TAG_FIN, u64::MAX))?;
-    link.wait_patient(&mut r)?;
+    // However long the test runs, the client's heartbeat arrives every `BEAT`: a client
+    // silent for the stall limit is gone.
+    link.wait(&mut r)?;
     drop(r);
     side.retire(link);
     Ok(())

@@ -196,7 +196,10 @@ pub fn run(a: &PerfArgs, s: &Settings, server: Option<SocketAddr>) -> CliResult<
     let (child, link) = match server {
         Some(addr) => {
             let w = make_worker(s.mode, None)?;
-            (None, engine::connect(&w, addr, &addr.to_string())?)
+            (
+                None,
+                engine::connect(&w, addr, &addr.to_string(), s.peer_timeout)?,
+            )
         }
         None => {
             let c = ChildServer::spawn(None, s)?;
@@ -257,6 +260,8 @@ fn multi_pair(pairs: usize, list: &[usize], quick: bool, s: &Settings) -> CliRes
         cpus: vec![],
         start_cpus: s.start_cpus.clone(),
         mode: courier::ThreadMode::Single,
+        peer_timeout: s.peer_timeout,
+        threads: 1,
     };
     let servers = (0..pairs)
         .map(|_| ChildServer::spawn(None, &free))
@@ -278,6 +283,7 @@ fn multi_pair(pairs: usize, list: &[usize], quick: bool, s: &Settings) -> CliRes
                     &w,
                     SocketAddr::from(([127, 0, 0, 1], port)),
                     &format!("127.0.0.1:{port}"),
+                    quiet.peer_timeout,
                 )
             };
             let link = go();

@@ -1,0 +1,373 @@
+//! `courier perf -T N`: the test in N client threads, as ucx_perftest runs it. These tests
+//! look at the shape of the output (rows per thread, the aggregated final row, the header,
+//! CSV and JSON) and at the server's side of it; no assertion looks at a timing value.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+fn courier(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_courier"));
+    c.args(args).stdin(Stdio::null());
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    c.output().expect("run courier")
+}
+
+fn text(o: &Output) -> (String, String) {
+    (
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+const TCP: &[(&str, &str)] = &[("COURIER_TLS", "tcp")];
+
+fn numbers(line: &str) -> Vec<f64> {
+    line.split(|c: char| c.is_whitespace() || c == ',')
+        .filter_map(|w| w.parse::<f64>().ok())
+        .collect()
+}
+
+/// The table of a `-T` run: the header box and column headers as with one thread, then
+/// only `[thread k]` rows (k < threads, eight numbers each) and one `Final:` row of four
+/// numbers (iterations, latency, bandwidth, message rate). Returns the threads that
+/// printed rows.
+fn check_table(out: &str, threads: usize, iters: f64) -> Vec<usize> {
+    let lines: Vec<&str> = out.lines().collect();
+    assert!(
+        lines[0].starts_with("+---") && lines[0].len() == 108,
+        "{out}"
+    );
+    assert!(
+        lines[1].starts_with("| API:          protocol layer"),
+        "{out}"
+    );
+    let stage = lines
+        .iter()
+        .position(|l| l.starts_with("|    Stage     | # iterations |"))
+        .unwrap_or_else(|| panic!("no column header:\n{out}"));
+    assert_eq!(
+        out.matches("|    Stage     |").count(),
+        1,
+        "one header for all threads:\n{out}"
+    );
+    let last = lines[lines.len() - 1];
+    assert!(last.starts_with("Final:    "), "{out}");
+    let fin = numbers(last);
+    assert_eq!(fin.len(), 4, "the aggregated row has four numbers: {last}");
+    assert_eq!(fin[0], iters, "{last}");
+    let mut seen = Vec::new();
+    for l in &lines[stage + 2..lines.len() - 1] {
+        let k: usize = l
+            .strip_prefix("[thread ")
+            .and_then(|r| r.split(']').next())
+            .and_then(|k| k.parse().ok())
+            .unwrap_or_else(|| panic!("not a thread row: {l}\n{out}"));
+        assert!(k < threads, "{l}");
+        assert_eq!(numbers(l).len(), 8, "[thread k] and eight numbers: {l}");
+        if !seen.contains(&k) {
+            seen.push(k);
+        }
+    }
+    seen.sort();
+    seen
+}
+
+#[test]
+fn loopback_threads_print_thread_rows_and_an_aggregated_final_row() {
+    // A short run: maybe no per-thread rows (they come about once a second), the final row.
+    let o = courier(
+        &[
+            "perf", "-l", "-T", "2", "-t", "tag_bw", "-n", "3000", "-w", "10",
+        ],
+        TCP,
+    );
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{out}{err}");
+    check_table(&out, 2, 3000.0);
+    assert!(err.contains("-T 2 implies -M multi"), "{err}");
+
+    // Long enough (over a second, measured on the same path first) for every thread to
+    // print rows of its own.
+    let o = courier(
+        &[
+            "perf", "-l", "-T", "2", "-t", "tag_bw", "-n", "3000", "-w", "10", "--json",
+        ],
+        TCP,
+    );
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{out}{err}");
+    let v: serde_json::Value =
+        serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{e}: {out}"));
+    let slowest = v["per_thread"]
+        .as_array()
+        .expect("per_thread")
+        .iter()
+        .filter_map(|t| t["msgrate_overall"].as_f64())
+        .fold(f64::MAX, f64::min);
+    let mut iters = (2.0 * slowest).clamp(3000.0, 200_000_000.0);
+    for attempt in 0..4 {
+        let n = format!("{}", iters as u64);
+        let o = courier(
+            &[
+                "perf", "-l", "-T", "2", "-M", "multi", "-t", "tag_bw", "-n", &n, "-w", "10",
+            ],
+            TCP,
+        );
+        let (out, err) = text(&o);
+        assert!(o.status.success(), "{out}{err}");
+        assert!(!err.contains("implies"), "-M multi was given: {err}");
+        if check_table(&out, 2, iters.floor()) == [0, 1] {
+            return;
+        }
+        assert!(
+            attempt < 3,
+            "no rows from every thread after 4 runs:\n{out}"
+        );
+        iters *= 3.0;
+    }
+}
+
+#[test]
+fn final_only_csv_and_json_with_threads() {
+    let o = courier(
+        &[
+            "perf", "-l", "-T", "3", "-t", "tag_lat", "-n", "200", "-w", "10", "-f",
+        ],
+        TCP,
+    );
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{out}{err}");
+    assert!(out.starts_with("+---") && out.contains("| Test:         tag match latency"));
+    assert!(
+        !out.contains("# iterations") && !out.contains("Final:"),
+        "{out}"
+    );
+    let last = out.lines().last().unwrap_or_default();
+    let n = numbers(last);
+    assert_eq!(n.len(), 4, "{out}");
+    assert_eq!(n[0], 200.0, "{out}");
+
+    let o = courier(
+        &[
+            "perf",
+            "-l",
+            "-T",
+            "2",
+            "-t",
+            "ucp_am_bw",
+            "-n",
+            "500",
+            "-w",
+            "10",
+            "-v",
+        ],
+        TCP,
+    );
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{out}{err}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(
+        lines[0],
+        "iterations,50.0_percentile_lat,avg_lat,overall_lat,avg_bw,overall_bw,avg_mr,overall_mr"
+    );
+    for l in &lines[1..lines.len() - 1] {
+        assert!(l.starts_with("[thread "), "{l}");
+    }
+    let last = lines[lines.len() - 1];
+    let fields: Vec<&str> = last.split(',').collect();
+    assert_eq!(fields.len(), 4, "{last}");
+    assert!(fields.iter().all(|f| f.parse::<f64>().is_ok()), "{last}");
+    assert_eq!(fields[0], "500");
+
+    let o = courier(
+        &[
+            "perf",
+            "-l",
+            "-T",
+            "2",
+            "-t",
+            "stream_lat",
+            "-s",
+            "1k",
+            "-n",
+            "200",
+            "-w",
+            "10",
+            "--json",
+            "--check",
+        ],
+        TCP,
+    );
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{out}{err}");
+    let v: serde_json::Value =
+        serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{e}: {out}"));
+    assert_eq!(v["test"], "stream_lat");
+    assert_eq!(v["threads"], 2);
+    assert_eq!(v["iterations"], 200);
+    assert_eq!(v["transport"], "tcp");
+    let per = v["per_thread"].as_array().expect("per_thread");
+    assert_eq!(per.len(), 2);
+    for (k, t) in per.iter().enumerate() {
+        assert_eq!(t["thread"], k);
+        assert_eq!(t["iterations"], 200);
+        assert_eq!(t["message_size"], 1024);
+    }
+    let sum: f64 = per
+        .iter()
+        .filter_map(|t| t["msgrate_overall"].as_f64())
+        .sum();
+    let total = v["msgrate_overall"].as_f64().expect("msgrate_overall");
+    assert!((sum - total).abs() <= 1e-6 * total.max(1.0), "{out}");
+}
+
+/// A server process (`--verbose`); returns it and its port.
+fn server(env: &[(&str, &str)]) -> (Child, u16) {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_courier"));
+    c.args(["perf", "-p", "0", "--announce", "--verbose"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    let mut child = c.spawn().expect("start the server");
+    let out = child.stdout.take().expect("piped");
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let _ = BufReader::new(out).read_line(&mut line);
+        let _ = tx.send(line);
+    });
+    let port = rx
+        .recv_timeout(Duration::from_secs(30))
+        .ok()
+        .and_then(|l| l.trim().strip_prefix("PORT ")?.parse().ok());
+    match port {
+        Some(p) => (child, p),
+        None => {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("the server did not announce its port");
+        }
+    }
+}
+
+/// Wait for `c` to exit within `limit` (killing it and failing if it does not); returns
+/// its status and stderr.
+fn finish(mut c: Child, limit: Duration) -> (std::process::ExitStatus, String) {
+    let t = Instant::now();
+    loop {
+        if let Some(st) = c.try_wait().expect("try_wait") {
+            let mut err = String::new();
+            if let Some(mut e) = c.stderr.take() {
+                let _ = std::io::Read::read_to_string(&mut e, &mut err);
+            }
+            return (st, err);
+        }
+        if t.elapsed() > limit {
+            let _ = c.kill();
+            let _ = c.wait();
+            panic!("the process did not exit within {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn a_server_process_answers_every_thread_of_a_client_process() {
+    for env in [TCP, &[][..]] {
+        let (srv, port) = server(env);
+        let port_s = port.to_string();
+        let o = courier(
+            &[
+                "perf",
+                "127.0.0.1",
+                "-p",
+                &port_s,
+                "-T",
+                "3",
+                "-t",
+                "tag_bw",
+                "-n",
+                "2000",
+                "-w",
+                "10",
+            ],
+            env,
+        );
+        let (out, err) = text(&o);
+        let (st, serr) = finish(srv, Duration::from_secs(30));
+        assert!(o.status.success(), "{env:?}: {out}{err}\nserver: {serr}");
+        check_table(&out, 3, 2000.0);
+        assert!(st.success(), "{env:?}: server: {serr}");
+        assert!(serr.contains("client runs 3 threads"), "{serr}");
+        assert_eq!(serr.matches("running tag_bw ").count(), 3, "{serr}");
+        assert_eq!(serr.matches("connected: ").count(), 3, "{serr}");
+    }
+}
+
+#[test]
+fn a_killed_server_ends_every_thread_with_an_error_naming_it() {
+    let (mut srv, port) = server(&[]);
+    let port_s = port.to_string();
+    let client = Command::new(env!("CARGO_BIN_EXE_courier"))
+        .args([
+            "perf",
+            "127.0.0.1",
+            "-p",
+            &port_s,
+            "-T",
+            "2",
+            "-t",
+            "tag_bw",
+            "-n",
+            "1000000000000",
+            "-f",
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start the client");
+    std::thread::sleep(Duration::from_millis(1500));
+    let _ = srv.kill();
+    let _ = srv.wait();
+    let (st, err) = finish(client, Duration::from_secs(15));
+    assert!(!st.success(), "{err}");
+    let line = err
+        .lines()
+        .find(|l| l.starts_with("courier: error:"))
+        .unwrap_or_else(|| panic!("{err}"));
+    assert!(line.contains("thread "), "{line}");
+    assert!(line.contains(&format!("127.0.0.1:{port}")), "{line}");
+}
+
+#[test]
+fn threads_are_refused_where_they_cannot_run() {
+    let cases: &[(&[&str], &str)] = &[
+        (&["-l", "-t", "ucp_put_bw"], "one-sided"),
+        (&["-l", "-t", "tag_lat", "-M", "single"], "-M multi"),
+        (&["-l", "-t", "tag_lat", "-c", "0"], "-c"),
+        (&["--local"], "--local"),
+        (&["-t", "tag_lat"], "option of the client"),
+    ];
+    for (extra, want) in cases {
+        let mut args = vec!["perf", "-T", "2", "-n", "10"];
+        args.extend_from_slice(extra);
+        let o = courier(&args, TCP);
+        let (_, err) = text(&o);
+        assert_eq!(o.status.code(), Some(2), "{extra:?}: {err}");
+        assert!(
+            err.contains("-T 2") && err.contains(want),
+            "{extra:?}: {err}"
+        );
+    }
+    let o = courier(&["perf", "-l", "-t", "tag_lat", "-T", "1000"], TCP);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(text(&o).1.contains("expected 1 to 256 threads"));
+}
