@@ -552,7 +552,7 @@ fn client_loops(link: &Link, p: &Params, meter: &mut Meter<'_>, side: &Side) -> 
             // (queued frames leave, refusals come in), a flush at the end. Then every add
             // has been carried out, and `--check` reads the word back.
             let bits32 = size == 4;
-            timed(meter, p, |i| {
+            timed(link, meter, p, |i| {
                 link.check(ep.atomic_post(AtomicOp::Add, 1, r_sig, rk, bits32))?;
                 if (i + 1).is_multiple_of(w as u64) {
                     link.worker.progress();
