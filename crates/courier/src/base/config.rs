@@ -323,7 +323,8 @@ pub fn parse_duration(s: &str) -> Option<Duration> {
     if !v.is_finite() || v < 0.0 {
         return None;
     }
-    Some(Duration::from_secs_f64(v * scale))
+    // A finite number can still be too large for a Duration (`1e30s`): not a duration.
+    Duration::try_from_secs_f64(v * scale).ok()
 }
 
 impl Config {
@@ -620,6 +621,8 @@ mod tests {
         assert_eq!(parse_duration("500ms"), Some(Duration::from_millis(500)));
         assert_eq!(parse_duration("1.5s"), Some(Duration::from_millis(1500)));
         assert_eq!(parse_duration("-1s"), None);
+        assert_eq!(parse_duration("1e30s"), None);
+        assert_eq!(parse_duration("1e300ms"), None);
     }
 
     #[test]
@@ -633,6 +636,12 @@ mod tests {
     }
 
     proptest! {
+        #[test]
+        fn duration_parse_never_panics(x in proptest::num::f64::ANY, unit in "(ms|us|s|m|)") {
+            let _ = parse_duration(&format!("{x}{unit}"));
+            let _ = parse_duration(&format!("{x:e}{unit}"));
+        }
+
         #[test]
         fn size_parse_never_panics(s in ".{0,12}") {
             let _ = parse_size(&s);
