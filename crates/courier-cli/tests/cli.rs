@@ -1,31 +1,9 @@
 //! The `courier` binary, run as users run it. No assertion looks at timing values.
 
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-
-fn courier(args: &[&str], env: &[(&str, &str)]) -> Output {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_courier"));
-    c.args(args).stdin(Stdio::null());
-    for (k, v) in env {
-        c.env(k, v);
-    }
-    c.output().expect("run courier")
-}
-
-fn text(o: &Output) -> (String, String) {
-    (
-        String::from_utf8_lossy(&o.stdout).into_owned(),
-        String::from_utf8_lossy(&o.stderr).into_owned(),
-    )
-}
-
-const TCP: &[(&str, &str)] = &[("COURIER_TLS", "tcp")];
-
-fn numbers(line: &str) -> Vec<f64> {
-    line.split_whitespace()
-        .filter_map(|w| w.replace(',', "").parse::<f64>().ok())
-        .collect()
-}
+mod common;
+use common::{TCP, courier, numbers, text};
 
 #[test]
 fn loopback_tag_lat_prints_the_ucx_perftest_table() {

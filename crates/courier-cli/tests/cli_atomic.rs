@@ -2,29 +2,15 @@
 //! with `--check` the target word read back and compared with the number of adds. No
 //! assertion looks at timing values.
 
-use std::process::{Command, Output, Stdio};
-
-fn courier(args: &[&str], tls: &str) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_courier"))
-        .args(args)
-        .env("COURIER_TLS", tls)
-        .stdin(Stdio::null())
-        .output()
-        .expect("run courier")
-}
-
-fn numbers(line: &str) -> Vec<f64> {
-    line.split_whitespace()
-        .filter_map(|w| w.replace(',', "").parse::<f64>().ok())
-        .collect()
-}
+mod common;
+use common::{courier, numbers};
 
 /// Run `ucp_add` with `--check` over `tls` (with `extra` options): it succeeds, and its
 /// final row counts every iteration.
 fn add_checked(tls: &str, extra: &[&str]) -> String {
     let mut args = vec!["perf", "-l", "-t", "ucp_add", "-n", "2000", "--check"];
     args.extend_from_slice(extra);
-    let o = courier(&args, tls);
+    let o = courier(&args, &[("COURIER_TLS", tls)]);
     let (out, err) = (
         String::from_utf8_lossy(&o.stdout).into_owned(),
         String::from_utf8_lossy(&o.stderr).into_owned(),

@@ -2,16 +2,8 @@
 //! kind of peer, and the feature letters. Shapes and the presence of the right lanes are
 //! checked, not numbers that may be tuned.
 
-use std::process::{Command, Output, Stdio};
-
-fn courier(args: &[&str], env: &[(&str, &str)]) -> Output {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_courier"));
-    c.args(args).stdin(Stdio::null());
-    for (k, v) in env {
-        c.env(k, v);
-    }
-    c.output().expect("run courier")
-}
+mod common;
+use common::courier;
 
 /// Run `courier info ARGS`, which must succeed; its standard output.
 fn info(args: &[&str], env: &[(&str, &str)]) -> String {

@@ -2,31 +2,8 @@
 //! once-a-second rows, and the header details shared with ucx_perftest. No assertion looks
 //! at a timing value; timings only choose how long a run must be.
 
-use std::process::{Command, Output, Stdio};
-
-fn courier(args: &[&str], env: &[(&str, &str)]) -> Output {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_courier"));
-    c.args(args).stdin(Stdio::null());
-    for (k, v) in env {
-        c.env(k, v);
-    }
-    c.output().expect("run courier")
-}
-
-fn text(o: &Output) -> (String, String) {
-    (
-        String::from_utf8_lossy(&o.stdout).into_owned(),
-        String::from_utf8_lossy(&o.stderr).into_owned(),
-    )
-}
-
-const TCP: &[(&str, &str)] = &[("COURIER_TLS", "tcp")];
-
-fn numbers(line: &str) -> Vec<f64> {
-    line.split(|c: char| c.is_whitespace() || c == ',')
-        .filter_map(|w| w.parse::<f64>().ok())
-        .collect()
-}
+mod common;
+use common::{TCP, courier, fields as numbers, text};
 
 /// Seconds the measured part of a `tag_lat` run took, from its final row (iterations and
 /// overall one-way latency, in the table and in CSV alike).

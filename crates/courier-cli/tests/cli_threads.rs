@@ -3,33 +3,11 @@
 //! CSV and JSON) and at the server's side of it; no assertion looks at a timing value.
 
 use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
-
-fn courier(args: &[&str], env: &[(&str, &str)]) -> Output {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_courier"));
-    c.args(args).stdin(Stdio::null());
-    for (k, v) in env {
-        c.env(k, v);
-    }
-    c.output().expect("run courier")
-}
-
-fn text(o: &Output) -> (String, String) {
-    (
-        String::from_utf8_lossy(&o.stdout).into_owned(),
-        String::from_utf8_lossy(&o.stderr).into_owned(),
-    )
-}
-
-const TCP: &[(&str, &str)] = &[("COURIER_TLS", "tcp")];
-
-fn numbers(line: &str) -> Vec<f64> {
-    line.split(|c: char| c.is_whitespace() || c == ',')
-        .filter_map(|w| w.parse::<f64>().ok())
-        .collect()
-}
+mod common;
+use common::{TCP, courier, fields as numbers, text};
 
 /// The table of a `-T` run: the header box and column headers as with one thread, then
 /// only `[thread k]` rows (k < threads, eight numbers each) and one `Final:` row of four

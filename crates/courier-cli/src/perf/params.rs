@@ -391,27 +391,11 @@ pub fn parse_thread_mode(s: &str) -> CliResult<courier::ThreadMode> {
     }
 }
 
-/// Parse a duration: `30s`, `2.5s`, `1500ms`, `100us`, a bare number of seconds, or `inf`
-/// (`Duration::MAX`). None for anything else, negative or too large.
+/// Parse a duration as every `COURIER_*` duration is parsed: `30s`, `2.5s`, `1500ms`,
+/// `100us`, `2m`, a bare number of seconds, or `inf` (`Duration::MAX`). None for anything
+/// else, negative or too large.
 pub fn parse_duration(s: &str) -> Option<std::time::Duration> {
-    let t = s.trim().to_ascii_lowercase();
-    if t == "inf" {
-        return Some(std::time::Duration::MAX);
-    }
-    let (num, scale) = if let Some(n) = t.strip_suffix("ms") {
-        (n, 1e-3)
-    } else if let Some(n) = t.strip_suffix("us") {
-        (n, 1e-6)
-    } else if let Some(n) = t.strip_suffix('s') {
-        (n, 1.0)
-    } else {
-        (t.as_str(), 1.0)
-    };
-    let v: f64 = num.trim().parse().ok()?;
-    if !v.is_finite() {
-        return None;
-    }
-    std::time::Duration::try_from_secs_f64(v * scale).ok()
+    courier::base::config::parse_duration(s)
 }
 
 /// Parse a CPU list such as `0,2-3`.

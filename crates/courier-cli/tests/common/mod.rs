@@ -1,0 +1,40 @@
+//! What the CLI tests share: the `courier` binary, run as users run it, and the numbers of
+//! its output rows. Each test file uses part of it.
+#![allow(dead_code)]
+
+use std::process::{Command, Output, Stdio};
+
+/// The environment of a run over tcp only.
+pub const TCP: &[(&str, &str)] = &[("COURIER_TLS", "tcp")];
+
+/// Run `courier ARGS` with `env` added, standard input closed; its output.
+pub fn courier(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_courier"));
+    c.args(args).stdin(Stdio::null());
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    c.output().expect("run courier")
+}
+
+/// Standard output and standard error as text.
+pub fn text(o: &Output) -> (String, String) {
+    (
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+/// The numbers of a table row, whose numbers may have thousands separators (`-N`).
+pub fn numbers(line: &str) -> Vec<f64> {
+    line.split_whitespace()
+        .filter_map(|w| w.replace(',', "").parse::<f64>().ok())
+        .collect()
+}
+
+/// The numbers of a row whose fields are split by white space or commas (CSV, `-v`).
+pub fn fields(line: &str) -> Vec<f64> {
+    line.split(|c: char| c.is_whitespace() || c == ',')
+        .filter_map(|w| w.parse::<f64>().ok())
+        .collect()
+}
