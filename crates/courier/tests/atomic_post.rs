@@ -230,24 +230,11 @@ fn posted_by_many(net: Net, kind: Mem) {
     );
 }
 
-#[test]
-fn posted_atomics_from_three_processes_shm_allocated() {
-    posted_by_many(Net::Shm, Mem::Alloc);
-}
-
-#[test]
-fn posted_atomics_from_three_processes_shm_registered() {
-    posted_by_many(Net::Shm, Mem::Reg);
-}
-
-#[test]
-fn posted_atomics_from_three_processes_tcp_allocated() {
-    posted_by_many(Net::Tcp, Mem::Alloc);
-}
-
-#[test]
-fn posted_atomics_from_three_processes_tcp_registered() {
-    posted_by_many(Net::Tcp, Mem::Reg);
+matrix! {
+    posted_atomics_from_three_processes_shm_allocated: posted_by_many(Net::Shm, Mem::Alloc);
+    posted_atomics_from_three_processes_shm_registered: posted_by_many(Net::Shm, Mem::Reg);
+    posted_atomics_from_three_processes_tcp_allocated: posted_by_many(Net::Tcp, Mem::Alloc);
+    posted_atomics_from_three_processes_tcp_registered: posted_by_many(Net::Tcp, Mem::Reg);
 }
 
 // ----- refusals -----------------------------------------------------------------------------
@@ -413,19 +400,10 @@ fn refusals(net: Net, kind: Mem) {
     );
 }
 
-#[test]
-fn refused_posted_atomics_reported_by_flush_shm_allocated() {
-    refusals(Net::Shm, Mem::Alloc);
-}
-
-#[test]
-fn refused_posted_atomics_reported_by_flush_shm_registered() {
-    refusals(Net::Shm, Mem::Reg);
-}
-
-#[test]
-fn refused_posted_atomics_reported_by_flush_tcp() {
-    refusals(Net::Tcp, Mem::Alloc);
+matrix! {
+    refused_posted_atomics_reported_by_flush_shm_allocated: refusals(Net::Shm, Mem::Alloc);
+    refused_posted_atomics_reported_by_flush_shm_registered: refusals(Net::Shm, Mem::Reg);
+    refused_posted_atomics_reported_by_flush_tcp: refusals(Net::Tcp, Mem::Alloc);
 }
 
 /// In one process (the key's path is `local`): posted atomics land at once, and swaps are
@@ -556,16 +534,11 @@ fn sleeping_wait_cpu(net: Net) {
     eprintln!("{}", err.trim());
 }
 
-#[test]
-fn sleeping_signal_wait_uses_little_cpu_tcp() {
-    sleeping_wait_cpu(Net::Tcp);
-}
-
-/// Over shared memory the signal lands directly in the mapped region, waking no fd: the
-/// waiter's bounded sleeps still see it soon, and cheaply.
-#[test]
-fn sleeping_signal_wait_uses_little_cpu_shm() {
-    sleeping_wait_cpu(Net::Shm);
+matrix! {
+    sleeping_signal_wait_uses_little_cpu_tcp: sleeping_wait_cpu(Net::Tcp);
+    /// Over shared memory the signal lands directly in the mapped region, waking no fd: the
+    /// waiter's bounded sleeps still see it soon, and cheaply.
+    sleeping_signal_wait_uses_little_cpu_shm: sleeping_wait_cpu(Net::Shm);
 }
 
 /// Without the wakeup feature a sleeping wait cannot sleep on the worker's fd: it spins,

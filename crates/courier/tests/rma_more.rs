@@ -334,29 +334,12 @@ fn forged(net: Net, kind: Mem) {
     );
 }
 
-#[test]
-fn forged_stale_and_out_of_range_shm_allocated() {
-    forged(SHM, Mem::Alloc);
-}
-
-#[test]
-fn forged_stale_and_out_of_range_shm_registered() {
-    forged(SHM, Mem::Reg);
-}
-
-#[test]
-fn forged_stale_and_out_of_range_shm_registered_no_cma() {
-    forged(SHM_NOCMA, Mem::Reg);
-}
-
-#[test]
-fn forged_stale_and_out_of_range_tcp_allocated() {
-    forged(TCP, Mem::Alloc);
-}
-
-#[test]
-fn forged_stale_and_out_of_range_tcp_registered() {
-    forged(TCP, Mem::Reg);
+matrix! {
+    forged_stale_and_out_of_range_shm_allocated: forged(SHM, Mem::Alloc);
+    forged_stale_and_out_of_range_shm_registered: forged(SHM, Mem::Reg);
+    forged_stale_and_out_of_range_shm_registered_no_cma: forged(SHM_NOCMA, Mem::Reg);
+    forged_stale_and_out_of_range_tcp_allocated: forged(TCP, Mem::Alloc);
+    forged_stale_and_out_of_range_tcp_registered: forged(TCP, Mem::Reg);
 }
 
 /// Over tcp the target decides: it logs each refusal (at warn, `COURIER_LOG_LEVEL`) and
@@ -741,29 +724,12 @@ fn everyop(net: Net, kind: Mem) {
     );
 }
 
-#[test]
-fn every_operation_shm_allocated() {
-    everyop(SHM, Mem::Alloc);
-}
-
-#[test]
-fn every_operation_shm_registered() {
-    everyop(SHM, Mem::Reg);
-}
-
-#[test]
-fn every_operation_shm_registered_no_cma() {
-    everyop(SHM_NOCMA, Mem::Reg);
-}
-
-#[test]
-fn every_operation_tcp_allocated() {
-    everyop(TCP, Mem::Alloc);
-}
-
-#[test]
-fn every_operation_tcp_registered() {
-    everyop(TCP, Mem::Reg);
+matrix! {
+    every_operation_shm_allocated: everyop(SHM, Mem::Alloc);
+    every_operation_shm_registered: everyop(SHM, Mem::Reg);
+    every_operation_shm_registered_no_cma: everyop(SHM_NOCMA, Mem::Reg);
+    every_operation_tcp_allocated: everyop(TCP, Mem::Alloc);
+    every_operation_tcp_registered: everyop(TCP, Mem::Reg);
 }
 
 // ----- signalling puts larger than a frame --------------------------------------------------
@@ -848,29 +814,16 @@ fn bigsig(net: Net, kind: Mem, sizes: &[usize]) {
     serve_one(&o.w, &mut kid);
 }
 
-#[test]
-fn put_signal_larger_than_a_frame_tcp_allocated() {
-    bigsig(TCP, Mem::Alloc, &[MIB, TCP_MULTI, MIB + 1, TCP_MULTI, 4096]);
-}
-
-#[test]
-fn put_signal_larger_than_a_frame_tcp_registered() {
-    bigsig(TCP, Mem::Reg, &[MIB, TCP_MULTI, MIB + 1, TCP_MULTI, 4096]);
-}
-
-#[test]
-fn put_signal_larger_than_a_frame_shm_registered() {
+matrix! {
+    put_signal_larger_than_a_frame_tcp_allocated:
+        bigsig(TCP, Mem::Alloc, &[MIB, TCP_MULTI, MIB + 1, TCP_MULTI, 4096]);
+    put_signal_larger_than_a_frame_tcp_registered:
+        bigsig(TCP, Mem::Reg, &[MIB, TCP_MULTI, MIB + 1, TCP_MULTI, 4096]);
     // shm frames hold 64 KiB at most.
-    bigsig(
-        SHM,
-        Mem::Reg,
-        &[MIB, 3 * MIB + 5, MIB, 200_000, MIB, 65_536],
-    );
-}
-
-#[test]
-fn put_signal_larger_than_a_frame_shm_registered_no_cma() {
-    bigsig(SHM_NOCMA, Mem::Reg, &[MIB, 3 * MIB + 5, 200_000]);
+    put_signal_larger_than_a_frame_shm_registered:
+        bigsig(SHM, Mem::Reg, &[MIB, 3 * MIB + 5, MIB, 200_000, MIB, 65_536]);
+    put_signal_larger_than_a_frame_shm_registered_no_cma:
+        bigsig(SHM_NOCMA, Mem::Reg, &[MIB, 3 * MIB + 5, 200_000]);
 }
 
 fn child_bigsig_badkey() {
@@ -915,14 +868,10 @@ fn bigsig_badkey(net: Net, kind: Mem, len: usize) {
     );
 }
 
-#[test]
-fn put_signal_larger_than_a_frame_with_a_bad_key_tcp() {
-    bigsig_badkey(TCP, Mem::Reg, TCP_MULTI);
-}
-
-#[test]
-fn put_signal_larger_than_a_frame_with_a_bad_key_shm_registered_no_cma() {
-    bigsig_badkey(SHM_NOCMA, Mem::Reg, 3 * MIB);
+matrix! {
+    put_signal_larger_than_a_frame_with_a_bad_key_tcp: bigsig_badkey(TCP, Mem::Reg, TCP_MULTI);
+    put_signal_larger_than_a_frame_with_a_bad_key_shm_registered_no_cma:
+        bigsig_badkey(SHM_NOCMA, Mem::Reg, 3 * MIB);
 }
 
 fn child_bigput_overrun() {
@@ -1104,14 +1053,9 @@ fn semaphores(net: Net) {
     cl.finish(&mut kid);
 }
 
-#[test]
-fn semaphore_posted_by_a_peer_shm() {
-    semaphores(SHM);
-}
-
-#[test]
-fn semaphore_posted_by_a_peer_tcp() {
-    semaphores(TCP);
+matrix! {
+    semaphore_posted_by_a_peer_shm: semaphores(SHM);
+    semaphore_posted_by_a_peer_tcp: semaphores(TCP);
 }
 
 // ----- direct pointers and sleeping signal waits --------------------------------------------
@@ -1279,12 +1223,7 @@ fn sleeping_wait(net: Net) {
     eprintln!("{}", err.trim());
 }
 
-#[test]
-fn signal_wait_sleeping_woken_by_a_peer_shm() {
-    sleeping_wait(SHM);
-}
-
-#[test]
-fn signal_wait_sleeping_woken_by_a_peer_tcp() {
-    sleeping_wait(TCP);
+matrix! {
+    signal_wait_sleeping_woken_by_a_peer_shm: sleeping_wait(SHM);
+    signal_wait_sleeping_woken_by_a_peer_tcp: sleeping_wait(TCP);
 }

@@ -25,6 +25,24 @@ use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hasher};
 use std::time::Duration;
 
+/// One `#[test]` a line: `name: call;` becomes `#[test] fn name() { call; }`, with the
+/// line's attributes (doc comments) on it. For matrices of one scenario over transports
+/// and kinds of memory, whose test names CI logs and notes refer to.
+#[allow(unused_macros)] // not every test file has a matrix
+macro_rules! matrix {
+    ($($(#[$m:meta])* $name:ident: $call:expr;)+) => {
+        $(
+            $(#[$m])*
+            #[test]
+            fn $name() {
+                $call;
+            }
+        )+
+    };
+}
+#[allow(unused_imports)]
+pub(crate) use matrix;
+
 /// `n` bytes that differ with `seed` and along the buffer (in every 4 KiB page too).
 pub fn pattern(n: usize, seed: u64) -> Vec<u8> {
     let s = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15);
