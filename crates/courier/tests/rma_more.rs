@@ -160,15 +160,6 @@ fn refused_on(ep: &Endpoint, remote: bool, r: Result<Request<'_>>, why: Why, wha
     }
 }
 
-const ALL_OPS: [AtomicOp; 6] = [
-    AtomicOp::Add,
-    AtomicOp::And,
-    AtomicOp::Or,
-    AtomicOp::Xor,
-    AtomicOp::Swap,
-    AtomicOp::Cswap,
-];
-
 /// Region size of the refusal tests.
 const FLEN: usize = 64 << 10;
 
@@ -207,7 +198,7 @@ fn child_forged() {
     }
     // Forged and stale keys on every atomic, both widths.
     for (k, base, why) in [(&fk, tb, Why::Forged), (stale, xb, Why::Stale)] {
-        for op in ALL_OPS {
+        for op in AtomicOp::ALL {
             for bits32 in [false, true] {
                 let what = format!("{op:?} (32-bit: {bits32}) with a {why:?} key");
                 refused(
