@@ -19,7 +19,9 @@ use courier::*;
 mod common;
 mod mockcuda;
 
-use common::{Owner, child_command, dial, keys_from_env, keys_hex, port_from_env, stderr_of};
+use common::{
+    Owner, child_command, dial, keys_from_env, keys_hex, port_from_env, sizes_in, stderr_of,
+};
 
 /// Build the stand-in driver once per test binary; its path.
 fn mock_lib() -> &'static str {
@@ -268,15 +270,7 @@ fn child_rma(c: &Context, w: &Worker, ep: &Endpoint, keys: &[Vec<u8>]) {
     assert_eq!(mock_count(4), u64::from(!tcp), "IPC handles opened");
     let (base, len) = rk.bounds();
     let dev = device(c, len as usize);
-    for (i, &n) in [1usize, 8, 100, 4096, 65537, 300_000, len as usize]
-        .iter()
-        .enumerate()
-    {
-        let off = if n < len as usize {
-            (i * 977) as u64 % (len - n as u64)
-        } else {
-            0
-        };
+    for (i, n, off) in sizes_in(len) {
         let data = pattern(n, i as u8);
         // Host to the owner's device, and back into host memory.
         ep.put(&data, base + off, &rk).unwrap().wait().unwrap();

@@ -8,7 +8,9 @@ use std::time::{Duration, Instant};
 use courier::*;
 
 mod common;
-use common::{Owner, child_command, dial, keys_from_env, keys_hex, port_from_env, stderr_of};
+use common::{
+    Owner, child_command, dial, keys_from_env, keys_hex, port_from_env, sizes_in, stderr_of,
+};
 
 fn ctx(tls: &str) -> Context {
     ctx_with(tls, &[])
@@ -273,15 +275,7 @@ fn child_putget(_w: &Worker, ep: &Endpoint, rk: &[RemoteKey], tls: &str) {
     for (k, w) in rk.iter().zip(want) {
         assert_eq!(k.path(), w);
         let (base, len) = k.bounds();
-        for (i, &size) in [1usize, 8, 100, 4096, 65537, 300_000, len as usize]
-            .iter()
-            .enumerate()
-        {
-            let off = if size < len as usize {
-                (i * 977) as u64 % (len - size as u64)
-            } else {
-                0
-            };
+        for (i, size, off) in sizes_in(len) {
             let data = pattern(size, i as u8);
             ep.put(&data, base + off, k).unwrap().wait().unwrap();
             let mut back = vec![0u8; size];

@@ -51,6 +51,23 @@ pub fn pattern(n: usize, seed: u64) -> Vec<u8> {
         .collect()
 }
 
+/// Puts and gets over a region of `len` bytes: `(i, size, offset)`, from one byte to the
+/// whole region, each size at an offset of its own inside it.
+pub fn sizes_in(len: u64) -> Vec<(usize, usize, u64)> {
+    [1usize, 8, 100, 4096, 65537, 300_000, len as usize]
+        .into_iter()
+        .enumerate()
+        .map(|(i, size)| {
+            let off = if size < len as usize {
+                (i * 977) as u64 % (len - size as u64)
+            } else {
+                0
+            };
+            (i, size, off)
+        })
+        .collect()
+}
+
 /// Where two byte strings differ, for messages.
 pub fn first_diff(a: &[u8], b: &[u8]) -> String {
     let n = a.iter().zip(b).filter(|(x, y)| x != y).count();
