@@ -1,9 +1,10 @@
 //! Posted (non-fetching) atomics and sleeping signal waits between real processes.
 //!
-//! The set-ups follow tests/rma_more.rs: this binary re-runs itself as a child with
-//! `COURIER_TEST_ROLE`. For posted atomics the parent owns the memory and children connect,
-//! unpack the keys passed in their environment and post; for the sleeping waits a child is
-//! the target, prints its port and keys, and measures itself while the parent signals it.
+//! The set-ups are those of tests/rma_more.rs (their code is in tests/common): this binary
+//! re-runs itself as a child with `COURIER_TEST_ROLE`. For posted atomics the parent owns
+//! the memory and children connect, unpack the keys passed in their environment and post;
+//! for the sleeping waits a child is the target, prints its port and keys, and measures
+//! itself while the parent signals it.
 //!
 //! Paths: shared memory with allocated memory (mapped by the peer: CPU atomics), shared
 //! memory with registered memory (the owner's progress carries the atomics out, their frames

@@ -4,7 +4,8 @@
 //! with `COURIER_TEST_ROLE`) connect, unpack the keys passed in their environment and act,
 //! while the parent progresses and then checks its memory. Where the target's own view
 //! matters (its log, a semaphore or signal it waits on) a child is the target: it prints
-//! its port and keys on stdout, the parent connects and acts, and the child checks.
+//! its port and keys on stdout, the parent connects and acts, and the child checks. Both
+//! set-ups are in tests/common.
 //!
 //! Transports: shared memory with allocated memory (plain loads, stores and CPU atomics),
 //! shared memory with registered memory (CMA for puts and gets, the owner's progress for
