@@ -1,28 +1,22 @@
 //! Posted (non-fetching) atomics and sleeping signal waits between real processes.
 //!
-//! The set-ups follow tests/rma_more.rs: this binary re-runs itself as a child with
-//! `COURIER_TEST_ROLE`. For posted atomics the parent owns the memory and children connect,
-//! unpack the keys passed in their environment and post; for the sleeping waits a child is
-//! the target, prints its port and keys, and measures itself while the parent signals it.
+//! The set-ups are those of tests/rma_more.rs (their code is in tests/common): this binary
+//! re-runs itself as a child with `COURIER_TEST_ROLE`. For posted atomics the parent owns
+//! the memory and children connect, unpack the keys passed in their environment and post;
+//! for the sleeping waits a child is the target, prints its port and keys, and measures
+//! itself while the parent signals it.
 //!
 //! Paths: shared memory with allocated memory (mapped by the peer: CPU atomics), shared
 //! memory with registered memory (the owner's progress carries the atomics out, their frames
 //! on the shm FIFO), and tcp (the owner's progress).
 
-use std::collections::hash_map::RandomState;
-use std::hash::{BuildHasher, Hasher};
-use std::io::{BufRead, BufReader, Read};
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{Receiver, channel};
-use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use courier::*;
 
-/// How long any one test may take before it fails.
-const DEADLINE: Duration = Duration::from_secs(60);
+mod common;
+use common::*;
 
 // ----- transports and memory ----------------------------------------------------------------
 
@@ -47,394 +41,61 @@ impl Net {
     }
 }
 
-fn ctx_with(net: Net, wakeup: bool) -> Context {
-    let f = Features {
-        rma: true,
-        atomics: true,
-        wakeup,
-        ..Default::default()
-    };
-    Context::new(
-        ContextParams::default()
-            .features(f)
-            .config("COURIER_TLS", net.tls()),
-    )
-    .unwrap()
-}
-
-fn ctx(net: Net) -> Context {
-    ctx_with(net, true)
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Mem {
-    /// `MemMapParams::allocate`: a shared segment, mapped by same-host peers.
-    Alloc,
-    /// `MemMapParams::register` of the test's own buffer.
-    Reg,
-}
-
-impl Mem {
-    fn name(self) -> &'static str {
-        match self {
-            Mem::Alloc => "alloc",
-            Mem::Reg => "reg",
-        }
+impl Transport for Net {
+    fn env(self) -> Vec<(&'static str, String)> {
+        vec![("COURIER_TLS", self.tls().to_string())]
     }
-    fn from_env() -> Mem {
-        match std::env::var("COURIER_TEST_MEM").unwrap().as_str() {
-            "alloc" => Mem::Alloc,
-            _ => Mem::Reg,
-        }
-    }
-}
-
-/// A mapped region of either kind; the registered buffer outlives its mapping.
-struct Region {
-    mem: Memory,
-    _backing: Option<Vec<u64>>,
-}
-
-impl Region {
-    fn new(c: &Context, kind: Mem, len: usize, acc: u16) -> Region {
-        match kind {
-            Mem::Alloc => Region {
-                mem: c.mem_map(MemMapParams::allocate(len).access(acc)).unwrap(),
-                _backing: None,
-            },
-            Mem::Reg => {
-                let mut b = vec![0u64; len.div_ceil(8)];
-                let mem = c
-                    .mem_map(MemMapParams::register(b.as_mut_ptr() as *mut u8, len).access(acc))
-                    .unwrap();
-                Region {
-                    mem,
-                    _backing: Some(b),
-                }
-            }
-        }
-    }
-    fn key(&self) -> Vec<u8> {
-        self.mem.pack_rkey().unwrap()
-    }
-    /// The region's bytes. Callers look only while no peer writes them.
-    fn bytes(&self) -> &[u8] {
-        // SAFETY: our own live region.
-        unsafe { std::slice::from_raw_parts(self.mem.as_ptr(), self.mem.len()) }
-    }
-    fn write(&self, off: usize, data: &[u8]) {
-        assert!(off + data.len() <= self.mem.len());
-        // SAFETY: inside our own live region, which no peer uses yet.
-        unsafe {
-            std::ptr::copy_nonoverlapping(data.as_ptr(), self.mem.as_ptr().add(off), data.len())
-        };
-    }
-    fn word(&self, off: usize) -> &AtomicU64 {
-        assert!(off.is_multiple_of(8) && off + 8 <= self.mem.len());
-        // SAFETY: aligned (regions start on pages or u64 buffers), inside the region.
-        unsafe { AtomicU64::from_ptr(self.mem.as_ptr().add(off) as *mut u64) }
-    }
-}
-
-fn pattern(n: usize, seed: u64) -> Vec<u8> {
-    let s = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15);
-    (0..n)
-        .map(|i| ((i as u64).wrapping_mul(131).wrapping_add(s) >> 3) as u8 ^ (i >> 12) as u8)
-        .collect()
-}
-
-/// Where two byte strings differ, for messages.
-fn first_diff(a: &[u8], b: &[u8]) -> String {
-    let n = a.iter().zip(b).filter(|(x, y)| x != y).count();
-    match a.iter().zip(b).position(|(x, y)| x != y) {
-        Some(i) => format!(
-            "{n} bytes differ, the first at byte {i} ({:#04x} vs {:#04x})",
-            a[i], b[i]
-        ),
-        None => "equal".into(),
-    }
-}
-
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
-}
-
-fn unhex(s: &str) -> Vec<u8> {
-    (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
-        .collect()
-}
-
-fn keys_hex(keys: &[Vec<u8>]) -> String {
-    keys.iter().map(|k| hex(k)).collect::<Vec<_>>().join(",")
-}
-
-fn keys_unhex(s: &str) -> Vec<Vec<u8>> {
-    s.split(',').filter(|s| !s.is_empty()).map(unhex).collect()
-}
-
-/// `key` with a random secret in place of its own (bytes 16..24 of the packed key).
-fn forge_secret(key: &[u8]) -> Vec<u8> {
-    let mut k = key.to_vec();
-    let old = u64::from_le_bytes(k[16..24].try_into().unwrap());
-    let mut new = RandomState::new().build_hasher().finish();
-    if new == old {
-        new ^= 1;
-    }
-    k[16..24].copy_from_slice(&new.to_le_bytes());
-    k
-}
-
-/// `key` claiming `len` bytes.
-fn forge_length(key: &[u8], len: u64) -> Vec<u8> {
-    let mut k = key.to_vec();
-    k[32..40].copy_from_slice(&len.to_le_bytes());
-    k
 }
 
 // ----- processes ----------------------------------------------------------------------------
 
-/// A child process; killed (and reaped) if the test ends before it does.
-struct Kid {
-    child: Child,
-    role: String,
-    stderr: Option<JoinHandle<String>>,
-    stdout: Receiver<String>,
+/// Start a child acting on `keys` in memory of kind `kind`, as poster `index`.
+fn spawn(o: &Owner, role: &str, net: Net, kind: Mem, keys: &[Vec<u8>], index: usize) -> Kid {
+    o.spawn(
+        role,
+        net,
+        keys,
+        &[
+            ("COURIER_TEST_MEM", kind.name().into()),
+            ("COURIER_TEST_INDEX", index.to_string()),
+        ],
+    )
 }
 
-impl Kid {
-    fn spawn(role: &str, net: Net, env: &[(&str, String)]) -> Kid {
-        let mut cmd = Command::new(std::env::current_exe().unwrap());
-        cmd.args(["--exact", "child_entry", "--nocapture", "--test-threads=1"])
-            .env("COURIER_TEST_ROLE", role)
-            .env("COURIER_TLS", net.tls())
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        for (k, v) in env {
-            cmd.env(k, v);
-        }
-        let mut child = cmd.spawn().unwrap();
-        // Both pipes are drained all along, so a chatty child never blocks on them.
-        let mut err = child.stderr.take().unwrap();
-        let stderr = std::thread::spawn(move || {
-            let mut s = String::new();
-            let _ = err.read_to_string(&mut s);
-            s
-        });
-        let out = child.stdout.take().unwrap();
-        let (tx, rx) = channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(out).lines() {
-                let Ok(line) = line else { break };
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        Kid {
-            child,
-            role: role.into(),
-            stderr: Some(stderr),
-            stdout: rx,
-        }
-    }
-
-    /// The value of the first stdout line `NAME value`.
-    fn line(&self, name: &str) -> String {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match self.stdout.recv_timeout(left) {
-                // The test harness may have printed on the same line before.
-                Ok(l) => {
-                    if let Some((_, v)) = l.split_once(&format!("{name} ")) {
-                        return v.to_string();
-                    }
-                }
-                Err(_) => panic!("child {} printed no {name} line", self.role),
-            }
-        }
-    }
-
-    /// `Some(stderr)` once it has exited; panics (with its stderr) if it failed.
-    fn poll(&mut self) -> Option<String> {
-        let st = self.child.try_wait().unwrap()?;
-        let err = self.stderr.take().unwrap().join().unwrap();
-        assert!(
-            st.success(),
-            "child {} failed ({st}); its stderr:\n{err}",
-            self.role
-        );
-        Some(err)
-    }
+/// A child of [`spawn`]: connected, with the keys unpacked.
+fn actor() -> Actor<Net> {
+    common::actor(Net::from_env())
 }
 
-impl Drop for Kid {
-    fn drop(&mut self) {
-        if self.stderr.is_some() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
-}
-
-/// Progress `w` until every child has exited; each must exit 0. Returns their stderr.
-fn serve(w: &Worker, kids: &mut [Kid]) -> Vec<String> {
-    let deadline = Instant::now() + DEADLINE;
-    let mut out: Vec<Option<String>> = kids.iter().map(|_| None).collect();
-    while out.iter().any(|o| o.is_none()) {
-        w.progress();
-        for (k, o) in kids.iter_mut().zip(out.iter_mut()) {
-            if o.is_none() {
-                *o = k.poll();
-            }
-        }
-        assert!(Instant::now() < deadline, "children did not finish in time");
-    }
-    out.into_iter().map(|o| o.unwrap()).collect()
-}
-
-/// Progress `w` until `cond` holds; fails at once if the child exits meanwhile.
-fn progress_until(w: &Worker, kid: &mut Kid, what: &str, mut cond: impl FnMut() -> bool) {
-    let deadline = Instant::now() + DEADLINE;
-    while !cond() {
-        w.progress();
-        if let Some(err) = kid.poll() {
-            if cond() {
-                return;
-            }
-            panic!(
-                "child {} exited while we waited for {what}; its stderr:\n{err}",
-                kid.role
-            );
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-    }
-}
-
-/// The parent as owner: a worker with a listener that accepts every child.
-struct Owner {
-    c: Context,
-    w: Worker,
-    _l: Listener,
-    _eps: Arc<Mutex<Vec<Endpoint>>>,
-    port: u16,
-}
-
-impl Owner {
-    fn new(net: Net) -> Owner {
-        let c = ctx(net);
-        let w = Worker::new(&c, WorkerParams::default()).unwrap();
-        let eps: Arc<Mutex<Vec<Endpoint>>> = Arc::default();
-        let e2 = eps.clone();
-        let l = Listener::new(&w, "127.0.0.1:0".parse().unwrap(), move |r: ConnRequest| {
-            if let Ok(ep) = r.accept(EndpointParams::default()) {
-                e2.lock().unwrap().push(ep);
-            }
-        })
-        .unwrap();
-        let port = l.local_addr().port();
-        Owner {
-            c,
-            w,
-            _l: l,
-            _eps: eps,
-            port,
-        }
-    }
-
-    /// Start a child acting on `keys` in memory of kind `kind`.
-    fn spawn(&self, role: &str, net: Net, kind: Mem, keys: &[Vec<u8>], index: usize) -> Kid {
-        Kid::spawn(
-            role,
-            net,
-            &[
-                ("COURIER_TEST_PORT", self.port.to_string()),
-                ("COURIER_TEST_KEYS", keys_hex(keys)),
-                ("COURIER_TEST_MEM", kind.name().into()),
-                ("COURIER_TEST_INDEX", index.to_string()),
-            ],
-        )
-    }
-}
-
-/// A child acting on the parent's memory: connected, with the keys unpacked.
-struct Actor {
-    _c: Context,
-    _w: Worker,
-    ep: Endpoint,
-    raw: Vec<Vec<u8>>,
-    rk: Vec<RemoteKey>,
-    net: Net,
-    kind: Mem,
-    index: usize,
-}
-
-fn actor() -> Actor {
-    let net = Net::from_env();
-    let port: u16 = std::env::var("COURIER_TEST_PORT").unwrap().parse().unwrap();
-    let raw = keys_unhex(&std::env::var("COURIER_TEST_KEYS").unwrap());
-    let index = std::env::var("COURIER_TEST_INDEX")
+/// A child of [`spawn`]: which poster it is.
+fn poster_index() -> usize {
+    std::env::var("COURIER_TEST_INDEX")
         .unwrap()
         .parse()
-        .unwrap();
-    let c = ctx(net);
-    let w = Worker::new(&c, WorkerParams::default()).unwrap();
-    let ep = w
-        .connect_sockaddr(
-            ([127, 0, 0, 1], port).into(),
-            std::process::id() as u64,
-            EndpointParams::default(),
-        )
-        .unwrap();
-    ep.wait_connected(Duration::from_secs(10)).unwrap();
-    let rk = raw.iter().map(|k| ep.rkey_unpack(k).unwrap()).collect();
-    Actor {
-        _c: c,
-        _w: w,
-        ep,
-        raw,
-        rk,
-        net,
-        kind: Mem::from_env(),
-        index,
-    }
+        .unwrap()
 }
 
-impl Actor {
-    /// The path the first key must take: CPU atomics on a same-host peer's allocated
-    /// memory, the owner's progress otherwise.
-    fn check_path(&self) {
-        let path = self.rk[0].path();
-        match (self.net, self.kind) {
-            (Net::Shm, Mem::Alloc) => assert_eq!(path, "direct"),
-            (Net::Shm, Mem::Reg) => assert!(
-                path == "cma" || path == "remote",
-                "registered memory on shm: path {path}"
-            ),
-            (Net::Tcp, _) => assert_eq!(path, "remote"),
-        }
+/// The path the first key must take: CPU atomics on a same-host peer's allocated memory,
+/// the owner's progress otherwise.
+fn check_path(a: &Actor<Net>) {
+    let path = a.rk[0].path();
+    match (a.net, Mem::from_env()) {
+        (Net::Shm, Mem::Alloc) => assert_eq!(path, "direct"),
+        (Net::Shm, Mem::Reg) => assert!(
+            path == "cma" || path == "remote",
+            "registered memory on shm: path {path}"
+        ),
+        (Net::Tcp, _) => assert_eq!(path, "remote"),
     }
-}
-
-fn child_entry_main() {
-    let Ok(role) = std::env::var("COURIER_TEST_ROLE") else {
-        return;
-    };
-    match role.as_str() {
-        "poster" => child_poster(),
-        "refused" => child_refused(),
-        "waiter" => child_waiter(),
-        other => panic!("unknown role {other}"),
-    }
-    std::process::exit(0);
 }
 
 #[test]
 fn child_entry() {
-    child_entry_main();
+    run_child(&[
+        ("poster", child_poster),
+        ("refused", child_refused),
+        ("waiter", child_waiter),
+    ]);
 }
 
 // ----- many posters, one counter ------------------------------------------------------------
@@ -494,8 +155,8 @@ fn lane_final(init: u64, k: usize) -> u64 {
 
 fn child_poster() {
     let a = actor();
-    a.check_path();
-    let k = a.index;
+    check_path(&a);
+    let k = poster_index();
     let (base, _) = a.rk[0].bounds();
     let rk = &a.rk[0];
     let mut ops = lane_ops(k).into_iter();
@@ -533,7 +194,7 @@ fn posted_by_many(net: Net, kind: Mem) {
     let before = r.bytes().to_vec();
     let t0 = Instant::now();
     let mut kids: Vec<Kid> = (0..POSTERS)
-        .map(|k| o.spawn("poster", net, kind, &[r.key()], k))
+        .map(|k| spawn(&o, "poster", net, kind, &[r.key()], k))
         .collect();
     serve(&o.w, &mut kids);
     let n = POSTERS as u64;
@@ -570,24 +231,11 @@ fn posted_by_many(net: Net, kind: Mem) {
     );
 }
 
-#[test]
-fn posted_atomics_from_three_processes_shm_allocated() {
-    posted_by_many(Net::Shm, Mem::Alloc);
-}
-
-#[test]
-fn posted_atomics_from_three_processes_shm_registered() {
-    posted_by_many(Net::Shm, Mem::Reg);
-}
-
-#[test]
-fn posted_atomics_from_three_processes_tcp_allocated() {
-    posted_by_many(Net::Tcp, Mem::Alloc);
-}
-
-#[test]
-fn posted_atomics_from_three_processes_tcp_registered() {
-    posted_by_many(Net::Tcp, Mem::Reg);
+matrix! {
+    posted_atomics_from_three_processes_shm_allocated: posted_by_many(Net::Shm, Mem::Alloc);
+    posted_atomics_from_three_processes_shm_registered: posted_by_many(Net::Shm, Mem::Reg);
+    posted_atomics_from_three_processes_tcp_allocated: posted_by_many(Net::Tcp, Mem::Alloc);
+    posted_atomics_from_three_processes_tcp_registered: posted_by_many(Net::Tcp, Mem::Reg);
 }
 
 // ----- refusals -----------------------------------------------------------------------------
@@ -600,7 +248,7 @@ const HONEST_ADDS: u64 = 5;
 /// A posted atomic that must be refused with `status`, the error saying why (`why`): at
 /// once, or (only where the target decides: `deferred`) by the next flush, which then says
 /// the target refused a posted atomic. Reported once.
-fn refused(a: &Actor, r: Result<()>, status: Status, why: &str, deferred: bool, what: &str) {
+fn refused(a: &Actor<Net>, r: Result<()>, status: Status, why: &str, deferred: bool, what: &str) {
     let e = match r {
         Err(e) => {
             assert!(
@@ -636,7 +284,7 @@ fn refused(a: &Actor, r: Result<()>, status: Status, why: &str, deferred: bool, 
 fn child_refused() {
     // rk[0]: T (all rights), rk[1]: NA (read and write, no atomics).
     let a = actor();
-    a.check_path();
+    check_path(&a);
     let (tb, tlen) = a.rk[0].bounds();
     let (nb, _) = a.rk[1].bounds();
     let t = &a.rk[0];
@@ -738,8 +386,8 @@ fn refusals(net: Net, kind: Mem) {
     t.word(RC).store(0, Ordering::Relaxed);
     let na = Region::new(&o.c, kind, PLEN, access::READ | access::WRITE);
     na.write(0, &pattern(PLEN, 2));
-    let mut kid = o.spawn("refused", net, kind, &[t.key(), na.key()], 0);
-    serve(&o.w, std::slice::from_mut(&mut kid));
+    let mut kid = spawn(&o, "refused", net, kind, &[t.key(), na.key()], 0);
+    serve_one(&o.w, &mut kid);
     let mut want = pattern(PLEN, 1);
     want[RC..RC + 8].copy_from_slice(&HONEST_ADDS.to_le_bytes());
     assert!(
@@ -753,19 +401,10 @@ fn refusals(net: Net, kind: Mem) {
     );
 }
 
-#[test]
-fn refused_posted_atomics_reported_by_flush_shm_allocated() {
-    refusals(Net::Shm, Mem::Alloc);
-}
-
-#[test]
-fn refused_posted_atomics_reported_by_flush_shm_registered() {
-    refusals(Net::Shm, Mem::Reg);
-}
-
-#[test]
-fn refused_posted_atomics_reported_by_flush_tcp() {
-    refusals(Net::Tcp, Mem::Alloc);
+matrix! {
+    refused_posted_atomics_reported_by_flush_shm_allocated: refusals(Net::Shm, Mem::Alloc);
+    refused_posted_atomics_reported_by_flush_shm_registered: refusals(Net::Shm, Mem::Reg);
+    refused_posted_atomics_reported_by_flush_tcp: refusals(Net::Tcp, Mem::Alloc);
 }
 
 /// In one process (the key's path is `local`): posted atomics land at once, and swaps are
@@ -806,53 +445,19 @@ const WAIT_GAP: Duration = Duration::from_millis(500);
 /// Rounds signalled as soon as the waiter asks for the next one (a signal may come just
 /// as it arms its sleep).
 const QUICK_ROUNDS: u64 = 30;
-const ACK: u64 = 0xac;
-const EXIT: u64 = 0xe41;
-
-/// CPU time of this whole process.
-fn cpu_time() -> Duration {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: a valid timespec to fill.
-    assert_eq!(
-        unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) },
-        0
-    );
-    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
-}
-
-fn send_u64(ep: &Endpoint, tag: u64, v: u64) {
-    ep.tag_send(&v.to_le_bytes(), tag).unwrap().wait().unwrap();
-}
 
 /// The target: waits, sleeping, for the parent's signals; measures its CPU time across the
 /// first (long) wait, and tells the parent (in per mille of the wall time) with its ack.
 fn child_waiter() {
-    let c = ctx(Net::from_env());
-    let w = Worker::new(&c, WorkerParams::default()).unwrap();
-    let eps: Arc<Mutex<Vec<Endpoint>>> = Arc::default();
-    let e2 = eps.clone();
-    let _l = Listener::new(&w, "127.0.0.1:0".parse().unwrap(), move |r: ConnRequest| {
-        if let Ok(ep) = r.accept(EndpointParams::default()) {
-            e2.lock().unwrap().push(ep);
-        }
-    })
-    .unwrap();
-    println!("PORT {}", _l.local_addr().port());
-    let s = Region::new(&c, Mem::Alloc, 64, access::ALL);
-    println!("KEYS {}", keys_hex(&[s.key()]));
-    let deadline = Instant::now() + DEADLINE;
-    while eps.lock().unwrap().is_empty() {
-        w.progress();
-        assert!(Instant::now() < deadline, "the parent did not connect");
-    }
-    let ep = eps.lock().unwrap()[0].clone();
+    let me = target(Net::from_env());
+    let w = &me.w;
+    let s = Region::new(&me.c, Mem::Alloc, 64, access::ALL);
+    me.publish(&[s.key()]);
+    let ep = me.ep();
     send_u64(&ep, ACK, 0);
     // The long wait, measured.
     let (c0, w0) = (cpu_time(), Instant::now());
-    let v = s.mem.signal_wait_until(&w, 0, Cmp::Ge, 1, true).unwrap();
+    let v = s.mem.signal_wait_until(w, 0, Cmp::Ge, 1, true).unwrap();
     let (cpu, wall) = (cpu_time() - c0, w0.elapsed());
     assert_eq!(v, 1);
     eprintln!("sleeping wait: {cpu:?} of cpu in {wall:?}");
@@ -872,7 +477,7 @@ fn child_waiter() {
     // Quick rounds: each must be seen soon, whenever it lands.
     for r in 2..=QUICK_ROUNDS + 1 {
         let t = Instant::now();
-        let v = s.mem.signal_wait_until(&w, 0, Cmp::Ge, r, true).unwrap();
+        let v = s.mem.signal_wait_until(w, 0, Cmp::Ge, r, true).unwrap();
         assert_eq!(v, r);
         assert!(
             t.elapsed() < Duration::from_secs(2),
@@ -886,8 +491,9 @@ fn child_waiter() {
     r.wait().unwrap();
 }
 
-/// Receive the 8-byte message with `tag`, failing if `kid` exits first.
-fn recv_u64(w: &Worker, kid: &mut Kid, tag: u64) -> u64 {
+/// Receive the 8-byte message with `tag`, failing if `kid` exits first. Unlike
+/// `common::recv_u64` (which naps on the worker's fd when idle) this progresses all along.
+fn recv_u64_progressing(w: &Worker, kid: &mut Kid, tag: u64) -> u64 {
     let mut b = [0u8; 8];
     let mut r = w.tag_recv(&mut b, tag, u64::MAX).unwrap();
     progress_until(w, kid, &format!("message {tag:#x}"), || r.is_done());
@@ -897,38 +503,25 @@ fn recv_u64(w: &Worker, kid: &mut Kid, tag: u64) -> u64 {
 
 fn sleeping_wait_cpu(net: Net) {
     let mut kid = Kid::spawn("waiter", net, &[]);
-    let port: u16 = kid.line("PORT").parse().unwrap();
-    let keys = keys_unhex(&kid.line("KEYS"));
-    let c = ctx(net);
-    let w = Worker::new(&c, WorkerParams::default()).unwrap();
-    let ep = w
-        .connect_sockaddr(
-            ([127, 0, 0, 1], port).into(),
-            std::process::id() as u64,
-            EndpointParams::default(),
-        )
-        .unwrap();
-    progress_until(&w, &mut kid, "the connection", || {
-        ep.is_connected().unwrap()
-    });
-    let s = ep.rkey_unpack(&keys[0]).unwrap();
+    let cl = client(&mut kid, net);
+    let (w, ep, s) = (&cl.w, &cl.ep, &cl.rk[0]);
     let (sb, _) = s.bounds();
     let signal = |kid: &mut Kid, v: u64| {
         // Data into the signal region's second half; the signal is its first word.
         let mut r = ep
-            .put_signal(&[0x5a; 32], sb + 32, &s, sb, &s, v, SignalOp::Set)
+            .put_signal(&[0x5a; 32], sb + 32, s, sb, s, v, SignalOp::Set)
             .unwrap();
-        progress_until(&w, kid, "the put", || r.is_done());
+        progress_until(w, kid, "the put", || r.is_done());
         r.wait().unwrap();
     };
-    assert_eq!(recv_u64(&w, &mut kid, ACK), 0);
+    assert_eq!(recv_u64_progressing(w, &mut kid, ACK), 0);
     let t = Instant::now();
     while t.elapsed() < WAIT_GAP {
         w.progress();
         std::thread::sleep(Duration::from_millis(1));
     }
     signal(&mut kid, 1);
-    let permille = recv_u64(&w, &mut kid, ACK);
+    let permille = recv_u64_progressing(w, &mut kid, ACK);
     eprintln!(
         "the waiter used {}.{}% of a CPU while it slept ({net:?})",
         permille / 10,
@@ -936,24 +529,17 @@ fn sleeping_wait_cpu(net: Net) {
     );
     for r in 2..=QUICK_ROUNDS + 1 {
         signal(&mut kid, r);
-        assert_eq!(recv_u64(&w, &mut kid, ACK), r);
+        assert_eq!(recv_u64_progressing(w, &mut kid, ACK), r);
     }
-    ep.flush().unwrap();
-    send_u64(&ep, EXIT, 0);
-    let err = serve(&w, std::slice::from_mut(&mut kid)).remove(0);
+    let err = cl.finish(&mut kid);
     eprintln!("{}", err.trim());
 }
 
-#[test]
-fn sleeping_signal_wait_uses_little_cpu_tcp() {
-    sleeping_wait_cpu(Net::Tcp);
-}
-
-/// Over shared memory the signal lands directly in the mapped region, waking no fd: the
-/// waiter's bounded sleeps still see it soon, and cheaply.
-#[test]
-fn sleeping_signal_wait_uses_little_cpu_shm() {
-    sleeping_wait_cpu(Net::Shm);
+matrix! {
+    sleeping_signal_wait_uses_little_cpu_tcp: sleeping_wait_cpu(Net::Tcp);
+    /// Over shared memory the signal lands directly in the mapped region, waking no fd: the
+    /// waiter's bounded sleeps still see it soon, and cheaply.
+    sleeping_signal_wait_uses_little_cpu_shm: sleeping_wait_cpu(Net::Shm);
 }
 
 /// Without the wakeup feature a sleeping wait cannot sleep on the worker's fd: it spins,

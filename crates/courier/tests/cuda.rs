@@ -10,13 +10,18 @@
 
 use std::ffi::CString;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use courier::*;
 
+mod common;
 mod mockcuda;
+
+use common::{
+    Owner, child_command, dial, keys_from_env, keys_hex, port_from_env, sizes_in, stderr_of,
+};
 
 /// Build the stand-in driver once per test binary; its path.
 fn mock_lib() -> &'static str {
@@ -132,46 +137,15 @@ const SIZES: [usize; 6] = [1, 100, 8192, 65539, 1 << 20, (3 << 20) + 5];
 
 // ----- the owner (parent) -------------------------------------------------------------------
 
-struct Owner {
-    c: Context,
-    w: Worker,
-    _l: Listener,
-    eps: Arc<Mutex<Vec<Endpoint>>>,
-    port: u16,
-}
-
 fn owner(tls: &str) -> Owner {
-    let c = ctx(tls);
-    let w = Worker::new(&c, WorkerParams::default()).unwrap();
-    let eps: Arc<Mutex<Vec<Endpoint>>> = Arc::default();
-    let e2 = eps.clone();
-    let l = Listener::new(&w, "127.0.0.1:0".parse().unwrap(), move |r: ConnRequest| {
-        if let Ok(ep) = r.accept(EndpointParams::default()) {
-            e2.lock().unwrap().push(ep);
-        }
-    })
-    .unwrap();
-    let port = l.local_addr().port();
-    Owner {
-        c,
-        w,
-        _l: l,
-        eps,
-        port,
-    }
+    Owner::on(ctx(tls))
 }
 
 fn spawn(tls: &str, role: &str, port: u16, keys: &[Vec<u8>], env: &[(&str, &str)]) -> Child {
-    let hex: Vec<String> = keys
-        .iter()
-        .map(|k| k.iter().map(|x| format!("{x:02x}")).collect())
-        .collect();
-    let mut cmd = Command::new(std::env::current_exe().unwrap());
-    cmd.args(["--exact", "child_entry", "--nocapture", "--test-threads=1"])
-        .env("COURIER_TEST_ROLE", role)
-        .env("COURIER_TLS", tls)
+    let mut cmd = child_command(role);
+    cmd.env("COURIER_TLS", tls)
         .env("COURIER_TEST_PORT", port.to_string())
-        .env("COURIER_TEST_KEYS", hex.join(","))
+        .env("COURIER_TEST_KEYS", keys_hex(keys))
         .env("COURIER_TEST_MOCKCUDA", mock_lib())
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
@@ -197,9 +171,7 @@ fn finish(o: &Owner, mut child: Child) {
     loop {
         o.w.progress();
         if let Some(st) = child.try_wait().unwrap() {
-            let mut err = String::new();
-            use std::io::Read;
-            let _ = child.stderr.take().unwrap().read_to_string(&mut err);
+            let err = stderr_of(&mut child);
             assert!(st.success(), "child failed ({st}):\n{err}");
             return;
         }
@@ -220,23 +192,11 @@ fn child_entry() {
         "nodevice" => return child_no_device(),
         _ => {}
     }
-    let port: u16 = std::env::var("COURIER_TEST_PORT").unwrap().parse().unwrap();
-    let keys: Vec<Vec<u8>> = std::env::var("COURIER_TEST_KEYS")
-        .unwrap()
-        .split(',')
-        .filter(|s| !s.is_empty())
-        .map(|s| {
-            (0..s.len())
-                .step_by(2)
-                .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
-                .collect()
-        })
-        .collect();
+    let port = port_from_env();
+    let keys = keys_from_env();
     let c = ctx(&tls);
     let w = Worker::new(&c, WorkerParams::default()).unwrap();
-    let ep = w
-        .connect_sockaddr(([127, 0, 0, 1], port).into(), 1, EndpointParams::default())
-        .unwrap();
+    let ep = dial(&w, port, 1);
     ep.wait_connected(Duration::from_secs(10)).unwrap();
     match role.as_str() {
         "twosided" => child_two_sided(&c, &w, &ep),
@@ -310,15 +270,7 @@ fn child_rma(c: &Context, w: &Worker, ep: &Endpoint, keys: &[Vec<u8>]) {
     assert_eq!(mock_count(4), u64::from(!tcp), "IPC handles opened");
     let (base, len) = rk.bounds();
     let dev = device(c, len as usize);
-    for (i, &n) in [1usize, 8, 100, 4096, 65537, 300_000, len as usize]
-        .iter()
-        .enumerate()
-    {
-        let off = if n < len as usize {
-            (i * 977) as u64 % (len - n as u64)
-        } else {
-            0
-        };
+    for (i, n, off) in sizes_in(len) {
         let data = pattern(n, i as u8);
         // Host to the owner's device, and back into host memory.
         ep.put(&data, base + off, &rk).unwrap().wait().unwrap();
@@ -512,9 +464,7 @@ fn rma(tls: &str) {
     while sig.signal_fetch(0).unwrap() != 1234 {
         o.w.progress();
         if let Some(st) = child.try_wait().unwrap() {
-            let mut err = String::new();
-            use std::io::Read;
-            let _ = child.stderr.take().unwrap().read_to_string(&mut err);
+            let err = stderr_of(&mut child);
             panic!("the child exited ({st}) before it signalled:\n{err}");
         }
         assert!(Instant::now() < deadline, "no signal");
@@ -672,9 +622,7 @@ fn no_driver_or_no_device_is_a_clear_error() {
     ] {
         let mut child = spawn("all", role, 0, &[], &env);
         let st = child.wait().unwrap();
-        let mut err = String::new();
-        use std::io::Read;
-        let _ = child.stderr.take().unwrap().read_to_string(&mut err);
+        let err = stderr_of(&mut child);
         assert!(st.success(), "{role}: {err}");
     }
 }

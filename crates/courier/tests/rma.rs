@@ -3,21 +3,14 @@
 //! Each scenario runs over shared memory and over TCP.
 
 use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use courier::*;
 
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
-}
-
-fn unhex(s: &str) -> Vec<u8> {
-    (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
-        .collect()
-}
+mod common;
+use common::{
+    Owner, child_command, dial, keys_from_env, keys_hex, port_from_env, sizes_in, stderr_of,
+};
 
 fn ctx(tls: &str) -> Context {
     ctx_with(tls, &[])
@@ -40,40 +33,14 @@ fn ctx_with(tls: &str, cfg: &[(&str, &str)]) -> Context {
 
 // ----- the owner (parent) -------------------------------------------------------------------
 
-struct Owner {
-    _ctx: Context,
-    w: Worker,
-    _l: Listener,
-    eps: Arc<Mutex<Vec<Endpoint>>>,
-    port: u16,
-}
-
 fn owner(tls: &str) -> (Owner, Context) {
     owner_with(tls, &[])
 }
 
 fn owner_with(tls: &str, cfg: &[(&str, &str)]) -> (Owner, Context) {
-    let c = ctx_with(tls, cfg);
-    let w = Worker::new(&c, WorkerParams::default()).unwrap();
-    let eps: Arc<Mutex<Vec<Endpoint>>> = Arc::default();
-    let e2 = eps.clone();
-    let l = Listener::new(&w, "127.0.0.1:0".parse().unwrap(), move |r: ConnRequest| {
-        if let Ok(ep) = r.accept(EndpointParams::default()) {
-            e2.lock().unwrap().push(ep);
-        }
-    })
-    .unwrap();
-    let port = l.local_addr().port();
-    (
-        Owner {
-            _ctx: c.clone(),
-            w,
-            _l: l,
-            eps,
-            port,
-        },
-        c,
-    )
+    let o = Owner::on(ctx_with(tls, cfg));
+    let c = o.c.clone();
+    (o, c)
 }
 
 fn spawn(
@@ -93,15 +60,10 @@ fn command(
     keys: &[Vec<u8>],
     extra: &[(&str, String)],
 ) -> Command {
-    let mut cmd = Command::new(std::env::current_exe().unwrap());
-    cmd.args(["--exact", "child_entry", "--nocapture", "--test-threads=1"])
-        .env("COURIER_TEST_ROLE", scenario)
-        .env("COURIER_TLS", tls)
+    let mut cmd = child_command(scenario);
+    cmd.env("COURIER_TLS", tls)
         .env("COURIER_TEST_PORT", port.to_string())
-        .env(
-            "COURIER_TEST_KEYS",
-            keys.iter().map(|k| hex(k)).collect::<Vec<_>>().join(","),
-        )
+        .env("COURIER_TEST_KEYS", keys_hex(keys))
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
     for (k, v) in extra {
@@ -121,9 +83,7 @@ fn serve_until_done(o: &Owner, mut children: Vec<Child>, mut also: impl FnMut())
             if let Some(st) = children[i].try_wait().unwrap() {
                 let mut c = children.remove(i);
                 let _ = c.wait();
-                let mut err = String::new();
-                use std::io::Read;
-                let _ = c.stderr.take().unwrap().read_to_string(&mut err);
+                let err = stderr_of(&mut c);
                 assert!(st.success(), "child failed ({st}):\n{err}");
             } else {
                 i += 1;
@@ -140,22 +100,11 @@ fn child_entry_main() -> bool {
         return false;
     };
     let tls = std::env::var("COURIER_TLS").unwrap();
-    let port: u16 = std::env::var("COURIER_TEST_PORT").unwrap().parse().unwrap();
-    let keys: Vec<Vec<u8>> = std::env::var("COURIER_TEST_KEYS")
-        .unwrap()
-        .split(',')
-        .filter(|s| !s.is_empty())
-        .map(unhex)
-        .collect();
+    let port = port_from_env();
+    let keys = keys_from_env();
     let c = ctx(&tls);
     let w = Worker::new(&c, WorkerParams::default()).unwrap();
-    let ep = w
-        .connect_sockaddr(
-            ([127, 0, 0, 1], port).into(),
-            std::process::id() as u64,
-            EndpointParams::default(),
-        )
-        .unwrap();
+    let ep = dial(&w, port, std::process::id() as u64);
     ep.wait_connected(Duration::from_secs(10)).unwrap();
     let rk: Vec<RemoteKey> = keys.iter().map(|k| ep.rkey_unpack(k).unwrap()).collect();
     match role.as_str() {
@@ -326,15 +275,7 @@ fn child_putget(_w: &Worker, ep: &Endpoint, rk: &[RemoteKey], tls: &str) {
     for (k, w) in rk.iter().zip(want) {
         assert_eq!(k.path(), w);
         let (base, len) = k.bounds();
-        for (i, &size) in [1usize, 8, 100, 4096, 65537, 300_000, len as usize]
-            .iter()
-            .enumerate()
-        {
-            let off = if size < len as usize {
-                (i * 977) as u64 % (len - size as u64)
-            } else {
-                0
-            };
+        for (i, size, off) in sizes_in(len) {
             let data = pattern(size, i as u8);
             ep.put(&data, base + off, k).unwrap().wait().unwrap();
             let mut back = vec![0u8; size];
@@ -940,9 +881,7 @@ fn fence_orders_operations_through_the_owner_before_direct_stores_shm() {
                 break 'seen;
             }
             if let Some(st) = child.try_wait().unwrap() {
-                let mut err = String::new();
-                use std::io::Read;
-                let _ = child.stderr.take().unwrap().read_to_string(&mut err);
+                let err = stderr_of(&mut child);
                 panic!("child ended in round {i} ({st}):\n{err}");
             }
             assert!(Instant::now() < deadline, "round {i} did not finish");

@@ -4,29 +4,23 @@
 //! with `COURIER_TEST_ROLE`) connect, unpack the keys passed in their environment and act,
 //! while the parent progresses and then checks its memory. Where the target's own view
 //! matters (its log, a semaphore or signal it waits on) a child is the target: it prints
-//! its port and keys on stdout, the parent connects and acts, and the child checks.
+//! its port and keys on stdout, the parent connects and acts, and the child checks. Both
+//! set-ups are in tests/common.
 //!
 //! Transports: shared memory with allocated memory (plain loads, stores and CPU atomics),
 //! shared memory with registered memory (CMA for puts and gets, the owner's progress for
 //! atomics and signals; with `COURIER_SHM_CMA=no` everything through shm frames), and tcp
 //! with either kind of memory (everything through the owner's progress).
 
-use std::collections::hash_map::RandomState;
-use std::hash::{BuildHasher, Hasher};
-use std::io::{BufRead, BufReader, Read};
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{Receiver, channel};
-use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use courier::*;
 
-/// How long any one test may take before it fails.
-const DEADLINE: Duration = Duration::from_secs(60);
+mod common;
+use common::*;
 
-// ----- transports and memory ----------------------------------------------------------------
+// ----- transports ---------------------------------------------------------------------------
 
 /// A transport selection, given to both sides.
 #[derive(Clone, Copy, Debug)]
@@ -48,13 +42,16 @@ const TCP: Net = Net {
     cma: "auto",
 };
 
-impl Net {
-    fn env(self) -> [(&'static str, String); 2] {
-        [
+impl Transport for Net {
+    fn env(self) -> Vec<(&'static str, String)> {
+        vec![
             ("COURIER_TLS", self.tls.to_string()),
             ("COURIER_SHM_CMA", self.cma.to_string()),
         ]
     }
+}
+
+impl Net {
     fn from_env() -> Net {
         let tls = std::env::var("COURIER_TLS").unwrap();
         let cma = std::env::var("COURIER_SHM_CMA").unwrap();
@@ -70,514 +67,29 @@ impl Net {
     }
 }
 
-fn ctx(net: Net) -> Context {
-    let f = Features {
-        rma: true,
-        atomics: true,
-        wakeup: true,
-        ..Default::default()
-    };
-    let mut p = ContextParams::default().features(f);
-    for (k, v) in net.env() {
-        p = p.config(k, &v);
-    }
-    Context::new(p).unwrap()
+/// A child acting on the parent's memory over the transport it was started with.
+fn actor() -> Actor<Net> {
+    common::actor(Net::from_env())
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Mem {
-    /// `MemMapParams::allocate`: a shared segment, mapped by same-host peers.
-    Alloc,
-    /// `MemMapParams::register` of the test's own buffer.
-    Reg,
-}
-
-/// A mapped region of either kind; the registered buffer outlives its mapping.
-struct Region {
-    mem: Memory,
-    _backing: Option<Vec<u64>>,
-}
-
-impl Region {
-    fn new(c: &Context, kind: Mem, len: usize, acc: u16) -> Region {
-        match kind {
-            Mem::Alloc => Region {
-                mem: c.mem_map(MemMapParams::allocate(len).access(acc)).unwrap(),
-                _backing: None,
-            },
-            Mem::Reg => {
-                // u64s: the words atomics and signals use must be aligned.
-                let mut b = vec![0u64; len.div_ceil(8)];
-                let mem = c
-                    .mem_map(MemMapParams::register(b.as_mut_ptr() as *mut u8, len).access(acc))
-                    .unwrap();
-                Region {
-                    mem,
-                    _backing: Some(b),
-                }
-            }
-        }
-    }
-    fn key(&self) -> Vec<u8> {
-        self.mem.pack_rkey().unwrap()
-    }
-    fn len(&self) -> usize {
-        self.mem.len()
-    }
-    /// The region's bytes. Callers look only while no peer writes them.
-    fn bytes(&self) -> &[u8] {
-        // SAFETY: our own live region.
-        unsafe { std::slice::from_raw_parts(self.mem.as_ptr(), self.len()) }
-    }
-    fn write(&self, off: usize, data: &[u8]) {
-        assert!(off + data.len() <= self.len());
-        // SAFETY: inside our own live region.
-        unsafe {
-            std::ptr::copy_nonoverlapping(data.as_ptr(), self.mem.as_ptr().add(off), data.len())
-        };
-    }
-    /// `n` bytes at `off`. Callers look only while no peer writes them.
-    fn at(&self, off: usize, n: usize) -> &[u8] {
-        &self.bytes()[off..off + n]
-    }
-    fn word(&self, off: usize) -> &AtomicU64 {
-        assert!(off.is_multiple_of(8) && off + 8 <= self.len());
-        // SAFETY: aligned (regions start on pages or u64 buffers), inside the region.
-        unsafe { AtomicU64::from_ptr(self.mem.as_ptr().add(off) as *mut u64) }
-    }
-}
-
-fn pattern(n: usize, seed: u64) -> Vec<u8> {
-    let s = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15);
-    (0..n)
-        .map(|i| ((i as u64).wrapping_mul(131).wrapping_add(s) >> 3) as u8 ^ (i >> 12) as u8)
-        .collect()
-}
-
-/// Where two byte strings differ, for messages.
-fn first_diff(a: &[u8], b: &[u8]) -> String {
-    let n = a.iter().zip(b).filter(|(x, y)| x != y).count();
-    match a.iter().zip(b).position(|(x, y)| x != y) {
-        Some(i) => {
-            let last = a.iter().zip(b).rposition(|(x, y)| x != y).unwrap();
-            format!(
-                "{n} bytes differ, from byte {i} ({:#04x} vs {:#04x}) to byte {last}",
-                a[i], b[i]
-            )
-        }
-        None if a.len() != b.len() => format!("lengths {} vs {}", a.len(), b.len()),
-        None => "equal".into(),
-    }
-}
-
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
-}
-
-fn unhex(s: &str) -> Vec<u8> {
-    (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
-        .collect()
-}
-
-fn keys_hex(keys: &[Vec<u8>]) -> String {
-    keys.iter().map(|k| hex(k)).collect::<Vec<_>>().join(",")
-}
-
-fn keys_unhex(s: &str) -> Vec<Vec<u8>> {
-    s.split(',').filter(|s| !s.is_empty()).map(unhex).collect()
-}
-
-/// `key` with a random secret in place of its own (bytes 16..24 of the packed key).
-fn forge_secret(key: &[u8]) -> Vec<u8> {
-    let mut k = key.to_vec();
-    let old = u64::from_le_bytes(k[16..24].try_into().unwrap());
-    let mut new = RandomState::new().build_hasher().finish();
-    if new == old {
-        new ^= 1;
-    }
-    k[16..24].copy_from_slice(&new.to_le_bytes());
-    k
-}
-
-/// `key` claiming `len` bytes.
-fn forge_length(key: &[u8], len: u64) -> Vec<u8> {
-    let mut k = key.to_vec();
-    k[32..40].copy_from_slice(&len.to_le_bytes());
-    k
-}
-
-// ----- processes ----------------------------------------------------------------------------
-
-/// A child process; killed (and reaped) if the test ends before it does.
-struct Kid {
-    child: Child,
-    role: String,
-    stderr: Option<JoinHandle<String>>,
-    stdout: Option<Receiver<String>>,
-}
-
-impl Kid {
-    fn spawn(role: &str, net: Net, env: &[(&str, String)]) -> Kid {
-        let mut cmd = Command::new(std::env::current_exe().unwrap());
-        cmd.args(["--exact", "child_entry", "--nocapture", "--test-threads=1"])
-            .env("COURIER_TEST_ROLE", role)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        for (k, v) in net.env() {
-            cmd.env(k, v);
-        }
-        for (k, v) in env {
-            cmd.env(k, v);
-        }
-        let mut child = cmd.spawn().unwrap();
-        // Both pipes are drained all along, so a chatty child never blocks on them.
-        let mut err = child.stderr.take().unwrap();
-        let stderr = std::thread::spawn(move || {
-            let mut s = String::new();
-            let _ = err.read_to_string(&mut s);
-            s
-        });
-        let out = child.stdout.take().unwrap();
-        let (tx, rx) = channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(out).lines() {
-                let Ok(line) = line else { break };
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        Kid {
-            child,
-            role: role.into(),
-            stderr: Some(stderr),
-            stdout: Some(rx),
-        }
-    }
-
-    /// The value of the first stdout line `NAME value` (the child prints it at start).
-    fn line(&self, name: &str) -> String {
-        let rx = self.stdout.as_ref().unwrap();
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match rx.recv_timeout(left) {
-                // The test harness may have printed on the same line before.
-                Ok(l) => {
-                    if let Some((_, v)) = l.split_once(&format!("{name} ")) {
-                        return v.to_string();
-                    }
-                }
-                Err(_) => panic!("child {} printed no {name} line", self.role),
-            }
-        }
-    }
-
-    /// `Some(stderr)` once it has exited; panics (with its stderr) if it failed.
-    fn poll(&mut self) -> Option<String> {
-        let st = self.child.try_wait().unwrap()?;
-        let err = self.stderr.take().unwrap().join().unwrap();
-        assert!(
-            st.success(),
-            "child {} failed ({st}); its stderr:\n{err}",
-            self.role
-        );
-        Some(err)
-    }
-}
-
-impl Drop for Kid {
-    fn drop(&mut self) {
-        if self.stderr.is_some() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
-}
-
-/// Progress `w` (and run `also`) until every child has exited; each must exit 0. Returns
-/// their stderr.
-fn serve(w: &Worker, kids: &mut [Kid], mut also: impl FnMut()) -> Vec<String> {
-    let deadline = Instant::now() + DEADLINE;
-    let mut out: Vec<Option<String>> = kids.iter().map(|_| None).collect();
-    while out.iter().any(|o| o.is_none()) {
-        w.progress();
-        also();
-        for (k, o) in kids.iter_mut().zip(out.iter_mut()) {
-            if o.is_none() {
-                *o = k.poll();
-            }
-        }
-        assert!(Instant::now() < deadline, "children did not finish in time");
-    }
-    out.into_iter().map(|o| o.unwrap()).collect()
-}
-
-/// Progress `w` until `cond` holds; fails at once if the child exits meanwhile.
-fn progress_until(w: &Worker, kid: &mut Kid, what: &str, mut cond: impl FnMut() -> bool) {
-    let deadline = Instant::now() + DEADLINE;
-    while !cond() {
-        w.progress();
-        if let Some(err) = kid.poll() {
-            if cond() {
-                return;
-            }
-            panic!(
-                "child {} exited while we waited for {what}; its stderr:\n{err}",
-                kid.role
-            );
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-    }
-}
-
-/// The parent as owner: a worker with a listener that accepts every child.
-struct Owner {
-    c: Context,
-    w: Worker,
-    _l: Listener,
-    eps: Arc<Mutex<Vec<Endpoint>>>,
-    port: u16,
-}
-
-impl Owner {
-    fn new(net: Net) -> Owner {
-        let c = ctx(net);
-        let w = Worker::new(&c, WorkerParams::default()).unwrap();
-        let eps: Arc<Mutex<Vec<Endpoint>>> = Arc::default();
-        let e2 = eps.clone();
-        let l = Listener::new(&w, "127.0.0.1:0".parse().unwrap(), move |r: ConnRequest| {
-            if let Ok(ep) = r.accept(EndpointParams::default()) {
-                e2.lock().unwrap().push(ep);
-            }
-        })
-        .unwrap();
-        let port = l.local_addr().port();
-        Owner {
-            c,
-            w,
-            _l: l,
-            eps,
-            port,
-        }
-    }
-
-    /// Start a child acting on `keys`.
-    fn spawn(&self, role: &str, net: Net, keys: &[Vec<u8>], env: &[(&str, String)]) -> Kid {
-        let mut all = vec![
-            ("COURIER_TEST_PORT", self.port.to_string()),
-            ("COURIER_TEST_KEYS", keys_hex(keys)),
-        ];
-        all.extend(env.iter().map(|(k, v)| (*k, v.clone())));
-        Kid::spawn(role, net, &all)
-    }
-
-    /// The endpoint of the first child that connected.
-    fn ep(&self, kid: &mut Kid) -> Endpoint {
-        progress_until(&self.w, kid, "the child to connect", || {
-            !self.eps.lock().unwrap().is_empty()
-        });
-        self.eps.lock().unwrap()[0].clone()
-    }
-}
-
-/// Wait for a request of the parent's, failing at once if `kid` exits meanwhile.
-fn wait_req(mut r: Request<'_>, kid: &mut Kid, what: &str) -> Result<Info> {
-    let deadline = Instant::now() + DEADLINE;
-    loop {
-        if let Some(res) = r.test() {
-            return res.clone();
-        }
-        let _ = r.wait_timeout(Duration::from_millis(1));
-        if let Some(err) = kid.poll() {
-            if let Some(res) = r.test() {
-                return res.clone();
-            }
-            panic!(
-                "child {} exited while we waited for {what}; its stderr:\n{err}",
-                kid.role
-            );
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-    }
-}
-
-/// Receive the 8-byte message with `tag`, failing if `kid` exits first.
-fn recv_u64(w: &Worker, kid: &mut Kid, tag: u64) -> u64 {
-    let mut b = [0u8; 8];
-    let r = w.tag_recv(&mut b, tag, u64::MAX).unwrap();
-    wait_req(r, kid, &format!("message {tag:#x}")).unwrap();
-    u64::from_le_bytes(b)
-}
-
-// ----- the child side -----------------------------------------------------------------------
-
-/// A child acting on the parent's memory: connected, with the keys unpacked.
-struct Actor {
-    _c: Context,
-    w: Worker,
-    ep: Endpoint,
-    raw: Vec<Vec<u8>>,
-    rk: Vec<RemoteKey>,
-    net: Net,
-}
-
-fn actor() -> Actor {
-    let net = Net::from_env();
-    let port: u16 = std::env::var("COURIER_TEST_PORT").unwrap().parse().unwrap();
-    let raw = keys_unhex(&std::env::var("COURIER_TEST_KEYS").unwrap());
-    let c = ctx(net);
-    let w = Worker::new(&c, WorkerParams::default()).unwrap();
-    let ep = w
-        .connect_sockaddr(
-            ([127, 0, 0, 1], port).into(),
-            std::process::id() as u64,
-            EndpointParams::default(),
-        )
-        .unwrap();
-    ep.wait_connected(Duration::from_secs(10)).unwrap();
-    let rk = raw.iter().map(|k| ep.rkey_unpack(k).unwrap()).collect();
-    Actor {
-        _c: c,
-        w,
-        ep,
-        raw,
-        rk,
-        net,
-    }
-}
-
-/// A child that is the target: it listens, prints `PORT` and then `KEYS` on stdout, and
-/// progresses while it waits for what the parent does.
-struct Target {
-    c: Context,
-    w: Worker,
-    _l: Listener,
-    eps: Arc<Mutex<Vec<Endpoint>>>,
-    deadline: Instant,
-}
-
+/// A child that is the target, over the transport it was started with.
 fn target() -> Target {
-    let c = ctx(Net::from_env());
-    let w = Worker::new(&c, WorkerParams::default()).unwrap();
-    let eps: Arc<Mutex<Vec<Endpoint>>> = Arc::default();
-    let e2 = eps.clone();
-    let l = Listener::new(&w, "127.0.0.1:0".parse().unwrap(), move |r: ConnRequest| {
-        if let Ok(ep) = r.accept(EndpointParams::default()) {
-            e2.lock().unwrap().push(ep);
-        }
-    })
-    .unwrap();
-    println!("PORT {}", l.local_addr().port());
-    Target {
-        c,
-        w,
-        _l: l,
-        eps,
-        deadline: Instant::now() + DEADLINE,
-    }
-}
-
-impl Target {
-    fn publish(&self, keys: &[Vec<u8>]) {
-        println!("KEYS {}", keys_hex(keys));
-    }
-    /// The parent's endpoint, once it has connected.
-    fn ep(&self) -> Endpoint {
-        while self.eps.lock().unwrap().is_empty() {
-            self.w.progress();
-            assert!(Instant::now() < self.deadline, "the parent did not connect");
-        }
-        self.eps.lock().unwrap()[0].clone()
-    }
-    fn recv_u64(&self, tag: u64) -> u64 {
-        let mut b = [0u8; 8];
-        let mut r = self.w.tag_recv(&mut b, tag, u64::MAX).unwrap();
-        while !r.is_done() {
-            self.w.progress();
-            assert!(
-                Instant::now() < self.deadline,
-                "no message {tag:#x} from the parent"
-            );
-        }
-        r.wait().unwrap();
-        u64::from_le_bytes(b)
-    }
-}
-
-fn send_u64(ep: &Endpoint, tag: u64, v: u64) {
-    ep.tag_send(&v.to_le_bytes(), tag).unwrap().wait().unwrap();
-}
-
-/// The parent as client of a target child: connected, with the child's keys.
-struct Client {
-    _c: Context,
-    w: Worker,
-    ep: Endpoint,
-    raw: Vec<Vec<u8>>,
-    rk: Vec<RemoteKey>,
-}
-
-fn client(kid: &mut Kid, net: Net) -> Client {
-    let port: u16 = kid.line("PORT").parse().unwrap();
-    let raw = keys_unhex(&kid.line("KEYS"));
-    let c = ctx(net);
-    let w = Worker::new(&c, WorkerParams::default()).unwrap();
-    let ep = w
-        .connect_sockaddr(
-            ([127, 0, 0, 1], port).into(),
-            std::process::id() as u64,
-            EndpointParams::default(),
-        )
-        .unwrap();
-    progress_until(&w, kid, "the connection", || ep.is_connected().unwrap());
-    let rk = raw.iter().map(|k| ep.rkey_unpack(k).unwrap()).collect();
-    Client {
-        _c: c,
-        w,
-        ep,
-        raw,
-        rk,
-    }
-}
-
-impl Client {
-    /// Tell the child to finish; wait until it has, and return its stderr.
-    fn finish(&self, kid: &mut Kid) -> String {
-        self.ep.flush().unwrap();
-        send_u64(&self.ep, EXIT, 0);
-        serve(&self.w, std::slice::from_mut(kid), || {}).remove(0)
-    }
-}
-
-/// Parent to target child: finish.
-const EXIT: u64 = 0xe41;
-
-fn child_entry_main() {
-    let Ok(role) = std::env::var("COURIER_TEST_ROLE") else {
-        return;
-    };
-    match role.as_str() {
-        "forged" => child_forged(),
-        "log_target" => child_log_target(),
-        "everyop" => child_everyop(),
-        "bigsig" => child_bigsig(),
-        "bigsig_badkey" => child_bigsig_badkey(),
-        "bigput_overrun" => child_bigput_overrun(),
-        "sem_consumer" => child_sem_consumer(),
-        "direct_ptr" => child_direct_ptr(),
-        "sleeper" => child_sleeper(),
-        other => panic!("unknown role {other}"),
-    }
-    std::process::exit(0);
+    common::target(Net::from_env())
 }
 
 #[test]
 fn child_entry() {
-    child_entry_main();
+    run_child(&[
+        ("forged", child_forged),
+        ("log_target", child_log_target),
+        ("everyop", child_everyop),
+        ("bigsig", child_bigsig),
+        ("bigsig_badkey", child_bigsig_badkey),
+        ("bigput_overrun", child_bigput_overrun),
+        ("sem_consumer", child_sem_consumer),
+        ("direct_ptr", child_direct_ptr),
+        ("sleeper", child_sleeper),
+    ]);
 }
 
 // ----- refusals -----------------------------------------------------------------------------
@@ -628,7 +140,7 @@ impl Why {
 
 /// The operation must be refused for `why`: at once, at completion, or (operations the
 /// target does not acknowledge one by one) at the next flush; reported once.
-fn refused(a: &Actor, r: Result<Request<'_>>, why: Why, what: &str) {
+fn refused(a: &Actor<Net>, r: Result<Request<'_>>, why: Why, what: &str) {
     refused_on(&a.ep, a.net.remote_checks(), r, why, what)
 }
 
@@ -648,15 +160,6 @@ fn refused_on(ep: &Endpoint, remote: bool, r: Result<Request<'_>>, why: Why, wha
         panic!("{what}: a second error after the refusal: {e}");
     }
 }
-
-const ALL_OPS: [AtomicOp; 6] = [
-    AtomicOp::Add,
-    AtomicOp::And,
-    AtomicOp::Or,
-    AtomicOp::Xor,
-    AtomicOp::Swap,
-    AtomicOp::Cswap,
-];
 
 /// Region size of the refusal tests.
 const FLEN: usize = 64 << 10;
@@ -696,7 +199,7 @@ fn child_forged() {
     }
     // Forged and stale keys on every atomic, both widths.
     for (k, base, why) in [(&fk, tb, Why::Forged), (stale, xb, Why::Stale)] {
-        for op in ALL_OPS {
+        for op in AtomicOp::ALL {
             for bits32 in [false, true] {
                 let what = format!("{op:?} (32-bit: {bits32}) with a {why:?} key");
                 refused(
@@ -801,7 +304,7 @@ fn forged(net: Net, kind: Mem) {
     s.word(0).store(S_INIT, Ordering::Release);
     let keys = [t.key(), nr.key(), stale_key, s.key()];
     let mut kid = o.spawn("forged", net, &keys, &[]);
-    serve(&o.w, std::slice::from_mut(&mut kid), || {});
+    serve_one(&o.w, &mut kid);
     for (r, seed, name) in [
         (&t, 1, "T"),
         (&nr, 2, "NR"),
@@ -823,29 +326,12 @@ fn forged(net: Net, kind: Mem) {
     );
 }
 
-#[test]
-fn forged_stale_and_out_of_range_shm_allocated() {
-    forged(SHM, Mem::Alloc);
-}
-
-#[test]
-fn forged_stale_and_out_of_range_shm_registered() {
-    forged(SHM, Mem::Reg);
-}
-
-#[test]
-fn forged_stale_and_out_of_range_shm_registered_no_cma() {
-    forged(SHM_NOCMA, Mem::Reg);
-}
-
-#[test]
-fn forged_stale_and_out_of_range_tcp_allocated() {
-    forged(TCP, Mem::Alloc);
-}
-
-#[test]
-fn forged_stale_and_out_of_range_tcp_registered() {
-    forged(TCP, Mem::Reg);
+matrix! {
+    forged_stale_and_out_of_range_shm_allocated: forged(SHM, Mem::Alloc);
+    forged_stale_and_out_of_range_shm_registered: forged(SHM, Mem::Reg);
+    forged_stale_and_out_of_range_shm_registered_no_cma: forged(SHM_NOCMA, Mem::Reg);
+    forged_stale_and_out_of_range_tcp_allocated: forged(TCP, Mem::Alloc);
+    forged_stale_and_out_of_range_tcp_registered: forged(TCP, Mem::Reg);
 }
 
 /// Over tcp the target decides: it logs each refusal (at warn, `COURIER_LOG_LEVEL`) and
@@ -1094,10 +580,7 @@ fn everyop_final() -> Vec<u8> {
 
 fn child_everyop() {
     let a = actor();
-    let kind = match std::env::var("COURIER_TEST_MEM").unwrap().as_str() {
-        "alloc" => Mem::Alloc,
-        _ => Mem::Reg,
-    };
+    let kind = Mem::from_env();
     let (k, ep) = (&a.rk[0], &a.ep);
     let (base, len) = k.bounds();
     assert_eq!(len as usize, E_LEN);
@@ -1218,17 +701,13 @@ fn everyop(net: Net, kind: Mem) {
     let o = Owner::new(net);
     let r = Region::new(&o.c, kind, E_LEN, access::ALL);
     r.write(0, &everyop_initial());
-    let mem = match kind {
-        Mem::Alloc => "alloc",
-        Mem::Reg => "reg",
-    };
     let mut kid = o.spawn(
         "everyop",
         net,
         &[r.key()],
-        &[("COURIER_TEST_MEM", mem.to_string())],
+        &[("COURIER_TEST_MEM", kind.name().to_string())],
     );
-    serve(&o.w, std::slice::from_mut(&mut kid), || {});
+    serve_one(&o.w, &mut kid);
     let want = everyop_final();
     assert!(
         r.bytes() == &want[..],
@@ -1237,35 +716,16 @@ fn everyop(net: Net, kind: Mem) {
     );
 }
 
-#[test]
-fn every_operation_shm_allocated() {
-    everyop(SHM, Mem::Alloc);
-}
-
-#[test]
-fn every_operation_shm_registered() {
-    everyop(SHM, Mem::Reg);
-}
-
-#[test]
-fn every_operation_shm_registered_no_cma() {
-    everyop(SHM_NOCMA, Mem::Reg);
-}
-
-#[test]
-fn every_operation_tcp_allocated() {
-    everyop(TCP, Mem::Alloc);
-}
-
-#[test]
-fn every_operation_tcp_registered() {
-    everyop(TCP, Mem::Reg);
+matrix! {
+    every_operation_shm_allocated: everyop(SHM, Mem::Alloc);
+    every_operation_shm_registered: everyop(SHM, Mem::Reg);
+    every_operation_shm_registered_no_cma: everyop(SHM_NOCMA, Mem::Reg);
+    every_operation_tcp_allocated: everyop(TCP, Mem::Alloc);
+    every_operation_tcp_registered: everyop(TCP, Mem::Reg);
 }
 
 // ----- signalling puts larger than a frame --------------------------------------------------
 
-/// Parent to child: the round was checked.
-const ACK: u64 = 0xac;
 const MIB: usize = 1 << 20;
 /// More than one tcp frame (16 MiB).
 const TCP_MULTI: usize = 17 * MIB + 4099;
@@ -1343,32 +803,19 @@ fn bigsig(net: Net, kind: Mem, sizes: &[usize]) {
         );
         send_u64(&ep, ACK, r);
     }
-    serve(&o.w, std::slice::from_mut(&mut kid), || {});
+    serve_one(&o.w, &mut kid);
 }
 
-#[test]
-fn put_signal_larger_than_a_frame_tcp_allocated() {
-    bigsig(TCP, Mem::Alloc, &[MIB, TCP_MULTI, MIB + 1, TCP_MULTI, 4096]);
-}
-
-#[test]
-fn put_signal_larger_than_a_frame_tcp_registered() {
-    bigsig(TCP, Mem::Reg, &[MIB, TCP_MULTI, MIB + 1, TCP_MULTI, 4096]);
-}
-
-#[test]
-fn put_signal_larger_than_a_frame_shm_registered() {
+matrix! {
+    put_signal_larger_than_a_frame_tcp_allocated:
+        bigsig(TCP, Mem::Alloc, &[MIB, TCP_MULTI, MIB + 1, TCP_MULTI, 4096]);
+    put_signal_larger_than_a_frame_tcp_registered:
+        bigsig(TCP, Mem::Reg, &[MIB, TCP_MULTI, MIB + 1, TCP_MULTI, 4096]);
     // shm frames hold 64 KiB at most.
-    bigsig(
-        SHM,
-        Mem::Reg,
-        &[MIB, 3 * MIB + 5, MIB, 200_000, MIB, 65_536],
-    );
-}
-
-#[test]
-fn put_signal_larger_than_a_frame_shm_registered_no_cma() {
-    bigsig(SHM_NOCMA, Mem::Reg, &[MIB, 3 * MIB + 5, 200_000]);
+    put_signal_larger_than_a_frame_shm_registered:
+        bigsig(SHM, Mem::Reg, &[MIB, 3 * MIB + 5, MIB, 200_000, MIB, 65_536]);
+    put_signal_larger_than_a_frame_shm_registered_no_cma:
+        bigsig(SHM_NOCMA, Mem::Reg, &[MIB, 3 * MIB + 5, 200_000]);
 }
 
 fn child_bigsig_badkey() {
@@ -1403,7 +850,7 @@ fn bigsig_badkey(net: Net, kind: Mem, len: usize) {
     let s = Region::new(&o.c, kind, 64, access::ALL);
     s.word(0).store(S_INIT, Ordering::Release);
     let mut kid = o.spawn("bigsig_badkey", net, &[d.key(), s.key()], &[]);
-    serve(&o.w, std::slice::from_mut(&mut kid), || {});
+    serve_one(&o.w, &mut kid);
     assert_eq!(s.word(0).load(Ordering::Acquire), S_INIT, "signal changed");
     let want = pattern(len, 7);
     assert!(
@@ -1413,14 +860,10 @@ fn bigsig_badkey(net: Net, kind: Mem, len: usize) {
     );
 }
 
-#[test]
-fn put_signal_larger_than_a_frame_with_a_bad_key_tcp() {
-    bigsig_badkey(TCP, Mem::Reg, TCP_MULTI);
-}
-
-#[test]
-fn put_signal_larger_than_a_frame_with_a_bad_key_shm_registered_no_cma() {
-    bigsig_badkey(SHM_NOCMA, Mem::Reg, 3 * MIB);
+matrix! {
+    put_signal_larger_than_a_frame_with_a_bad_key_tcp: bigsig_badkey(TCP, Mem::Reg, TCP_MULTI);
+    put_signal_larger_than_a_frame_with_a_bad_key_shm_registered_no_cma:
+        bigsig_badkey(SHM_NOCMA, Mem::Reg, 3 * MIB);
 }
 
 fn child_bigput_overrun() {
@@ -1455,7 +898,7 @@ fn put_larger_than_a_frame_past_the_region_end_tcp() {
     let s = Region::new(&o.c, Mem::Reg, 64, access::ALL);
     s.word(0).store(S_INIT, Ordering::Release);
     let mut kid = o.spawn("bigput_overrun", net, &[d.key(), s.key()], &[]);
-    serve(&o.w, std::slice::from_mut(&mut kid), || {});
+    serve_one(&o.w, &mut kid);
     assert_eq!(s.word(0).load(Ordering::Acquire), S_INIT, "signal changed");
     let want = pattern(len, 7);
     assert!(
@@ -1602,14 +1045,9 @@ fn semaphores(net: Net) {
     cl.finish(&mut kid);
 }
 
-#[test]
-fn semaphore_posted_by_a_peer_shm() {
-    semaphores(SHM);
-}
-
-#[test]
-fn semaphore_posted_by_a_peer_tcp() {
-    semaphores(TCP);
+matrix! {
+    semaphore_posted_by_a_peer_shm: semaphores(SHM);
+    semaphore_posted_by_a_peer_tcp: semaphores(TCP);
 }
 
 // ----- direct pointers and sleeping signal waits --------------------------------------------
@@ -1693,26 +1131,13 @@ fn direct_pointer_loads_and_stores_shm() {
     );
     r.write(0, &pattern(4096, 3));
     r.word(DP_F3).store(1, Ordering::Release);
-    serve(&o.w, std::slice::from_mut(&mut kid), || {});
+    serve_one(&o.w, &mut kid);
     assert_eq!(r.word(DP_F4).load(Ordering::Acquire), 0xfeed + 1);
 }
 
 const SLEEP_ROUNDS: u64 = 3;
 /// How long the parent waits before each signalling put.
 const SLEEP_GAP: Duration = Duration::from_millis(150);
-
-fn cpu_time() -> Duration {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: a valid timespec to fill.
-    assert_eq!(
-        unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) },
-        0
-    );
-    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
-}
 
 /// Times this thread gave up the cpu on its own (slept).
 fn voluntary_switches() -> i64 {
@@ -1790,12 +1215,7 @@ fn sleeping_wait(net: Net) {
     eprintln!("{}", err.trim());
 }
 
-#[test]
-fn signal_wait_sleeping_woken_by_a_peer_shm() {
-    sleeping_wait(SHM);
-}
-
-#[test]
-fn signal_wait_sleeping_woken_by_a_peer_tcp() {
-    sleeping_wait(TCP);
+matrix! {
+    signal_wait_sleeping_woken_by_a_peer_shm: sleeping_wait(SHM);
+    signal_wait_sleeping_woken_by_a_peer_tcp: sleeping_wait(TCP);
 }
