@@ -1303,14 +1303,21 @@ impl Semaphore {
     }
 
     /// Key and address for peers that post to it remotely (atomic add or put-with-signal
-    /// with `SignalOp::Add`).
+    /// with `SignalOp::Add`; a boolean one also with `Set` 1 or a posted `Or` 1). The owner
+    /// cannot bound a peer's add, so a boolean semaphore saturates instead: any value
+    /// above 0 reads as 1, and a wait takes all of it.
     pub fn remote(&self) -> Result<(Vec<u8>, u64)> {
         Ok((self.mem.pack_rkey()?, self.mem.as_ptr() as u64))
     }
 
-    /// The current value.
+    fn boolean(&self) -> bool {
+        self.flags & sem_flags::BOOLEAN != 0
+    }
+
+    /// The current value (for a boolean semaphore, 0 or 1).
     pub fn value(&self) -> u64 {
-        self.mem.signal_fetch(0).unwrap_or(0)
+        let v = self.mem.signal_fetch(0).unwrap_or(0);
+        if self.boolean() { v.min(1) } else { v }
     }
 
     /// Add `n`; fails if that would pass the maximum.
@@ -1329,13 +1336,24 @@ impl Semaphore {
         })
     }
 
-    /// Take `n` if available now.
+    /// Take `n` if available now. A boolean semaphore holds at most 1: taking 1 empties
+    /// it (also when peers' adds took the word past 1), and more than 1 is never there.
     pub fn try_wait(&self, n: u64) -> bool {
+        let boolean = self.boolean();
+        if boolean && n > 1 {
+            return false;
+        }
         self.mem
             .word(0)
             .map(|w| {
-                w.fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| v.checked_sub(n))
-                    .is_ok()
+                w.fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| {
+                    if boolean && n == 1 {
+                        (v >= 1).then_some(0)
+                    } else {
+                        v.checked_sub(n)
+                    }
+                })
+                .is_ok()
             })
             .unwrap_or(false)
     }
@@ -1354,5 +1372,39 @@ impl Semaphore {
                 return Err(Error::new(Status::Timeout, "semaphore wait"));
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::context::ContextParams;
+
+    /// A boolean semaphore stays boolean when peers' adds take its word past 1: it reads
+    /// as 1, one wait empties it, and a wait for 2 is never satisfied.
+    #[test]
+    fn boolean_semaphore_saturates_under_remote_adds() {
+        let ctx = Context::new(ContextParams::default()).expect("context");
+        let sem = Semaphore::new(&ctx, sem_flags::BOOLEAN).expect("semaphore");
+        let w = sem.mem.word(0).expect("word");
+        w.fetch_add(3, Ordering::AcqRel); // three peers' atomic adds of 1
+        assert_eq!(sem.value(), 1);
+        assert!(!sem.try_wait(2));
+        assert!(sem.try_wait(1));
+        assert_eq!(sem.value(), 0);
+        assert_eq!(w.load(Ordering::Acquire), 0, "one wait takes all of it");
+        assert!(!sem.try_wait(1));
+        sem.post(1).expect("post");
+        assert!(sem.post(1).is_err(), "a local post past 1 is refused");
+        assert!(sem.try_wait(1));
+        // An integer semaphore counts.
+        let int = Semaphore::new(&ctx, sem_flags::INTEGER).expect("semaphore");
+        int.mem
+            .word(0)
+            .expect("word")
+            .fetch_add(3, Ordering::AcqRel);
+        assert_eq!(int.value(), 3);
+        assert!(int.try_wait(2));
+        assert_eq!(int.value(), 1);
     }
 }
