@@ -424,17 +424,22 @@ pub unsafe extern "C" fn courier_ep_atomic(
         let e = unsafe { arg(ep, "ep") }?;
         let k = unsafe { arg(rkey, "rkey") }?;
         let op = atomic_op(op)?;
-        let bits32 = match size {
-            4 => true,
-            8 => false,
-            _ => return Err(invalid(&format!("atomic size {size} (expected 4 or 8)"))),
-        };
+        let bits32 = atomic_bits32(size)?;
         unsafe {
             start(e.ep.worker(), params, req_out, |cb| {
                 e.ep.atomic_raw(op, value, compare, remote_addr, &k.key, bits32, cb)
             })
         }
     })
+}
+
+/// Whether an atomic of `size` bytes works on a 32-bit word (4) or a 64-bit one (8).
+fn atomic_bits32(size: u32) -> Result<bool, courier_core::Error> {
+    match size {
+        4 => Ok(true),
+        8 => Ok(false),
+        _ => Err(invalid(&format!("atomic size {size} (expected 4 or 8)"))),
+    }
 }
 
 /// A posted (non-fetching) atomic: `op` (`COURIER_ATOMIC_OP_ADD`, `_AND`, `_OR` or `_XOR`)
@@ -456,11 +461,7 @@ pub unsafe extern "C" fn courier_ep_atomic_post(
         let e = unsafe { arg(ep, "ep") }?;
         let k = unsafe { arg(rkey, "rkey") }?;
         let op = atomic_op(op)?;
-        let bits32 = match size {
-            4 => true,
-            8 => false,
-            _ => return Err(invalid(&format!("atomic size {size} (expected 4 or 8)"))),
-        };
+        let bits32 = atomic_bits32(size)?;
         e.ep.atomic_post(op, value, remote_addr, &k.key, bits32)?;
         Ok(COURIER_OK)
     })

@@ -595,17 +595,26 @@ impl State {
         if self.try_send_now(e, hdr, extra, data)? {
             return Ok(true);
         }
+        self.enqueue(
+            e,
+            Pending {
+                req,
+                hdr: *hdr,
+                extra: extra.to_vec(),
+                data: data.clone(),
+                region: None,
+            },
+        )?;
+        Ok(false)
+    }
+
+    /// Queue a frame on `e` behind the ones already waiting (`progress_tx` sends them).
+    pub(crate) fn enqueue(&mut self, e: u32, p: Pending) -> Result<()> {
         let ep = self
             .ep(e)
             .ok_or_else(|| Error::new(Status::EndpointClosed, "endpoint was closed"))?;
-        ep.pending.push_back(Pending {
-            req,
-            hdr: *hdr,
-            extra: extra.to_vec(),
-            data: data.clone(),
-            region: None,
-        });
-        Ok(false)
+        ep.pending.push_back(p);
+        Ok(())
     }
 
     /// Retry queued frames and rendezvous pushes of `e`; flush its transport queue.

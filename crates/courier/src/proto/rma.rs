@@ -332,16 +332,16 @@ impl State {
                 }
             }
         }
-        let ep = self
-            .ep(e)
-            .ok_or_else(|| Error::new(Status::EndpointClosed, "endpoint was closed"))?;
-        ep.pending.push_back(Pending {
-            req: None,
-            hdr: *h,
-            extra: Vec::new(),
-            data: data.clone(),
-            region: None,
-        });
+        self.enqueue(
+            e,
+            Pending {
+                req: None,
+                hdr: *h,
+                extra: Vec::new(),
+                data: data.clone(),
+                region: None,
+            },
+        )?;
         Ok(None)
     }
 
@@ -751,16 +751,16 @@ impl State {
         if self.try_send_now(e, h, &[], &data)? {
             return Ok(true);
         }
-        let ep = self
-            .ep(e)
-            .ok_or_else(|| Error::new(Status::EndpointClosed, "endpoint was closed"))?;
-        ep.pending.push_back(Pending {
-            req: None,
-            hdr: *h,
-            extra: Vec::new(),
-            data,
-            region: Some(src),
-        });
+        self.enqueue(
+            e,
+            Pending {
+                req: None,
+                hdr: *h,
+                extra: Vec::new(),
+                data,
+                region: Some(src),
+            },
+        )?;
         Ok(false)
     }
 
