@@ -82,7 +82,9 @@ pub(crate) struct State {
     pub eps: Slab<EpSlot>,
     /// Endpoints with a link, polled by progress.
     pub active: Vec<u32>,
-    pub expected: VecDeque<u64>,
+    /// Posted tag receives, oldest first (every one is live: cancel and endpoint
+    /// failure remove theirs).
+    pub expected: VecDeque<Posted>,
     pub unexpected: VecDeque<Unexpected>,
     /// Emptied buffers of unexpected eager messages, reused for the next ones: a sender
     /// that runs ahead of its receiver's posts otherwise costs an allocation per message.
@@ -249,6 +251,7 @@ impl State {
         if s.done {
             return;
         }
+
         s.done = true;
         s.info = info;
         // Device memory: the host copy goes to the device before anyone hears of it.
@@ -270,6 +273,52 @@ impl State {
         s.release();
         self.reqs.free.push(idx);
         self.deferred.push(Deferred::Req(cb, result, info));
+    }
+
+    /// Complete the receive in slot `idx` (live, not done, no device copy, one host
+    /// segment: the caller checked) with `info`: the small-message path of
+    /// `complete_slot`, in line, for a request polled by its handle or finished by a
+    /// plain function.
+    #[inline(always)]
+    pub(crate) fn complete_small(&mut self, idx: u32, info: Info) {
+        let Some(s) = self.reqs.slots.get_mut(idx as usize) else {
+            return;
+        };
+        s.done = true;
+        s.info = info;
+        match (&s.callback, &s.buf) {
+            (Callback::None, _) if !s.detached => {
+                s.result = Ok(info);
+            }
+            (&Callback::Raw(f, user), Buf::One(_)) => {
+                // Neither a plain function nor one segment needs a drop: forget them.
+                s.live = false;
+                std::mem::forget(std::mem::replace(&mut s.callback, Callback::None));
+                std::mem::forget(std::mem::replace(&mut s.buf, Buf::EMPTY));
+                self.reqs.free.push(idx);
+                self.defer(Deferred::Req(Callback::Raw(f, user), Ok(info), info));
+            }
+            _ => {
+                s.done = false;
+                self.complete_slot(idx, Ok(info), info);
+            }
+        }
+    }
+
+    /// Queue work to run outside the lock (`Vec::push`, kept in line on the
+    /// small-message path, where the compiler would call it).
+    #[inline(always)]
+    pub(crate) fn defer(&mut self, d: Deferred) {
+        if self.deferred.len() == self.deferred.capacity() {
+            self.deferred.reserve(32);
+        }
+        let len = self.deferred.len();
+        // SAFETY: there is room for one more element (reserved above); writing it past the
+        // end and then counting it is what `push` does.
+        unsafe {
+            self.deferred.as_mut_ptr().add(len).write(d);
+            self.deferred.set_len(len + 1);
+        }
     }
 
     /// Make the next progress call read epoll (it does every `EPOLL_EVERY` calls, a
@@ -475,7 +524,7 @@ impl State {
             .map(|(i, s)| make_id(s.generation, i as u32))
             .collect();
         for id in ids {
-            self.expected.retain(|&x| x != id);
+            self.expected.retain(|p| p.id != id);
             self.complete(id, Err(err.clone()));
         }
         // Split receives from this peer and copies with it: their requests failed above.
@@ -571,14 +620,16 @@ impl State {
         match tx.send3(hdr, extra, data) {
             Ok(()) => Some(Ok(())),
             Err(TxError::NoResource) => None,
-            Err(TxError::Failed(err)) => {
-                self.fail_ep(e, err.clone());
-                Some(Err(self
-                    .ep(e)
-                    .and_then(|ep| ep.dead_error())
-                    .unwrap_or(err)))
-            }
+            Err(TxError::Failed(err)) => Some(Err(self.send_failed(e, err))),
         }
+    }
+
+    /// A link refused a frame for good: the endpoint fails; the error to report.
+    #[cold]
+    #[inline(never)]
+    fn send_failed(&mut self, e: u32, err: Error) -> Error {
+        self.fail_ep(e, err.clone());
+        self.ep(e).and_then(|ep| ep.dead_error()).unwrap_or(err)
     }
 
     /// Send one frame on `e` now, or queue it behind earlier ones. `Ok(true)`: sent now.

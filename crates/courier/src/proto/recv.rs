@@ -7,6 +7,7 @@
 use super::am::AmRndv;
 use super::core::State;
 use crate::base::{Error, Status};
+use crate::transport::LinkRx;
 use crate::wire::frame::Frame;
 
 /// One step of polling an endpoint.
@@ -30,8 +31,48 @@ pub(crate) struct AmPending {
 }
 
 impl State {
-    /// Handle the next frame of endpoint `e`.
+    /// Handle the next frame of endpoint `e`. Eager tag and active messages on shared
+    /// memory, the small-message cases, are handled in line; everything else by
+    /// `poll_one_other`.
+    #[inline]
     pub(crate) fn poll_one(&mut self, e: u32) -> PollOne {
+        let Some(ep) = self.ep(e) else {
+            return PollOne::Empty;
+        };
+        let generation = ep.generation;
+        let Some(LinkRx::Shm(rx)) = ep.rx.as_mut() else {
+            return self.poll_one_other(e);
+        };
+        let Ok(Some(raw)) = rx.peek() else {
+            return self.poll_one_other(e);
+        };
+        // SAFETY: valid until `consume`, below or in `finish_am`.
+        let bytes = unsafe { raw.bytes() };
+        let Some((tag, data)) = Frame::as_tag_eager(bytes) else {
+            if let Some((id, reply, header, data)) = Frame::as_am(bytes) {
+                ep.rx_busy = true;
+                return PollOne::Am(AmPending {
+                    id,
+                    reply,
+                    header: (header.as_ptr(), header.len()),
+                    data: (data.as_ptr(), data.len()),
+                    rndv: None,
+                    ep: (e, generation),
+                });
+            }
+            return self.poll_one_other(e);
+        };
+        self.on_tag_eager(e, tag, data, None);
+        // The handler may have failed the endpoint (and dropped its link).
+        if let Some(rx) = self.ep(e).and_then(|ep| ep.rx.as_mut()) {
+            rx.consume();
+        }
+        PollOne::Handled
+    }
+
+    /// `poll_one` for every other frame and link.
+    #[inline(never)]
+    fn poll_one_other(&mut self, e: u32) -> PollOne {
         let Some(ep) = self.ep(e) else {
             return PollOne::Empty;
         };

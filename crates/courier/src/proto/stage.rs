@@ -70,6 +70,13 @@ pub(crate) unsafe fn copy(dst: (usize, bool), src: (usize, bool), len: usize) ->
     }
 }
 
+/// Whether device memory may be in play at all (a CUDA driver was loaded): when not, no
+/// buffer needs the device checks.
+#[inline]
+pub(crate) fn device_active() -> bool {
+    cuda::active()
+}
+
 /// Whether any segment of `buf` is device memory (false at once without a driver).
 #[inline]
 pub(crate) fn has_device(buf: &Buf) -> bool {

@@ -204,6 +204,15 @@ pub(crate) fn split_id(id: u64) -> (u32, u32) {
 }
 
 /// An unexpected tag message.
+/// A posted tag receive waiting for its message: the matching fields beside the request's
+/// id, so matching an arrival reads only this queue.
+#[derive(Copy, Clone)]
+pub(crate) struct Posted {
+    pub tag: u64,
+    pub mask: u64,
+    pub id: u64,
+}
+
 pub(crate) struct Unexpected {
     pub tag: u64,
     pub ep: u32,

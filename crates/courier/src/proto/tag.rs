@@ -52,8 +52,34 @@ pub(crate) fn truncated(len: usize, cap: usize) -> Error {
 }
 
 impl State {
-    /// Start a tag send on endpoint `e`.
+    /// Start a tag send on endpoint `e`. The small-message case is in line: one host
+    /// segment, not synchronous, written to the link at once.
+    #[inline]
     pub(crate) fn tag_send(
+        &mut self,
+        e: u32,
+        data: Buf,
+        tag: u64,
+        sync: bool,
+        cb: Callback,
+    ) -> Result<Started> {
+        if !sync && !super::stage::device_active() {
+            if let Buf::One((addr, len)) = data {
+                let mut hdr = [0u8; 16];
+                hdr[0] = Kind::TagEager as u8;
+                hdr[8..16].copy_from_slice(&tag.to_le_bytes());
+                let frame = len + Kind::TagEagerSync.header_len();
+                if let Some(r) = self.send_now_fast(e, &hdr, &[], (addr, len), Some(len), frame) {
+                    return r.map(|()| Started::Done(Info { len, tag, value: 0 }));
+                }
+            }
+        }
+        self.tag_send_other(e, data, tag, sync, cb)
+    }
+
+    /// `tag_send` for every other case.
+    #[inline(never)]
+    fn tag_send_other(
         &mut self,
         e: u32,
         data: Buf,
@@ -141,6 +167,7 @@ impl State {
     }
 
     /// Post a tag receive into `buf`.
+    #[inline]
     pub(crate) fn tag_recv(
         &mut self,
         buf: Buf,
@@ -148,6 +175,28 @@ impl State {
         mask: u64,
         cb: Callback,
     ) -> Result<Started> {
+        // The usual case of a receiver that keeps up: nothing waiting to match, host memory.
+        if self.unexpected.is_empty() && !super::stage::has_device(&buf) {
+            return Ok(Started::Pending(self.post_recv(buf, tag, mask, cb)));
+        }
+        self.tag_recv_other(buf, tag, mask, cb)
+    }
+
+    /// Post a receive to the expected queue; its id.
+    #[inline]
+    fn post_recv(&mut self, buf: Buf, tag: u64, mask: u64, cb: Callback) -> u64 {
+        let id = self.req_alloc(ReqKind::TagRecv, None, buf, cb);
+        if let Some(s) = self.req(id) {
+            s.tag = tag;
+            s.tag_mask = mask;
+        }
+        self.expected.push_back(Posted { tag, mask, id });
+        id
+    }
+
+    /// `tag_recv` of device memory, or when an unexpected message may match.
+    #[inline(never)]
+    fn tag_recv_other(&mut self, buf: Buf, tag: u64, mask: u64, cb: Callback) -> Result<Started> {
         if super::stage::has_device(&buf) {
             return self.staged_recv(buf, |st, b| st.tag_recv(b, tag, mask, cb));
         }
@@ -197,13 +246,7 @@ impl State {
                 }
             }
         }
-        let id = self.req_alloc(ReqKind::TagRecv, None, buf, cb);
-        if let Some(s) = self.req(id) {
-            s.tag = tag;
-            s.tag_mask = mask;
-        }
-        self.expected.push_back(id);
-        Ok(Started::Pending(id))
+        Ok(Started::Pending(self.post_recv(buf, tag, mask, cb)))
     }
 
     /// The first unexpected message matching `tag`/`mask`, left in place.
@@ -221,25 +264,52 @@ impl State {
     /// and current).
     #[inline]
     fn match_expected(&mut self, tag: u64) -> Option<u64> {
-        let mut found = None;
-        for (i, &id) in self.expected.iter().enumerate() {
-            let (generation, idx) = split_id(id);
-            if let Some(s) = self.reqs.slots.get(idx as usize) {
-                if s.live && s.generation == generation && (s.tag ^ tag) & s.tag_mask == 0 {
-                    found = Some(i);
-                    break;
+        // The usual case: the oldest receive matches (cheaper than `remove(0)`).
+        let first = self.expected.front()?;
+        if (first.tag ^ tag) & first.mask == 0 {
+            return self.expected.pop_front().map(|p| p.id);
+        }
+        let i = self
+            .expected
+            .iter()
+            .position(|p| (p.tag ^ tag) & p.mask == 0)?;
+        self.expected.remove(i).map(|p| p.id)
+    }
+
+    /// An eager tag message arrived on `e`. The usual case is in line: the oldest posted
+    /// receive matches, its buffer is one host segment with room, and no ack is owed.
+    #[inline]
+    pub(crate) fn on_tag_eager(&mut self, e: u32, tag: u64, data: &[u8], sync_sreq: Option<u64>) {
+        if sync_sreq.is_none() {
+            if let Some(&p) = self.expected.front() {
+                if (p.tag ^ tag) & p.mask == 0 {
+                    let idx = split_id(p.id).1;
+                    if let Some(s) = self.reqs.slots.get_mut(idx as usize) {
+                        if let Buf::One((addr, cap)) = s.buf {
+                            if data.len() <= cap && s.stage.is_none() && !s.done {
+                                // SAFETY: the posted buffer (cap bytes) is kept alive by its
+                                // request.
+                                unsafe { copy_small(data.as_ptr(), addr as *mut u8, data.len()) };
+                                self.expected.pop_front();
+                                let info = Info {
+                                    len: data.len(),
+                                    tag,
+                                    value: 0,
+                                };
+                                self.complete_small(idx, info);
+                                return;
+                            }
+                        }
+                    }
                 }
             }
         }
-        match found? {
-            // The usual case: the oldest receive matches (cheaper than `remove(0)`).
-            0 => self.expected.pop_front(),
-            i => self.expected.remove(i),
-        }
+        self.on_tag_eager_other(e, tag, data, sync_sreq)
     }
 
-    /// An eager tag message arrived on `e`.
-    pub(crate) fn on_tag_eager(&mut self, e: u32, tag: u64, data: &[u8], sync_sreq: Option<u64>) {
+    /// `on_tag_eager` for every other case.
+    #[inline(never)]
+    fn on_tag_eager_other(&mut self, e: u32, tag: u64, data: &[u8], sync_sreq: Option<u64>) {
         if let Some(id) = self.match_expected(tag) {
             let idx = split_id(id).1;
             let Some(s) = self.reqs.slots.get_mut(idx as usize) else {
@@ -831,7 +901,7 @@ impl State {
         }
         match s.kind {
             ReqKind::TagRecv if s.ep.is_none() => {
-                self.expected.retain(|&x| x != id);
+                self.expected.retain(|p| p.id != id);
                 self.complete(id, Err(Status::Canceled.into()));
                 true
             }

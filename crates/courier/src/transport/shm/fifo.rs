@@ -285,19 +285,25 @@ impl Consumer {
     }
 
     /// Tell the producer how far we have read, in batches of a quarter of the FIFO, and
-    /// whenever the FIFO is drained. A producer that runs ahead reads `tail` on every
-    /// frame once the FIFO is full; publishing per frame would move that cache line
+    /// when `peek` finds the FIFO drained. A producer that runs ahead reads `tail` on
+    /// every frame once the FIFO is full; publishing per frame would move that cache line
     /// between the two CPUs twice per message. A quarter is always enough to unblock
     /// it: its largest frame with a skip marker needs less than half of the cells, so a
     /// producer that sees too little room leaves unread frames, whose reading publishes.
     #[inline]
     fn publish(&mut self) {
-        if self.head - self.published >= (self.f.n as u64 >> 2) || !self.ready() {
-            self.published = self.head;
-            self.f.ctl().tail.0.store(self.head, Release);
+        if self.head - self.published >= (self.f.n as u64 >> 2) {
+            self.publish_now();
         }
     }
 
+    #[inline]
+    fn publish_now(&mut self) {
+        self.published = self.head;
+        self.f.ctl().tail.0.store(self.head, Release);
+    }
+
+    #[cold]
     fn bad(&self, what: String) -> Error {
         Error::msg(
             Status::ProtocolError,
@@ -308,11 +314,50 @@ impl Consumer {
     /// The next frame, not consumed. No system call, no allocation.
     #[inline]
     pub fn peek(&mut self) -> Result<Option<RawFrame>> {
+        if let Some(c) = self.cur {
+            return Ok(Some(self.frame(c)));
+        }
+        let n = self.f.n;
+        let idx = (self.head as usize) & (n - 1);
+        let h = self.f.hdr(idx);
+        if h.seq.load(Acquire) != self.head + 1 {
+            if self.published != self.head {
+                self.publish_now();
+            }
+            return Ok(None);
+        }
+        let len = h.len.load(Relaxed);
+        let ncells = h.ncells.load(Relaxed) as usize;
+        // The usual frame, checked in line; skip markers and bad cells go the long way.
+        if (len as usize) <= self.max_frame
+            && ncells == cells_for(len as usize)
+            && idx + ncells <= n
+        {
+            let c = Current {
+                idx,
+                len: len as usize,
+                ncells,
+            };
+            self.cur = Some(c);
+            return Ok(Some(self.frame(c)));
+        }
+        self.peek_slow()
+    }
+
+    #[inline]
+    fn frame(&self, c: Current) -> RawFrame {
+        // SAFETY: the frame's cells are inside the array (validated when `cur` was set).
+        let ptr = unsafe { self.f.cell(c.idx).add(CELL_HDR) };
+        RawFrame { ptr, len: c.len }
+    }
+
+    /// `peek` past a skip marker, or reporting a corrupt cell.
+    #[cold]
+    #[inline(never)]
+    fn peek_slow(&mut self) -> Result<Option<RawFrame>> {
         loop {
             if let Some(c) = self.cur {
-                // SAFETY: the frame's cells are inside the array (validated below).
-                let ptr = unsafe { self.f.cell(c.idx).add(CELL_HDR) };
-                return Ok(Some(RawFrame { ptr, len: c.len }));
+                return Ok(Some(self.frame(c)));
             }
             let n = self.f.n;
             let idx = (self.head as usize) & (n - 1);

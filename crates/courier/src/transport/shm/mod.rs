@@ -246,7 +246,7 @@ impl Tx {
     }
 
     /// `send` of a frame in three parts (header, extra bytes, data).
-    #[inline]
+    #[inline(always)]
     pub(crate) fn send3(&mut self, a: &[u8], b: &[u8], c: &[u8]) -> Result<(), TxError> {
         if self.prod.push3(a, b, c)? && self.prod.take_armed() {
             self.wake()?;
