@@ -72,6 +72,37 @@ fn step_tag_unexpected(w: &Worker, n: usize) -> Result<usize> {
     Ok(got)
 }
 
+/// The count a counted receive's callback adds to (`step_tag_counted`).
+fn count_one(user: usize, r: Result<Info>, _info: Info) {
+    // SAFETY: `user` is the address of the `AtomicU64` `step_tag_counted` borrows for as
+    // long as its receives are posted.
+    let c = unsafe { &*(user as *const AtomicU64) };
+    if r.is_ok() {
+        c.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Post `bufs.len()` receives finished by a counting callback, then progress until all
+/// are counted: what `courier perf -t tag_bw`'s receiver does for each message.
+#[inline(never)]
+fn step_tag_counted(w: &Worker, bufs: &mut [[u8; 8]], count: &AtomicU64) -> Result<()> {
+    let start = count.load(Ordering::Relaxed);
+    let user = count as *const AtomicU64 as usize;
+    let mut at_once = 0;
+    for b in bufs.iter_mut() {
+        let buf = Buf::One((b.as_mut_ptr() as usize, b.len()));
+        // SAFETY: the buffers outlive the receives (all finish before this returns).
+        let s = unsafe { w.tag_recv_raw(buf, TAG, u64::MAX, Callback::Raw(count_one, user))? };
+        if let Started::Done(_) = s {
+            at_once += 1;
+        }
+    }
+    while count.load(Ordering::Relaxed) + at_once < start + bufs.len() as u64 {
+        w.progress();
+    }
+    Ok(())
+}
+
 /// `n` idle progress calls.
 #[inline(never)]
 fn step_idle(w: &Worker, n: usize) -> usize {
@@ -154,6 +185,18 @@ fn main() -> Result<()> {
             drop(ba.tag_send(&data, TAG)?);
         }
         step_tag_complete(&a, reqs)?;
+    }
+
+    // a posts receives finished by a callback, b sends, a progresses until all are counted.
+    let counted = AtomicU64::new(0);
+    for _ in 0..rounds {
+        let mut bufs = vec![[0u8; 8]; batch];
+        // The sends go first and wait in the FIFO: nothing progresses `a` before its
+        // receives are posted, so they are matched as expected ones.
+        for _ in 0..batch {
+            drop(ba.tag_send(&data, TAG)?);
+        }
+        step_tag_counted(&a, &mut bufs, &counted)?;
     }
 
     // b sends first; a receives from the unexpected queue.
