@@ -895,25 +895,88 @@ fn send<'a>(
     link.check(r)
 }
 
-/// Receives finished by `counted_recvs`' callback: how many (failed ones too), and the
-/// first failure.
-struct RecvCount {
-    /// The size every message must have.
-    size: usize,
+/// Operations finished by a counting callback (`counted_recvs`, `counted_sends`): how many
+/// (failed ones too), and the first failure.
+struct OpCount {
+    /// The size every received message must have (`None` for sends).
+    size: Option<usize>,
     finished: AtomicU64,
     any_failed: AtomicBool,
-    failed: Mutex<Option<String>>,
+    failed: Mutex<Option<OpFailed>>,
 }
 
-/// The callback of a counted receive. `user` is the address of a `RecvCount` that outlives
-/// every receive posted with it (`counted_recvs` frees it only once all have finished).
-fn recv_counted(user: usize, r: courier::Result<Info>, info: Info) {
+/// How a counted operation failed.
+enum OpFailed {
+    /// The library reported an error.
+    Op(courier::Error),
+    /// A message of the wrong size arrived: (its size, the size expected).
+    Size(usize, usize),
+}
+
+impl OpCount {
+    fn new(size: Option<usize>) -> Box<OpCount> {
+        Box::new(OpCount {
+            size,
+            finished: AtomicU64::new(0),
+            any_failed: AtomicBool::new(false),
+            failed: Mutex::new(None),
+        })
+    }
+
+    /// The callback word for `op_counted`.
+    fn user(&self) -> usize {
+        self as *const OpCount as usize
+    }
+
+    fn finished(&self) -> u64 {
+        self.finished.load(Ordering::Relaxed)
+    }
+
+    /// The first failure, as the run's error.
+    #[inline]
+    fn failure(&self, link: &Link, what: &str) -> Option<CliError> {
+        if !self.any_failed.load(Ordering::Relaxed) {
+            return None;
+        }
+        self.take_failure(link, what)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn take_failure(&self, link: &Link, what: &str) -> Option<CliError> {
+        let m = self.failed.lock().unwrap_or_else(|p| p.into_inner()).take();
+        Some(match m {
+            Some(OpFailed::Op(e)) => link.req_err(&e),
+            Some(OpFailed::Size(got, want)) => CliError::run(format!(
+                "{what} {} has {got} bytes, expected {want}",
+                link.peer
+            )),
+            None => link.failed(),
+        })
+    }
+
+    /// Free the count once none of the `posted` operations can still call back; a failed
+    /// run may leave some posted, whose callbacks may yet run, so the count stays where
+    /// they point (a failed run ends the test; this is its cost). True if it was leaked.
+    fn release(self: Box<Self>, posted: u64) -> bool {
+        if self.finished() >= posted {
+            false
+        } else {
+            Box::leak(self);
+            true
+        }
+    }
+}
+
+/// The callback of a counted operation. `user` is the address of an `OpCount` that
+/// outlives every operation started with it (`OpCount::release`).
+fn op_counted(user: usize, r: courier::Result<Info>, _info: Info) {
     // SAFETY: see above; the count is only read and written through atomics and a mutex.
-    let c = unsafe { &*(user as *const RecvCount) };
+    let c = unsafe { &*(user as *const OpCount) };
     let failure = match r {
-        Err(e) => Some(format!("{e} (message of {} bytes)", info.len)),
-        Ok(i) if i.len != c.size => {
-            Some(format!("message has {} bytes, expected {}", i.len, c.size))
+        Err(e) => Some(OpFailed::Op(e)),
+        Ok(i) if c.size.is_some_and(|s| s != i.len) => {
+            Some(OpFailed::Size(i.len, c.size.unwrap_or_default()))
         }
         Ok(_) => None,
     };
@@ -935,36 +998,22 @@ fn recv_counted(user: usize, r: courier::Result<Info>, info: Info) {
 /// callback that counts it: ucx_perftest's receiver (`tag_recv_cb`, `wait_recv_window`). A
 /// receive that finds its message already waiting finishes at once, without a callback.
 fn counted_recvs(link: &Link, total: u64, w: usize, rbase: *mut u8, size: usize) -> CliResult<()> {
-    let count = Box::new(RecvCount {
-        size,
-        finished: AtomicU64::new(0),
-        any_failed: AtomicBool::new(false),
-        failed: Mutex::new(None),
-    });
-    let user = &*count as *const RecvCount as usize;
+    let count = OpCount::new(Some(size));
+    let user = count.user();
     let mut posted = 0u64;
     let mut at_once = 0u64;
     let mut idle = Idle::default();
     let result = loop {
-        if count.any_failed.load(Ordering::Relaxed) {
-            let m = count
-                .failed
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .take();
-            break Err(CliError::run(format!(
-                "a message from {}: {}",
-                link.peer,
-                m.unwrap_or_default()
-            )));
+        if let Some(e) = count.failure(link, "a message from") {
+            break Err(e);
         }
-        let done = count.finished.load(Ordering::Relaxed) + at_once;
+        let done = count.finished() + at_once;
         if done >= total {
             break Ok(());
         }
         if posted < total && posted - done < w as u64 {
             let buf = courier::Buf::One((rbase as usize, size));
-            let cb = courier::Callback::Raw(recv_counted, user);
+            let cb = courier::Callback::Raw(op_counted, user);
             // SAFETY: the buffer lies inside the receive area, which outlives this call;
             // the receives overwrite one another's bytes, which nobody reads.
             let started = unsafe { link.worker.tag_recv_raw(buf, TAG_PING, u64::MAX, cb) };
@@ -986,14 +1035,93 @@ fn counted_recvs(link: &Link, total: u64, w: usize, rbase: *mut u8, size: usize)
             break Err(e);
         }
     };
-    if count.finished.load(Ordering::Relaxed) + at_once >= posted {
-        drop(count);
-    } else {
-        // Receives are still posted (the run failed): their callbacks may yet run, so the
-        // count must stay where they point. A failed run ends the test; this is its cost.
-        Box::leak(count);
-    }
+    count.release(posted - at_once);
     result
+}
+
+/// The client of `tag_bw`, `tag_sync_bw`, `ucp_am_bw` and `stream_bw`: `total` sends with
+/// at most `w` in flight, each finished by a callback that counts it (ucx_perftest's
+/// sender: its send callback, `wait_window`); a send the library finishes at once (an
+/// eager message written to the link) needs no callback and no request. Returns the run's
+/// row, and whether sends may still be in flight (a failed run): then the caller must
+/// keep their memory (`buf`) alive.
+fn counted_sends(
+    link: &Link,
+    p: &Params,
+    meter: &mut Meter<'_>,
+    buf: &courier::Buf,
+) -> (CliResult<super::report::Row>, bool) {
+    let total = p.total();
+    let warm = p.warmup;
+    let w = p.window.max(1) as u64;
+    let count = OpCount::new(None);
+    let user = count.user();
+    let mut posted = 0u64;
+    let mut at_once = 0u64;
+    let mut idle = Idle::default();
+    let mut t = Instant::now();
+    let mut run = || -> CliResult<()> {
+        for i in 0..total {
+            if i == warm {
+                t = Instant::now();
+                meter.begin(t);
+            }
+            while posted - (count.finished() + at_once) >= w {
+                link.poll(&mut idle)?;
+            }
+            if let Some(e) = count.failure(link, "a send to") {
+                return Err(e);
+            }
+            let cb = courier::Callback::Raw(op_counted, user);
+            // SAFETY: `buf` is the send buffer, which the caller keeps alive until every
+            // send finished (or for good, if one may still be in flight).
+            let started = unsafe { send_raw(link, p.test, buf.clone(), cb) };
+            if let courier::Started::Done(_) = link.check(started)? {
+                at_once += 1;
+            }
+            posted += 1;
+            let now = Instant::now();
+            if i >= warm {
+                meter.record(now, t);
+            }
+            t = now;
+        }
+        while count.finished() + at_once < posted {
+            link.poll(&mut idle)?;
+        }
+        if let Some(e) = count.failure(link, "a send to") {
+            return Err(e);
+        }
+        let mut fin = [0u8; 8];
+        link.recv_ctrl(TAG_FIN, &mut fin)?;
+        Ok(())
+    };
+    let r = run();
+    let leaked = count.release(posted - at_once);
+    (r.map(|()| meter.finish(Instant::now())), leaked)
+}
+
+/// Start one send of a two-sided bandwidth test, finished by `cb` unless it finished at once.
+///
+/// # Safety
+/// As the library's `*_raw` sends: `data` stays valid until the send finished.
+unsafe fn send_raw(
+    link: &Link,
+    kind: TestKind,
+    data: courier::Buf,
+    cb: courier::Callback,
+) -> courier::Result<courier::Started> {
+    // SAFETY: the caller's contract.
+    unsafe {
+        match kind {
+            TestKind::TagSyncBw => link.ep.tag_send_raw(data, TAG_PING, true, cb),
+            TestKind::AmBw => link
+                .ep
+                .am_send_raw(AM_PING, &[], data, AmFlags::default(), cb),
+            TestKind::StreamBw => link.ep.stream_send_raw(data, cb),
+            _ => link.ep.tag_send_raw(data, TAG_PING, false, cb),
+        }
+    }
 }
 
 fn check_tag(link: &Link, p: &Params, buf: &[u8], info: &Info) -> CliResult<()> {
@@ -1036,7 +1164,6 @@ pub fn run_client(
     let rbase = b.recv_base();
     let iov = b.iov();
     let data = b.data();
-    let w = p.window.max(1);
     if total == 0 {
         return Ok(meter.finish(Instant::now()));
     }
@@ -1112,33 +1239,17 @@ pub fn run_client(
             Ok(meter.finish(Instant::now()))
         }
         TestKind::TagBw | TestKind::TagSyncBw | TestKind::AmBw | TestKind::StreamBw => {
-            let mut ring: Vec<Option<Request<'_>>> = (0..w).map(|_| None).collect();
-            let mut t = Instant::now();
-            for i in 0..total {
-                if i == warm {
-                    t = Instant::now();
-                    meter.begin(t);
-                }
-                let s = &mut ring[(i % w as u64) as usize];
-                if let Some(mut r) = s.take() {
-                    link.wait(&mut r)?;
-                }
-                *s = Some(send(link, p.test, data, &iov, TAG_PING, AM_PING)?);
-                let now = Instant::now();
-                if i >= warm {
-                    meter.record(now, t);
-                }
-                t = now;
+            let buf = if iov.len() > 1 {
+                courier::Buf::Many(iov.iter().map(|s| (s.as_ptr() as usize, s.len())).collect())
+            } else {
+                courier::Buf::One((data.as_ptr() as usize, data.len()))
+            };
+            let (row, in_flight) = counted_sends(link, p, meter, &buf);
+            if in_flight {
+                // A failed run left sends that may still read the send buffer.
+                std::mem::forget(b);
             }
-            for s in ring.iter_mut() {
-                if let Some(mut r) = s.take() {
-                    link.wait(&mut r)?;
-                }
-            }
-            drop(ring);
-            let mut fin = [0u8; 8];
-            link.recv_ctrl(TAG_FIN, &mut fin)?;
-            Ok(meter.finish(Instant::now()))
+            row
         }
         TestKind::TagBibw => {
             let mut t = Instant::now();
