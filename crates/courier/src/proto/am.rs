@@ -69,7 +69,66 @@ pub type AmHandlerFn = Box<dyn FnMut(&mut AmDelivery<'_>, &dyn std::any::Any) + 
 
 impl State {
     /// Start an active-message send.
+    #[inline]
     pub(crate) fn am_send(
+        &mut self,
+        e: u32,
+        id: u16,
+        header: &[u8],
+        data: Buf,
+        flags: AmFlags,
+        cb: Callback,
+    ) -> Result<Started> {
+        if !super::stage::device_active() {
+            if let Some(r) = self.am_send_now(e, id, header, &data, flags) {
+                return r;
+            }
+        }
+        self.am_send_other(e, id, header, data, flags, cb)
+    }
+
+    /// The small-message case of `am_send`: one host segment written to the link at once
+    /// (`None`: not that case, or the link cannot take it now).
+    #[inline(always)]
+    fn am_send_now(
+        &mut self,
+        e: u32,
+        id: u16,
+        header: &[u8],
+        data: &Buf,
+        flags: AmFlags,
+    ) -> Option<Result<Started>> {
+        let (Buf::One((addr, len)), false, Ok(hlen32)) =
+            (data, flags.rndv, u32::try_from(header.len()))
+        else {
+            return None;
+        };
+        let mut hdr = [0u8; 8];
+        hdr[0] = Kind::Am as u8;
+        hdr[1] = if flags.reply {
+            frame::flags::AM_REPLY
+        } else {
+            0
+        };
+        hdr[2..4].copy_from_slice(&id.to_le_bytes());
+        hdr[4..8].copy_from_slice(&hlen32.to_le_bytes());
+        let total = header.len() + len;
+        let eager_len = (!flags.eager).then_some(total);
+        let frame = total + Kind::Am.header_len();
+        let r = self.send_now_fast(e, &hdr, header, (*addr, *len), eager_len, frame)?;
+        let len = *len;
+        Some(r.map(|()| {
+            Started::Done(Info {
+                len,
+                tag: 0,
+                value: 0,
+            })
+        }))
+    }
+
+    /// `am_send` for every other case.
+    #[inline(never)]
+    fn am_send_other(
         &mut self,
         e: u32,
         id: u16,
@@ -81,31 +140,9 @@ impl State {
         if let Some(host) = super::stage::gather(&data)? {
             return self.staged_send(host, |st, b| st.am_send(e, id, header, b, flags, cb));
         }
-        if let (Buf::One((addr, len)), false, Ok(hlen32)) =
-            (&data, flags.rndv, u32::try_from(header.len()))
-        {
-            let mut hdr = [0u8; 8];
-            hdr[0] = Kind::Am as u8;
-            hdr[1] = if flags.reply {
-                frame::flags::AM_REPLY
-            } else {
-                0
-            };
-            hdr[2..4].copy_from_slice(&id.to_le_bytes());
-            hdr[4..8].copy_from_slice(&hlen32.to_le_bytes());
-            let total = header.len() + len;
-            let eager_len = (!flags.eager).then_some(total);
-            let frame = total + Kind::Am.header_len();
-            if let Some(r) = self.send_now_fast(e, &hdr, header, (*addr, *len), eager_len, frame) {
-                let len = *len;
-                return r.map(|()| {
-                    Started::Done(Info {
-                        len,
-                        tag: 0,
-                        value: 0,
-                    })
-                });
-            }
+        // Device memory in play, but not in this message.
+        if let Some(r) = self.am_send_now(e, id, header, &data, flags) {
+            return r;
         }
         let (thresh, max_frame, mode) = self.ep_limits(e)?;
         let len = data.len();

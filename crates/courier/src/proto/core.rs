@@ -596,7 +596,7 @@ impl State {
     /// must be below the rendezvous threshold (`None`: eager regardless) and `frame` (the
     /// size checked against the link's largest frame) must fit. `None`: take the general
     /// path (which queues, or reports the endpoint's error).
-    #[inline]
+    #[inline(always)]
     pub(crate) fn send_now_fast(
         &mut self,
         e: u32,

@@ -64,17 +64,26 @@ impl State {
         cb: Callback,
     ) -> Result<Started> {
         if !sync && !super::stage::device_active() {
-            if let Buf::One((addr, len)) = data {
-                let mut hdr = [0u8; 16];
-                hdr[0] = Kind::TagEager as u8;
-                hdr[8..16].copy_from_slice(&tag.to_le_bytes());
-                let frame = len + Kind::TagEagerSync.header_len();
-                if let Some(r) = self.send_now_fast(e, &hdr, &[], (addr, len), Some(len), frame) {
-                    return r.map(|()| Started::Done(Info { len, tag, value: 0 }));
-                }
+            if let Some(r) = self.tag_send_now(e, &data, tag) {
+                return r;
             }
         }
         self.tag_send_other(e, data, tag, sync, cb)
+    }
+
+    /// The small-message case of `tag_send`: one host segment written to the link at once
+    /// (`None`: not that case, or the link cannot take it now).
+    #[inline(always)]
+    fn tag_send_now(&mut self, e: u32, data: &Buf, tag: u64) -> Option<Result<Started>> {
+        let &Buf::One((addr, len)) = data else {
+            return None;
+        };
+        let mut hdr = [0u8; 16];
+        hdr[0] = Kind::TagEager as u8;
+        hdr[8..16].copy_from_slice(&tag.to_le_bytes());
+        let frame = len + Kind::TagEagerSync.header_len();
+        let r = self.send_now_fast(e, &hdr, &[], (addr, len), Some(len), frame)?;
+        Some(r.map(|()| Started::Done(Info { len, tag, value: 0 })))
     }
 
     /// `tag_send` for every other case.
@@ -90,15 +99,10 @@ impl State {
         if let Some(host) = super::stage::gather(&data)? {
             return self.staged_send(host, |st, b| st.tag_send(e, b, tag, sync, cb));
         }
+        // Device memory in play, but not in this message.
         if !sync {
-            if let Buf::One((addr, len)) = data {
-                let mut hdr = [0u8; 16];
-                hdr[0] = Kind::TagEager as u8;
-                hdr[8..16].copy_from_slice(&tag.to_le_bytes());
-                let frame = len + Kind::TagEagerSync.header_len();
-                if let Some(r) = self.send_now_fast(e, &hdr, &[], (addr, len), Some(len), frame) {
-                    return r.map(|()| Started::Done(Info { len, tag, value: 0 }));
-                }
+            if let Some(r) = self.tag_send_now(e, &data, tag) {
+                return r;
             }
         }
         let (thresh, max_frame, mode) = self.ep_limits(e)?;

@@ -146,7 +146,7 @@ impl Producer {
 
     /// `push` of a frame in three parts (header, extra bytes, data): the small-message
     /// send, without building a list of parts and walking it.
-    #[inline]
+    #[inline(always)]
     pub fn push3(&mut self, a: &[u8], b: &[u8], c: &[u8]) -> Result<bool, TxError> {
         let len = a.len() + b.len() + c.len();
         let (idx, k) = self.reserve(len)?;
@@ -163,7 +163,7 @@ impl Producer {
 
     /// Room for a frame of `len` bytes: the index of its first cell and its cell count.
     /// Writes a skip marker first when the frame would run past the end of the array.
-    #[inline]
+    #[inline(always)]
     fn reserve(&mut self, len: usize) -> Result<(usize, usize), TxError> {
         if len > self.max_frame {
             return Err(self.too_long(len));
