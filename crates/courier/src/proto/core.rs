@@ -142,57 +142,51 @@ impl State {
         buf: Buf,
         callback: Callback,
     ) -> u64 {
-        if let Some(idx) = self.reqs.free.pop() {
-            // A freed slot: `req_free` left its buffer and callback empty and it is not
-            // live; set what a new request reads, field by field (cheaper than building
-            // and moving a whole slot).
-            if let Some(s) = self.reqs.slots.get_mut(idx as usize) {
-                let generation = s.generation.wrapping_add(1).max(1);
-                s.generation = generation;
-                s.live = true;
-                s.done = false;
-                s.detached = false;
-                s.zc_wait = false;
-                s.waitall = false;
-                s.rndv_push = false;
-                s.kind = kind;
-                s.ep = ep;
-                s.buf = buf;
-                s.callback = callback;
-                s.expect = 0;
-                s.got = 0;
-                s.tag = 0;
-                s.tag_mask = 0;
-                s.real_len = 0;
-                s.stage = self.parked.take();
-                return make_id(generation, idx);
+        self.req_new(kind, ep, buf, callback).0
+    }
+
+    /// `req_alloc`, also giving the new slot (for the fields the caller sets next).
+    #[inline]
+    pub(crate) fn req_new(
+        &mut self,
+        kind: ReqKind,
+        ep: Option<u32>,
+        buf: Buf,
+        callback: Callback,
+    ) -> (u64, &mut ReqSlot) {
+        // A freed slot (`req_free` left its buffer and callback empty and it is not live),
+        // or a new one, made vacant first; either is then set field by field (cheaper than
+        // building and moving a whole slot).
+        let idx = match self.reqs.free.pop() {
+            Some(i) if (i as usize) < self.reqs.slots.len() => i as usize,
+            _ => {
+                self.reqs.slots.push(ReqSlot::vacant());
+                self.reqs.slots.len() - 1
             }
-        }
+        };
+        let stage = self.parked.take();
+        let s = &mut self.reqs.slots[idx];
         // Generations start at 1, so no request id is 0: the wire uses 0 for "no request"
         // (puts that are acknowledged only when refused).
-        let idx = self.reqs.slots.len() as u32;
-        self.reqs.slots.push(ReqSlot {
-            generation: 1,
-            live: true,
-            done: false,
-            result: Ok(Info::default()),
-            kind,
-            ep,
-            buf,
-            expect: 0,
-            got: 0,
-            tag: 0,
-            tag_mask: 0,
-            waitall: false,
-            rndv_push: false,
-            real_len: 0,
-            info: Info::default(),
-            callback,
-            detached: false,
-            zc_wait: false,
-            stage: self.parked.take(),
-        });
-        make_id(1, idx)
+        let generation = s.generation.wrapping_add(1).max(1);
+        s.generation = generation;
+        s.live = true;
+        s.done = false;
+        s.detached = false;
+        s.zc_wait = false;
+        s.waitall = false;
+        s.rndv_push = false;
+        s.kind = kind;
+        s.ep = ep;
+        s.buf = buf;
+        s.callback = callback;
+        s.expect = 0;
+        s.got = 0;
+        s.tag = 0;
+        s.tag_mask = 0;
+        s.real_len = 0;
+        s.stage = stage;
+        (make_id(generation, idx as u32), s)
     }
 
     /// The live slot for `id`, if the id is current.

@@ -161,6 +161,31 @@ pub(crate) struct ReqSlot {
 }
 
 impl ReqSlot {
+    /// A slot never used yet (generation 0: its first request gets generation 1).
+    pub(crate) fn vacant() -> ReqSlot {
+        ReqSlot {
+            generation: 0,
+            live: false,
+            done: false,
+            result: Ok(Info::default()),
+            kind: ReqKind::Send,
+            ep: None,
+            buf: Buf::EMPTY,
+            expect: 0,
+            got: 0,
+            tag: 0,
+            tag_mask: 0,
+            waitall: false,
+            rndv_push: false,
+            real_len: 0,
+            info: Info::default(),
+            callback: Callback::None,
+            detached: false,
+            zc_wait: false,
+            stage: None,
+        }
+    }
+
     /// Mark the slot free: it lets go of the caller's buffer and callback (the slot goes
     /// on the free list beside this call).
     #[inline]

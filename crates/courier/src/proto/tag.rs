@@ -189,11 +189,9 @@ impl State {
     /// Post a receive to the expected queue; its id.
     #[inline]
     fn post_recv(&mut self, buf: Buf, tag: u64, mask: u64, cb: Callback) -> u64 {
-        let id = self.req_alloc(ReqKind::TagRecv, None, buf, cb);
-        if let Some(s) = self.req(id) {
-            s.tag = tag;
-            s.tag_mask = mask;
-        }
+        let (id, s) = self.req_new(ReqKind::TagRecv, None, buf, cb);
+        s.tag = tag;
+        s.tag_mask = mask;
         self.expected.push_back(Posted { tag, mask, id });
         id
     }
