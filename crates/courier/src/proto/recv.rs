@@ -30,6 +30,21 @@ pub(crate) struct AmPending {
     pub ep: (u32, u32),
 }
 
+/// The active message for its handler if `bytes` is a whole eager one (from endpoint
+/// `ep`: index, generation).
+#[inline]
+fn eager_am(bytes: &[u8], ep: (u32, u32)) -> Option<PollOne> {
+    let (id, reply, header, data) = Frame::as_am(bytes)?;
+    Some(PollOne::Am(AmPending {
+        id,
+        reply,
+        header: (header.as_ptr(), header.len()),
+        data: (data.as_ptr(), data.len()),
+        rndv: None,
+        ep,
+    }))
+}
+
 impl State {
     /// Handle the next frame of endpoint `e`. Eager tag and active messages on shared
     /// memory, the small-message cases, are handled in line; everything else by
@@ -49,16 +64,9 @@ impl State {
         // SAFETY: valid until `consume`, below or in `finish_am`.
         let bytes = unsafe { raw.bytes() };
         let Some((tag, data)) = Frame::as_tag_eager(bytes) else {
-            if let Some((id, reply, header, data)) = Frame::as_am(bytes) {
+            if let Some(am) = eager_am(bytes, (e, generation)) {
                 ep.rx_busy = true;
-                return PollOne::Am(AmPending {
-                    id,
-                    reply,
-                    header: (header.as_ptr(), header.len()),
-                    data: (data.as_ptr(), data.len()),
-                    rndv: None,
-                    ep: (e, generation),
-                });
+                return am;
             }
             return self.poll_one_other(e);
         };
@@ -98,16 +106,9 @@ impl State {
             }
             return PollOne::Handled;
         }
-        if let Some((id, reply, header, data)) = Frame::as_am(bytes) {
+        if let Some(am) = eager_am(bytes, (e, generation)) {
             ep.rx_busy = true;
-            return PollOne::Am(AmPending {
-                id,
-                reply,
-                header: (header.as_ptr(), header.len()),
-                data: (data.as_ptr(), data.len()),
-                rndv: None,
-                ep: (e, generation),
-            });
+            return am;
         }
         let frame = match Frame::parse(bytes) {
             Ok(f) => f,

@@ -341,7 +341,7 @@ impl Consumer {
             self.cur = Some(c);
             return Ok(Some(self.frame(c)));
         }
-        self.peek_slow()
+        self.peek_slow(idx, len, ncells)
     }
 
     #[inline]
@@ -351,49 +351,36 @@ impl Consumer {
         RawFrame { ptr, len: c.len }
     }
 
-    /// `peek` past a skip marker, or reporting a corrupt cell.
+    /// `peek` of the published cell at `idx` (header `len`, `ncells`) that is not a
+    /// usual frame: a skip marker, passed over, or a corrupt cell, reported.
     #[cold]
     #[inline(never)]
-    fn peek_slow(&mut self) -> Result<Option<RawFrame>> {
-        loop {
-            if let Some(c) = self.cur {
-                return Ok(Some(self.frame(c)));
+    fn peek_slow(&mut self, idx: usize, len: u32, ncells: usize) -> Result<Option<RawFrame>> {
+        let n = self.f.n;
+        if len == SKIP {
+            if idx == 0 || ncells != n - idx {
+                return Err(self.bad(format!("skip marker of {ncells} cells at index {idx} does not reach the end of {n} cells")));
             }
-            let n = self.f.n;
-            let idx = (self.head as usize) & (n - 1);
-            let h = self.f.hdr(idx);
-            if h.seq.load(Acquire) != self.head + 1 {
-                return Ok(None);
-            }
-            let len = h.len.load(Relaxed);
-            let ncells = h.ncells.load(Relaxed) as usize;
-            if len == SKIP {
-                if idx == 0 || ncells != n - idx {
-                    return Err(self.bad(format!("skip marker of {ncells} cells at index {idx} does not reach the end of {n} cells")));
-                }
-                self.head += ncells as u64;
-                self.publish();
-                continue;
-            }
-            let len = len as usize;
-            if len > self.max_frame {
-                return Err(self.bad(format!(
-                    "frame length {len} exceeds max_frame {}",
-                    self.max_frame
-                )));
-            }
-            if ncells != cells_for(len) {
-                return Err(self.bad(format!(
-                    "cell count {ncells} does not match frame length {len}"
-                )));
-            }
-            if idx + ncells > n {
-                return Err(self.bad(format!(
-                    "frame of {ncells} cells at index {idx} runs past the end of {n} cells"
-                )));
-            }
-            self.cur = Some(Current { idx, len, ncells });
+            self.head += ncells as u64;
+            self.publish();
+            // The next cell is at index 0, where a skip marker is refused: no deeper.
+            return self.peek();
         }
+        let len = len as usize;
+        if len > self.max_frame {
+            return Err(self.bad(format!(
+                "frame length {len} exceeds max_frame {}",
+                self.max_frame
+            )));
+        }
+        if ncells != cells_for(len) {
+            return Err(self.bad(format!(
+                "cell count {ncells} does not match frame length {len}"
+            )));
+        }
+        Err(self.bad(format!(
+            "frame of {ncells} cells at index {idx} runs past the end of {n} cells"
+        )))
     }
 
     /// Release the frame returned by the last `peek`.
