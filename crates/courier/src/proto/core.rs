@@ -165,6 +165,7 @@ impl State {
             }
         };
         let stage = self.parked.take();
+        // In bounds: a free index checked above, or the slot just pushed.
         let s = &mut self.reqs.slots[idx];
         // Generations start at 1, so no request id is 0: the wire uses 0 for "no request"
         // (puts that are acknowledged only when refused).
