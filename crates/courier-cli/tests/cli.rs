@@ -3,7 +3,7 @@
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 mod common;
-use common::{TCP, courier, numbers, text};
+use common::{TCP, courier, json_of, numbers, text};
 
 #[test]
 fn loopback_tag_lat_prints_the_ucx_perftest_table() {
@@ -110,10 +110,7 @@ fn final_only_csv_and_json_shapes() {
         ],
         TCP,
     );
-    let (out, err) = text(&o);
-    assert!(o.status.success(), "{out}{err}");
-    let v: serde_json::Value =
-        serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{e}: {out}"));
+    let v = json_of(&o, "run");
     assert_eq!(v["test"], "stream_lat");
     assert_eq!(v["message_size"], 1024);
     assert_eq!(v["iterations"], 1000);
@@ -364,13 +361,10 @@ fn put_signal_lat_runs_over_the_default_transport() {
             &["perf", "-l", "-t", t, "-n", "500", "-w", "20", "--json"],
             &[],
         );
-        let (out, err) = text(&o);
-        assert!(o.status.success(), "{t}: {out}{err}");
-        let v: serde_json::Value =
-            serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{e}: {out}"));
+        let v = json_of(&o, t);
         assert_eq!(v["test"], t);
         assert_eq!(v["iterations"], 500);
-        assert!(v["latency_avg_us"].as_f64().is_some(), "{out}");
+        assert!(v["latency_avg_us"].as_f64().is_some(), "{v}");
     }
 }
 

@@ -3,7 +3,7 @@
 //! at a timing value; timings only choose how long a run must be.
 
 mod common;
-use common::{TCP, courier, fields as numbers, text};
+use common::{TCP, courier, fields as numbers, json_of, text};
 
 /// Seconds the measured part of a `tag_lat` run took, from its final row (iterations and
 /// overall one-way latency, in the table and in CSV alike).
@@ -24,10 +24,7 @@ fn loopback_run_over_a_second(extra: &[&str]) -> String {
         ],
         TCP,
     );
-    let (out, err) = text(&o);
-    assert!(o.status.success(), "probe: {out}{err}");
-    let v: serde_json::Value =
-        serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{e}: {out}"));
+    let v = json_of(&o, "probe");
     let per_iter = v["latency_overall_us"].as_f64().expect("latency") * 2.0 / 1e6;
     let mut iters = (1.6 / per_iter.max(1e-7))
         .ceil()

@@ -7,7 +7,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 mod common;
-use common::{TCP, courier, fields as numbers, text};
+use common::{TCP, courier, fields as numbers, json_of, text};
 
 /// The table of a `-T` run: the header box and column headers as with one thread, then
 /// only `[thread k]` rows (k < threads, eight numbers each) and one `Final:` row of four
@@ -76,10 +76,7 @@ fn loopback_threads_print_thread_rows_and_an_aggregated_final_row() {
         ],
         TCP,
     );
-    let (out, err) = text(&o);
-    assert!(o.status.success(), "{out}{err}");
-    let v: serde_json::Value =
-        serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{e}: {out}"));
+    let v = json_of(&o, "run");
     let slowest = v["per_thread"]
         .as_array()
         .expect("per_thread")
@@ -180,10 +177,7 @@ fn final_only_csv_and_json_with_threads() {
         ],
         TCP,
     );
-    let (out, err) = text(&o);
-    assert!(o.status.success(), "{out}{err}");
-    let v: serde_json::Value =
-        serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{e}: {out}"));
+    let v = json_of(&o, "run");
     assert_eq!(v["test"], "stream_lat");
     assert_eq!(v["threads"], 2);
     assert_eq!(v["iterations"], 200);

@@ -25,6 +25,13 @@ pub fn text(o: &Output) -> (String, String) {
     )
 }
 
+/// The JSON object a successful run printed (`--json`); `what` names the run in failures.
+pub fn json_of(o: &Output, what: &str) -> serde_json::Value {
+    let (out, err) = text(o);
+    assert!(o.status.success(), "{what}: {out}{err}");
+    serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{what}: {e}: {out}"))
+}
+
 /// The numbers of a table row, whose numbers may have thousands separators (`-N`).
 pub fn numbers(line: &str) -> Vec<f64> {
     line.split_whitespace()

@@ -184,7 +184,6 @@ impl State {
         s.expect = 0;
         s.got = 0;
         s.tag = 0;
-        s.tag_mask = 0;
         s.real_len = 0;
         s.stage = stage;
         (make_id(generation, idx as u32), s)
@@ -279,24 +278,23 @@ impl State {
         let Some(s) = self.reqs.slots.get_mut(idx as usize) else {
             return;
         };
-        s.done = true;
-        s.info = info;
         match (&s.callback, &s.buf) {
             (Callback::None, _) if !s.detached => {
+                s.done = true;
+                s.info = info;
                 s.result = Ok(info);
             }
             (&Callback::Raw(f, user), Buf::One(_)) => {
                 // Neither a plain function nor one segment needs a drop: forget them.
+                s.done = true;
+                s.info = info;
                 s.live = false;
                 std::mem::forget(std::mem::replace(&mut s.callback, Callback::None));
                 std::mem::forget(std::mem::replace(&mut s.buf, Buf::EMPTY));
                 self.reqs.free.push(idx);
                 self.defer(Deferred::Req(Callback::Raw(f, user), Ok(info), info));
             }
-            _ => {
-                s.done = false;
-                self.complete_slot(idx, Ok(info), info);
-            }
+            _ => self.complete_slot(idx, Ok(info), info),
         }
     }
 

@@ -141,7 +141,6 @@ pub(crate) struct ReqSlot {
     pub expect: usize,
     pub got: usize,
     pub tag: u64,
-    pub tag_mask: u64,
     /// Stream receives: complete only when the buffer is full.
     pub waitall: bool,
     /// Receiving rendezvous data pushed by the sender.
@@ -174,7 +173,6 @@ impl ReqSlot {
             expect: 0,
             got: 0,
             tag: 0,
-            tag_mask: 0,
             waitall: false,
             rndv_push: false,
             real_len: 0,

@@ -191,7 +191,6 @@ impl State {
     fn post_recv(&mut self, buf: Buf, tag: u64, mask: u64, cb: Callback) -> u64 {
         let (id, s) = self.req_new(ReqKind::TagRecv, None, buf, cb);
         s.tag = tag;
-        s.tag_mask = mask;
         self.expected.push_back(Posted { tag, mask, id });
         id
     }
@@ -262,15 +261,19 @@ impl State {
             })
     }
 
-    /// Find and remove the first posted receive matching `tag`; its id (the slot is live
-    /// and current).
+    /// Find and remove the first posted receive matching `tag`; its id. The usual case,
+    /// the oldest receive matching, is in line (and cheaper than `remove(0)`).
     #[inline]
     fn match_expected(&mut self, tag: u64) -> Option<u64> {
-        // The usual case: the oldest receive matches (cheaper than `remove(0)`).
         let first = self.expected.front()?;
         if (first.tag ^ tag) & first.mask == 0 {
             return self.expected.pop_front().map(|p| p.id);
         }
+        self.match_expected_later(tag)
+    }
+
+    #[inline(never)]
+    fn match_expected_later(&mut self, tag: u64) -> Option<u64> {
         let i = self
             .expected
             .iter()
@@ -278,76 +281,73 @@ impl State {
         self.expected.remove(i).map(|p| p.id)
     }
 
-    /// An eager tag message arrived on `e`. The usual case is in line: the oldest posted
-    /// receive matches, its buffer is one host segment with room, and no ack is owed.
+    /// An eager tag message arrived on `e`. The usual case is in line: a posted receive
+    /// matches, its buffer is one host segment with room, and no ack is owed.
     #[inline]
     pub(crate) fn on_tag_eager(&mut self, e: u32, tag: u64, data: &[u8], sync_sreq: Option<u64>) {
-        if sync_sreq.is_none() {
-            if let Some(&p) = self.expected.front() {
-                if (p.tag ^ tag) & p.mask == 0 {
-                    let idx = split_id(p.id).1;
-                    if let Some(s) = self.reqs.slots.get_mut(idx as usize) {
-                        if let Buf::One((addr, cap)) = s.buf {
-                            if data.len() <= cap && s.stage.is_none() && !s.done {
-                                // SAFETY: the posted buffer (cap bytes) is kept alive by its
-                                // request.
-                                unsafe { copy_small(data.as_ptr(), addr as *mut u8, data.len()) };
-                                self.expected.pop_front();
-                                let info = Info {
-                                    len: data.len(),
-                                    tag,
-                                    value: 0,
-                                };
-                                self.complete_small(idx, info);
-                                return;
-                            }
-                        }
-                    }
-                }
+        let Some(id) = self.match_expected(tag) else {
+            self.unexpected_eager(e, tag, data, sync_sreq);
+            return;
+        };
+        let idx = split_id(id).1;
+        let Some(s) = self.reqs.slots.get_mut(idx as usize) else {
+            return;
+        };
+        let info = Info {
+            len: data.len(),
+            tag,
+            value: 0,
+        };
+        if let Buf::One((addr, cap)) = s.buf {
+            if data.len() <= cap && s.stage.is_none() && !s.done && sync_sreq.is_none() {
+                // SAFETY: the posted buffer (cap bytes) is kept alive by its request.
+                unsafe { copy_small(data.as_ptr(), addr as *mut u8, data.len()) };
+                self.complete_small(idx, info);
+                return;
             }
         }
-        self.on_tag_eager_other(e, tag, data, sync_sreq)
+        self.matched_eager(e, idx, data, info, sync_sreq);
     }
 
-    /// `on_tag_eager` for every other case.
+    /// `on_tag_eager` for a matched receive the in-line case does not cover: a scattered
+    /// or device buffer, a message longer than the buffer, a synchronous send's ack.
     #[inline(never)]
-    fn on_tag_eager_other(&mut self, e: u32, tag: u64, data: &[u8], sync_sreq: Option<u64>) {
-        if let Some(id) = self.match_expected(tag) {
-            let idx = split_id(id).1;
-            let Some(s) = self.reqs.slots.get_mut(idx as usize) else {
-                return;
-            };
-            let cap = s.buf.len();
-            match s.buf {
-                Buf::One((addr, _)) => {
-                    let n = data.len().min(cap);
-                    // SAFETY: the posted buffer (cap bytes) is kept alive by its request.
-                    unsafe { copy_small(data.as_ptr(), addr as *mut u8, n) };
-                }
-                // SAFETY: as above.
-                Buf::Many(_) => unsafe {
-                    s.buf.write_at(0, data);
-                },
-            }
-            let len = data.len();
-            let info = Info { len, tag, value: 0 };
-            let res = if len > cap {
-                Err(truncated(len, cap))
-            } else {
-                Ok(info)
-            };
-            self.complete_slot(idx, res, info);
-            if let Some(sreq) = sync_sreq {
-                let _ = self.send_frame(
-                    e,
-                    &Header::new(Kind::SyncAck).word(1, sreq),
-                    &[],
-                    &Buf::EMPTY,
-                    None,
-                );
-            }
+    fn matched_eager(&mut self, e: u32, idx: u32, data: &[u8], info: Info, sync_sreq: Option<u64>) {
+        let Some(s) = self.reqs.slots.get_mut(idx as usize) else {
             return;
+        };
+        let cap = s.buf.len();
+        match s.buf {
+            Buf::One((addr, _)) => {
+                let n = data.len().min(cap);
+                // SAFETY: the posted buffer (cap bytes) is kept alive by its request.
+                unsafe { copy_small(data.as_ptr(), addr as *mut u8, n) };
+            }
+            // SAFETY: as above.
+            Buf::Many(_) => unsafe {
+                s.buf.write_at(0, data);
+            },
         }
+        let res = if info.len > cap {
+            Err(truncated(info.len, cap))
+        } else {
+            Ok(info)
+        };
+        self.complete_slot(idx, res, info);
+        if let Some(sreq) = sync_sreq {
+            let _ = self.send_frame(
+                e,
+                &Header::new(Kind::SyncAck).word(1, sreq),
+                &[],
+                &Buf::EMPTY,
+                None,
+            );
+        }
+    }
+
+    /// An eager tag message no posted receive matches: it waits in the unexpected queue.
+    #[inline(never)]
+    fn unexpected_eager(&mut self, e: u32, tag: u64, data: &[u8], sync_sreq: Option<u64>) {
         let copy = self.unexp_copy(data);
         let body = match sync_sreq {
             Some(sreq) => UnexpBody::EagerSync(copy, sreq),
