@@ -102,7 +102,16 @@ fn loopback_threads_print_thread_rows_and_an_aggregated_final_row() {
             attempt < 3,
             "no rows from every thread after 4 runs:\n{out}"
         );
-        iters *= 3.0;
+        // Too short: size the next run from this one's own message rate (the estimate
+        // above came from a 3000-iteration run, which can be far slower than a long one),
+        // for about two seconds, and at least three times as many iterations.
+        let rate = out
+            .lines()
+            .last()
+            .map(numbers)
+            .and_then(|f| f.get(3).copied())
+            .unwrap_or(0.0);
+        iters = (iters * 3.0).max(rate * 2.0).min(200_000_000.0);
     }
 }
 
