@@ -533,8 +533,9 @@ pub const COURIER_CMP_LT: u32 = 4;
 pub const COURIER_CMP_LE: u32 = 5;
 
 /// `courier_signal_wait_until`: after a short spin, sleep on the worker's event fd (woken
-/// by any arriving frame; at most 1 ms at a time, since a word written directly wakes no fd)
-/// instead of spinning. Without `COURIER_FEATURE_WAKEUP`, or without a worker, it spins,
+/// by a peer's put-with-signal to this worker, framed or written directly; at most
+/// `COURIER_SIGNAL_NAP`, 1 ms by default, at a time for writes that wake no one) instead of
+/// spinning. Without `COURIER_FEATURE_WAKEUP`, or without a worker, it spins,
 /// yielding the CPU between checks.
 pub const COURIER_SIGNAL_WAIT_FLAG_SLEEP: u32 = 1 << 0;
 

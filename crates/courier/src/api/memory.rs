@@ -9,7 +9,7 @@
 //! (`tests/onesided.rs` checks that they agree).
 
 use std::sync::atomic::{AtomicU64, Ordering, fence};
-use std::sync::{Arc, Once};
+use std::sync::{Arc, Once, OnceLock};
 use std::time::{Duration, Instant};
 
 use super::context::Context;
@@ -24,10 +24,11 @@ use crate::proto::core::State;
 pub use crate::proto::memreg::MemoryType;
 use crate::proto::memreg::{Mapping, MemRegistry, PeerMaps, Place, SegmentRefusal, check};
 pub use crate::proto::rma::{AtomicOp, SignalOp};
-use crate::proto::rma::{do_atomic, do_signal};
+use crate::proto::rma::{do_atomic, do_signal, do_signal_sc};
 use crate::proto::stage;
 use crate::proto::state::{Buf, Callback, Info};
 use crate::proto::tag::Started;
+use crate::transport::shm::Doorbell;
 use crate::wire::frame::RemoteRef;
 use crate::wire::rkey::RkeyRepr;
 pub use crate::wire::rkey::access;
@@ -357,12 +358,14 @@ impl Memory {
     /// meanwhile; returns the value that met the condition.
     ///
     /// Without `sleep` it spins. With `sleep` it spins briefly, then sleeps on the worker's
-    /// event fd: a frame that arrives (a peer's put-with-signal through this worker, over tcp
-    /// or shared-memory frames) wakes it at once. A word written straight into the region
-    /// (a same-host peer's direct put-with-signal, another thread) wakes no fd, so each sleep
-    /// lasts at most a millisecond before the word is looked at again. A context without the
-    /// wakeup feature cannot sleep on the fd: then `sleep` spins, yielding the CPU between
-    /// checks.
+    /// event fd. A peer's put-with-signal through an endpoint connected to this worker
+    /// wakes it at once, whichever way it comes: as a frame (tcp, shared-memory frames) or
+    /// written straight into the region by a same-host peer, which then rings the worker's
+    /// shared-memory link. A word written any other way (another thread, a peer's atomic,
+    /// an endpoint connected to another worker) wakes no one, so each sleep lasts at most
+    /// `COURIER_SIGNAL_NAP` (1 ms by default) before the word is looked at again. A context
+    /// without the wakeup feature cannot sleep on the fd: then `sleep` spins, yielding the
+    /// CPU between checks.
     pub fn signal_wait_until(
         &self,
         worker: &Worker,
@@ -444,11 +447,13 @@ impl Memory {
             if cmp.holds(v, value) {
                 return Ok(v);
             }
+            // `inf` (Duration::MAX) sleeps until something wakes the worker.
+            let nap = wk.context().inner.cfg.signal_nap;
             let nap = match deadline {
-                Some(d) => SIGNAL_NAP.min(d.saturating_duration_since(Instant::now())),
-                None => SIGNAL_NAP,
+                Some(d) => Some(nap.min(d.saturating_duration_since(Instant::now()))),
+                None => (nap != Duration::MAX).then_some(nap),
             };
-            wk.sleep_armed(Some(nap))?;
+            wk.sleep_armed(nap)?;
         }
     }
 }
@@ -463,9 +468,6 @@ impl Drop for Memory {
 const SIGNAL_LOADS_PER_PROGRESS: usize = 16;
 /// How long a sleeping `signal_wait_until` spins before its first sleep.
 const SIGNAL_SPIN: Duration = Duration::from_micros(50);
-/// The longest sleep of a sleeping `signal_wait_until` before it looks at the word again
-/// (a word written directly wakes no fd).
-const SIGNAL_NAP: Duration = Duration::from_millis(1);
 /// A spinning wait without a worker yields the CPU once per this many idle rounds.
 const SIGNAL_YIELD_EVERY: u32 = 1024;
 
@@ -494,6 +496,10 @@ pub struct RemoteKey {
     key: RkeyRepr,
     path: Path,
     ep: Endpoint,
+    /// Wakes the owner's worker after a direct signal update: found on the endpoint's
+    /// shared-memory link once it has one (it may still run on tcp when the key is
+    /// unpacked).
+    bell: OnceLock<Doorbell>,
 }
 
 impl RemoteKey {
@@ -557,6 +563,51 @@ impl RemoteKey {
                 .checked_add(len)
                 .is_some_and(|end| end <= self.key.length && end <= m.len as u64);
         inside.then(|| m.ptr.wrapping_add(off as usize))
+    }
+
+    /// The doorbell of the owner's worker behind this key's endpoint, once that endpoint
+    /// runs on shared memory.
+    fn doorbell(&self) -> Option<&Doorbell> {
+        if let Some(b) = self.bell.get() {
+            return Some(b);
+        }
+        if !matches!(self.path, Path::Direct { .. }) {
+            return None;
+        }
+        let b = self
+            .ep
+            .with_state(|st, e| Ok(st.ep(e).and_then(|ep| ep.tx.as_ref()?.doorbell())))
+            .ok()
+            .flatten()?;
+        Some(self.bell.get_or_init(|| b))
+    }
+
+    /// Whether a signal word behind this key may be updated directly now: in this
+    /// context's own memory always; in a same-host peer's once the endpoint runs on shared
+    /// memory, whose link wakes the owner's worker after the update. Until then (the
+    /// endpoint still on the tcp link it started on) the update goes through the owner,
+    /// as a frame that wakes it.
+    fn signal_direct_ready(&self) -> bool {
+        !matches!(self.path, Path::Direct { .. }) || self.doorbell().is_some()
+    }
+
+    /// Update the signal word at `sig` (mapped here through this key) for a direct
+    /// put-with-signal, and wake the owner's worker if it sleeps there: a sleeping
+    /// `signal_wait_until` on it then returns at once, not at its next look. Where the owner
+    /// cannot sleep the update is a plain one, with no ordering cost.
+    ///
+    /// # Safety
+    /// `sig` must be an aligned, valid, host-memory word.
+    unsafe fn signal_direct(&self, sig: *mut u8, op: SignalOp, value: u64) {
+        match self.doorbell().filter(|b| b.may_sleep()) {
+            Some(b) => {
+                // SAFETY: forwarded contract.
+                unsafe { do_signal_sc(sig, op, value) };
+                b.ring();
+            }
+            // SAFETY: forwarded contract.
+            None => unsafe { do_signal(sig, op, value) },
+        }
     }
 
     /// Whether the key itself grants `need` on `[addr, addr + len)`: checked on every path
@@ -847,6 +898,7 @@ impl Endpoint {
             key,
             path,
             ep: self.clone(),
+            bell: OnceLock::new(),
         })
     }
 
@@ -1168,10 +1220,12 @@ impl Endpoint {
         cb: Callback,
     ) -> Result<Started> {
         if let Buf::One((a, l)) = data {
-            let both = (sig_addr.is_multiple_of(8) && !cuda::is_device(a))
-                .then(|| key.direct(self, raddr, l as u64, access::WRITE))
-                .flatten()
-                .zip(sig_key.direct(self, sig_addr, 8, access::WRITE));
+            let both = (sig_addr.is_multiple_of(8)
+                && !cuda::is_device(a)
+                && sig_key.signal_direct_ready())
+            .then(|| key.direct(self, raddr, l as u64, access::WRITE))
+            .flatten()
+            .zip(sig_key.direct(self, sig_addr, 8, access::WRITE));
             if let Some((dst, sig)) = both {
                 // SAFETY: both ranges checked against the owner's records and our mappings;
                 // the signal word is aligned (the owner's address is, and regions start on
@@ -1179,7 +1233,7 @@ impl Endpoint {
                 unsafe {
                     copy_small(a as *const u8, dst, l);
                     fence(Ordering::Release);
-                    do_signal(sig, op, value);
+                    sig_key.signal_direct(sig, op, value);
                 }
                 return Ok(done(l));
             }
@@ -1194,7 +1248,9 @@ impl Endpoint {
         }
         let len = data.len();
         let dst = key.resolve(raddr, len as u64, access::WRITE)?;
-        let sig = sig_key.resolve(sig_addr, 8, access::WRITE)?;
+        let sig = sig_key
+            .resolve(sig_addr, 8, access::WRITE)?
+            .filter(|s| s.device || sig_key.signal_direct_ready());
         // Unless both are mapped here, the data goes through the owner: a host copy of
         // device memory, then.
         let host = match (dst, sig) {
@@ -1216,7 +1272,7 @@ impl Endpoint {
                 unsafe { copy_local(&data, dst, Dir::ToRegion)? };
                 fence(Ordering::Release);
                 // SAFETY: checked, aligned, host memory.
-                unsafe { do_signal(sig.ptr, op, value) };
+                unsafe { sig_key.signal_direct(sig.ptr, op, value) };
                 Ok(done(len))
             }
             _ => {

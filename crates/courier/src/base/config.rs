@@ -79,6 +79,12 @@ pub const VARS: &[Var] = &[
         accepts: "a duration such as 2s, 1500ms",
     },
     Var {
+        name: "COURIER_SIGNAL_NAP",
+        default: "1ms",
+        help: "Longest sleep of a sleeping signal wait before it looks at the word again, for writes that wake no one (another thread, a peer's atomic; a put-with-signal wakes the waiting worker itself)",
+        accepts: "a duration such as 1ms, 200us; inf: only a wakeup ends the sleep",
+    },
+    Var {
         name: "COURIER_SHM_FIFO_SIZE",
         default: "1024",
         help: "Cells in each shared-memory FIFO (a power of two; 256 bytes each)",
@@ -144,6 +150,8 @@ pub struct Config {
     pub keepalive_interval: Duration,
     /// Keepalive timeout.
     pub keepalive_timeout: Duration,
+    /// Longest sleep of a sleeping signal wait between looks at the word.
+    pub signal_nap: Duration,
     /// Cells per shm FIFO.
     pub shm_fifo_size: usize,
     /// CMA policy.
@@ -484,6 +492,7 @@ impl Config {
             shm_segment_copy,
             keepalive_interval,
             keepalive_timeout,
+            signal_nap: dur("COURIER_SIGNAL_NAP")?,
             shm_fifo_size,
             shm_cma,
             tcp_sndbuf: size("COURIER_TCP_SNDBUF")?,

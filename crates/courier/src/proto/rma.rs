@@ -158,6 +158,20 @@ pub(crate) unsafe fn do_signal(p: *mut u8, op: SignalOp, value: u64) {
     }
 }
 
+/// `do_signal` as a sequentially consistent read-modify-write, for a writer that looks
+/// next whether the word's owner sleeps (`shm::Doorbell::ring`).
+///
+/// # Safety
+/// As for `do_signal`.
+pub(crate) unsafe fn do_signal_sc(p: *mut u8, op: SignalOp, value: u64) {
+    // SAFETY: caller guarantees alignment and validity.
+    let a = unsafe { AtomicU64::from_ptr(p as *mut u64) };
+    match op {
+        SignalOp::Set => a.swap(value, Ordering::SeqCst),
+        SignalOp::Add => a.fetch_add(value, Ordering::SeqCst),
+    };
+}
+
 fn refused(status: i32) -> Error {
     let st = Status::from_code(status).unwrap_or(Status::IoError);
     Error::msg(

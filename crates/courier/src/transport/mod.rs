@@ -265,6 +265,15 @@ impl LinkTx {
         }
     }
 
+    /// What wakes the peer's worker after a direct write into its memory (shared memory
+    /// links only).
+    pub(crate) fn doorbell(&self) -> Option<shm::Doorbell> {
+        match self {
+            LinkTx::Shm(t) => Some(t.doorbell()),
+            _ => None,
+        }
+    }
+
     /// Whether `remote_write` works on this link (shared memory with CMA).
     pub fn writes_remote(&self) -> bool {
         match self {

@@ -250,8 +250,8 @@ impl Producer {
         self.f.ctl().armed.0.swap(0, AcqRel) != 0
     }
 
-    #[cfg(test)]
-    pub fn fifo(&self) -> FifoRef {
+    /// The FIFO this producer writes.
+    pub fn fifo_ref(&self) -> FifoRef {
         self.f
     }
 }
@@ -424,6 +424,23 @@ impl Consumer {
 }
 
 impl FifoRef {
+    /// Whether this FIFO's consumer may sleep at all (see `FifoCtl::sleeper`).
+    #[inline]
+    pub fn consumer_may_sleep(&self) -> bool {
+        self.ctl().sleeper.0.load(Relaxed) != 0
+    }
+
+    /// For a write into the consumer's memory that is not a frame (a same-host peer's
+    /// direct put-with-signal): claim the consumer's wakeup request, as `take_armed` does
+    /// for frames. The caller's write must be a sequentially consistent read-modify-write
+    /// made before this call: then either this load sees `armed`, or the consumer, which
+    /// arms with a sequentially consistent store and fence before its last look, sees the
+    /// write.
+    pub fn claim_wakeup(&self) -> bool {
+        let a = &self.ctl().armed.0;
+        a.load(SeqCst) != 0 && a.swap(0, AcqRel) != 0
+    }
+
     /// Declare whether this FIFO's consumer may sleep (see `FifoCtl::sleeper`). Called by
     /// the consumer's side before the handshake message that lets the producer start.
     pub fn set_sleeper(&self, may_sleep: bool) {

@@ -162,6 +162,68 @@ struct Link {
     peer_pid: u32,
 }
 
+impl Link {
+    /// Send the wakeup byte (a full socket already holds one to wake on).
+    fn wake(&self) -> Result<(), TxError> {
+        loop {
+            match rustix::net::send(
+                &self.sock,
+                &[1u8],
+                SendFlags::DONTWAIT | SendFlags::NOSIGNAL,
+            ) {
+                Ok(_) | Err(Errno::AGAIN) => return Ok(()),
+                Err(Errno::INTR) => continue,
+                Err(e) => {
+                    return Err(TxError::Failed(Error::msg(
+                        Status::PeerFailure,
+                        format!(
+                            "shm peer (pid {}) closed the connection or died ({e})",
+                            self.peer_pid
+                        ),
+                    )));
+                }
+            }
+        }
+    }
+}
+
+/// Wakes the peer's worker after a write into its memory that is not a frame: a same-host
+/// direct put-with-signal, which a `signal_wait_until` sleeping on that worker waits for.
+/// It uses the link's own wakeup protocol (the consumer's `armed` flag and the socket's
+/// byte), so it may be rung from any thread, beside the link's sender.
+pub(crate) struct Doorbell {
+    f: FifoRef,
+    link: Arc<Link>,
+}
+
+// SAFETY: the FIFO reference points into the mapping kept alive by the Arc<Link>, and a
+// doorbell touches only its control block's atomics and the socket (a send of one byte,
+// safe from any thread).
+unsafe impl Send for Doorbell {}
+// SAFETY: as above; every method takes `&self` and uses atomics or a socket send.
+unsafe impl Sync for Doorbell {}
+
+impl Doorbell {
+    /// Whether the peer's worker may sleep at all: if not, a writer needs no ordered
+    /// write and no `ring`.
+    #[inline]
+    pub(crate) fn may_sleep(&self) -> bool {
+        self.f.consumer_may_sleep()
+    }
+
+    /// Wake the peer's worker if it sleeps, after a sequentially consistent
+    /// read-modify-write of the word it waits on (see `FifoRef::claim_wakeup`). A peer
+    /// that has gone away is not an error here: the write is done, and the link reports
+    /// the failure to whoever uses it next.
+    pub(crate) fn ring(&self) {
+        if self.f.claim_wakeup()
+            && let Err(TxError::Failed(e)) = self.link.wake()
+        {
+            tracing::debug!("doorbell: {e}");
+        }
+    }
+}
+
 /// Build the two halves. `side` 0 = connector (sends on FIFO 0), 1 = acceptor.
 /// `n` is the cell count the mapping was created or checked for — never re-read from the
 /// shared header, which the peer could change after the check.
@@ -256,24 +318,15 @@ impl Tx {
 
     #[cold]
     fn wake(&self) -> Result<(), TxError> {
-        loop {
-            match rustix::net::send(
-                &self.link.sock,
-                &[1u8],
-                SendFlags::DONTWAIT | SendFlags::NOSIGNAL,
-            ) {
-                Ok(_) | Err(Errno::AGAIN) => return Ok(()), // full: the peer has bytes to wake on
-                Err(Errno::INTR) => continue,
-                Err(e) => {
-                    return Err(TxError::Failed(Error::msg(
-                        Status::PeerFailure,
-                        format!(
-                            "shm peer (pid {}) closed the connection or died ({e})",
-                            self.link.peer_pid
-                        ),
-                    )));
-                }
-            }
+        self.link.wake()
+    }
+
+    /// The handle a direct write into the peer's memory uses to wake the peer's worker
+    /// (the one this link connects to) when it sleeps.
+    pub(crate) fn doorbell(&self) -> Doorbell {
+        Doorbell {
+            f: self.prod.fifo_ref(),
+            link: self.link.clone(),
         }
     }
 

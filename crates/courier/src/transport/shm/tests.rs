@@ -245,6 +245,42 @@ fn arm_and_wake() {
     assert_eq!(recv_one(&mut rb), b"quiet");
 }
 
+/// A direct write's doorbell (a same-host put-with-signal) wakes the consumer only when it
+/// is armed, claims the request as a frame's send does, and leaves no frame behind.
+#[test]
+fn doorbell_wakes_only_an_armed_consumer() {
+    let c = cfg(64, "no");
+    let ((ta, _ra), (_tb, mut rb)) = pair(&c);
+    let fd = rb.fd().unwrap().try_clone_to_owned().unwrap();
+    let bell = ta.doorbell();
+    assert!(bell.may_sleep());
+    bell.ring();
+    assert!(!readable(fd.as_fd(), 0), "a consumer awake was sent a byte");
+    assert!(rb.arm().unwrap());
+    // From another thread, beside the link's sender.
+    std::thread::scope(|s| {
+        s.spawn(|| bell.ring());
+    });
+    assert!(
+        readable(fd.as_fd(), 3000),
+        "the armed consumer was not woken"
+    );
+    rb.on_readable().unwrap();
+    assert!(rb.peek().unwrap().is_none(), "a doorbell sends no frame");
+    // Claimed: once woken, another ring sends nothing until the consumer arms again.
+    bell.ring();
+    assert!(!readable(fd.as_fd(), 0));
+    assert!(rb.arm().unwrap());
+    bell.ring();
+    assert!(readable(fd.as_fd(), 0));
+
+    // A consumer whose context has no wakeup never sleeps: no ordered write, no ring.
+    let mut c = cfg(64, "no");
+    c.wakeup = false;
+    let ((ta, _ra), _b) = pair(&c);
+    assert!(!ta.doorbell().may_sleep());
+}
+
 #[test]
 fn dropped_peer_is_peer_failure_after_its_last_frames() {
     let c = cfg(16, "no");
@@ -267,14 +303,14 @@ fn corrupted_cells_are_errors_not_panics() {
     // Length beyond max_frame.
     let ((mut ta, _ra), (_tb, mut rb)) = pair(&c);
     ta.send(&[b"hello"]).unwrap();
-    ta.prod.fifo().corrupt(0, Some(100_000), None);
+    ta.prod.fifo_ref().corrupt(0, Some(100_000), None);
     let e = rb.peek().unwrap_err();
     assert_eq!(e.status(), Status::ProtocolError);
     assert!(e.detail().contains("length"), "{e}");
     // Cell count not matching the length.
     let ((mut ta, _ra), (_tb, mut rb)) = pair(&c);
     ta.send(&[b"hello"]).unwrap();
-    ta.prod.fifo().corrupt(0, None, Some(3));
+    ta.prod.fifo_ref().corrupt(0, None, Some(3));
     assert!(rb.peek().unwrap_err().detail().contains("cell count"));
     // A frame running past the end of the array.
     let ((mut ta, _ra), (_tb, mut rb)) = pair(&c);
@@ -283,17 +319,17 @@ fn corrupted_cells_are_errors_not_panics() {
         recv_one(&mut rb);
     }
     ta.send(&[b"b"]).unwrap();
-    ta.prod.fifo().corrupt(15, Some(600), Some(3));
+    ta.prod.fifo_ref().corrupt(15, Some(600), Some(3));
     assert!(rb.peek().unwrap_err().detail().contains("past the end"));
     // A skip marker at index 0.
     let ((mut ta, _ra), (_tb, mut rb)) = pair(&c);
     ta.send(&[b"hello"]).unwrap();
-    ta.prod.fifo().corrupt(0, Some(u32::MAX), Some(16));
+    ta.prod.fifo_ref().corrupt(0, Some(u32::MAX), Some(16));
     assert!(rb.peek().unwrap_err().detail().contains("skip"));
     // An impossible consumer position seen by the producer.
     let ((mut ta, _ra), (_tb, _rb)) = pair(&c);
     while ta.send(&[b"fill"]).is_ok() {}
-    ta.prod.fifo().set_tail(1 << 40);
+    ta.prod.fifo_ref().set_tail(1 << 40);
     match ta.send(&[b"x"]) {
         Err(TxError::Failed(e)) => assert_eq!(e.status(), Status::ProtocolError),
         _ => panic!("corrupt tail not detected"),
