@@ -22,7 +22,7 @@ use crate::base::sys::{copy_small, host_id};
 use crate::base::{Error, Result, Status};
 use crate::proto::core::State;
 pub use crate::proto::memreg::MemoryType;
-use crate::proto::memreg::{Mapping, MemRegistry, PeerMaps, Place, SegmentRefusal, check};
+use crate::proto::memreg::{Mapping, MemRegistry, PeerMaps, Place, Record, SegmentRefusal, check};
 pub use crate::proto::rma::{AtomicOp, SignalOp};
 use crate::proto::rma::{do_atomic, do_signal, do_signal_sc};
 use crate::proto::stage;
@@ -464,6 +464,26 @@ impl Drop for Memory {
     }
 }
 
+/// Update a signal word written directly, and ring `bell` (the owner's worker) if it may
+/// sleep: a sleeping `signal_wait_until` on it then returns at once, not at its next look.
+/// Where the owner cannot sleep, or nobody is to be woken (`None`: this context's own
+/// memory), the update is a plain one, with no ordering cost.
+///
+/// # Safety
+/// `sig` must be an aligned, valid, host-memory word.
+#[inline]
+unsafe fn signal_with(bell: Option<&Doorbell>, sig: *mut u8, op: SignalOp, value: u64) {
+    match bell.filter(|b| b.may_sleep()) {
+        Some(b) => {
+            // SAFETY: forwarded contract.
+            unsafe { do_signal_sc(sig, op, value) };
+            b.ring();
+        }
+        // SAFETY: forwarded contract.
+        None => unsafe { do_signal(sig, op, value) },
+    }
+}
+
 /// Loads of a signal word between two progress calls in `signal_wait_until`.
 const SIGNAL_LOADS_PER_PROGRESS: usize = 16;
 /// How long a sleeping `signal_wait_until` spins before its first sleep.
@@ -542,6 +562,14 @@ impl RemoteKey {
     /// reports. The small-put fast path: the same checks as `resolve`, no error built.
     #[inline]
     fn direct(&self, ep: &Endpoint, addr: u64, len: u64, need: u16) -> Option<*mut u8> {
+        let (rec, m) = self.direct_record(ep, need)?;
+        self.direct_at(&rec, m, addr, len, need)
+    }
+
+    /// For `direct`: the owner's record of this key's region, where the region is mapped
+    /// here, the key is `ep`'s and claims `need`, and the memory is host memory.
+    #[inline]
+    fn direct_record(&self, ep: &Endpoint, need: u16) -> Option<(Record, &Mapping)> {
         let Path::Direct {
             peer, seg: Some(m), ..
         } = &self.path
@@ -552,11 +580,21 @@ impl RemoteKey {
             return None;
         }
         let rec = peer.record(self.key.region)?;
-        check(&rec, self.key.region, self.key.secret, addr, len, need).ok()?;
-        if rec.mem_type != MemoryType::Host.code() as u64 {
-            return None;
-        }
-        // Inside what the key claims (so inside our mapping, which is at least that long).
+        (rec.mem_type == MemoryType::Host.code() as u64).then_some((rec, m))
+    }
+
+    /// For `direct`: where `[addr, addr + len)` is mapped here, if `rec` grants it and it
+    /// lies inside what the key claims (so inside our mapping, at least that long).
+    #[inline(always)]
+    fn direct_at(
+        &self,
+        rec: &Record,
+        m: &Mapping,
+        addr: u64,
+        len: u64,
+        need: u16,
+    ) -> Option<*mut u8> {
+        check(rec, self.key.region, self.key.secret, addr, len, need).ok()?;
         let off = addr - rec.base;
         let inside = rec.base == self.key.base
             && off
@@ -567,10 +605,19 @@ impl RemoteKey {
 
     /// The doorbell of the owner's worker behind this key's endpoint, once that endpoint
     /// runs on shared memory.
+    #[inline]
     fn doorbell(&self) -> Option<&Doorbell> {
-        if let Some(b) = self.bell.get() {
-            return Some(b);
+        match self.bell.get() {
+            Some(b) => Some(b),
+            None => self.doorbell_lookup(),
         }
+    }
+
+    /// `doorbell` before it is known: taken from the endpoint's link (under the worker's
+    /// lock) once that is shared memory.
+    #[cold]
+    #[inline(never)]
+    fn doorbell_lookup(&self) -> Option<&Doorbell> {
         if !matches!(self.path, Path::Direct { .. }) {
             return None;
         }
@@ -592,22 +639,13 @@ impl RemoteKey {
     }
 
     /// Update the signal word at `sig` (mapped here through this key) for a direct
-    /// put-with-signal, and wake the owner's worker if it sleeps there: a sleeping
-    /// `signal_wait_until` on it then returns at once, not at its next look. Where the owner
-    /// cannot sleep the update is a plain one, with no ordering cost.
+    /// put-with-signal, and wake the owner's worker if it sleeps there (`signal_with`).
     ///
     /// # Safety
     /// `sig` must be an aligned, valid, host-memory word.
     unsafe fn signal_direct(&self, sig: *mut u8, op: SignalOp, value: u64) {
-        match self.doorbell().filter(|b| b.may_sleep()) {
-            Some(b) => {
-                // SAFETY: forwarded contract.
-                unsafe { do_signal_sc(sig, op, value) };
-                b.ring();
-            }
-            // SAFETY: forwarded contract.
-            None => unsafe { do_signal(sig, op, value) },
-        }
+        // SAFETY: forwarded contract.
+        unsafe { signal_with(self.doorbell(), sig, op, value) }
     }
 
     /// Whether the key itself grants `need` on `[addr, addr + len)`: checked on every path
@@ -1219,25 +1257,77 @@ impl Endpoint {
         op: SignalOp,
         cb: Callback,
     ) -> Result<Started> {
-        if let Buf::One((a, l)) = data {
-            let both = (sig_addr.is_multiple_of(8)
-                && !cuda::is_device(a)
-                && sig_key.signal_direct_ready())
-            .then(|| key.direct(self, raddr, l as u64, access::WRITE))
-            .flatten()
-            .zip(sig_key.direct(self, sig_addr, 8, access::WRITE));
-            if let Some((dst, sig)) = both {
-                // SAFETY: both ranges checked against the owner's records and our mappings;
-                // the signal word is aligned (the owner's address is, and regions start on
-                // pages); the source is the caller's buffer.
-                unsafe {
-                    copy_small(a as *const u8, dst, l);
-                    fence(Ordering::Release);
-                    sig_key.signal_direct(sig, op, value);
-                }
-                return Ok(done(l));
+        // A same-host peer's region, mapped here, with the endpoint on shared memory (whose
+        // link wakes the owner): contiguous host data and the signal written directly.
+        if let Buf::One((a, l)) = data
+            && sig_addr.is_multiple_of(8)
+            && let Some(bell) = sig_key.doorbell()
+            && !cuda::is_device(a)
+            && let Some((dst, sig)) = self.direct_pair(key, raddr, l as u64, sig_key, sig_addr)
+        {
+            // SAFETY: both ranges checked against the owner's record and our mapping; the
+            // signal word is aligned (the owner's address is, and regions start on pages);
+            // the source is the caller's buffer.
+            unsafe {
+                copy_small(a as *const u8, dst, l);
+                fence(Ordering::Release);
+                signal_with(Some(bell), sig, op, value);
             }
+            return Ok(done(l));
         }
+        // SAFETY: forwarded contract.
+        unsafe { self.put_signal_general(data, raddr, key, sig_addr, sig_key, value, op, cb) }
+    }
+
+    /// For the direct put-with-signal: where the data and the signal word are mapped here,
+    /// both checked for writing (with one read of the owner's record when both lie in the
+    /// region of one key, as they usually do).
+    #[inline]
+    fn direct_pair(
+        &self,
+        key: &RemoteKey,
+        raddr: u64,
+        len: u64,
+        sig_key: &RemoteKey,
+        sig_addr: u64,
+    ) -> Option<(*mut u8, *mut u8)> {
+        let w = access::WRITE;
+        if std::ptr::eq(key, sig_key) {
+            // One region, one set of rights: both ranges lie in it exactly when the span
+            // from the lower start to the higher end does.
+            let lo = raddr.min(sig_addr);
+            let hi = raddr.checked_add(len)?.max(sig_addr.checked_add(8)?);
+            let (rec, m) = key.direct_record(self, w)?;
+            let at = key.direct_at(&rec, m, lo, hi - lo, w)?;
+            Some((
+                at.wrapping_add((raddr - lo) as usize),
+                at.wrapping_add((sig_addr - lo) as usize),
+            ))
+        } else {
+            Some((
+                key.direct(self, raddr, len, w)?,
+                sig_key.direct(self, sig_addr, 8, w)?,
+            ))
+        }
+    }
+
+    /// `put_signal_raw` for every case but the direct one.
+    ///
+    /// # Safety
+    /// As `put_signal_raw`.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(never)]
+    unsafe fn put_signal_general(
+        &self,
+        data: Buf,
+        raddr: u64,
+        key: &RemoteKey,
+        sig_addr: u64,
+        sig_key: &RemoteKey,
+        value: u64,
+        op: SignalOp,
+        cb: Callback,
+    ) -> Result<Started> {
         self.check_key(key)?;
         self.check_key(sig_key)?;
         if !sig_addr.is_multiple_of(8) {
