@@ -461,7 +461,7 @@ fn client_loops(link: &Link, p: &Params, meter: &mut Meter<'_>, side: &Side) -> 
             let mut pending: Option<Request<'_>> = None;
             timed(link, meter, p, |i| {
                 settle(link, &mut pending)?;
-                pending = Some(link.check(ep.put_signal(
+                pending = in_flight(link.check(ep.put_signal(
                     data,
                     r_recv,
                     rk,
@@ -490,7 +490,7 @@ fn client_loops(link: &Link, p: &Params, meter: &mut Meter<'_>, side: &Side) -> 
                 link.wait(&mut put)?;
                 drop(put);
                 pending =
-                    Some(link.check(ep.atomic(AtomicOp::Swap, i + 1, 0, r_sig, rk, false))?);
+                    in_flight(link.check(ep.atomic(AtomicOp::Swap, i + 1, 0, r_sig, rk, false))?);
                 side.wait_signal(link, i + 1)?;
                 if p.check {
                     // SAFETY: the receive area; the peer is waiting for our next put.
@@ -668,7 +668,7 @@ fn server_loops(link: &Link, p: &Params, side: &Side) -> CliResult<()> {
             for i in 0..total {
                 side.wait_signal(link, i + 1)?;
                 settle(link, &mut pending)?;
-                pending = Some(link.check(ep.put_signal(
+                pending = in_flight(link.check(ep.put_signal(
                     data,
                     r_recv,
                     rk,
@@ -690,7 +690,7 @@ fn server_loops(link: &Link, p: &Params, side: &Side) -> CliResult<()> {
                 link.wait(&mut put)?;
                 drop(put);
                 pending =
-                    Some(link.check(ep.atomic(AtomicOp::Swap, i + 1, 0, r_sig, rk, false))?);
+                    in_flight(link.check(ep.atomic(AtomicOp::Swap, i + 1, 0, r_sig, rk, false))?);
             }
             settle(link, &mut pending)?;
         }
