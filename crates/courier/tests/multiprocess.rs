@@ -827,6 +827,73 @@ fn peer_killed_mid_transfer_tcp() {
     killed_case("tcp");
 }
 
+/// A send to a peer that is alive but stopped (SIGSTOP) cannot finish, and cannot be
+/// canceled once started. Dropping it waits as long as a flush would (twice the keepalive
+/// timeout, at least 5 s), then fails its endpoint with the reason, so the drop returns
+/// instead of hanging; the worker's other endpoint goes on.
+fn dropped_to_stopped_case(tls: &str) {
+    let sink = Peer::spawn("sink", tls, &[]);
+    let mut echo = Peer::spawn("echo", tls, &[]);
+    let ctx = Context::new(
+        ContextParams::default()
+            .config("COURIER_TLS", tls)
+            .config("COURIER_KEEPALIVE_TIMEOUT", "1s"),
+    )
+    .unwrap();
+    let w = Worker::new(&ctx, WorkerParams::default()).unwrap();
+    let ep = connect(&w, &sink, 2);
+    let other = connect(&w, &echo, 3);
+    let big = pattern(32 << 20, 2);
+    let mut send = ep.tag_send(&big, 7).unwrap();
+    for _ in 0..1000 {
+        w.progress();
+    }
+    assert!(!send.is_done(), "nobody received the message");
+    assert!(!send.cancel(), "a started send cannot be canceled");
+    let pid = sink.child.id() as libc::pid_t;
+    // SAFETY: signalling our own child.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0);
+    // Should the drop hang, fail the test rather than the whole run.
+    let (tx, rx) = std::sync::mpsc::channel::<()>();
+    let watchdog = std::thread::spawn(move || {
+        if rx.recv_timeout(Duration::from_secs(90)).is_err() {
+            eprintln!("dropping the request still waits after 90 s");
+            std::process::exit(1);
+        }
+    });
+    let t = Instant::now();
+    drop(send);
+    let took = t.elapsed();
+    let _ = tx.send(());
+    watchdog.join().unwrap();
+    assert!(
+        took >= Duration::from_secs(4),
+        "the drop gave up after {took:?}, before the limit"
+    );
+    let e = ep
+        .tag_send(b"x", 1)
+        .err()
+        .expect("the endpoint of the abandoned request must have failed");
+    assert_eq!(e.status(), Status::Timeout, "{e}");
+    assert!(e.detail().contains("dropped while in flight"), "{e}");
+    // The worker and its other endpoint go on.
+    tag_echo(&w, &other, 3, 100_000, 2);
+    ep.close_force();
+    stop(&w, &other, &mut echo);
+    // SAFETY: as above; the sink is then killed when dropped.
+    unsafe { libc::kill(pid, libc::SIGCONT) };
+}
+
+#[test]
+fn dropped_send_to_a_stopped_peer_gives_up_shm() {
+    dropped_to_stopped_case("all");
+}
+
+#[test]
+fn dropped_send_to_a_stopped_peer_gives_up_tcp() {
+    dropped_to_stopped_case("tcp");
+}
+
 fn frame(bytes: &[u8]) -> Vec<u8> {
     let mut v = (bytes.len() as u32).to_le_bytes().to_vec();
     v.extend_from_slice(bytes);

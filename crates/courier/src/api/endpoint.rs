@@ -311,7 +311,7 @@ impl Endpoint {
 
     /// Wait until every send on this endpoint has completed and left this process.
     pub fn flush(&self) -> Result<()> {
-        let limit = self.flush_limit();
+        let limit = self.worker.context().config().give_up_after();
         let deadline = Instant::now() + limit;
         // Everything sent has left and every acknowledged operation is answered; then the
         // target confirms the unacknowledged puts, and reports any it refused.
@@ -334,13 +334,6 @@ impl Endpoint {
                 ));
             }
         }
-    }
-
-    fn flush_limit(&self) -> Duration {
-        let cfg = self.worker.context().config();
-        (cfg.keepalive_timeout.saturating_mul(2))
-            .min(Duration::from_secs(60))
-            .max(Duration::from_secs(5))
     }
 
     /// Close gracefully: flush, tell the peer, release. Bounded: after twice the keepalive

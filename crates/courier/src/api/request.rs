@@ -10,7 +10,9 @@ use crate::proto::tag::Started;
 
 /// An operation in flight. It borrows the buffer it reads or writes, so the buffer
 /// outlives the operation. Dropping a request that is still in flight cancels it if it has
-/// not started, otherwise waits for it (bounded by peer-failure detection).
+/// not started, otherwise waits for it: at most twice the keepalive timeout (5 to 60 s),
+/// after which the endpoint it waits on is failed, with the reason, so that nothing
+/// touches the buffer any more.
 #[must_use = "a request completes only while the worker progresses; wait() or test() it"]
 pub struct Request<'a> {
     /// Only requests still in flight need their worker; completed ones skip the clone.
@@ -127,6 +129,30 @@ impl Request<'_> {
             );
             w.detach(self.id);
             return;
+        }
+        // Wait for it, as long as a flush would: its buffer is borrowed until it finishes.
+        // A peer that is alive but stopped (or never answers) would hold the drop forever,
+        // so past that limit its endpoint is failed, which takes the link's hands off the
+        // buffer and completes the request with the reason.
+        let limit = w.context().config().give_up_after();
+        let timed_out = matches!(
+            self.wait_inner(Instant::now().checked_add(limit)),
+            Err(e) if e.status() == Status::Timeout
+        );
+        if !timed_out || self.done.is_some() {
+            return;
+        }
+        let why = Error::msg(
+            Status::Timeout,
+            format!(
+                "a request dropped while in flight did not finish within {limit:?}; the endpoint it waited on is closed so that nothing touches its buffer any more"
+            ),
+        );
+        tracing::warn!("{}", why.detail());
+        if !w.abandon(self.id, why) {
+            tracing::warn!(
+                "the dropped request waits on no endpoint: waiting on until it finishes"
+            );
         }
         let _ = self.wait_inner(None);
     }

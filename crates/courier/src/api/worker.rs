@@ -552,6 +552,11 @@ impl Worker {
         self.cancel(id)
     }
 
+    /// See `State::abandon`.
+    pub(crate) fn abandon(&self, id: u64, why: Error) -> bool {
+        self.lock().map(|mut g| g.abandon(id, why)).unwrap_or(false)
+    }
+
     pub(crate) fn detach(&self, id: u64) {
         if let Ok(mut g) = self.lock() {
             if let Some(s) = g.req(id) {

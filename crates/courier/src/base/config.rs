@@ -310,6 +310,17 @@ pub fn parse_size(s: &str) -> Option<usize> {
     num.trim().parse::<usize>().ok()?.checked_mul(mul)
 }
 
+impl Config {
+    /// How long an operation that waits on a peer may take before Courier gives up on it
+    /// (a flush, a request dropped while in flight): twice the keepalive timeout, from 5 s
+    /// to 60 s.
+    pub fn give_up_after(&self) -> Duration {
+        self.keepalive_timeout
+            .saturating_mul(2)
+            .clamp(Duration::from_secs(5), Duration::from_secs(60))
+    }
+}
+
 /// Parse a duration: `500ms`, `2s`, `1.5s`, `100us`, `inf`.
 pub fn parse_duration(s: &str) -> Option<Duration> {
     let t = s.trim().to_ascii_lowercase();

@@ -536,6 +536,17 @@ impl State {
         }
     }
 
+    /// Give up on request `id`, still in flight: fail the endpoint it waits on with `why`,
+    /// the one way to make certain that nothing reads or writes its buffer any more (the
+    /// request then completes with that error). `false`: it waits on no endpoint.
+    pub(crate) fn abandon(&mut self, id: u64, why: Error) -> bool {
+        let Some(e) = self.req(id).filter(|s| !s.done).and_then(|s| s.ep) else {
+            return false;
+        };
+        self.fail_ep(e, why);
+        true
+    }
+
     /// Free an endpoint slot entirely (handle gone and link dropped).
     pub(crate) fn ep_free(&mut self, e: u32) {
         self.ep_take_link(e);
