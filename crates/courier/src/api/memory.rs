@@ -1275,8 +1275,14 @@ impl Endpoint {
             }
             return Ok(done(l));
         }
+        let sig = SignalTarget {
+            addr: sig_addr,
+            key: sig_key,
+            value,
+            op,
+        };
         // SAFETY: forwarded contract.
-        unsafe { self.put_signal_general(data, raddr, key, sig_addr, sig_key, value, op, cb) }
+        unsafe { self.put_signal_general(data, raddr, key, sig, cb) }
     }
 
     /// For the direct put-with-signal: where the data and the signal word are mapped here,
@@ -1315,19 +1321,21 @@ impl Endpoint {
     ///
     /// # Safety
     /// As `put_signal_raw`.
-    #[allow(clippy::too_many_arguments)]
     #[inline(never)]
     unsafe fn put_signal_general(
         &self,
         data: Buf,
         raddr: u64,
         key: &RemoteKey,
-        sig_addr: u64,
-        sig_key: &RemoteKey,
-        value: u64,
-        op: SignalOp,
+        sig: SignalTarget<'_>,
         cb: Callback,
     ) -> Result<Started> {
+        let SignalTarget {
+            addr: sig_addr,
+            key: sig_key,
+            value,
+            op,
+        } = sig;
         self.check_key(key)?;
         self.check_key(sig_key)?;
         if !sig_addr.is_multiple_of(8) {
@@ -1390,6 +1398,14 @@ impl Endpoint {
         fence(Ordering::SeqCst);
         Ok(())
     }
+}
+
+/// The signal half of a put-with-signal: the word, its key, and the update.
+struct SignalTarget<'k> {
+    addr: u64,
+    key: &'k RemoteKey,
+    value: u64,
+    op: SignalOp,
 }
 
 /// A Berkeley UPC-style semaphore living in this process's memory.
