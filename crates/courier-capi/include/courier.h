@@ -1215,12 +1215,24 @@ courier_status_t courier_sem_post(const courier_sem_t *sem, uint64_t n);
 courier_status_t courier_sem_try(const courier_sem_t *sem, uint64_t n);
 
 /**
- * Wait until at least `n` is there and take it, progressing `worker`. Not inside a
- * callback.
+ * Wait until at least `n` is there and take it, progressing `worker` (spinning, without
+ * limit). Not inside a callback.
  */
 courier_status_t courier_sem_wait(const courier_sem_t *sem,
                                   const courier_worker_t *worker,
                                   uint64_t n);
+
+/**
+ * `courier_sem_wait` with `flags` (`COURIER_SIGNAL_WAIT_FLAG_SLEEP`: after a short spin,
+ * sleep on the worker's event fd, woken by a peer's signalling put) and a limit
+ * (`timeout_ms` < 0: none; `COURIER_ERR_TIMEOUT` when it passes). A wait for more than a
+ * boolean semaphore holds is `COURIER_ERR_INVALID_PARAM`. Not inside a callback.
+ */
+courier_status_t courier_sem_wait_timeout(const courier_sem_t *sem,
+                                          const courier_worker_t *worker,
+                                          uint64_t n,
+                                          uint32_t flags,
+                                          int64_t timeout_ms);
 
 /**
  * The current value.

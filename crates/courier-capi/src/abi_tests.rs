@@ -986,6 +986,19 @@ fn one_sided_on_a_local_region() {
         let mut v = 0u64;
         assert_eq!(courier_sem_value(sem, &mut v), COURIER_OK);
         assert_eq!(v, 1);
+        // Only 1 is there: a limited wait for 2, sleeping or not, times out and takes
+        // nothing.
+        for flags in [0, COURIER_SIGNAL_WAIT_FLAG_SLEEP] {
+            assert_eq!(
+                courier_sem_wait_timeout(sem, s.w, 2, flags, 20),
+                COURIER_ERR_TIMEOUT
+            );
+        }
+        assert_eq!(
+            courier_sem_wait_timeout(sem, s.w, 1, COURIER_SIGNAL_WAIT_FLAG_SLEEP, 1000),
+            COURIER_OK
+        );
+        assert_eq!(courier_sem_post(sem, 1), COURIER_OK);
         assert_eq!(
             courier_sem_post(sem, COURIER_SEM_MAX),
             COURIER_ERR_INVALID_PARAM

@@ -691,13 +691,29 @@ pub unsafe extern "C" fn courier_sem_try(sem: *const courier_sem_t, n: u64) -> c
     })
 }
 
-/// Wait until at least `n` is there and take it, progressing `worker`. Not inside a
-/// callback.
+/// Wait until at least `n` is there and take it, progressing `worker` (spinning, without
+/// limit). Not inside a callback.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn courier_sem_wait(
     sem: *const courier_sem_t,
     worker: *const courier_worker_t,
     n: u64,
+) -> courier_status_t {
+    // SAFETY: forwarded contract.
+    unsafe { courier_sem_wait_timeout(sem, worker, n, 0, -1) }
+}
+
+/// `courier_sem_wait` with `flags` (`COURIER_SIGNAL_WAIT_FLAG_SLEEP`: after a short spin,
+/// sleep on the worker's event fd, woken by a peer's signalling put) and a limit
+/// (`timeout_ms` < 0: none; `COURIER_ERR_TIMEOUT` when it passes). A wait for more than a
+/// boolean semaphore holds is `COURIER_ERR_INVALID_PARAM`. Not inside a callback.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn courier_sem_wait_timeout(
+    sem: *const courier_sem_t,
+    worker: *const courier_worker_t,
+    n: u64,
+    flags: u32,
+    timeout_ms: i64,
 ) -> courier_status_t {
     boundary(|| {
         let s = unsafe { arg(sem, "sem") }?;
@@ -707,14 +723,10 @@ pub unsafe extern "C" fn courier_sem_wait(
                 "courier_sem_wait inside a callback cannot progress the worker",
             ));
         }
-        loop {
-            if s.sem.try_wait(n) {
-                return Ok(COURIER_OK);
-            }
-            if w.w.progress() == 0 {
-                std::hint::spin_loop();
-            }
-        }
+        let sleep = flags & COURIER_SIGNAL_WAIT_FLAG_SLEEP != 0;
+        let timeout = (timeout_ms >= 0).then(|| Duration::from_millis(timeout_ms as u64));
+        s.sem.wait_timeout(&w.w, n, sleep, timeout)?;
+        Ok(COURIER_OK)
     })
 }
 

@@ -934,8 +934,21 @@ fn child_sem_consumer() {
 
     // 1. An integer semaphore counts signalling puts (add 1); each post taken is one whose
     //    data is all there.
+    //    Every other wait, and the last two (whose posts come after a pause), sleep on the
+    //    worker's event fd. This child runs with COURIER_SIGNAL_NAP=inf: only the put
+    //    itself can wake it (a put that woke no one shows as a wait of 20 s).
     for k in 1..=SEM_N {
-        int.wait(&t.w, 1).unwrap();
+        if k % 2 == 0 || k > SEM_N - 2 {
+            let t0 = Instant::now();
+            int.wait_timeout(&t.w, 1, true, Some(Duration::from_secs(20)))
+                .unwrap();
+            assert!(
+                t0.elapsed() < Duration::from_secs(10),
+                "post {k}: the sleeping wait was not woken by the put"
+            );
+        } else {
+            int.wait(&t.w, 1).unwrap();
+        }
         assert!(
             slot(k) == pattern(SLOT, k),
             "post {k} taken before its data"
@@ -992,7 +1005,7 @@ fn child_sem_consumer() {
 }
 
 fn semaphores(net: Net) {
-    let mut kid = Kid::spawn("sem_consumer", net, &[]);
+    let mut kid = Kid::spawn("sem_consumer", net, &[("COURIER_SIGNAL_NAP", "inf".into())]);
     let cl = client(&mut kid, net);
     let addrs: Vec<u64> = kid
         .line("ADDRS")
@@ -1011,7 +1024,17 @@ fn semaphores(net: Net) {
             .wait()
             .unwrap();
     };
+    if net.tls != "tcp" {
+        // Direct posts from here on (before, they go through the consumer as frames).
+        progress_until(&cl.w, &mut kid, "the shared-memory link", || {
+            cl.ep.transport() == Some("shm")
+        });
+    }
     for k in 1..=SEM_N {
+        if k > SEM_N - 2 {
+            // The consumer is asleep by now.
+            std::thread::sleep(Duration::from_millis(50));
+        }
         post(k, is, ia, 1, SignalOp::Add);
     }
     assert_eq!(recv_u64(&cl.w, &mut kid, ACK), 1);

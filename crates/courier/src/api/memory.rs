@@ -1520,18 +1520,64 @@ impl Semaphore {
             .unwrap_or(false)
     }
 
-    /// Wait until at least `n` is there, then take it (progressing `worker`).
+    /// Wait until at least `n` is there, then take it (progressing `worker`, spinning;
+    /// `bupc_sem_wait`). See `wait_timeout`.
     pub fn wait(&self, worker: &Worker, n: u64) -> Result<()> {
-        let deadline = Instant::now() + Duration::from_secs(3600);
+        self.wait_timeout(worker, n, false, None)
+    }
+
+    /// `wait`, sleeping when asked and with a time limit (`Timeout` when it passes; `None`:
+    /// none). With `sleep` it waits as `Memory::signal_wait_until` does: a short spin, then
+    /// sleeps on the worker's event fd, from which a peer's signalling put to this worker
+    /// wakes it (framed, or written directly by a same-host peer). Waiting for more than a
+    /// boolean semaphore can hold is refused.
+    pub fn wait_timeout(
+        &self,
+        worker: &Worker,
+        n: u64,
+        sleep: bool,
+        timeout: Option<Duration>,
+    ) -> Result<()> {
+        if n > self.limit() {
+            return Err(Error::msg(
+                Status::InvalidParam,
+                format!(
+                    "a wait for {n} on a semaphore that holds at most {}",
+                    self.limit()
+                ),
+            ));
+        }
+        let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
+        // A boolean one reads as 1 whatever peers' adds took its word to.
+        let want = n.min(self.limit());
         loop {
             if self.try_wait(n) {
                 return Ok(());
             }
-            if worker.progress() == 0 {
-                std::hint::spin_loop();
-            }
-            if Instant::now() > deadline {
-                return Err(Error::new(Status::Timeout, "semaphore wait"));
+            let left = match deadline {
+                Some(d) => match d.checked_duration_since(Instant::now()) {
+                    Some(l) => Some(l),
+                    None => {
+                        return Err(Error::msg(
+                            Status::Timeout,
+                            format!(
+                                "semaphore: {n} not available within {:?}",
+                                timeout.unwrap_or_default()
+                            ),
+                        ));
+                    }
+                },
+                None => None,
+            };
+            // Until the word holds enough; another consumer may take it first, and then
+            // this waits again.
+            match self
+                .mem
+                .signal_wait_until_timeout(Some(worker), 0, Cmp::Ge, want, sleep, left)
+            {
+                Ok(_) => {}
+                Err(e) if e.status() == Status::Timeout => continue,
+                Err(e) => return Err(e),
             }
         }
     }
@@ -1568,5 +1614,43 @@ mod tests {
         assert_eq!(int.value(), 3);
         assert!(int.try_wait(2));
         assert_eq!(int.value(), 1);
+    }
+
+    /// A semaphore wait with a limit: refused beyond what it can hold, a timeout when
+    /// nothing comes, the value taken when it is there; a sleeping wait as well.
+    #[test]
+    fn semaphore_waits_with_limits() {
+        let ctx = Context::new(ContextParams::default()).expect("context");
+        let w = Worker::new(&ctx, Default::default()).expect("worker");
+        let boolean = Semaphore::new(&ctx, sem_flags::BOOLEAN).expect("semaphore");
+        let e = boolean
+            .wait(&w, 2)
+            .expect_err("a boolean one never holds 2");
+        assert_eq!(e.status(), Status::InvalidParam);
+        let int = Semaphore::new(&ctx, 0).expect("semaphore");
+        for sleep in [false, true] {
+            let short = Some(Duration::from_millis(20));
+            let e = int
+                .wait_timeout(&w, 1, sleep, short)
+                .expect_err("nothing posted");
+            assert_eq!(e.status(), Status::Timeout, "{e}");
+            int.post(3).expect("post");
+            int.wait_timeout(&w, 2, sleep, short).expect("3 are there");
+            assert_eq!(int.value(), 1);
+            assert!(int.try_wait(1));
+        }
+        // Another thread posts while this one sleeps.
+        let sem = Arc::new(int);
+        let poster = {
+            let s = sem.clone();
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(30));
+                s.post(2)
+            })
+        };
+        sem.wait_timeout(&w, 2, true, Some(Duration::from_secs(20)))
+            .expect("posted by the other thread");
+        poster.join().expect("poster").expect("post");
+        assert_eq!(sem.value(), 0);
     }
 }
