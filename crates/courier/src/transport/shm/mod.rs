@@ -285,6 +285,15 @@ pub struct Tx {
     cma: bool,
 }
 
+impl Drop for Tx {
+    /// The socket closes when the last holder of the link goes, which a `Doorbell` (held
+    /// by a remote key) can delay past the endpoint's end: shut our side now, so the peer
+    /// sees the hang-up when the link goes, as it would without one.
+    fn drop(&mut self) {
+        let _ = rustix::net::shutdown(&self.link.sock, rustix::net::Shutdown::Write);
+    }
+}
+
 /// Receiving half.
 pub struct Rx {
     cons: Consumer,

@@ -281,6 +281,22 @@ fn doorbell_wakes_only_an_armed_consumer() {
     assert!(!ta.doorbell().may_sleep());
 }
 
+/// A doorbell kept after its link is dropped (a remote key outliving its endpoint) does
+/// not hide the hang-up from the peer.
+#[test]
+fn a_kept_doorbell_does_not_hide_the_hang_up() {
+    let c = cfg(16, "no");
+    let ((ta, ra), (_tb, mut rb)) = pair(&c);
+    let bell = ta.doorbell();
+    drop(ta);
+    drop(ra);
+    assert!(readable(rb.fd().unwrap(), 2000), "the peer saw no hang-up");
+    let e = rb.on_readable().unwrap_err();
+    assert_eq!(e.status(), Status::PeerFailure);
+    // Ringing a gone peer is no error.
+    bell.ring();
+}
+
 #[test]
 fn dropped_peer_is_peer_failure_after_its_last_frames() {
     let c = cfg(16, "no");
