@@ -6,9 +6,11 @@
 
 use std::io::{BufRead, BufReader, Read};
 use std::net::SocketAddr;
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Child, ExitStatus};
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant};
+mod common;
+use common::{courier, piped};
 
 /// How long the machine may take to start a process and get a test going (a loaded
 /// 2-core machine can be slow).
@@ -36,15 +38,7 @@ impl Proc {
         args: &[&str],
         env: &[(&str, &str)],
     ) -> (Proc, mpsc::Receiver<String>) {
-        let mut c = Command::new(env!("CARGO_BIN_EXE_courier"));
-        c.args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        for (k, v) in env {
-            c.env(k, v);
-        }
-        let mut child = c.spawn().expect("start courier");
+        let mut child = piped(args, env).spawn().expect("start courier");
         let out = child.stdout.take().expect("piped");
         let mut err = child.stderr.take().expect("piped");
         let text = Arc::new(Mutex::new(String::new()));
@@ -361,8 +355,8 @@ fn a_bad_peer_timeout_is_a_usage_error() {
         ("-3s", "expected a duration"),
         ("1e30", "expected a duration"),
     ] {
-        let o = Command::new(env!("CARGO_BIN_EXE_courier"))
-            .args([
+        let o = courier(
+            &[
                 "perf",
                 "-l",
                 "-t",
@@ -370,10 +364,9 @@ fn a_bad_peer_timeout_is_a_usage_error() {
                 "-n",
                 "10",
                 &format!("--peer-timeout={v}"),
-            ])
-            .stdin(Stdio::null())
-            .output()
-            .expect("run courier");
+            ],
+            &[],
+        );
         let err = String::from_utf8_lossy(&o.stderr);
         assert_eq!(o.status.code(), Some(2), "{v}: {err}");
         assert!(

@@ -3,11 +3,11 @@
 //! CSV and JSON) and at the server's side of it; no assertion looks at a timing value.
 
 use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 mod common;
-use common::{TCP, courier, fields as numbers, json_of, text};
+use common::{TCP, courier, fields as numbers, json_of, piped, text};
 
 /// The table of a `-T` run: the header box and column headers as with one thread, then
 /// only `[thread k]` rows (k < threads, eight numbers each) and one `Final:` row of four
@@ -208,15 +208,9 @@ fn final_only_csv_and_json_with_threads() {
 
 /// A server process (`--verbose`); returns it and its port.
 fn server(env: &[(&str, &str)]) -> (Child, u16) {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_courier"));
-    c.args(["perf", "-p", "0", "--announce", "--verbose"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    for (k, v) in env {
-        c.env(k, v);
-    }
-    let mut child = c.spawn().expect("start the server");
+    let mut child = piped(&["perf", "-p", "0", "--announce", "--verbose"], env)
+        .spawn()
+        .expect("start the server");
     let out = child.stdout.take().expect("piped");
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
@@ -296,8 +290,8 @@ fn a_server_process_answers_every_thread_of_a_client_process() {
 fn a_killed_server_ends_every_thread_with_an_error_naming_it() {
     let (mut srv, port) = server(&[]);
     let port_s = port.to_string();
-    let client = Command::new(env!("CARGO_BIN_EXE_courier"))
-        .args([
+    let client = piped(
+        &[
             "perf",
             "127.0.0.1",
             "-p",
@@ -309,12 +303,12 @@ fn a_killed_server_ends_every_thread_with_an_error_naming_it() {
             "-n",
             "1000000000000",
             "-f",
-        ])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start the client");
+        ],
+        &[],
+    )
+    .stdout(Stdio::null())
+    .spawn()
+    .expect("start the client");
     std::thread::sleep(Duration::from_millis(1500));
     let _ = srv.kill();
     let _ = srv.wait();

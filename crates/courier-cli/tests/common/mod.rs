@@ -17,6 +17,20 @@ pub fn courier(args: &[&str], env: &[(&str, &str)]) -> Output {
     c.output().expect("run courier")
 }
 
+/// `courier ARGS` with `env` added, standard input closed and both outputs piped, to be
+/// spawned (a server, or a client whose output is read while it runs).
+pub fn piped(args: &[&str], env: &[(&str, &str)]) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_courier"));
+    c.args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    c
+}
+
 /// Standard output and standard error as text.
 pub fn text(o: &Output) -> (String, String) {
     (

@@ -247,7 +247,7 @@ impl Producer {
 
     /// Claim the consumer's wakeup request. True if we must send a wakeup byte.
     pub fn take_armed(&self) -> bool {
-        self.f.ctl().armed.0.swap(0, AcqRel) != 0
+        self.f.take_armed()
     }
 
     /// The FIFO this producer writes.
@@ -437,8 +437,14 @@ impl FifoRef {
     /// arms with a sequentially consistent store and fence before its last look, sees the
     /// write.
     pub fn claim_wakeup(&self) -> bool {
-        let a = &self.ctl().armed.0;
-        a.load(SeqCst) != 0 && a.swap(0, AcqRel) != 0
+        self.ctl().armed.0.load(SeqCst) != 0 && self.take_armed()
+    }
+
+    /// Claim the consumer's wakeup request (clear `armed`). True if it was set: the
+    /// claimer sends the wakeup byte.
+    #[inline]
+    fn take_armed(&self) -> bool {
+        self.ctl().armed.0.swap(0, AcqRel) != 0
     }
 
     /// Declare whether this FIFO's consumer may sleep (see `FifoCtl::sleeper`). Called by
