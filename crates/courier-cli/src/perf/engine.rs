@@ -482,6 +482,10 @@ pub struct ServeOpts {
     pub stall: Duration,
     /// Print what it runs (`--verbose`).
     pub verbose: bool,
+    /// This is the link of one of a client's extra threads (its own threads were asked
+    /// for on the first link): it refuses to start more, so that a client cannot multiply
+    /// server threads by asking on every link.
+    pub helper: bool,
 }
 
 /// Serve tests until the client says done (or fails). A client running `-T N` asks first
@@ -520,7 +524,10 @@ fn spawn_helpers(
     let mut ports = Vec::with_capacity(n.saturating_sub(1));
     for k in 1..n {
         let (tx, rx) = std::sync::mpsc::channel::<u16>();
-        let o2 = o.clone();
+        let o2 = ServeOpts {
+            helper: true,
+            ..o.clone()
+        };
         let h = std::thread::Builder::new()
             .name(format!("perf-server-{k}"))
             .spawn(move || -> CliResult<()> {
@@ -604,6 +611,9 @@ fn serve_link(
                     "threads: expected a count from 2 to {MAX_THREADS}, got {}",
                     v["n"]
                 ),
+                Some(_) if o.helper => {
+                    "threads: asked on the link of a client's extra thread".to_string()
+                }
                 Some(_) if !helpers.is_empty() => {
                     "threads: this session already has its threads".to_string()
                 }
@@ -1457,4 +1467,53 @@ fn run_server(link: &Link, p: &Params, b: &Buffers, am: Option<Arc<AmState>>) ->
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A client's extra threads get their links from the first one; asking for threads
+    /// again on one of those links is refused, so a client cannot make the server start
+    /// threads without end.
+    #[test]
+    fn threads_are_given_only_on_the_first_link() {
+        let stall = Duration::from_secs(20);
+        let (ptx, prx) = std::sync::mpsc::channel();
+        let server = std::thread::spawn(move || -> CliResult<()> {
+            let w = super::super::make_worker(courier::ThreadMode::Single, Some("tcp"))?;
+            let link = accept(&w, "127.0.0.1:0".parse().expect("address"), stall, None, {
+                move |p| {
+                    let _ = ptx.send(p);
+                }
+            })?;
+            serve(
+                link,
+                &ServeOpts {
+                    ip: [127, 0, 0, 1].into(),
+                    mode: courier::ThreadMode::Single,
+                    stall,
+                    verbose: false,
+                    helper: false,
+                },
+            )
+        });
+        let port = prx.recv_timeout(stall).expect("the server listens");
+        let addr = |p: u16| SocketAddr::from(([127, 0, 0, 1], p));
+        let w =
+            super::super::make_worker(courier::ThreadMode::Single, Some("tcp")).expect("worker");
+        let first = connect(&w, addr(port), "server", stall).expect("first link");
+        let ports = client_threads(&first, 2).expect("one more link");
+        assert_eq!(ports.len(), 1);
+        let w2 =
+            super::super::make_worker(courier::ThreadMode::Single, Some("tcp")).expect("worker");
+        let extra = connect(&w2, addr(ports[0]), "server thread 1", stall).expect("extra link");
+        let e = client_threads(&extra, 2).expect_err("threads asked on an extra link");
+        assert!(e.msg.contains("extra thread"), "{}", e.msg);
+        let e = client_threads(&first, 2).expect_err("threads asked twice");
+        assert!(e.msg.contains("already has its threads"), "{}", e.msg);
+        client_finish(extra);
+        client_finish(first);
+        server.join().expect("server thread").expect("served");
+    }
 }

@@ -487,6 +487,7 @@ pub fn spawn_server_thread(
                         mode: s2.mode,
                         stall: s2.peer_timeout,
                         verbose,
+                        helper: false,
                     },
                 )
             })();
@@ -600,6 +601,7 @@ pub fn main(a: PerfArgs) -> CliResult<()> {
                     mode: s.mode,
                     stall: s.peer_timeout,
                     verbose: a.verbose,
+                    helper: false,
                 },
             )
         }
