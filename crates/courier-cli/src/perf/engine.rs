@@ -184,9 +184,20 @@ impl Link {
         Ok(())
     }
 
-    /// Progress until `r` completes.
-    #[inline]
+    /// Progress until `r` completes. One that finished inside its call (an eager send) is
+    /// done with in line, as ucx_perftest goes on at once after a send that returns no
+    /// request.
+    #[inline(always)]
     pub(super) fn wait(&self, r: &mut Request<'_>) -> CliResult<Info> {
+        match r.test() {
+            Some(Ok(i)) => Ok(*i),
+            _ => self.wait_more(r),
+        }
+    }
+
+    /// `wait` of a request still in flight (or failed).
+    #[inline(never)]
+    fn wait_more(&self, r: &mut Request<'_>) -> CliResult<Info> {
         let mut idle = Idle::default();
         loop {
             match r.test() {
@@ -194,18 +205,6 @@ impl Link {
                 Some(Err(e)) => return Err(self.req_err(e)),
                 None => self.poll(&mut idle)?,
             }
-        }
-    }
-
-    /// Settle a send of a latency loop: most finish inside the call (eager messages), and
-    /// are done with here in line, as ucx_perftest does with a send that returns no
-    /// request; the rest are waited for.
-    #[inline(always)]
-    pub(super) fn settle_send(&self, mut r: Request<'_>) -> CliResult<()> {
-        match r.test() {
-            Some(Ok(_)) => Ok(()),
-            Some(Err(e)) => Err(self.req_err(e)),
-            None => self.wait(&mut r).map(drop),
         }
     }
 
@@ -1205,13 +1204,13 @@ pub fn run_client(
                 }
                 // Send, then post the receive for the answer, as ucx_perftest does: the
                 // answer cannot arrive before a one-way trip, and posting takes less.
-                let sr = send(link, p.test, data, &iov, TAG_PING, 0)?;
+                let mut sr = send(link, p.test, data, &iov, TAG_PING, 0)?;
                 let mut rr = if stream {
                     link.check(link.ep.stream_recv_exact(rb))?
                 } else {
                     link.check(link.worker.tag_recv(rb, TAG_PONG, u64::MAX))?
                 };
-                link.settle_send(sr)?;
+                link.wait(&mut sr)?;
                 let info = link.wait(&mut rr)?;
                 drop(rr);
                 if !stream || p.check {
@@ -1248,8 +1247,8 @@ pub fn run_client(
                     t = Instant::now();
                     meter.begin(t);
                 }
-                let sr = send(link, p.test, data, &iov, 0, AM_PING)?;
-                link.settle_send(sr)?;
+                let mut sr = send(link, p.test, data, &iov, 0, AM_PING)?;
+                link.wait(&mut sr)?;
                 am.wait_count(link, i + 1, rb, p.check)?;
                 let now = Instant::now();
                 if i >= warm {
@@ -1366,8 +1365,8 @@ fn run_server(link: &Link, p: &Params, b: &Buffers, am: Option<Arc<AmState>>) ->
                         },
                     )?;
                 }
-                let sr = send(link, p.test, data, &iov, TAG_PONG, 0)?;
-                link.settle_send(sr)?;
+                let mut sr = send(link, p.test, data, &iov, TAG_PONG, 0)?;
+                link.wait(&mut sr)?;
             }
         }
         TestKind::AmLat => {
@@ -1376,8 +1375,8 @@ fn run_server(link: &Link, p: &Params, b: &Buffers, am: Option<Arc<AmState>>) ->
             let rb = unsafe { slot(rbase, 0, size) };
             for i in 0..total {
                 am.wait_count(link, i + 1, rb, p.check)?;
-                let sr = send(link, p.test, data, &iov, 0, AM_PONG)?;
-                link.settle_send(sr)?;
+                let mut sr = send(link, p.test, data, &iov, 0, AM_PONG)?;
+                link.wait(&mut sr)?;
             }
         }
         TestKind::AmBw => {
