@@ -1259,7 +1259,10 @@ pub fn run_client(
             Ok(meter.finish(Instant::now()))
         }
         TestKind::TagBw | TestKind::TagSyncBw | TestKind::AmBw | TestKind::StreamBw => {
-            let buf = if iov.len() > 1 {
+            // As `send`: the IOV form where the library has one (tag and active messages;
+            // no synchronous or stream IOV send), the contiguous copy otherwise.
+            let gather = iov.len() > 1 && matches!(p.test, TestKind::TagBw | TestKind::AmBw);
+            let buf = if gather {
                 courier::Buf::Many(iov.iter().map(|s| (s.as_ptr() as usize, s.len())).collect())
             } else {
                 courier::Buf::One((data.as_ptr() as usize, data.len()))
