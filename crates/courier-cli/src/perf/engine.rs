@@ -13,7 +13,9 @@
 //! active message (`AM_ALIVE`) every `BEAT` (see `Beat`).
 
 use super::clock::Instant;
+use std::cell::Cell;
 use std::collections::VecDeque;
+use std::mem::ManuallyDrop;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -722,11 +724,26 @@ pub(super) fn verify(buf: &[u8]) -> bool {
 /// ucx_perftest allocates them with `ucp_mem_map`): the send buffer in the first `-m`
 /// memory type, the receive buffers in the second.
 struct Buffers {
-    send: Memory,
+    send: ManuallyDrop<Memory>,
     /// One receive buffer per window slot.
-    recv: Memory,
+    recv: ManuallyDrop<Memory>,
     size: usize,
     bounds: Vec<(usize, usize)>,
+    /// A failed run left operations that may still read or write the buffers (sends in
+    /// flight, receives still posted): they stay mapped for the rest of the process.
+    keep: Cell<bool>,
+}
+
+impl Drop for Buffers {
+    fn drop(&mut self) {
+        if !self.keep.get() {
+            // SAFETY: dropped once, here; nothing uses them after.
+            unsafe {
+                ManuallyDrop::drop(&mut self.send);
+                ManuallyDrop::drop(&mut self.recv);
+            }
+        }
+    }
 }
 
 impl Buffers {
@@ -748,10 +765,11 @@ impl Buffers {
             off += s;
         }
         Ok(Buffers {
-            send,
-            recv,
+            send: ManuallyDrop::new(send),
+            recv: ManuallyDrop::new(recv),
             size,
             bounds,
+            keep: Cell::new(false),
         })
     }
 
@@ -1018,7 +1036,15 @@ fn op_counted(user: usize, r: courier::Result<Info>, _info: Info) {
 /// the same buffer at `rbase` (their contents are not looked at), each finished by a
 /// callback that counts it: ucx_perftest's receiver (`tag_recv_cb`, `wait_recv_window`). A
 /// receive that finds its message already waiting finishes at once, without a callback.
-fn counted_recvs(link: &Link, total: u64, w: usize, rbase: *mut u8, size: usize) -> CliResult<()> {
+/// Also says whether receives may still be posted (a failed run): then the buffer must
+/// stay mapped.
+fn counted_recvs(
+    link: &Link,
+    total: u64,
+    w: usize,
+    rbase: *mut u8,
+    size: usize,
+) -> (CliResult<()>, bool) {
     let count = OpCount::new(Some(size));
     let user = count.user();
     let mut posted = 0u64;
@@ -1056,8 +1082,8 @@ fn counted_recvs(link: &Link, total: u64, w: usize, rbase: *mut u8, size: usize)
             break Err(e);
         }
     };
-    count.release(posted - at_once);
-    result
+    let still_posted = count.release(posted - at_once);
+    (result, still_posted)
 }
 
 /// The client of `tag_bw`, `tag_sync_bw`, `ucp_am_bw` and `stream_bw`: `total` sends with
@@ -1268,10 +1294,7 @@ pub fn run_client(
                 courier::Buf::One((data.as_ptr() as usize, data.len()))
             };
             let (row, in_flight) = counted_sends(link, p, meter, &buf);
-            if in_flight {
-                // A failed run left sends that may still read the send buffer.
-                std::mem::forget(b);
-            }
+            b.keep.set(in_flight);
             row
         }
         TestKind::TagBibw => {
@@ -1390,7 +1413,10 @@ fn run_server(link: &Link, p: &Params, b: &Buffers, am: Option<Arc<AmState>>) ->
             link.send_ctrl(TAG_FIN, &total.to_le_bytes())?;
         }
         TestKind::TagBw | TestKind::TagSyncBw if !p.check => {
-            counted_recvs(link, total, w, rbase, size)?;
+            let (r, posted) = counted_recvs(link, total, w, rbase, size);
+            // A failed run left receives posted into the receive buffers.
+            b.keep.set(posted);
+            r?;
             link.send_ctrl(TAG_FIN, &total.to_le_bytes())?;
         }
         TestKind::TagBw | TestKind::TagSyncBw => {
