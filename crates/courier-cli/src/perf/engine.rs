@@ -244,13 +244,15 @@ impl Beat {
         }
     }
 
-    /// At `now` (a clock reading the caller has anyway): beat if it is time.
+    /// At `now` (a clock reading the caller has anyway): beat if it is time. `true` if it
+    /// did: the time it took is not the next operation's, so the caller reads the clock
+    /// again.
     #[inline]
-    pub(super) fn tick(&mut self, link: &Link, now: Instant) -> CliResult<()> {
+    pub(super) fn tick(&mut self, link: &Link, now: Instant) -> CliResult<bool> {
         if now < self.next {
-            return Ok(());
+            return Ok(false);
         }
-        self.beat(link, now)
+        self.beat(link, now).map(|()| true)
     }
 
     #[cold]

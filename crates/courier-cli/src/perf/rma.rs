@@ -370,8 +370,11 @@ fn timed(
         if i >= warm {
             meter.record(now, t);
         }
-        beat.tick(link, now)?;
-        t = now;
+        t = if beat.tick(link, now)? {
+            Instant::now()
+        } else {
+            now
+        };
     }
     Ok(())
 }
