@@ -41,6 +41,9 @@ const AM_ALIVE: u16 = 3;
 /// How often a client running a one-sided test sends `AM_ALIVE` and looks at its link.
 /// `--peer-timeout` is at least `MIN_STALL`, several beats.
 pub(super) const BEAT: Duration = Duration::from_millis(200);
+/// Quiet time after which a waiting side naps between looks (`Link::poll`), and the nap.
+const IDLE_NAP_AFTER: Duration = Duration::from_millis(100);
+const IDLE_NAP: Duration = Duration::from_millis(1);
 /// The shortest `--peer-timeout`.
 pub const MIN_STALL: Duration = Duration::from_secs(1);
 /// Progress calls a beat makes on shared memory: enough for an idle worker to look at its
@@ -180,6 +183,10 @@ impl Link {
             match idle.since {
                 None => idle.since = Some(now),
                 Some(t) if now.duration_since(t) > self.stall => return Err(self.stalled()),
+                // Long quiet (a server between tests, a side waiting out the other's run):
+                // nap, so that an idle process does not hold a CPU. A run in progress
+                // makes progress far more often than this.
+                Some(t) if now.duration_since(t) > IDLE_NAP_AFTER => std::thread::sleep(IDLE_NAP),
                 _ => {}
             }
         }
@@ -187,19 +194,10 @@ impl Link {
     }
 
     /// Progress until `r` completes. One that finished inside its call (an eager send) is
-    /// done with in line, as ucx_perftest goes on at once after a send that returns no
-    /// request.
+    /// done with at the first look, in line, as ucx_perftest goes on at once after a send
+    /// that returns no request.
     #[inline(always)]
     pub(super) fn wait(&self, r: &mut Request<'_>) -> CliResult<Info> {
-        match r.test() {
-            Some(Ok(i)) => Ok(*i),
-            _ => self.wait_more(r),
-        }
-    }
-
-    /// `wait` of a request still in flight (or failed).
-    #[inline(never)]
-    fn wait_more(&self, r: &mut Request<'_>) -> CliResult<Info> {
         let mut idle = Idle::default();
         loop {
             match r.test() {
@@ -360,7 +358,9 @@ pub fn accept(
         if worker.progress() == 0 {
             idle += 1;
             if idle > 1000 {
-                let _ = worker.wait(Some(Duration::from_millis(10)));
+                // The perf workers have no wakeup feature (they never sleep on their fd),
+                // so a server waiting for its client naps instead of holding a CPU.
+                std::thread::sleep(IDLE_NAP);
                 idle = 0;
             }
         }
