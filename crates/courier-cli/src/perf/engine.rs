@@ -218,6 +218,15 @@ impl Link {
         self.wait(&mut r).map(|_| ())
     }
 
+    /// A control request to the server: `msg`, then its answer as text ("ok ..." or why
+    /// not).
+    fn request(&self, msg: &[u8]) -> CliResult<String> {
+        self.send_ctrl(TAG_CTRL, msg)?;
+        let mut buf = vec![0u8; CTRL_MAX];
+        let n = self.recv_ctrl(TAG_ACK, &mut buf)?;
+        Ok(String::from_utf8_lossy(&buf[..n.min(buf.len())]).into_owned())
+    }
+
     pub(super) fn recv_ctrl(&self, tag: u64, buf: &mut [u8]) -> CliResult<usize> {
         let mut r = self.check(self.worker.tag_recv(buf, tag, u64::MAX))?;
         let n = self.wait(&mut r)?.len;
@@ -384,10 +393,7 @@ pub fn client_start(link: &Link, p: &Params) -> CliResult<Option<rma::Side>> {
     if let Some(s) = &side {
         msg["rkey"] = serde_json::Value::String(s.packed_hex()?);
     }
-    link.send_ctrl(TAG_CTRL, msg.to_string().as_bytes())?;
-    let mut buf = vec![0u8; CTRL_MAX];
-    let n = link.recv_ctrl(TAG_ACK, &mut buf)?;
-    let reply = String::from_utf8_lossy(&buf[..n.min(buf.len())]).to_string();
+    let reply = link.request(msg.to_string().as_bytes())?;
     let extra = match reply.strip_prefix("ok") {
         Some("") => None,
         Some(rest) if rest.starts_with(' ') => Some(rest.trim()),
@@ -425,10 +431,7 @@ pub fn side_info(worker: &Worker) -> serde_json::Value {
 
 /// Ask the server where its side runs (`side_info` of its serving thread).
 pub fn peer_info(link: &Link) -> CliResult<serde_json::Value> {
-    link.send_ctrl(TAG_CTRL, br#"{"op":"info"}"#)?;
-    let mut buf = vec![0u8; CTRL_MAX];
-    let n = link.recv_ctrl(TAG_ACK, &mut buf)?;
-    let reply = String::from_utf8_lossy(&buf[..n.min(buf.len())]).to_string();
+    let reply = link.request(br#"{"op":"info"}"#)?;
     reply
         .strip_prefix("ok ")
         .and_then(|j| serde_json::from_str(j).ok())
@@ -444,10 +447,7 @@ pub fn peer_info(link: &Link) -> CliResult<serde_json::Value> {
 /// on the server's host.
 pub fn client_threads(link: &Link, n: usize) -> CliResult<Vec<u16>> {
     let msg = serde_json::json!({ "op": "threads", "n": n });
-    link.send_ctrl(TAG_CTRL, msg.to_string().as_bytes())?;
-    let mut buf = vec![0u8; CTRL_MAX];
-    let got = link.recv_ctrl(TAG_ACK, &mut buf)?;
-    let reply = String::from_utf8_lossy(&buf[..got.min(buf.len())]).to_string();
+    let reply = link.request(msg.to_string().as_bytes())?;
     let ports: Option<Vec<u16>> = reply
         .strip_prefix("ok ")
         .and_then(|j| serde_json::from_str::<serde_json::Value>(j).ok())

@@ -468,7 +468,7 @@ pub fn spawn_server_thread(
         .spawn(move || {
             let r = (|| -> CliResult<()> {
                 s2.pin_server()?;
-                // The server's own worker: -M as given, whatever -T implied.
+                // The server's own worker, in the client's thread mode (multi under -T).
                 let worker = make_worker(s2.mode, None)?;
                 let ptx2 = ptx.clone();
                 let link = engine::accept(

@@ -14,7 +14,6 @@
 use std::io::Write;
 use std::net::SocketAddr;
 use std::sync::{Arc, Condvar, Mutex, mpsc};
-use std::time::Duration;
 
 use super::engine::{self, Link};
 use super::params::Params;
@@ -50,11 +49,7 @@ impl Gate {
         g.ready += 1;
         self.cv.notify_all();
         while !g.go && !g.failed {
-            g = self
-                .cv
-                .wait_timeout(g, Duration::from_millis(100))
-                .unwrap_or_else(|p| p.into_inner())
-                .0;
+            g = self.cv.wait(g).unwrap_or_else(|p| p.into_inner());
         }
         if g.go {
             Ok(())
@@ -67,11 +62,7 @@ impl Gate {
     fn all_ready(&self, n: usize) -> bool {
         let mut g = self.lock();
         while g.ready < n && !g.failed {
-            g = self
-                .cv
-                .wait_timeout(g, Duration::from_millis(100))
-                .unwrap_or_else(|p| p.into_inner())
-                .0;
+            g = self.cv.wait(g).unwrap_or_else(|p| p.into_inner());
         }
         !g.failed
     }
@@ -87,6 +78,18 @@ impl Gate {
     }
 }
 
+/// Fails the gate if its thread panics, so that the others and the coordinator, who wait
+/// at the gate for it, go on.
+struct FailOnPanic<'a>(&'a Gate);
+
+impl Drop for FailOnPanic<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.0.fail();
+        }
+    }
+}
+
 /// What one thread measured.
 struct Done {
     row: Row,
@@ -96,6 +99,7 @@ struct Done {
 /// One thread: ask for the test on `link`, wait for the others, run it, close. A failure
 /// lets the threads waiting at the gate go.
 fn run_one(link: Link, k: usize, p: &Params, s: &Settings, gate: &Gate) -> CliResult<Done> {
+    let _guard = FailOnPanic(gate);
     let r = (|| {
         let side = engine::client_start(&link, p)?;
         gate.ready_and_wait()?;
