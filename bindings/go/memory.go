@@ -8,9 +8,11 @@ import "C"
 
 import (
 	"context"
+	"errors"
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"time"
 	"unsafe"
 )
 
@@ -284,16 +286,66 @@ func (c Cmp) holds(a, b uint64) bool {
 	return false
 }
 
+// WaitOption changes how SignalWaitUntil and Semaphore.Wait wait.
+type WaitOption int
+
+const (
+	// WaitSleep: after a short spin, sleep instead of spinning. With a worker whose
+	// context has the wakeup feature, the wait sleeps on the worker's event fd and a
+	// peer's put-with-signal to that worker wakes it (framed, or written directly by a
+	// same-host peer); other writes (a local Post, a peer's atomic) are seen within
+	// COURIER_SIGNAL_NAP. The sleep is cut into slices of at most SleepSlice, after each
+	// of which ctx is looked at. Without a worker, or without the wakeup feature, the
+	// wait naps between looks (up to 1 ms).
+	WaitSleep WaitOption = 1 << iota
+)
+
+// SleepSlice is the longest a WaitSleep wait sleeps before it looks at its context: a
+// canceled context ends such a wait within about this long (one whose deadline passes
+// ends it on time).
+const SleepSlice = 10 * time.Millisecond
+
+func sleeps(opts []WaitOption) bool {
+	for _, o := range opts {
+		if o&WaitSleep != 0 {
+			return true
+		}
+	}
+	return false
+}
+
 // SignalWaitUntil waits until the signal word at offset satisfies word <cmp> value and
 // returns the value that did, progressing w meanwhile (nil: another goroutine progresses
-// it), until ctx ends.
-func (m *Memory) SignalWaitUntil(ctx context.Context, w *Worker, offset int, cmp Cmp, value uint64) (uint64, error) {
+// it), until ctx ends. It spins unless WaitSleep is given.
+func (m *Memory) SignalWaitUntil(ctx context.Context, w *Worker, offset int, cmp Cmp, value uint64, opts ...WaitOption) (uint64, error) {
 	if cmp > CmpLE {
 		return 0, &Error{Status: ErrInvalidParam, Detail: "unknown comparison"}
 	}
-	return pollUntil(ctx, w, func() (uint64, bool, error) {
+	check := func() (uint64, bool, error) {
 		v, err := m.SignalFetch(offset)
 		return v, err == nil && cmp.holds(v, value), err
+	}
+	if !sleeps(opts) {
+		return pollUntil(ctx, w, check)
+	}
+	if w == nil || !w.canSleep() {
+		return napUntil(ctx, w, check)
+	}
+	return sleepUntil(ctx, func(ms int64) (uint64, error) {
+		if m.closed.Load() {
+			return 0, errClosed("memory")
+		}
+		if w.closed.Load() {
+			return 0, errClosed("worker")
+		}
+		var v C.uint64_t
+		_, err := call(func() C.courier_status_t {
+			return C.courier_signal_wait_until(m.ptr, w.ptr, C.size_t(offset), C.uint32_t(cmp),
+				C.uint64_t(value), C.COURIER_SIGNAL_WAIT_FLAG_SLEEP, C.int64_t(ms), &v)
+		})
+		runtime.KeepAlive(m)
+		runtime.KeepAlive(w)
+		return uint64(v), err
 	})
 }
 
@@ -316,6 +368,52 @@ func pollUntil(ctx context.Context, w *Worker, check func() (uint64, bool, error
 		if idle > 16 {
 			idle = 0
 			runtime.Gosched()
+		}
+	}
+}
+
+// napUntil is pollUntil that sleeps between idle looks, longer each time up to 1 ms: a
+// WaitSleep wait with nothing to sleep on.
+func napUntil(ctx context.Context, w *Worker, check func() (uint64, bool, error)) (uint64, error) {
+	nap := time.Duration(0)
+	for {
+		v, ok, err := check()
+		if err != nil || ok {
+			return v, err
+		}
+		if err := ctx.Err(); err != nil {
+			return v, err
+		}
+		if w != nil && w.Progress() > 0 {
+			nap = 0
+			continue
+		}
+		if nap == 0 {
+			runtime.Gosched()
+			nap = 20 * time.Microsecond
+			continue
+		}
+		time.Sleep(nap)
+		nap = min(2*nap, time.Millisecond)
+	}
+}
+
+// sleepUntil runs a sleeping C wait (wait(ms): the library's spin then sleep, for at most
+// ms milliseconds; a COURIER_ERR_TIMEOUT when they pass) in slices of SleepSlice, looking
+// at ctx between them.
+func sleepUntil(ctx context.Context, wait func(ms int64) (uint64, error)) (uint64, error) {
+	for {
+		if err := ctx.Err(); err != nil {
+			return 0, err
+		}
+		slice := SleepSlice
+		if d, ok := ctx.Deadline(); ok {
+			// Round up: a deadline less than a millisecond away is still waited for.
+			slice = min(slice, time.Until(d)+time.Millisecond-1)
+		}
+		v, err := wait(max(slice.Milliseconds(), 0))
+		if !errors.Is(err, ErrTimeout) {
+			return v, err
 		}
 	}
 }
@@ -629,13 +727,36 @@ func (s *Semaphore) TryWait(n uint64) bool {
 }
 
 // Wait takes n once it is there, progressing w meanwhile (nil: another goroutine
-// progresses it), until ctx ends.
-func (s *Semaphore) Wait(ctx context.Context, w *Worker, n uint64) error {
-	_, err := pollUntil(ctx, w, func() (uint64, bool, error) {
+// progresses it), until ctx ends. It spins unless WaitSleep is given (see there); a wait
+// for more than a boolean semaphore holds is refused.
+func (s *Semaphore) Wait(ctx context.Context, w *Worker, n uint64, opts ...WaitOption) error {
+	check := func() (uint64, bool, error) {
 		if s.closed.Load() {
 			return 0, false, errClosed("semaphore")
 		}
 		return 0, s.TryWait(n), nil
+	}
+	if !sleeps(opts) {
+		_, err := pollUntil(ctx, w, check)
+		return err
+	}
+	if w == nil || !w.canSleep() {
+		_, err := napUntil(ctx, w, check)
+		return err
+	}
+	_, err := sleepUntil(ctx, func(ms int64) (uint64, error) {
+		if s.closed.Load() {
+			return 0, errClosed("semaphore")
+		}
+		if w.closed.Load() {
+			return 0, errClosed("worker")
+		}
+		_, err := call(func() C.courier_status_t {
+			return C.courier_sem_wait_timeout(s.ptr, w.ptr, C.uint64_t(n), C.COURIER_SIGNAL_WAIT_FLAG_SLEEP, C.int64_t(ms))
+		})
+		runtime.KeepAlive(s)
+		runtime.KeepAlive(w)
+		return 0, err
 	})
 	return err
 }

@@ -5,7 +5,10 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // rmaPair makes an owner and a user in separate contexts (so keys take the path a separate
@@ -13,10 +16,29 @@ import (
 // progressed by its own goroutine, and an endpoint from the user to the owner.
 func rmaPair(t *testing.T, tls string) (ownerCtx *Context, owner *Worker, ep *Endpoint) {
 	t.Helper()
+	p := newRMAPair(t, tls)
+	return p.ownerCtx, p.owner, p.ep
+}
+
+// rmaPeers is what newRMAPair makes: stopOwner and stopUser end the progress goroutines
+// (the test then progresses the workers itself; calling them again is harmless).
+type rmaPeers struct {
+	ownerCtx            *Context
+	owner, user         *Worker
+	ep                  *Endpoint
+	stopOwner, stopUser func()
+}
+
+// newRMAPair is rmaPair, with config (name, value pairs) applied to both contexts.
+func newRMAPair(t *testing.T, tls string, config ...string) *rmaPeers {
+	t.Helper()
 	mk := func(name string) *Context {
 		p := (&ContextParams{}).EnableTag().EnableStream().EnableRMA().EnableAtomics().EnableWakeup().SetName(name)
 		if tls != "" {
 			p.SetConfig("COURIER_TLS", tls)
+		}
+		for i := 0; i+1 < len(config); i += 2 {
+			p.SetConfig(config[i], config[i+1])
 		}
 		c, err := NewContext(p)
 		if err != nil {
@@ -26,14 +48,14 @@ func rmaPair(t *testing.T, tls string) (ownerCtx *Context, owner *Worker, ep *En
 		return c
 	}
 	ownerCtx, userCtx := mk("owner"), mk("user")
-	owner = newWorker(t, ownerCtx, ThreadModeMulti)
+	owner := newWorker(t, ownerCtx, ThreadModeMulti)
 	user := newWorker(t, userCtx, ThreadModeMulti)
 	addr, err := owner.Address()
 	if err != nil {
 		t.Fatal(err)
 	}
 	stopO, stopU := progress(owner), progress(user)
-	ep, err = user.NewEndpoint((&EndpointParams{}).SetWorkerAddress(addr))
+	ep, err := user.NewEndpoint((&EndpointParams{}).SetWorkerAddress(addr))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,7 +69,7 @@ func rmaPair(t *testing.T, tls string) (ownerCtx *Context, owner *Worker, ep *En
 	if err := ep.WaitConnected(testTimeout); err != nil {
 		t.Fatal(err)
 	}
-	return ownerCtx, owner, ep
+	return &rmaPeers{ownerCtx: ownerCtx, owner: owner, user: user, ep: ep, stopOwner: stopO, stopUser: stopU}
 }
 
 func TestOneSided(t *testing.T) {
@@ -263,5 +285,152 @@ func testOneSided(t *testing.T, tls string) {
 	defer cancel2()
 	if _, err := mem.SignalWaitUntil(short, nil, size-8, CmpEQ, 99); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("wait with a deadline: %v", err)
+	}
+}
+
+// cpuTime is the CPU time the whole process has used.
+func cpuTime(t *testing.T) time.Duration {
+	t.Helper()
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		t.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// TestSleepingWaits: with WaitSleep, SignalWaitUntil and Semaphore.Wait on a worker nobody
+// else progresses sleep until a peer's put-with-signal arrives, instead of spinning for
+// it: the process uses well under half a CPU while they wait. They also end with their
+// context, and without a worker they nap.
+func TestSleepingWaits(t *testing.T) {
+	for _, tls := range []string{"", "tcp"} {
+		name := tls
+		if name == "" {
+			name = "default"
+		}
+		t.Run(name, func(t *testing.T) { testSleepingWaits(t, tls) })
+	}
+}
+
+func testSleepingWaits(t *testing.T, tls string) {
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	p := newRMAPair(t, tls)
+	const size = 4096
+	mem, err := p.ownerCtx.MemMap((&MemMapParams{}).SetMemoryType(MemoryTypeHost).Allocate().SetLength(size).SetAccess(AccessAll))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mem.Close()
+	base := mem.Query().Address
+	packed, err := mem.PackRkey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rk, err := p.ep.UnpackRkey(packed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rk.Close()
+	sem, err := p.ownerCtx.NewSemaphore(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sem.Close()
+	skey, saddr, err := sem.Remote()
+	if err != nil {
+		t.Fatal(err)
+	}
+	srk, err := p.ep.UnpackRkey(skey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srk.Close()
+
+	// From here the waits progress the owner's worker; the user's sends leave inside the
+	// calls (small, eager), so no goroutine spins while the owner waits.
+	p.stopOwner()
+	p.stopUser()
+	const delay = 300 * time.Millisecond
+	putLater := func(data []byte, sigAddr uint64, sigKey *RemoteKey) <-chan error {
+		done := make(chan error, 1)
+		go func() {
+			time.Sleep(delay)
+			r, err := p.ep.PutSignal(data, base, rk, sigAddr, sigKey, 1, SignalAdd, nil)
+			if err == nil {
+				err = r.Wait(ctx)
+			}
+			// Over tcp, a frame that follows another with no progress between them
+			// waits in the link's coalescing queue for the next progress call.
+			p.user.Progress()
+			done <- err
+		}()
+		return done
+	}
+	// sleeping takes: runs wait while a put-with-signal arrives after delay, and checks
+	// that the process slept through most of it.
+	sleeping := func(what string, data []byte, sigAddr uint64, sigKey *RemoteKey, wait func() error) {
+		t.Helper()
+		cpu0, t0 := cpuTime(t), time.Now()
+		done := putLater(data, sigAddr, sigKey)
+		if err := wait(); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		wall, cpu := time.Since(t0), cpuTime(t)-cpu0
+		if err := <-done; err != nil {
+			t.Fatalf("%s: the put: %v", what, err)
+		}
+		if wall < delay {
+			t.Fatalf("%s ended after %v, before the put (%v)", what, wall, delay)
+		}
+		if !bytes.Equal(mem.Bytes()[:len(data)], data) {
+			t.Fatalf("%s: the put's data is not there when its signal is", what)
+		}
+		t.Logf("%s: %v of CPU in %v", what, cpu, wall)
+		if cpu > wall/2 {
+			t.Fatalf("%s used %v of CPU in %v: it spun instead of sleeping", what, cpu, wall)
+		}
+	}
+	sleeping("signal wait", pattern(256, 5), base+size-8, rk, func() error {
+		v, err := mem.SignalWaitUntil(ctx, p.owner, size-8, CmpGE, 1, WaitSleep)
+		if err == nil && v != 1 {
+			err = fmt.Errorf("woke with the word at %d", v)
+		}
+		return err
+	})
+	sleeping("semaphore wait", pattern(256, 6), saddr, srk, func() error {
+		return sem.Wait(ctx, p.owner, 1, WaitSleep)
+	})
+	if sem.Value() != 0 {
+		t.Fatalf("semaphore at %d after the wait took the post", sem.Value())
+	}
+
+	// A wait that cannot succeed ends with its context: canceled, or at its deadline.
+	short, cancelShort := context.WithCancel(ctx)
+	time.AfterFunc(50*time.Millisecond, cancelShort)
+	t0 := time.Now()
+	if _, err := mem.SignalWaitUntil(short, p.owner, size-8, CmpEQ, 99, WaitSleep); !errors.Is(err, context.Canceled) {
+		t.Fatalf("canceled sleeping wait: %v", err)
+	}
+	if d := time.Since(t0); d > 5*time.Second {
+		t.Fatalf("canceled sleeping wait returned after %v", d)
+	}
+	dl, cancelDl := context.WithTimeout(ctx, 30*time.Millisecond)
+	defer cancelDl()
+	if err := sem.Wait(dl, p.owner, 1, WaitSleep); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("sleeping semaphore wait past its deadline: %v", err)
+	}
+	// Without a worker there is no event fd to sleep on: it naps, and a local post ends it.
+	time.AfterFunc(20*time.Millisecond, func() { _ = sem.Post(2) })
+	if err := sem.Wait(ctx, nil, 2, WaitSleep); err != nil {
+		t.Fatalf("napping semaphore wait: %v", err)
+	}
+	bsem, err := p.ownerCtx.NewSemaphore(SemBoolean)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bsem.Close()
+	if err := bsem.Wait(ctx, p.owner, 2, WaitSleep); !errors.Is(err, ErrInvalidParam) {
+		t.Fatalf("a wait for 2 on a boolean semaphore: %v", err)
 	}
 }

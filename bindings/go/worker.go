@@ -61,6 +61,9 @@ type Worker struct {
 	amBytes     []byte
 	mu          sync.Mutex // registrations, not the data path
 
+	// Whether the worker's context has the wakeup feature (Wait can sleep).
+	wakeup bool
+
 	// A panic raised by a Go callback inside progress, re-raised when Progress returns.
 	panicked atomic.Pointer[panicBox]
 
@@ -111,6 +114,11 @@ func (c *Context) NewWorker(params *WorkerParams) (*Worker, error) {
 		return nil, err
 	}
 	w := &Worker{ptr: ptr}
+	var f C.uint64_t
+	if C.courier_context_features(c.ptr, &f) == C.COURIER_OK {
+		w.wakeup = Feature(f)&FeatureWakeup != 0
+	}
+	runtime.KeepAlive(c)
 	w.handle = cgo.NewHandle(weak.Make(w))
 	w.slab.worker = uintptr(w.handle)
 	w.batch = C.cg_batch_new(C.uintptr_t(w.handle))
@@ -252,6 +260,9 @@ func (w *Worker) Wait(timeout time.Duration) error {
 	runtime.KeepAlive(w)
 	return err
 }
+
+// canSleep says whether a WaitSleep wait can sleep on this worker's event fd.
+func (w *Worker) canSleep() bool { return w.wakeup }
 
 // Signal wakes a thread sleeping in Wait; callable from any goroutine, also for a
 // ThreadModeSingle worker.
