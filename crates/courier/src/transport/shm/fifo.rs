@@ -9,6 +9,22 @@
 //! When a frame would run past the end of the array, the producer first writes a *skip*
 //! marker (`len = SKIP`, `ncells` = cells to the end) so frames are always contiguous.
 //!
+//! *Packed cells.* Frames of up to `PACK_MAX` bytes do not take a cell each: they are
+//! appended to an *open* cell, one after another, as sub-frames: an 8-byte word, then the
+//! bytes, padded to 8. A packed cell's header has `ncells = 1 | PACKED` (and `len` 0); its
+//! `seq` publishes the cell with its first sub-frame. Each later sub-frame is published by
+//! its own word, stored with Release after its bytes, so it is visible the moment it is
+//! sent, as a frame of its own would be, and the consumer polls the line the next one will
+//! be written to, not the cell's header. A word carries its kind (a sub-frame and its
+//! length, `CLOSE`, `PAD`) and the cell's position (its `seq - 1`, 46 bits), so a word left
+//! from an earlier lap never passes for a new one and nothing has to be zeroed. A frame
+//! that does not fit, or cannot be packed, closes the cell: `CLOSE` in the next word (none
+//! is needed when the cell is
+//! full). A sub-frame that fits in a cache line but would cross into the next starts at
+//! the next line instead, announced by `PAD` in its word's place: a message then costs
+//! the consumer one line, not two in a row. A stream of small messages thus moves one cache line for every two or more
+//! messages, where a cell each moved a line for every one.
+//!
 //! The consumer publishes its progress in `tail` (its own cache line), which the producer
 //! reads only when its cached copy says the FIFO is full. On consume, the consumer zeroes the
 //! `seq` word of every non-first cell of the frame (payload bytes there could otherwise look
@@ -25,6 +41,58 @@ use crate::transport::{RawFrame, TxError};
 
 /// `len` value of a skip-to-end marker.
 const SKIP: u32 = u32::MAX;
+/// Flag in a cell header's `ncells`: the cell packs several small frames.
+pub(super) const PACKED: u32 = 1 << 31;
+/// A packed cell's word: kind (2 bits), the cell's position (46 bits), length (16 bits).
+/// Kinds: a sub-frame of that length follows; `CLOSE`: the cell ends; `PAD`: the next
+/// sub-frame starts at the next cache line. A word with another position is nothing yet.
+const KIND: u64 = 3 << 62;
+const VALID: u64 = 2 << 62;
+const CLOSE: u64 = 1 << 62;
+const PAD: u64 = 3 << 62;
+const POS_BITS: u32 = 46;
+const LEN_MASK: u64 = 0xffff;
+
+/// The position bits of a word of the packed cell at absolute position `pos`.
+#[inline(always)]
+fn pos_tag(pos: u64) -> u64 {
+    (pos & ((1 << POS_BITS) - 1)) << 16
+}
+/// Cache line size the sub-frames are laid out for.
+const LINE: usize = 64;
+/// Bytes of a sub-frame's word.
+const SUB_HDR: usize = 8;
+/// Payload bytes of a packed cell.
+const PACK_ROOM: usize = CELL - CELL_HDR;
+/// Largest frame that joins a packed cell.
+pub(super) const PACK_MAX: usize = PACK_ROOM - SUB_HDR;
+
+/// `n` rounded up to a multiple of 8.
+#[inline(always)]
+fn pad8(n: usize) -> usize {
+    (n + 7) & !7
+}
+
+/// Payload offset of the line after the one holding payload offset `at`.
+#[inline(always)]
+fn next_line(at: usize) -> usize {
+    ((CELL_HDR + at) | (LINE - 1)) + 1 - CELL_HDR
+}
+
+/// Where a sub-frame of `len` bytes goes in a packed cell used up to `used`: there, or at
+/// the next line if it fits in one line but would cross into the next (a PAD at `used`
+/// says so); `None` if the cell has no room for it.
+#[inline(always)]
+fn fit(used: usize, len: usize) -> Option<usize> {
+    let need = SUB_HDR + len;
+    let within = (CELL_HDR + used) & (LINE - 1);
+    let at = if within + need > LINE && need <= LINE {
+        next_line(used)
+    } else {
+        used
+    };
+    (at + need <= PACK_ROOM).then_some(at)
+}
 
 #[repr(C, align(64))]
 struct Line<T>(T);
@@ -110,6 +178,35 @@ pub(super) struct Producer {
     head: u64,
     tail_cache: u64,
     max_frame: usize,
+    /// The packed cell small frames are appended to (published, not closed).
+    open: Option<Open>,
+}
+
+/// How `placed` publishes a frame.
+#[derive(Copy, Clone)]
+enum Placed {
+    /// A sub-frame of `len` bytes at payload offset `at` of packed cell `idx` (its words
+    /// carry `tag`); the cell was used up to `from` (`from < at`: a PAD at `from`; `from` 0: the
+    /// first, which publishes the cell).
+    Sub {
+        idx: usize,
+        tag: u64,
+        from: usize,
+        at: usize,
+        len: usize,
+    },
+    /// A frame of its own in cells idx..idx + k.
+    Own { idx: usize, len: usize, k: usize },
+}
+
+/// A packed cell being filled.
+#[derive(Copy, Clone)]
+struct Open {
+    idx: usize,
+    /// The cell's position's word bits (`pos_tag`).
+    tag: u64,
+    /// Payload bytes used (a multiple of 8).
+    used: usize,
 }
 
 impl Producer {
@@ -119,6 +216,7 @@ impl Producer {
             head: 0,
             tail_cache: 0,
             max_frame: max_frame(f.n),
+            open: None,
         }
     }
 
@@ -131,17 +229,15 @@ impl Producer {
     #[inline]
     pub fn push(&mut self, parts: &[&[u8]]) -> Result<bool, TxError> {
         let len: usize = parts.iter().map(|p| p.len()).sum();
-        let (idx, k) = self.reserve(len)?;
-        let cell = self.f.cell(idx);
-        let mut off = CELL_HDR;
+        let (dst, frame) = self.place(len)?;
+        let mut off = 0;
         for p in parts {
-            // SAFETY: `reserve` gave cells idx..idx + k (idx + k <= n), so [cell + 16,
-            // cell + 16 + len) is inside the array; the consumer has released them and does
-            // not read them until `seq` is published.
-            unsafe { copy_small(p.as_ptr(), cell.add(off), p.len()) };
+            // SAFETY: `place` gave `len` writable bytes at `dst`, inside cells the
+            // consumer has released, or past what it may read of the open cell.
+            unsafe { copy_small(p.as_ptr(), dst.add(off), p.len()) };
             off += p.len();
         }
-        Ok(self.publish(idx, len, k))
+        Ok(self.placed(frame))
     }
 
     /// `push` of a frame in three parts (header, extra bytes, data): the small-message
@@ -149,16 +245,122 @@ impl Producer {
     #[inline(always)]
     pub fn push3(&mut self, a: &[u8], b: &[u8], c: &[u8]) -> Result<bool, TxError> {
         let len = a.len() + b.len() + c.len();
-        let (idx, k) = self.reserve(len)?;
-        // SAFETY: as in `push`: the three parts end at cell + 16 + len, inside the cells
-        // `reserve` gave.
+        let (dst, frame) = self.place(len)?;
+        // SAFETY: as in `push`: the three parts end at dst + len.
         unsafe {
-            let dst = self.f.cell(idx).add(CELL_HDR);
             copy_small(a.as_ptr(), dst, a.len());
             copy_small(b.as_ptr(), dst.add(a.len()), b.len());
             copy_small(c.as_ptr(), dst.add(a.len() + b.len()), c.len());
         }
-        Ok(self.publish(idx, len, k))
+        Ok(self.placed(frame))
+    }
+
+    /// Where the next frame of `len` bytes goes, and how `placed` publishes it.
+    #[inline(always)]
+    fn place(&mut self, len: usize) -> Result<(*mut u8, Placed), TxError> {
+        if len <= PACK_MAX {
+            if let Some(o) = self.open {
+                if let Some(at) = fit(o.used, len) {
+                    return Ok(self.slot(o, at, len));
+                }
+            }
+            return self.place_in_new_cell(len);
+        }
+        self.close_open();
+        let (idx, k) = self.reserve(len)?;
+        // SAFETY: `reserve` gave cells idx..idx + k (idx + k <= n): [cell + 16, cell + 16
+        // + len) is inside the array.
+        let dst = unsafe { self.f.cell(idx).add(CELL_HDR) };
+        Ok((dst, Placed::Own { idx, len, k }))
+    }
+
+    /// `place` of a small frame when there is no open cell, or it is full: close it and
+    /// open the next.
+    #[inline(never)]
+    fn place_in_new_cell(&mut self, len: usize) -> Result<(*mut u8, Placed), TxError> {
+        self.close_open();
+        let (idx, _) = self.reserve(PACK_ROOM)?;
+        let o = Open {
+            idx,
+            tag: pos_tag(self.head),
+            used: 0,
+        };
+        // Any frame up to PACK_MAX fits an empty cell (at 0, or after a PAD at 0).
+        let at = fit(0, len).unwrap_or(0);
+        Ok(self.slot(o, at, len))
+    }
+
+    /// Take the sub-frame slot for `len` bytes at payload offset `at` (from `fit`) of the
+    /// open cell `o`: where its bytes go.
+    #[inline(always)]
+    fn slot(&mut self, o: Open, at: usize, len: usize) -> (*mut u8, Placed) {
+        debug_assert!(at >= o.used && at + SUB_HDR + len <= PACK_ROOM);
+        let end = at + SUB_HDR + pad8(len);
+        self.open = Some(Open { used: end, ..o });
+        // SAFETY: the slot's bytes end inside the cell's payload (`fit` checked).
+        let dst = unsafe { self.f.cell(o.idx).add(CELL_HDR + at + SUB_HDR) };
+        (
+            dst,
+            Placed::Sub {
+                idx: o.idx,
+                tag: o.tag,
+                from: o.used,
+                at,
+                len,
+            },
+        )
+    }
+
+    /// The word of the sub-frame at payload offset `at` of cell `idx`.
+    #[inline(always)]
+    fn sub_word(&self, idx: usize, at: usize) -> &AtomicU64 {
+        debug_assert!(at + SUB_HDR <= PACK_ROOM && at.is_multiple_of(8));
+        // SAFETY: inside the cell's payload, 8-aligned (cells are, CELL_HDR and `at` are
+        // multiples of 8); an atomic may alias memory the peer writes.
+        unsafe { &*self.f.cell(idx).add(CELL_HDR + at).cast::<AtomicU64>() }
+    }
+
+    /// Publish a frame whose bytes are written. True if the consumer is armed.
+    #[inline(always)]
+    fn placed(&mut self, frame: Placed) -> bool {
+        match frame {
+            Placed::Sub {
+                idx,
+                tag,
+                from,
+                at,
+                len,
+            } => {
+                // The word the consumer polls: the sub-frame's own, or a PAD before it
+                // (stored after the sub-frame's word, which it makes visible).
+                let own = VALID | tag | len as u64;
+                let (w, word) = if from == at {
+                    (self.sub_word(idx, at), own)
+                } else {
+                    self.sub_word(idx, at).store(own, Relaxed);
+                    (self.sub_word(idx, from), PAD | tag)
+                };
+                if from == 0 {
+                    w.store(word, Relaxed);
+                    self.publish(idx, 0, 1 | PACKED)
+                } else {
+                    w.store(word, Release);
+                    self.armed()
+                }
+            }
+            Placed::Own { idx, len, k } => self.publish(idx, len as u32, k as u32),
+        }
+    }
+
+    /// Close the open packed cell, if any: the consumer moves past it once read.
+    #[inline]
+    fn close_open(&mut self) {
+        if let Some(o) = self.open.take() {
+            // A full cell needs no mark: the consumer leaves it at its end.
+            if o.used + SUB_HDR <= PACK_ROOM {
+                self.sub_word(o.idx, o.used).store(CLOSE | o.tag, Release);
+            }
+        }
     }
 
     /// Room for a frame of `len` bytes: the index of its first cell and its cell count.
@@ -226,21 +428,28 @@ impl Producer {
         self.head += skip as u64;
     }
 
-    /// Publish the frame of `len` bytes written into cells idx..idx + k. True if the
-    /// consumer is armed (asleep, wants a wakeup).
+    /// Publish the frame written into cells idx..idx + k (`len` its bytes, `ncells` its
+    /// header's cell count: k, with `PACKED` for a packed cell). True if the consumer is
+    /// armed (asleep, wants a wakeup).
     #[inline]
-    fn publish(&mut self, idx: usize, len: usize, k: usize) -> bool {
+    fn publish(&mut self, idx: usize, len: u32, ncells: u32) -> bool {
         let h = self.f.hdr(idx);
-        h.len.store(len as u32, Relaxed);
-        h.ncells.store(k as u32, Relaxed);
+        h.len.store(len, Relaxed);
+        h.ncells.store(ncells, Relaxed);
         h.seq.store(self.head + 1, Release);
-        self.head += k as u64;
+        self.head += (ncells & !PACKED) as u64;
+        self.armed()
+    }
+
+    /// After a publish: whether the consumer is armed (asleep, wants a wakeup).
+    #[inline(always)]
+    fn armed(&self) -> bool {
         if self.f.ctl().sleeper.0.load(Relaxed) == 0 {
             // This consumer never sleeps: no wakeup protocol, no fence.
             return false;
         }
         // Pairs with the fence in `Consumer::arm`: either we see `armed`, or the consumer
-        // sees our `seq` before it sleeps.
+        // sees what we published before it sleeps.
         fence(SeqCst);
         self.f.ctl().armed.0.load(Relaxed) != 0
     }
@@ -261,6 +470,10 @@ struct Current {
     idx: usize,
     len: usize,
     ncells: usize,
+    /// In a packed cell: where the frame's bytes start in the payload (0: not packed).
+    at: usize,
+    /// In a packed cell: where the next sub-frame's word would be (0: not packed).
+    next: usize,
 }
 
 /// The reading end.
@@ -271,6 +484,8 @@ pub(super) struct Consumer {
     published: u64,
     max_frame: usize,
     cur: Option<Current>,
+    /// Offset of the next sub-frame in the packed cell at `head` (0 at a cell's start).
+    sub: usize,
 }
 
 impl Consumer {
@@ -281,6 +496,7 @@ impl Consumer {
             published: 0,
             max_frame: max_frame(f.n),
             cur: None,
+            sub: 0,
         }
     }
 
@@ -328,7 +544,11 @@ impl Consumer {
         }
         let len = h.len.load(Relaxed);
         let ncells = h.ncells.load(Relaxed) as usize;
-        // The usual frame, checked in line; skip markers and bad cells go the long way.
+        // Small frames (packed) and the usual frame are checked in line; skip markers and
+        // bad cells go the long way.
+        if ncells == (1 | PACKED) as usize {
+            return self.peek_packed(idx);
+        }
         if (len as usize) <= self.max_frame
             && ncells == cells_for(len as usize)
             && idx + ncells <= n
@@ -337,6 +557,8 @@ impl Consumer {
                 idx,
                 len: len as usize,
                 ncells,
+                at: 0,
+                next: 0,
             };
             self.cur = Some(c);
             return Ok(Some(self.frame(c)));
@@ -344,10 +566,86 @@ impl Consumer {
         self.peek_slow(idx, len, ncells)
     }
 
+    /// `peek` of the packed cell at `idx`: its sub-frame at `sub`; none yet; or, at a
+    /// `CLOSE`, the next cell.
+    #[inline]
+    fn peek_packed(&mut self, idx: usize) -> Result<Option<RawFrame>> {
+        debug_assert!(self.sub + SUB_HDR <= PACK_ROOM && self.sub.is_multiple_of(8));
+        // SAFETY: `sub` stays 8-aligned and leaves room for a word inside the payload
+        // (`consume` leaves a cell with less); an atomic may alias memory the peer writes.
+        let word = unsafe {
+            &*self
+                .f
+                .cell(idx)
+                .add(CELL_HDR + self.sub)
+                .cast::<AtomicU64>()
+        }
+        .load(Acquire);
+        if word & !LEN_MASK == VALID | pos_tag(self.head) {
+            let len = word & LEN_MASK;
+            let at = self.sub + SUB_HDR;
+            if len <= (PACK_ROOM - at) as u64 {
+                let len = len as usize;
+                let c = Current {
+                    idx,
+                    len,
+                    ncells: 1,
+                    at,
+                    next: at + pad8(len),
+                };
+                self.cur = Some(c);
+                return Ok(Some(self.frame(c)));
+            }
+        }
+        self.peek_packed_other(word)
+    }
+
+    /// `peek_packed` of a word that is not a sub-frame that fits: nothing yet, the end of
+    /// the cell, or a corrupt cell.
+    #[inline(never)]
+    fn peek_packed_other(&mut self, word: u64) -> Result<Option<RawFrame>> {
+        let tag = pos_tag(self.head);
+        if word & !(KIND | LEN_MASK) != tag || word & KIND == 0 {
+            // Another lap's word (or bytes): nothing written here yet.
+            if self.published != self.head {
+                self.publish_now();
+            }
+            return Ok(None);
+        }
+        match word & KIND {
+            PAD => {
+                let at = next_line(self.sub);
+                if at + SUB_HDR > PACK_ROOM {
+                    return Err(self.bad(format!(
+                        "packed cell pads past its end at offset {}",
+                        self.sub
+                    )));
+                }
+                self.sub = at;
+                // The cell is still at `head`.
+                let idx = (self.head as usize) & (self.f.n - 1);
+                self.peek_packed(idx)
+            }
+            CLOSE => {
+                self.sub = 0;
+                self.head += 1;
+                self.publish();
+                self.peek()
+            }
+            // VALID: a sub-frame longer than the rest of the cell.
+            _ => Err(self.bad(format!(
+                "sub-frame of {} bytes at offset {} runs past its packed cell",
+                word & LEN_MASK,
+                self.sub
+            ))),
+        }
+    }
+
     #[inline]
     fn frame(&self, c: Current) -> RawFrame {
-        // SAFETY: the frame's cells are inside the array (validated when `cur` was set).
-        let ptr = unsafe { self.f.cell(c.idx).add(CELL_HDR) };
+        // SAFETY: the frame's cells are inside the array, and a packed cell's sub-frame
+        // inside its payload (validated when `cur` was set).
+        let ptr = unsafe { self.f.cell(c.idx).add(CELL_HDR + c.at) };
         RawFrame { ptr, len: c.len }
     }
 
@@ -387,6 +685,12 @@ impl Consumer {
     #[inline]
     pub fn consume(&mut self) {
         if let Some(c) = self.cur.take() {
+            if c.next != 0 && c.next + SUB_HDR <= PACK_ROOM {
+                // Room for another sub-frame (or a `CLOSE`): the cell stays at the head.
+                self.sub = c.next;
+                return;
+            }
+            self.sub = 0;
             for i in 1..c.ncells {
                 // Payload bytes in these cells could look like a later lap's `seq`.
                 self.f.hdr(c.idx + i).seq.store(0, Relaxed);
@@ -403,7 +707,25 @@ impl Consumer {
             return true;
         }
         let idx = (self.head as usize) & (self.f.n - 1);
-        self.f.hdr(idx).seq.load(Acquire) == self.head + 1
+        let h = self.f.hdr(idx);
+        if h.seq.load(Acquire) != self.head + 1 {
+            return false;
+        }
+        // Inside a packed cell: ready if its next word is written (a sub-frame, or a
+        // `CLOSE` after which the next cell may still be empty: a false "maybe").
+        self.sub == 0 || {
+            // SAFETY: as in `peek_packed`. (A PAD says "maybe": what follows it is
+            // written before it.)
+            let word = unsafe {
+                &*self
+                    .f
+                    .cell(idx)
+                    .add(CELL_HDR + self.sub)
+                    .cast::<AtomicU64>()
+            }
+            .load(Acquire);
+            word & !(KIND | LEN_MASK) == pos_tag(self.head) && word & KIND != 0
+        }
     }
 
     /// Ask for a wakeup. `false` if a frame is already waiting (do not sleep), or if this
@@ -465,6 +787,19 @@ impl FifoRef {
         if let Some(c) = ncells {
             h.ncells.store(c, Relaxed);
         }
+    }
+
+    /// Test hook: overwrite payload bytes of cell `idx` from offset `off`.
+    pub fn corrupt_payload(&self, idx: usize, off: usize, bytes: &[u8]) {
+        assert!(CELL_HDR + off + bytes.len() <= CELL);
+        // SAFETY: inside cell idx, checked just above.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                bytes.as_ptr(),
+                self.cell(idx).add(CELL_HDR + off),
+                bytes.len(),
+            )
+        };
     }
 
     /// Test hook: overwrite the consumer position.

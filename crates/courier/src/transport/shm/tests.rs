@@ -160,27 +160,30 @@ fn full_is_all_or_nothing_and_recovers() {
     let ((mut ta, _ra), (_tb, mut rb)) = pair(&c);
     let mut sent = 0u64;
     loop {
-        match ta.send(&[&pattern(sent, 100)]) {
+        match ta.send(&[&pattern(sent, 240)]) {
             Ok(()) => sent += 1,
             Err(TxError::NoResource) => break,
             Err(TxError::Failed(e)) => panic!("{e}"),
         }
     }
-    assert_eq!(sent, 16, "one cell per small frame");
+    assert_eq!(
+        sent, 16,
+        "one cell per 240-byte frame (too big to be packed)"
+    );
     let max = ta.caps().max_frame;
     let big = pattern(999, max); // 4 cells
     assert!(matches!(ta.send(&[&big]), Err(TxError::NoResource)));
     for i in 0..3 {
-        assert_eq!(recv_one(&mut rb), pattern(i, 100));
+        assert_eq!(recv_one(&mut rb), pattern(i, 240));
     }
     assert!(
         matches!(ta.send(&[&big]), Err(TxError::NoResource)),
         "3 free cells must not take a 4-cell frame"
     );
-    assert_eq!(recv_one(&mut rb), pattern(3, 100));
+    assert_eq!(recv_one(&mut rb), pattern(3, 240));
     ta.send(&[&big]).unwrap();
     for i in 4..16 {
-        assert_eq!(recv_one(&mut rb), pattern(i, 100));
+        assert_eq!(recv_one(&mut rb), pattern(i, 240));
     }
     assert_eq!(recv_one(&mut rb), big);
     assert!(rb.peek().unwrap().is_none());
@@ -210,6 +213,81 @@ fn wrap_with_skip_marker_and_peek_stability() {
     for i in 0..3 {
         assert_eq!(recv_one(&mut rb), pattern(100 + i, 200));
     }
+}
+
+/// Small frames share cells: 8-byte frames go 15 to a cell (8-byte prefix and 8 bytes
+/// each), each visible as soon as it is sent; a frame too big to join closes the open cell
+/// and takes cells of its own; the small frames after it open the next cell. The consumer
+/// gets every frame, in order, with its bytes.
+#[test]
+fn small_frames_share_cells_and_are_seen_at_once() {
+    let c = cfg(16, "no");
+    let ((mut ta, _ra), (_tb, mut rb)) = pair(&c);
+    let f = |i: u64| i.to_le_bytes();
+    let mut sent = 0u64;
+    loop {
+        match ta.send(&[&f(sent)]) {
+            Ok(()) => sent += 1,
+            Err(TxError::NoResource) => break,
+            Err(TxError::Failed(e)) => panic!("{e}"),
+        }
+    }
+    assert_eq!(sent, 16 * 15, "16 cells of 15 frames");
+    for i in 0..sent {
+        assert_eq!(recv_one(&mut rb), f(i), "frame {i}");
+    }
+    assert!(!rb.ready() && rb.peek().unwrap().is_none());
+    // One at a time, each seen before the next is sent (the consumer waits at the end of
+    // an open cell, then follows it into the next).
+    for i in 0..40 {
+        ta.send(&[&f(1000 + i)]).unwrap();
+        assert!(rb.ready(), "frame {i} not seen at once");
+        assert_eq!(recv_one(&mut rb), f(1000 + i));
+        assert!(rb.peek().unwrap().is_none());
+    }
+    // 24-byte frames (32-byte slots): one would cross a cache line after the first of
+    // each cell, so it starts at the line (a PAD before it): 7 to a cell.
+    let ((mut ta, _ra), (_tb, mut rb)) = pair(&c);
+    let mut sent = 0u64;
+    while ta.send(&[&pattern(sent, 24)]).is_ok() {
+        sent += 1;
+    }
+    assert_eq!(sent, 16 * 7, "16 cells of 7 frames of 24 bytes");
+    for i in 0..sent {
+        assert_eq!(recv_one(&mut rb), pattern(i, 24), "frame {i}");
+    }
+    assert!(rb.peek().unwrap().is_none());
+    let big = pattern(5, 1000);
+    ta.send(&[b"small 1"]).unwrap();
+    ta.send(&[&big]).unwrap();
+    ta.send(&[b"small 2"]).unwrap();
+    ta.send(&[&pattern(6, 232)]).unwrap();
+    ta.send(&[&pattern(7, 233)]).unwrap();
+    assert_eq!(recv_one(&mut rb), b"small 1");
+    assert_eq!(recv_one(&mut rb), big);
+    assert_eq!(recv_one(&mut rb), b"small 2");
+    assert_eq!(recv_one(&mut rb), pattern(6, 232));
+    assert_eq!(recv_one(&mut rb), pattern(7, 233));
+    assert!(rb.peek().unwrap().is_none());
+}
+
+/// A frame appended to an open packed cell wakes an armed consumer, as a cell's first
+/// frame does.
+#[test]
+fn a_frame_appended_to_a_packed_cell_wakes_an_armed_consumer() {
+    let c = cfg(64, "no");
+    let ((mut ta, _ra), (_tb, mut rb)) = pair(&c);
+    let fd = rb.fd().unwrap().try_clone_to_owned().unwrap();
+    ta.send(&[b"first"]).unwrap();
+    assert_eq!(recv_one(&mut rb), b"first");
+    assert!(rb.arm().unwrap());
+    ta.send(&[b"appended"]).unwrap();
+    assert!(
+        readable(fd.as_fd(), 2000),
+        "the appended frame did not wake the consumer"
+    );
+    rb.on_readable().unwrap();
+    assert_eq!(recv_one(&mut rb), b"appended");
 }
 
 #[test]
@@ -316,32 +394,72 @@ fn dropped_peer_is_peer_failure_after_its_last_frames() {
 #[test]
 fn corrupted_cells_are_errors_not_panics() {
     let c = cfg(16, "no");
+    // Frames of 240 bytes: one cell each, too big to be packed.
+    let one = [7u8; 240];
     // Length beyond max_frame.
     let ((mut ta, _ra), (_tb, mut rb)) = pair(&c);
-    ta.send(&[b"hello"]).unwrap();
+    ta.send(&[&one]).unwrap();
     ta.prod.fifo_ref().corrupt(0, Some(100_000), None);
     let e = rb.peek().unwrap_err();
     assert_eq!(e.status(), Status::ProtocolError);
     assert!(e.detail().contains("length"), "{e}");
     // Cell count not matching the length.
     let ((mut ta, _ra), (_tb, mut rb)) = pair(&c);
-    ta.send(&[b"hello"]).unwrap();
+    ta.send(&[&one]).unwrap();
     ta.prod.fifo_ref().corrupt(0, None, Some(3));
     assert!(rb.peek().unwrap_err().detail().contains("cell count"));
     // A frame running past the end of the array.
     let ((mut ta, _ra), (_tb, mut rb)) = pair(&c);
     for _ in 0..15 {
-        ta.send(&[b"a"]).unwrap();
+        ta.send(&[&one]).unwrap();
         recv_one(&mut rb);
     }
-    ta.send(&[b"b"]).unwrap();
+    ta.send(&[&one]).unwrap();
     ta.prod.fifo_ref().corrupt(15, Some(600), Some(3));
     assert!(rb.peek().unwrap_err().detail().contains("past the end"));
     // A skip marker at index 0.
     let ((mut ta, _ra), (_tb, mut rb)) = pair(&c);
-    ta.send(&[b"hello"]).unwrap();
+    ta.send(&[&one]).unwrap();
     ta.prod.fifo_ref().corrupt(0, Some(u32::MAX), Some(16));
     assert!(rb.peek().unwrap_err().detail().contains("skip"));
+    // A packed cell whose sub-frame runs past the cell's payload.
+    let ((mut ta, _ra), (_tb, mut rb)) = pair(&c);
+    // The word of a sub-frame of 1000 bytes in the cell at position 4.
+    let mut fake = (1u64 << 63 | 4 << 16 | 1000).to_le_bytes().to_vec();
+    fake.extend_from_slice(b"8 bytes.");
+    ta.send(&[&vec![0u8; 300]]).unwrap(); // a frame of its own: cell 0 is not packed
+    ta.send(&[&vec![0u8; 300]]).unwrap();
+    recv_one(&mut rb);
+    recv_one(&mut rb);
+    ta.send(&[&fake]).unwrap(); // packed, at cell 4
+    ta.prod.fifo_ref().corrupt_payload(4, 0, &fake);
+    assert!(
+        rb.peek()
+            .unwrap_err()
+            .detail()
+            .contains("runs past its packed cell")
+    );
+    // Words of another lap (or any bytes that do not name this cell) are nothing yet.
+    let ((mut ta, _ra), (_tb, mut rb)) = pair(&c);
+    ta.send(&[b"hello"]).unwrap();
+    ta.prod.fifo_ref().corrupt_payload(0, 0, &[0x55; 8]);
+    assert!(rb.peek().unwrap().is_none());
+    // A PAD in a cell's last line.
+    let ((mut ta, _ra), (_tb, mut rb)) = pair(&c);
+    for _ in 0..14 {
+        ta.send(&[b"8 bytes."]).unwrap();
+        recv_one(&mut rb);
+    }
+    ta.send(&[b"8 bytes."]).unwrap(); // payload offset 224: the last line
+    ta.prod
+        .fifo_ref()
+        .corrupt_payload(0, 224, &(3u64 << 62).to_le_bytes());
+    assert!(
+        rb.peek()
+            .unwrap_err()
+            .detail()
+            .contains("pads past its end")
+    );
     // An impossible consumer position seen by the producer.
     let ((mut ta, _ra), (_tb, _rb)) = pair(&c);
     while ta.send(&[b"fill"]).is_ok() {}
