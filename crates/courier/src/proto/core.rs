@@ -573,6 +573,7 @@ impl State {
         extra: &[u8],
         data: &Buf,
     ) -> Result<bool> {
+        let epoch = self.progress_calls;
         let Some(ep) = self.ep(e) else {
             return Err(Error::new(Status::EndpointClosed, "endpoint was closed"));
         };
@@ -585,6 +586,7 @@ impl State {
         let Some(tx) = ep.tx.as_mut() else {
             return Ok(false);
         };
+        tx.note_epoch(epoch);
         match send_parts(tx, hdr.as_bytes(), extra, data) {
             Ok(()) => Ok(true),
             Err(TxError::NoResource) => Ok(false),
@@ -621,6 +623,7 @@ impl State {
             return None;
         }
         let data: &[u8] = seg_slice(addr, len);
+        tx.note_epoch(self.progress_calls);
         match tx.send3(hdr, extra, data) {
             Ok(()) => Some(Ok(())),
             Err(TxError::NoResource) => None,

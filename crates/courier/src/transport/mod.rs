@@ -163,6 +163,15 @@ impl LinkTx {
         dispatch!(self, t => t.send(parts))
     }
 
+    /// Before a send: the worker's progress count (shared memory packs the small frames
+    /// of a burst, sent with no progress call between them).
+    #[inline(always)]
+    pub fn note_epoch(&mut self, epoch: u64) {
+        if let Self::Shm(t) = self {
+            t.note_epoch(epoch);
+        }
+    }
+
     /// `send` of a frame in three parts (header, extra bytes, data): the small-message
     /// path, which shared memory writes without building and walking a list of parts.
     #[inline]

@@ -9,8 +9,9 @@
 //! When a frame would run past the end of the array, the producer first writes a *skip*
 //! marker (`len = SKIP`, `ncells` = cells to the end) so frames are always contiguous.
 //!
-//! *Packed cells.* Frames of up to `PACK_MAX` bytes do not take a cell each: they are
-//! appended to an *open* cell, one after another, as sub-frames: an 8-byte word, then the
+//! *Packed cells.* In a burst (frames sent without the worker progressing in between, as a
+//! bandwidth test's sender does), frames of up to `PACK_MAX` bytes do not take a cell
+//! each: they are appended to an *open* cell, one after another, as sub-frames: an 8-byte word, then the
 //! bytes, padded to 8. A packed cell's header has `ncells = 1 | PACKED` (and `len` 0); its
 //! `seq` publishes the cell with its first sub-frame. Each later sub-frame is published by
 //! its own word, stored with Release after its bytes, so it is visible the moment it is
@@ -77,6 +78,20 @@ fn pad8(n: usize) -> usize {
 #[inline(always)]
 fn next_line(at: usize) -> usize {
     ((CELL_HDR + at) | (LINE - 1)) + 1 - CELL_HDR
+}
+
+/// Copy `a`, `b`, `c` one after another to `dst`.
+///
+/// # Safety
+/// `dst` must be valid for writes of their total length.
+#[inline(always)]
+unsafe fn copy3(dst: *mut u8, a: &[u8], b: &[u8], c: &[u8]) {
+    // SAFETY: per the caller's contract, each part ends inside the destination.
+    unsafe {
+        copy_small(a.as_ptr(), dst, a.len());
+        copy_small(b.as_ptr(), dst.add(a.len()), b.len());
+        copy_small(c.as_ptr(), dst.add(a.len() + b.len()), c.len());
+    }
 }
 
 /// Where a sub-frame of `len` bytes goes in a packed cell used up to `used`: there, or at
@@ -180,6 +195,8 @@ pub(super) struct Producer {
     max_frame: usize,
     /// The packed cell small frames are appended to (published, not closed).
     open: Option<Open>,
+    /// Small frames now are part of a burst (`set_burst`): they are packed.
+    burst: bool,
 }
 
 /// How `placed` publishes a frame.
@@ -217,6 +234,7 @@ impl Producer {
             tail_cache: 0,
             max_frame: max_frame(f.n),
             open: None,
+            burst: false,
         }
     }
 
@@ -229,10 +247,14 @@ impl Producer {
     #[inline]
     pub fn push(&mut self, parts: &[&[u8]]) -> Result<bool, TxError> {
         let len: usize = parts.iter().map(|p| p.len()).sum();
-        let (dst, frame) = self.place(len)?;
+        let (dst, frame) = if self.burst && len <= PACK_MAX {
+            self.place_packed(len)?
+        } else {
+            self.place_own(len)?
+        };
         let mut off = 0;
         for p in parts {
-            // SAFETY: `place` gave `len` writable bytes at `dst`, inside cells the
+            // SAFETY: the place gave `len` writable bytes at `dst`, inside cells the
             // consumer has released, or past what it may read of the open cell.
             unsafe { copy_small(p.as_ptr(), dst.add(off), p.len()) };
             off += p.len();
@@ -241,31 +263,39 @@ impl Producer {
     }
 
     /// `push` of a frame in three parts (header, extra bytes, data): the small-message
-    /// send, without building a list of parts and walking it.
+    /// send, without building a list of parts and walking it. A frame of its own (the
+    /// latency case) takes the short way in line; a burst's small frames are packed out
+    /// of line.
     #[inline(always)]
     pub fn push3(&mut self, a: &[u8], b: &[u8], c: &[u8]) -> Result<bool, TxError> {
         let len = a.len() + b.len() + c.len();
-        let (dst, frame) = self.place(len)?;
-        // SAFETY: as in `push`: the three parts end at dst + len.
-        unsafe {
-            copy_small(a.as_ptr(), dst, a.len());
-            copy_small(b.as_ptr(), dst.add(a.len()), b.len());
-            copy_small(c.as_ptr(), dst.add(a.len() + b.len()), c.len());
+        if self.burst && len <= PACK_MAX {
+            return self.push3_packed(a, b, c, len);
         }
+        if self.open.is_some() {
+            self.close_open();
+        }
+        let (idx, k) = self.reserve(len)?;
+        // SAFETY: `reserve` gave cells idx..idx + k (idx + k <= n), so the three parts,
+        // which end at cell + 16 + len, are inside the array; the consumer has released
+        // them and does not read them until `seq` is published.
+        unsafe { copy3(self.f.cell(idx).add(CELL_HDR), a, b, c) };
+        Ok(self.publish(idx, len as u32, k as u32))
+    }
+
+    /// `push3` of a burst's small frame: into the open packed cell.
+    #[inline(never)]
+    fn push3_packed(&mut self, a: &[u8], b: &[u8], c: &[u8], len: usize) -> Result<bool, TxError> {
+        let (dst, frame) = self.place_packed(len)?;
+        // SAFETY: `place_packed` gave `len` writable bytes at `dst`, past what the
+        // consumer may read of the open cell.
+        unsafe { copy3(dst, a, b, c) };
         Ok(self.placed(frame))
     }
 
-    /// Where the next frame of `len` bytes goes, and how `placed` publishes it.
+    /// Where a frame of its own of `len` bytes goes (closing the open packed cell first).
     #[inline(always)]
-    fn place(&mut self, len: usize) -> Result<(*mut u8, Placed), TxError> {
-        if len <= PACK_MAX {
-            if let Some(o) = self.open {
-                if let Some(at) = fit(o.used, len) {
-                    return Ok(self.slot(o, at, len));
-                }
-            }
-            return self.place_in_new_cell(len);
-        }
+    fn place_own(&mut self, len: usize) -> Result<(*mut u8, Placed), TxError> {
         self.close_open();
         let (idx, k) = self.reserve(len)?;
         // SAFETY: `reserve` gave cells idx..idx + k (idx + k <= n): [cell + 16, cell + 16
@@ -274,8 +304,29 @@ impl Producer {
         Ok((dst, Placed::Own { idx, len, k }))
     }
 
-    /// `place` of a small frame when there is no open cell, or it is full: close it and
-    /// open the next.
+    /// Where a small frame (`len <= PACK_MAX`) goes in the open packed cell, or in a new
+    /// one when it does not fit.
+    #[inline(always)]
+    fn place_packed(&mut self, len: usize) -> Result<(*mut u8, Placed), TxError> {
+        if let Some(o) = self.open {
+            if let Some(at) = fit(o.used, len) {
+                return Ok(self.slot(o, at, len));
+            }
+        }
+        self.place_in_new_cell(len)
+    }
+
+    /// Say whether the next frames are part of a burst (sent without the worker
+    /// progressing since the previous one): only a burst's small frames are packed. A
+    /// frame sent between progress calls (a ping-pong) takes a cell of its own: its reader
+    /// waits for it, and a line shared with the frames before it would cost that reader.
+    #[inline(always)]
+    pub fn set_burst(&mut self, burst: bool) {
+        self.burst = burst;
+    }
+
+    /// `place_packed` when there is no open cell, or it is full: close it and open the
+    /// next.
     #[inline(never)]
     fn place_in_new_cell(&mut self, len: usize) -> Result<(*mut u8, Placed), TxError> {
         self.close_open();
@@ -544,11 +595,8 @@ impl Consumer {
         }
         let len = h.len.load(Relaxed);
         let ncells = h.ncells.load(Relaxed) as usize;
-        // Small frames (packed) and the usual frame are checked in line; skip markers and
-        // bad cells go the long way.
-        if ncells == (1 | PACKED) as usize {
-            return self.peek_packed(idx);
-        }
+        // The usual frame and packed cells are checked in line; skip markers and bad cells
+        // go the long way.
         if (len as usize) <= self.max_frame
             && ncells == cells_for(len as usize)
             && idx + ncells <= n
@@ -562,6 +610,9 @@ impl Consumer {
             };
             self.cur = Some(c);
             return Ok(Some(self.frame(c)));
+        }
+        if ncells == (1 | PACKED) as usize {
+            return self.peek_packed(idx);
         }
         self.peek_slow(idx, len, ncells)
     }

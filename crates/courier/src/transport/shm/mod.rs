@@ -265,6 +265,7 @@ fn make_link(
     Ok((
         Tx {
             prod,
+            epoch: u64::MAX,
             link: link.clone(),
             caps,
             cma,
@@ -280,6 +281,8 @@ fn make_link(
 /// Sending half.
 pub struct Tx {
     prod: Producer,
+    /// The worker's progress count at the last send (`note_epoch`).
+    epoch: u64,
     link: Arc<Link>,
     caps: Caps,
     cma: bool,
@@ -328,6 +331,14 @@ impl Tx {
     #[cold]
     fn wake(&self) -> Result<(), TxError> {
         self.link.wake()
+    }
+
+    /// Before a send: `epoch` counts the worker's progress calls. The same as at the
+    /// previous send means a burst, whose small frames share cells (see `fifo`).
+    #[inline(always)]
+    pub(crate) fn note_epoch(&mut self, epoch: u64) {
+        self.prod.set_burst(epoch == self.epoch);
+        self.epoch = epoch;
     }
 
     /// The handle a direct write into the peer's memory uses to wake the peer's worker

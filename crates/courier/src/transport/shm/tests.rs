@@ -107,6 +107,9 @@ fn stream(cells: usize, count: u64) {
             // Split into up to three parts to exercise gathering.
             let (a, rest) = v.split_at(len / 3);
             let (b, c) = rest.split_at(rest.len() / 2);
+            // Bursts of 5: small frames share packed cells, which open and close
+            // between frames of their own.
+            ta.note_epoch(seq / 5);
             send_spin(&mut ta, &[a, b, c]);
         }
         ta
@@ -215,15 +218,55 @@ fn wrap_with_skip_marker_and_peek_stability() {
     }
 }
 
-/// Small frames share cells: 8-byte frames go 15 to a cell (8-byte prefix and 8 bytes
-/// each), each visible as soon as it is sent; a frame too big to join closes the open cell
-/// and takes cells of its own; the small frames after it open the next cell. The consumer
-/// gets every frame, in order, with its bytes.
+/// Make the sends that follow a burst (as the worker does when no progress call came
+/// between two sends): their small frames are packed.
+fn in_burst(ta: &mut Tx) {
+    ta.note_epoch(1);
+    ta.note_epoch(1);
+}
+
+/// In a burst, fill 8 cells with frames of 240 bytes (a cell each, too big to be packed),
+/// unread: the next small frame opens a packed cell at position 8.
+fn fall_behind(ta: &mut Tx) -> Vec<Vec<u8>> {
+    in_burst(ta);
+    (0..8)
+        .map(|i| {
+            let v = pattern(900 + i, 240);
+            ta.send(&[&v]).unwrap();
+            v
+        })
+        .collect()
+}
+
+/// The small frames of a burst share cells: 8-byte frames go 15 to a cell (an 8-byte word
+/// and 8 bytes each), each visible as soon as it is sent; frames sent between progress
+/// calls take a cell each; a frame too big to join closes the open cell and takes cells
+/// of its own. The consumer gets every frame, in order, with its bytes.
 #[test]
 fn small_frames_share_cells_and_are_seen_at_once() {
     let c = cfg(16, "no");
-    let ((mut ta, _ra), (_tb, mut rb)) = pair(&c);
     let f = |i: u64| i.to_le_bytes();
+    // Not a burst: a cell each.
+    let ((mut ta, _ra), (_tb, mut rb)) = pair(&c);
+    let mut sent = 0u64;
+    loop {
+        ta.note_epoch(sent);
+        match ta.send(&[&f(sent)]) {
+            Ok(()) => sent += 1,
+            Err(TxError::NoResource) => break,
+            Err(TxError::Failed(e)) => panic!("{e}"),
+        }
+    }
+    assert_eq!(
+        sent, 16,
+        "a cell for each frame sent between progress calls"
+    );
+    for i in 0..sent {
+        assert_eq!(recv_one(&mut rb), f(i), "frame {i}");
+    }
+    // A burst.
+    let ((mut ta, _ra), (_tb, mut rb)) = pair(&c);
+    in_burst(&mut ta);
     let mut sent = 0u64;
     loop {
         match ta.send(&[&f(sent)]) {
@@ -237,8 +280,7 @@ fn small_frames_share_cells_and_are_seen_at_once() {
         assert_eq!(recv_one(&mut rb), f(i), "frame {i}");
     }
     assert!(!rb.ready() && rb.peek().unwrap().is_none());
-    // One at a time, each seen before the next is sent (the consumer waits at the end of
-    // an open cell, then follows it into the next).
+    // One at a time, each seen before the next is sent.
     for i in 0..40 {
         ta.send(&[&f(1000 + i)]).unwrap();
         assert!(rb.ready(), "frame {i} not seen at once");
@@ -246,8 +288,9 @@ fn small_frames_share_cells_and_are_seen_at_once() {
         assert!(rb.peek().unwrap().is_none());
     }
     // 24-byte frames (32-byte slots): one would cross a cache line after the first of
-    // each cell, so it starts at the line (a PAD before it): 7 to a cell.
+    // each cell, so it starts at the line (a PAD before it): 7 to a packed cell.
     let ((mut ta, _ra), (_tb, mut rb)) = pair(&c);
+    in_burst(&mut ta);
     let mut sent = 0u64;
     while ta.send(&[&pattern(sent, 24)]).is_ok() {
         sent += 1;
@@ -257,12 +300,18 @@ fn small_frames_share_cells_and_are_seen_at_once() {
         assert_eq!(recv_one(&mut rb), pattern(i, 24), "frame {i}");
     }
     assert!(rb.peek().unwrap().is_none());
+    // Small frames and frames of their own keep their order.
+    let ((mut ta, _ra), (_tb, mut rb)) = pair(&c);
+    let first = fall_behind(&mut ta);
     let big = pattern(5, 1000);
     ta.send(&[b"small 1"]).unwrap();
     ta.send(&[&big]).unwrap();
     ta.send(&[b"small 2"]).unwrap();
     ta.send(&[&pattern(6, 232)]).unwrap();
     ta.send(&[&pattern(7, 233)]).unwrap();
+    for v in &first {
+        assert_eq!(&recv_one(&mut rb), v);
+    }
     assert_eq!(recv_one(&mut rb), b"small 1");
     assert_eq!(recv_one(&mut rb), big);
     assert_eq!(recv_one(&mut rb), b"small 2");
@@ -278,6 +327,7 @@ fn a_frame_appended_to_a_packed_cell_wakes_an_armed_consumer() {
     let c = cfg(64, "no");
     let ((mut ta, _ra), (_tb, mut rb)) = pair(&c);
     let fd = rb.fd().unwrap().try_clone_to_owned().unwrap();
+    in_burst(&mut ta);
     ta.send(&[b"first"]).unwrap();
     assert_eq!(recv_one(&mut rb), b"first");
     assert!(rb.arm().unwrap());
@@ -422,17 +472,17 @@ fn corrupted_cells_are_errors_not_panics() {
     ta.send(&[&one]).unwrap();
     ta.prod.fifo_ref().corrupt(0, Some(u32::MAX), Some(16));
     assert!(rb.peek().unwrap_err().detail().contains("skip"));
-    // A packed cell whose sub-frame runs past the cell's payload.
+    // A packed cell (the consumer behind: at cell 8) whose sub-frame runs past the cell's
+    // payload.
     let ((mut ta, _ra), (_tb, mut rb)) = pair(&c);
-    // The word of a sub-frame of 1000 bytes in the cell at position 4.
-    let mut fake = (1u64 << 63 | 4 << 16 | 1000).to_le_bytes().to_vec();
-    fake.extend_from_slice(b"8 bytes.");
-    ta.send(&[&vec![0u8; 300]]).unwrap(); // a frame of its own: cell 0 is not packed
-    ta.send(&[&vec![0u8; 300]]).unwrap();
-    recv_one(&mut rb);
-    recv_one(&mut rb);
-    ta.send(&[&fake]).unwrap(); // packed, at cell 4
-    ta.prod.fifo_ref().corrupt_payload(4, 0, &fake);
+    let first = fall_behind(&mut ta);
+    ta.send(&[b"8 bytes."]).unwrap();
+    for _ in &first {
+        recv_one(&mut rb);
+    }
+    // The word of a sub-frame of 1000 bytes in the cell at position 8.
+    let fake = (1u64 << 63 | 8 << 16 | 1000).to_le_bytes();
+    ta.prod.fifo_ref().corrupt_payload(8, 0, &fake);
     assert!(
         rb.peek()
             .unwrap_err()
@@ -441,19 +491,28 @@ fn corrupted_cells_are_errors_not_panics() {
     );
     // Words of another lap (or any bytes that do not name this cell) are nothing yet.
     let ((mut ta, _ra), (_tb, mut rb)) = pair(&c);
+    let first = fall_behind(&mut ta);
     ta.send(&[b"hello"]).unwrap();
-    ta.prod.fifo_ref().corrupt_payload(0, 0, &[0x55; 8]);
+    for _ in &first {
+        recv_one(&mut rb);
+    }
+    ta.prod.fifo_ref().corrupt_payload(8, 0, &[0x55; 8]);
     assert!(rb.peek().unwrap().is_none());
     // A PAD in a cell's last line.
     let ((mut ta, _ra), (_tb, mut rb)) = pair(&c);
-    for _ in 0..14 {
-        ta.send(&[b"8 bytes."]).unwrap();
+    let first = fall_behind(&mut ta);
+    for _ in 0..15 {
+        ta.send(&[b"8 bytes."]).unwrap(); // the 15th at payload offset 224: the last line
+    }
+    for _ in &first {
         recv_one(&mut rb);
     }
-    ta.send(&[b"8 bytes."]).unwrap(); // payload offset 224: the last line
+    for _ in 0..14 {
+        recv_one(&mut rb);
+    }
     ta.prod
         .fifo_ref()
-        .corrupt_payload(0, 224, &(3u64 << 62).to_le_bytes());
+        .corrupt_payload(8, 224, &(3u64 << 62 | 8 << 16).to_le_bytes());
     assert!(
         rb.peek()
             .unwrap_err()
