@@ -23,7 +23,7 @@ pub(super) const CELL_HDR: usize = 16;
 /// Segment magic.
 pub(super) const MAGIC: u64 = u64::from_le_bytes(*b"CRSHMSEG");
 /// Layout version; bump on any change of the layout below.
-pub(super) const VERSION: u32 = 1;
+pub(super) const VERSION: u32 = 2;
 /// Bytes reserved for the segment header.
 pub(super) const HEADER_SIZE: usize = 4096;
 /// Bytes reserved for each FIFO's control block (before its cells).
