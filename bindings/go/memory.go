@@ -351,31 +351,19 @@ func (m *Memory) SignalWaitUntil(ctx context.Context, w *Worker, offset int, cmp
 
 // pollUntil calls check until it reports done, progressing w (if any) between calls.
 func pollUntil(ctx context.Context, w *Worker, check func() (uint64, bool, error)) (uint64, error) {
-	idle := 0
-	for {
-		v, ok, err := check()
-		if err != nil || ok {
-			return v, err
-		}
-		if err := ctx.Err(); err != nil {
-			return v, err
-		}
-		if w != nil && w.Progress() > 0 {
-			idle = 0
-			continue
-		}
-		idle++
-		if idle > 16 {
-			idle = 0
-			runtime.Gosched()
-		}
-	}
+	return lookUntil(ctx, w, false, check)
 }
 
 // napUntil is pollUntil that sleeps between idle looks, longer each time up to 1 ms: a
 // WaitSleep wait with nothing to sleep on.
 func napUntil(ctx context.Context, w *Worker, check func() (uint64, bool, error)) (uint64, error) {
-	nap := time.Duration(0)
+	return lookUntil(ctx, w, true, check)
+}
+
+// lookUntil is pollUntil (nap false: yield now and then) and napUntil (nap true).
+func lookUntil(ctx context.Context, w *Worker, nap bool, check func() (uint64, bool, error)) (uint64, error) {
+	idle := 0
+	sleep := 20 * time.Microsecond
 	for {
 		v, ok, err := check()
 		if err != nil || ok {
@@ -385,16 +373,19 @@ func napUntil(ctx context.Context, w *Worker, check func() (uint64, bool, error)
 			return v, err
 		}
 		if w != nil && w.Progress() > 0 {
-			nap = 0
+			idle = 0
+			sleep = 20 * time.Microsecond
 			continue
 		}
-		if nap == 0 {
+		idle++
+		switch {
+		case nap && idle > 1:
+			time.Sleep(sleep)
+			sleep = min(2*sleep, time.Millisecond)
+		case idle > 16:
+			idle = 0
 			runtime.Gosched()
-			nap = 20 * time.Microsecond
-			continue
 		}
-		time.Sleep(nap)
-		nap = min(2*nap, time.Millisecond)
 	}
 }
 

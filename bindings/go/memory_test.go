@@ -72,13 +72,16 @@ func newRMAPair(t *testing.T, tls string, config ...string) *rmaPeers {
 	return &rmaPeers{ownerCtx: ownerCtx, owner: owner, user: user, ep: ep, stopOwner: stopO, stopUser: stopU}
 }
 
-func TestOneSided(t *testing.T) {
+func TestOneSided(t *testing.T) { onEachTransport(t, testOneSided) }
+
+// onEachTransport runs f as a subtest with the default transports ("") and with tcp.
+func onEachTransport(t *testing.T, f func(t *testing.T, tls string)) {
 	for _, tls := range []string{"", "tcp"} {
 		name := tls
 		if name == "" {
 			name = "default"
 		}
-		t.Run(name, func(t *testing.T) { testOneSided(t, tls) })
+		t.Run(name, func(t *testing.T) { f(t, tls) })
 	}
 }
 
@@ -302,15 +305,7 @@ func cpuTime(t *testing.T) time.Duration {
 // else progresses sleep until a peer's put-with-signal arrives, instead of spinning for
 // it: the process uses well under half a CPU while they wait. They also end with their
 // context, and without a worker they nap.
-func TestSleepingWaits(t *testing.T) {
-	for _, tls := range []string{"", "tcp"} {
-		name := tls
-		if name == "" {
-			name = "default"
-		}
-		t.Run(name, func(t *testing.T) { testSleepingWaits(t, tls) })
-	}
-}
+func TestSleepingWaits(t *testing.T) { onEachTransport(t, testSleepingWaits) }
 
 func testSleepingWaits(t *testing.T, tls string) {
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)

@@ -180,6 +180,16 @@ impl FifoRef {
         unsafe { self.cells.add(idx * CELL) }
     }
 
+    /// The packed-cell word at payload offset `at` of cell `idx`.
+    #[inline(always)]
+    fn word(&self, idx: usize, at: usize) -> &AtomicU64 {
+        debug_assert!(at + SUB_HDR <= PACK_ROOM && at.is_multiple_of(8));
+        // SAFETY: inside the cell's payload (`at + 8 <= PACK_ROOM`), 8-aligned (cells
+        // are, CELL_HDR and `at` are multiples of 8); an atomic may alias memory the peer
+        // writes.
+        unsafe { &*self.cell(idx).add(CELL_HDR + at).cast::<AtomicU64>() }
+    }
+
     #[inline]
     fn hdr(&self, idx: usize) -> &CellHdr {
         // SAFETY: a cell header is 16 bytes of atomics at the start of a cell in the mapping.
@@ -362,15 +372,6 @@ impl Producer {
         )
     }
 
-    /// The word of the sub-frame at payload offset `at` of cell `idx`.
-    #[inline(always)]
-    fn sub_word(&self, idx: usize, at: usize) -> &AtomicU64 {
-        debug_assert!(at + SUB_HDR <= PACK_ROOM && at.is_multiple_of(8));
-        // SAFETY: inside the cell's payload, 8-aligned (cells are, CELL_HDR and `at` are
-        // multiples of 8); an atomic may alias memory the peer writes.
-        unsafe { &*self.f.cell(idx).add(CELL_HDR + at).cast::<AtomicU64>() }
-    }
-
     /// Publish a frame whose bytes are written. True if the consumer is armed.
     #[inline(always)]
     fn placed(&mut self, frame: Placed) -> bool {
@@ -386,10 +387,10 @@ impl Producer {
                 // (stored after the sub-frame's word, which it makes visible).
                 let own = VALID | tag | len as u64;
                 let (w, word) = if from == at {
-                    (self.sub_word(idx, at), own)
+                    (self.f.word(idx, at), own)
                 } else {
-                    self.sub_word(idx, at).store(own, Relaxed);
-                    (self.sub_word(idx, from), PAD | tag)
+                    self.f.word(idx, at).store(own, Relaxed);
+                    (self.f.word(idx, from), PAD | tag)
                 };
                 if from == 0 {
                     w.store(word, Relaxed);
@@ -409,7 +410,7 @@ impl Producer {
         if let Some(o) = self.open.take() {
             // A full cell needs no mark: the consumer leaves it at its end.
             if o.used + SUB_HDR <= PACK_ROOM {
-                self.sub_word(o.idx, o.used).store(CLOSE | o.tag, Release);
+                self.f.word(o.idx, o.used).store(CLOSE | o.tag, Release);
             }
         }
     }
@@ -621,17 +622,9 @@ impl Consumer {
     /// `CLOSE`, the next cell.
     #[inline]
     fn peek_packed(&mut self, idx: usize) -> Result<Option<RawFrame>> {
-        debug_assert!(self.sub + SUB_HDR <= PACK_ROOM && self.sub.is_multiple_of(8));
-        // SAFETY: `sub` stays 8-aligned and leaves room for a word inside the payload
-        // (`consume` leaves a cell with less); an atomic may alias memory the peer writes.
-        let word = unsafe {
-            &*self
-                .f
-                .cell(idx)
-                .add(CELL_HDR + self.sub)
-                .cast::<AtomicU64>()
-        }
-        .load(Acquire);
+        // `sub` stays 8-aligned and leaves room for a word (`consume` leaves a cell with
+        // less).
+        let word = self.f.word(idx, self.sub).load(Acquire);
         if word & !LEN_MASK == VALID | pos_tag(self.head) {
             let len = word & LEN_MASK;
             let at = self.sub + SUB_HDR;
@@ -765,16 +758,8 @@ impl Consumer {
         // Inside a packed cell: ready if its next word is written (a sub-frame, or a
         // `CLOSE` after which the next cell may still be empty: a false "maybe").
         self.sub == 0 || {
-            // SAFETY: as in `peek_packed`. (A PAD says "maybe": what follows it is
-            // written before it.)
-            let word = unsafe {
-                &*self
-                    .f
-                    .cell(idx)
-                    .add(CELL_HDR + self.sub)
-                    .cast::<AtomicU64>()
-            }
-            .load(Acquire);
+            // (A PAD says "maybe": what follows it is written before it.)
+            let word = self.f.word(idx, self.sub).load(Acquire);
             word & !(KIND | LEN_MASK) == pos_tag(self.head) && word & KIND != 0
         }
     }
