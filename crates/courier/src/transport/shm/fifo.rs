@@ -10,21 +10,21 @@
 //! marker (`len = SKIP`, `ncells` = cells to the end) so frames are always contiguous.
 //!
 //! *Packed cells.* In a burst (frames sent without the worker progressing in between, as a
-//! bandwidth test's sender does), frames of up to `PACK_MAX` bytes do not take a cell
-//! each: they are appended to an *open* cell, one after another, as sub-frames: an 8-byte word, then the
-//! bytes, padded to 8. A packed cell's header has `ncells = 1 | PACKED` (and `len` 0); its
-//! `seq` publishes the cell with its first sub-frame. Each later sub-frame is published by
-//! its own word, stored with Release after its bytes, so it is visible the moment it is
-//! sent, as a frame of its own would be, and the consumer polls the line the next one will
-//! be written to, not the cell's header. A word carries its kind (a sub-frame and its
-//! length, `CLOSE`, `PAD`) and the cell's position (its `seq - 1`, 46 bits), so a word left
-//! from an earlier lap never passes for a new one and nothing has to be zeroed. A frame
-//! that does not fit, or cannot be packed, closes the cell: `CLOSE` in the next word (none
-//! is needed when the cell is
-//! full). A sub-frame that fits in a cache line but would cross into the next starts at
-//! the next line instead, announced by `PAD` in its word's place: a message then costs
-//! the consumer one line, not two in a row. A stream of small messages thus moves one cache line for every two or more
-//! messages, where a cell each moved a line for every one.
+//! bandwidth test's sender does), frames of up to `PACK_MAX` bytes do not take a cell each:
+//! they are appended to an *open* cell, one after another, as sub-frames: an 8-byte word,
+//! then the bytes, padded to 8. A packed cell's header has `ncells = 1 | PACKED` (and `len`
+//! 0); its `seq` publishes the cell with its first sub-frame. Each later sub-frame is
+//! published by its own word, stored with Release after its bytes, so it is visible the
+//! moment it is sent, as a frame of its own would be, and the consumer polls the line the
+//! next one will be written to, not the cell's header. A word carries its kind (a sub-frame
+//! and its length, `CLOSE`, `PAD`) and the cell's position (its `seq - 1`, 46 bits), so a
+//! word left from an earlier lap never passes for a new one and nothing has to be zeroed. A
+//! frame that does not fit, or cannot be packed, closes the cell: `CLOSE` in the next word
+//! (none is needed when the cell is full). A sub-frame that fits in a cache line but would
+//! cross into the next starts at the next line instead, announced by `PAD` in its word's
+//! place: a message then costs the consumer one line, not two in a row. A stream of small
+//! messages thus moves one cache line for every two or more messages, where a cell each
+//! moved a line for every one.
 //!
 //! The consumer publishes its progress in `tail` (its own cache line), which the producer
 //! reads only when its cached copy says the FIFO is full. On consume, the consumer zeroes the
@@ -205,8 +205,10 @@ pub(super) struct Producer {
     max_frame: usize,
     /// The packed cell small frames are appended to (published, not closed).
     open: Option<Open>,
-    /// Small frames now are part of a burst (`set_burst`): they are packed.
+    /// Small frames now are part of a burst (`note_epoch`): they are packed.
     burst: bool,
+    /// The worker's progress count at the last send (`note_epoch`).
+    epoch: u64,
 }
 
 /// How `placed` publishes a frame.
@@ -245,6 +247,7 @@ impl Producer {
             max_frame: max_frame(f.n),
             open: None,
             burst: false,
+            epoch: u64::MAX,
         }
     }
 
@@ -282,15 +285,11 @@ impl Producer {
         if self.burst && len <= PACK_MAX {
             return self.push3_packed(a, b, c, len);
         }
-        if self.open.is_some() {
-            self.close_open();
-        }
-        let (idx, k) = self.reserve(len)?;
-        // SAFETY: `reserve` gave cells idx..idx + k (idx + k <= n), so the three parts,
-        // which end at cell + 16 + len, are inside the array; the consumer has released
-        // them and does not read them until `seq` is published.
-        unsafe { copy3(self.f.cell(idx).add(CELL_HDR), a, b, c) };
-        Ok(self.publish(idx, len as u32, k as u32))
+        let (dst, frame) = self.place_own(len)?;
+        // SAFETY: `place_own` gave `len` writable bytes at `dst`, inside cells the
+        // consumer has released and does not read until `seq` is published.
+        unsafe { copy3(dst, a, b, c) };
+        Ok(self.placed(frame))
     }
 
     /// `push3` of a burst's small frame: into the open packed cell.
@@ -326,13 +325,14 @@ impl Producer {
         self.place_in_new_cell(len)
     }
 
-    /// Say whether the next frames are part of a burst (sent without the worker
-    /// progressing since the previous one): only a burst's small frames are packed. A
+    /// Before a send: `epoch` counts the worker's progress calls. The same as at the
+    /// previous send means a burst (no progress since), whose small frames are packed. A
     /// frame sent between progress calls (a ping-pong) takes a cell of its own: its reader
     /// waits for it, and a line shared with the frames before it would cost that reader.
     #[inline(always)]
-    pub fn set_burst(&mut self, burst: bool) {
-        self.burst = burst;
+    pub fn note_epoch(&mut self, epoch: u64) {
+        self.burst = epoch == self.epoch;
+        self.epoch = epoch;
     }
 
     /// `place_packed` when there is no open cell, or it is full: close it and open the
@@ -538,6 +538,8 @@ pub(super) struct Consumer {
     cur: Option<Current>,
     /// Offset of the next sub-frame in the packed cell at `head` (0 at a cell's start).
     sub: usize,
+    /// A sub-frame of the packed cell at `head` was read (a `CLOSE` before one is corrupt).
+    read_in_cell: bool,
 }
 
 impl Consumer {
@@ -549,6 +551,7 @@ impl Consumer {
             max_frame: max_frame(f.n),
             cur: None,
             sub: 0,
+            read_in_cell: false,
         }
     }
 
@@ -670,8 +673,16 @@ impl Consumer {
                 let idx = (self.head as usize) & (self.f.n - 1);
                 self.peek_packed(idx)
             }
+            // The producer closes a cell only after a sub-frame in it: a cell closed
+            // before we read one is corrupt. This also bounds
+            // `peek`'s recursion to one cell however many cells a peer publishes.
+            CLOSE if !self.read_in_cell => Err(self.bad(format!(
+                "packed cell closed before its first sub-frame, at offset {}",
+                self.sub
+            ))),
             CLOSE => {
                 self.sub = 0;
+                self.read_in_cell = false;
                 self.head += 1;
                 self.publish();
                 self.peek()
@@ -732,9 +743,11 @@ impl Consumer {
             if c.next != 0 && c.next + SUB_HDR <= PACK_ROOM {
                 // Room for another sub-frame (or a `CLOSE`): the cell stays at the head.
                 self.sub = c.next;
+                self.read_in_cell = true;
                 return;
             }
             self.sub = 0;
+            self.read_in_cell = false;
             for i in 1..c.ncells {
                 // Payload bytes in these cells could look like a later lap's `seq`.
                 self.f.hdr(c.idx + i).seq.store(0, Relaxed);

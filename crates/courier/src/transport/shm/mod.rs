@@ -265,7 +265,6 @@ fn make_link(
     Ok((
         Tx {
             prod,
-            epoch: u64::MAX,
             link: link.clone(),
             caps,
             cma,
@@ -281,8 +280,6 @@ fn make_link(
 /// Sending half.
 pub struct Tx {
     prod: Producer,
-    /// The worker's progress count at the last send (`note_epoch`).
-    epoch: u64,
     link: Arc<Link>,
     caps: Caps,
     cma: bool,
@@ -337,8 +334,7 @@ impl Tx {
     /// previous send means a burst, whose small frames share cells (see `fifo`).
     #[inline(always)]
     pub(crate) fn note_epoch(&mut self, epoch: u64) {
-        self.prod.set_burst(epoch == self.epoch);
-        self.epoch = epoch;
+        self.prod.note_epoch(epoch);
     }
 
     /// The handle a direct write into the peer's memory uses to wake the peer's worker

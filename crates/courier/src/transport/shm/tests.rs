@@ -157,18 +157,23 @@ fn caps_and_limits() {
     }
 }
 
+/// Send frames made by `send(tx, i)` for i = 0, 1, ... until the FIFO is full; the count.
+fn fill(ta: &mut Tx, mut send: impl FnMut(&mut Tx, u64) -> Result<(), TxError>) -> u64 {
+    let mut sent = 0u64;
+    loop {
+        match send(ta, sent) {
+            Ok(()) => sent += 1,
+            Err(TxError::NoResource) => return sent,
+            Err(TxError::Failed(e)) => panic!("{e}"),
+        }
+    }
+}
+
 #[test]
 fn full_is_all_or_nothing_and_recovers() {
     let c = cfg(16, "no");
     let ((mut ta, _ra), (_tb, mut rb)) = pair(&c);
-    let mut sent = 0u64;
-    loop {
-        match ta.send(&[&pattern(sent, 240)]) {
-            Ok(()) => sent += 1,
-            Err(TxError::NoResource) => break,
-            Err(TxError::Failed(e)) => panic!("{e}"),
-        }
-    }
+    let sent = fill(&mut ta, |ta, i| ta.send(&[&pattern(i, 240)]));
     assert_eq!(
         sent, 16,
         "one cell per 240-byte frame (too big to be packed)"
@@ -248,15 +253,10 @@ fn small_frames_share_cells_and_are_seen_at_once() {
     let f = |i: u64| i.to_le_bytes();
     // Not a burst: a cell each.
     let ((mut ta, _ra), (_tb, mut rb)) = pair(&c);
-    let mut sent = 0u64;
-    loop {
-        ta.note_epoch(sent);
-        match ta.send(&[&f(sent)]) {
-            Ok(()) => sent += 1,
-            Err(TxError::NoResource) => break,
-            Err(TxError::Failed(e)) => panic!("{e}"),
-        }
-    }
+    let sent = fill(&mut ta, |ta, i| {
+        ta.note_epoch(i);
+        ta.send(&[&f(i)])
+    });
     assert_eq!(
         sent, 16,
         "a cell for each frame sent between progress calls"
@@ -267,14 +267,7 @@ fn small_frames_share_cells_and_are_seen_at_once() {
     // A burst.
     let ((mut ta, _ra), (_tb, mut rb)) = pair(&c);
     in_burst(&mut ta);
-    let mut sent = 0u64;
-    loop {
-        match ta.send(&[&f(sent)]) {
-            Ok(()) => sent += 1,
-            Err(TxError::NoResource) => break,
-            Err(TxError::Failed(e)) => panic!("{e}"),
-        }
-    }
+    let sent = fill(&mut ta, |ta, i| ta.send(&[&f(i)]));
     assert_eq!(sent, 16 * 15, "16 cells of 15 frames");
     for i in 0..sent {
         assert_eq!(recv_one(&mut rb), f(i), "frame {i}");
@@ -291,10 +284,7 @@ fn small_frames_share_cells_and_are_seen_at_once() {
     // each cell, so it starts at the line (a PAD before it): 7 to a packed cell.
     let ((mut ta, _ra), (_tb, mut rb)) = pair(&c);
     in_burst(&mut ta);
-    let mut sent = 0u64;
-    while ta.send(&[&pattern(sent, 24)]).is_ok() {
-        sent += 1;
-    }
+    let sent = fill(&mut ta, |ta, i| ta.send(&[&pattern(i, 24)]));
     assert_eq!(sent, 16 * 7, "16 cells of 7 frames of 24 bytes");
     for i in 0..sent {
         assert_eq!(recv_one(&mut rb), pattern(i, 24), "frame {i}");
@@ -488,6 +478,23 @@ fn corrupted_cells_are_errors_not_panics() {
             .unwrap_err()
             .detail()
             .contains("runs past its packed cell")
+    );
+    // A packed cell whose first word is a CLOSE: a writer never does that, and a peer
+    // publishing only such cells must not make the reader recurse through them.
+    let ((mut ta, _ra), (_tb, mut rb)) = pair(&c);
+    let first = fall_behind(&mut ta);
+    ta.send(&[b"8 bytes."]).unwrap();
+    for _ in &first {
+        recv_one(&mut rb);
+    }
+    ta.prod
+        .fifo_ref()
+        .corrupt_payload(8, 0, &(1u64 << 62 | 8 << 16).to_le_bytes());
+    assert!(
+        rb.peek()
+            .unwrap_err()
+            .detail()
+            .contains("closed before its first")
     );
     // Words of another lap (or any bytes that do not name this cell) are nothing yet.
     let ((mut ta, _ra), (_tb, mut rb)) = pair(&c);
