@@ -235,12 +235,11 @@ func testOneSided(t *testing.T, tls string) {
 		t.Fatal(err)
 	}
 	defer reg.Close()
-	rpacked, _ := reg.PackRkey()
-	rrk, err := ep.UnpackRkey(rpacked)
+	rpacked, err := reg.PackRkey()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer rrk.Close()
+	rrk := unpackKey(t, ep, rpacked)
 	if r, err = ep.Put(data[:4096], reg.Query().Address+100, rrk, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -253,20 +252,7 @@ func testOneSided(t *testing.T, tls string) {
 	}
 
 	// a semaphore posted remotely
-	sem, err := oc.NewSemaphore(0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sem.Close()
-	skey, saddr, err := sem.Remote()
-	if err != nil {
-		t.Fatal(err)
-	}
-	srk, err := ep.UnpackRkey(skey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srk.Close()
+	sem, saddr, srk := remoteSemaphore(t, oc, ep, 0)
 	if sem.TryWait(1) {
 		t.Fatal("took from an empty semaphore")
 	}
@@ -322,25 +308,8 @@ func testSleepingWaits(t *testing.T, tls string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rk, err := p.ep.UnpackRkey(packed)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rk.Close()
-	sem, err := p.ownerCtx.NewSemaphore(0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sem.Close()
-	skey, saddr, err := sem.Remote()
-	if err != nil {
-		t.Fatal(err)
-	}
-	srk, err := p.ep.UnpackRkey(skey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srk.Close()
+	rk := unpackKey(t, p.ep, packed)
+	sem, saddr, srk := remoteSemaphore(t, p.ownerCtx, p.ep, 0)
 
 	// From here the waits progress the owner's worker; the user's sends leave inside the
 	// calls (small, eager), so no goroutine spins while the owner waits.
@@ -428,4 +397,33 @@ func testSleepingWaits(t *testing.T, tls string) {
 	if err := bsem.Wait(ctx, p.owner, 2, WaitSleep); !errors.Is(err, ErrInvalidParam) {
 		t.Fatalf("a wait for 2 on a boolean semaphore: %v", err)
 	}
+}
+
+// unpackKey unpacks a packed key on ep, failing the test on error; the key is released
+// when the test ends.
+func unpackKey(t *testing.T, ep *Endpoint, packed []byte) *RemoteKey {
+	t.Helper()
+	rk, err := ep.UnpackRkey(packed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rk.Close() })
+	return rk
+}
+
+// remoteSemaphore makes a semaphore on c and unpacks its key on ep: the semaphore, the
+// address a peer's atomics or signals go to, and the key for them. Both are released
+// when the test ends.
+func remoteSemaphore(t *testing.T, c *Context, ep *Endpoint, flags SemFlags) (*Semaphore, uint64, *RemoteKey) {
+	t.Helper()
+	sem, err := c.NewSemaphore(flags)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sem.Close() })
+	skey, saddr, err := sem.Remote()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sem, saddr, unpackKey(t, ep, skey)
 }
