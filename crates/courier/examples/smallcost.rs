@@ -127,6 +127,42 @@ fn step_am_send(ep: &Endpoint, n: usize, data: &[u8]) -> Result<()> {
     Ok(())
 }
 
+/// One turn of an active-message ping-pong's answering side (`courier perf -t
+/// ucp_am_lat`'s server): progress until the ping was handled (`count` reaches `want`),
+/// then answer, as a reply. The send follows a progress call, so it takes the latency
+/// path (a cell of its own), not the packed one.
+#[inline(never)]
+fn step_am_echo(
+    w: &Worker,
+    ep: &Endpoint,
+    count: &AtomicU64,
+    want: u64,
+    data: &[u8],
+) -> Result<()> {
+    while count.load(Ordering::Acquire) < want {
+        w.progress();
+    }
+    let reply = AmFlags {
+        reply: true,
+        ..AmFlags::default()
+    };
+    drop(ep.am_send(1, &[], data, reply)?);
+    Ok(())
+}
+
+/// One turn of a tag ping-pong's answering side (`courier perf -t tag_lat`'s server):
+/// post the receive, progress until it completes, answer.
+#[inline(never)]
+fn step_tag_echo(w: &Worker, ep: &Endpoint, buf: &mut [u8; 8], data: &[u8]) -> Result<()> {
+    let mut r = w.tag_recv(buf, TAG, u64::MAX)?;
+    while !r.is_done() {
+        w.progress();
+    }
+    r.wait()?;
+    drop(ep.tag_send(data, TAG)?);
+    Ok(())
+}
+
 /// `n` 8-byte puts into the peer's region.
 #[inline(never)]
 fn step_put(ep: &Endpoint, key: &RemoteKey, at: u64, n: usize, data: &[u8]) -> Result<()> {
@@ -232,6 +268,21 @@ fn main() -> Result<()> {
         let before = seen.load(Ordering::Relaxed);
         step_am_send(&ab, batch, &data)?;
         drain(&b, || seen.load(Ordering::Relaxed) >= before + batch as u64);
+    }
+
+    // Ping-pongs: b pings (not measured), a answers (measured), b takes the answer.
+    let base = seen.load(Ordering::Relaxed);
+    for i in 0..n as u64 {
+        drop(ba.am_send(1, &[], &data, AmFlags::default())?);
+        step_am_echo(&a, &ab, &got, got.load(Ordering::Relaxed) + 1, &data)?;
+        drain(&b, || seen.load(Ordering::Relaxed) > base + i);
+    }
+    let (mut buf, mut buf_b) = ([0u8; 8], [0u8; 8]);
+    for _ in 0..n {
+        drop(ba.tag_send(&data, TAG)?);
+        step_tag_echo(&a, &ab, &mut buf, &data)?;
+        let mut r = b.tag_recv(&mut buf_b, TAG, u64::MAX)?;
+        drain(&b, || r.is_done());
     }
 
     // Puts into b's allocated region (under valgrind, which cannot take the peer's segment,

@@ -757,14 +757,23 @@ fn killed_child_is_peer_failure() {
     assert!(e.detail().contains(&child.id().to_string()), "{e}");
 }
 
-/// Rough one-way latency (half round trip) of 8-byte frames between two threads:
+/// Rough one-way latency (half round trip) of 8-byte frames between two threads, pinned
+/// to CPUs 0 and 1, through FIFOs of the default size:
 /// `cargo test --release -p courier shm::tests::pingpong -- --ignored --nocapture`.
 #[test]
 #[ignore]
 fn pingpong_latency() {
-    let ((mut ta, mut ra), (mut tb, mut rb)) = pair(&cfg(256, "auto"));
+    let ((mut ta, mut ra), (mut tb, mut rb)) = pair(&cfg(1024, "auto"));
     let iters = 200_000u64;
+    // SAFETY: a zeroed cpu_set_t is an empty set; the calls only read it.
+    let pin = |cpu: usize| unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+    };
+    pin(0);
     let echo = std::thread::spawn(move || {
+        pin(1);
         for _ in 0..iters {
             let v = recv_one(&mut rb);
             send_spin(&mut tb, &[&v]);
