@@ -78,7 +78,7 @@ impl AmMessage<'_> {
     /// Keep the rendezvous descriptor to receive the data later with
     /// [`Worker::am_recv_data`]. Not taking it declines the data.
     pub fn take_rndv(&mut self) -> Option<AmRndv> {
-        self.d.rndv.take()
+        self.d.rndv.take().map(|r| *r)
     }
     /// The endpoint to reply on, when the sender asked for replies.
     pub fn reply_ep(&self) -> Option<Endpoint> {
@@ -304,12 +304,11 @@ impl Worker {
         let Some(mut h) = handler else {
             tracing::warn!("active message with id {} has no handler; dropped", am.id);
             if let Some(r) = am.rndv {
-                g.am_decline(r);
+                g.am_decline(*r);
             }
             g.finish_am(e);
             return g;
         };
-        drop(g);
         // SAFETY: the frame stays unconsumed (rx_busy) until finish_am below.
         let header = unsafe { std::slice::from_raw_parts(am.header.0, am.header.1) };
         let data = if am.data.1 == 0 {
@@ -325,20 +324,18 @@ impl Worker {
             reply: if am.reply { Some(am.ep) } else { None },
             ep: am.ep,
         };
-        h(&mut d, self);
-        let leftover = d.rndv.take();
-        let mut g = self
-            .inner
-            .cell
-            .lock()
-            .unwrap_or_else(|_| unreachable_lock());
+        let (g, leftover) = g.unlocked(|| {
+            h(&mut d, self);
+            d.rndv.take()
+        });
+        let mut g = g.unwrap_or_else(unreachable_lock);
         if let Some(slot) = g.am_handlers.get_mut(am.id as usize) {
             if slot.is_none() {
                 *slot = Some(h);
             }
         }
         if let Some(r) = leftover {
-            g.am_decline(r);
+            g.am_decline(*r);
         }
         g.finish_am(e);
         g
@@ -636,7 +633,7 @@ impl Worker {
     }
 }
 
-fn unreachable_lock() -> Guard<'static, State> {
+fn unreachable_lock<'a>() -> Guard<'a, State> {
     // The progressing thread re-locks a lock it just released; in single mode it is the
     // owner and nothing else holds the cell, in multi mode the mutex cannot be poisoned
     // into an error (poison is recovered). Reaching here is a bug in Courier itself.

@@ -53,8 +53,9 @@ pub struct AmDelivery<'a> {
     pub header: &'a [u8],
     /// Eager data (empty for rendezvous).
     pub data: &'a [u8],
-    /// Rendezvous descriptor, if the data is still at the sender.
-    pub rndv: Option<AmRndv>,
+    /// Rendezvous descriptor, if the data is still at the sender (boxed: the eager
+    /// case, the latency one, then moves a pointer's worth, not the descriptor's).
+    pub rndv: Option<Box<AmRndv>>,
     /// The endpoint it arrived on (index, generation), when the sender allows replies.
     pub reply: Option<(u32, u32)>,
     /// The endpoint it arrived on, always.

@@ -26,7 +26,7 @@ pub(crate) struct AmPending {
     pub reply: bool,
     pub header: (*const u8, usize),
     pub data: (*const u8, usize),
-    pub rndv: Option<AmRndv>,
+    pub rndv: Option<Box<AmRndv>>,
     pub ep: (u32, u32),
 }
 
@@ -169,7 +169,7 @@ impl State {
                     reply,
                     header: (header.as_ptr(), header.len()),
                     data: (std::ptr::null(), 0),
-                    rndv: Some(rndv),
+                    rndv: Some(Box::new(rndv)),
                     ep: (e, generation),
                 });
             }
