@@ -243,7 +243,25 @@ fn fall_behind(ta: &mut Tx) -> Vec<Vec<u8>> {
         .collect()
 }
 
-/// The small frames of a burst share cells: 8-byte frames go 15 to a cell (an 8-byte word
+/// Pack `small` 8-byte frames into the cell at position 8 (behind 8 frames of their own),
+/// read all frames but the last, replace the packed-cell word at payload offset `at` with
+/// `word`, and look again: the length of the frame seen, if any, or the error.
+fn forged_word(c: &Config, small: usize, at: usize, word: u64) -> Result<Option<usize>> {
+    let ((mut ta, _ra), (_tb, mut rb)) = pair(c);
+    let first = fall_behind(&mut ta);
+    for _ in 0..small {
+        ta.send(&[b"8 bytes."]).unwrap();
+    }
+    for _ in 0..first.len() + small - 1 {
+        recv_one(&mut rb);
+    }
+    ta.prod
+        .fifo_ref()
+        .corrupt_payload(8, at, &word.to_le_bytes());
+    rb.peek().map(|f| f.map(|f| f.len))
+}
+
+/// The small frames of a burst share cells/// The small frames of a burst share cells: 8-byte frames go 15 to a cell (an 8-byte word
 /// and 8 bytes each), each visible as soon as it is sent; frames sent between progress
 /// calls take a cell each; a frame too big to join closes the open cell and takes cells
 /// of its own. The consumer gets every frame, in order, with its bytes.
@@ -464,68 +482,18 @@ fn corrupted_cells_are_errors_not_panics() {
     assert!(rb.peek().unwrap_err().detail().contains("skip"));
     // A packed cell (the consumer behind: at cell 8) whose sub-frame runs past the cell's
     // payload.
-    let ((mut ta, _ra), (_tb, mut rb)) = pair(&c);
-    let first = fall_behind(&mut ta);
-    ta.send(&[b"8 bytes."]).unwrap();
-    for _ in &first {
-        recv_one(&mut rb);
-    }
-    // The word of a sub-frame of 1000 bytes in the cell at position 8.
-    let fake = (1u64 << 63 | 8 << 16 | 1000).to_le_bytes();
-    ta.prod.fifo_ref().corrupt_payload(8, 0, &fake);
-    assert!(
-        rb.peek()
-            .unwrap_err()
-            .detail()
-            .contains("runs past its packed cell")
-    );
+    let err = |r: Result<Option<usize>>| r.unwrap_err().detail().to_string();
+    let past = 1u64 << 63 | 8 << 16 | 1000;
+    assert!(err(forged_word(&c, 1, 0, past)).contains("runs past its packed cell"));
     // A packed cell whose first word is a CLOSE: a writer never does that, and a peer
     // publishing only such cells must not make the reader recurse through them.
-    let ((mut ta, _ra), (_tb, mut rb)) = pair(&c);
-    let first = fall_behind(&mut ta);
-    ta.send(&[b"8 bytes."]).unwrap();
-    for _ in &first {
-        recv_one(&mut rb);
-    }
-    ta.prod
-        .fifo_ref()
-        .corrupt_payload(8, 0, &(1u64 << 62 | 8 << 16).to_le_bytes());
-    assert!(
-        rb.peek()
-            .unwrap_err()
-            .detail()
-            .contains("closed before its first")
-    );
+    let close = 1u64 << 62 | 8 << 16;
+    assert!(err(forged_word(&c, 1, 0, close)).contains("closed before its first"));
     // Words of another lap (or any bytes that do not name this cell) are nothing yet.
-    let ((mut ta, _ra), (_tb, mut rb)) = pair(&c);
-    let first = fall_behind(&mut ta);
-    ta.send(&[b"hello"]).unwrap();
-    for _ in &first {
-        recv_one(&mut rb);
-    }
-    ta.prod.fifo_ref().corrupt_payload(8, 0, &[0x55; 8]);
-    assert!(rb.peek().unwrap().is_none());
-    // A PAD in a cell's last line.
-    let ((mut ta, _ra), (_tb, mut rb)) = pair(&c);
-    let first = fall_behind(&mut ta);
-    for _ in 0..15 {
-        ta.send(&[b"8 bytes."]).unwrap(); // the 15th at payload offset 224: the last line
-    }
-    for _ in &first {
-        recv_one(&mut rb);
-    }
-    for _ in 0..14 {
-        recv_one(&mut rb);
-    }
-    ta.prod
-        .fifo_ref()
-        .corrupt_payload(8, 224, &(3u64 << 62 | 8 << 16).to_le_bytes());
-    assert!(
-        rb.peek()
-            .unwrap_err()
-            .detail()
-            .contains("pads past its end")
-    );
+    assert_eq!(forged_word(&c, 1, 0, 0x5555_5555_5555_5555).unwrap(), None);
+    // A PAD in a cell's last line (the 15th frame is at payload offset 224).
+    let pad = 3u64 << 62 | 8 << 16;
+    assert!(err(forged_word(&c, 15, 224, pad)).contains("pads past its end"));
     // An impossible consumer position seen by the producer.
     let ((mut ta, _ra), (_tb, _rb)) = pair(&c);
     while ta.send(&[b"fill"]).is_ok() {}
