@@ -83,21 +83,22 @@ impl<T> StateCell<T> {
 impl<'a, T> Guard<'a, T> {
     /// Release the cell, run `f` (which may lock it again itself), and take it back. In
     /// single-thread mode the thread is the owner (it held the guard), so taking it back
-    /// skips the check that `lock` makes of a caller; `None` if `f` left it held (a guard
-    /// forgotten with `mem::forget`).
+    /// skips the check that `lock` makes of a caller. (A mutex's poison is recovered.)
     #[inline]
-    pub(crate) fn unlocked<R>(self, f: impl FnOnce() -> R) -> (Option<Guard<'a, T>>, R) {
+    pub(crate) fn unlocked<R>(self, f: impl FnOnce() -> R) -> (Guard<'a, T>, R) {
         let cell = self.cell;
         drop(self);
         let r = f();
         if cell.multi {
             let g = cell.mutex.lock().unwrap_or_else(|p| p.into_inner());
-            return (Some(Guard { cell, _m: Some(g) }), r);
+            return (Guard { cell, _m: Some(g) }, r);
         }
         if cell.held.replace(true) {
-            return (None, r);
+            // Only a crate-internal guard forgotten inside `f` leaves the cell held; two
+            // guards would alias the state. A bug in Courier itself: stop.
+            std::process::abort();
         }
-        (Some(Guard { cell, _m: None }), r)
+        (Guard { cell, _m: None }, r)
     }
 }
 

@@ -324,11 +324,10 @@ impl Worker {
             reply: if am.reply { Some(am.ep) } else { None },
             ep: am.ep,
         };
-        let (g, leftover) = g.unlocked(|| {
+        let (mut g, leftover) = g.unlocked(|| {
             h(&mut d, self);
             d.rndv.take()
         });
-        let mut g = g.unwrap_or_else(unreachable_lock);
         if let Some(slot) = g.am_handlers.get_mut(am.id as usize) {
             if slot.is_none() {
                 *slot = Some(h);
@@ -631,11 +630,4 @@ impl Worker {
         }
         Ok(())
     }
-}
-
-fn unreachable_lock<'a>() -> Guard<'a, State> {
-    // The progressing thread re-locks a lock it just released; in single mode it is the
-    // owner and nothing else holds the cell, in multi mode the mutex cannot be poisoned
-    // into an error (poison is recovered). Reaching here is a bug in Courier itself.
-    std::process::abort()
 }
