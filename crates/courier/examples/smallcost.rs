@@ -272,18 +272,23 @@ fn main() -> Result<()> {
 
     // Ping-pongs: b pings (not measured), a answers (measured), b takes the answer.
     let base = seen.load(Ordering::Relaxed);
+    let t = std::time::Instant::now();
     for i in 0..n as u64 {
         drop(ba.am_send(1, &[], &data, AmFlags::default())?);
         step_am_echo(&a, &ab, &got, got.load(Ordering::Relaxed) + 1, &data)?;
         drain(&b, || seen.load(Ordering::Relaxed) > base + i);
     }
+    let am_turn_ns = t.elapsed().as_nanos() as f64 / n as f64;
     let (mut buf, mut buf_b) = ([0u8; 8], [0u8; 8]);
+    let t = std::time::Instant::now();
     for _ in 0..n {
         drop(ba.tag_send(&data, TAG)?);
         step_tag_echo(&a, &ab, &mut buf, &data)?;
         let mut r = b.tag_recv(&mut buf_b, TAG, u64::MAX)?;
         drain(&b, || r.is_done());
     }
+
+    let tag_turn_ns = t.elapsed().as_nanos() as f64 / n as f64;
 
     // Puts into b's allocated region (under valgrind, which cannot take the peer's segment,
     // they go through the link), and idle progress.
@@ -300,6 +305,9 @@ fn main() -> Result<()> {
     let t = std::time::Instant::now();
     step_idle(&a, n);
     let idle_ns = t.elapsed().as_nanos() as f64 / n as f64;
+    println!(
+        "natively, both sides in one thread: AM round trip {am_turn_ns:.1} ns, tag round trip {tag_turn_ns:.1} ns"
+    );
     println!(
         "natively: put {put_ns:.1} ns, put with signal {sig_ns:.1} ns, idle progress {idle_ns:.1} ns per call"
     );
