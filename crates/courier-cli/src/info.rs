@@ -73,27 +73,27 @@ fn tcp_caps(ip: IpAddr, cfg: &Config) -> Result<Caps, String> {
 fn shm_caps(cfg: &Config) -> Result<Caps, String> {
     shm::probe(cfg)?;
     let mut acc = shm::Acceptor::bind(cfg).map_err(|e| e.to_string())?;
-    let name = acc.name().to_vec();
-    let cfg2 = cfg.clone();
-    let h = std::thread::spawn(move || {
-        shm::connect(&name, &cfg2)
-            .map(|(tx, _rx)| LinkTx::Shm(tx).caps().clone())
-            .map_err(|e| e.to_string())
-    });
+    // One thread plays both sides: the setup does not block on the acceptor.
+    let mut conn = shm::connect_start(acc.name(), cfg).map_err(|e| e.to_string())?;
     let deadline = Instant::now() + Duration::from_secs(3);
     let mut kept = Vec::new();
-    while !h.is_finished() && Instant::now() < deadline {
+    loop {
         match acc.accept() {
             Ok(Some(link)) => kept.push(link),
-            Ok(None) => std::thread::sleep(Duration::from_millis(1)),
+            Ok(None) => {}
             Err(e) => return Err(e.to_string()),
         }
+        if conn.poll().map_err(|e| e.to_string())? {
+            break;
+        }
+        if Instant::now() > deadline {
+            return Err("a test connection did not complete in 3 s".into());
+        }
+        std::thread::sleep(Duration::from_micros(100));
     }
-    if !h.is_finished() {
-        return Err("a test connection did not complete in 3 s".into());
-    }
-    h.join()
-        .map_err(|_| "the test connection panicked".to_string())?
+    conn.finish()
+        .map(|(tx, _rx)| LinkTx::Shm(tx).caps().clone())
+        .map_err(|e| e.to_string())
 }
 
 fn caps_block(c: &Caps, thresh: usize, extra: &[(String, String)]) -> String {

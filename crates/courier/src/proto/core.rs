@@ -97,6 +97,8 @@ pub(crate) struct State {
     pub tcp_acceptor: Option<tcp::Listener>,
     pub listeners: Slab<ListenerSlot>,
     pub pending_conns: Slab<PendingConn>,
+    /// Shared-memory links this side is setting up (their acceptors' replies awaited).
+    pub shm_connects: Vec<crate::proto::wireup::ShmConnect>,
     pub epoll: OwnedFd,
     pub eventfd: OwnedFd,
     pub ep_configs: Vec<String>,
@@ -330,6 +332,7 @@ impl State {
         if self.fd_links != 0
             || self.progress_calls & (EPOLL_EVERY - 1) == 0
             || self.pending_conns.slots.len() != self.pending_conns.free.len()
+            || !self.shm_connects.is_empty()
             || !self.link_errors.is_empty()
             || !self.deferred.is_empty()
             || !self.copies.is_empty()

@@ -78,6 +78,32 @@ fn locality(peer: &WorkerAddress, me: u64) -> &'static str {
     }
 }
 
+/// A shared-memory link this side is setting up for endpoint `e`: progress reads the
+/// acceptor's reply (`shm::Connecting`) and then goes on as `then` says.
+pub(crate) struct ShmConnect {
+    e: u32,
+    generation: u32,
+    conn: shm::Connecting,
+    then: AfterShm,
+}
+
+/// What follows a shared-memory setup.
+enum AfterShm {
+    /// A connection to a worker address (`connect_address`): on failure, tcp to the
+    /// same worker where allowed.
+    New {
+        conn_id: u64,
+        peer: Box<WorkerAddress>,
+        loc: &'static str,
+    },
+    /// The upgrade of a tcp connection a listener accepted: on failure, it stays on tcp.
+    Upgrade {
+        conn_id: u64,
+        pid: u32,
+        loc: &'static str,
+    },
+}
+
 impl State {
     /// A fresh worker state: event fds, acceptors, address.
     pub(crate) fn new(
@@ -192,6 +218,7 @@ impl State {
             tcp_acceptor,
             listeners: Slab::default(),
             pending_conns: Slab::default(),
+            shm_connects: Vec::new(),
             epoll: epollfd,
             eventfd,
             ep_configs: Vec::new(),
@@ -289,18 +316,23 @@ impl State {
         }
         let conn_id = random_u64();
         if peer.host_id == host_id() && !peer.uds_name.is_empty() && self.cfg.tls.allows("shm") {
-            match shm::connect(&peer.uds_name, &self.cfg) {
-                Ok((tx, rx)) => {
+            match shm::connect_start(&peer.uds_name, &self.cfg) {
+                Ok(conn) => {
+                    // Connecting until the acceptor's worker answers (its progress, maybe
+                    // on this very thread); sends queue meanwhile.
                     let e = self.ep_alloc(format!("pid {} (shm)", peer.pid));
-                    return self.finish_connect(
+                    let generation = self.ep(e).map(|ep| ep.generation).unwrap_or(0);
+                    self.shm_connects.push(ShmConnect {
                         e,
-                        LinkTx::Shm(tx),
-                        LinkRx::Shm(rx),
-                        conn_id,
-                        purpose::NEW,
-                        peer.worker_id,
-                        loc,
-                    );
+                        generation,
+                        conn,
+                        then: AfterShm::New {
+                            conn_id,
+                            peer: Box::new(peer),
+                            loc,
+                        },
+                    });
+                    return Ok(e);
                 }
                 Err(err) => reasons.push(format!("shm: {err}")),
             }
@@ -314,11 +346,33 @@ impl State {
         } else {
             reasons.push("shm: peer does not offer shared memory".into());
         }
+        self.connect_tcp(&peer, conn_id, loc, None, reasons)
+    }
+
+    /// The tcp part of `connect_address`: the first of the peer's addresses that takes the
+    /// connection, for endpoint `existing` (a failed shared-memory setup's) or a new one.
+    /// `reasons` says why the transports before did not do.
+    fn connect_tcp(
+        &mut self,
+        peer: &WorkerAddress,
+        conn_id: u64,
+        loc: &str,
+        existing: Option<u32>,
+        mut reasons: Vec<String>,
+    ) -> Result<u32> {
         if self.cfg.tls.allows("tcp") {
             for sa in &peer.tcp {
                 match tcp::connect(*sa, &self.cfg) {
                     Ok((tx, rx)) => {
-                        let e = self.ep_alloc(sa.to_string());
+                        let e = match existing {
+                            Some(e) => {
+                                if let Some(ep) = self.ep(e) {
+                                    ep.peer = sa.to_string();
+                                }
+                                e
+                            }
+                            None => self.ep_alloc(sa.to_string()),
+                        };
                         return self.finish_connect(
                             e,
                             LinkTx::Tcp(tx),
@@ -349,6 +403,74 @@ impl State {
                 reasons.join("; ")
             ),
         ))
+    }
+
+    /// Move the shared-memory setups on: each whose reply is all there is finished, each
+    /// that failed falls back (`AfterShm`). Returns how many ended.
+    pub(crate) fn progress_shm_connects(&mut self) -> usize {
+        let mut n = 0;
+        let mut i = 0;
+        while i < self.shm_connects.len() {
+            let c = &mut self.shm_connects[i];
+            let gone = self.eps.slots.get(c.e as usize).is_none_or(|ep| {
+                !ep.live || ep.generation != c.generation || ep.status != EpStatus::Connecting
+            });
+            let polled = if gone { Ok(true) } else { c.conn.poll() };
+            if let Ok(false) = polled {
+                i += 1;
+                continue;
+            }
+            let c = self.shm_connects.swap_remove(i);
+            n += 1;
+            if gone {
+                // Closed (or failed) while connecting: dropping the setup closes its
+                // socket, and the acceptor drops its side.
+                continue;
+            }
+            let link = polled.and_then(|_| c.conn.finish());
+            self.after_shm(c.e, c.then, link);
+        }
+        n
+    }
+
+    /// A shared-memory setup for `e` ended with `link` (or why not): go on as `then` says.
+    fn after_shm(&mut self, e: u32, then: AfterShm, link: Result<(shm::Tx, shm::Rx)>) {
+        match (then, link) {
+            (AfterShm::New { conn_id, peer, loc }, Ok((tx, rx))) => {
+                let r = self.finish_connect(
+                    e,
+                    LinkTx::Shm(tx),
+                    LinkRx::Shm(rx),
+                    conn_id,
+                    purpose::NEW,
+                    peer.worker_id,
+                    loc,
+                );
+                match r {
+                    Ok(_) => {
+                        self.progress_tx(e);
+                    }
+                    Err(err) => self.fail_ep(e, err),
+                }
+            }
+            (AfterShm::New { conn_id, peer, loc }, Err(err)) => {
+                tracing::info!("shm to worker pid {} failed ({err}); trying tcp", peer.pid);
+                let reasons = vec![format!("shm: {err}")];
+                match self.connect_tcp(&peer, conn_id, loc, Some(e), reasons) {
+                    Ok(_) => {
+                        self.progress_tx(e);
+                    }
+                    Err(err) => self.fail_ep(e, err),
+                }
+            }
+            (AfterShm::Upgrade { conn_id, pid, loc }, Ok((stx, srx))) => {
+                self.upgraded(e, conn_id, pid, loc, stx, srx)
+            }
+            (AfterShm::Upgrade { conn_id, loc, .. }, Err(err)) => {
+                tracing::info!("shm to listener's worker failed ({err}); staying on tcp");
+                self.stay_on_tcp(e, conn_id, loc);
+            }
+        }
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -415,40 +537,68 @@ impl State {
             && !server.uds_name.is_empty()
             && !self.address.uds_name.is_empty();
         if upgrade {
-            match shm::connect(&server.uds_name, &self.cfg) {
-                Ok((stx, srx)) => {
-                    let hdr = Header::new(Kind::Wireup)
-                        .word(1, conn_id)
-                        .aux32(purpose::UPGRADE);
-                    let addr = self.address_bytes.clone();
-                    let mut stx = LinkTx::Shm(stx);
-                    if let Err(err) = send_now(&mut stx, &[hdr.as_bytes(), &addr]) {
-                        return self.fail_ep(e, err);
-                    }
-                    let old = self.ep_take_link(e);
-                    if let Some(ep) = self.ep(e) {
-                        ep.old = old;
-                        ep.peer = format!("pid {} (shm)", server.pid);
-                    }
-                    if let Err(err) = self.ep_install_link(e, stx, LinkRx::Shm(srx)) {
-                        return self.fail_ep(e, err);
-                    }
-                    self.set_connected(e, loc);
-                    return;
+            match shm::connect_start(&server.uds_name, &self.cfg) {
+                Ok(conn) => {
+                    // Stays connecting on tcp until the acceptor's worker answers.
+                    let generation = self.ep(e).map(|ep| ep.generation).unwrap_or(0);
+                    self.shm_connects.push(ShmConnect {
+                        e,
+                        generation,
+                        conn,
+                        then: AfterShm::Upgrade {
+                            conn_id,
+                            pid: server.pid,
+                            loc,
+                        },
+                    });
                 }
                 Err(err) => {
-                    tracing::info!("shm to listener's worker failed ({err}); staying on tcp")
+                    tracing::info!("shm to listener's worker failed ({err}); staying on tcp");
+                    self.stay_on_tcp(e, conn_id, loc);
                 }
             }
-            let hdr = Header::new(Kind::Wireup)
-                .word(1, conn_id)
-                .aux32(purpose::NO_UPGRADE);
-            if let Some(tx) = self.ep(e).and_then(|ep| ep.tx.as_mut()) {
-                if let Err(err) = send_now(tx, &[hdr.as_bytes()]) {
-                    return self.fail_ep(e, err);
-                }
+            return;
+        }
+        self.tcp_connected(e, loc);
+    }
+
+    /// The upgrade's shared-memory link is set up: announce it on the link, keep the tcp
+    /// link beside it, and the endpoint is connected.
+    fn upgraded(&mut self, e: u32, conn_id: u64, pid: u32, loc: &str, stx: shm::Tx, srx: shm::Rx) {
+        let hdr = Header::new(Kind::Wireup)
+            .word(1, conn_id)
+            .aux32(purpose::UPGRADE);
+        let addr = self.address_bytes.clone();
+        let mut stx = LinkTx::Shm(stx);
+        if let Err(err) = send_now(&mut stx, &[hdr.as_bytes(), &addr]) {
+            return self.fail_ep(e, err);
+        }
+        let old = self.ep_take_link(e);
+        if let Some(ep) = self.ep(e) {
+            ep.old = old;
+            ep.peer = format!("pid {pid} (shm)");
+        }
+        if let Err(err) = self.ep_install_link(e, stx, LinkRx::Shm(srx)) {
+            return self.fail_ep(e, err);
+        }
+        self.set_connected(e, loc);
+    }
+
+    /// The upgrade failed: tell the server, and go on over tcp.
+    fn stay_on_tcp(&mut self, e: u32, conn_id: u64, loc: &str) {
+        let hdr = Header::new(Kind::Wireup)
+            .word(1, conn_id)
+            .aux32(purpose::NO_UPGRADE);
+        if let Some(tx) = self.ep(e).and_then(|ep| ep.tx.as_mut()) {
+            if let Err(err) = send_now(tx, &[hdr.as_bytes()]) {
+                return self.fail_ep(e, err);
             }
         }
+        self.tcp_connected(e, loc);
+    }
+
+    /// A listener's connection goes on over its tcp link, if tcp is allowed.
+    fn tcp_connected(&mut self, e: u32, loc: &str) {
         if !self.cfg.tls.allows("tcp") {
             return self.fail_ep(
                 e,
@@ -621,6 +771,9 @@ impl State {
     /// connections. Returns how many events were handled.
     pub(crate) fn progress_conns(&mut self) -> usize {
         let mut n = 0;
+        if !self.shm_connects.is_empty() {
+            n += self.progress_shm_connects();
+        }
         for i in 0..self.pending_conns.slots.len() as u32 {
             n += self.pending_step(i);
         }
@@ -959,7 +1112,13 @@ impl State {
 
     /// Arm every link for sleeping. `Ok(false)`: something is already waiting.
     pub(crate) fn arm(&mut self) -> Result<bool> {
-        if !self.deferred.is_empty() || !self.link_errors.is_empty() || !self.copies.is_empty() {
+        // A shared-memory setup's reply wakes nothing: it is polled, and takes microseconds
+        // (or the acceptor's next progress call).
+        if !self.deferred.is_empty()
+            || !self.link_errors.is_empty()
+            || !self.copies.is_empty()
+            || !self.shm_connects.is_empty()
+        {
             return Ok(false);
         }
         for &e in &self.active.clone() {

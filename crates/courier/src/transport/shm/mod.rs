@@ -4,7 +4,9 @@
 //! direction, see [`fifo`]), connects a unix stream socket to the acceptor's *abstract* name
 //! and passes the memfd with SCM_RIGHTS in a hello. The acceptor checks and maps the segment,
 //! probes CMA, and replies; the connector probes CMA too and confirms. Nothing is ever named
-//! in the file system, so nothing leaks when a process dies.
+//! in the file system, so nothing leaks when a process dies. Neither side waits for the
+//! other: the acceptor steps its setups as its worker progresses, and the connector
+//! ([`Connecting`]) polls for the reply, so two workers driven by one thread connect too.
 //!
 //! The socket stays open for the life of the link: the kernel closes it when the peer exits
 //! or is killed, which is how a dead peer is noticed (HUP/EOF on [`Rx::fd`]), and it carries
@@ -481,38 +483,6 @@ fn name_text(name: &[u8]) -> String {
     String::from_utf8_lossy(name).into_owned()
 }
 
-/// Read exactly `buf.len()` bytes from a blocking socket with a receive timeout.
-fn recv_exact(sock: &OwnedFd, buf: &mut [u8], what: &str) -> Result<()> {
-    let mut got = 0;
-    while got < buf.len() {
-        match rustix::net::recv(sock, &mut buf[got..], RecvFlags::empty()) {
-            Ok((_, 0)) => {
-                return Err(Error::msg(
-                    Status::Rejected,
-                    format!(
-                        "shm: the peer closed the connection during setup ({what}); see its log"
-                    ),
-                ));
-            }
-            Ok((_, n)) => got += n,
-            Err(Errno::INTR) => {}
-            Err(Errno::AGAIN) => {
-                return Err(Error::msg(
-                    Status::Timeout,
-                    format!("shm: no {what} from the peer within {SETUP_TIMEOUT:?}"),
-                ));
-            }
-            Err(e) => {
-                return Err(Error::msg(
-                    Status::Unreachable,
-                    format!("shm: reading the {what}: {e}"),
-                ));
-            }
-        }
-    }
-    Ok(())
-}
-
 fn send_all(sock: &OwnedFd, buf: &[u8], what: &str) -> Result<()> {
     let mut sent = 0;
     while sent < buf.len() {
@@ -536,9 +506,26 @@ fn peer_pid(sock: &OwnedFd) -> u32 {
         .unwrap_or(0)
 }
 
-/// Connect to the acceptor named `name` (abstract namespace, without the leading NUL).
-/// Blocks for the handshake (same host: microseconds; at most a few seconds).
-pub fn connect(name: &[u8], cfg: &Config) -> Result<(Tx, Rx)> {
+/// The connecting side of a setup under way. The hello (with the segment) is sent;
+/// `poll` reads the acceptor's reply without blocking and `finish` completes the setup.
+/// Nothing here waits for the acceptor: its worker may be progressed by the very thread
+/// that connects (two workers of one event loop), which waiting would starve.
+pub struct Connecting {
+    sock: OwnedFd,
+    map: Mapping,
+    n: usize,
+    shown: String,
+    acc_pid: u32,
+    cma: CmaPolicy,
+    wakeup: bool,
+    reply: [u8; REPLY_LEN],
+    got: usize,
+    since: Instant,
+}
+
+/// Start connecting to the acceptor named `name` (abstract namespace, without the leading
+/// NUL): connect and send the hello. Does not wait for the acceptor.
+pub fn connect_start(name: &[u8], cfg: &Config) -> Result<Connecting> {
     let shown = name_text(name);
     let (memfd, map) = segment::create(cfg.shm_fifo_size)?;
     let n = cfg.shm_fifo_size;
@@ -624,14 +611,113 @@ pub fn connect(name: &[u8], cfg: &Config) -> Result<(Tx, Rx)> {
         }
     }
     drop(memfd);
+    rustix::io::ioctl_fionbio(&sock, true)
+        .map_err(|e| Error::io("shm: making the socket non-blocking", e))?;
+    Ok(Connecting {
+        sock,
+        map,
+        n,
+        shown,
+        acc_pid,
+        cma: cfg.shm_cma,
+        wakeup: cfg.wakeup,
+        reply: [0u8; REPLY_LEN],
+        got: 0,
+        since: Instant::now(),
+    })
+}
 
-    // Reply.
-    let mut reply = [0u8; REPLY_LEN];
-    recv_exact(&sock, &mut reply, "setup reply")?;
-    let rflags = u32_at(&reply, 8);
-    let rpid = u32_at(&reply, 12);
+/// Connect to the acceptor named `name` and finish the setup, blocking until it answers
+/// (at most `SETUP_TIMEOUT`): for a caller whose acceptor runs on another thread.
+#[cfg(test)]
+pub fn connect(name: &[u8], cfg: &Config) -> Result<(Tx, Rx)> {
+    let mut c = connect_start(name, cfg)?;
+    while !c.poll()? {
+        std::thread::sleep(Duration::from_micros(50));
+    }
+    c.finish()
+}
+
+impl Connecting {
+    /// Read what has arrived of the acceptor's reply. `Ok(true)`: all of it (`finish`
+    /// next); `Ok(false)`: not yet. An error if the acceptor closed, or has not answered
+    /// within `SETUP_TIMEOUT`.
+    pub fn poll(&mut self) -> Result<bool> {
+        while self.got < REPLY_LEN {
+            match rustix::net::recv(&self.sock, &mut self.reply[self.got..], RecvFlags::DONTWAIT) {
+                Ok((_, 0)) => {
+                    return Err(Error::msg(
+                        Status::Rejected,
+                        format!(
+                            "shm: {:?} closed the connection during setup (setup reply); see its log",
+                            self.shown
+                        ),
+                    ));
+                }
+                Ok((_, k)) => self.got += k,
+                Err(Errno::INTR) => {}
+                Err(Errno::AGAIN) if self.since.elapsed() <= SETUP_TIMEOUT => return Ok(false),
+                Err(Errno::AGAIN) => {
+                    return Err(Error::msg(
+                        Status::Timeout,
+                        format!(
+                            "shm: no setup reply from {:?} within {SETUP_TIMEOUT:?} (is its worker progressed?)",
+                            self.shown
+                        ),
+                    ));
+                }
+                Err(e) => {
+                    return Err(Error::msg(
+                        Status::Unreachable,
+                        format!("shm: reading the setup reply: {e}"),
+                    ));
+                }
+            }
+        }
+        Ok(true)
+    }
+
+    /// Complete the setup once `poll` said the reply is all there: check it, decide on
+    /// CMA, confirm, and build the link.
+    pub fn finish(self) -> Result<(Tx, Rx)> {
+        let Connecting {
+            sock,
+            map,
+            n,
+            shown,
+            acc_pid,
+            cma: policy,
+            wakeup,
+            reply,
+            got,
+            ..
+        } = self;
+        if got < REPLY_LEN {
+            return Err(Error::new(
+                Status::InvalidParam,
+                "shm: setup finished before the reply was read",
+            ));
+        }
+        finish_connect(sock, map, n, &shown, acc_pid, policy, wakeup, &reply)
+    }
+}
+
+/// The rest of the connecting side's setup, from the acceptor's reply on.
+#[allow(clippy::too_many_arguments)]
+fn finish_connect(
+    sock: OwnedFd,
+    map: Mapping,
+    n: usize,
+    shown: &str,
+    acc_pid: u32,
+    policy: CmaPolicy,
+    wakeup: bool,
+    reply: &[u8; REPLY_LEN],
+) -> Result<(Tx, Rx)> {
+    let rflags = u32_at(reply, 8);
+    let rpid = u32_at(reply, 12);
     if reply[0..8] == REPLY_NO {
-        let why = match u32_at(&reply, 16) {
+        let why = match u32_at(reply, 16) {
             R_BAD_SEGMENT => {
                 "it could not use our shared segment (different Courier build?)".to_string()
             }
@@ -654,7 +740,7 @@ pub fn connect(name: &[u8], cfg: &Config) -> Result<(Tx, Rx)> {
     }
 
     // CMA decision: both policies allow it and both directions work.
-    let ours = policy_bits(cfg.shm_cma);
+    let ours = policy_bits(policy);
     let want = ours & F_CMA_ALLOWED != 0 && rflags & F_CMA_ALLOWED != 0;
     let mut why_not = String::new();
     let mut cma = false;
@@ -685,7 +771,7 @@ pub fn connect(name: &[u8], cfg: &Config) -> Result<(Tx, Rx)> {
     // Our incoming FIFO is the acceptor's outgoing one: say whether we may sleep before
     // the confirmation lets it send.
     // SAFETY: the mapping holds both FIFOs of `n` cells (checked at creation).
-    unsafe { FifoRef::new(map.base().add(segment::fifo_offset(n, 1)), n) }.set_sleeper(cfg.wakeup);
+    unsafe { FifoRef::new(map.base().add(segment::fifo_offset(n, 1)), n) }.set_sleeper(wakeup);
     send_all(&sock, &confirm, "setup confirmation")?;
     if abort {
         let who = if ours & F_CMA_REQUIRED != 0 {

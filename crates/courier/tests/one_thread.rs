@@ -1,0 +1,140 @@
+//! Two workers of one process driven by one thread, as an event loop drives them: the
+//! shared-memory setup between them must not wait for an acceptor only this thread can
+//! run. (Before the setup was polled, `connect` blocked 5 s for the acceptor's reply and
+//! the endpoint ended up on tcp.)
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use courier::*;
+
+/// Progress both workers until `done` (at most `limit`).
+fn progress_both(a: &Worker, b: &Worker, limit: Duration, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + limit;
+    while !done() {
+        assert!(Instant::now() < deadline, "not done within {limit:?}");
+        a.progress();
+        b.progress();
+    }
+}
+
+/// A tag message from `ep` (on `from`) received by `to`.
+fn tag_round(from: &Worker, to: &Worker, ep: &Endpoint, msg: &[u8]) {
+    let mut buf = vec![0u8; msg.len()];
+    {
+        let mut r = to.tag_recv(&mut buf, 9, u64::MAX).unwrap();
+        let s = ep.tag_send(msg, 9).unwrap();
+        progress_both(from, to, Duration::from_secs(5), || r.is_done());
+        r.wait().unwrap();
+        drop(s);
+    }
+    assert_eq!(buf, msg);
+}
+
+fn workers() -> (Context, Worker, Worker) {
+    let ctx = Context::new(ContextParams::default().config("COURIER_TLS", "shm,tcp")).unwrap();
+    let a = Worker::new(&ctx, WorkerParams::default()).unwrap();
+    let b = Worker::new(&ctx, WorkerParams::default()).unwrap();
+    (ctx, a, b)
+}
+
+#[test]
+fn address_connect_between_workers_of_one_thread_takes_shm_at_once() {
+    let (_ctx, a, b) = workers();
+    let t = Instant::now();
+    let ab = a
+        .connect(&b.address().unwrap(), EndpointParams::default())
+        .unwrap();
+    assert!(
+        t.elapsed() < Duration::from_secs(1),
+        "connect blocked for {:?}",
+        t.elapsed()
+    );
+    // Sent while the setup is under way: queued, then delivered.
+    let mut early = [0u8; 5];
+    let mut r = b.tag_recv(&mut early, 3, u64::MAX).unwrap();
+    let s = ab.tag_send(b"early", 3).unwrap();
+    progress_both(&a, &b, Duration::from_secs(2), || {
+        ab.is_connected().unwrap() && r.is_done()
+    });
+    r.wait().unwrap();
+    drop(s);
+    assert_eq!(&early, b"early");
+    assert!(
+        t.elapsed() < Duration::from_secs(2),
+        "setup took {:?}",
+        t.elapsed()
+    );
+    assert_eq!(ab.transport(), Some("shm"));
+    let mut ba = None;
+    progress_both(&a, &b, Duration::from_secs(2), || {
+        ba = b.incoming_endpoint();
+        ba.is_some()
+    });
+    let ba = ba.unwrap();
+    assert_eq!(ba.transport(), Some("shm"));
+    tag_round(&a, &b, &ab, b"a to b");
+    tag_round(&b, &a, &ba, b"b to a");
+}
+
+#[test]
+fn listener_connection_between_workers_of_one_thread_upgrades_to_shm() {
+    let (_ctx, a, b) = workers();
+    let accepted: Arc<Mutex<Vec<Endpoint>>> = Arc::default();
+    let acc = accepted.clone();
+    let l = Listener::new(&b, "127.0.0.1:0".parse().unwrap(), move |r: ConnRequest| {
+        acc.lock()
+            .unwrap()
+            .push(r.accept(EndpointParams::default()).unwrap());
+    })
+    .unwrap();
+    let t = Instant::now();
+    let ab = a
+        .connect_sockaddr(l.local_addr(), 7, EndpointParams::default())
+        .unwrap();
+    progress_both(&a, &b, Duration::from_secs(3), || {
+        ab.is_connected().unwrap() && !accepted.lock().unwrap().is_empty()
+    });
+    assert!(
+        t.elapsed() < Duration::from_secs(3),
+        "setup took {:?}",
+        t.elapsed()
+    );
+    assert_eq!(ab.transport(), Some("shm"));
+    let ba = accepted.lock().unwrap().pop().unwrap();
+    tag_round(&a, &b, &ab, b"over the upgrade");
+    tag_round(&b, &a, &ba, b"and back");
+    assert_eq!(ba.transport(), Some("shm"));
+}
+
+#[test]
+fn setup_with_an_acceptor_that_never_answers_falls_back_to_tcp_and_says_why() {
+    // A worker that is never progressed: its acceptor never replies, so the connecting
+    // side's setup times out (5 s) while its own worker keeps running, then goes on tcp.
+    let (_ctx, a, b) = workers();
+    let ab = a
+        .connect(&b.address().unwrap(), EndpointParams::default())
+        .unwrap();
+    let t = Instant::now();
+    let mut idle = 0u64;
+    while !ab.is_connected().unwrap() {
+        assert!(t.elapsed() < Duration::from_secs(15), "never connected");
+        if a.progress() == 0 {
+            idle += 1;
+        }
+    }
+    // The worker was not blocked: it went through many progress calls meanwhile.
+    assert!(
+        idle > 1000,
+        "only {idle} idle progress calls during the setup"
+    );
+    assert!(t.elapsed() >= Duration::from_secs(4), "{:?}", t.elapsed());
+    assert_eq!(ab.transport(), Some("tcp"));
+    // Now b runs: the tcp link carries messages.
+    let mut ba = None;
+    progress_both(&a, &b, Duration::from_secs(5), || {
+        ba = b.incoming_endpoint();
+        ba.is_some()
+    });
+    tag_round(&a, &b, &ab, b"over tcp");
+}
