@@ -321,17 +321,8 @@ impl State {
                     // Connecting until the acceptor's worker answers (its progress, maybe
                     // on this very thread); sends queue meanwhile.
                     let e = self.ep_alloc(format!("pid {} (shm)", peer.pid));
-                    let generation = self.ep(e).map(|ep| ep.generation).unwrap_or(0);
-                    self.shm_connects.push(ShmConnect {
-                        e,
-                        generation,
-                        conn,
-                        then: AfterShm::New {
-                            conn_id,
-                            peer: Box::new(peer),
-                            loc,
-                        },
-                    });
+                    let peer = Box::new(peer);
+                    self.await_shm(e, conn, AfterShm::New { conn_id, peer, loc });
                     return Ok(e);
                 }
                 Err(err) => reasons.push(format!("shm: {err}")),
@@ -373,15 +364,8 @@ impl State {
                             }
                             None => self.ep_alloc(sa.to_string()),
                         };
-                        return self.finish_connect(
-                            e,
-                            LinkTx::Tcp(tx),
-                            LinkRx::Tcp(rx),
-                            conn_id,
-                            purpose::NEW,
-                            peer.worker_id,
-                            loc,
-                        );
+                        let link = (LinkTx::Tcp(tx), LinkRx::Tcp(rx));
+                        return self.finish_connect(e, link, conn_id, peer.worker_id, loc);
                     }
                     Err(err) => reasons.push(format!("tcp: {err}")),
                 }
@@ -403,6 +387,18 @@ impl State {
                 reasons.join("; ")
             ),
         ))
+    }
+
+    /// Let progress finish `conn`, the shared-memory setup of endpoint `e`, then go on as
+    /// `then` says.
+    fn await_shm(&mut self, e: u32, conn: shm::Connecting, then: AfterShm) {
+        let generation = self.ep(e).map(|ep| ep.generation).unwrap_or(0);
+        self.shm_connects.push(ShmConnect {
+            e,
+            generation,
+            conn,
+            then,
+        });
     }
 
     /// Move the shared-memory setups on: each whose reply is all there is finished, each
@@ -436,27 +432,20 @@ impl State {
     /// A shared-memory setup for `e` ended with `link` (or why not): go on as `then` says.
     fn after_shm(&mut self, e: u32, then: AfterShm, link: Result<(shm::Tx, shm::Rx)>) {
         match (then, link) {
-            (AfterShm::New { conn_id, peer, loc }, Ok((tx, rx))) => {
-                let r = self.finish_connect(
-                    e,
-                    LinkTx::Shm(tx),
-                    LinkRx::Shm(rx),
-                    conn_id,
-                    purpose::NEW,
-                    peer.worker_id,
-                    loc,
-                );
-                match r {
-                    Ok(_) => {
-                        self.progress_tx(e);
+            (AfterShm::New { conn_id, peer, loc }, link) => {
+                let r = match link {
+                    Ok((tx, rx)) => {
+                        let link = (LinkTx::Shm(tx), LinkRx::Shm(rx));
+                        self.finish_connect(e, link, conn_id, peer.worker_id, loc)
                     }
-                    Err(err) => self.fail_ep(e, err),
-                }
-            }
-            (AfterShm::New { conn_id, peer, loc }, Err(err)) => {
-                tracing::info!("shm to worker pid {} failed ({err}); trying tcp", peer.pid);
-                let reasons = vec![format!("shm: {err}")];
-                match self.connect_tcp(&peer, conn_id, loc, Some(e), reasons) {
+                    Err(err) => {
+                        tracing::info!("shm to worker pid {} failed ({err}); trying tcp", peer.pid);
+                        let reasons = vec![format!("shm: {err}")];
+                        self.connect_tcp(&peer, conn_id, loc, Some(e), reasons)
+                    }
+                };
+                // Sends queued while it connected go out now.
+                match r {
                     Ok(_) => {
                         self.progress_tx(e);
                     }
@@ -473,18 +462,19 @@ impl State {
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
+    /// A connection to a worker address has its link: announce this side on it (a new
+    /// connection), and the endpoint is connected.
     fn finish_connect(
         &mut self,
         e: u32,
-        mut tx: LinkTx,
-        rx: LinkRx,
+        (mut tx, rx): (LinkTx, LinkRx),
         conn_id: u64,
-        purpose: u32,
         peer_worker: u64,
         loc: &str,
     ) -> Result<u32> {
-        let hdr = Header::new(Kind::Wireup).word(1, conn_id).aux32(purpose);
+        let hdr = Header::new(Kind::Wireup)
+            .word(1, conn_id)
+            .aux32(purpose::NEW);
         let addr = self.address_bytes.clone();
         send_now(&mut tx, &[hdr.as_bytes(), &addr])?;
         self.ep_install_link(e, tx, rx)?;
@@ -540,17 +530,8 @@ impl State {
             match shm::connect_start(&server.uds_name, &self.cfg) {
                 Ok(conn) => {
                     // Stays connecting on tcp until the acceptor's worker answers.
-                    let generation = self.ep(e).map(|ep| ep.generation).unwrap_or(0);
-                    self.shm_connects.push(ShmConnect {
-                        e,
-                        generation,
-                        conn,
-                        then: AfterShm::Upgrade {
-                            conn_id,
-                            pid: server.pid,
-                            loc,
-                        },
-                    });
+                    let pid = server.pid;
+                    self.await_shm(e, conn, AfterShm::Upgrade { conn_id, pid, loc });
                 }
                 Err(err) => {
                     tracing::info!("shm to listener's worker failed ({err}); staying on tcp");
