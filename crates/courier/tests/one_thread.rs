@@ -138,3 +138,35 @@ fn setup_with_an_acceptor_that_never_answers_falls_back_to_tcp_and_says_why() {
     });
     tag_round(&a, &b, &ab, b"over tcp");
 }
+
+#[test]
+fn endpoint_closed_during_its_setup_leaves_both_workers_usable() {
+    let (_ctx, a, b) = workers();
+    let addr = b.address().unwrap();
+    // Closed before b's acceptor ever answered; the next endpoint takes its slot at once.
+    // The abandoned setup must end with its endpoint, not finish into the new one.
+    let first = a.connect(&addr, EndpointParams::default()).unwrap();
+    assert!(!first.is_connected().unwrap());
+    first.close_force();
+    let ab = a.connect(&addr, EndpointParams::default()).unwrap();
+    progress_both(&a, &b, Duration::from_secs(2), || {
+        ab.is_connected().unwrap()
+    });
+    assert_eq!(ab.transport(), Some("shm"));
+    let mut incoming = Vec::new();
+    for _ in 0..2000 {
+        a.progress();
+        b.progress();
+        if let Some(ep) = b.incoming_endpoint() {
+            incoming.push(ep);
+        }
+    }
+    assert_eq!(
+        incoming.len(),
+        1,
+        "b has {} incoming endpoints",
+        incoming.len()
+    );
+    tag_round(&a, &b, &ab, b"after the abandoned setup");
+    tag_round(&b, &a, &incoming[0], b"and back");
+}
