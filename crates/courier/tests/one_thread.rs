@@ -170,3 +170,49 @@ fn endpoint_closed_during_its_setup_leaves_both_workers_usable() {
     tag_round(&a, &b, &ab, b"after the abandoned setup");
     tag_round(&b, &a, &incoming[0], b"and back");
 }
+
+#[test]
+fn a_worker_waiting_for_its_setup_sleeps_until_the_reply() {
+    // b lives on a thread of its own that starts progressing it only after 300 ms; a
+    // connects and waits on its event fd meanwhile. The setup's socket wakes it: a few
+    // waits, not a spin of thousands (as when the setup could only be polled).
+    let ctx = Context::new(ContextParams::default().config("COURIER_TLS", "shm,tcp")).unwrap();
+    let (addr_tx, addr_rx) = std::sync::mpsc::channel();
+    let (stop_tx, stop_rx) = std::sync::mpsc::channel::<()>();
+    let ctx_b = ctx.clone();
+    let peer = std::thread::spawn(move || {
+        let b = Worker::new(&ctx_b, WorkerParams::default()).unwrap();
+        addr_tx.send(b.address().unwrap()).unwrap();
+        std::thread::sleep(Duration::from_millis(300));
+        while stop_rx.try_recv().is_err() {
+            if b.progress() == 0 {
+                let _ = b.wait(Some(Duration::from_millis(10)));
+            }
+        }
+    });
+    let a = Worker::new(&ctx, WorkerParams::default()).unwrap();
+    let ab = a
+        .connect(&addr_rx.recv().unwrap(), EndpointParams::default())
+        .unwrap();
+    let t = Instant::now();
+    let mut waits = 0;
+    while !ab.is_connected().unwrap() {
+        assert!(t.elapsed() < Duration::from_secs(3), "not connected");
+        if a.progress() == 0 {
+            a.wait(Some(Duration::from_secs(1))).unwrap();
+            waits += 1;
+        }
+    }
+    let _ = stop_tx.send(());
+    peer.join().unwrap();
+    assert_eq!(ab.transport(), Some("shm"));
+    assert!(
+        t.elapsed() >= Duration::from_millis(250),
+        "{:?}",
+        t.elapsed()
+    );
+    assert!(
+        waits < 50,
+        "{waits} waits: the worker spun instead of sleeping"
+    );
+}

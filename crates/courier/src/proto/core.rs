@@ -41,6 +41,8 @@ pub(crate) mod token {
     pub const EP: u64 = 4;
     pub const PENDING: u64 = 5;
     pub const EVENT: u64 = 6;
+    /// A shared-memory setup's socket (`State::shm_connects`): its reply arrived.
+    pub const SHM_SETUP: u64 = 7;
     pub fn make(kind: u64, idx: u32) -> u64 {
         (kind << 56) | idx as u64
     }

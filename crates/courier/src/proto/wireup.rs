@@ -85,6 +85,9 @@ pub(crate) struct ShmConnect {
     generation: u32,
     conn: shm::Connecting,
     then: AfterShm,
+    /// Its socket is in the worker's epoll set, so that a sleeping worker wakes for the
+    /// reply (`arm` lets it sleep only then).
+    pub(crate) watched: bool,
 }
 
 /// What follows a shared-memory setup.
@@ -393,11 +396,20 @@ impl State {
     /// `then` says.
     fn await_shm(&mut self, e: u32, conn: shm::Connecting, then: AfterShm) {
         let generation = self.ep(e).map(|ep| ep.generation).unwrap_or(0);
+        // Level-triggered: a reply already there wakes the next sleep at once.
+        let watched = epoll::add(
+            &self.epoll,
+            conn.fd(),
+            epoll::EventData::new_u64(token::make(token::SHM_SETUP, 0)),
+            epoll::EventFlags::IN | epoll::EventFlags::RDHUP,
+        )
+        .is_ok();
         self.shm_connects.push(ShmConnect {
             e,
             generation,
             conn,
             then,
+            watched,
         });
     }
 
@@ -418,6 +430,11 @@ impl State {
             }
             let c = self.shm_connects.swap_remove(i);
             n += 1;
+            if c.watched {
+                // Before the socket becomes the link's, which may watch it under its own
+                // token.
+                let _ = epoll::delete(&self.epoll, c.conn.fd());
+            }
             if gone {
                 // Closed (or failed) while connecting: dropping the setup closes its
                 // socket, and the acceptor drops its side.
@@ -1066,6 +1083,7 @@ impl State {
                 token::SHM_ACCEPT => handled += self.accept_shm(),
                 token::TCP_ACCEPT => handled += self.accept_tcp(None),
                 token::LISTENER => handled += self.accept_tcp(Some(idx)),
+                token::SHM_SETUP => handled += self.progress_shm_connects(),
                 token::EVENT => {
                     let mut b = [0u8; 8];
                     let _ = rustix::io::read(&self.eventfd, &mut b);
@@ -1093,12 +1111,12 @@ impl State {
 
     /// Arm every link for sleeping. `Ok(false)`: something is already waiting.
     pub(crate) fn arm(&mut self) -> Result<bool> {
-        // A shared-memory setup's reply wakes nothing: it is polled, and takes microseconds
-        // (or the acceptor's next progress call).
+        // A shared-memory setup's reply wakes the worker through epoll where its socket is
+        // watched; one that could not be watched is polled, so no sleep then.
         if !self.deferred.is_empty()
             || !self.link_errors.is_empty()
             || !self.copies.is_empty()
-            || !self.shm_connects.is_empty()
+            || self.shm_connects.iter().any(|c| !c.watched)
         {
             return Ok(false);
         }

@@ -677,6 +677,11 @@ impl Connecting {
         Ok(true)
     }
 
+    /// The socket the acceptor's reply arrives on (readable when `poll` may move on).
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        self.sock.as_fd()
+    }
+
     /// Complete the setup once `poll` said the reply is all there: check it, decide on
     /// CMA, confirm, and build the link.
     pub fn finish(self) -> Result<(Tx, Rx)> {
