@@ -1,6 +1,7 @@
 package courier
 
 import (
+	"runtime"
 	"testing"
 	"time"
 )
@@ -66,5 +67,54 @@ func TestProgressYieldsBetweenBusyHandlers(t *testing.T) {
 	}
 	if want := int(took/(2*yieldEvery)) - 1; yields < want || yields < 2 {
 		t.Fatalf("%d yields in %v of handlers (%d progress calls); want at least %d", yields, took, calls, max(want, 2))
+	}
+}
+
+// TestTwoWorkersOfOneGoroutineConnectOverShm drives two single-thread workers from one
+// goroutine, as an event loop does: the shared-memory setup between them must not wait for
+// an acceptor only this goroutine runs (it used to block 5 s and end on tcp).
+func TestTwoWorkersOfOneGoroutineConnectOverShm(t *testing.T) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	p := (&ContextParams{}).EnableAM().SetName(t.Name()).SetConfig("COURIER_TLS", "shm,tcp")
+	c, err := NewContext(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	a := newWorker(t, c, ThreadModeSingle)
+	defer a.Close()
+	b := newWorker(t, c, ThreadModeSingle)
+	defer b.Close()
+	got := 0
+	if err := b.SetAMHandler(5, func(m *AMMessage) {
+		if string(m.Data) == "hello" {
+			got++
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	addr, err := b.Address()
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	ep, err := a.NewEndpoint((&EndpointParams{}).SetWorkerAddress(addr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ep.CloseForce()
+	if _, err := ep.SendAM(5, nil, []byte("hello"), 0, nil); err != nil {
+		t.Fatal(err)
+	}
+	for got == 0 {
+		if time.Since(start) > 2*time.Second {
+			t.Fatalf("not delivered within 2 s (transport %q)", ep.Transport())
+		}
+		a.Progress()
+		b.Progress()
+	}
+	if tr := ep.Transport(); tr != "shm" {
+		t.Fatalf("transport %q, want shm", tr)
 	}
 }
