@@ -1083,7 +1083,9 @@ impl State {
                 token::SHM_ACCEPT => handled += self.accept_shm(),
                 token::TCP_ACCEPT => handled += self.accept_tcp(None),
                 token::LISTENER => handled += self.accept_tcp(Some(idx)),
-                token::SHM_SETUP => handled += self.progress_shm_connects(),
+                // Only a wakeup: `progress_conns`, which runs right after this, moves
+                // every setup on (the watched ones and any that could not be watched).
+                token::SHM_SETUP => {}
                 token::EVENT => {
                     let mut b = [0u8; 8];
                     let _ = rustix::io::read(&self.eventfd, &mut b);

@@ -703,95 +703,80 @@ impl Connecting {
                 "shm: setup finished before the reply was read",
             ));
         }
-        finish_connect(sock, map, n, &shown, acc_pid, policy, wakeup, &reply)
-    }
-}
-
-/// The rest of the connecting side's setup, from the acceptor's reply on.
-#[allow(clippy::too_many_arguments)]
-fn finish_connect(
-    sock: OwnedFd,
-    map: Mapping,
-    n: usize,
-    shown: &str,
-    acc_pid: u32,
-    policy: CmaPolicy,
-    wakeup: bool,
-    reply: &[u8; REPLY_LEN],
-) -> Result<(Tx, Rx)> {
-    let rflags = u32_at(reply, 8);
-    let rpid = u32_at(reply, 12);
-    if reply[0..8] == REPLY_NO {
-        let why = match u32_at(reply, 16) {
-            R_BAD_SEGMENT => {
-                "it could not use our shared segment (different Courier build?)".to_string()
-            }
-            R_CMA_REQUIRED => {
-                "it requires CMA (COURIER_SHM_CMA=yes) and process_vm_readv on us was refused"
-                    .to_string()
-            }
-            r => format!("reason code {r}"),
-        };
-        return Err(Error::msg(
-            Status::Rejected,
-            format!("shm: acceptor {shown:?} (pid {rpid}) rejected the connection: {why}"),
-        ));
-    }
-    if reply[0..8] != REPLY_OK {
-        return Err(Error::msg(
-            Status::ProtocolError,
-            format!("shm: acceptor {shown:?} sent a malformed setup reply"),
-        ));
-    }
-
-    // CMA decision: both policies allow it and both directions work.
-    let ours = policy_bits(policy);
-    let want = ours & F_CMA_ALLOWED != 0 && rflags & F_CMA_ALLOWED != 0;
-    let mut why_not = String::new();
-    let mut cma = false;
-    if want {
-        if rflags & F_CMA_WORKS == 0 {
-            why_not = "the peer cannot read our memory with process_vm_readv".into();
-        } else {
-            match probe_cma(acc_pid, &map, 1) {
-                Ok(()) => cma = true,
-                Err(e) => why_not = e,
-            }
+        let rflags = u32_at(&reply, 8);
+        let rpid = u32_at(&reply, 12);
+        if reply[0..8] == REPLY_NO {
+            let why = match u32_at(&reply, 16) {
+                R_BAD_SEGMENT => {
+                    "it could not use our shared segment (different Courier build?)".to_string()
+                }
+                R_CMA_REQUIRED => {
+                    "it requires CMA (COURIER_SHM_CMA=yes) and process_vm_readv on us was refused"
+                        .to_string()
+                }
+                r => format!("reason code {r}"),
+            };
+            return Err(Error::msg(
+                Status::Rejected,
+                format!("shm: acceptor {shown:?} (pid {rpid}) rejected the connection: {why}"),
+            ));
         }
-    } else {
-        why_not = "COURIER_SHM_CMA=no on one side".into();
-    }
-    let required = (ours | rflags) & F_CMA_REQUIRED != 0;
-    let abort = required && !cma;
-    let mut confirm = [0u8; CONFIRM_LEN];
-    confirm[0..8].copy_from_slice(&CONFIRM_MAGIC);
-    let cflags = if abort {
-        C_ABORT
-    } else if cma {
-        C_CMA
-    } else {
-        0
-    };
-    confirm[8..12].copy_from_slice(&cflags.to_ne_bytes());
-    // Our incoming FIFO is the acceptor's outgoing one: say whether we may sleep before
-    // the confirmation lets it send.
-    // SAFETY: the mapping holds both FIFOs of `n` cells (checked at creation).
-    unsafe { FifoRef::new(map.base().add(segment::fifo_offset(n, 1)), n) }.set_sleeper(wakeup);
-    send_all(&sock, &confirm, "setup confirmation")?;
-    if abort {
-        let who = if ours & F_CMA_REQUIRED != 0 {
-            "COURIER_SHM_CMA=yes here"
+        if reply[0..8] != REPLY_OK {
+            return Err(Error::msg(
+                Status::ProtocolError,
+                format!("shm: acceptor {shown:?} sent a malformed setup reply"),
+            ));
+        }
+
+        // CMA decision: both policies allow it and both directions work.
+        let ours = policy_bits(policy);
+        let want = ours & F_CMA_ALLOWED != 0 && rflags & F_CMA_ALLOWED != 0;
+        let mut why_not = String::new();
+        let mut cma = false;
+        if want {
+            if rflags & F_CMA_WORKS == 0 {
+                why_not = "the peer cannot read our memory with process_vm_readv".into();
+            } else {
+                match probe_cma(acc_pid, &map, 1) {
+                    Ok(()) => cma = true,
+                    Err(e) => why_not = e,
+                }
+            }
         } else {
-            "the peer sets COURIER_SHM_CMA=yes"
+            why_not = "COURIER_SHM_CMA=no on one side".into();
+        }
+        let required = (ours | rflags) & F_CMA_REQUIRED != 0;
+        let abort = required && !cma;
+        let mut confirm = [0u8; CONFIRM_LEN];
+        confirm[0..8].copy_from_slice(&CONFIRM_MAGIC);
+        let cflags = if abort {
+            C_ABORT
+        } else if cma {
+            C_CMA
+        } else {
+            0
         };
-        return Err(Error::msg(
-            Status::Unsupported,
-            format!("shm: CMA is required ({who}) but unavailable: {why_not}"),
-        ));
+        confirm[8..12].copy_from_slice(&cflags.to_ne_bytes());
+        // Our incoming FIFO is the acceptor's outgoing one: say whether we may sleep before
+        // the confirmation lets it send.
+        // SAFETY: the mapping holds both FIFOs of `n` cells (checked at creation).
+        unsafe { FifoRef::new(map.base().add(segment::fifo_offset(n, 1)), n) }.set_sleeper(wakeup);
+        send_all(&sock, &confirm, "setup confirmation")?;
+        if abort {
+            let who = if ours & F_CMA_REQUIRED != 0 {
+                "COURIER_SHM_CMA=yes here"
+            } else {
+                "the peer sets COURIER_SHM_CMA=yes"
+            };
+            return Err(Error::msg(
+                Status::Unsupported,
+                format!("shm: CMA is required ({who}) but unavailable: {why_not}"),
+            ));
+        }
+        let pid = if acc_pid != 0 { acc_pid } else { rpid };
+        tracing::debug!("shm: connected to {shown:?} (pid {pid}), {n} cells per FIFO, cma {cma}");
+        make_link(sock, map, n, 0, pid, cma)
     }
-    let pid = if acc_pid != 0 { acc_pid } else { rpid };
-    tracing::debug!("shm: connected to {shown:?} (pid {pid}), {n} cells per FIFO, cma {cma}");
-    make_link(sock, map, n, 0, pid, cma)
 }
 
 // ---------------------------------------------------------------------------------------
