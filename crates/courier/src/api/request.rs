@@ -41,11 +41,12 @@ impl<'a> Request<'a> {
     }
 
     /// Whether it has completed (progress the worker to move it on).
+    #[inline]
     pub fn test(&mut self) -> Option<&Result<Info>> {
         if self.done.is_none() {
-            let r = self.worker.as_ref()?.take_result(self.id)?;
-            self.info = r.1;
-            self.done = Some(r.0);
+            if let Some(w) = self.worker.as_ref() {
+                w.take_result(self.id, &mut self.done, &mut self.info);
+            }
         }
         self.done.as_ref()
     }

@@ -16,9 +16,9 @@ use super::lock::{Guard, StateCell, ThreadMode};
 use super::request::Request;
 use crate::base::{Error, Result, Status};
 use crate::proto::am::{AmDelivery, AmRndv};
-use crate::proto::core::{Deferred, EPOLL_EVERY, State};
+use crate::proto::core::{Deferred, EPOLL_EVERY, State, Work};
 use crate::proto::fdpoll;
-use crate::proto::recv::{AmPending, PollOne};
+use crate::proto::recv::{Eager, PollOne};
 use crate::proto::state::{Buf, Callback, Info};
 use crate::proto::tag::{ProbeInfo, Started};
 
@@ -160,17 +160,59 @@ impl Worker {
             return 0;
         }
         g.progress_calls = g.progress_calls.wrapping_add(1);
-        // Spinning callers mostly find nothing: answer them without the machinery below.
-        if g.nothing_to_do() {
-            return 0;
+        // One copy piece per call, whichever way it goes below (`progress_frames` may go
+        // on to `progress_work`).
+        g.piece_made = false;
+        // Spinning callers mostly find nothing: answer them without the machinery below,
+        // and a frame on the one busy shared-memory link with only what it needs.
+        match g.work() {
+            Work::Nothing => 0,
+            Work::ShmFrames(e) => self.progress_frames(g, e),
+            Work::Other => self.progress_work(g),
         }
-        self.progress_work(g)
+    }
+
+    /// `progress_work` when its only work is frames on the shared-memory link of endpoint
+    /// `e` (`State::work`): the eager tag and active messages of a latency test, handled
+    /// without the general pass. Whatever else turns up (another kind of frame, a send
+    /// queued by a handler, a callback to run, a failure) goes on to `progress_work`.
+    #[inline(never)]
+    fn progress_frames<'g>(&'g self, mut g: Guard<'g, State>, e: u32) -> usize {
+        g.in_progress = true;
+        let mut n = 0;
+        let mut rest = false;
+        for _ in 0..32 {
+            match g.poll_eager(e) {
+                Eager::Done(PollOne::Empty) => break,
+                Eager::Done(PollOne::Handled) => n += 1,
+                Eager::Done(PollOne::Am(am)) => {
+                    n += 1;
+                    g = self.run_am(g, am);
+                }
+                Eager::Other => {
+                    rest = true;
+                    break;
+                }
+            }
+            if !g.rx_maybe_ready(e) {
+                break;
+            }
+        }
+        g.in_progress = false;
+        if rest
+            || !g.deferred.is_empty()
+            || g.tx_busy(e)
+            || !g.link_errors.is_empty()
+            || !g.copies.is_empty()
+        {
+            return n + self.progress_work(g);
+        }
+        n
     }
 
     #[inline(never)]
     fn progress_work<'g>(&'g self, mut g: Guard<'g, State>) -> usize {
         g.in_progress = true;
-        g.piece_made = false;
         let mut n = 0;
         // Every dead pending-connection slot is on the free list.
         let has_conns =
@@ -299,42 +341,31 @@ impl Worker {
         }
     }
 
-    fn run_am<'g>(&'g self, mut g: Guard<'g, State>, am: AmPending) -> Guard<'g, State> {
-        let e = am.ep.0;
-        let handler = g.am_handlers.get_mut(am.id as usize).and_then(|h| h.take());
+    #[inline(always)]
+    fn run_am<'g>(
+        &'g self,
+        mut g: Guard<'g, State>,
+        mut d: AmDelivery<'static>,
+    ) -> Guard<'g, State> {
+        let e = d.ep.0;
+        let id = d.id;
+        let handler = g.am_handlers.get_mut(id as usize).and_then(|h| h.take());
         let Some(mut h) = handler else {
-            tracing::warn!("active message with id {} has no handler; dropped", am.id);
-            if let Some(r) = am.rndv {
+            tracing::warn!("active message with id {id} has no handler; dropped");
+            if let Some(r) = d.rndv {
                 g.am_decline(*r);
             }
             g.finish_am(e);
             return g;
         };
-        // SAFETY: the frame stays unconsumed (rx_busy) until finish_am below.
-        let header = unsafe { std::slice::from_raw_parts(am.header.0, am.header.1) };
-        let data = if am.data.1 == 0 {
-            &[][..]
-        } else {
-            unsafe { std::slice::from_raw_parts(am.data.0, am.data.1) }
-        };
-        let mut d = AmDelivery {
-            id: am.id,
-            header,
-            data,
-            rndv: am.rndv,
-            reply: if am.reply { Some(am.ep) } else { None },
-            ep: am.ep,
-        };
-        let (mut g, leftover) = g.unlocked(|| {
-            h(&mut d, self);
-            d.rndv.take()
-        });
-        if let Some(slot) = g.am_handlers.get_mut(am.id as usize) {
+        // The frame stays unconsumed (rx_busy) until finish_am below.
+        let (mut g, ()) = g.unlocked(|| h(&mut d, self));
+        if let Some(slot) = g.am_handlers.get_mut(id as usize) {
             if slot.is_none() {
                 *slot = Some(h);
             }
         }
-        if let Some(r) = leftover {
+        if let Some(r) = d.rndv.take() {
             g.am_decline(*r);
         }
         g.finish_am(e);
@@ -534,8 +565,10 @@ impl Worker {
     }
 
     #[inline]
-    pub(crate) fn take_result(&self, id: u64) -> Option<(Result<Info>, Info)> {
-        self.lock().ok()?.take_result(id)
+    pub(crate) fn take_result(&self, id: u64, done: &mut Option<Result<Info>>, info: &mut Info) {
+        if let Ok(mut g) = self.lock() {
+            g.take_result(id, done, info);
+        }
     }
 
     pub(crate) fn cancel(&self, id: u64) -> bool {

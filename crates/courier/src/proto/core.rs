@@ -22,6 +22,15 @@ pub type ErrorHandler = Box<dyn FnMut(&Error) + Send>;
 pub type ConnHandler = Box<dyn FnMut(crate::proto::wireup::ConnRequest) + Send>;
 
 /// Work to run outside the state lock (user code).
+/// What a progress call has to do (`State::work`).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Work {
+    Nothing,
+    /// Frames on the shared-memory link of this endpoint, and nothing else.
+    ShmFrames(u32),
+    Other,
+}
+
 pub(crate) enum Deferred {
     Req(Callback, Result<Info, Error>, Info),
     EpError(ErrorHandler, Error),
@@ -213,16 +222,31 @@ impl State {
 
     /// The result of request `id` if it has completed, which frees its slot: one lookup
     /// for what a `Request` polls on every test.
+    ///
+    /// Written into the caller's `done` and `info` (a `Request`'s own fields) rather than
+    /// returned: the done path of every polled request moves them once.
     #[inline]
-    pub(crate) fn take_result(&mut self, id: u64) -> Option<(Result<Info, Error>, Info)> {
-        let s = self.req(id).filter(|s| s.done)?;
-        let r = (
-            std::mem::replace(&mut s.result, Ok(Info::default())),
-            s.info,
-        );
-        s.release();
+    pub(crate) fn take_result(
+        &mut self,
+        id: u64,
+        done: &mut Option<Result<Info, Error>>,
+        info: &mut Info,
+    ) {
+        let Some(s) = self.req(id).filter(|s| s.done) else {
+            return;
+        };
+        *info = s.info;
+        *done = Some(std::mem::replace(&mut s.result, Ok(Info::default())));
+        // A polled request has no callback; its buffer is mostly one segment and it
+        // stages nothing: then there is nothing to let go of but the slot itself.
+        if matches!(s.callback, Callback::None) && matches!(s.buf, Buf::One(_)) && s.stage.is_none()
+        {
+            s.live = false;
+            s.buf = Buf::EMPTY;
+        } else {
+            s.release();
+        }
         self.reqs.free.push(split_id(id).1);
-        Some(r)
     }
 
     /// Complete a request: record the result, queue its callback, free it if detached.
@@ -324,13 +348,15 @@ impl State {
         self.progress_calls |= EPOLL_EVERY - 1;
     }
 
-    /// Whether a progress call (already counted in `progress_calls`) has nothing to do: no
+    /// What a progress call (already counted in `progress_calls`) has to do: nothing (no
     /// fd link to poll, no connection being set up, not epoll's turn, no failure or
     /// callback to deliver, no copy with pieces to make, and no active link with a frame
-    /// waiting or sends queued. The idle case of a spinning caller on shared memory,
-    /// answered with a few loads.
+    /// waiting or sends queued: the idle case of a spinning caller on shared memory,
+    /// answered with a few loads); only frames on one shared-memory link (the latency
+    /// case, which `Worker::progress_frames` handles without the general pass); or
+    /// anything else.
     #[inline]
-    pub(crate) fn nothing_to_do(&self) -> bool {
+    pub(crate) fn work(&self) -> Work {
         if self.fd_links != 0
             || self.progress_calls & (EPOLL_EVERY - 1) == 0
             || self.pending_conns.slots.len() != self.pending_conns.free.len()
@@ -339,22 +365,30 @@ impl State {
             || !self.deferred.is_empty()
             || !self.copies.is_empty()
         {
-            return false;
+            return Work::Other;
         }
+        let mut found = Work::Nothing;
         for &e in &self.active {
             let Some(ep) = self.eps.slots.get(e as usize) else {
                 continue;
             };
             if !ep.pending.is_empty() || !ep.push.is_empty() {
-                return false;
+                return Work::Other;
             }
-            if let Some(rx) = &ep.rx {
-                if rx.maybe_ready() {
-                    return false;
+            match &ep.rx {
+                Some(LinkRx::Shm(rx)) if rx.ready() => {
+                    if !matches!(found, Work::Nothing) {
+                        return Work::Other;
+                    }
+                    found = Work::ShmFrames(e);
                 }
+                Some(rx) if !matches!(rx, LinkRx::Shm(_)) && rx.maybe_ready() => {
+                    return Work::Other;
+                }
+                _ => {}
             }
         }
-        true
+        found
     }
 
     /// Whether endpoint `idx` has sends to retry or push, or its link has queued bytes or

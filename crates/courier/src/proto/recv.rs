@@ -4,7 +4,7 @@
 //! can call the user's handler with the state lock released (the handler may send, even on
 //! the same endpoint), then `finish_am` consumes the frame.
 
-use super::am::AmRndv;
+use super::am::{AmDelivery, AmRndv};
 use super::core::State;
 use crate::base::{Error, Status};
 use crate::transport::LinkRx;
@@ -17,17 +17,26 @@ pub(crate) enum PollOne {
     /// A frame was handled.
     Handled,
     /// An active message for the handler; its frame stays unconsumed until `finish_am`.
-    Am(AmPending),
+    /// The delivery's slices point into that frame: they are valid only until then,
+    /// whatever their lifetime says (the handler sees them with the call's).
+    Am(AmDelivery<'static>),
 }
 
-/// An active message waiting for its handler.
-pub(crate) struct AmPending {
-    pub id: u16,
-    pub reply: bool,
-    pub header: (*const u8, usize),
-    pub data: (*const u8, usize),
-    pub rndv: Option<Box<AmRndv>>,
-    pub ep: (u32, u32),
+/// What `poll_eager` did.
+pub(crate) enum Eager {
+    /// Handled (or nothing there), as `poll_one` says.
+    Done(PollOne),
+    /// The next frame is not an eager tag or active message on shared memory (or the
+    /// link has no frame, or failed): left for `poll_one_other`.
+    Other,
+}
+
+/// A slice of a frame the link holds until `finish_am` (see `PollOne::Am`).
+#[inline(always)]
+fn held(bytes: &[u8]) -> &'static [u8] {
+    // SAFETY: the frame stays unconsumed until `finish_am`, after the handler's call, the
+    // only place the slice is read.
+    unsafe { std::slice::from_raw_parts(bytes.as_ptr(), bytes.len()) }
 }
 
 /// The active message for its handler if `bytes` is a whole eager one (from endpoint
@@ -35,12 +44,12 @@ pub(crate) struct AmPending {
 #[inline]
 fn eager_am(bytes: &[u8], ep: (u32, u32)) -> Option<PollOne> {
     let (id, reply, header, data) = Frame::as_am(bytes)?;
-    Some(PollOne::Am(AmPending {
+    Some(PollOne::Am(AmDelivery {
         id,
-        reply,
-        header: (header.as_ptr(), header.len()),
-        data: (data.as_ptr(), data.len()),
+        header: held(header),
+        data: held(data),
         rndv: None,
+        reply: reply.then_some(ep),
         ep,
     }))
 }
@@ -51,31 +60,45 @@ impl State {
     /// `poll_one_other`.
     #[inline]
     pub(crate) fn poll_one(&mut self, e: u32) -> PollOne {
+        match self.poll_eager(e) {
+            Eager::Done(p) => p,
+            Eager::Other => self.poll_one_other(e),
+        }
+    }
+
+    /// `poll_one` for the small-message cases only: an eager tag or active message on
+    /// shared memory (or nothing there). Anything else (another frame, another link, an
+    /// error) is left where it is: `Eager::Other`.
+    #[inline(always)]
+    pub(crate) fn poll_eager(&mut self, e: u32) -> Eager {
         let Some(ep) = self.ep(e) else {
-            return PollOne::Empty;
+            return Eager::Done(PollOne::Empty);
         };
         let generation = ep.generation;
         let Some(LinkRx::Shm(rx)) = ep.rx.as_mut() else {
-            return self.poll_one_other(e);
+            return Eager::Other;
         };
-        let Ok(Some(raw)) = rx.peek() else {
-            return self.poll_one_other(e);
+        let raw = match rx.peek() {
+            Ok(Some(raw)) => raw,
+            // Shared memory places no partial frames: nothing is there.
+            Ok(None) => return Eager::Done(PollOne::Empty),
+            Err(_) => return Eager::Other,
         };
         // SAFETY: valid until `consume`, below or in `finish_am`.
         let bytes = unsafe { raw.bytes() };
         let Some((tag, data)) = Frame::as_tag_eager(bytes) else {
             if let Some(am) = eager_am(bytes, (e, generation)) {
                 ep.rx_busy = true;
-                return am;
+                return Eager::Done(am);
             }
-            return self.poll_one_other(e);
+            return Eager::Other;
         };
         self.on_tag_eager(e, tag, data, None);
         // The handler may have failed the endpoint (and dropped its link).
         if let Some(rx) = self.ep(e).and_then(|ep| ep.rx.as_mut()) {
             rx.consume();
         }
-        PollOne::Handled
+        Eager::Done(PollOne::Handled)
     }
 
     /// `poll_one` for every other frame and link.
@@ -128,12 +151,12 @@ impl State {
                 data,
             } => {
                 ep.rx_busy = true;
-                return PollOne::Am(AmPending {
+                return PollOne::Am(AmDelivery {
                     id,
-                    reply,
-                    header: (header.as_ptr(), header.len()),
-                    data: (data.as_ptr(), data.len()),
+                    header: held(header),
+                    data: held(data),
                     rndv: None,
+                    reply: reply.then_some((e, generation)),
                     ep: (e, generation),
                 });
             }
@@ -164,12 +187,12 @@ impl State {
                     segs: segs.iter().collect(),
                     key: segs.shared_key().map(Box::from),
                 };
-                return PollOne::Am(AmPending {
+                return PollOne::Am(AmDelivery {
                     id,
-                    reply,
-                    header: (header.as_ptr(), header.len()),
-                    data: (std::ptr::null(), 0),
+                    header: held(header),
+                    data: &[],
                     rndv: Some(Box::new(rndv)),
+                    reply: reply.then_some((e, generation)),
                     ep: (e, generation),
                 });
             }
@@ -183,6 +206,7 @@ impl State {
     }
 
     /// Consume the active-message frame of `e` after its handler ran.
+    #[inline(always)]
     pub(crate) fn finish_am(&mut self, e: u32) {
         if let Some(ep) = self.ep(e) {
             ep.rx_busy = false;
@@ -190,6 +214,14 @@ impl State {
                 rx.consume();
             }
         }
+        if !self.reap.is_empty() {
+            self.reap_after_am(e);
+        }
+    }
+
+    /// A link kept for an active message's handler (its endpoint closed meanwhile) goes.
+    #[inline(never)]
+    fn reap_after_am(&mut self, e: u32) {
         if let Some(pos) = self.reap.iter().position(|&x| x == e) {
             self.reap.swap_remove(pos);
             self.ep_take_link(e);

@@ -583,7 +583,7 @@ impl Consumer {
     }
 
     /// The next frame, not consumed. No system call, no allocation.
-    #[inline]
+    #[inline(always)]
     pub fn peek(&mut self) -> Result<Option<RawFrame>> {
         if let Some(c) = self.cur {
             return Ok(Some(self.frame(c)));
@@ -758,7 +758,7 @@ impl Consumer {
     }
 
     /// Whether a frame (or skip marker) is waiting or held.
-    #[inline]
+    #[inline(always)]
     pub fn ready(&self) -> bool {
         if self.cur.is_some() {
             return true;
