@@ -175,7 +175,7 @@ impl Worker {
     /// `progress_work` when its only work is frames on the shared-memory link of endpoint
     /// `e` (`State::work`): the eager tag and active messages of a latency test, handled
     /// without the general pass. Whatever else turns up (another kind of frame, a send
-    /// queued by a handler, a callback to run, a failure) goes on to `progress_work`.
+    /// queued by a handler, a copy, a failure) goes on to `progress_work`.
     #[inline(never)]
     fn progress_frames<'g>(&'g self, mut g: Guard<'g, State>, e: u32) -> usize {
         g.in_progress = true;
@@ -199,13 +199,13 @@ impl Worker {
             }
         }
         g.in_progress = false;
-        if rest
-            || !g.deferred.is_empty()
-            || g.tx_busy(e)
-            || !g.link_errors.is_empty()
-            || !g.copies.is_empty()
-        {
+        if rest || g.tx_busy(e) || !g.link_errors.is_empty() || !g.copies.is_empty() {
             return n + self.progress_work(g);
+        }
+        // Callbacks of the receives completed above (a counted receive's, as in a
+        // bandwidth test): run here, without a pass over everything for them.
+        if !g.deferred.is_empty() {
+            n += self.run_deferred_of(g);
         }
         n
     }
@@ -289,10 +289,15 @@ impl Worker {
         if g.deferred.is_empty() {
             return n;
         }
+        n + self.run_deferred_of(g)
+    }
+
+    /// Run the callbacks this progress call queued, with the state released; how many.
+    fn run_deferred_of<'g>(&'g self, mut g: Guard<'g, State>) -> usize {
         let spare = std::mem::take(&mut g.deferred_spare);
         let mut deferred = std::mem::replace(&mut g.deferred, spare);
         drop(g);
-        n += deferred.len();
+        let n = deferred.len();
         self.run_deferred(&mut deferred);
         // The emptied vector serves a later progress call (callbacks come in every call that
         // completes operations started with one: no allocation for each).
