@@ -12,7 +12,9 @@ use super::clock::Instant;
 use std::sync::Arc;
 use std::sync::atomic::{Ordering, fence};
 
-use courier::{AtomicOp, MemMapParams, Memory, MemoryType, RemoteKey, Request, SignalOp};
+use courier::{
+    AtomicOp, Callback, MemMapParams, Memory, MemoryType, RemoteKey, Request, SignalOp, Started,
+};
 
 use super::engine::{Beat, Failure, Idle, Link, TAG_FIN, pattern, verify};
 use super::params::{MemKind, Params, TestKind};
@@ -600,10 +602,15 @@ fn client_loops(link: &Link, p: &Params, meter: &mut Meter<'_>, side: &Side) -> 
                     AtomicOp::Add => (1, 0),
                     _ => (mask(size, i + 1), mask(size, i)),
                 };
-                *s = Some((
-                    i,
-                    link.check(ep.atomic(op, value, compare, r_sig, rk, bits32))?,
-                ));
+                // As ucx_perftest: an atomic carried out inside the call (on a peer's
+                // region mapped here) returns its old value at once, with no request to
+                // make, test and drop; one sent to the owner is waited for in its slot.
+                let started = ep.atomic_raw(op, value, compare, r_sig, rk, bits32, Callback::None);
+                match link.check(started)? {
+                    Started::Done(info) => expect_old(link, p, i, info.value)?,
+                    // SAFETY: an atomic borrows no buffer of ours.
+                    pending => *s = Some((i, unsafe { link.worker.request_for(pending) })),
+                }
                 Ok(())
             })?;
             for s in ring.iter_mut() {
