@@ -371,3 +371,43 @@ fn mixed_frames_waiting_on_shm_links_all_arrive_in_order() {
     // The link is still in order for what comes next.
     tag_round(&a, &b, &ab, b"after the mix");
 }
+
+/// A spinning worker sees a new shm connection at its periodic epoll pass (every 256
+/// progress calls; nothing in shared memory announces a connection that does not exist
+/// yet). From there the setup must finish in the next calls, not at the pass after: a
+/// message sent at once on the new endpoint then arrives a few rounds after the first
+/// pass, not 256 later.
+#[test]
+fn a_spinning_acceptor_takes_a_new_connections_first_message_at_once() {
+    let (_ctx, a, b) = workers();
+    // 250 calls in: the next periodic pass is six calls away.
+    for _ in 0..250 {
+        a.progress();
+        b.progress();
+    }
+    let ab = a
+        .connect(&b.address().unwrap(), EndpointParams::default())
+        .unwrap();
+    let mut buf = [0u8; 5];
+    let mut r = b.tag_recv(&mut buf, 4, u64::MAX).unwrap();
+    let s = ab.tag_send(b"first", 4).unwrap();
+    let mut rounds = 0;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !r.is_done() {
+        assert!(
+            Instant::now() < deadline,
+            "not received after {rounds} rounds"
+        );
+        rounds += 1;
+        a.progress();
+        b.progress();
+    }
+    r.wait().unwrap();
+    drop(s);
+    assert_eq!(&buf, b"first");
+    assert_eq!(ab.transport(), Some("shm"));
+    assert!(
+        rounds < 100,
+        "{rounds} rounds of progress calls for the first message of a new connection"
+    );
+}

@@ -215,8 +215,9 @@ impl Worker {
         g.in_progress = true;
         let mut n = 0;
         // Every dead pending-connection slot is on the free list.
-        let has_conns =
-            g.pending_conns.slots.len() > g.pending_conns.free.len() || !g.shm_connects.is_empty();
+        let has_conns = g.pending_conns.slots.len() > g.pending_conns.free.len()
+            || !g.shm_connects.is_empty()
+            || g.shm_accepting();
         // Coalesced sends leave before we look for their answers.
         let direct = g.fd_links > 0 && g.fd_links <= fdpoll::DIRECT_POLL_LINKS;
         if g.fd_links > 0 {

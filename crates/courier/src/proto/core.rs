@@ -361,6 +361,7 @@ impl State {
             || self.progress_calls & (EPOLL_EVERY - 1) == 0
             || self.pending_conns.slots.len() != self.pending_conns.free.len()
             || !self.shm_connects.is_empty()
+            || self.shm_accepting()
             || !self.link_errors.is_empty()
             || !self.deferred.is_empty()
             || !self.copies.is_empty()
@@ -389,6 +390,14 @@ impl State {
             }
         }
         found
+    }
+
+    /// Whether the shm acceptor has connections in the middle of their setup: until each
+    /// is done, every progress call reads epoll (which the acceptor's sockets wake), so a
+    /// spinning worker takes the new endpoint in at once, not at its periodic epoll pass.
+    #[inline]
+    pub(crate) fn shm_accepting(&self) -> bool {
+        self.shm_acceptor.as_ref().is_some_and(|a| a.setting_up())
     }
 
     /// Whether endpoint `idx` has sends to retry or push, or its link has queued bytes or

@@ -865,6 +865,12 @@ impl Acceptor {
         })
     }
 
+    /// Whether connections are in the middle of their setup (a hello answered, its
+    /// confirmation not read yet).
+    pub fn setting_up(&self) -> bool {
+        !self.pending.is_empty()
+    }
+
     /// Socket name (abstract namespace, without the leading NUL).
     pub fn name(&self) -> &[u8] {
         &self.name
