@@ -154,9 +154,9 @@ wait_listen() {  # port pid: poll until the server listens (without connecting t
 }
 
 RUN_ID=0
-# run_one KIND TOOL TLS TEST SIZE ITERS WARMUP WINDOW REP
+# run_one KIND TOOL TLS TEST SIZE ITERS WARMUP WINDOW REP [retry]
 run_one() {
-    local kind=$1 tool=$2 tls=$3 test=$4 size=$5 iters=$6 warmup=$7 window=$8 rep=$9
+    local kind=$1 tool=$2 tls=$3 test=$4 size=$5 iters=$6 warmup=$7 window=$8 rep=$9 again=${10:-}
     local id envs srv cli rc t0 t1 elapsed
     RUN_ID=$((RUN_ID + 1))
     id=$(printf '%04d' "$RUN_ID")
@@ -202,6 +202,13 @@ run_one() {
     t1=$(date +%s.%N)
     # a finished pair leaves no server; an unsupported/failed client leaves it waiting
     if [ "$rc" = 0 ]; then stop_server 50; else stop_server 2; fi
+    # A server that never listened (its port taken in the meantime, or a slow start) says
+    # nothing about the tool: one more try on another port, and only that one is recorded.
+    if [ "$rc" = 99 ] && [ -z "$again" ]; then
+        log "$id $kind r$rep $tool/$tls $test $size: server did not listen on port $PORT ($(tail -n 1 "$pfx.srv.err" 2>/dev/null | cut -c1-80)); retrying once"
+        run_one "$kind" "$tool" "$tls" "$test" "$size" "$iters" "$warmup" "$window" "$rep" retry
+        return
+    fi
     elapsed=$(awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.3f", b-a}')
     local envtxt="${envs[*]}"
     printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' \
