@@ -476,7 +476,14 @@ fn rma(tls: &str) {
     // Over tcp this process copied every put into its device memory; on this host the
     // child did, through the IPC handle, with its own driver.
     assert_eq!(thread_count(0) > owner_copies, tls == "tcp");
-    send(&o.w, &ep, hbuf(&[1]), 999);
+    // SAFETY: the buffer outlives the wait below.
+    let s = unsafe { ep.tag_send_raw(hbuf(&[1]), 999, false, Callback::None) }
+        .and_then(|s| wait(&o.w, s));
+    if let Err(e) = s {
+        let st = child.wait();
+        let err = stderr_of(&mut child);
+        panic!("the last message to the child failed ({e}); the child: {st:?}\n{err}");
+    }
     finish(&o, child);
 }
 
