@@ -26,8 +26,8 @@ pub(crate) enum PollOne {
 pub(crate) enum Eager {
     /// Handled (or nothing there), as `poll_one` says.
     Done(PollOne),
-    /// The next frame is not an eager tag or active message on shared memory (or the
-    /// link has no frame, or failed): left for `poll_one_other`.
+    /// The link is not shared memory, its next frame is not an eager tag or active
+    /// message, or it failed: left for `poll_one_other`.
     Other,
 }
 
