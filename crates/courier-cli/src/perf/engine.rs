@@ -213,6 +213,24 @@ impl Link {
         r.map_err(|e| self.req_err(&e))
     }
 
+    /// A raw call's outcome, as `ucx_perftest` takes a `ucp_*_nbx` call's: finished
+    /// inside the call, nothing (`None`: no request made, tested or dropped); still in
+    /// flight, its request.
+    ///
+    /// # Safety
+    /// The buffers the raw call was given must stay valid for `'a`.
+    #[inline]
+    pub(super) unsafe fn in_flight_raw<'a>(
+        &self,
+        started: courier::Result<courier::Started>,
+    ) -> CliResult<Option<Request<'a>>> {
+        match self.check(started)? {
+            courier::Started::Done(_) => Ok(None),
+            // SAFETY: forwarded contract.
+            pending => Ok(Some(unsafe { self.worker.request_for(pending) })),
+        }
+    }
+
     pub(super) fn send_ctrl(&self, tag: u64, msg: &[u8]) -> CliResult<()> {
         let mut r = self.check(self.ep.tag_send(msg, tag))?;
         self.wait(&mut r).map(|_| ())
@@ -967,11 +985,8 @@ fn send_start<'a>(
                 .tag_send_raw(buf, tag, false, courier::Callback::None)
         }
     };
-    match link.check(started)? {
-        courier::Started::Done(_) => Ok(None),
-        // SAFETY: the request borrows `data` for 'a.
-        pending => Ok(Some(unsafe { link.worker.request_for(pending) })),
-    }
+    // SAFETY: `started` came with `data`, which lives for 'a.
+    unsafe { link.in_flight_raw(started) }
 }
 
 /// `send_start`, then wait for the send to finish.

@@ -401,11 +401,8 @@ fn put_start<'a>(
     let buf = courier::Buf::One((msg.as_ptr() as usize, msg.len()));
     // SAFETY: a put still in flight becomes a `Request` borrowing `msg`, below.
     let started = unsafe { link.ep.put_raw(buf, raddr, rk, Callback::None) };
-    match link.check(started)? {
-        Started::Done(_) => Ok(None),
-        // SAFETY: the request borrows `msg` for 'a.
-        pending => Ok(Some(unsafe { link.worker.request_for(pending) })),
-    }
+    // SAFETY: `started` came with `msg`, which lives for 'a.
+    unsafe { link.in_flight_raw(started) }
 }
 
 /// Wait for a finished-or-not request slot, then empty it.

@@ -160,15 +160,15 @@ impl Worker {
             return 0;
         }
         g.progress_calls = g.progress_calls.wrapping_add(1);
-        // One copy piece per call, whichever way it goes below (`progress_frames` may go
-        // on to `progress_work`).
-        g.piece_made = false;
         // Spinning callers mostly find nothing: answer them without the machinery below,
         // and a frame on the one busy shared-memory link with only what it needs.
         match g.work() {
             Work::Nothing => 0,
             Work::ShmFrames(e) => self.progress_frames(g, e),
-            Work::Other => self.progress_work(g),
+            Work::Other => {
+                g.piece_made = false;
+                self.progress_work(g)
+            }
         }
     }
 
@@ -179,6 +179,8 @@ impl Worker {
     #[inline(never)]
     fn progress_frames<'g>(&'g self, mut g: Guard<'g, State>, e: u32) -> usize {
         g.in_progress = true;
+        // One copy piece per progress call, also when `progress_work` follows.
+        g.piece_made = false;
         let mut n = 0;
         let mut rest = false;
         for _ in 0..32 {
@@ -210,14 +212,13 @@ impl Worker {
         n
     }
 
+    /// The general pass of a progress call (`piece_made` reset by the caller: once per
+    /// call, however it got here).
     #[inline(never)]
     fn progress_work<'g>(&'g self, mut g: Guard<'g, State>) -> usize {
         g.in_progress = true;
         let mut n = 0;
-        // Every dead pending-connection slot is on the free list.
-        let has_conns = g.pending_conns.slots.len() > g.pending_conns.free.len()
-            || !g.shm_connects.is_empty()
-            || g.shm_accepting();
+        let has_conns = g.conns_in_setup();
         // Coalesced sends leave before we look for their answers.
         let direct = g.fd_links > 0 && g.fd_links <= fdpoll::DIRECT_POLL_LINKS;
         if g.fd_links > 0 {

@@ -21,7 +21,6 @@ pub type ErrorHandler = Box<dyn FnMut(&Error) + Send>;
 /// A listener's connection handler.
 pub type ConnHandler = Box<dyn FnMut(crate::proto::wireup::ConnRequest) + Send>;
 
-/// Work to run outside the state lock (user code).
 /// What a progress call has to do (`State::work`).
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub(crate) enum Work {
@@ -31,6 +30,7 @@ pub(crate) enum Work {
     Other,
 }
 
+/// Work to run outside the state lock (user code).
 pub(crate) enum Deferred {
     Req(Callback, Result<Info, Error>, Info),
     EpError(ErrorHandler, Error),
@@ -237,15 +237,7 @@ impl State {
         };
         *info = s.info;
         *done = Some(std::mem::replace(&mut s.result, Ok(Info::default())));
-        // A polled request has no callback; its buffer is mostly one segment and it
-        // stages nothing: then there is nothing to let go of but the slot itself.
-        if matches!(s.callback, Callback::None) && matches!(s.buf, Buf::One(_)) && s.stage.is_none()
-        {
-            s.live = false;
-            s.buf = Buf::EMPTY;
-        } else {
-            s.release();
-        }
+        s.release();
         self.reqs.free.push(split_id(id).1);
     }
 
@@ -359,9 +351,7 @@ impl State {
     pub(crate) fn work(&self) -> Work {
         if self.fd_links != 0
             || self.progress_calls & (EPOLL_EVERY - 1) == 0
-            || self.pending_conns.slots.len() != self.pending_conns.free.len()
-            || !self.shm_connects.is_empty()
-            || self.shm_accepting()
+            || self.conns_in_setup()
             || !self.link_errors.is_empty()
             || !self.deferred.is_empty()
             || !self.copies.is_empty()
@@ -378,26 +368,28 @@ impl State {
             }
             match &ep.rx {
                 Some(LinkRx::Shm(rx)) if rx.ready() => {
-                    if !matches!(found, Work::Nothing) {
+                    if found != Work::Nothing {
                         return Work::Other;
                     }
                     found = Work::ShmFrames(e);
                 }
-                Some(rx) if !matches!(rx, LinkRx::Shm(_)) && rx.maybe_ready() => {
-                    return Work::Other;
-                }
-                _ => {}
+                Some(LinkRx::Shm(_)) | None => {}
+                Some(rx) if rx.maybe_ready() => return Work::Other,
+                Some(_) => {}
             }
         }
         found
     }
 
-    /// Whether the shm acceptor has connections in the middle of their setup: until each
-    /// is done, every progress call reads epoll (which the acceptor's sockets wake), so a
-    /// spinning worker takes the new endpoint in at once, not at its periodic epoll pass.
+    /// Whether connections are being set up: accepted ones waiting for their first frame,
+    /// shared-memory links this side is connecting, and ones the shm acceptor is in the
+    /// middle of. Until each is done, every progress call reads epoll and moves them on
+    /// (their sockets wake it), so a spinning worker is not held to its periodic epoll pass.
     #[inline]
-    pub(crate) fn shm_accepting(&self) -> bool {
-        self.shm_acceptor.as_ref().is_some_and(|a| a.setting_up())
+    pub(crate) fn conns_in_setup(&self) -> bool {
+        self.pending_conns.slots.len() != self.pending_conns.free.len()
+            || !self.shm_connects.is_empty()
+            || self.shm_acceptor.as_ref().is_some_and(|a| a.setting_up())
     }
 
     /// Whether endpoint `idx` has sends to retry or push, or its link has queued bytes or

@@ -185,10 +185,24 @@ impl ReqSlot {
     }
 
     /// Mark the slot free: it lets go of the caller's buffer and callback (the slot goes
-    /// on the free list beside this call).
+    /// on the free list beside this call). A polled request (no callback, one segment,
+    /// nothing staged), the common case, holds nothing that needs dropping.
     #[inline]
     pub(crate) fn release(&mut self) {
         self.live = false;
+        if matches!(self.callback, Callback::None)
+            && matches!(self.buf, Buf::One(_))
+            && self.stage.is_none()
+        {
+            self.buf = Buf::EMPTY;
+            return;
+        }
+        self.release_owned();
+    }
+
+    /// `release` of a slot holding a callback, a list of segments or a staged copy.
+    #[inline(never)]
+    fn release_owned(&mut self) {
         self.callback = Callback::None;
         self.buf = Buf::EMPTY;
         self.stage = None;

@@ -473,8 +473,7 @@ impl State {
                 self.upgraded(e, conn_id, pid, loc, stx, srx)
             }
             (AfterShm::Upgrade { conn_id, loc, .. }, Err(err)) => {
-                tracing::info!("shm to listener's worker failed ({err}); staying on tcp");
-                self.stay_on_tcp(e, conn_id, loc);
+                self.stay_on_tcp(e, conn_id, loc, &err);
             }
         }
     }
@@ -551,8 +550,7 @@ impl State {
                     self.await_shm(e, conn, AfterShm::Upgrade { conn_id, pid, loc });
                 }
                 Err(err) => {
-                    tracing::info!("shm to listener's worker failed ({err}); staying on tcp");
-                    self.stay_on_tcp(e, conn_id, loc);
+                    self.stay_on_tcp(e, conn_id, loc, &err);
                 }
             }
             return;
@@ -582,8 +580,9 @@ impl State {
         self.set_connected(e, loc);
     }
 
-    /// The upgrade failed: tell the server, and go on over tcp.
-    fn stay_on_tcp(&mut self, e: u32, conn_id: u64, loc: &str) {
+    /// The upgrade failed (`why`): say so in the log, tell the server, and go on over tcp.
+    fn stay_on_tcp(&mut self, e: u32, conn_id: u64, loc: &str, why: &Error) {
+        tracing::info!("shm to listener's worker failed ({why}); staying on tcp");
         let hdr = Header::new(Kind::Wireup)
             .word(1, conn_id)
             .aux32(purpose::NO_UPGRADE);
