@@ -11,7 +11,7 @@ export CARGO_TERM_COLOR ?= never
 # PATH, so tools already on PATH keep coming first.
 export PATH := $(PATH):$(HOME)/.cargo/bin:/usr/local/go/bin
 
-.PHONY: all build run test test-rust test-scripts lint fmt bench clean deps deps-test
+.PHONY: all build run test test-rust test-gpu test-scripts lint fmt bench clean deps deps-test
 
 include crates/courier-capi/capi.mk
 
@@ -34,6 +34,13 @@ test: deps-test test-scripts test-rust capi-check-header capi-test capi-go-test 
 
 test-rust:
 	$(CARGO) test --workspace --release -- --test-threads=2
+
+# On a machine with an NVIDIA GPU and its driver: the CUDA tests (a stand-in driver in
+# `make test`) against the real driver and device, one test at a time.
+test-gpu: deps-test capi
+	COURIER_TEST_CUDA=real $(CARGO) test --release -p courier --test cuda -- --test-threads=1
+	COURIER_TEST_CUDA=real $(CARGO) test --release -p courier-cli --test cli perf_with_device_memory
+	cd bindings/go && COURIER_TEST_CUDA=real go test -count=1 -run TestDeviceMemory .
 
 # scripts/deps.sh's toolchain choice, against stubs (installs nothing); the bench report's
 # parsers against the output shapes of ucx_perftest, fi_pingpong, courier perf and ceilings.

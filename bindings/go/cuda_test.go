@@ -16,11 +16,15 @@ var (
 	mockErr  error
 )
 
-// mockCuda builds the stand-in CUDA driver the library's tests use
+// cudaDriver builds the stand-in CUDA driver the library's tests use
 // (crates/courier/tests/mockcuda): its device memory faults on any CPU access, so a byte
-// the binding or the library moved without the driver would crash the test.
-func mockCuda(t *testing.T) string {
+// the binding or the library moved without the driver would crash the test. With
+// COURIER_TEST_CUDA=real the machine's own driver and GPU are used instead.
+func cudaDriver(t *testing.T) string {
 	t.Helper()
+	if os.Getenv("COURIER_TEST_CUDA") == "real" {
+		return "libcuda.so.1"
+	}
 	mockOnce.Do(func() {
 		dir, err := os.MkdirTemp("", "courier-go-mockcuda")
 		if err != nil {
@@ -43,7 +47,7 @@ func mockCuda(t *testing.T) string {
 // TestDeviceMemory sends tag messages between host and CUDA device memory both ways, small
 // (the binding must not copy device memory into its slot) and large (rendezvous).
 func TestDeviceMemory(t *testing.T) {
-	lib := mockCuda(t)
+	lib := cudaDriver(t)
 	p := (&ContextParams{}).EnableTag().EnableRMA().SetName(t.Name()).SetConfig("COURIER_CUDA_LIB", lib)
 	c, err := NewContext(p)
 	if err != nil {

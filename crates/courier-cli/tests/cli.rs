@@ -410,12 +410,17 @@ fn memory_types_for_one_sided_tests() {
 mod mockcuda;
 
 /// `-m cuda` against the stand-in CUDA driver (its device memory faults on any CPU
-/// access): the two-sided tests and `ucp_put_bw` / `ucp_get` run with device buffers and
-/// report them; the tests that need the CPU on the buffers are refused with the reason.
+/// access), or with `COURIER_TEST_CUDA=real` on the machine's GPU: the two-sided tests and
+/// `ucp_put_bw` / `ucp_get` run with device buffers and report them; the tests that need
+/// the CPU on the buffers are refused with the reason.
 #[test]
 fn perf_with_device_memory() {
-    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("mockcuda");
-    let lib = mockcuda::build(&dir);
+    let lib = if std::env::var("COURIER_TEST_CUDA").is_ok_and(|v| v == "real") {
+        "libcuda.so.1".to_string()
+    } else {
+        let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("mockcuda");
+        mockcuda::build(&dir)
+    };
     for tls in ["tcp", "all"] {
         let env = [("COURIER_TLS", tls), ("COURIER_CUDA_LIB", lib.as_str())];
         for (t, m, s) in [

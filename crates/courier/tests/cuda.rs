@@ -4,9 +4,10 @@
 //! without the driver (a load, a store, CMA, a socket read straight into it) would crash
 //! the test or fail the copy; the bytes are checked on both sides through the driver.
 //!
-//! No GPU was available where these tests were written: they check Courier's side of the
-//! driver API (when it copies, with which call, on which thread) and every data path, not
-//! the behaviour of a real device.
+//! With `COURIER_TEST_CUDA=real` the same tests load the machine's own driver
+//! (`libcuda.so.1`) and run on its first GPU (`make test-gpu`, on a machine with one). The
+//! checks only the stand-in can make (how many copies of each kind the driver made) are
+//! skipped then; every content check, path and error runs against the real device.
 
 use std::ffi::CString;
 use std::path::PathBuf;
@@ -23,12 +24,22 @@ use common::{
     Owner, child_command, dial, keys_from_env, keys_hex, port_from_env, sizes_in, stderr_of,
 };
 
-/// Build the stand-in driver once per test binary; its path.
-fn mock_lib() -> &'static str {
+/// Whether the tests run on a real GPU (`COURIER_TEST_CUDA=real`).
+fn real() -> bool {
+    static REAL: OnceLock<bool> = OnceLock::new();
+    *REAL.get_or_init(|| std::env::var("COURIER_TEST_CUDA").is_ok_and(|v| v == "real"))
+}
+
+/// The driver Courier loads in these tests: the machine's own on a real GPU, else the
+/// stand-in, built once per test binary. Its path.
+fn driver_lib() -> &'static str {
     static LIB: OnceLock<String> = OnceLock::new();
     LIB.get_or_init(|| {
-        if let Ok(p) = std::env::var("COURIER_TEST_MOCKCUDA") {
-            return p; // a child: the parent built it
+        if let Ok(p) = std::env::var("COURIER_TEST_DRIVER") {
+            return p; // a child: the parent chose it
+        }
+        if real() {
+            return "libcuda.so.1".into();
         }
         let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("mockcuda");
         mockcuda::build(&dir)
@@ -47,7 +58,11 @@ fn thread_count(kind: i32) -> u64 {
 }
 
 fn mock_fn(name: &std::ffi::CStr) -> extern "C" fn(i32) -> u64 {
-    let lib = CString::new(mock_lib()).unwrap();
+    assert!(
+        !real(),
+        "the stand-in's counters exist only in the stand-in"
+    );
+    let lib = CString::new(driver_lib()).unwrap();
     // SAFETY: dlopen/dlsym of the stand-in library (the copy Courier loads; it stays
     // loaded), whose counters have this type.
     unsafe {
@@ -76,7 +91,7 @@ fn ctx_with(tls: &str, lib: &str) -> Context {
 }
 
 fn ctx(tls: &str) -> Context {
-    ctx_with(tls, mock_lib())
+    ctx_with(tls, driver_lib())
 }
 
 fn pattern(n: usize, seed: u8) -> Vec<u8> {
@@ -146,7 +161,7 @@ fn spawn(tls: &str, role: &str, port: u16, keys: &[Vec<u8>], env: &[(&str, &str)
     cmd.env("COURIER_TLS", tls)
         .env("COURIER_TEST_PORT", port.to_string())
         .env("COURIER_TEST_KEYS", keys_hex(keys))
-        .env("COURIER_TEST_MOCKCUDA", mock_lib())
+        .env("COURIER_TEST_DRIVER", driver_lib())
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
     for (k, v) in env {
@@ -267,7 +282,9 @@ fn child_rma(c: &Context, w: &Worker, ep: &Endpoint, keys: &[Vec<u8>]) {
     // tcp it is reached through the owner.
     let tcp = std::env::var("COURIER_TLS").unwrap() == "tcp";
     assert_eq!(rk.path(), if tcp { "remote" } else { "cuda_ipc" });
-    assert_eq!(mock_count(4), u64::from(!tcp), "IPC handles opened");
+    if !real() {
+        assert_eq!(mock_count(4), u64::from(!tcp), "IPC handles opened");
+    }
     let (base, len) = rk.bounds();
     let dev = device(c, len as usize);
     for (i, n, off) in sizes_in(len) {
@@ -377,7 +394,8 @@ fn two_sided(tls: &str) {
     .unwrap();
     let child = spawn(tls, "twosided", o.port, &[], &[]);
     let ep = first_ep(&o);
-    let (htod, dtoh) = (thread_count(0), thread_count(1));
+    let counts = || (!real()).then(|| (thread_count(0), thread_count(1)));
+    let before = counts();
     for (i, &n) in SIZES.iter().enumerate() {
         let i = i as u64;
         let (a, b) = (pattern(n, i as u8), pattern(n, i as u8 + 50));
@@ -391,10 +409,12 @@ fn two_sided(tls: &str) {
         assert!(contents(&dev2, n) == b, "{n} host-to-device bytes differ");
         send(&o.w, &ep, hbuf(&b), 400 + i);
     }
-    assert!(
-        thread_count(0) > htod && thread_count(1) > dtoh,
-        "copies went through the driver"
-    );
+    if let (Some((htod, dtoh)), Some((htod2, dtoh2))) = (before, counts()) {
+        assert!(
+            htod2 > htod && dtoh2 > dtoh,
+            "copies went through the driver"
+        );
+    }
     // Truncation: the first 100 bytes land, the real length is reported.
     let small = device(&o.c, 100);
     let e = recv(&o.w, buf(&small, 100), 500).expect_err("truncated");
@@ -449,7 +469,7 @@ fn rma(tls: &str) {
     let len = (4 << 20) + 64;
     let region = device(&o.c, len);
     region.write(0, &vec![0u8; len]).unwrap();
-    let owner_copies = thread_count(0);
+    let owner_copies = (!real()).then(|| thread_count(0));
     let sig = o.c.mem_map(MemMapParams::allocate(64)).unwrap();
     let child = spawn(
         tls,
@@ -475,7 +495,9 @@ fn rma(tls: &str) {
     );
     // Over tcp this process copied every put into its device memory; on this host the
     // child did, through the IPC handle, with its own driver.
-    assert_eq!(thread_count(0) > owner_copies, tls == "tcp");
+    if let Some(before) = owner_copies {
+        assert_eq!(thread_count(0) > before, tls == "tcp");
+    }
     // SAFETY: the buffer outlives the wait below.
     let s = unsafe { ep.tag_send_raw(hbuf(&[1]), 999, false, Callback::None) }
         .and_then(|s| wait(&o.w, s));
@@ -582,40 +604,92 @@ fn same_worker_device_to_device() {
     assert_eq!(e.status(), Status::Unsupported);
 }
 
-/// Call one of the stand-in driver's context functions.
-fn mock_ctx(name: &std::ffi::CStr, arg: *mut std::ffi::c_void) -> *mut std::ffi::c_void {
-    let lib = CString::new(mock_lib()).unwrap();
-    // SAFETY: the stand-in's cuCtxSetCurrent(void *) / cuCtxGetCurrent(void **).
+/// A driver entry point by name, from the library Courier loaded (already in memory).
+fn driver_fn(name: &std::ffi::CStr) -> *mut std::ffi::c_void {
+    let lib = CString::new(driver_lib()).unwrap();
+    // SAFETY: dlopen/dlsym of the library Courier loaded; the reference taken is dropped
+    // at once, and Courier's own keeps it loaded.
     unsafe {
         let h = libc::dlopen(lib.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL);
+        assert!(!h.is_null(), "cannot load {}", driver_lib());
         let f = libc::dlsym(h, name.as_ptr());
-        assert!(!f.is_null());
-        let f: extern "C" fn(*mut std::ffi::c_void) -> i32 = std::mem::transmute(f);
-        let mut out = arg;
-        let p = if name == c"cuCtxGetCurrent" {
-            (&mut out as *mut *mut std::ffi::c_void).cast()
-        } else {
-            arg
-        };
-        assert_eq!(f(p), 0);
+        assert!(!f.is_null(), "{name:?} missing");
         libc::dlclose(h);
-        out
+        f
+    }
+}
+
+type CtxFn = extern "C" fn(*mut std::ffi::c_void) -> i32;
+
+/// The context current on this thread (`cuCtxGetCurrent`).
+fn current_ctx() -> *mut std::ffi::c_void {
+    // SAFETY: cuCtxGetCurrent(CUcontext *) in both drivers.
+    let f: CtxFn = unsafe { std::mem::transmute(driver_fn(c"cuCtxGetCurrent")) };
+    let mut out: *mut std::ffi::c_void = std::ptr::null_mut();
+    assert_eq!(f((&mut out as *mut *mut std::ffi::c_void).cast()), 0);
+    out
+}
+
+/// Make a context of the application's own current on this thread: on a real GPU a new
+/// one (`cuCtxCreate`, which Courier never uses), with the stand-in a made-up handle.
+fn applications_ctx() -> *mut std::ffi::c_void {
+    if real() {
+        type Create = extern "C" fn(*mut *mut std::ffi::c_void, u32, i32) -> i32;
+        // SAFETY: cuCtxCreate_v2(CUcontext *, unsigned flags, CUdevice).
+        let f: Create = unsafe { std::mem::transmute(driver_fn(c"cuCtxCreate_v2")) };
+        let mut c: *mut std::ffi::c_void = std::ptr::null_mut();
+        assert_eq!(f(&mut c, 0, 0), 0, "cuCtxCreate");
+        c
+    } else {
+        let theirs = 0x1234usize as *mut std::ffi::c_void;
+        // SAFETY: cuCtxSetCurrent(CUcontext) of the stand-in, which takes any handle.
+        let f: CtxFn = unsafe { std::mem::transmute(driver_fn(c"cuCtxSetCurrent")) };
+        assert_eq!(f(theirs), 0);
+        theirs
     }
 }
 
 #[test]
 fn the_applications_own_context_is_left_current() {
     // A thread where the application made another context current: Courier's copies run
-    // in its own context (the stand-in refuses its stream in any other) and the
-    // application's is current again afterwards.
+    // in its own context (a stream is refused in any other: the stand-in checks it, and
+    // so does a real driver) and the application's is current again afterwards.
     let c = ctx("all");
     let m = device(&c, 4096);
     std::thread::spawn(move || {
-        let theirs = 0x1234usize as *mut std::ffi::c_void;
-        mock_ctx(c"cuCtxSetCurrent", theirs);
+        let theirs = applications_ctx();
+        assert_eq!(current_ctx(), theirs);
         m.write(0, &pattern(4096, 8)).unwrap();
         assert!(contents(&m, 4096) == pattern(4096, 8));
-        assert_eq!(mock_ctx(c"cuCtxGetCurrent", std::ptr::null_mut()), theirs);
+        assert_eq!(current_ctx(), theirs);
+    })
+    .join()
+    .unwrap();
+}
+
+/// A thread that never touched CUDA (no context current) moves device memory: the
+/// driver is asked about the buffers and copies them in Courier's context.
+#[test]
+fn a_thread_with_no_context_moves_device_memory() {
+    let c = ctx("all");
+    let n = 100_000;
+    let (src, dst) = (device(&c, n), device(&c, n));
+    src.write(0, &pattern(n, 4)).unwrap();
+    std::thread::spawn(move || {
+        if real() {
+            assert!(current_ctx().is_null(), "a new thread has no context");
+        }
+        let w = Worker::new(&c, WorkerParams::default()).unwrap();
+        let ep = w
+            .connect(&w.address().unwrap(), EndpointParams::default())
+            .unwrap();
+        // SAFETY: both regions outlive the waits.
+        let r = unsafe { w.tag_recv_raw(buf(&dst, n), 6, u64::MAX, Callback::None) }.unwrap();
+        // SAFETY: as above.
+        let s = unsafe { ep.tag_send_raw(buf(&src, n), 6, false, Callback::None) }.unwrap();
+        wait(&w, s).unwrap();
+        wait(&w, r).unwrap();
+        assert!(contents(&dst, n) == pattern(n, 4));
     })
     .join()
     .unwrap();
@@ -625,7 +699,11 @@ fn the_applications_own_context_is_left_current() {
 fn no_driver_or_no_device_is_a_clear_error() {
     for (role, env) in [
         ("nodriver", vec![]),
-        ("nodevice", vec![("MOCKCUDA_DEVICES", "0")]),
+        // The stand-in's switch, and the real driver's: either way it sees no device.
+        (
+            "nodevice",
+            vec![("MOCKCUDA_DEVICES", "0"), ("CUDA_VISIBLE_DEVICES", "")],
+        ),
     ] {
         let mut child = spawn("all", role, 0, &[], &env);
         let st = child.wait().unwrap();
