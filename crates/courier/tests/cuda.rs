@@ -604,6 +604,69 @@ fn same_worker_device_to_device() {
     assert_eq!(e.status(), Status::Unsupported);
 }
 
+/// Another context of this very process owns device memory: its key is used through the
+/// allocation itself (a process cannot open its own IPC handles), so puts and gets are
+/// device copies made by the caller, with no help from the owner's worker.
+#[test]
+fn another_context_of_this_process_reaches_device_memory_directly() {
+    let (c1, c2) = (ctx("all"), ctx("all"));
+    let (w1, w2) = (
+        Worker::new(&c1, WorkerParams::default()).unwrap(),
+        Worker::new(&c2, WorkerParams::default()).unwrap(),
+    );
+    let ep = w2
+        .connect(&w1.address().unwrap(), EndpointParams::default())
+        .unwrap();
+    let deadline = Instant::now() + LIMIT;
+    while !ep.is_connected().unwrap() {
+        w1.progress();
+        w2.progress();
+        assert!(Instant::now() < deadline, "no connection");
+    }
+    let n = 300_000;
+    let region = device(&c1, n + 64);
+    region.write(0, &vec![0u8; n + 64]).unwrap();
+    let rk = ep.rkey_unpack(&region.pack_rkey().unwrap()).unwrap();
+    assert_eq!(rk.path(), "cuda_ipc");
+    let (base, len) = rk.bounds();
+    let d2d_before = (!real()).then(|| thread_count(2));
+    // From host memory, then from this context's device memory; back both ways. Only w2
+    // progresses from here on: an operation that needed the owner would not complete.
+    let data = pattern(n, 31);
+    // SAFETY: the buffer outlives the wait.
+    let s = unsafe { ep.put_raw(hbuf(&data), base + 64, &rk, Callback::None) }.unwrap();
+    wait(&w2, s).unwrap();
+    assert!(contents(&region, n + 64)[64..] == data[..]);
+    let mine = device(&c2, n);
+    mine.write(0, &pattern(n, 32)).unwrap();
+    // SAFETY: the regions outlive the waits.
+    let s = unsafe { ep.put_raw(buf(&mine, n), base, &rk, Callback::None) }.unwrap();
+    wait(&w2, s).unwrap();
+    let mut back = vec![0u8; n];
+    let into = Buf::One((back.as_mut_ptr() as usize, n));
+    // SAFETY: as above.
+    let s = unsafe { ep.get_raw(into, base, &rk, Callback::None) }.unwrap();
+    wait(&w2, s).unwrap();
+    assert!(back == pattern(n, 32), "device put, host get");
+    mine.write(0, &vec![0u8; n]).unwrap();
+    // SAFETY: as above.
+    let s = unsafe { ep.get_raw(buf(&mine, n), base, &rk, Callback::None) }.unwrap();
+    wait(&w2, s).unwrap();
+    assert!(contents(&mine, n) == pattern(n, 32), "device get");
+    if let Some(before) = d2d_before {
+        assert!(
+            thread_count(2) >= before + 2,
+            "device-to-device copies here"
+        );
+    }
+    // Past the region's end: refused, nothing written.
+    let e = ep
+        .put(&[1u8; 128], base + len - 64, &rk)
+        .and_then(|r| r.wait())
+        .expect_err("past the end");
+    assert_eq!(e.status(), Status::OutOfRange, "{e}");
+}
+
 /// A driver entry point by name, from the library Courier loaded (already in memory).
 fn driver_fn(name: &std::ffi::CStr) -> *mut std::ffi::c_void {
     let lib = CString::new(driver_lib()).unwrap();

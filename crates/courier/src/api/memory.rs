@@ -862,14 +862,16 @@ impl Endpoint {
         let path = if reach == Reach::SameContext {
             Path::Local(reg)
         } else if reach != Reach::Elsewhere && key.mem_type == MemoryType::Cuda.code() {
-            // Device memory: opened here through its IPC handle, or through the owner.
+            // Device memory: opened here through its IPC handle (used as it is when another
+            // context of this process owns it), or through the owner.
             let open = || -> Result<Path> {
                 let ipc = key.ipc.ok_or_else(|| {
                     Error::new(Status::Unsupported, "the key carries no IPC handle")
                 })?;
                 let driver = cuda::load(&cfg.cuda_lib)?;
                 let peer = reg.peer(&key)?;
-                let map = peer.device_region(driver, key.region, &ipc)?;
+                let own = key.pid == std::process::id();
+                let map = peer.device_region(driver, key.region, &ipc, own)?;
                 Ok(Path::DeviceIpc {
                     peer,
                     map,

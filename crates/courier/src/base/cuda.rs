@@ -514,24 +514,50 @@ impl Driver {
             ptr: ptr as usize,
             len: 0,
             driver: self,
+            opened: true,
         };
         m.len = self.allocation_of(m.ptr)?.1;
         Ok(m)
     }
+
+    /// The device allocation that starts at `base` in this very process (another context
+    /// of it owns the region): usable as it is, since a process cannot open its own IPC
+    /// handles. Refused unless `base` starts an allocation the driver knows.
+    pub fn own_allocation(&'static self, base: usize) -> Result<IpcMapping, Error> {
+        let (start, len) = self.allocation_of(base)?;
+        if start != base {
+            return Err(Error::new(
+                Status::InvalidKey,
+                "the key's device allocation does not start where it says",
+            ));
+        }
+        Ok(IpcMapping {
+            ptr: base,
+            len,
+            driver: self,
+            opened: false,
+        })
+    }
 }
 
-/// A peer's device allocation mapped here through its IPC handle; closed on drop.
+/// A peer's device allocation mapped here through its IPC handle (closed on drop), or,
+/// when the peer is this process, the allocation itself.
 pub struct IpcMapping {
     /// Where the allocation starts in this process.
     pub ptr: usize,
     /// Its length.
     pub len: usize,
     driver: &'static Driver,
+    /// Opened from an IPC handle (and so to be closed).
+    opened: bool,
 }
 
 impl Drop for IpcMapping {
     fn drop(&mut self) {
         let d = self.driver;
+        if !self.opened {
+            return;
+        }
         if let Ok(ipc) = d.ipc() {
             // SAFETY: a mapping we opened, closed once.
             let r = d.in_ctx(|| {

@@ -251,12 +251,14 @@ pub(crate) struct PeerMaps {
 
 impl PeerMaps {
     /// Open the owner's device allocation holding region `region` (cached per region, and
-    /// only while the owner's record describes that region). Its address here.
+    /// only while the owner's record describes that region). Its address here. An owner
+    /// in this very process (`own`) lends its allocation as it is.
     pub(crate) fn device_region(
         &self,
         driver: &'static crate::base::cuda::Driver,
         region: u64,
         handle: &DeviceHandle,
+        own: bool,
     ) -> Result<Arc<crate::base::cuda::IpcMapping>> {
         let live = |id: u64| {
             self.record(id).is_some_and(|r| {
@@ -274,7 +276,11 @@ impl PeerMaps {
             ));
         }
         g.retain(|id, _| live(*id));
-        let m = Arc::new(driver.ipc_open(&handle.handle)?);
+        let m = Arc::new(if own {
+            driver.own_allocation(handle.alloc_base as usize)?
+        } else {
+            driver.ipc_open(&handle.handle)?
+        });
         g.insert(region, m.clone());
         Ok(m)
     }
