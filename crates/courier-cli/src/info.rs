@@ -236,7 +236,7 @@ fn cuda_domain(cfg: &Config) -> String {
         Ok(d) => s.push_str(&format!(
             "#        Devices: {} (device 0: {}), driver version {}\n\
              #   memory types: cuda (device memory), host\n\
-             #         copies: staged through host memory on a private stream; peers reach a cuda region through its owner\n\
+             #         copies: staged through page-locked host memory on a private stream; same-host peers open a cuda region through CUDA IPC, others reach it through its owner\n\
              #         limits: no atomics or signal words in device memory\n#\n",
             d.devices, d.device_name, d.version
         )),

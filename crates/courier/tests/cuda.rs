@@ -205,6 +205,7 @@ fn child_entry() {
     match role.as_str() {
         "nodriver" => return child_no_driver(),
         "nodevice" => return child_no_device(),
+        "staging" => return child_staging(),
         _ => {}
     }
     let port = port_from_env();
@@ -349,6 +350,39 @@ fn child_rma(c: &Context, w: &Worker, ep: &Endpoint, keys: &[Vec<u8>]) {
     ep.flush().unwrap();
     let mut done = [0u8; 1];
     recv(w, Buf::One((done.as_mut_ptr() as usize, 1)), 999).unwrap();
+}
+
+fn child_staging() {
+    // A worker connected to itself: each message is gathered from device memory into a
+    // host copy and delivered through one into device memory.
+    let c = ctx("all");
+    let w = Worker::new(&c, WorkerParams::default()).unwrap();
+    let ep = w
+        .connect(&w.address().unwrap(), EndpointParams::default())
+        .unwrap();
+    for n in [100usize, 70_000, 1 << 20] {
+        let (src, dst) = (device(&c, n), device(&c, n));
+        for i in 0..40u8 {
+            src.write(0, &pattern(n, i)).unwrap();
+            // SAFETY: both regions outlive the waits.
+            let r = unsafe { w.tag_recv_raw(buf(&dst, n), 1, u64::MAX, Callback::None) }.unwrap();
+            // SAFETY: as above.
+            let s = unsafe { ep.tag_send_raw(buf(&src, n), 1, false, Callback::None) }.unwrap();
+            wait(&w, s).unwrap();
+            wait(&w, r).unwrap();
+            assert!(contents(&dst, n) == pattern(n, i), "{n} bytes, round {i}");
+        }
+    }
+    if !real() {
+        // Two host copies at a time (the send's and the receive's) per size: 120
+        // transfers of three sizes take six page-locked buffers, reused.
+        let made = mock_count(5);
+        assert!(
+            (3..=6).contains(&made),
+            "{made} page-locked allocations for 120 staged transfers"
+        );
+    }
+    std::process::exit(0);
 }
 
 fn child_no_driver() {
@@ -756,6 +790,16 @@ fn a_thread_with_no_context_moves_device_memory() {
     })
     .join()
     .unwrap();
+}
+
+/// Host copies of device memory are page-locked buffers from the driver, reused from one
+/// operation to the next (a process of its own, to count the driver's allocations).
+#[test]
+fn staging_buffers_are_page_locked_and_reused() {
+    let mut child = spawn("all", "staging", 0, &[], &[]);
+    let st = child.wait().unwrap();
+    let err = stderr_of(&mut child);
+    assert!(st.success(), "{err}");
 }
 
 #[test]

@@ -9,6 +9,12 @@
 //!
 //! Whether a buffer is device memory is asked of the driver only once it is loaded
 //! (`base::cuda::active`), so a process without CUDA pays one load per operation.
+//!
+//! Host copies are page-locked memory from the driver, kept for reuse (`StageBuf`): a
+//! copy between page-locked memory and the device is one DMA transfer, where a copy from
+//! ordinary memory goes through the driver's own bounce buffers, and a reused buffer has
+//! no page to fault in. At most `PINNED_MAX` bytes are page-locked per process; beyond
+//! that, and for a driver without `cuMemHostAlloc`, host copies are ordinary memory.
 
 use super::core::State;
 use super::state::{Buf, Info};
@@ -16,9 +22,130 @@ use super::tag::Started;
 use crate::base::cuda;
 use crate::base::{Error, Result, Status};
 
+/// Page-locked bytes one process keeps at most (in use or free for reuse).
+const PINNED_MAX: usize = 256 << 20;
+/// The smallest staging buffer is 2^`MIN_SHIFT` bytes; sizes round up to powers of two.
+const MIN_SHIFT: u32 = 12;
+/// Size classes: 4 KiB up to 2^(MIN_SHIFT + CLASSES - 1) = 128 MiB.
+const CLASSES: usize = 16;
+
+/// The free page-locked buffers, by size class, and how many bytes are page-locked.
+struct Pool {
+    free: [Vec<usize>; CLASSES],
+    pinned: usize,
+}
+
+static POOL: std::sync::Mutex<Pool> = std::sync::Mutex::new(Pool {
+    free: [const { Vec::new() }; CLASSES],
+    pinned: 0,
+});
+
+fn pool() -> std::sync::MutexGuard<'static, Pool> {
+    POOL.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The size class of a `len`-byte buffer, if it has one.
+fn class_of(len: usize) -> Option<usize> {
+    let shift = len
+        .max(1)
+        .next_power_of_two()
+        .trailing_zeros()
+        .max(MIN_SHIFT);
+    let c = (shift - MIN_SHIFT) as usize;
+    (c < CLASSES).then_some(c)
+}
+
+/// Host memory for a staged copy: page-locked from the pool where it can be, else
+/// ordinary memory. Its bytes are initialized (zeroed when first allocated).
+pub(crate) struct StageBuf {
+    ptr: *mut u8,
+    len: usize,
+    /// The pool class of page-locked memory; `None` for `heap`.
+    class: Option<usize>,
+    heap: Vec<u8>,
+}
+
+// SAFETY: the buffer is owned memory (page-locked or heap), moved with its owner.
+unsafe impl Send for StageBuf {}
+
+impl StageBuf {
+    /// `len` bytes for a host copy.
+    pub(crate) fn new(len: usize) -> StageBuf {
+        if let (Some(d), Some(c)) = (cuda::loaded(), class_of(len)) {
+            if let Some(ptr) = Self::pinned(d, c) {
+                return StageBuf {
+                    ptr,
+                    len,
+                    class: Some(c),
+                    heap: Vec::new(),
+                };
+            }
+        }
+        let mut heap = vec![0u8; len];
+        StageBuf {
+            ptr: heap.as_mut_ptr(),
+            len,
+            class: None,
+            heap,
+        }
+    }
+
+    /// A free page-locked buffer of class `c`, or a new one within `PINNED_MAX`.
+    fn pinned(d: &cuda::Driver, c: usize) -> Option<*mut u8> {
+        let size = 1usize << (c as u32 + MIN_SHIFT);
+        {
+            let mut p = pool();
+            if let Some(a) = p.free[c].pop() {
+                return Some(a as *mut u8);
+            }
+            if p.pinned + size > PINNED_MAX {
+                return None;
+            }
+            p.pinned += size; // claimed before the (slow) allocation, given back on failure
+        }
+        match d.pinned_alloc(size) {
+            Ok(ptr) => Some(ptr),
+            Err(e) => {
+                pool().pinned -= size;
+                tracing::debug!("staging in ordinary memory: {e}");
+                None
+            }
+        }
+    }
+}
+
+impl Drop for StageBuf {
+    fn drop(&mut self) {
+        if let Some(c) = self.class {
+            pool().free[c].push(self.ptr as usize);
+        }
+    }
+}
+
+impl std::ops::Deref for StageBuf {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        if self.class.is_none() {
+            return &self.heap;
+        }
+        // SAFETY: `len` initialized bytes of a buffer this value owns.
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+    }
+}
+
+impl std::ops::DerefMut for StageBuf {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        if self.class.is_none() {
+            return &mut self.heap;
+        }
+        // SAFETY: as above, and borrowed mutably through `self`.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
+    }
+}
+
 /// A request's host copy of its device memory.
 pub(crate) struct Stage {
-    host: Vec<u8>,
+    host: StageBuf,
     /// Receives: the device buffer `host` is copied into when the request completes.
     fill: Option<Buf>,
 }
@@ -90,7 +217,7 @@ fn any_device(buf: &Buf) -> bool {
 
 /// A host copy of `data` when some of it is device memory, gathered in order.
 #[inline]
-pub(crate) fn gather(data: &Buf) -> Result<Option<Vec<u8>>> {
+pub(crate) fn gather(data: &Buf) -> Result<Option<StageBuf>> {
     if !cuda::active() {
         return Ok(None);
     }
@@ -98,11 +225,11 @@ pub(crate) fn gather(data: &Buf) -> Result<Option<Vec<u8>>> {
 }
 
 #[cold]
-fn gather_device(data: &Buf) -> Result<Option<Vec<u8>>> {
+fn gather_device(data: &Buf) -> Result<Option<StageBuf>> {
     if !any_device(data) {
         return Ok(None);
     }
-    let mut host = vec![0u8; data.len()];
+    let mut host = StageBuf::new(data.len());
     let mut off = 0;
     for &(a, l) in data.segs() {
         if l == 0 {
@@ -176,7 +303,7 @@ impl State {
     /// lives as long as that request; without one the link has taken the bytes already.
     pub(crate) fn staged_send(
         &mut self,
-        mut host: Vec<u8>,
+        mut host: StageBuf,
         op: impl FnOnce(&mut State, Buf) -> Result<Started>,
     ) -> Result<Started> {
         let hb = host_buf(&mut host);
@@ -194,7 +321,7 @@ impl State {
         buf: Buf,
         op: impl FnOnce(&mut State, Buf) -> Result<Started>,
     ) -> Result<Started> {
-        let mut host = vec![0u8; buf.len()];
+        let mut host = StageBuf::new(buf.len());
         let hb = host_buf(&mut host);
         self.parked = Some(Box::new(Stage {
             host,

@@ -21,8 +21,8 @@
  * - MOCKCUDA_DEVICES=0 makes cuInit fail with CUDA_ERROR_NO_DEVICE.
  * - mockcuda_count(kind) tells tests how many copies of each kind were made
  *   (0 host to device, 1 device to host, 2 device to device), and how many allocations
- *   (3) and opened IPC handles (4) are live; mockcuda_thread_count(kind) the copies made
- *   on the calling thread.
+ *   (3) and opened IPC handles (4) are live, and how many page-locked host allocations
+ *   were made (5); mockcuda_thread_count(kind) the copies made on the calling thread.
  */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -72,7 +72,7 @@ static char *shadow; /* the bytes */
 static size_t top;
 static struct alloc allocs[MAX_ALLOCS];
 static int nallocs;
-static uint64_t counts[5];
+static uint64_t counts[6];
 static __thread uint64_t thread_counts[3];
 static int primary_ctx;
 static __thread void *current;
@@ -242,6 +242,33 @@ int cuMemFree_v2(uint64_t p)
         }
     pthread_mutex_unlock(&mu);
     return rc;
+}
+
+/* Page-locked host memory: plain heap memory here, each allocation counted (kind 5). As
+ * with the driver, a context must be current. */
+int cuMemHostAlloc(void **pp, size_t n, unsigned int flags)
+{
+    (void)flags;
+    if (!current)
+        return ERR_INVALID_CONTEXT;
+    if (n == 0)
+        return ERR_INVALID_VALUE;
+    void *p = malloc(n);
+    if (!p)
+        return ERR_OUT_OF_MEMORY;
+    *pp = p;
+    pthread_mutex_lock(&mu);
+    counts[5]++;
+    pthread_mutex_unlock(&mu);
+    return OK;
+}
+
+int cuMemFreeHost(void *p)
+{
+    if (!p)
+        return ERR_INVALID_VALUE;
+    free(p);
+    return OK;
 }
 
 /* The live allocation holding [p, p + n), or NULL. */
@@ -436,7 +463,7 @@ uint64_t mockcuda_thread_count(int kind)
 
 uint64_t mockcuda_count(int kind)
 {
-    if (kind < 0 || kind > 4)
+    if (kind < 0 || kind > 5)
         return 0;
     pthread_mutex_lock(&mu);
     uint64_t v = counts[kind];
