@@ -223,7 +223,17 @@ fn child_entry() {
     std::process::exit(0);
 }
 
+/// Whether a device message of `n` bytes on `tls` is read through the sender's IPC handle
+/// by a receiver that can open it (else it is a host copy).
+fn read_through_ipc(tls: &str, n: usize) -> bool {
+    tls != "tcp" && n >= 64 << 10
+}
+
 fn child_two_sided(c: &Context, w: &Worker, ep: &Endpoint) {
+    let tls = std::env::var("COURIER_TLS").unwrap();
+    // The stand-in can be told to refuse every IPC handle here: the owner then pushes a
+    // host copy of what it offered as device memory.
+    let can_open = real() || std::env::var_os("MOCKCUDA_NO_IPC_OPEN").is_none();
     for (i, &n) in SIZES.iter().enumerate() {
         let i = i as u64;
         let (a, b) = (pattern(n, i as u8), pattern(n, i as u8 + 50));
@@ -233,11 +243,18 @@ fn child_two_sided(c: &Context, w: &Worker, ep: &Endpoint) {
         send(w, ep, buf(&dev, n), 100 + i);
         // The owner's device to host.
         let mut host = vec![0u8; n];
-        let got = recv(w, hbuf(&host), 200 + i).unwrap();
+        let reads = w.rndv_copies().unwrap().device;
+        let into = Buf::One((host.as_mut_ptr() as usize, n));
+        let got = recv(w, into, 200 + i).unwrap();
         assert_eq!(got.len, n);
         assert!(
             host == a,
             "{n} bytes from the owner's device came back different"
+        );
+        assert_eq!(
+            w.rndv_copies().unwrap().device > reads,
+            can_open && read_through_ipc(&tls, n),
+            "{n} bytes: read through the owner's IPC handle"
         );
         host.copy_from_slice(&b);
         // Host to the owner's device.
@@ -415,7 +432,7 @@ fn child_no_device() {
 /// An active message as its handler saw it: eager data, or the rendezvous descriptor.
 type Arrived = (Vec<u8>, Option<AmRndv>);
 
-fn two_sided(tls: &str) {
+fn two_sided(tls: &str, child_env: &[(&str, &str)]) {
     let o = owner(tls);
     let got_am: Arc<Mutex<Vec<Arrived>>> = Arc::default();
     let g2 = got_am.clone();
@@ -426,7 +443,7 @@ fn two_sided(tls: &str) {
         g2.lock().unwrap().push((d, r));
     })
     .unwrap();
-    let child = spawn(tls, "twosided", o.port, &[], &[]);
+    let child = spawn(tls, "twosided", o.port, &[], child_env);
     let ep = first_ep(&o);
     let counts = || (!real()).then(|| (thread_count(0), thread_count(1)));
     let before = counts();
@@ -434,9 +451,15 @@ fn two_sided(tls: &str) {
         let i = i as u64;
         let (a, b) = (pattern(n, i as u8), pattern(n, i as u8 + 50));
         let dev = device(&o.c, n);
+        let reads = o.w.rndv_copies().unwrap().device;
         let got = recv(&o.w, buf(&dev, n), 100 + i).unwrap();
         assert_eq!(got.len, n);
         assert!(contents(&dev, n) == a, "{n} device-to-device bytes differ");
+        assert_eq!(
+            o.w.rndv_copies().unwrap().device > reads,
+            read_through_ipc(tls, n),
+            "{n} bytes: read through the child's IPC handle"
+        );
         send(&o.w, &ep, buf(&dev, n), 200 + i);
         let dev2 = device(&o.c, n);
         recv(&o.w, buf(&dev2, n), 300 + i).unwrap();
@@ -490,12 +513,19 @@ fn two_sided(tls: &str) {
 
 #[test]
 fn tag_am_stream_with_device_buffers_shm() {
-    two_sided("all");
+    two_sided("all", &[]);
 }
 
 #[test]
 fn tag_am_stream_with_device_buffers_tcp() {
-    two_sided("tcp");
+    two_sided("tcp", &[]);
+}
+
+/// The child cannot open the owner's IPC handles: the owner's device messages it was
+/// offered as device memory reach it as host copies the owner pushes.
+#[test]
+fn tag_from_device_memory_a_peer_cannot_open() {
+    two_sided("all", &[("MOCKCUDA_NO_IPC_OPEN", "1")]);
 }
 
 fn rma(tls: &str) {

@@ -701,11 +701,12 @@ fn serve_link(
         if verbose {
             let after = link.worker.rndv_copies().unwrap_or_default();
             eprintln!(
-                "done {} in {:.3} s (rendezvous copies: {} through shared segments, {} through the kernel)",
+                "done {} in {:.3} s (rendezvous copies: {} through shared segments, {} through the kernel, {} from device memory through CUDA IPC)",
                 p.test.name(),
                 t0.elapsed().as_secs_f64(),
                 after.shared - before.shared,
-                after.link - before.link
+                after.link - before.link,
+                after.device - before.device
             );
         }
     }

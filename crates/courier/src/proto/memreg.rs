@@ -409,6 +409,14 @@ impl From<SegmentRefusal> for Error {
 
 /// A peer's shared segment mapped here, and where the asked-for segments lie in it.
 pub(crate) type SharedView = (Arc<Mapping>, Vec<(u64, u64)>);
+/// A same-host peer's device allocation opened here, and segments translated into it.
+pub(crate) type DeviceView = (Arc<crate::base::cuda::IpcMapping>, Vec<(u64, u64)>);
+
+/// Whether a rendezvous offer's key names device memory (read through its IPC handle,
+/// never with CMA or the CPU).
+pub(crate) fn is_device_key(key: &[u8]) -> bool {
+    RkeyRepr::unpack(key).is_ok_and(|k| k.mem_type == MemoryType::Cuda.code())
+}
 
 /// The regions of one context.
 pub struct MemRegistry {
@@ -426,6 +434,9 @@ struct RegInner {
     private: Vec<Record>,
     /// Allocated regions (in shared segments), for rendezvous offers.
     allocs: Vec<Offer>,
+    /// Device regions with an IPC handle, and their packed keys (rendezvous offers of
+    /// device memory to same-host peers).
+    device_offers: Vec<Offer>,
 }
 
 /// An allocated region as rendezvous offers name it: where it lies, its id, and its packed
@@ -476,6 +487,7 @@ impl MemRegistry {
                     TABLE_SLOTS
                 ],
                 allocs: Vec::new(),
+                device_offers: Vec::new(),
             }),
             peers: Mutex::new(HashMap::new()),
         }
@@ -615,13 +627,24 @@ impl MemRegistry {
         Ok((id, secret, ptr))
     }
 
-    /// Give device region `id`'s keys the IPC handle of the allocation holding it.
+    /// Give device region `id`'s keys the IPC handle of the allocation holding it (and,
+    /// where peers can check keys against the shared table, offer it to rendezvous).
     pub(crate) fn set_ipc(&self, id: u64, ipc: DeviceHandle) {
         let slot = (id & 0xfff) as usize;
         let mut g = self.lock();
         if slot < TABLE_SLOTS && g.generations[slot] == id >> 12 {
-            if let Some(r) = g.slots[slot].as_mut() {
-                r.ipc = Some(ipc);
+            let Some(r) = g.slots[slot].as_mut() else {
+                return;
+            };
+            r.ipc = Some(ipc);
+            let (base, len) = (r.base, r.len);
+            if self.table.is_some() {
+                let key = g.slots[slot]
+                    .as_ref()
+                    .map(|r| self.pack_region(id, r).into_boxed_slice());
+                if let Some(key) = key {
+                    g.device_offers.push(Offer { base, len, id, key });
+                }
             }
         }
     }
@@ -647,6 +670,7 @@ impl MemRegistry {
             );
             g.slots[slot] = None;
             g.allocs.retain(|a| a.id != id);
+            g.device_offers.retain(|a| a.id != id);
         }
     }
 
@@ -669,6 +693,78 @@ impl MemRegistry {
             }
             None => false,
         }
+    }
+
+    /// Whether one device region with an IPC handle holds every one of `segs`; with `out`,
+    /// its packed key is appended (a same-host peer reads the bytes through the handle).
+    pub(crate) fn device_key(&self, segs: &[(usize, usize)], out: Option<&mut Vec<u8>>) -> bool {
+        let g = self.lock();
+        let inside = |r: &&Offer| {
+            segs.iter().all(|&(a, n)| {
+                let (a, n) = (a as u64, n as u64);
+                a >= r.base && a.checked_add(n).is_some_and(|e| e <= r.base + r.len)
+            })
+        };
+        match g.device_offers.iter().find(inside) {
+            Some(o) => {
+                if let Some(out) = out {
+                    out.extend_from_slice(&o.key);
+                }
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Where `segs` (device addresses in the same-host peer `peer_pid` that packed the
+    /// device key `key`) lie in this process, through the allocation's IPC handle (opened
+    /// once per region and kept). Every segment is checked against the owner's record
+    /// (live device region, right secret, inside its bounds) and the opened allocation.
+    pub(crate) fn device_view(
+        &self,
+        key: &[u8],
+        peer_pid: u32,
+        segs: &[(u64, u64)],
+    ) -> Result<DeviceView> {
+        let key = RkeyRepr::unpack(key)
+            .map_err(|e| Error::msg(Status::InvalidKey, format!("device key: {e}")))?;
+        if key.pid != peer_pid || key.host_id != host_id() {
+            return Err(Error::new(
+                Status::InvalidKey,
+                "the device key names another process's memory",
+            ));
+        }
+        let ipc = key
+            .ipc
+            .ok_or_else(|| Error::new(Status::InvalidKey, "the device key has no IPC handle"))?;
+        let driver = crate::base::cuda::loaded().ok_or_else(|| {
+            Error::new(
+                Status::Unsupported,
+                "no CUDA driver loaded here to open the peer's device memory",
+            )
+        })?;
+        let peer = self.peer(&key)?;
+        let rec = peer.record(key.region).ok_or(Status::InvalidKey)?;
+        if rec.mem_type != MemoryType::Cuda.code() as u64 {
+            return Err(Error::new(
+                Status::InvalidKey,
+                "the key's memory type is not the owner's",
+            ));
+        }
+        let map = peer.device_region(driver, key.region, &ipc, key.pid == pid())?;
+        let mut out = Vec::with_capacity(segs.len());
+        for &(a, n) in segs {
+            check(&rec, key.region, key.secret, a, n, 0)?;
+            let off = a.checked_sub(ipc.alloc_base).ok_or(Status::OutOfRange)?;
+            if off.checked_add(n).is_none_or(|end| end > map.len as u64) {
+                return Err(Error::new(
+                    Status::OutOfRange,
+                    "the peer's device allocation is shorter than its record",
+                ));
+            }
+            out.push((map.ptr as u64 + off, n));
+        }
+        Ok((map, out))
     }
 
     /// Where `segs` (addresses in the peer process `peer_pid` that packed `key`) lie in a

@@ -275,11 +275,54 @@ pub(crate) unsafe fn scatter(buf: &Buf, host: &[u8]) -> Result<()> {
     Ok(())
 }
 
+/// Copy the bytes of `remote` (device memory of a peer, opened here) into `local`, in
+/// order, with the driver: into host segments, or device ones.
+///
+/// # Safety
+/// `remote` must be device memory valid for its lengths, `local` writable (host) or
+/// device memory for its lengths.
+pub(crate) unsafe fn copy_from_device(
+    local: &[(usize, usize)],
+    remote: &[(u64, u64)],
+) -> Result<()> {
+    let (mut li, mut loff) = (0usize, 0usize);
+    for &(raddr, rlen) in remote {
+        let mut rdone = 0u64;
+        while rdone < rlen {
+            let Some(&(laddr, llen)) = local.get(li) else {
+                return Ok(());
+            };
+            let n = ((rlen - rdone) as usize).min(llen - loff);
+            let dst = laddr + loff;
+            // SAFETY: per the contract, inside both segments.
+            unsafe {
+                copy(
+                    (dst, cuda::is_device(dst)),
+                    ((raddr + rdone) as usize, true),
+                    n,
+                )?
+            };
+            rdone += n as u64;
+            loff += n;
+            if loff == llen {
+                li += 1;
+                loff = 0;
+            }
+        }
+    }
+    Ok(())
+}
+
 fn host_buf(host: &mut [u8]) -> Buf {
     Buf::One((host.as_mut_ptr() as usize, host.len()))
 }
 
 impl Stage {
+    /// A send's host copy, kept with its request.
+    pub(crate) fn send_copy(host: StageBuf) -> Stage {
+        Stage { host, fill: None }
+    }
+
     /// The request completed with `result`: fill the device buffer from the host copy
     /// (also for a truncated receive, whose buffer holds what fitted). A failed copy turns
     /// the result into its error.

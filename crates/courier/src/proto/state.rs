@@ -309,6 +309,8 @@ pub struct RndvCopies {
     pub shared: u64,
     /// Through the kernel (CMA, or a copy within the process for `self`).
     pub link: u64,
+    /// From a same-host peer's device memory, opened with its CUDA IPC handle.
+    pub device: u64,
 }
 
 /// A split rendezvous receive: this side reads the first part, the sender writes the rest;

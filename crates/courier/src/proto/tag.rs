@@ -17,6 +17,11 @@ use crate::base::{Error, Result, Status};
 use crate::transport::{RndvMode, copy_segments};
 use crate::wire::frame::{self, Header, Kind, Segments, emit_segments};
 
+/// Device memory messages from this size are offered to a same-host peer as the device
+/// memory itself (it reads them through the allocation's IPC handle); smaller ones go as
+/// a host copy, sent eagerly, which costs less than the rendezvous round trip.
+const DEVICE_RNDV_MIN: usize = 64 << 10;
+
 /// How an operation started.
 #[derive(Debug)]
 pub enum Started {
@@ -96,18 +101,23 @@ impl State {
         sync: bool,
         cb: Callback,
     ) -> Result<Started> {
-        if let Some(host) = super::stage::gather(&data)? {
-            return self.staged_send(host, |st, b| st.tag_send(e, b, tag, sync, cb));
-        }
-        // Device memory in play, but not in this message.
-        if !sync {
-            if let Some(r) = self.tag_send_now(e, &data, tag) {
-                return r;
+        // Device memory a same-host peer can open through its IPC handle is offered as it
+        // is (a rendezvous, whatever the size); other device memory goes as a host copy.
+        let device = super::stage::has_device(&data) && self.device_offer(e, &data);
+        if !device {
+            if let Some(host) = super::stage::gather(&data)? {
+                return self.staged_send(host, |st, b| st.tag_send(e, b, tag, sync, cb));
+            }
+            // Device memory in play, but not in this message.
+            if !sync {
+                if let Some(r) = self.tag_send_now(e, &data, tag) {
+                    return r;
+                }
             }
         }
         let (thresh, max_frame, mode) = self.ep_limits(e)?;
         let len = data.len();
-        if len < thresh && len + Kind::TagEagerSync.header_len() <= max_frame {
+        if !device && len < thresh && len + Kind::TagEagerSync.header_len() <= max_frame {
             if !sync {
                 let hdr = Header::new(Kind::TagEager).word(1, tag);
                 // Fast path: no request unless the frame has to wait.
@@ -153,6 +163,23 @@ impl State {
             return Err(err);
         }
         Ok(Started::Pending(id))
+    }
+
+    /// Whether `data` (holding device memory) goes to the peer of `e` as a rendezvous offer
+    /// of the device memory itself: the link is shared memory, the peer reads offers, the
+    /// message is large enough for a rendezvous to pay, and one device region with an IPC
+    /// handle holds all of it.
+    fn device_offer(&mut self, e: u32, data: &Buf) -> bool {
+        if data.len() < DEVICE_RNDV_MIN {
+            return false;
+        }
+        let Some(ep) = self.ep(e) else { return false };
+        let shm = ep.tx.as_ref().is_some_and(|tx| tx.peer_pid().is_some());
+        let reads = ep
+            .caps
+            .as_ref()
+            .is_some_and(|c| c.rndv == RndvMode::RemoteRead);
+        shm && reads && self.mem.device_key(data.segs(), None)
     }
 
     /// (rendezvous threshold, max frame, rendezvous mode) of a usable endpoint.
@@ -450,12 +477,29 @@ impl State {
         s.got = 0;
         s.real_len = len;
         s.tag = tag;
-        let remote_read = !segs.is_empty()
+        let mut remote_read = !segs.is_empty()
             && self
                 .ep(e)
                 .and_then(|ep| ep.caps.as_ref())
                 .map(|c| c.rndv == RndvMode::RemoteRead)
                 .unwrap_or(false);
+        let device = key.is_some_and(super::memreg::is_device_key);
+        if remote_read && device {
+            // The sender's device memory: read through its IPC handle if it opens here,
+            // else the sender pushes a host copy.
+            let pid = self
+                .ep(e)
+                .and_then(|ep| ep.tx.as_ref())
+                .and_then(|tx| tx.peer_pid())
+                .unwrap_or(0);
+            if let Err(err) = key.map_or(Ok(()), |k| self.mem.device_view(k, pid, segs).map(|_| ()))
+            {
+                tracing::debug!(
+                    "the peer's device memory cannot be opened here ({err}); it pushes a host copy"
+                );
+                remote_read = false;
+            }
+        }
         if remote_read {
             let local = self
                 .req(id)
@@ -471,7 +515,7 @@ impl State {
                 remote.push((a, n));
                 left -= n;
             }
-            if let Some(at) = self.split_point(e, want) {
+            if let Some(at) = self.split_point(e, want).filter(|_| !device) {
                 if self.start_split(e, id, sreq, at, want, &local, &remote, key) {
                     return;
                 }
@@ -579,6 +623,9 @@ impl State {
         if shm && self.cfg.shm_segment_copy && self.mem.shared_key(segs, out) {
             return (segs.len(), frame::flags::SHARED);
         }
+        if shm && super::stage::device_active() && self.mem.device_key(segs, Some(out)) {
+            return (segs.len(), frame::flags::SHARED);
+        }
         (segs.len(), 0)
     }
 
@@ -603,6 +650,28 @@ impl State {
             .ep(e)
             .and_then(|ep| ep.tx.as_ref())
             .and_then(|tx| tx.peer_pid());
+        if let Some(key) = key.filter(|k| super::memreg::is_device_key(k)) {
+            // The peer's device memory: only through its IPC handle (neither CMA nor the
+            // CPU can reach it), and only read (a receiver never offers device memory).
+            let pid = pid.ok_or_else(|| {
+                Error::new(
+                    Status::Unsupported,
+                    "device memory offered over a non-shm link",
+                )
+            })?;
+            if write {
+                return Err(Error::new(
+                    Status::Unsupported,
+                    "a rendezvous never writes into a peer's device memory",
+                ));
+            }
+            let (_map, there) = self.mem.device_view(key, pid, remote)?;
+            self.rndv_copies.device += u64::from(count);
+            // SAFETY: `there` lies in our live mapping of the peer's allocation (checked
+            // against its owner's record and the allocation's length); `local` by the
+            // caller's contract.
+            return unsafe { super::stage::copy_from_device(local, &there) };
+        }
         if let (Some(key), Some(pid)) = (key, pid) {
             match self.mem.shared_view(key, pid, remote) {
                 Ok((_map, there)) => {
@@ -663,6 +732,15 @@ impl State {
             .req(sreq)
             .map(|s| s.buf.slice(offset as usize, len as usize))
             .unwrap_or_default();
+        if super::stage::has_device(&Buf::Many(local.clone())) {
+            // Device memory was offered whole; this receiver does not split such offers.
+            let err = Err(Error::new(
+                Status::Unsupported,
+                "a split rendezvous of device memory",
+            ));
+            self.send_status(e, Kind::RndvSplitDone, rreq, &err);
+            return;
+        }
         let remote: Vec<(u64, u64)> = segs.iter().collect();
         // SAFETY: `local` lies in the send request's buffer, live until the receiver's final
         // acknowledgement, which comes after the answer that ends this copy.
@@ -793,7 +871,25 @@ impl State {
             );
             return;
         }
-        let data = self.req(sreq).map(|s| s.buf.clone()).unwrap_or(Buf::EMPTY);
+        let mut data = self.req(sreq).map(|s| s.buf.clone()).unwrap_or(Buf::EMPTY);
+        if super::stage::has_device(&data) {
+            // Offered as device memory, which the receiver could not open: push a host copy,
+            // kept with the request.
+            match super::stage::gather(&data) {
+                Ok(Some(mut host)) => {
+                    let copy = Buf::One((host.as_mut_ptr() as usize, host.len()));
+                    if let Some(s) = self.req(sreq) {
+                        s.stage = Some(Box::new(super::stage::Stage::send_copy(host)));
+                    }
+                    data = copy;
+                }
+                Ok(None) => {}
+                Err(err) => {
+                    self.fail_ep(e, err);
+                    return;
+                }
+            }
+        }
         let total = len as usize;
         if let Some(ep) = self.ep(e) {
             ep.push.push_back(PushJob {

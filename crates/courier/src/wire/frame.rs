@@ -387,20 +387,21 @@ impl<'a> Segments<'a> {
         total: u64,
         shared: bool,
     ) -> Result<Segments<'a>, WireError> {
-        let (raw, key) = if shared {
-            let at = raw
-                .len()
-                .checked_sub(super::rkey::LEN)
-                .ok_or(WireError::BadField(
-                    "offer flagged shared has no room for its segment key",
-                ))?;
-            (&raw[..at], Some(&raw[at..]))
-        } else {
-            (raw, None)
-        };
         let need = count
             .checked_mul(SEG_LEN)
             .ok_or(WireError::BadField("segment count overflows"))?;
+        // The key after the segments: a region's, or a device region's with its IPC trailer.
+        let (raw, key) = if shared {
+            let keylen = raw.len().saturating_sub(need);
+            if keylen != super::rkey::LEN && keylen != super::rkey::LEN + super::rkey::IPC_LEN {
+                return Err(WireError::BadField(
+                    "offer flagged shared has no room for its segment key",
+                ));
+            }
+            (&raw[..need], Some(&raw[need..]))
+        } else {
+            (raw, None)
+        };
         if raw.len() != need {
             return Err(WireError::BadField(
                 "segment list length does not match its count",
@@ -899,6 +900,26 @@ mod tests {
                 assert_eq!(segs.shared_key(), Some(&key[..]));
             }
             f => panic!("{f:?}"),
+        }
+        // A device region's key carries its IPC trailer; a key of any other length is refused.
+        let dkey: Vec<u8> =
+            (0..(crate::wire::rkey::LEN + crate::wire::rkey::IPC_LEN) as u8).collect();
+        for (k, ok) in [
+            (&dkey[..], true),
+            (&dkey[..crate::wire::rkey::LEN + 1], false),
+        ] {
+            let mut extra = Vec::new();
+            emit_segments(&mut extra, [(1u64 << 40, 70_000u64)].into_iter());
+            extra.extend_from_slice(k);
+            let h = Header::new(Kind::TagRts)
+                .word(3, 70_000)
+                .aux32(1)
+                .flags(flags::SHARED);
+            match Frame::parse(&frame(h, &extra)) {
+                Ok(Frame::TagRts { segs, .. }) if ok => assert_eq!(segs.shared_key(), Some(k)),
+                Err(WireError::BadField(_)) if !ok => {}
+                other => panic!("key of {} bytes: {other:?}", k.len()),
+            }
         }
     }
 

@@ -18,7 +18,8 @@
  *   pool memfd and the allocation's place in it; opening it takes the fd with
  *   pidfd_getfd and maps the allocation again, with no CPU access, as the real driver
  *   maps a peer's device memory. A process cannot open its own handles.
- * - MOCKCUDA_DEVICES=0 makes cuInit fail with CUDA_ERROR_NO_DEVICE.
+ * - MOCKCUDA_DEVICES=0 makes cuInit fail with CUDA_ERROR_NO_DEVICE; MOCKCUDA_NO_IPC_OPEN
+ *   makes every cuIpcOpenMemHandle fail.
  * - mockcuda_count(kind) tells tests how many copies of each kind were made
  *   (0 host to device, 1 device to host, 2 device to device), and how many allocations
  *   (3) and opened IPC handles (4) are live, and how many page-locked host allocations
@@ -398,6 +399,8 @@ int cuIpcOpenMemHandle_v2(uint64_t *p, struct ipc_handle h, unsigned int flags)
     (void)flags;
     if (!current)
         return ERR_INVALID_CONTEXT;
+    if (getenv("MOCKCUDA_NO_IPC_OPEN"))
+        return ERR_INVALID_VALUE; /* a process that cannot open peers' handles */
     if (memcmp(h.magic, "MOCKIPC1", 8) != 0 || h.size == 0)
         return ERR_INVALID_VALUE;
     if (h.pid == (uint32_t)getpid())
