@@ -452,6 +452,7 @@ fn two_sided(tls: &str, child_env: &[(&str, &str)]) {
         let (a, b) = (pattern(n, i as u8), pattern(n, i as u8 + 50));
         let dev = device(&o.c, n);
         let reads = o.w.rndv_copies().unwrap().device;
+        let d2d = (!real()).then(|| thread_count(2));
         let got = recv(&o.w, buf(&dev, n), 100 + i).unwrap();
         assert_eq!(got.len, n);
         assert!(contents(&dev, n) == a, "{n} device-to-device bytes differ");
@@ -460,6 +461,15 @@ fn two_sided(tls: &str, child_env: &[(&str, &str)]) {
             read_through_ipc(tls, n),
             "{n} bytes: read through the child's IPC handle"
         );
+        if let Some(d2d) = d2d {
+            // Read through the handle, the bytes went device to device, not through the
+            // receive's host copy.
+            assert_eq!(
+                thread_count(2) > d2d,
+                read_through_ipc(tls, n),
+                "{n} bytes: device-to-device copies"
+            );
+        }
         send(&o.w, &ep, buf(&dev, n), 200 + i);
         let dev2 = device(&o.c, n);
         recv(&o.w, buf(&dev2, n), 300 + i).unwrap();

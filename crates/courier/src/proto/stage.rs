@@ -148,6 +148,9 @@ pub(crate) struct Stage {
     host: StageBuf,
     /// Receives: the device buffer `host` is copied into when the request completes.
     fill: Option<Buf>,
+    /// Receives: the data went straight into `fill` (a peer's device memory read through
+    /// its IPC handle), so `host` holds nothing to copy.
+    direct: bool,
 }
 
 fn driver() -> Result<&'static cuda::Driver> {
@@ -320,14 +323,26 @@ fn host_buf(host: &mut [u8]) -> Buf {
 impl Stage {
     /// A send's host copy, kept with its request.
     pub(crate) fn send_copy(host: StageBuf) -> Stage {
-        Stage { host, fill: None }
+        Stage {
+            host,
+            fill: None,
+            direct: false,
+        }
+    }
+
+    /// A receive's first `want` bytes of device memory, to be written directly (from a
+    /// peer's device memory) instead of through the host copy; `None` for a send.
+    pub(crate) fn direct_target(&mut self, want: usize) -> Option<Vec<(usize, usize)>> {
+        let fill = self.fill.as_ref()?;
+        self.direct = true;
+        Some(fill.slice(0, want))
     }
 
     /// The request completed with `result`: fill the device buffer from the host copy
     /// (also for a truncated receive, whose buffer holds what fitted). A failed copy turns
     /// the result into its error.
     pub(crate) fn finish(self, result: Result<Info>) -> Result<Info> {
-        let Some(fill) = &self.fill else {
+        let Some(fill) = self.fill.as_ref().filter(|_| !self.direct) else {
             return result;
         };
         let filled = match &result {
@@ -350,7 +365,7 @@ impl State {
         op: impl FnOnce(&mut State, Buf) -> Result<Started>,
     ) -> Result<Started> {
         let hb = host_buf(&mut host);
-        self.parked = Some(Box::new(Stage { host, fill: None }));
+        self.parked = Some(Box::new(Stage::send_copy(host)));
         let r = op(self, hb);
         self.parked = None;
         r
@@ -369,6 +384,7 @@ impl State {
         self.parked = Some(Box::new(Stage {
             host,
             fill: Some(buf),
+            direct: false,
         }));
         let r = op(self, hb);
         let Some(stage) = self.parked.take() else {

@@ -501,10 +501,16 @@ impl State {
             }
         }
         if remote_read {
-            let local = self
-                .req(id)
-                .map(|s| s.buf.slice(0, want))
-                .unwrap_or_default();
+            // Device memory read from the peer's device memory goes straight into a device
+            // receive buffer, not through its host copy.
+            let direct = device
+                .then(|| self.req(id)?.stage.as_mut()?.direct_target(want))
+                .flatten();
+            let local = direct.unwrap_or_else(|| {
+                self.req(id)
+                    .map(|s| s.buf.slice(0, want))
+                    .unwrap_or_default()
+            });
             let mut remote = Vec::with_capacity(segs.len());
             let mut left = want as u64;
             for &(a, l) in segs {
