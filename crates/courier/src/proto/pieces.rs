@@ -88,12 +88,13 @@ impl State {
             self.copies.push_back(job);
             return;
         }
-        let piece = self.piece();
+        let device = key.is_some_and(super::memreg::is_device_key);
+        let piece = if device { usize::MAX } else { self.piece() };
         if len <= piece {
             let t = Instant::now();
             // SAFETY: forwarded contract.
             let res = unsafe { self.peer_copy(e, key, &job.local, &job.remote, write, true) };
-            self.copy_took(len, t.elapsed());
+            self.copied(device, len, t.elapsed());
             self.after_copy(e, after, res);
             return;
         }
@@ -111,7 +112,12 @@ impl State {
     /// # Safety
     /// As `copy_then`, for the job's segments.
     unsafe fn copy_piece(&mut self, job: &mut CopyJob, piece: usize) -> Result<()> {
-        let n = piece.min(job.len - job.done);
+        let device = job.key.as_deref().is_some_and(super::memreg::is_device_key);
+        let n = if device {
+            job.len - job.done
+        } else {
+            piece.min(job.len - job.done)
+        };
         let local = seg_range(&job.local, job.done, n);
         let remote = seg_range(&job.remote, job.done as u64, n as u64);
         let first = job.done == 0;
@@ -127,9 +133,20 @@ impl State {
                 first,
             )
         }?;
-        self.copy_took(n, t.elapsed());
+        self.copied(device, n, t.elapsed());
         job.done += n;
         Ok(())
+    }
+
+    /// A copy of `n` bytes was made in `took`. A peer's device memory is copied whole, by
+    /// the device (the call only waits for its DMA; pieces would each add a driver call
+    /// and a synchronization), and its speed says nothing about the CPU's copies.
+    fn copied(&mut self, device: bool, n: usize, took: Duration) {
+        if device {
+            self.piece_made = true;
+        } else {
+            self.copy_took(n, took);
+        }
     }
 
     /// The size of the next piece.
