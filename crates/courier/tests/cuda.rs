@@ -244,6 +244,7 @@ fn child_two_sided(c: &Context, w: &Worker, ep: &Endpoint) {
         // The owner's device to host.
         let mut host = vec![0u8; n];
         let reads = w.rndv_copies().unwrap().device;
+        let d2h = (!real()).then(|| thread_count(1));
         let into = Buf::One((host.as_mut_ptr() as usize, n));
         let got = recv(w, into, 200 + i).unwrap();
         assert_eq!(got.len, n);
@@ -256,6 +257,14 @@ fn child_two_sided(c: &Context, w: &Worker, ep: &Endpoint) {
             can_open && read_through_ipc(&tls, n),
             "{n} bytes: read through the owner's IPC handle"
         );
+        if let Some(d2h) = d2h.filter(|_| can_open && read_through_ipc(&tls, n)) {
+            // Into host memory through a page-locked bounce buffer, a megabyte at a time.
+            assert_eq!(
+                thread_count(1) - d2h,
+                n.div_ceil(1 << 20) as u64,
+                "{n} bytes"
+            );
+        }
         host.copy_from_slice(&b);
         // Host to the owner's device.
         send(w, ep, hbuf(&host), 300 + i);

@@ -296,14 +296,15 @@ pub(crate) unsafe fn copy_from_device(
                 return Ok(());
             };
             let n = ((rlen - rdone) as usize).min(llen - loff);
-            let dst = laddr + loff;
+            let (dst, src) = (laddr + loff, (raddr + rdone) as usize);
+            let device = cuda::is_device(dst);
             // SAFETY: per the contract, inside both segments.
             unsafe {
-                copy(
-                    (dst, cuda::is_device(dst)),
-                    ((raddr + rdone) as usize, true),
-                    n,
-                )?
+                if device || n < BOUNCE_MIN {
+                    copy((dst, device), (src, true), n)?;
+                } else {
+                    to_host_bounced(dst as *mut u8, src, n)?;
+                }
             };
             rdone += n as u64;
             loff += n;
@@ -312,6 +313,37 @@ pub(crate) unsafe fn copy_from_device(
                 loff = 0;
             }
         }
+    }
+    Ok(())
+}
+
+/// Device-to-host copies from this size go through a page-locked bounce buffer, in pieces
+/// of `BOUNCE_PIECE`: the driver copies into ordinary (pageable) memory at a fraction of
+/// the speed of a DMA into page-locked memory, and a piece that size is copied on by the
+/// CPU while still in its cache.
+const BOUNCE_MIN: usize = 64 << 10;
+const BOUNCE_PIECE: usize = 1 << 20;
+
+/// Copy `n` bytes of device memory at `src` to host memory at `dst` through a page-locked
+/// bounce buffer (straight, where none can be had).
+///
+/// # Safety
+/// `dst` writable and `src` device memory, for `n` bytes.
+unsafe fn to_host_bounced(dst: *mut u8, src: usize, n: usize) -> Result<()> {
+    let mut bounce = StageBuf::new(n.min(BOUNCE_PIECE));
+    if bounce.class.is_none() {
+        // SAFETY: per the contract.
+        return unsafe { from_device(dst, src as *const u8, n) };
+    }
+    let mut done = 0;
+    while done < n {
+        let c = (n - done).min(bounce.len());
+        // SAFETY: `c` bytes inside the bounce buffer and both of the caller's buffers.
+        unsafe {
+            from_device(bounce.as_mut_ptr(), (src + done) as *const u8, c)?;
+            std::ptr::copy_nonoverlapping(bounce.as_ptr(), dst.add(done), c);
+        }
+        done += c;
     }
     Ok(())
 }
