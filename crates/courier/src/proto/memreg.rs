@@ -449,6 +449,16 @@ struct Offer {
     key: Box<[u8]>,
 }
 
+/// The offered region that holds every one of `segs` (address, length), if one does.
+fn holding<'a>(offers: &'a [Offer], segs: &[(usize, usize)]) -> Option<&'a Offer> {
+    offers.iter().find(|r| {
+        segs.iter().all(|&(a, n)| {
+            let (a, n) = (a as u64, n as u64);
+            a >= r.base && a.checked_add(n).is_some_and(|e| e <= r.base + r.len)
+        })
+    })
+}
+
 impl MemRegistry {
     pub(crate) fn new() -> MemRegistry {
         let ctx_id = random_u64();
@@ -680,13 +690,7 @@ impl MemRegistry {
     /// segment instead of through the kernel.
     pub(crate) fn shared_key(&self, segs: &[(usize, usize)], out: &mut Vec<u8>) -> bool {
         let g = self.lock();
-        let inside = |r: &&Offer| {
-            segs.iter().all(|&(a, n)| {
-                let (a, n) = (a as u64, n as u64);
-                a >= r.base && a.checked_add(n).is_some_and(|e| e <= r.base + r.len)
-            })
-        };
-        match g.allocs.iter().find(inside) {
+        match holding(&g.allocs, segs) {
             Some(o) => {
                 out.extend_from_slice(&o.key);
                 true
@@ -699,13 +703,7 @@ impl MemRegistry {
     /// its packed key is appended (a same-host peer reads the bytes through the handle).
     pub(crate) fn device_key(&self, segs: &[(usize, usize)], out: Option<&mut Vec<u8>>) -> bool {
         let g = self.lock();
-        let inside = |r: &&Offer| {
-            segs.iter().all(|&(a, n)| {
-                let (a, n) = (a as u64, n as u64);
-                a >= r.base && a.checked_add(n).is_some_and(|e| e <= r.base + r.len)
-            })
-        };
-        match g.device_offers.iter().find(inside) {
+        match holding(&g.device_offers, segs) {
             Some(o) => {
                 if let Some(out) = out {
                     out.extend_from_slice(&o.key);

@@ -288,33 +288,17 @@ pub(crate) unsafe fn copy_from_device(
     local: &[(usize, usize)],
     remote: &[(u64, u64)],
 ) -> Result<()> {
-    let (mut li, mut loff) = (0usize, 0usize);
-    for &(raddr, rlen) in remote {
-        let mut rdone = 0u64;
-        while rdone < rlen {
-            let Some(&(laddr, llen)) = local.get(li) else {
-                return Ok(());
-            };
-            let n = ((rlen - rdone) as usize).min(llen - loff);
-            let (dst, src) = (laddr + loff, (raddr + rdone) as usize);
-            let device = cuda::is_device(dst);
-            // SAFETY: per the contract, inside both segments.
-            unsafe {
-                if device || n < BOUNCE_MIN {
-                    copy((dst, device), (src, true), n)?;
-                } else {
-                    to_host_bounced(dst as *mut u8, src, n)?;
-                }
-            };
-            rdone += n as u64;
-            loff += n;
-            if loff == llen {
-                li += 1;
-                loff = 0;
+    crate::transport::walk_segments(local, remote, |dst, src, n| {
+        let (src, device) = (src as usize, cuda::is_device(dst));
+        // SAFETY: per the contract, inside both segments.
+        unsafe {
+            if device || n < BOUNCE_MIN {
+                copy((dst, device), (src, true), n)
+            } else {
+                to_host_bounced(dst as *mut u8, src, n)
             }
         }
-    }
-    Ok(())
+    })
 }
 
 /// Device-to-host copies from this size go through a page-locked bounce buffer, in pieces

@@ -449,6 +449,20 @@ impl LinkRx {
 /// # Safety
 /// All segments must be valid for their lengths; `local` for writes.
 pub(crate) unsafe fn copy_segments(local: &[(usize, usize)], remote: &[(u64, u64)]) -> Result<()> {
+    walk_segments(local, remote, |laddr, raddr, n| {
+        // SAFETY: bounds from the caller's segments; regions do not overlap (distinct buffers).
+        unsafe { std::ptr::copy_nonoverlapping(raddr as *const u8, laddr as *mut u8, n) };
+        Ok(())
+    })
+}
+
+/// Walk `local` and `remote` side by side, in order: `f(local address, remote address, n)`
+/// for each run that lies in one segment of each. Stops where `local` runs out.
+pub(crate) fn walk_segments(
+    local: &[(usize, usize)],
+    remote: &[(u64, u64)],
+    mut f: impl FnMut(usize, u64, usize) -> Result<()>,
+) -> Result<()> {
     let (mut li, mut loff) = (0usize, 0usize);
     for &(raddr, rlen) in remote {
         let mut rdone = 0u64;
@@ -457,14 +471,7 @@ pub(crate) unsafe fn copy_segments(local: &[(usize, usize)], remote: &[(u64, u64
                 return Ok(());
             };
             let n = ((rlen - rdone) as usize).min(llen - loff);
-            // SAFETY: bounds from the caller's segments; regions do not overlap (distinct buffers).
-            unsafe {
-                std::ptr::copy_nonoverlapping(
-                    (raddr + rdone) as *const u8,
-                    (laddr + loff) as *mut u8,
-                    n,
-                )
-            };
+            f(laddr + loff, raddr + rdone, n)?;
             rdone += n as u64;
             loff += n;
             if loff == llen {
