@@ -309,6 +309,17 @@ fn child_rma(c: &Context, w: &Worker, ep: &Endpoint, keys: &[Vec<u8>]) {
     // tcp it is reached through the owner.
     let tcp = std::env::var("COURIER_TLS").unwrap() == "tcp";
     assert_eq!(rk.path(), if tcp { "remote" } else { "cuda_ipc" });
+    // keys[2]: a second region in the same allocation, reached the same way.
+    let sub = ep.rkey_unpack(&keys[2]).unwrap();
+    assert_eq!(sub.path(), rk.path(), "a second region of the allocation");
+    let (sub_base, _) = sub.bounds();
+    ep.put(&pattern(8192, 77), sub_base, &sub)
+        .unwrap()
+        .wait()
+        .unwrap();
+    let mut back = vec![0u8; 8192];
+    ep.get(&mut back, sub_base, &sub).unwrap().wait().unwrap();
+    assert!(back == pattern(8192, 77), "the second region's bytes");
     if !real() {
         assert_eq!(mock_count(4), u64::from(!tcp), "IPC handles opened");
     }
@@ -554,11 +565,23 @@ fn rma(tls: &str) {
     region.write(0, &vec![0u8; len]).unwrap();
     let owner_copies = (!real()).then(|| thread_count(0));
     let sig = o.c.mem_map(MemMapParams::allocate(64)).unwrap();
+    // A second region inside the same device allocation: the peer opens the allocation's
+    // IPC handle once for both (a driver refuses to open a handle twice).
+    let sub =
+        o.c.mem_map(
+            MemMapParams::register(region.as_ptr().wrapping_add(4096), 8192)
+                .memory_type(MemoryType::Cuda),
+        )
+        .unwrap();
     let child = spawn(
         tls,
         "rma",
         o.port,
-        &[region.pack_rkey().unwrap(), sig.pack_rkey().unwrap()],
+        &[
+            region.pack_rkey().unwrap(),
+            sig.pack_rkey().unwrap(),
+            sub.pack_rkey().unwrap(),
+        ],
         &[],
     );
     let mut child = child;

@@ -245,14 +245,17 @@ pub(crate) struct PeerMaps {
     /// Mapped region segments by region id (never reused), not by fd number (which the
     /// owner's kernel reuses after an unmap), with the fd number they were checked under.
     regions: Mutex<HashMap<u64, (i32, Arc<Mapping>)>>,
-    /// The owner's device allocations opened through their IPC handles, by region id.
-    devices: Mutex<HashMap<u64, Arc<crate::base::cuda::IpcMapping>>>,
+    /// The owner's device allocations opened through their IPC handles, by region id, with
+    /// the handle (regions in one allocation share its one opening).
+    devices: Mutex<HashMap<u64, OpenedDevice>>,
 }
 
 impl PeerMaps {
     /// Open the owner's device allocation holding region `region` (cached per region, and
-    /// only while the owner's record describes that region). Its address here. An owner
-    /// in this very process (`own`) lends its allocation as it is.
+    /// only while the owner's record describes that region). Its address here. Another
+    /// live region in the same allocation (same handle) shares its opening: a driver opens
+    /// a handle once per process. An owner in this very process (`own`) lends its
+    /// allocation as it is.
     pub(crate) fn device_region(
         &self,
         driver: &'static crate::base::cuda::Driver,
@@ -266,7 +269,7 @@ impl PeerMaps {
             })
         };
         let mut g = self.devices.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(m) = g.get(&region) {
+        if let Some((_, m)) = g.get(&region) {
             return Ok(m.clone());
         }
         if !live(region) {
@@ -276,12 +279,19 @@ impl PeerMaps {
             ));
         }
         g.retain(|id, _| live(*id));
-        let m = Arc::new(if own {
-            driver.own_allocation(handle.alloc_base as usize)?
-        } else {
-            driver.ipc_open(&handle.handle)?
-        });
-        g.insert(region, m.clone());
+        let opened = g
+            .values()
+            .find(|(h, _)| *h == handle.handle)
+            .map(|(_, m)| m.clone());
+        let m = match opened {
+            Some(m) => m,
+            None => Arc::new(if own {
+                driver.own_allocation(handle.alloc_base as usize)?
+            } else {
+                driver.ipc_open(&handle.handle)?
+            }),
+        };
+        g.insert(region, (handle.handle, m.clone()));
         Ok(m)
     }
 
@@ -409,6 +419,8 @@ impl From<SegmentRefusal> for Error {
 
 /// A peer's shared segment mapped here, and where the asked-for segments lie in it.
 pub(crate) type SharedView = (Arc<Mapping>, Vec<(u64, u64)>);
+/// A peer's device allocation opened here, with the IPC handle it was opened from.
+type OpenedDevice = ([u8; 64], Arc<crate::base::cuda::IpcMapping>);
 /// A same-host peer's device allocation opened here, and segments translated into it.
 pub(crate) type DeviceView = (Arc<crate::base::cuda::IpcMapping>, Vec<(u64, u64)>);
 

@@ -880,12 +880,14 @@ impl State {
         let mut data = self.req(sreq).map(|s| s.buf.clone()).unwrap_or(Buf::EMPTY);
         if super::stage::has_device(&data) {
             // Offered as device memory, which the receiver could not open: push a host copy,
-            // kept with the request.
+            // kept with the request, which sends from it from now on (a second request to
+            // push, forged or not, finds host memory and takes no new copy).
             match super::stage::gather(&data) {
                 Ok(Some(mut host)) => {
                     let copy = Buf::One((host.as_mut_ptr() as usize, host.len()));
                     if let Some(s) = self.req(sreq) {
                         s.stage = Some(Box::new(super::stage::Stage::send_copy(host)));
+                        s.buf = copy.clone();
                     }
                     data = copy;
                 }
@@ -978,6 +980,12 @@ impl State {
             let st = Status::from_code(status).unwrap_or(Status::IoError);
             Err(Error::msg(st, "the receiver could not read the message"))
         };
+        // A receiver that asked for the data to be pushed sends no ack: one arriving while
+        // a push is queued is a lie, and the push must not go on from a buffer that the
+        // completion hands back to the application (or a host copy it frees).
+        if let Some(ep) = self.ep(e) {
+            ep.push.retain(|j| j.sreq != sreq);
+        }
         self.complete(sreq, res);
     }
 

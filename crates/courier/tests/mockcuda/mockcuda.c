@@ -17,7 +17,8 @@
  * - IPC handles work between processes of the same user: a handle names the creator's
  *   pool memfd and the allocation's place in it; opening it takes the fd with
  *   pidfd_getfd and maps the allocation again, with no CPU access, as the real driver
- *   maps a peer's device memory. A process cannot open its own handles.
+ *   maps a peer's device memory. A process cannot open its own handles, nor one it has
+ *   open already (CUDA_ERROR_ALREADY_MAPPED).
  * - MOCKCUDA_DEVICES=0 makes cuInit fail with CUDA_ERROR_NO_DEVICE; MOCKCUDA_NO_IPC_OPEN
  *   makes every cuIpcOpenMemHandle fail.
  * - mockcuda_count(kind) tells tests how many copies of each kind were made
@@ -41,6 +42,7 @@
 #define ERR_NO_DEVICE 100
 #define ERR_INVALID_DEVICE 101
 #define ERR_INVALID_CONTEXT 201
+#define ERR_ALREADY_MAPPED 208
 
 #define POOL (256UL << 20)
 #define MAX_ALLOCS 4096
@@ -50,9 +52,11 @@ struct alloc {
     size_t size;
     int live;
     char *shadow; /* the allocation's bytes */
-    /* An opened IPC handle: its own mappings, unmapped on close. */
+    /* An opened IPC handle: its own mappings, unmapped on close, and which handle. */
     char *map_dev, *map_shadow;
     size_t map_len;
+    uint32_t ipc_pid;
+    uint64_t ipc_offset;
 };
 
 struct ipc_handle {
@@ -374,6 +378,7 @@ int cuGetErrorName(int rc, const char **s)
     case ERR_NO_DEVICE: *s = "CUDA_ERROR_NO_DEVICE"; return OK;
     case ERR_INVALID_DEVICE: *s = "CUDA_ERROR_INVALID_DEVICE"; return OK;
     case ERR_INVALID_CONTEXT: *s = "CUDA_ERROR_INVALID_CONTEXT"; return OK;
+    case ERR_ALREADY_MAPPED: *s = "CUDA_ERROR_ALREADY_MAPPED"; return OK;
     default: *s = 0; return ERR_INVALID_VALUE;
     }
 }
@@ -420,6 +425,15 @@ int cuIpcOpenMemHandle_v2(uint64_t *p, struct ipc_handle h, unsigned int flags)
     if (d == MAP_FAILED || b == MAP_FAILED)
         return ERR_OUT_OF_MEMORY;
     pthread_mutex_lock(&mu);
+    for (int i = 0; i < nallocs; i++)
+        if (allocs[i].live && allocs[i].map_dev && allocs[i].ipc_pid == h.pid &&
+            allocs[i].ipc_offset == h.offset) {
+            /* As the driver: a handle is opened once per process until it is closed. */
+            pthread_mutex_unlock(&mu);
+            munmap(d, len);
+            munmap(b, len);
+            return ERR_ALREADY_MAPPED;
+        }
     if (nallocs == MAX_ALLOCS) {
         pthread_mutex_unlock(&mu);
         munmap(d, len);
@@ -434,6 +448,8 @@ int cuIpcOpenMemHandle_v2(uint64_t *p, struct ipc_handle h, unsigned int flags)
     a->map_dev = d;
     a->map_shadow = b;
     a->map_len = len;
+    a->ipc_pid = h.pid;
+    a->ipc_offset = h.offset;
     *p = a->base;
     counts[4]++;
     pthread_mutex_unlock(&mu);
