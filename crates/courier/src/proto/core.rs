@@ -198,7 +198,11 @@ impl State {
         s.got = 0;
         s.tag = 0;
         s.real_len = 0;
-        s.stage = stage;
+        // A free slot holds no staged copy (`ReqSlot::release`): only a new one is stored,
+        // so the common case makes no call to drop the old.
+        if stage.is_some() {
+            s.stage = stage;
+        }
         (make_id(generation, idx as u32), s)
     }
 
