@@ -686,6 +686,12 @@ fn endpoint(cfg: &Config, a: &InfoArgs) -> CliResult<String> {
             short(tag_fit_hdr),
             Some(eager_end),
         ));
+        if c.name == "shm" {
+            s.push_str(&format!(
+                "#   tag_send from cuda memory: 0..<host copy, as above>..{}..<rndv, read by the peer through CUDA IPC>..(inf)\n",
+                courier::DEVICE_RNDV_MIN
+            ));
+        }
     }
     if has('m') {
         let eager_end = thresh.min((c.max_frame + 1).saturating_sub(am_hdr));

@@ -159,9 +159,21 @@ fn e_intra_maps_allocated_memory_and_uses_cma_or_the_owner_for_registered() {
             assert!(field(&body, "atomic32").is_some_and(|a| a.starts_with("<remote>")));
             assert_eq!(memory(&out, "cuda").0, "cuda_ipc", "{out}");
             assert!(out.contains("#   remote frames: put "), "{out}");
+            // Tag messages from device memory: a host copy, then from 64 KiB the peer
+            // reads them through CUDA IPC.
+            assert!(
+                out.contains(&format!(
+                    "#   tag_send from cuda memory: 0..<host copy, as above>..{}..<rndv, read by the peer through CUDA IPC>..(inf)",
+                    64 << 10
+                )),
+                "{out}"
+            );
         }
         // Shared memory does not work here: tcp, and the reason shm was skipped.
-        "tcp" => assert!(out.contains("#   skipped shm: "), "{out}"),
+        "tcp" => {
+            assert!(out.contains("#   skipped shm: "), "{out}");
+            assert!(!out.contains("tag_send from cuda memory"), "{out}");
+        }
         other => panic!("intra-node lane {other}:\n{out}"),
     }
     assert!(puts.iter().all(|(_, l)| !l.is_empty()));

@@ -20,7 +20,7 @@ use crate::wire::frame::{self, Header, Kind, Segments, emit_segments};
 /// Device memory messages from this size are offered to a same-host peer as the device
 /// memory itself (it reads them through the allocation's IPC handle); smaller ones go as
 /// a host copy, sent eagerly, which costs less than the rendezvous round trip.
-const DEVICE_RNDV_MIN: usize = 64 << 10;
+pub const DEVICE_RNDV_MIN: usize = 64 << 10;
 
 /// How an operation started.
 #[derive(Debug)]
