@@ -912,15 +912,47 @@ impl AmState {
 // Sending one message of the test's kind
 // ---------------------------------------------------------------------------------------
 
-#[inline]
-fn send<'a>(
-    link: &Link,
+/// One message of a test: its kind, its bytes (`iov`, when it has more than one part, is
+/// what goes), its tag and its active-message id.
+#[derive(Clone, Copy)]
+struct Outgoing<'a, 'b> {
     kind: TestKind,
     data: &'a [u8],
-    iov: &[&'a [u8]],
+    iov: &'b [&'a [u8]],
     tag: u64,
     am_id: u16,
-) -> CliResult<Request<'a>> {
+}
+
+impl<'a, 'b> Outgoing<'a, 'b> {
+    /// A message of `kind` with tag 0 and active-message id 0.
+    fn new(kind: TestKind, data: &'a [u8], iov: &'b [&'a [u8]]) -> Self {
+        Outgoing {
+            kind,
+            data,
+            iov,
+            tag: 0,
+            am_id: 0,
+        }
+    }
+
+    fn tag(self, tag: u64) -> Self {
+        Outgoing { tag, ..self }
+    }
+
+    fn am(self, am_id: u16) -> Self {
+        Outgoing { am_id, ..self }
+    }
+}
+
+#[inline]
+fn send<'a>(link: &Link, m: Outgoing<'a, '_>) -> CliResult<Request<'a>> {
+    let Outgoing {
+        kind,
+        data,
+        iov,
+        tag,
+        am_id,
+    } = m;
     let r = match kind {
         TestKind::TagLat | TestKind::TagBw | TestKind::TagBibw => {
             if iov.len() > 1 {
@@ -960,30 +992,23 @@ fn send<'a>(
 /// tested or dropped; one still in flight gives its request. The gathered (IOV) form and
 /// the other tests go through `send`.
 #[inline]
-fn send_start<'a>(
-    link: &Link,
-    kind: TestKind,
-    data: &'a [u8],
-    iov: &[&'a [u8]],
-    tag: u64,
-    am_id: u16,
-) -> CliResult<Option<Request<'a>>> {
-    if iov.len() > 1 || !matches!(kind, TestKind::TagLat | TestKind::AmLat) {
-        return send(link, kind, data, iov, tag, am_id).map(Some);
+fn send_start<'a>(link: &Link, m: Outgoing<'a, '_>) -> CliResult<Option<Request<'a>>> {
+    if m.iov.len() > 1 || !matches!(m.kind, TestKind::TagLat | TestKind::AmLat) {
+        return send(link, m).map(Some);
     }
-    let buf = courier::Buf::One((data.as_ptr() as usize, data.len()));
+    let buf = courier::Buf::One((m.data.as_ptr() as usize, m.data.len()));
     // SAFETY: a send still in flight becomes a `Request` borrowing `data`, below.
     let started = unsafe {
-        if kind == TestKind::AmLat {
+        if m.kind == TestKind::AmLat {
             let flags = AmFlags {
                 reply: true,
                 ..AmFlags::default()
             };
             link.ep
-                .am_send_raw(am_id, &[], buf, flags, courier::Callback::None)
+                .am_send_raw(m.am_id, &[], buf, flags, courier::Callback::None)
         } else {
             link.ep
-                .tag_send_raw(buf, tag, false, courier::Callback::None)
+                .tag_send_raw(buf, m.tag, false, courier::Callback::None)
         }
     };
     // SAFETY: `started` came with `data`, which lives for 'a.
@@ -992,15 +1017,8 @@ fn send_start<'a>(
 
 /// `send_start`, then wait for the send to finish.
 #[inline]
-fn send_and_wait(
-    link: &Link,
-    kind: TestKind,
-    data: &[u8],
-    iov: &[&[u8]],
-    tag: u64,
-    am_id: u16,
-) -> CliResult<()> {
-    if let Some(mut r) = send_start(link, kind, data, iov, tag, am_id)? {
+fn send_and_wait(link: &Link, m: Outgoing<'_, '_>) -> CliResult<()> {
+    if let Some(mut r) = send_start(link, m)? {
         link.wait(&mut r)?;
     }
     Ok(())
@@ -1302,7 +1320,7 @@ pub fn run_client(
                 }
                 // Send, then post the receive for the answer, as ucx_perftest does: the
                 // answer cannot arrive before a one-way trip, and posting takes less.
-                let sr = send_start(link, p.test, data, &iov, TAG_PING, 0)?;
+                let sr = send_start(link, Outgoing::new(p.test, data, &iov).tag(TAG_PING))?;
                 let mut rr = if stream {
                     link.check(link.ep.stream_recv_exact(rb))?
                 } else {
@@ -1347,7 +1365,7 @@ pub fn run_client(
                     t = Instant::now();
                     meter.begin(t);
                 }
-                send_and_wait(link, p.test, data, &iov, 0, AM_PING)?;
+                send_and_wait(link, Outgoing::new(p.test, data, &iov).am(AM_PING))?;
                 am.wait_count(link, i + 1, rb, p.check)?;
                 let now = Instant::now();
                 if i >= warm {
@@ -1413,7 +1431,10 @@ fn bibw_round(
         recvs.push(link.check(link.worker.tag_recv(rb, rtag, u64::MAX))?);
     }
     for _ in 0..w {
-        sends.push(send(link, TestKind::TagBibw, data, iov, stag, 0)?);
+        sends.push(send(
+            link,
+            Outgoing::new(TestKind::TagBibw, data, iov).tag(stag),
+        )?);
     }
     for r in sends.iter_mut().chain(recvs.iter_mut()) {
         link.wait(r)?;
@@ -1464,7 +1485,7 @@ fn run_server(link: &Link, p: &Params, b: &Buffers, am: Option<Arc<AmState>>) ->
                         },
                     )?;
                 }
-                send_and_wait(link, p.test, data, &iov, TAG_PONG, 0)?;
+                send_and_wait(link, Outgoing::new(p.test, data, &iov).tag(TAG_PONG))?;
             }
         }
         TestKind::AmLat => {
@@ -1473,7 +1494,7 @@ fn run_server(link: &Link, p: &Params, b: &Buffers, am: Option<Arc<AmState>>) ->
             let rb = unsafe { slot(rbase, 0, size) };
             for i in 0..total {
                 am.wait_count(link, i + 1, rb, p.check)?;
-                send_and_wait(link, p.test, data, &iov, 0, AM_PONG)?;
+                send_and_wait(link, Outgoing::new(p.test, data, &iov).am(AM_PONG))?;
             }
         }
         TestKind::AmBw => {
