@@ -94,6 +94,16 @@ fn ctx(tls: &str) -> Context {
     ctx_with(tls, driver_lib())
 }
 
+/// A context, a worker of it and an endpoint of that worker to itself (the self transport).
+fn connected_to_itself() -> (Context, Worker, Endpoint) {
+    let c = ctx("all");
+    let w = Worker::new(&c, WorkerParams::default()).unwrap();
+    let ep = w
+        .connect(&w.address().unwrap(), EndpointParams::default())
+        .unwrap();
+    (c, w, ep)
+}
+
 fn pattern(n: usize, seed: u8) -> Vec<u8> {
     (0..n)
         .map(|i| (i as u8).wrapping_mul(13).wrapping_add(seed) ^ (i >> 8) as u8)
@@ -392,11 +402,7 @@ fn child_rma(c: &Context, w: &Worker, ep: &Endpoint, keys: &[Vec<u8>]) {
 fn child_staging() {
     // A worker connected to itself: each message is gathered from device memory into a
     // host copy and delivered through one into device memory.
-    let c = ctx("all");
-    let w = Worker::new(&c, WorkerParams::default()).unwrap();
-    let ep = w
-        .connect(&w.address().unwrap(), EndpointParams::default())
-        .unwrap();
+    let (c, w, ep) = connected_to_itself();
     for n in [100usize, 70_000, 1 << 20] {
         let (src, dst) = (device(&c, n), device(&c, n));
         for i in 0..40u8 {
@@ -678,11 +684,7 @@ fn map_query_copy_and_refusals() {
 #[test]
 fn same_worker_device_to_device() {
     // The self transport and a key of this very context (copied here, with the driver).
-    let c = ctx("all");
-    let w = Worker::new(&c, WorkerParams::default()).unwrap();
-    let ep = w
-        .connect(&w.address().unwrap(), EndpointParams::default())
-        .unwrap();
+    let (c, w, ep) = connected_to_itself();
     let n = 70_000;
     let (src, dst) = (device(&c, n), device(&c, n));
     src.write(0, &pattern(n, 1)).unwrap();
