@@ -61,13 +61,9 @@ struct Api {
     /// The IPC calls (same-host peers map each other's device memory); absent in drivers
     /// without them, which then reach device memory through its owner only.
     ipc: Option<IpcApi>,
-    /// Page-locked host memory (staging buffers); absent, staging uses plain memory.
-    pinned: Option<PinnedApi>,
-}
-
-struct PinnedApi {
-    alloc: unsafe extern "C" fn(*mut *mut c_void, usize, c_uint) -> CuResult,
-    free: unsafe extern "C" fn(*mut c_void) -> CuResult,
+    /// `cuMemHostAlloc`: page-locked host memory for staging buffers (kept for the
+    /// process's life, so never freed); absent, staging uses plain memory.
+    host_alloc: Option<unsafe extern "C" fn(*mut *mut c_void, usize, c_uint) -> CuResult>,
 }
 
 /// `CU_MEMHOSTALLOC_PORTABLE`: page-locked for every context, not only the current one.
@@ -253,14 +249,8 @@ impl Driver {
                     close: unsafe { fn_from(sym(c"cuIpcCloseMemHandle").ok()?) },
                 })
             })(),
-            pinned: (|| {
-                Some(PinnedApi {
-                    // SAFETY: as for `f!`.
-                    alloc: unsafe { fn_from(sym(c"cuMemHostAlloc").ok()?) },
-                    // SAFETY: as above.
-                    free: unsafe { fn_from(sym(c"cuMemFreeHost").ok()?) },
-                })
-            })(),
+            // SAFETY: as for `f!`.
+            host_alloc: sym(c"cuMemHostAlloc").ok().map(|p| unsafe { fn_from(p) }),
         };
         let mut d = Driver {
             api,
@@ -500,7 +490,7 @@ impl Driver {
     /// `len` bytes of page-locked host memory, zeroed, or why not: copies between it and
     /// the device run as one DMA transfer, with no bounce through the driver's own buffers.
     pub fn pinned_alloc(&self, len: usize) -> Result<*mut u8, Error> {
-        let api = self.api.pinned.as_ref().ok_or_else(|| {
+        let alloc = self.api.host_alloc.ok_or_else(|| {
             Error::new(
                 Status::Unsupported,
                 "this CUDA driver has no cuMemHostAlloc",
@@ -509,28 +499,13 @@ impl Driver {
         let p = self.in_ctx(|| {
             let mut p: *mut c_void = std::ptr::null_mut();
             // SAFETY: valid out pointer.
-            let rc = unsafe { (api.alloc)(&mut p, len.max(1), HOSTALLOC_PORTABLE) };
+            let rc = unsafe { alloc(&mut p, len.max(1), HOSTALLOC_PORTABLE) };
             self.check(rc, "cuMemHostAlloc")?;
             Ok(p.cast::<u8>())
         })?;
         // SAFETY: `len` writable bytes just allocated.
         unsafe { std::ptr::write_bytes(p, 0, len) };
         Ok(p)
-    }
-
-    /// Give back page-locked memory from `pinned_alloc`.
-    ///
-    /// # Safety
-    /// `p` must come from `pinned_alloc` of this driver and not be used again.
-    pub unsafe fn pinned_free(&self, p: *mut u8) {
-        let Some(api) = self.api.pinned.as_ref() else {
-            return;
-        };
-        // SAFETY: per the contract.
-        let r = self.in_ctx(|| self.check(unsafe { (api.free)(p.cast()) }, "cuMemFreeHost"));
-        if let Err(e) = r {
-            tracing::warn!("freeing page-locked memory at {p:p}: {e}");
-        }
     }
 
     fn ipc(&self) -> Result<&IpcApi, Error> {

@@ -424,10 +424,13 @@ type OpenedDevice = ([u8; 64], Arc<crate::base::cuda::IpcMapping>);
 /// A same-host peer's device allocation opened here, and segments translated into it.
 pub(crate) type DeviceView = (Arc<crate::base::cuda::IpcMapping>, Vec<(u64, u64)>);
 
-/// Whether a rendezvous offer's key names device memory (read through its IPC handle,
-/// never with CMA or the CPU).
+/// Whether a rendezvous offer's key is a device region's (read through its IPC handle,
+/// never with CMA or the CPU): one with the IPC trailer, which only device keys carry.
+/// Asked on every keyed copy, so only the length is looked at; `device_view` checks the
+/// rest (a key that fails there is an error, never a host copy).
+#[inline]
 pub(crate) fn is_device_key(key: &[u8]) -> bool {
-    RkeyRepr::unpack(key).is_ok_and(|k| k.mem_type == MemoryType::Cuda.code())
+    key.len() == crate::wire::rkey::LEN + crate::wire::rkey::IPC_LEN
 }
 
 /// The regions of one context.
@@ -459,6 +462,32 @@ struct Offer {
     len: u64,
     id: u64,
     key: Box<[u8]>,
+}
+
+/// `segs` (addresses in the owner's process), each checked against the owner's record
+/// `rec` for `key`, translated into a local window of `len` bytes at `local` that holds
+/// the owner's address `base`.
+fn translate(
+    rec: &Record,
+    key: &RkeyRepr,
+    segs: &[(u64, u64)],
+    base: u64,
+    local: usize,
+    len: usize,
+) -> Result<Vec<(u64, u64)>> {
+    let mut out = Vec::with_capacity(segs.len());
+    for &(a, n) in segs {
+        check(rec, key.region, key.secret, a, n, 0)?;
+        let off = a.checked_sub(base).ok_or(Status::OutOfRange)?;
+        if off.checked_add(n).is_none_or(|end| end > len as u64) {
+            return Err(Error::new(
+                Status::OutOfRange,
+                "the peer's memory mapped here is shorter than its record",
+            ));
+        }
+        out.push((local as u64 + off, n));
+    }
+    Ok(out)
 }
 
 /// The offered region that holds every one of `segs` (address, length), if one does.
@@ -726,6 +755,27 @@ impl MemRegistry {
         }
     }
 
+    /// The key of a rendezvous offer from the same-host peer `peer_pid` (`what`: the kind
+    /// of key, for errors), and the maps of that peer's memory.
+    fn offer_key(
+        &self,
+        key: &[u8],
+        peer_pid: u32,
+        what: &str,
+    ) -> Result<(RkeyRepr, Arc<PeerMaps>, Record)> {
+        let key = RkeyRepr::unpack(key)
+            .map_err(|e| Error::msg(Status::InvalidKey, format!("{what} key: {e}")))?;
+        if key.pid != peer_pid || key.host_id != host_id() {
+            return Err(Error::msg(
+                Status::InvalidKey,
+                format!("the {what} key names another process's memory"),
+            ));
+        }
+        let peer = self.peer(&key)?;
+        let rec = peer.record(key.region).ok_or(Status::InvalidKey)?;
+        Ok((key, peer, rec))
+    }
+
     /// Where `segs` (device addresses in the same-host peer `peer_pid` that packed the
     /// device key `key`) lie in this process, through the allocation's IPC handle (opened
     /// once per region and kept). Every segment is checked against the owner's record
@@ -736,44 +786,24 @@ impl MemRegistry {
         peer_pid: u32,
         segs: &[(u64, u64)],
     ) -> Result<DeviceView> {
-        let key = RkeyRepr::unpack(key)
-            .map_err(|e| Error::msg(Status::InvalidKey, format!("device key: {e}")))?;
-        if key.pid != peer_pid || key.host_id != host_id() {
-            return Err(Error::new(
-                Status::InvalidKey,
-                "the device key names another process's memory",
-            ));
-        }
+        let (key, peer, rec) = self.offer_key(key, peer_pid, "device")?;
         let ipc = key
             .ipc
             .ok_or_else(|| Error::new(Status::InvalidKey, "the device key has no IPC handle"))?;
-        let driver = crate::base::cuda::loaded().ok_or_else(|| {
-            Error::new(
-                Status::Unsupported,
-                "no CUDA driver loaded here to open the peer's device memory",
-            )
-        })?;
-        let peer = self.peer(&key)?;
-        let rec = peer.record(key.region).ok_or(Status::InvalidKey)?;
         if rec.mem_type != MemoryType::Cuda.code() as u64 {
             return Err(Error::new(
                 Status::InvalidKey,
                 "the key's memory type is not the owner's",
             ));
         }
+        let driver = crate::base::cuda::loaded().ok_or_else(|| {
+            Error::new(
+                Status::Unsupported,
+                "no CUDA driver loaded here to open the peer's device memory",
+            )
+        })?;
         let map = peer.device_region(driver, key.region, &ipc, key.pid == pid())?;
-        let mut out = Vec::with_capacity(segs.len());
-        for &(a, n) in segs {
-            check(&rec, key.region, key.secret, a, n, 0)?;
-            let off = a.checked_sub(ipc.alloc_base).ok_or(Status::OutOfRange)?;
-            if off.checked_add(n).is_none_or(|end| end > map.len as u64) {
-                return Err(Error::new(
-                    Status::OutOfRange,
-                    "the peer's device allocation is shorter than its record",
-                ));
-            }
-            out.push((map.ptr as u64 + off, n));
-        }
+        let out = translate(&rec, &key, segs, ipc.alloc_base, map.ptr, map.len)?;
         Ok((map, out))
     }
 
@@ -787,29 +817,15 @@ impl MemRegistry {
         peer_pid: u32,
         segs: &[(u64, u64)],
     ) -> Result<SharedView> {
-        let key = RkeyRepr::unpack(key)
-            .map_err(|e| Error::msg(Status::InvalidKey, format!("segment key: {e}")))?;
-        if key.pid != peer_pid || key.host_id != host_id() || key.region_fd < 0 {
+        let (key, peer, rec) = self.offer_key(key, peer_pid, "segment")?;
+        if key.region_fd < 0 {
             return Err(Error::new(
                 Status::InvalidKey,
-                "the segment key names another process's memory",
+                "the segment key names no shared segment",
             ));
         }
-        let peer = self.peer(&key)?;
         let map = peer.region(key.region, key.region_fd, key.length as usize)?;
-        let rec = peer.record(key.region).ok_or(Status::InvalidKey)?;
-        let mut out = Vec::with_capacity(segs.len());
-        for &(a, n) in segs {
-            check(&rec, key.region, key.secret, a, n, 0)?;
-            let off = a - rec.base;
-            if off + n > map.len as u64 {
-                return Err(Error::new(
-                    Status::OutOfRange,
-                    "the peer's segment is shorter than its record",
-                ));
-            }
-            out.push((map.ptr as u64 + off, n));
-        }
+        let out = translate(&rec, &key, segs, rec.base, map.ptr as usize, map.len)?;
         Ok((map, out))
     }
 

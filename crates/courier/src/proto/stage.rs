@@ -232,6 +232,12 @@ fn gather_device(data: &Buf) -> Result<Option<StageBuf>> {
     if !any_device(data) {
         return Ok(None);
     }
+    host_copy(data).map(Some)
+}
+
+/// A host copy of `data`, which holds device memory (`has_device`), gathered in order.
+#[cold]
+pub(crate) fn host_copy(data: &Buf) -> Result<StageBuf> {
     let mut host = StageBuf::new(data.len());
     let mut off = 0;
     for &(a, l) in data.segs() {
@@ -248,7 +254,7 @@ fn gather_device(data: &Buf) -> Result<Option<StageBuf>> {
         }
         off += l;
     }
-    Ok(Some(host))
+    Ok(host)
 }
 
 /// Copy `host` into the segments of `buf`, device or host, in order.

@@ -103,16 +103,15 @@ impl State {
     ) -> Result<Started> {
         // Device memory a same-host peer can open through its IPC handle is offered as it
         // is (a rendezvous, whatever the size); other device memory goes as a host copy.
-        let device = super::stage::has_device(&data) && self.device_offer(e, &data);
-        if !device {
-            if let Some(host) = super::stage::gather(&data)? {
-                return self.staged_send(host, |st, b| st.tag_send(e, b, tag, sync, cb));
-            }
-            // Device memory in play, but not in this message.
-            if !sync {
-                if let Some(r) = self.tag_send_now(e, &data, tag) {
-                    return r;
-                }
+        let device = super::stage::has_device(&data);
+        if device && !self.device_offer(e, &data) {
+            let host = super::stage::host_copy(&data)?;
+            return self.staged_send(host, |st, b| st.tag_send(e, b, tag, sync, cb));
+        }
+        // Device memory in play, but not in this message.
+        if !device && !sync {
+            if let Some(r) = self.tag_send_now(e, &data, tag) {
+                return r;
             }
         }
         let (thresh, max_frame, mode) = self.ep_limits(e)?;
@@ -484,16 +483,15 @@ impl State {
                 .map(|c| c.rndv == RndvMode::RemoteRead)
                 .unwrap_or(false);
         let device = key.is_some_and(super::memreg::is_device_key);
-        if remote_read && device {
-            // The sender's device memory: read through its IPC handle if it opens here,
-            // else the sender pushes a host copy.
+        if let (true, Some(k)) = (remote_read && device, key) {
+            // The sender's device memory: read through its IPC handle if it opens here (the
+            // opening is kept for the copy), else the sender pushes a host copy.
             let pid = self
                 .ep(e)
                 .and_then(|ep| ep.tx.as_ref())
                 .and_then(|tx| tx.peer_pid())
                 .unwrap_or(0);
-            if let Err(err) = key.map_or(Ok(()), |k| self.mem.device_view(k, pid, segs).map(|_| ()))
-            {
+            if let Err(err) = self.mem.device_view(k, pid, segs) {
                 tracing::debug!(
                     "the peer's device memory cannot be opened here ({err}); it pushes a host copy"
                 );
@@ -738,7 +736,10 @@ impl State {
             .req(sreq)
             .map(|s| s.buf.slice(offset as usize, len as usize))
             .unwrap_or_default();
-        if super::stage::has_device(&Buf::Many(local.clone())) {
+        if self
+            .req(sreq)
+            .is_some_and(|s| super::stage::has_device(&s.buf))
+        {
             // Device memory was offered whole; this receiver does not split such offers.
             let err = Err(Error::new(
                 Status::Unsupported,
@@ -882,8 +883,8 @@ impl State {
             // Offered as device memory, which the receiver could not open: push a host copy,
             // kept with the request, which sends from it from now on (a second request to
             // push, forged or not, finds host memory and takes no new copy).
-            match super::stage::gather(&data) {
-                Ok(Some(mut host)) => {
+            match super::stage::host_copy(&data) {
+                Ok(mut host) => {
                     let copy = Buf::One((host.as_mut_ptr() as usize, host.len()));
                     if let Some(s) = self.req(sreq) {
                         s.stage = Some(Box::new(super::stage::Stage::send_copy(host)));
@@ -891,7 +892,6 @@ impl State {
                     }
                     data = copy;
                 }
-                Ok(None) => {}
                 Err(err) => {
                     self.fail_ep(e, err);
                     return;
