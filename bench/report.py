@@ -327,10 +327,20 @@ def collect_meta(work: str) -> dict:
 # ---------------------------------------------------------------------------------------------
 # Aggregation
 # ---------------------------------------------------------------------------------------------
+# Decimals ucx_perftest prints for each metric (latency usec "%.3f", bandwidth MB/s "%.2f",
+# message rate "%.0f"). Every tool's value is compared at that precision: Courier's JSON has
+# more digits, and comparing 0.02003 against the 0.020 UCX printed for the same two clock
+# steps would call equal numbers unequal. raw.json keeps the full values.
+PRINTED_DECIMALS = {"lat": 3, "bw": 2, "mr": 0}
+
+
 def metric_value(nums: dict, metric: str) -> float | None:
     key = {"lat": "lat_p50_us", "bw": "bw_overall_mbs", "mr": "mr_overall"}[metric]
     v = nums.get(key)
-    return float(v) if v is not None else None
+    if v is None:
+        return None
+    v = float(v)
+    return round(v, PRINTED_DECIMALS[metric]) if math.isfinite(v) else v
 
 
 def select(runs, kind, tool, tls, test, size):
@@ -602,6 +612,9 @@ def render(doc: dict, outdir: str) -> None:
     L.append("Medians over repetitions, with (min–max, n) below. Latency rows use the 50%ile latency "
              "(usec; `*_lat` are one-way, RTT/2; `ucp_fadd` is per operation); bandwidth rows the "
              "overall bandwidth (MB/s, 2^20 B); message-rate rows the overall message rate (msg/s). "
+             "Every value is taken at the precision ucx_perftest prints (3 decimals of usec, 2 of "
+             "MB/s, whole msg/s), Courier's JSON included, so equal clock readings compare equal "
+             "(`results/raw.json` keeps the full values). "
              "Ratio = Courier / UCX: lower is better for latency, higher for bandwidth and message rate. "
              "fi_pingpong is a ping-pong (its usec/xfer is one-way; its bandwidth is ping-pong bandwidth, "
              "not a windowed stream), shown for reference only. *Paired* is the median of the "
@@ -762,6 +775,13 @@ def selftest() -> None:
          '"transport":"shm","window":1}'
     r = parse_courier_json("noise\n" + cj + "\n")
     assert r and r["lat_p50_us"] == 0.647 and r["courier_transport"] == "shm", r
+    # Compared at the precision ucx_perftest prints: two clock steps read 0.02003 in
+    # Courier's JSON and 0.020 in UCX's row are the same number.
+    assert metric_value({"lat_p50_us": 0.02003}, "lat") == metric_value({"lat_p50_us": 0.020}, "lat")
+    assert metric_value({"lat_p50_us": 0.0206}, "lat") == 0.021
+    assert metric_value({"mr_overall": 21902450.4}, "mr") == 21902450
+    assert metric_value({"bw_overall_mbs": 11.954}, "bw") == 11.95
+    assert metric_value({"lat_p50_us": None}, "lat") is None
     fi = """bytes   #sent   #ack     total       time     MB/sec    usec/xfer   Mxfers/sec
 1m      100     =100     200m        0.12s   1750.24     599.10       0.00
 """
