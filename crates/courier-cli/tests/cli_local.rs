@@ -3,7 +3,7 @@
 //! at a timing value; timings only choose how long a run must be.
 
 mod common;
-use common::{TCP, courier, fields as numbers, json_of, text};
+use common::{TCP, allowed_cpus, courier, fields as numbers, json_of, text};
 
 /// Seconds the measured part of a `tag_lat` run took, from its final row (iterations and
 /// overall one-way latency, in the table and in CSV alike).
@@ -122,24 +122,6 @@ fn iov_header_shows_the_total_message_size() {
         out.contains("| Test:         atomic fetch-and-add latency / rate "),
         "{out}"
     );
-}
-
-/// The CPUs this test may run on (`Cpus_allowed_list` of /proc/self/status).
-fn allowed_cpus() -> Vec<usize> {
-    let status = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
-    let list = status
-        .lines()
-        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
-        .expect("Cpus_allowed_list")
-        .trim();
-    let mut v = Vec::new();
-    for part in list.split(',') {
-        match part.split_once('-') {
-            Some((a, b)) => v.extend(a.parse::<usize>().unwrap()..=b.parse::<usize>().unwrap()),
-            None => v.push(part.parse().unwrap()),
-        }
-    }
-    v
 }
 
 /// The rows of a comfy-table box: its cells, trimmed, for every line holding cells.

@@ -7,7 +7,7 @@ use std::process::{Child, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 mod common;
-use common::{TCP, courier, fields as numbers, json_of, piped, text};
+use common::{TCP, allowed_cpus, courier, fields as numbers, json_of, piped, text};
 
 /// The table of a `-T` run: the header box and column headers as with one thread, then
 /// only `[thread k]` rows (k < threads, eight numbers each) and one `Final:` row of four
@@ -208,9 +208,14 @@ fn final_only_csv_and_json_with_threads() {
 
 /// A server process (`--verbose`); returns it and its port.
 fn server(env: &[(&str, &str)]) -> (Child, u16) {
-    let mut child = piped(&["perf", "-p", "0", "--announce", "--verbose"], env)
-        .spawn()
-        .expect("start the server");
+    server_with(env, &[])
+}
+
+/// `server` with more options.
+fn server_with(env: &[(&str, &str)], extra: &[&str]) -> (Child, u16) {
+    let mut args = vec!["perf", "-p", "0", "--announce", "--verbose"];
+    args.extend_from_slice(extra);
+    let mut child = piped(&args, env).spawn().expect("start the server");
     let out = child.stdout.take().expect("piped");
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
@@ -327,7 +332,6 @@ fn threads_are_refused_where_they_cannot_run() {
     let cases: &[(&[&str], &str)] = &[
         (&["-l", "-t", "ucp_put_bw"], "one-sided"),
         (&["-l", "-t", "tag_lat", "-M", "single"], "-M multi"),
-        (&["-l", "-t", "tag_lat", "-c", "0"], "-c"),
         (&["--local"], "--local"),
         (&["-t", "tag_lat"], "option of the client"),
     ];
@@ -345,4 +349,68 @@ fn threads_are_refused_where_they_cannot_run() {
     let o = courier(&["perf", "-l", "-t", "tag_lat", "-T", "1000"], TCP);
     assert_eq!(o.status.code(), Some(2));
     assert!(text(&o).1.contains("expected 1 to 256 threads"));
+}
+
+/// The CPUs each thread of a `--json` run found itself on, client and server side.
+fn thread_cpus(v: &serde_json::Value) -> Vec<(serde_json::Value, serde_json::Value)> {
+    v["per_thread"]
+        .as_array()
+        .expect("per_thread")
+        .iter()
+        .map(|t| (t["client"]["cpus"].clone(), t["server"]["cpus"].clone()))
+        .collect()
+}
+
+/// `-T` with `-c`: each thread is pinned to its own CPU of the list, as each finds it
+/// (sched_getaffinity in the thread, both sides). In one process (`-l`) client and server
+/// threads alternate in the list; a server process pins its threads by its own `-c`.
+#[test]
+fn threads_are_pinned_to_the_cpus_of_the_list_in_turn() {
+    let cpus = allowed_cpus();
+    let (c0, c1) = (cpus[0], *cpus.get(1).unwrap_or(&cpus[0]));
+    let one = |c: usize| serde_json::json!([c]);
+    let list = format!("{c0},{c1}");
+    let o = courier(
+        &[
+            "perf", "-l", "-T", "3", "-c", &list, "-t", "tag_lat", "-n", "200", "-w", "10",
+            "--json",
+        ],
+        TCP,
+    );
+    let v = json_of(&o, "loopback run");
+    // Pair k on the 2k-th and 2k+1-th of two CPUs: every client thread on c0, every
+    // server thread on c1.
+    assert_eq!(thread_cpus(&v), vec![(one(c0), one(c1)); 3], "{v}");
+
+    let (srv, port) = server_with(TCP, &["-c", &format!("{c1},{c0}")]);
+    let port_s = port.to_string();
+    let o = courier(
+        &[
+            "perf",
+            "127.0.0.1",
+            "-p",
+            &port_s,
+            "-T",
+            "3",
+            "-c",
+            &list,
+            "-t",
+            "tag_lat",
+            "-n",
+            "200",
+            "-w",
+            "10",
+            "--json",
+        ],
+        TCP,
+    );
+    let (st, serr) = finish(srv, Duration::from_secs(30));
+    let v = json_of(&o, "client run");
+    assert!(st.success(), "server: {serr}");
+    // Thread k on the k-th CPU of its own process's list, wrapping.
+    assert_eq!(
+        thread_cpus(&v),
+        vec![(one(c0), one(c1)), (one(c1), one(c0)), (one(c0), one(c1))],
+        "{v}"
+    );
 }

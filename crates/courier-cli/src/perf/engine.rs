@@ -507,6 +507,9 @@ pub struct ServeOpts {
     /// for on the first link): it refuses to start more, so that a client cannot multiply
     /// server threads by asking on every link.
     pub helper: bool,
+    /// Where the server threads of a client's threads run (thread k on `cpus.cpu(k)`; the
+    /// first, serving this link, is pinned by its starter).
+    pub cpus: super::CpuPlan,
 }
 
 /// Serve tests until the client says done (or fails). A client running `-T N` asks first
@@ -552,6 +555,7 @@ fn spawn_helpers(
         let h = std::thread::Builder::new()
             .name(format!("perf-server-{k}"))
             .spawn(move || -> CliResult<()> {
+                o2.cpus.pin(k)?;
                 let worker = super::make_worker(o2.mode, None)?;
                 let link = accept(
                     &worker,
@@ -1615,6 +1619,7 @@ mod tests {
                     stall,
                     verbose: false,
                     helper: false,
+                    cpus: Default::default(),
                 },
             )
         });

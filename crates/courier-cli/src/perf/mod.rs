@@ -56,7 +56,9 @@ pub struct PerfArgs {
     #[arg(short = 'm', long = "mem", default_value = "host")]
     pub mem: String,
     /// CPUs to pin threads to (e.g. 0,2-3): the client to the first, a server started
-    /// here (-l, --local) to the second, or to the next CPU when only one is given
+    /// here (-l, --local) to the second, or to the next CPU when only one is given. With
+    /// -T, thread k takes the k-th CPU of the list (wrapping); with -l, client and server
+    /// threads alternate in it (pair k on the 2k-th and 2k+1-th)
     #[arg(short = 'c', long = "cpus")]
     pub cpus: Option<String>,
     /// Client threads running the test at once (two-sided tests). Like ucx_perftest, each
@@ -173,6 +175,9 @@ pub struct Settings {
     pub peer_timeout: Duration,
     /// Client threads (`-T`).
     pub threads: usize,
+    /// This process starts the server too (`-l`, `--local`): its threads share `cpus`
+    /// with the client's.
+    pub local_server: bool,
 }
 
 impl Settings {
@@ -197,9 +202,6 @@ impl Settings {
                 return refuse(
                     "an option of the client; the server answers as many threads as it runs",
                 );
-            }
-            if a.cpus.is_some() {
-                return refuse("-c pins one client thread; leave it out to run several");
             }
             if a.given("thread_mode") && mode == ThreadMode::Single {
                 return refuse("several threads need -M multi (or serialized), as in ucx_perftest");
@@ -252,28 +254,49 @@ impl Settings {
             mode,
             threads,
             peer_timeout: parse_peer_timeout(&a.peer_timeout)?,
+            local_server: a.loopback || a.local,
         })
     }
 
-    /// Pin the calling thread, the client (or a lone server process), to the first CPU
-    /// of `-c`.
-    pub fn pin_client(&self) -> CliResult<()> {
-        match self.cpus.first() {
-            Some(&c) => params::pin_to(c),
-            None => Ok(()),
+    /// Where the client's threads run (a lone server process's too): thread k on the k-th
+    /// CPU of `-c`, or the 2k-th when a server started here (`-l`) takes the others.
+    pub fn client_cpus(&self) -> CpuPlan {
+        CpuPlan {
+            list: self.cpus.clone(),
+            first: 0,
+            step: if self.local_server { 2 } else { 1 },
         }
     }
 
-    /// The CPU for a server this process starts itself (`-l`, `--local`): the second of
-    /// `-c`. With one CPU given, client and server on that core would take turns at every
-    /// message of a ping-pong, so the server gets the next CPU this process may use (None,
-    /// left unpinned, when there is no other).
-    pub fn server_cpu(&self) -> Option<usize> {
+    /// Where the threads of a server this process starts itself (`-l`, `--local`) run:
+    /// thread k on the 2k+1-th CPU of `-c`. With one CPU given, client and server on that
+    /// core would take turns at every message of a ping-pong, so the server gets the next
+    /// CPU this process may use (none, left unpinned, when there is no other).
+    pub fn server_cpus(&self) -> CpuPlan {
         match self.cpus[..] {
-            [] => None,
-            [c] => next_cpu(&self.start_cpus, c),
-            [_, c, ..] => Some(c),
+            [] => CpuPlan::default(),
+            [c] => CpuPlan {
+                list: next_cpu(&self.start_cpus, c).into_iter().collect(),
+                first: 0,
+                step: 1,
+            },
+            _ => CpuPlan {
+                list: self.cpus.clone(),
+                first: 1,
+                step: 2,
+            },
         }
+    }
+
+    /// Pin the calling thread, the client's first (or a lone server process), to the first
+    /// CPU of `-c`.
+    pub fn pin_client(&self) -> CliResult<()> {
+        self.client_cpus().pin(0)
+    }
+
+    /// The CPU for a server this process starts itself: that of its first thread.
+    pub fn server_cpu(&self) -> Option<usize> {
+        self.server_cpus().cpu(0)
     }
 
     /// Pin the calling thread, a server this process started, per `server_cpu`; without
@@ -321,6 +344,31 @@ fn parse_peer_timeout(v: &str) -> CliResult<Duration> {
         )));
     }
     Ok(d)
+}
+
+/// The CPUs a side's threads are pinned to: thread k on `list[(first + k * step) % len]`,
+/// unpinned when the list is empty.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CpuPlan {
+    list: Vec<usize>,
+    first: usize,
+    step: usize,
+}
+
+impl CpuPlan {
+    /// The CPU of thread `k`, if it is pinned.
+    pub fn cpu(&self, k: usize) -> Option<usize> {
+        let n = self.list.len();
+        (n > 0).then(|| self.list[(self.first + k * self.step) % n])
+    }
+
+    /// Pin the calling thread, thread `k` of its side (left as it is when unpinned).
+    pub fn pin(&self, k: usize) -> CliResult<()> {
+        match self.cpu(k) {
+            Some(c) => params::pin_to(c),
+            None => Ok(()),
+        }
+    }
 }
 
 /// The CPU after `cpu` in `allowed` (wrapping around), other than `cpu` itself.
@@ -488,6 +536,7 @@ pub fn spawn_server_thread(
                         stall: s2.peer_timeout,
                         verbose,
                         helper: false,
+                        cpus: s2.server_cpus(),
                     },
                 )
             })();
@@ -602,6 +651,7 @@ pub fn main(a: PerfArgs) -> CliResult<()> {
                     stall: s.peer_timeout,
                     verbose: a.verbose,
                     helper: false,
+                    cpus: s.client_cpus(),
                 },
             )
         }
@@ -622,6 +672,7 @@ mod tests {
             mode: ThreadMode::Single,
             peer_timeout: Duration::from_secs(30),
             threads: 1,
+            local_server: true,
         }
     }
 
@@ -636,5 +687,32 @@ mod tests {
         assert_eq!(settings(&[5], &[0, 2, 5]).server_cpu(), Some(0));
         assert_eq!(settings(&[0], &[0]).server_cpu(), None);
         assert_eq!(settings(&[0], &[]).server_cpu(), None);
+    }
+
+    /// `-T` with `-c`: thread k of each side on its own CPU of the list, wrapping; with a
+    /// server started here, pair k on the 2k-th and 2k+1-th.
+    #[test]
+    fn threads_take_the_cpus_of_the_list_in_turn() {
+        let cpus = |plan: CpuPlan| (0..5).map(|k| plan.cpu(k)).collect::<Vec<_>>();
+        let local = settings(&[0, 1, 2, 3], &[0, 1, 2, 3]);
+        let c = |v: &[usize]| v.iter().map(|&x| Some(x)).collect::<Vec<_>>();
+        assert_eq!(cpus(local.client_cpus()), c(&[0, 2, 0, 2, 0]));
+        assert_eq!(cpus(local.server_cpus()), c(&[1, 3, 1, 3, 1]));
+        let lone = Settings {
+            local_server: false,
+            ..local.clone()
+        };
+        assert_eq!(cpus(lone.client_cpus()), c(&[0, 1, 2, 3, 0]));
+        // Three CPUs and a local server: the pairs wrap around the list.
+        let three = settings(&[4, 5, 6], &[4, 5, 6]);
+        assert_eq!(cpus(three.client_cpus()), c(&[4, 6, 5, 4, 6]));
+        assert_eq!(cpus(three.server_cpus()), c(&[5, 4, 6, 5, 4]));
+        // One CPU: every client thread there, every server thread on the next one.
+        let one = settings(&[1], &[0, 1]);
+        assert_eq!(cpus(one.client_cpus()), c(&[1; 5]));
+        assert_eq!(cpus(one.server_cpus()), c(&[0; 5]));
+        // No -c: nobody is pinned.
+        assert_eq!(cpus(settings(&[], &[0, 1]).client_cpus()), vec![None; 5]);
+        assert_eq!(cpus(settings(&[], &[0, 1]).server_cpus()), vec![None; 5]);
     }
 }

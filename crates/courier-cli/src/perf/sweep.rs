@@ -262,6 +262,7 @@ fn multi_pair(pairs: usize, list: &[usize], quick: bool, s: &Settings) -> CliRes
         mode: courier::ThreadMode::Single,
         peer_timeout: s.peer_timeout,
         threads: 1,
+        local_server: true,
     };
     let servers = (0..pairs)
         .map(|_| ChildServer::spawn(None, &free))

@@ -94,6 +94,8 @@ impl Drop for FailOnPanic<'_> {
 struct Done {
     row: Row,
     transport: Option<&'static str>,
+    /// With `--json`: where its client and server threads ran (`engine::side_info`).
+    sides: Option<(serde_json::Value, serde_json::Value)>,
 }
 
 /// One thread: ask for the test on `link`, wait for the others, run it, close. A failure
@@ -104,13 +106,23 @@ fn run_one(link: Link, k: usize, p: &Params, s: &Settings, gate: &Gate) -> CliRe
         let side = engine::client_start(&link, p)?;
         gate.ready_and_wait()?;
         let mut meter = Meter::new(p, s.percentile, s.out, s.thousands, None).for_thread(k);
-        engine::run_client(&link, p, &mut meter, side)
+        let row = engine::run_client(&link, p, &mut meter, side)?;
+        let sides = if s.out == Output::Json {
+            Some((engine::side_info(&link.worker), engine::peer_info(&link)?))
+        } else {
+            None
+        };
+        Ok((row, sides))
     })();
     match r {
-        Ok(row) => {
+        Ok((row, sides)) => {
             let transport = link.ep.transport();
             engine::client_finish(link);
-            Ok(Done { row, transport })
+            Ok(Done {
+                row,
+                transport,
+                sides,
+            })
         }
         Err(e) => {
             gate.fail();
@@ -129,7 +141,10 @@ pub fn run_client(p: &Params, s: &Settings, addr: SocketAddr, shown: &str) -> Cl
     {
         let (p, s, gate, shown) = (p.clone(), s.clone(), gate.clone(), shown.to_string());
         handles.push(spawn(0, move || {
-            let first = make_worker(s.mode, None)
+            let first = s
+                .client_cpus()
+                .pin(0)
+                .and_then(|()| make_worker(s.mode, None))
                 .and_then(|w| engine::connect(&w, addr, &shown, s.peer_timeout))
                 .and_then(|l| engine::client_threads(&l, n).map(|ports| (l, ports)));
             let link = match first {
@@ -160,7 +175,10 @@ pub fn run_client(p: &Params, s: &Settings, addr: SocketAddr, shown: &str) -> Cl
         let at = SocketAddr::new(addr.ip(), port);
         let name = format!("{} (port {port}, thread {k})", shown);
         let h = spawn(k, move || {
-            let link = make_worker(s.mode, None)
+            let link = s
+                .client_cpus()
+                .pin(k)
+                .and_then(|()| make_worker(s.mode, None))
                 .and_then(|w| engine::connect(&w, at, &name, s.peer_timeout))
                 .inspect_err(|_| g.fail())?;
             run_one(link, k, &p, &s, &g)
@@ -193,6 +211,10 @@ pub fn run_client(p: &Params, s: &Settings, addr: SocketAddr, shown: &str) -> Cl
             .map(|(k, d)| {
                 let mut v = report::json(p, s.percentile, &d.row, d.transport);
                 v["thread"] = k.into();
+                if let Some((client, server)) = &d.sides {
+                    v["client"] = client.clone();
+                    v["server"] = server.clone();
+                }
                 v
             })
             .collect();

@@ -59,3 +59,21 @@ pub fn fields(line: &str) -> Vec<f64> {
         .filter_map(|w| w.parse::<f64>().ok())
         .collect()
 }
+
+/// The CPUs this test may run on (`Cpus_allowed_list` of /proc/self/status).
+pub fn allowed_cpus() -> Vec<usize> {
+    let status = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
+    let list = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+        .expect("Cpus_allowed_list")
+        .trim();
+    let mut v = Vec::new();
+    for part in list.split(',') {
+        match part.split_once('-') {
+            Some((a, b)) => v.extend(a.parse::<usize>().unwrap()..=b.parse::<usize>().unwrap()),
+            None => v.push(part.parse().unwrap()),
+        }
+    }
+    v
+}
