@@ -5,7 +5,9 @@
 #   8 B      active-message ping-pong latency (one-way, RTT/2)   goperftest -lat
 #   1, 4, 16 MiB  active-message bandwidth (window of 32)       goperftest
 # With NATIVE=1 the same points run with `target/release/courier perf` (-t ucp_am_lat /
-# ucp_am_bw) and print lines with "impl":"native" next to "impl":"go".
+# ucp_am_bw) and print lines with "impl":"native" next to "impl":"go"; the native line also
+# carries the paired comparison (median over repetitions of Go / native bandwidth and of
+# Go - native latency, each repetition's two runs being next to each other in time).
 #
 # Environment: REPS (5), SIZES ("8 1048576 4194304 16777216"), SERVER_CPU (0),
 # CLIENT_CPU (1), PORT (first port, 13400), COURIER_TLS (as usual), NATIVE (0),
@@ -119,8 +121,13 @@ for size in $SIZES; do
         "$(printf '%s\n' "${lats[@]}" | median)" "$(printf '%s\n' "${gbps[@]}" | median)" "$(printf '%s\n' "${mbs[@]}" | median)"
     if [ "$NATIVE" = 1 ]; then
         m=$(printf '%s\n' "${nmbs[@]}" | median)
-        printf '{"impl":"native","test":"ucp_%s","size":%d,"iterations":%d,"reps":%d,"latency_us":%s,"bandwidth_gbps":%s,"bandwidth_mbs":%s}\n' \
+        # Each repetition's own comparison (Go's run and the native run right after it
+        # share the machine's state, where the two medians may not): the median of the
+        # bandwidth ratios Go / native and of the latency differences Go - native.
+        pr=$(for i in "${!mbs[@]}"; do awk -v g="${mbs[$i]}" -v n="${nmbs[$i]}" 'BEGIN {if (n > 0) printf "%.6f\n", g / n}'; done | median)
+        pd=$(for i in "${!lats[@]}"; do awk -v g="${lats[$i]}" -v n="${nlats[$i]}" 'BEGIN {printf "%.6f\n", g - n}'; done | median)
+        printf '{"impl":"native","test":"ucp_%s","size":%d,"iterations":%d,"reps":%d,"latency_us":%s,"bandwidth_gbps":%s,"bandwidth_mbs":%s,"paired_bw_ratio":%s,"paired_lat_diff_us":%s}\n' \
             "$test" "$size" "$iters" "$REPS" \
-            "$(printf '%s\n' "${nlats[@]}" | median)" "$(awk -v m="$m" 'BEGIN {printf "%.6f", m * 1048576 * 8 / 1e9}')" "$m"
+            "$(printf '%s\n' "${nlats[@]}" | median)" "$(awk -v m="$m" 'BEGIN {printf "%.6f", m * 1048576 * 8 / 1e9}')" "$m" "$pr" "$pd"
     fi
 done
