@@ -383,27 +383,8 @@ fn threads_are_pinned_to_the_cpus_of_the_list_in_turn() {
     assert_eq!(thread_cpus(&v), vec![(one(c0), one(c1)); 3], "{v}");
 
     let (srv, port) = server_with(TCP, &["-c", &format!("{c1},{c0}")]);
-    let port_s = port.to_string();
-    let o = courier(
-        &[
-            "perf",
-            "127.0.0.1",
-            "-p",
-            &port_s,
-            "-T",
-            "3",
-            "-c",
-            &list,
-            "-t",
-            "tag_lat",
-            "-n",
-            "200",
-            "-w",
-            "10",
-            "--json",
-        ],
-        TCP,
-    );
+    let args = format!("perf 127.0.0.1 -p {port} -T 3 -c {list} -t tag_lat -n 200 -w 10 --json");
+    let o = courier(&args.split_whitespace().collect::<Vec<_>>(), TCP);
     let (st, serr) = finish(srv, Duration::from_secs(30));
     let v = json_of(&o, "client run");
     assert!(st.success(), "server: {serr}");
