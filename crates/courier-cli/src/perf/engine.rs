@@ -447,6 +447,21 @@ pub fn side_info(worker: &Worker) -> serde_json::Value {
     })
 }
 
+/// Where both sides of `link` run, as found by each: `{"client": .., "server": ..}`.
+pub fn sides(link: &Link) -> CliResult<serde_json::Value> {
+    Ok(serde_json::json!({
+        "client": side_info(&link.worker),
+        "server": peer_info(link)?,
+    }))
+}
+
+/// Put the `client` and `server` of `sides` (from `sides`) into the JSON row `v`.
+pub fn add_sides(v: &mut serde_json::Value, sides: &serde_json::Value) {
+    for k in ["client", "server"] {
+        v[k] = sides[k].clone();
+    }
+}
+
 /// Ask the server where its side runs (`side_info` of its serving thread).
 pub fn peer_info(link: &Link) -> CliResult<serde_json::Value> {
     let reply = link.request(br#"{"op":"info"}"#)?;

@@ -480,10 +480,7 @@ pub fn run(a: &PerfArgs, s: &Settings) -> CliResult<()> {
                 let started = ChildServer::spawn(Some(tls), s).and_then(|srv| {
                     let linked = srv.connect(Some(tls), s.mode).and_then(|l| {
                         let sides = if out.json {
-                            serde_json::json!({
-                                "client": engine::side_info(&l.worker),
-                                "server": engine::peer_info(&l)?,
-                            })
+                            engine::sides(&l)?
                         } else {
                             serde_json::Value::Null
                         };
@@ -557,8 +554,7 @@ pub fn run(a: &PerfArgs, s: &Settings) -> CliResult<()> {
                     if out.json {
                         let mut v = report::json(&p, s.percentile, &row, used);
                         v["tls"] = tls.into();
-                        v["client"] = sides["client"].clone();
-                        v["server"] = sides["server"].clone();
+                        engine::add_sides(&mut v, sides);
                         println!("{v}");
                     } else {
                         println!(

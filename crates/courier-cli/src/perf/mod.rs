@@ -495,8 +495,7 @@ pub fn run_test(link: &Link, p: &Params, s: &Settings, watch: Option<Watch<'_>>)
     let row = engine::run_client(link, p, &mut meter, side)?;
     if s.out == Output::Json {
         let mut v = report::json(p, s.percentile, &row, link.ep.transport());
-        v["client"] = engine::side_info(&link.worker);
-        v["server"] = engine::peer_info(link)?;
+        engine::add_sides(&mut v, &engine::sides(link)?);
         println!("{v}");
     }
     Ok(row)

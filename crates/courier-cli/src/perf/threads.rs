@@ -94,8 +94,8 @@ impl Drop for FailOnPanic<'_> {
 struct Done {
     row: Row,
     transport: Option<&'static str>,
-    /// With `--json`: where its client and server threads ran (`engine::side_info`).
-    sides: Option<(serde_json::Value, serde_json::Value)>,
+    /// With `--json`: where its client and server threads ran (`engine::sides`).
+    sides: Option<serde_json::Value>,
 }
 
 /// One thread: ask for the test on `link`, wait for the others, run it, close. A failure
@@ -108,7 +108,7 @@ fn run_one(link: Link, k: usize, p: &Params, s: &Settings, gate: &Gate) -> CliRe
         let mut meter = Meter::new(p, s.percentile, s.out, s.thousands, None).for_thread(k);
         let row = engine::run_client(&link, p, &mut meter, side)?;
         let sides = if s.out == Output::Json {
-            Some((engine::side_info(&link.worker), engine::peer_info(&link)?))
+            Some(engine::sides(&link)?)
         } else {
             None
         };
@@ -211,9 +211,8 @@ pub fn run_client(p: &Params, s: &Settings, addr: SocketAddr, shown: &str) -> Cl
             .map(|(k, d)| {
                 let mut v = report::json(p, s.percentile, &d.row, d.transport);
                 v["thread"] = k.into();
-                if let Some((client, server)) = &d.sides {
-                    v["client"] = client.clone();
-                    v["server"] = server.clone();
+                if let Some(sides) = &d.sides {
+                    engine::add_sides(&mut v, sides);
                 }
                 v
             })
