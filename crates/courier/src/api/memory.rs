@@ -22,7 +22,7 @@ use crate::base::sys::{copy_small, host_id};
 use crate::base::{Error, Result, Status};
 use crate::proto::core::State;
 pub use crate::proto::memreg::MemoryType;
-use crate::proto::memreg::{Mapping, MemRegistry, PeerMaps, Place, Record, SegmentRefusal, check};
+use crate::proto::memreg::{Mapping, MemRegistry, PeerMaps, Place, SegmentRefusal, check};
 pub use crate::proto::rma::{AtomicOp, SignalOp};
 use crate::proto::rma::{do_atomic, do_signal, do_signal_sc};
 use crate::proto::stage;
@@ -511,10 +511,65 @@ enum Path {
     Remote,
 }
 
+/// What the direct paths need of a same-host peer's host region mapped here, taken from
+/// the owner's record when the key is unpacked and checked against the key then. For one
+/// region id the record's other fields never change, so an access re-reads only its first
+/// two words (`valid`, `region`), which change when the owner unmaps the region or gives
+/// the slot to another: two loads from one line at a fixed address, where a full check
+/// reads seven words, and none of them waits on another.
+struct DirectView {
+    /// The owner's record's `valid` word; its `region` word follows.
+    head: *const AtomicU64,
+    region: u64,
+    /// The region's start in the owner's process, and where it lies here.
+    base: u64,
+    ptr: *mut u8,
+    /// Bytes from `base` that the key, the record and our mapping all cover.
+    span: u64,
+    /// Rights that both the key and the record grant.
+    access: u16,
+}
+
+// SAFETY: the pointers lie in the owner's key table and region segment, mapped here by the
+// `PeerMaps` and `Mapping` that the key's `Path::Direct` holds for as long as the view
+// lives; the table is read only atomically, and the region is written only by operations
+// whose callers accept that the peer shares it.
+unsafe impl Send for DirectView {}
+// SAFETY: as for Send; the view itself is never written after it is made.
+unsafe impl Sync for DirectView {}
+
+impl DirectView {
+    /// The view of `key`'s region through `m`, if the owner's record describes it as the
+    /// key does (a live host region at the key's base, with the key's secret).
+    fn new(peer: &PeerMaps, m: &Mapping, key: &RkeyRepr) -> Option<DirectView> {
+        let rec = peer.record(key.region)?;
+        let host = MemoryType::Host.code() as u64;
+        let matches = rec.valid == 1
+            && rec.region == key.region
+            && rec.secret == key.secret
+            && rec.base == key.base
+            && rec.mem_type == host
+            && key.mem_type as u64 == host;
+        if !matches {
+            return None;
+        }
+        Some(DirectView {
+            head: peer.record_head(key.region)?,
+            region: key.region,
+            base: key.base,
+            ptr: m.ptr,
+            span: key.length.min(rec.len).min(m.len as u64),
+            access: key.access & (rec.access & 0xffff) as u16,
+        })
+    }
+}
+
 /// A peer's remote key, unpacked on an endpoint.
 pub struct RemoteKey {
     key: RkeyRepr,
     path: Path,
+    /// Set for a same-host peer's host region mapped here (`Path::Direct` with a segment).
+    view: Option<DirectView>,
     ep: Endpoint,
     /// Wakes the owner's worker after a direct signal update: found on the endpoint's
     /// shared-memory link once it has one (it may still run on tcp when the key is
@@ -559,48 +614,25 @@ impl RemoteKey {
     /// The local address of `[addr, addr + len)` when the region is mapped here and the
     /// owner's record allows `need` on that range for this key, used on `ep`; `None` for
     /// anything else (other paths, refusals), which the general path then handles and
-    /// reports. The small-put fast path: the same checks as `resolve`, no error built.
-    #[inline]
+    /// reports. The fast path of small puts, gets, atomics and puts-with-signal: the same
+    /// checks as `resolve`, against the record as it was at unpack (`DirectView`) and its
+    /// two words that say whether it still is.
+    #[inline(always)]
     fn direct(&self, ep: &Endpoint, addr: u64, len: u64, need: u16) -> Option<*mut u8> {
-        let (rec, m) = self.direct_record(ep, need)?;
-        self.direct_at(&rec, m, addr, len, need)
-    }
-
-    /// For `direct`: the owner's record of this key's region, where the region is mapped
-    /// here, the key is `ep`'s and claims `need`, and the memory is host memory.
-    #[inline]
-    fn direct_record(&self, ep: &Endpoint, need: u16) -> Option<(Record, &Mapping)> {
-        let Path::Direct {
-            peer, seg: Some(m), ..
-        } = &self.path
-        else {
-            return None;
-        };
-        if !self.ep.same_as(ep) || self.key.access & need != need {
+        let v = self.view.as_ref()?;
+        let off = addr.wrapping_sub(v.base);
+        if v.access & need != need || off > v.span || len > v.span - off || !self.ep.same_as(ep) {
             return None;
         }
-        let rec = peer.record(self.key.region)?;
-        (rec.mem_type == MemoryType::Host.code() as u64).then_some((rec, m))
-    }
-
-    /// For `direct`: where `[addr, addr + len)` is mapped here, if `rec` grants it and it
-    /// lies inside what the key claims (so inside our mapping, at least that long).
-    #[inline(always)]
-    fn direct_at(
-        &self,
-        rec: &Record,
-        m: &Mapping,
-        addr: u64,
-        len: u64,
-        need: u16,
-    ) -> Option<*mut u8> {
-        check(rec, self.key.region, self.key.secret, addr, len, need).ok()?;
-        let off = addr - rec.base;
-        let inside = rec.base == self.key.base
-            && off
-                .checked_add(len)
-                .is_some_and(|end| end <= self.key.length && end <= m.len as u64);
-        inside.then(|| m.ptr.wrapping_add(off as usize))
+        // SAFETY: `head` and the word after it lie in the owner's key table, mapped for as
+        // long as the view (DirectView's Send impl).
+        let (valid, region) = unsafe {
+            (
+                (*v.head).load(Ordering::Acquire),
+                (*v.head.add(1)).load(Ordering::Relaxed),
+            )
+        };
+        (valid == 1 && region == v.region).then(|| v.ptr.wrapping_add(off as usize))
     }
 
     /// The doorbell of the owner's worker behind this key's endpoint, once that endpoint
@@ -934,9 +966,16 @@ impl Endpoint {
                 Ok(())
             })?;
         }
+        let view = match &path {
+            Path::Direct {
+                peer, seg: Some(m), ..
+            } => DirectView::new(peer, m, &key),
+            _ => None,
+        };
         Ok(RemoteKey {
             key,
             path,
+            view,
             ep: self.clone(),
             bell: OnceLock::new(),
         })
@@ -1088,6 +1127,15 @@ impl Endpoint {
         key: &RemoteKey,
         cb: Callback,
     ) -> Result<Started> {
+        if let Buf::One((a, l)) = buf
+            && !cuda::is_device(a)
+            && let Some(src) = key.direct(self, raddr, l as u64, access::READ)
+        {
+            // SAFETY: the owner's record and our mapping cover [raddr, raddr + l); the
+            // destination is the caller's writable host buffer.
+            unsafe { copy_small(src, a as *mut u8, l) };
+            return Ok(done(l));
+        }
         self.check_key(key)?;
         let len = buf.len();
         if let Some(src) = key.resolve(raddr, len as u64, access::READ)? {
@@ -1203,8 +1251,13 @@ impl Endpoint {
         key: &RemoteKey,
         bits32: bool,
     ) -> Result<(u64, Option<Place>)> {
-        self.check_key(key)?;
         let width = if bits32 { 4 } else { 8 };
+        if raddr.is_multiple_of(width)
+            && let Some(ptr) = key.direct(self, raddr, width, access::ATOMIC)
+        {
+            return Ok((width, Some(Place { ptr, device: false })));
+        }
+        self.check_key(key)?;
         if !raddr.is_multiple_of(width) {
             return Err(Error::msg(
                 Status::InvalidParam,
@@ -1305,8 +1358,7 @@ impl Endpoint {
             // from the lower start to the higher end does.
             let lo = raddr.min(sig_addr);
             let hi = raddr.checked_add(len)?.max(sig_addr.checked_add(8)?);
-            let (rec, m) = key.direct_record(self, w)?;
-            let at = key.direct_at(&rec, m, lo, hi - lo, w)?;
+            let at = key.direct(self, lo, hi - lo, w)?;
             Some((
                 at.wrapping_add((raddr - lo) as usize),
                 at.wrapping_add((sig_addr - lo) as usize),

@@ -296,6 +296,17 @@ impl PeerMaps {
     }
 
     #[inline]
+    /// The first two words (`valid`, then `region`) of region `region`'s record, which
+    /// change only when the owner unmaps the region or gives its slot to another; valid
+    /// as long as this table mapping is.
+    pub(crate) fn record_head(&self, region: u64) -> Option<*const AtomicU64> {
+        let slot = (region & 0xfff) as usize;
+        if slot == 0 || slot >= TABLE_SLOTS {
+            return None;
+        }
+        Some(word(self.table.ptr, slot, 0) as *const AtomicU64)
+    }
+
     pub(crate) fn record(&self, region: u64) -> Option<Record> {
         let slot = (region & 0xfff) as usize;
         if slot == 0 || slot >= TABLE_SLOTS {
