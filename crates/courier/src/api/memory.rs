@@ -1056,7 +1056,7 @@ impl Endpoint {
     ///
     /// # Safety
     /// `data` must stay valid until completion.
-    #[inline]
+    #[inline(always)]
     pub unsafe fn put_raw(
         &self,
         data: Buf,
@@ -1120,6 +1120,7 @@ impl Endpoint {
     ///
     /// # Safety
     /// `buf` must stay valid until completion.
+    #[inline(always)]
     pub unsafe fn get_raw(
         &self,
         buf: Buf,
@@ -1136,6 +1137,22 @@ impl Endpoint {
             unsafe { copy_small(src, a as *mut u8, l) };
             return Ok(done(l));
         }
+        // SAFETY: forwarded contract.
+        unsafe { self.get_general(buf, raddr, key, cb) }
+    }
+
+    /// `get_raw` for every case but a contiguous host-memory get from a region mapped here.
+    ///
+    /// # Safety
+    /// As `get_raw`.
+    #[inline(never)]
+    unsafe fn get_general(
+        &self,
+        buf: Buf,
+        raddr: u64,
+        key: &RemoteKey,
+        cb: Callback,
+    ) -> Result<Started> {
         self.check_key(key)?;
         let len = buf.len();
         if let Some(src) = key.resolve(raddr, len as u64, access::READ)? {
@@ -1178,7 +1195,32 @@ impl Endpoint {
 
     /// Atomic with a callback.
     #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
     pub fn atomic_raw(
+        &self,
+        op: AtomicOp,
+        value: u64,
+        compare: u64,
+        raddr: u64,
+        key: &RemoteKey,
+        bits32: bool,
+        cb: Callback,
+    ) -> Result<Started> {
+        if let Some((width, p)) = self.atomic_direct(raddr, key, bits32) {
+            return Ok(Started::Done(Info {
+                len: width as usize,
+                tag: 0,
+                // SAFETY: as below.
+                value: unsafe { do_atomic(p, op, bits32, value, compare) },
+            }));
+        }
+        self.atomic_general(op, value, compare, raddr, key, bits32, cb)
+    }
+
+    /// `atomic_raw` for every case but a word in a host region mapped here.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(never)]
+    fn atomic_general(
         &self,
         op: AtomicOp,
         value: u64,
@@ -1229,6 +1271,11 @@ impl Endpoint {
                 ),
             ));
         }
+        if let Some((_, p)) = self.atomic_direct(raddr, key, bits32) {
+            // SAFETY: as in `atomic_raw`.
+            unsafe { do_atomic(p, op, bits32, value, 0) };
+            return Ok(());
+        }
         match self.atomic_target(raddr, key, bits32)? {
             (_, Some(p)) => {
                 // SAFETY: as in `atomic_raw`.
@@ -1241,6 +1288,17 @@ impl Endpoint {
         }
     }
 
+    /// The fast path of the atomics: the word's width and where it is, when it lies
+    /// aligned in a host region mapped here that grants atomics (`RemoteKey::direct`).
+    #[inline(always)]
+    fn atomic_direct(&self, raddr: u64, key: &RemoteKey, bits32: bool) -> Option<(u64, *mut u8)> {
+        let width = if bits32 { 4 } else { 8 };
+        if !raddr.is_multiple_of(width) {
+            return None;
+        }
+        Some((width, key.direct(self, raddr, width, access::ATOMIC)?))
+    }
+
     /// The checks every atomic passes before it is carried out or sent: the key is this
     /// endpoint's, the word aligned, and within what the key (and, where this process can
     /// read it, the owner's record) grants for atomics. The word's width, and where it is
@@ -1251,13 +1309,8 @@ impl Endpoint {
         key: &RemoteKey,
         bits32: bool,
     ) -> Result<(u64, Option<Place>)> {
-        let width = if bits32 { 4 } else { 8 };
-        if raddr.is_multiple_of(width)
-            && let Some(ptr) = key.direct(self, raddr, width, access::ATOMIC)
-        {
-            return Ok((width, Some(Place { ptr, device: false })));
-        }
         self.check_key(key)?;
+        let width = if bits32 { 4 } else { 8 };
         if !raddr.is_multiple_of(width) {
             return Err(Error::msg(
                 Status::InvalidParam,
