@@ -70,6 +70,7 @@ impl Endpoint {
         &self.worker
     }
 
+    #[inline(always)]
     fn with<T>(&self, f: impl FnOnce(&mut State, u32) -> Result<T>) -> Result<T> {
         let mut g = self.worker.lock()?;
         match g.ep(self.idx) {
@@ -224,6 +225,7 @@ impl Endpoint {
     ///
     /// # Safety
     /// `data` must stay valid until the callback runs.
+    #[inline]
     pub unsafe fn am_send_raw(
         &self,
         id: u16,

@@ -70,7 +70,7 @@ pub type AmHandlerFn = Box<dyn FnMut(&mut AmDelivery<'_>, &dyn std::any::Any) + 
 
 impl State {
     /// Start an active-message send.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn am_send(
         &mut self,
         e: u32,
