@@ -518,25 +518,19 @@ enum Path {
 /// the slot to another: two loads from one line at a fixed address, where a full check
 /// reads seven words, and none of them waits on another.
 struct DirectView {
-    /// The owner's record's `valid` word; its `region` word follows.
-    head: *const AtomicU64,
+    /// Address of the owner's record's `valid` word (its `region` word follows), in the
+    /// owner's key table that the key's `Path::Direct` keeps mapped here.
+    head: usize,
     region: u64,
-    /// The region's start in the owner's process, and where it lies here.
+    /// The region's start in the owner's process, and its address here (in the segment
+    /// mapping that `Path::Direct` holds).
     base: u64,
-    ptr: *mut u8,
+    ptr: usize,
     /// Bytes from `base` that the key, the record and our mapping all cover.
     span: u64,
     /// Rights that both the key and the record grant.
     access: u16,
 }
-
-// SAFETY: the pointers lie in the owner's key table and region segment, mapped here by the
-// `PeerMaps` and `Mapping` that the key's `Path::Direct` holds for as long as the view
-// lives; the table is read only atomically, and the region is written only by operations
-// whose callers accept that the peer shares it.
-unsafe impl Send for DirectView {}
-// SAFETY: as for Send; the view itself is never written after it is made.
-unsafe impl Sync for DirectView {}
 
 impl DirectView {
     /// The view of `key`'s region through `m`, if the owner's record describes it as the
@@ -554,10 +548,10 @@ impl DirectView {
             return None;
         }
         Some(DirectView {
-            head: peer.record_head(key.region)?,
+            head: peer.record_head(key.region)? as usize,
             region: key.region,
             base: key.base,
-            ptr: m.ptr,
+            ptr: m.ptr as usize,
             span: key.length.min(rec.len).min(m.len as u64),
             access: key.access & (rec.access & 0xffff) as u16,
         })
@@ -624,15 +618,16 @@ impl RemoteKey {
         if v.access & need != need || off > v.span || len > v.span - off || !self.ep.same_as(ep) {
             return None;
         }
-        // SAFETY: `head` and the word after it lie in the owner's key table, mapped for as
-        // long as the view (DirectView's Send impl).
+        let head = v.head as *const AtomicU64;
+        // SAFETY: `head` and the word after it lie in the owner's key table, which `path`
+        // keeps mapped as long as this key lives; the table is only read atomically.
         let (valid, region) = unsafe {
             (
-                (*v.head).load(Ordering::Acquire),
-                (*v.head.add(1)).load(Ordering::Relaxed),
+                (*head).load(Ordering::Acquire),
+                (*head.add(1)).load(Ordering::Relaxed),
             )
         };
-        (valid == 1 && region == v.region).then(|| v.ptr.wrapping_add(off as usize))
+        (valid == 1 && region == v.region).then(|| (v.ptr as *mut u8).wrapping_add(off as usize))
     }
 
     /// The doorbell of the owner's worker behind this key's endpoint, once that endpoint
@@ -1064,18 +1059,31 @@ impl Endpoint {
         key: &RemoteKey,
         cb: Callback,
     ) -> Result<Started> {
-        if let Buf::One((a, l)) = data {
-            if !cuda::is_device(a) {
-                if let Some(dst) = key.direct(self, raddr, l as u64, access::WRITE) {
-                    // SAFETY: the owner's record and our mapping cover [raddr, raddr + l);
-                    // the source is the caller's host buffer.
-                    unsafe { copy_small(a as *const u8, dst, l) };
-                    return Ok(done(l));
-                }
-            }
+        if let Some(((a, l), dst)) = self.direct_one(&data, raddr, key, access::WRITE) {
+            // SAFETY: the owner's record and our mapping cover [raddr, raddr + l); the
+            // source is the caller's host buffer.
+            unsafe { copy_small(a as *const u8, dst, l) };
+            return Ok(done(l));
         }
         // SAFETY: forwarded contract.
         unsafe { self.put_general(data, raddr, key, cb) }
+    }
+
+    /// The fast path of puts and gets: the caller's buffer, when it is one segment of host
+    /// memory, and where `[raddr, raddr + its length)` lies here (`RemoteKey::direct`).
+    #[inline(always)]
+    fn direct_one(
+        &self,
+        buf: &Buf,
+        raddr: u64,
+        key: &RemoteKey,
+        need: u16,
+    ) -> Option<((usize, usize), *mut u8)> {
+        let &Buf::One((a, l)) = buf else { return None };
+        if cuda::is_device(a) {
+            return None;
+        }
+        Some(((a, l), key.direct(self, raddr, l as u64, need)?))
     }
 
     /// `put_raw` for every case but a contiguous host-memory put into a region mapped here.
@@ -1128,10 +1136,7 @@ impl Endpoint {
         key: &RemoteKey,
         cb: Callback,
     ) -> Result<Started> {
-        if let Buf::One((a, l)) = buf
-            && !cuda::is_device(a)
-            && let Some(src) = key.direct(self, raddr, l as u64, access::READ)
-        {
+        if let Some(((a, l), src)) = self.direct_one(&buf, raddr, key, access::READ) {
             // SAFETY: the owner's record and our mapping cover [raddr, raddr + l); the
             // destination is the caller's writable host buffer.
             unsafe { copy_small(src, a as *mut u8, l) };
@@ -1206,43 +1211,25 @@ impl Endpoint {
         bits32: bool,
         cb: Callback,
     ) -> Result<Started> {
-        if let Some((width, p)) = self.atomic_direct(raddr, key, bits32) {
-            return Ok(Started::Done(Info {
-                len: width as usize,
-                tag: 0,
-                // SAFETY: as below.
-                value: unsafe { do_atomic(p, op, bits32, value, compare) },
-            }));
-        }
-        self.atomic_general(op, value, compare, raddr, key, bits32, cb)
-    }
-
-    /// `atomic_raw` for every case but a word in a host region mapped here.
-    #[allow(clippy::too_many_arguments)]
-    #[inline(never)]
-    fn atomic_general(
-        &self,
-        op: AtomicOp,
-        value: u64,
-        compare: u64,
-        raddr: u64,
-        key: &RemoteKey,
-        bits32: bool,
-        cb: Callback,
-    ) -> Result<Started> {
-        let (width, place) = self.atomic_target(raddr, key, bits32)?;
-        match place {
-            // SAFETY: checked in range and aligned (and host memory: `resolve` refuses
-            // atomics on device memory); shared memory is touched only atomically.
-            Some(p) => Ok(Started::Done(Info {
-                len: width as usize,
-                tag: 0,
-                value: unsafe { do_atomic(p.ptr, op, bits32, value, compare) },
-            })),
-            None => self.with_state(|st, e| {
-                st.rma_atomic(e, op, bits32, value, compare, rref(key, raddr), cb)
-            }),
-        }
+        let (width, ptr) = match self.atomic_direct(raddr, key, bits32) {
+            Some(at) => at,
+            None => match self.atomic_target(raddr, key, bits32)? {
+                (width, Some(p)) => (width, p.ptr),
+                (_, None) => {
+                    return self.with_state(|st, e| {
+                        st.rma_atomic(e, op, bits32, value, compare, rref(key, raddr), cb)
+                    });
+                }
+            },
+        };
+        Ok(Started::Done(Info {
+            len: width as usize,
+            tag: 0,
+            // SAFETY: checked in range and aligned, in host memory (`atomic_direct`, or
+            // `resolve`, which refuses atomics on device memory); shared memory is touched
+            // only atomically.
+            value: unsafe { do_atomic(ptr, op, bits32, value, compare) },
+        }))
     }
 
     /// A posted (non-fetching) atomic: `op` with `value` on the 64-bit (or, with `bits32`,
@@ -1303,6 +1290,7 @@ impl Endpoint {
     /// endpoint's, the word aligned, and within what the key (and, where this process can
     /// read it, the owner's record) grants for atomics. The word's width, and where it is
     /// when mapped here.
+    #[inline(never)]
     fn atomic_target(
         &self,
         raddr: u64,
