@@ -1342,6 +1342,7 @@ impl Endpoint {
     /// # Safety
     /// `data` must stay valid until completion.
     #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
     pub unsafe fn put_signal_raw(
         &self,
         data: Buf,
@@ -1382,8 +1383,8 @@ impl Endpoint {
     }
 
     /// For the direct put-with-signal: where the data and the signal word are mapped here,
-    /// both checked for writing (with one read of the owner's record when both lie in the
-    /// region of one key, as they usually do).
+    /// both checked for writing (with one check of the key's view of the owner's record when
+    /// both lie in the region of one key, as they usually do).
     #[inline]
     fn direct_pair(
         &self,
