@@ -483,6 +483,7 @@ impl Worker {
     /// # Safety
     /// `buf` must stay valid and unused until the callback runs (or the call returns
     /// `Done`, which runs no callback), or until the request completes.
+    #[inline]
     pub unsafe fn tag_recv_raw(
         &self,
         buf: Buf,

@@ -197,7 +197,7 @@ impl State {
     }
 
     /// Post a tag receive into `buf`.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn tag_recv(
         &mut self,
         buf: Buf,
