@@ -309,7 +309,7 @@ impl State {
 
     /// An eager tag message arrived on `e`. The usual case is in line: a posted receive
     /// matches, its buffer is one host segment with room, and no ack is owed.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn on_tag_eager(&mut self, e: u32, tag: u64, data: &[u8], sync_sreq: Option<u64>) {
         let Some(id) = self.match_expected(tag) else {
             self.unexpected_eager(e, tag, data, sync_sreq);
