@@ -1211,25 +1211,18 @@ impl Endpoint {
         bits32: bool,
         cb: Callback,
     ) -> Result<Started> {
-        let (width, ptr) = match self.atomic_direct(raddr, key, bits32) {
-            Some(at) => at,
-            None => match self.atomic_target(raddr, key, bits32)? {
-                (width, Some(p)) => (width, p.ptr),
-                (_, None) => {
-                    return self.with_state(|st, e| {
-                        st.rma_atomic(e, op, bits32, value, compare, rref(key, raddr), cb)
-                    });
-                }
-            },
-        };
-        Ok(Started::Done(Info {
-            len: width as usize,
-            tag: 0,
-            // SAFETY: checked in range and aligned, in host memory (`atomic_direct`, or
-            // `resolve`, which refuses atomics on device memory); shared memory is touched
-            // only atomically.
-            value: unsafe { do_atomic(ptr, op, bits32, value, compare) },
-        }))
+        match self.atomic_target(raddr, key, bits32)? {
+            (width, Some(p)) => Ok(Started::Done(Info {
+                len: width as usize,
+                tag: 0,
+                // SAFETY: checked in range and aligned, in host memory (`atomic_target`);
+                // shared memory is touched only atomically.
+                value: unsafe { do_atomic(p, op, bits32, value, compare) },
+            })),
+            (_, None) => self.with_state(|st, e| {
+                st.rma_atomic(e, op, bits32, value, compare, rref(key, raddr), cb)
+            }),
+        }
     }
 
     /// A posted (non-fetching) atomic: `op` with `value` on the 64-bit (or, with `bits32`,
@@ -1258,15 +1251,10 @@ impl Endpoint {
                 ),
             ));
         }
-        if let Some((_, p)) = self.atomic_direct(raddr, key, bits32) {
-            // SAFETY: as in `atomic_raw`.
-            unsafe { do_atomic(p, op, bits32, value, 0) };
-            return Ok(());
-        }
         match self.atomic_target(raddr, key, bits32)? {
             (_, Some(p)) => {
                 // SAFETY: as in `atomic_raw`.
-                unsafe { do_atomic(p.ptr, op, bits32, value, 0) };
+                unsafe { do_atomic(p, op, bits32, value, 0) };
                 Ok(())
             }
             (_, None) => {
@@ -1275,37 +1263,48 @@ impl Endpoint {
         }
     }
 
-    /// The fast path of the atomics: the word's width and where it is, when it lies
-    /// aligned in a host region mapped here that grants atomics (`RemoteKey::direct`).
+    /// Where an atomic goes: the word's width, and its address when it lies in host memory
+    /// mapped here (`None`: through the owner). The usual case, an aligned word of a host
+    /// region mapped here that grants atomics (`RemoteKey::direct`), in line; the checks
+    /// and their errors out of line.
     #[inline(always)]
-    fn atomic_direct(&self, raddr: u64, key: &RemoteKey, bits32: bool) -> Option<(u64, *mut u8)> {
-        let width = if bits32 { 4 } else { 8 };
-        if !raddr.is_multiple_of(width) {
-            return None;
-        }
-        Some((width, key.direct(self, raddr, width, access::ATOMIC)?))
-    }
-
-    /// The checks every atomic passes before it is carried out or sent: the key is this
-    /// endpoint's, the word aligned, and within what the key (and, where this process can
-    /// read it, the owner's record) grants for atomics. The word's width, and where it is
-    /// when mapped here.
-    #[inline(never)]
     fn atomic_target(
         &self,
         raddr: u64,
         key: &RemoteKey,
         bits32: bool,
-    ) -> Result<(u64, Option<Place>)> {
-        self.check_key(key)?;
+    ) -> Result<(u64, Option<*mut u8>)> {
         let width = if bits32 { 4 } else { 8 };
+        if raddr.is_multiple_of(width)
+            && let Some(p) = key.direct(self, raddr, width, access::ATOMIC)
+        {
+            return Ok((width, Some(p)));
+        }
+        self.atomic_checked(raddr, key, width)
+    }
+
+    /// The checks every atomic passes before it is carried out or sent: the key is this
+    /// endpoint's, the word aligned, and within what the key (and, where this process can
+    /// read it, the owner's record) grants for atomics. Where it is when mapped here.
+    #[inline(never)]
+    fn atomic_checked(
+        &self,
+        raddr: u64,
+        key: &RemoteKey,
+        width: u64,
+    ) -> Result<(u64, Option<*mut u8>)> {
+        self.check_key(key)?;
         if !raddr.is_multiple_of(width) {
             return Err(Error::msg(
                 Status::InvalidParam,
                 format!("atomic address {raddr:#x} is not {width}-byte aligned"),
             ));
         }
-        Ok((width, key.resolve(raddr, width, access::ATOMIC)?))
+        // Host memory only: `resolve` refuses atomics on device memory.
+        Ok((
+            width,
+            key.resolve(raddr, width, access::ATOMIC)?.map(|p| p.ptr),
+        ))
     }
 
     /// Write `data` at `raddr` and then update the signal word at `sig_addr` (`Set` or

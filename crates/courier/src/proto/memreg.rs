@@ -127,6 +127,13 @@ fn word(table: *mut u8, slot: usize, w: usize) -> &'static AtomicU64 {
 /// segment, so not part of `Record` (which the direct paths read on every access).
 const SEGMENT_WORD: usize = 7;
 
+/// The key-table slot of region id `region` (slot 0 is the table's header).
+#[inline]
+fn table_slot(region: u64) -> Option<usize> {
+    let slot = (region & 0xfff) as usize;
+    (slot != 0 && slot < TABLE_SLOTS).then_some(slot)
+}
+
 #[inline]
 fn read_record(table: *mut u8, slot: usize) -> Record {
     Record {
@@ -295,24 +302,16 @@ impl PeerMaps {
         Ok(m)
     }
 
-    #[inline]
     /// The first two words (`valid`, then `region`) of region `region`'s record, which
     /// change only when the owner unmaps the region or gives its slot to another; valid
     /// as long as this table mapping is.
     pub(crate) fn record_head(&self, region: u64) -> Option<*const AtomicU64> {
-        let slot = (region & 0xfff) as usize;
-        if slot == 0 || slot >= TABLE_SLOTS {
-            return None;
-        }
-        Some(word(self.table.ptr, slot, 0) as *const AtomicU64)
+        Some(word(self.table.ptr, table_slot(region)?, 0) as *const AtomicU64)
     }
 
+    #[inline]
     pub(crate) fn record(&self, region: u64) -> Option<Record> {
-        let slot = (region & 0xfff) as usize;
-        if slot == 0 || slot >= TABLE_SLOTS {
-            return None;
-        }
-        Some(read_record(self.table.ptr, slot))
+        Some(read_record(self.table.ptr, table_slot(region)?))
     }
 
     /// Map the owner's segment of region `region` (memfd `fd`, `len` bytes), cached per
@@ -881,13 +880,12 @@ impl MemRegistry {
         len: u64,
         need: u16,
     ) -> Result<Place> {
-        let slot = (region & 0xfff) as usize;
-        if slot == 0 || slot >= TABLE_SLOTS {
+        let Some(slot) = table_slot(region) else {
             return Err(Error::msg(
                 Status::InvalidKey,
                 format!("region {region:#x} does not exist (forged key)"),
             ));
-        }
+        };
         let rec = match &self.table {
             Some(t) => read_record(t.ptr, slot),
             None => self.lock().private[slot],
