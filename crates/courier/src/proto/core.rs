@@ -33,6 +33,9 @@ pub(crate) enum Work {
 /// Work to run outside the state lock (user code).
 pub(crate) enum Deferred {
     Req(Callback, Result<Info, Error>, Info),
+    /// A plain function's successful completion of `len` bytes with `tag` (the small
+    /// receive's case), written in place from those words.
+    RawOk(fn(usize, Result<Info, Error>, Info), usize, usize, u64),
     EpError(ErrorHandler, Error),
     Conn(u32, crate::proto::wireup::ConnRequest),
 }
@@ -298,12 +301,13 @@ impl State {
     /// `complete_slot`, in line, for a request polled by its handle or finished by a
     /// plain function.
     #[inline(always)]
-    pub(crate) fn complete_small(&mut self, idx: u32, info: Info) {
+    pub(crate) fn complete_small(&mut self, idx: u32, len: usize, tag: u64) {
         let Some(s) = self.reqs.slots.get_mut(idx as usize) else {
             return;
         };
         match (&s.callback, &s.buf) {
             (Callback::None, _) if !s.detached => {
+                let info = Info { len, tag, value: 0 };
                 s.done = true;
                 s.info = info;
                 s.result = Ok(info);
@@ -311,30 +315,39 @@ impl State {
             (&Callback::Raw(f, user), Buf::One(_)) => {
                 // Neither a plain function nor one segment needs a drop: forget them.
                 s.done = true;
-                s.info = info;
+                s.info = Info { len, tag, value: 0 };
                 s.live = false;
                 std::mem::forget(std::mem::replace(&mut s.callback, Callback::None));
                 std::mem::forget(std::mem::replace(&mut s.buf, Buf::EMPTY));
                 self.reqs.free.push(idx);
-                self.defer(Deferred::Req(Callback::Raw(f, user), Ok(info), info));
+                // Room first, then the entry written in place from its words (built
+                // before a possible `reserve` call, it would be spilled whole and copied
+                // back in wide loads of narrow stores, which the CPU cannot forward).
+                self.defer_room();
+                let at = self.deferred.len();
+                // SAFETY: `defer_room` left room for one more element; writing it past the
+                // end and then counting it is what `push` does.
+                unsafe {
+                    self.deferred
+                        .as_mut_ptr()
+                        .add(at)
+                        .write(Deferred::RawOk(f, user, len, tag));
+                    self.deferred.set_len(at + 1);
+                }
             }
-            _ => self.complete_slot(idx, Ok(info), info),
+            _ => {
+                let info = Info { len, tag, value: 0 };
+                self.complete_slot(idx, Ok(info), info)
+            }
         }
     }
 
-    /// Queue work to run outside the lock (`Vec::push`, kept in line on the
-    /// small-message path, where the compiler would call it).
+    /// Make room for one more entry of work to run outside the lock (the check of
+    /// `Vec::push`, kept in line on the small-message path).
     #[inline(always)]
-    pub(crate) fn defer(&mut self, d: Deferred) {
+    pub(crate) fn defer_room(&mut self) {
         if self.deferred.len() == self.deferred.capacity() {
             self.deferred.reserve(32);
-        }
-        let len = self.deferred.len();
-        // SAFETY: there is room for one more element (reserved above); writing it past the
-        // end and then counting it is what `push` does.
-        unsafe {
-            self.deferred.as_mut_ptr().add(len).write(d);
-            self.deferred.set_len(len + 1);
         }
     }
 

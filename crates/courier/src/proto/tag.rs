@@ -319,19 +319,19 @@ impl State {
         let Some(s) = self.reqs.slots.get_mut(idx as usize) else {
             return;
         };
+        if let Buf::One((addr, cap)) = s.buf {
+            if data.len() <= cap && s.stage.is_none() && !s.done && sync_sreq.is_none() {
+                // SAFETY: the posted buffer (cap bytes) is kept alive by its request.
+                unsafe { copy_small(data.as_ptr(), addr as *mut u8, data.len()) };
+                self.complete_small(idx, data.len(), tag);
+                return;
+            }
+        }
         let info = Info {
             len: data.len(),
             tag,
             value: 0,
         };
-        if let Buf::One((addr, cap)) = s.buf {
-            if data.len() <= cap && s.stage.is_none() && !s.done && sync_sreq.is_none() {
-                // SAFETY: the posted buffer (cap bytes) is kept alive by its request.
-                unsafe { copy_small(data.as_ptr(), addr as *mut u8, data.len()) };
-                self.complete_small(idx, info);
-                return;
-            }
-        }
         self.matched_eager(e, idx, data, info, sync_sreq);
     }
 
