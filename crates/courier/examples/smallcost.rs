@@ -150,6 +150,34 @@ fn step_am_echo(
     Ok(())
 }
 
+/// `step_am_echo` as `courier perf` answers: the raw send (no request made for a send
+/// that finished at once).
+#[inline(never)]
+fn step_am_echo_raw(
+    w: &Worker,
+    ep: &Endpoint,
+    count: &AtomicU64,
+    want: u64,
+    data: &[u8],
+) -> Result<()> {
+    while count.load(Ordering::Acquire) < want {
+        w.progress();
+    }
+    let reply = AmFlags {
+        reply: true,
+        ..AmFlags::default()
+    };
+    let buf = Buf::One((data.as_ptr() as usize, data.len()));
+    // SAFETY: an eager send over shared memory finishes inside the call (checked below).
+    match unsafe { ep.am_send_raw(1, &[], buf, reply, Callback::None)? } {
+        Started::Done(_) => Ok(()),
+        Started::Pending(_) => Err(Error::msg(
+            Status::InvalidParam,
+            "send did not finish at once",
+        )),
+    }
+}
+
 /// One turn of a tag ping-pong's answering side (`courier perf -t tag_lat`'s server):
 /// post the receive, progress until it completes, answer.
 #[inline(never)]
@@ -279,6 +307,12 @@ fn main() -> Result<()> {
         drain(&b, || seen.load(Ordering::Relaxed) > base + i);
     }
     let am_turn_ns = t.elapsed().as_nanos() as f64 / n as f64;
+    let base = seen.load(Ordering::Relaxed);
+    for i in 0..n as u64 {
+        drop(ba.am_send(1, &[], &data, AmFlags::default())?);
+        step_am_echo_raw(&a, &ab, &got, got.load(Ordering::Relaxed) + 1, &data)?;
+        drain(&b, || seen.load(Ordering::Relaxed) > base + i);
+    }
     let (mut buf, mut buf_b) = ([0u8; 8], [0u8; 8]);
     let t = std::time::Instant::now();
     for _ in 0..n {
