@@ -6,12 +6,15 @@
  *             and receiver on CPUs 1, 0), with congestion control CC on every socket
  *             ("system", the default, leaves the kernel's choice)
  *   pingpong  8-byte round trips over one loopback TCP connection, both sides busy polling
+ *   cacheline [N]  8-byte round trips through two cache lines of shared memory (N of them:
+ *             2M by default; bench/run.sh probes the machine's speed with 20k)
  *   copy      16 MiB copies: memcpy in one process, process_vm_readv (CMA) from another
  *             process, and two processes each memcpy-ing half through shared memory
  *
  * Each measurement prints one JSON line: {"what": ..., "conns": N, "mbs": MB/s} (MB = 2^20
  * bytes, as in ucx_perftest's tables; tcp_stream also names its "cc"), or for the
- * ping-pong {"what": "tcp_pingpong", "rtt_us": ..., "oneway_us": ...} (medians).
+ * ping-pongs {"what": "tcp_pingpong" or "shm_pingpong", "rtt_us": ..., "oneway_us": ...}
+ * (the TCP one's medians, the shared-memory one's mean).
  * Build: cc -O2 -o ceilings bench/ceilings.c */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -245,9 +248,11 @@ static char *shared(long len) {
 /* cacheline: 8-byte round trips through two cache lines of one shared page, no library:
  * each side stores the iteration number in its own line and spins on the other's (ping on
  * CPU 1, echo on CPU 0); the mean over 2M round trips. The floor under any library's shared-memory
- * round trip (tag_lat, ucp_am_lat, ucp_put_lat). */
-static int cacheline(void) {
-	enum { WARMUP = 100000, ITERS = 2000000 };
+ * round trip (tag_lat, ucp_am_lat, ucp_put_lat). With a count (`cacheline 20000`), that many
+ * round trips after a tenth as many unmeasured: bench/run.sh's probe of the machine's speed
+ * before and after each run. */
+static int cacheline(uint64_t ITERS) {
+	const uint64_t WARMUP = ITERS / 10 < 100000 ? ITERS / 10 : 100000;
 	volatile uint64_t *line = (volatile uint64_t *)shared(4096);
 	volatile uint64_t *ping = &line[0], *pong = &line[8]; /* 64 bytes apart */
 	*ping = 0;
@@ -344,10 +349,16 @@ int main(int argc, char **argv) {
 	}
 	if (argc == 2 && strcmp(argv[1], "pingpong") == 0)
 		return pingpong();
-	if (argc == 2 && strcmp(argv[1], "cacheline") == 0)
-		return cacheline();
+	if ((argc == 2 || argc == 3) && strcmp(argv[1], "cacheline") == 0) {
+		long long n = argc == 3 ? atoll(argv[2]) : 2000000;
+		if (n < 1000 || n > 100000000) {
+			fprintf(stderr, "ceilings cacheline [N]: N from 1000 to 100000000\n");
+			return 2;
+		}
+		return cacheline((uint64_t)n);
+	}
 	if (argc == 2 && strcmp(argv[1], "copy") == 0)
 		return copy();
-	fprintf(stderr, "usage: ceilings tcp N [CC] | ceilings pingpong | ceilings cacheline | ceilings copy\n");
+	fprintf(stderr, "usage: ceilings tcp N [CC] | ceilings pingpong | ceilings cacheline [N] | ceilings copy\n");
 	return 2;
 }

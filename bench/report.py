@@ -229,7 +229,21 @@ def read(path: str) -> str:
 
 
 RUN_COLS = ["id", "kind", "tool", "tls", "test", "size", "rep", "iters", "warmup", "window",
-            "rc", "elapsed_s", "port", "cmd", "out", "err", "srv_out", "srv_err", "env"]
+            "rc", "elapsed_s", "port", "cmd", "out", "err", "srv_out", "srv_err", "env",
+            "probe_before", "probe_after"]
+
+# Two runs are "at one speed" when the machine-speed probes taken before and after each of
+# them (a cache-line ping-pong's one-way time) are within this factor of one another. The
+# machine's slow stretches triple that time; its run-to-run spread at one speed is ~20%.
+SPEED_TOL = 1.5
+
+
+def _float(x: str) -> float | None:
+    try:
+        v = float(x)
+    except ValueError:
+        return None
+    return v if math.isfinite(v) and v > 0 else None
 
 
 def parse_runs(work: str) -> list[dict]:
@@ -251,6 +265,7 @@ def parse_runs(work: str) -> list[dict]:
             r["elapsed_s"] = float(r["elapsed_s"])
         except ValueError:
             r["elapsed_s"] = None
+        probes = [_float(r["probe_before"]), _float(r["probe_after"])]
         out, err = read(r["out"]), read(r["err"])
         srv_err = read(r["srv_err"])
         nums = None
@@ -276,6 +291,7 @@ def parse_runs(work: str) -> list[dict]:
             "warmup": r["warmup"], "window": r["window"], "rc": rc, "status": status,
             "elapsed_s": r["elapsed_s"], "port": r["port"], "env": r["env"], "cmd": r["cmd"],
             "numbers": nums if status == "ok" else None,
+            "probe_us": probes,
         }
         if status != "ok":
             msg = (err.strip() or out.strip())[-400:]
@@ -402,19 +418,34 @@ def cell(s: dict, metric: str) -> str:
     return txt
 
 
-def paired_ratios(cs: list[dict], us: list[dict], metric: str) -> list[float]:
-    """Courier / UCX for each repetition where both ran: the two runs of a repetition are
-    next to each other in time, so they mostly share the machine's state, where the two
-    medians may not (a median of 9 reports whichever speed held more runs)."""
+def paired_ratios(cs: list[dict], us: list[dict], metric: str) -> list[tuple[float, bool]]:
+    """Courier / UCX for each repetition where both ran, and whether the pair ran at one
+    speed (`one_speed`). The two runs of a repetition are next to each other in time, so
+    they mostly share the machine's state, where the two medians may not (a median of 9
+    reports whichever speed held more runs)."""
     def by_rep(sel):
         out = {}
         for r in sel:
             v = metric_value(r["numbers"], metric) if r["status"] == "ok" else None
             if v is not None and math.isfinite(v):
-                out[r["rep"]] = v
+                out[r["rep"]] = (v, r)
         return out
     c, u = by_rep(cs), by_rep(us)
-    return [c[k] / u[k] for k in sorted(c) if k in u and u[k]]
+    return [(c[k][0] / u[k][0], one_speed(c[k][1], u[k][1]))
+            for k in sorted(c) if k in u and u[k][0]]
+
+
+def one_speed(*runs: dict) -> bool:
+    """Whether every speed probe before and after these runs was taken, and all are within
+    SPEED_TOL of one another."""
+    ps = [p for r in runs for p in (r.get("probe_us") or [None, None])]
+    if not ps or any(p is None for p in ps):
+        return False
+    return max(ps) <= SPEED_TOL * min(ps)
+
+
+# Fewest pairs a verdict is taken from (see `target_rows`).
+MIN_JUDGED_PAIRS = 3
 
 
 def target_rows(runs: list[dict]) -> list[dict]:
@@ -425,14 +456,24 @@ def target_rows(runs: list[dict]) -> list[dict]:
         c = summarize(cs, t["metric"])
         u = summarize(us, t["metric"])
         pairs = paired_ratios(cs, us, t["metric"])
-        paired = statistics.median(pairs) if pairs else None
+        paired = statistics.median([x for x, _ in pairs]) if pairs else None
+        same = [x for x, ok in pairs if ok]
+        paired_same = statistics.median(same) if same else None
         f = (summarize(select(runs, "target", "fi", t["tls"], "pingpong", t["size"]), t["metric"])
              if t["fi"] else None)
         ratio = None
         if "median" in c and "median" in u and u["median"]:
             ratio = c["median"] / u["median"]
-        if ratio is not None:
-            ok = ratio <= t["target"] if t["op"] == "<=" else ratio >= t["target"]
+        # Judged on the pairs that ran at one speed when there are enough of them, else on
+        # all pairs, else (no pair) on the ratio of medians.
+        if len(same) >= MIN_JUDGED_PAIRS:
+            judged, judged_on = paired_same, "one-speed pairs"
+        elif len(pairs) >= MIN_JUDGED_PAIRS:
+            judged, judged_on = paired, "all pairs"
+        else:
+            judged, judged_on = ratio, "medians"
+        if judged is not None:
+            ok = judged <= t["target"] if t["op"] == "<=" else judged >= t["target"]
             verdict = "PASS" if ok else "MISS"
         elif "unsupported" in c["statuses"] and "median" not in c:
             verdict = "not supported yet"
@@ -445,8 +486,23 @@ def target_rows(runs: list[dict]) -> list[dict]:
         else:
             verdict = "—"
         rows.append(dict(t, courier=c, ucx=u, fi=f, ratio=ratio, paired=paired,
-                         pairs=len(pairs), verdict=verdict))
+                         pairs=len(pairs), paired_same=paired_same, pairs_same=len(same),
+                         judged=judged, judged_on=judged_on, verdict=verdict))
     return rows
+
+
+def probe_summary(runs: list[dict]) -> str:
+    """One paragraph on the machine's speed during the run, from the probes."""
+    ps = [p for r in runs for p in (r.get("probe_us") or []) if p is not None]
+    if not ps:
+        return "No speed probes were taken in this run (no C compiler, or `BENCH_NO_PROBE=1`)."
+    ps.sort()
+    mid = statistics.median(ps)
+    slow = sum(p > SPEED_TOL * mid for p in ps)
+    fast = sum(p * SPEED_TOL < mid for p in ps)
+    return (f"Speed probes (cache-line ping-pong between the two CPUs, one-way): {len(ps)} taken, "
+            f"{ps[0]:.3f}–{ps[-1]:.3f} us, median {mid:.3f}; {slow} more than {SPEED_TOL}× the "
+            f"median (the machine's slow stretches), {fast} less than the median / {SPEED_TOL}.")
 
 
 def sweep_series(runs: list[dict]) -> dict:
@@ -620,22 +676,32 @@ def render(doc: dict, outdir: str) -> None:
              "not a windowed stream), shown for reference only. *Paired* is the median of the "
              "repetitions' own ratios (each of a Courier run and the UCX run next to it in time): "
              "where it and the ratio of medians differ much, the machine changed speed during the "
-             "run (see the analysis below). The result is judged on the ratio of medians.\n")
-    L.append("| Transport | Test | Size | Metric | Courier | UCX | fi_pingpong | Ratio | Paired | Target | Result |")
-    L.append("|---|---|---|---|---|---|---|---|---|---|---|")
+             "run (see the analysis below). *One speed* is that median over the pairs whose four "
+             "speed probes (a cache-line ping-pong between the two CPUs, before and after each "
+             f"run) lie within a factor {SPEED_TOL} of one another, so that both tools ran on the "
+             "same machine. **The result is judged on the one-speed pairs** when there are at "
+             f"least {MIN_JUDGED_PAIRS}, else on all pairs, else on the ratio of medians; the "
+             "value judged is in the Result column.\n")
+    L.append("| Transport | Test | Size | Metric | Courier | UCX | fi_pingpong | Ratio | Paired | One speed | Target | Result |")
+    L.append("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         fi = cell(r["fi"], r["metric"]) if r["fi"] is not None else "—"
         ratio = f"{r['ratio']:.2f}" if r["ratio"] is not None else "—"
         paired = f"{r['paired']:.2f} <sub>(n={r['pairs']})</sub>" if r.get("paired") is not None else "—"
+        same = (f"{r['paired_same']:.2f} <sub>(n={r['pairs_same']})</sub>"
+                if r.get("paired_same") is not None else "—")
         verdict = f"**{r['verdict']}**" if r["verdict"] in ("PASS", "MISS") else r["verdict"]
+        if r["verdict"] in ("PASS", "MISS") and r.get("judged") is not None:
+            verdict += f" <sub>({r['judged']:.2f}, {r['judged_on']})</sub>"
         L.append(f"| {r['tls']} | {r['test']} | {fmt_size(r['size'])} | {METRIC_NAMES[r['metric']]} | "
                  f"{cell(r['courier'], r['metric'])} | {cell(r['ucx'], r['metric'])} | {fi} | {ratio} | {paired} | "
-                 f"{r['op']} {r['target']} | {verdict} |")
+                 f"{same} | {r['op']} {r['target']} | {verdict} |")
     n_pass = sum(r["verdict"] == "PASS" for r in rows)
     n_miss = sum(r["verdict"] == "MISS" for r in rows)
     n_uns = sum(r["verdict"] == "not supported yet" for r in rows)
     L.append(f"\n{n_pass} PASS, {n_miss} MISS, {n_uns} not supported yet by Courier, "
              f"{len(rows) - n_pass - n_miss - n_uns} other.\n")
+    L.append(probe_summary(runs) + "\n")
 
     # transports Courier actually used
     used = {}
@@ -802,12 +868,34 @@ def selftest() -> None:
     assert "the system's congestion control | 4000 |" in c, c
     assert "| TCP loopback ping-pong, 8 B, one connection | 7.00 | 3.50 |" in c, c
 
-    def run(tool, rep, lat, status="ok"):
-        return {"tool": tool, "rep": rep, "status": status, "numbers": {"lat_p50_us": lat}}
+    def run(tool, rep, lat, status="ok", probes=(0.05, 0.05)):
+        return {"tool": tool, "rep": rep, "status": status, "numbers": {"lat_p50_us": lat},
+                "probe_us": list(probes)}
     cs = [run("courier", 1, 0.13), run("courier", 2, 0.33), run("courier", 3, 0.14, "failed")]
-    us = [run("ucx", 1, 0.26), run("ucx", 2, 0.30), run("ucx", 3, 0.15)]
+    us = [run("ucx", 1, 0.26), run("ucx", 2, 0.30, probes=(0.05, 0.2)), run("ucx", 3, 0.15)]
     pr = paired_ratios(cs, us, "lat")
-    assert [round(x, 3) for x in pr] == [0.5, 1.1], pr
+    assert [(round(x, 3), ok) for x, ok in pr] == [(0.5, True), (1.1, False)], pr
+    assert not one_speed(run("ucx", 1, 0.1, probes=(None, 0.05)))
+    assert one_speed(run("ucx", 1, 0.1, probes=(0.05, 0.07)), run("courier", 1, 0.1))
+
+    # The verdict: on the one-speed pairs when there are 3, whatever the medians say. Here
+    # three of Courier's five runs fell in a slow stretch and one of UCX's: the ratio of
+    # medians is 1.9, but in every pair that ran at one speed Courier is at 0.5.
+    fast, slow = (0.05, 0.05), (0.2, 0.2)
+    def target_runs(tool, lats, speeds):
+        return [dict(run(tool, i + 1, lat, probes=sp), kind="target", transport="shm",
+                     test="tag_lat", size=8) for i, (lat, sp) in enumerate(zip(lats, speeds))]
+    runs = (target_runs("courier", [0.1, 0.1, 0.4, 0.4, 0.4], [fast, fast, slow, slow, slow])
+            + target_runs("ucx", [0.2, 0.2, 0.8, 0.21, 0.21], [fast, fast, slow, fast, fast]))
+    row = next(r for r in target_rows(runs) if r["test"] == "tag_lat" and r["tls"] == "shm")
+    assert row["pairs"] == 5 and row["pairs_same"] == 3, row
+    assert round(row["ratio"], 2) == 1.9 and round(row["judged"], 3) == 0.5, row
+    assert row["judged_on"] == "one-speed pairs" and row["verdict"] == "PASS", row
+    # Without probes: judged on all pairs.
+    for r in runs:
+        r["probe_us"] = [None, None]
+    row = next(r for r in target_rows(runs) if r["test"] == "tag_lat" and r["tls"] == "shm")
+    assert row["pairs_same"] == 0 and row["judged_on"] == "all pairs", row
     print("selftest ok")
 
 

@@ -106,6 +106,23 @@ meta have_fi "$HAVE_FI"
 [ "$HAVE_UCX" = 1 ] || log "ucx_perftest unavailable: Courier only"
 [ "$HAVE_FI" = 1 ] || log "fi_pingpong unavailable: skipping libfabric rows"
 
+# The machine's speed, probed before and after every run: a cache-line ping-pong between the
+# two CPUs the runs use (bench/ceilings.c, 20k round trips, a few ms). This machine switches
+# between speeds for seconds at a time (its shm latencies then triple); report.py compares
+# Courier with UCX over the pairs of runs that all four probes place at one speed.
+PROBE=""
+if [ "${BENCH_NO_PROBE:-0}" != 1 ] && command -v cc >/dev/null 2>&1 &&
+   cc -O2 -o "$WORK/probe" "$HERE/ceilings.c" 2>"$WORK/probe.log"; then
+    PROBE=$WORK/probe
+else
+    log "no speed probe (cc missing, BENCH_NO_PROBE=1, or bench/ceilings.c did not build)"
+fi
+meta probe "$( [ -n "$PROBE" ] && echo 'ceilings cacheline 20000, one-way us' || echo none)"
+probe() {  # one-way cache-line latency in us, or nothing
+    [ -n "$PROBE" ] || return 0
+    timeout 10 "$PROBE" cacheline 20000 2>/dev/null | sed -n 's/.*"oneway_us": \([0-9.]*\).*/\1/p'
+}
+
 # ------------------------------------------------------------------------------------------
 # One client/server pair
 # ------------------------------------------------------------------------------------------
@@ -157,7 +174,7 @@ RUN_ID=0
 # run_one KIND TOOL TLS TEST SIZE ITERS WARMUP WINDOW REP [retry]
 run_one() {
     local kind=$1 tool=$2 tls=$3 test=$4 size=$5 iters=$6 warmup=$7 window=$8 rep=$9 again=${10:-}
-    local id envs srv cli rc t0 t1 elapsed
+    local id envs srv cli rc t0 t1 elapsed probe_before probe_after
     RUN_ID=$((RUN_ID + 1))
     id=$(printf '%04d' "$RUN_ID")
     next_port
@@ -186,6 +203,7 @@ run_one() {
         cli=(fi_pingpong "${fargs[@]}" -P "$PORT" -I "$iters" -S "$size" 127.0.0.1)
         ;;
     esac
+    probe_before=$(probe)
     env "${envs[@]}" timeout -k 5 $((RUN_TIMEOUT + 20)) taskset -c "$SERVER_CPU" "${srv[@]}" \
         >"$pfx.srv.out" 2>"$pfx.srv.err" </dev/null &
     SERVER_PID=$!
@@ -202,6 +220,7 @@ run_one() {
     t1=$(date +%s.%N)
     # a finished pair leaves no server; an unsupported/failed client leaves it waiting
     if [ "$rc" = 0 ]; then stop_server 50; else stop_server 2; fi
+    probe_after=$(probe)
     # A server that never listened (its port taken in the meantime, or a slow start) says
     # nothing about the tool: one more try on another port, and only that one is recorded.
     if [ "$rc" = 99 ] && [ -z "$again" ]; then
@@ -211,10 +230,10 @@ run_one() {
     fi
     elapsed=$(awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.3f", b-a}')
     local envtxt="${envs[*]}"
-    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' \
+    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' \
         "$id" "$kind" "$tool" "$tls" "$test" "$size" "$rep" "$iters" "$warmup" "$window" \
         "$rc" "$elapsed" "$PORT" "${cli[*]}" "$pfx.out" "$pfx.err" "$pfx.srv.out" "$pfx.srv.err" \
-        "${envtxt//-u /unset }" >>"$RUNS"
+        "${envtxt//-u /unset }" "$probe_before" "$probe_after" >>"$RUNS"
     local brief
     if [ "$tool" = courier ]; then
         brief=$(grep -o '"\(latency_percentile_us\|bandwidth_overall_mbs\|msgrate_overall\|transport\)":[^,}]*' \
