@@ -127,6 +127,13 @@ fn step_am_send(ep: &Endpoint, n: usize, data: &[u8]) -> Result<()> {
     Ok(())
 }
 
+/// How the echo steps answer: as a reply.
+const REPLY: AmFlags = AmFlags {
+    reply: true,
+    rndv: false,
+    eager: false,
+};
+
 /// One turn of an active-message ping-pong's answering side (`courier perf -t
 /// ucp_am_lat`'s server): progress until the ping was handled (`count` reaches `want`),
 /// then answer, as a reply. The send follows a progress call, so it takes the latency
@@ -142,34 +149,27 @@ fn step_am_echo(
     while count.load(Ordering::Acquire) < want {
         w.progress();
     }
-    let reply = AmFlags {
-        reply: true,
-        ..AmFlags::default()
-    };
-    drop(ep.am_send(1, &[], data, reply)?);
+    drop(ep.am_send(1, &[], data, REPLY)?);
     Ok(())
 }
 
-/// `step_am_echo` as `courier perf` answers: the raw send (no request made for a send
-/// that finished at once).
+/// `step_am_echo` as `courier perf` answers: the raw send of the segment `seg` (no request
+/// made for a send that finished at once).
 #[inline(never)]
 fn step_am_echo_raw(
     w: &Worker,
     ep: &Endpoint,
     count: &AtomicU64,
     want: u64,
-    data: &[u8],
+    seg: (usize, usize),
 ) -> Result<()> {
     while count.load(Ordering::Acquire) < want {
         w.progress();
     }
-    let reply = AmFlags {
-        reply: true,
-        ..AmFlags::default()
-    };
-    let buf = Buf::One((data.as_ptr() as usize, data.len()));
-    // SAFETY: an eager send over shared memory finishes inside the call (checked below).
-    match unsafe { ep.am_send_raw(1, &[], buf, reply, Callback::None)? } {
+    let buf = Buf::One(seg);
+    // SAFETY: the caller's buffer outlives the call, and an eager send over shared memory
+    // finishes inside it (checked below).
+    match unsafe { ep.am_send_raw(1, &[], buf, REPLY, Callback::None)? } {
         Started::Done(_) => Ok(()),
         Started::Pending(_) => Err(Error::msg(
             Status::InvalidParam,
@@ -310,7 +310,8 @@ fn main() -> Result<()> {
     let base = seen.load(Ordering::Relaxed);
     for i in 0..n as u64 {
         drop(ba.am_send(1, &[], &data, AmFlags::default())?);
-        step_am_echo_raw(&a, &ab, &got, got.load(Ordering::Relaxed) + 1, &data)?;
+        let seg = (data.as_ptr() as usize, data.len());
+        step_am_echo_raw(&a, &ab, &got, got.load(Ordering::Relaxed) + 1, seg)?;
         drain(&b, || seen.load(Ordering::Relaxed) > base + i);
     }
     let (mut buf, mut buf_b) = ([0u8; 8], [0u8; 8]);
