@@ -435,6 +435,39 @@ def paired_ratios(cs: list[dict], us: list[dict], metric: str) -> list[tuple[flo
             for k in sorted(c) if k in u and u[k][0]]
 
 
+def full_speed_ref(runs: list[dict]) -> float | None:
+    """The probe value of the machine at full speed in this run: the 10th percentile of all
+    probes (a few are faster still, when the two vCPUs share a core)."""
+    ps = sorted(p for r in runs for p in (r.get("probe_us") or []) if p is not None)
+    return ps[len(ps) // 10] if ps else None
+
+
+def at_full_speed(ref: float | None, *runs: dict) -> bool:
+    """Whether every probe around these runs is within SPEED_TOL of full speed."""
+    ps = [p for r in runs for p in (r.get("probe_us") or [None, None])]
+    return ref is not None and bool(ps) and all(p is not None and p <= SPEED_TOL * ref for p in ps)
+
+
+def speed_split(cs: list[dict], us: list[dict], metric: str, ref: float | None) -> dict:
+    """Paired ratios of the one-speed pairs, split into those at full speed and the rest
+    (the machine's slow stretches): (median, count) for each."""
+    def by_rep(sel):
+        return {r["rep"]: r for r in sel if r["status"] == "ok"
+                and metric_value(r["numbers"], metric) is not None}
+    c, u = by_rep(cs), by_rep(us)
+    fast, slow = [], []
+    for k in sorted(c):
+        if k not in u or not one_speed(c[k], u[k]):
+            continue
+        uv = metric_value(u[k]["numbers"], metric)
+        if not uv:
+            continue
+        x = metric_value(c[k]["numbers"], metric) / uv
+        (fast if at_full_speed(ref, c[k], u[k]) else slow).append(x)
+    med = lambda v: (statistics.median(v), len(v)) if v else (None, 0)
+    return {"fast": med(fast), "slow": med(slow)}
+
+
 def one_speed(*runs: dict) -> bool:
     """Whether every speed probe before and after these runs was taken, and all are within
     SPEED_TOL of one another."""
@@ -450,6 +483,7 @@ MIN_JUDGED_PAIRS = 3
 
 def target_rows(runs: list[dict]) -> list[dict]:
     rows = []
+    ref = full_speed_ref(runs)
     for t in TARGETS:
         cs = select(runs, "target", "courier", t["tls"], t["test"], t["size"])
         us = select(runs, "target", "ucx", t["tls"], t["test"], t["size"])
@@ -487,7 +521,8 @@ def target_rows(runs: list[dict]) -> list[dict]:
             verdict = "—"
         rows.append(dict(t, courier=c, ucx=u, fi=f, ratio=ratio, paired=paired,
                          pairs=len(pairs), paired_same=paired_same, pairs_same=len(same),
-                         judged=judged, judged_on=judged_on, verdict=verdict))
+                         judged=judged, judged_on=judged_on, verdict=verdict,
+                         by_speed=speed_split(cs, us, t["metric"], ref)))
     return rows
 
 
@@ -702,6 +737,19 @@ def render(doc: dict, outdir: str) -> None:
     L.append(f"\n{n_pass} PASS, {n_miss} MISS, {n_uns} not supported yet by Courier, "
              f"{len(rows) - n_pass - n_miss - n_uns} other.\n")
     L.append(probe_summary(runs) + "\n")
+    if full_speed_ref(runs) is not None:
+        L.append("The one-speed pairs by the machine's speed (shown, not judged): *full speed* "
+                 f"has all four probes within {SPEED_TOL}× of the run's full-speed probe (its "
+                 "10th percentile); the rest ran in a slow stretch.\n")
+        L.append("| Transport | Test | Size | Full speed | Slow stretch |")
+        L.append("|---|---|---|---|---|")
+        for r in rows:
+            cells = []
+            for k in ("fast", "slow"):
+                v, n = r["by_speed"][k]
+                cells.append(f"{v:.2f} <sub>(n={n})</sub>" if v is not None else "—")
+            L.append(f"| {r['tls']} | {r['test']} | {fmt_size(r['size'])} | {cells[0]} | {cells[1]} |")
+        L.append("")
 
     # transports Courier actually used
     used = {}
@@ -891,6 +939,8 @@ def selftest() -> None:
     assert row["pairs"] == 5 and row["pairs_same"] == 3, row
     assert round(row["ratio"], 2) == 1.9 and round(row["judged"], 3) == 0.5, row
     assert row["judged_on"] == "one-speed pairs" and row["verdict"] == "PASS", row
+    split = row["by_speed"]
+    assert split["fast"] == (0.5, 2) and split["slow"] == (0.5, 1), split
     # Without probes: judged on all pairs.
     for r in runs:
         r["probe_us"] = [None, None]
