@@ -6,6 +6,7 @@
 //! error instead of racing. That check is what makes sharing the cell sound.
 
 use std::cell::{Cell, UnsafeCell};
+use std::marker::PhantomData;
 use std::ops::{Deref, DerefMut};
 use std::sync::atomic::{AtomicU32, Ordering};
 
@@ -97,9 +98,21 @@ unsafe impl<T: Send> Sync for StateCell<T> {}
 // SAFETY: as above; moving the cell moves T.
 unsafe impl<T: Send> Send for StateCell<T> {}
 
-/// The cell, held: one pointer, so it passes in a register.
+/// The cell, held: one pointer, so it passes in a register. Not `Send`: a single-thread
+/// worker's `held` flag is the owner thread's alone.
 pub(crate) struct Guard<'a, T> {
     cell: &'a StateCell<T>,
+    _not_send: PhantomData<*const ()>,
+}
+
+impl<'a, T> Guard<'a, T> {
+    #[inline(always)]
+    fn new(cell: &'a StateCell<T>) -> Guard<'a, T> {
+        Guard {
+            cell,
+            _not_send: PhantomData,
+        }
+    }
 }
 
 impl<T> StateCell<T> {
@@ -117,7 +130,7 @@ impl<T> StateCell<T> {
     pub(crate) fn lock(&self) -> Result<Guard<'_, T>> {
         if self.multi {
             self.mutex.lock();
-            return Ok(Guard { cell: self });
+            return Ok(Guard::new(self));
         }
         if thread_token() != self.owner {
             return Err(Error::new(
@@ -131,7 +144,7 @@ impl<T> StateCell<T> {
                 "worker re-entered while it is busy",
             ));
         }
-        Ok(Guard { cell: self })
+        Ok(Guard::new(self))
     }
 }
 
@@ -146,14 +159,14 @@ impl<'a, T> Guard<'a, T> {
         let r = f();
         if cell.multi {
             cell.mutex.lock();
-            return (Guard { cell }, r);
+            return (Guard::new(cell), r);
         }
         if cell.held.replace(true) {
             // Only a crate-internal guard forgotten inside `f` leaves the cell held; two
             // guards would alias the state. A bug in Courier itself: stop.
             std::process::abort();
         }
-        (Guard { cell }, r)
+        (Guard::new(cell), r)
     }
 }
 
