@@ -314,10 +314,6 @@ impl Worker {
             match d {
                 Deferred::Req(Callback::Rust(f), r, _) => f(r),
                 Deferred::Req(Callback::Raw(f, user), r, info) => f(user, r, info),
-                Deferred::RawOk(f, user, len, tag) => {
-                    let info = Info { len, tag, value: 0 };
-                    f(user, Ok(info), info)
-                }
                 Deferred::Req(Callback::None, _, _) => {}
                 Deferred::EpError(mut h, err) => h(&err),
                 Deferred::Conn(l, req) => {

@@ -33,9 +33,6 @@ pub(crate) enum Work {
 /// Work to run outside the state lock (user code).
 pub(crate) enum Deferred {
     Req(Callback, Result<Info, Error>, Info),
-    /// A plain function's successful completion of `len` bytes with `tag` (the small
-    /// receive's case), written in place from those words.
-    RawOk(fn(usize, Result<Info, Error>, Info), usize, usize, u64),
     EpError(ErrorHandler, Error),
     Conn(u32, crate::proto::wireup::ConnRequest),
 }
@@ -320,20 +317,7 @@ impl State {
                 std::mem::forget(std::mem::replace(&mut s.callback, Callback::None));
                 std::mem::forget(std::mem::replace(&mut s.buf, Buf::EMPTY));
                 self.reqs.free.push(idx);
-                // Room first, then the entry written in place from its words (built
-                // before a possible `reserve` call, it would be spilled whole and copied
-                // back in wide loads of narrow stores, which the CPU cannot forward).
-                self.defer_room();
-                let at = self.deferred.len();
-                // SAFETY: `defer_room` left room for one more element; writing it past the
-                // end and then counting it is what `push` does.
-                unsafe {
-                    self.deferred
-                        .as_mut_ptr()
-                        .add(at)
-                        .write(Deferred::RawOk(f, user, len, tag));
-                    self.deferred.set_len(at + 1);
-                }
+                self.defer_raw_ok(f, user, Info { len, tag, value: 0 });
             }
             _ => {
                 let info = Info { len, tag, value: 0 };
@@ -342,12 +326,25 @@ impl State {
         }
     }
 
-    /// Make room for one more entry of work to run outside the lock (the check of
-    /// `Vec::push`, kept in line on the small-message path).
+    /// Queue a plain function's successful completion (`Vec::push`, in line on the
+    /// small-message path). Room is made first and the entry built in place: built before
+    /// a possible `reserve` call, it would be spilled whole and copied back in wide loads
+    /// of the narrow stores that built it, which the CPU cannot forward.
     #[inline(always)]
-    pub(crate) fn defer_room(&mut self) {
+    fn defer_raw_ok(&mut self, f: fn(usize, Result<Info, Error>, Info), user: usize, info: Info) {
         if self.deferred.len() == self.deferred.capacity() {
             self.deferred.reserve(32);
+        }
+        let at = self.deferred.len();
+        // SAFETY: there is room for one more element (reserved above); writing it past the
+        // end and then counting it is what `push` does.
+        unsafe {
+            self.deferred.as_mut_ptr().add(at).write(Deferred::Req(
+                Callback::Raw(f, user),
+                Ok(info),
+                info,
+            ));
+            self.deferred.set_len(at + 1);
         }
     }
 
