@@ -105,16 +105,6 @@ pub(crate) struct Guard<'a, T> {
     _not_send: PhantomData<*const ()>,
 }
 
-impl<'a, T> Guard<'a, T> {
-    #[inline(always)]
-    fn new(cell: &'a StateCell<T>) -> Guard<'a, T> {
-        Guard {
-            cell,
-            _not_send: PhantomData,
-        }
-    }
-}
-
 impl<T> StateCell<T> {
     pub(crate) fn new(mode: ThreadMode, value: T) -> StateCell<T> {
         StateCell {
@@ -149,6 +139,14 @@ impl<T> StateCell<T> {
 }
 
 impl<'a, T> Guard<'a, T> {
+    #[inline(always)]
+    fn new(cell: &'a StateCell<T>) -> Guard<'a, T> {
+        Guard {
+            cell,
+            _not_send: PhantomData,
+        }
+    }
+
     /// Release the cell, run `f` (which may lock it again itself), and take it back. In
     /// single-thread mode the thread is the owner (it held the guard), so taking it back
     /// skips the check that `lock` makes of a caller.
