@@ -418,11 +418,13 @@ def cell(s: dict, metric: str) -> str:
     return txt
 
 
-def paired_ratios(cs: list[dict], us: list[dict], metric: str) -> list[tuple[float, bool]]:
-    """Courier / UCX for each repetition where both ran, and whether the pair ran at one
-    speed (`one_speed`). The two runs of a repetition are next to each other in time, so
-    they mostly share the machine's state, where the two medians may not (a median of 9
-    reports whichever speed held more runs)."""
+def paired_ratios(cs: list[dict], us: list[dict], metric: str,
+                  ref: float | None = None) -> list[tuple[float, bool, bool]]:
+    """Courier / UCX for each repetition where both ran, whether the pair ran at one speed
+    (`one_speed`), and whether at full speed (`at_full_speed`, against the probe `ref`).
+    The two runs of a repetition are next to each other in time, so they mostly share the
+    machine's state, where the two medians may not (a median of 9 reports whichever speed
+    held more runs)."""
     def by_rep(sel):
         out = {}
         for r in sel:
@@ -431,50 +433,39 @@ def paired_ratios(cs: list[dict], us: list[dict], metric: str) -> list[tuple[flo
                 out[r["rep"]] = (v, r)
         return out
     c, u = by_rep(cs), by_rep(us)
-    return [(c[k][0] / u[k][0], one_speed(c[k][1], u[k][1]))
+    return [(c[k][0] / u[k][0], one_speed(c[k][1], u[k][1]), at_full_speed(ref, c[k][1], u[k][1]))
             for k in sorted(c) if k in u and u[k][0]]
+
+
+def probes_of(*runs: dict) -> list[float | None]:
+    """The speed probes before and after each of these runs (None where none was taken)."""
+    return [p for r in runs for p in (r.get("probe_us") or [None, None])]
 
 
 def full_speed_ref(runs: list[dict]) -> float | None:
     """The probe value of the machine at full speed in this run: the 10th percentile of all
     probes (a few are faster still, when the two vCPUs share a core)."""
-    ps = sorted(p for r in runs for p in (r.get("probe_us") or []) if p is not None)
+    ps = sorted(p for p in probes_of(*runs) if p is not None)
     return ps[len(ps) // 10] if ps else None
-
-
-def at_full_speed(ref: float | None, *runs: dict) -> bool:
-    """Whether every probe around these runs is within SPEED_TOL of full speed."""
-    ps = [p for r in runs for p in (r.get("probe_us") or [None, None])]
-    return ref is not None and bool(ps) and all(p is not None and p <= SPEED_TOL * ref for p in ps)
-
-
-def speed_split(cs: list[dict], us: list[dict], metric: str, ref: float | None) -> dict:
-    """Paired ratios of the one-speed pairs, split into those at full speed and the rest
-    (the machine's slow stretches): (median, count) for each."""
-    def by_rep(sel):
-        return {r["rep"]: r for r in sel if r["status"] == "ok"
-                and metric_value(r["numbers"], metric) is not None}
-    c, u = by_rep(cs), by_rep(us)
-    fast, slow = [], []
-    for k in sorted(c):
-        if k not in u or not one_speed(c[k], u[k]):
-            continue
-        uv = metric_value(u[k]["numbers"], metric)
-        if not uv:
-            continue
-        x = metric_value(c[k]["numbers"], metric) / uv
-        (fast if at_full_speed(ref, c[k], u[k]) else slow).append(x)
-    med = lambda v: (statistics.median(v), len(v)) if v else (None, 0)
-    return {"fast": med(fast), "slow": med(slow)}
 
 
 def one_speed(*runs: dict) -> bool:
     """Whether every speed probe before and after these runs was taken, and all are within
     SPEED_TOL of one another."""
-    ps = [p for r in runs for p in (r.get("probe_us") or [None, None])]
+    ps = probes_of(*runs)
     if not ps or any(p is None for p in ps):
         return False
     return max(ps) <= SPEED_TOL * min(ps)
+
+
+def at_full_speed(ref: float | None, *runs: dict) -> bool:
+    """Whether every probe around these runs is within SPEED_TOL of full speed (`ref`)."""
+    ps = probes_of(*runs)
+    return ref is not None and bool(ps) and all(p is not None and p <= SPEED_TOL * ref for p in ps)
+
+
+def median_n(v: list[float]) -> tuple[float | None, int]:
+    return (statistics.median(v), len(v)) if v else (None, 0)
 
 
 # Fewest pairs a verdict is taken from (see `target_rows`).
@@ -489,10 +480,12 @@ def target_rows(runs: list[dict]) -> list[dict]:
         us = select(runs, "target", "ucx", t["tls"], t["test"], t["size"])
         c = summarize(cs, t["metric"])
         u = summarize(us, t["metric"])
-        pairs = paired_ratios(cs, us, t["metric"])
-        paired = statistics.median([x for x, _ in pairs]) if pairs else None
-        same = [x for x, ok in pairs if ok]
+        pairs = paired_ratios(cs, us, t["metric"], ref)
+        paired = statistics.median([x for x, _, _ in pairs]) if pairs else None
+        same = [x for x, one, _ in pairs if one]
         paired_same = statistics.median(same) if same else None
+        by_speed = {"fast": median_n([x for x, one, full in pairs if one and full]),
+                    "slow": median_n([x for x, one, full in pairs if one and not full])}
         f = (summarize(select(runs, "target", "fi", t["tls"], "pingpong", t["size"]), t["metric"])
              if t["fi"] else None)
         ratio = None
@@ -522,13 +515,13 @@ def target_rows(runs: list[dict]) -> list[dict]:
         rows.append(dict(t, courier=c, ucx=u, fi=f, ratio=ratio, paired=paired,
                          pairs=len(pairs), paired_same=paired_same, pairs_same=len(same),
                          judged=judged, judged_on=judged_on, verdict=verdict,
-                         by_speed=speed_split(cs, us, t["metric"], ref)))
+                         by_speed=by_speed))
     return rows
 
 
 def probe_summary(runs: list[dict]) -> str:
     """One paragraph on the machine's speed during the run, from the probes."""
-    ps = [p for r in runs for p in (r.get("probe_us") or []) if p is not None]
+    ps = [p for p in probes_of(*runs) if p is not None]
     if not ps:
         return "No speed probes were taken in this run (no C compiler, or `BENCH_NO_PROBE=1`)."
     ps.sort()
@@ -922,7 +915,7 @@ def selftest() -> None:
     cs = [run("courier", 1, 0.13), run("courier", 2, 0.33), run("courier", 3, 0.14, "failed")]
     us = [run("ucx", 1, 0.26), run("ucx", 2, 0.30, probes=(0.05, 0.2)), run("ucx", 3, 0.15)]
     pr = paired_ratios(cs, us, "lat")
-    assert [(round(x, 3), ok) for x, ok in pr] == [(0.5, True), (1.1, False)], pr
+    assert [(round(x, 3), ok) for x, ok, _ in pr] == [(0.5, True), (1.1, False)], pr
     assert not one_speed(run("ucx", 1, 0.1, probes=(None, 0.05)))
     assert one_speed(run("ucx", 1, 0.1, probes=(0.05, 0.07)), run("courier", 1, 0.1))
 
