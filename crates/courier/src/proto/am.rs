@@ -104,15 +104,15 @@ impl State {
         else {
             return None;
         };
-        let mut hdr = [0u8; 8];
-        hdr[0] = Kind::Am as u8;
-        hdr[1] = if flags.reply {
+        // One word (see `tag_send_now`): kind, flags, handler id, header length.
+        let reply = if flags.reply {
             frame::flags::AM_REPLY
         } else {
             0
         };
-        hdr[2..4].copy_from_slice(&id.to_le_bytes());
-        hdr[4..8].copy_from_slice(&hlen32.to_le_bytes());
+        let word =
+            Kind::Am as u64 | u64::from(reply) << 8 | u64::from(id) << 16 | u64::from(hlen32) << 32;
+        let hdr = word.to_le_bytes();
         let total = header.len() + len;
         let eager_len = (!flags.eager).then_some(total);
         let frame = total + Kind::Am.header_len();

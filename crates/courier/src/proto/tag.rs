@@ -83,11 +83,12 @@ impl State {
         let &Buf::One((addr, len)) = data else {
             return None;
         };
-        let mut hdr = [0u8; 16];
-        hdr[0] = Kind::TagEager as u8;
-        hdr[8..16].copy_from_slice(&tag.to_le_bytes());
+        // Built as whole words: the link copies it as words, and a word read back from
+        // bytes stored one at a time waits for those stores to reach the cache.
+        let words = [(Kind::TagEager as u64).to_le_bytes(), tag.to_le_bytes()];
+        let hdr = words.as_flattened();
         let frame = len + Kind::TagEagerSync.header_len();
-        let r = self.send_now_fast(e, &hdr, &[], (addr, len), Some(len), frame)?;
+        let r = self.send_now_fast(e, hdr, &[], (addr, len), Some(len), frame)?;
         Some(r.map(|()| Started::Done(Info { len, tag, value: 0 })))
     }
 
