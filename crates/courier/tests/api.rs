@@ -799,10 +799,19 @@ fn posted_receives_with_callbacks_match_by_mask_in_order_and_report_truncation()
         SEEN.lock().unwrap_or_else(|p| p.into_inner()).clear();
         let mut bufs = [[0u8; 8]; 3];
         let mut short = [0u8; 4];
+        // Odd receives are posted as words (`tag_recv_fn`), even ones as a `Buf` and a
+        // `Callback`: the two entries share the queue and its order.
         let post = |buf: Buf, tag: u64, mask: u64, user: usize| {
             let cb = Callback::Raw(record_completion, user);
-            // SAFETY: the buffers outlive the receives, which all finish below.
-            let s = unsafe { p.a.tag_recv_raw(buf, tag, mask, cb) }.unwrap();
+            let s = match (user % 2, buf) {
+                // SAFETY: the buffers outlive the receives, which all finish below.
+                (1, Buf::One(seg)) => unsafe {
+                    p.a.tag_recv_fn(seg, tag, mask, record_completion, user)
+                },
+                // SAFETY: as above.
+                (_, buf) => unsafe { p.a.tag_recv_raw(buf, tag, mask, cb) },
+            }
+            .unwrap();
             assert!(
                 matches!(s, Started::Pending(_)),
                 "{tls}: nothing was sent yet"
@@ -852,5 +861,32 @@ fn posted_receives_with_callbacks_match_by_mask_in_order_and_report_truncation()
             &short, b"five",
             "{tls}: a truncated message fills the buffer"
         );
+        // A message that arrived before its receive (unexpected) is taken by `tag_recv_fn`
+        // at once, or finished by the function.
+        let mut s = p.ba.tag_send(b"early...", 11).unwrap();
+        wait_on(&p.b, &mut s).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while p.a.tag_probe(11, u64::MAX).unwrap().is_none() {
+            p.a.progress();
+            assert!(
+                Instant::now() < deadline,
+                "{tls}: the early message did not arrive"
+            );
+        }
+        let mut late = [0u8; 8];
+        let seg = (late.as_mut_ptr() as usize, late.len());
+        // SAFETY: `late` outlives the receive, which finishes below.
+        match unsafe { p.a.tag_recv_fn(seg, 11, u64::MAX, record_completion, 5) }.unwrap() {
+            Started::Done(info) => assert_eq!((info.len, info.tag), (8, 11), "{tls}"),
+            Started::Pending(_) => {
+                while SEEN.lock().unwrap_or_else(|p| p.into_inner()).len() < 5 {
+                    p.a.progress();
+                    assert!(Instant::now() < deadline, "{tls}: callback did not run");
+                }
+                let last = SEEN.lock().unwrap_or_else(|p| p.into_inner())[4];
+                assert_eq!(last, (5, None, 8, 11), "{tls}");
+            }
+        }
+        assert_eq!(&late, b"early...", "{tls}");
     }
 }

@@ -1168,11 +1168,13 @@ fn counted_recvs(
             break Ok(());
         }
         if posted < total && posted - done < w as u64 {
-            let buf = courier::Buf::One((rbase as usize, size));
-            let cb = courier::Callback::Raw(op_counted, user);
+            let buf = (rbase as usize, size);
             // SAFETY: the buffer lies inside the receive area, which outlives this call;
             // the receives overwrite one another's bytes, which nobody reads.
-            let started = unsafe { link.worker.tag_recv_raw(buf, TAG_PING, u64::MAX, cb) };
+            let started = unsafe {
+                link.worker
+                    .tag_recv_fn(buf, TAG_PING, u64::MAX, op_counted, user)
+            };
             match link.check(started) {
                 Ok(courier::Started::Done(info)) if info.len != size => {
                     break Err(CliError::run(format!(

@@ -19,7 +19,7 @@ use crate::proto::am::{AmDelivery, AmRndv};
 use crate::proto::core::{Deferred, EPOLL_EVERY, State, Work};
 use crate::proto::fdpoll;
 use crate::proto::recv::{Eager, PollOne};
-use crate::proto::state::{Buf, Callback, Info};
+use crate::proto::state::{Buf, Callback, Info, RawFn};
 use crate::proto::tag::{ProbeInfo, Started};
 
 pub(crate) struct WorkerInner {
@@ -492,6 +492,26 @@ impl Worker {
         cb: Callback,
     ) -> Result<Started> {
         self.lock()?.tag_recv(buf, tag, mask, cb)
+    }
+
+    /// `tag_recv_raw` into one contiguous buffer `(address, length)`, completed by the plain
+    /// function `f` with the word `user` (run inside progress): the receive as the C ABI
+    /// and `courier perf` post it. Every argument is a word, passed in a register; a `Buf`
+    /// and a `Callback` built by the caller go through memory instead, and reading them
+    /// back waits for the caller's stores.
+    ///
+    /// # Safety
+    /// As `tag_recv_raw`.
+    #[inline(never)]
+    pub unsafe fn tag_recv_fn(
+        &self,
+        (addr, len): (usize, usize),
+        tag: u64,
+        mask: u64,
+        f: RawFn,
+        user: usize,
+    ) -> Result<Started> {
+        self.lock()?.tag_recv_fn((addr, len), tag, mask, f, user)
     }
 
     /// The first unexpected message that matches, without receiving it.

@@ -159,7 +159,11 @@ impl State {
     }
 
     /// `req_alloc`, also giving the new slot (for the fields the caller sets next).
-    #[inline]
+    ///
+    /// The buffer and the callback are stored here, in the caller's code, where they are
+    /// still in registers: passed on to an out-of-line call they would go through memory,
+    /// and copying them from there waits for the caller's stores.
+    #[inline(always)]
     pub(crate) fn req_new(
         &mut self,
         kind: ReqKind,
@@ -167,6 +171,16 @@ impl State {
         buf: Buf,
         callback: Callback,
     ) -> (u64, &mut ReqSlot) {
+        let (id, s) = self.req_take(kind, ep);
+        s.buf = buf;
+        s.callback = callback;
+        (id, s)
+    }
+
+    /// A new request's slot with every field but its buffer and callback set (those are
+    /// empty: a freed slot's were released).
+    #[inline]
+    pub(crate) fn req_take(&mut self, kind: ReqKind, ep: Option<u32>) -> (u64, &mut ReqSlot) {
         // A freed slot (`req_free` left its buffer and callback empty and it is not live),
         // or a new one, made vacant first; either is then set field by field (cheaper than
         // building and moving a whole slot).
@@ -192,8 +206,6 @@ impl State {
         s.rndv_push = false;
         s.kind = kind;
         s.ep = ep;
-        s.buf = buf;
-        s.callback = callback;
         s.expect = 0;
         s.got = 0;
         s.tag = 0;
@@ -331,7 +343,7 @@ impl State {
     /// a possible `reserve` call, it would be spilled whole and copied back in wide loads
     /// of the narrow stores that built it, which the CPU cannot forward.
     #[inline(always)]
-    fn defer_raw_ok(&mut self, f: fn(usize, Result<Info, Error>, Info), user: usize, info: Info) {
+    fn defer_raw_ok(&mut self, f: RawFn, user: usize, info: Info) {
         if self.deferred.len() == self.deferred.capacity() {
             self.deferred.reserve(32);
         }

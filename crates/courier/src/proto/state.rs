@@ -29,8 +29,12 @@ pub enum Callback {
     Rust(Box<dyn FnOnce(Result<Info, Error>) + Send>),
     /// A plain function and a user word (for the C ABI and bindings; no allocation). The
     /// `Info` is passed also on failure (a truncated receive's real length).
-    Raw(fn(usize, Result<Info, Error>, Info), usize),
+    Raw(RawFn, usize),
 }
+
+/// A plain completion function: the user word, the result, and the operation's `Info`
+/// (passed also on failure).
+pub type RawFn = fn(usize, Result<Info, Error>, Info);
 
 /// A buffer as address/length segments in this process.
 #[derive(Clone, Debug)]

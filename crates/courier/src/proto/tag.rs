@@ -213,8 +213,30 @@ impl State {
         self.tag_recv_other(buf, tag, mask, cb)
     }
 
+    /// `tag_recv` of one host segment completed by a plain function, from words: the
+    /// buffer and callback are built where they are stored, after the slot is found.
+    #[inline(always)]
+    pub(crate) fn tag_recv_fn(
+        &mut self,
+        seg: (usize, usize),
+        tag: u64,
+        mask: u64,
+        f: RawFn,
+        user: usize,
+    ) -> Result<Started> {
+        if self.unexpected.is_empty() && !crate::base::cuda::active() {
+            let (id, s) = self.req_take(ReqKind::TagRecv, None);
+            s.buf = Buf::One(seg);
+            s.callback = Callback::Raw(f, user);
+            s.tag = tag;
+            self.expected.push_back(Posted { tag, mask, id });
+            return Ok(Started::Pending(id));
+        }
+        self.tag_recv_other(Buf::One(seg), tag, mask, Callback::Raw(f, user))
+    }
+
     /// Post a receive to the expected queue; its id.
-    #[inline]
+    #[inline(always)]
     fn post_recv(&mut self, buf: Buf, tag: u64, mask: u64, cb: Callback) -> u64 {
         let (id, s) = self.req_new(ReqKind::TagRecv, None, buf, cb);
         s.tag = tag;
