@@ -250,8 +250,17 @@ static char *shared(long len) {
  * CPU 1, echo on CPU 0); the mean over 2M round trips. The floor under any library's shared-memory
  * round trip (tag_lat, ucp_am_lat, ucp_put_lat). With a count (`cacheline 20000`), that many
  * round trips after a tenth as many unmeasured: bench/run.sh's probe of the machine's speed
- * before and after each run. */
-static int cacheline(uint64_t ITERS) {
+ * before and after each run. Without a count it runs twice: with bare loads
+ * ("shm_pingpong"), then with a gap between two looks of 16 dependent additions to a word
+ * on the stack ("shm_pingpong_gap"), as Courier's `poll_gap` spaces its looks at a word a
+ * peer writes. */
+static void gap(int on) {
+	volatile uint32_t g = 0;
+	for (uint32_t k = 0; on && k < 16; k++)
+		g += k; /* each addition reads back the store before it */
+}
+
+static double cacheline_run(uint64_t ITERS, int spaced) {
 	const uint64_t WARMUP = ITERS / 10 < 100000 ? ITERS / 10 : 100000;
 	volatile uint64_t *line = (volatile uint64_t *)shared(4096);
 	volatile uint64_t *ping = &line[0], *pong = &line[8]; /* 64 bytes apart */
@@ -264,7 +273,7 @@ static int cacheline(uint64_t ITERS) {
 		pin(0);
 		for (uint64_t i = 1; i <= WARMUP + ITERS; i++) {
 			while (__atomic_load_n(ping, __ATOMIC_ACQUIRE) != i)
-				;
+				gap(spaced);
 			__atomic_store_n(pong, i, __ATOMIC_RELEASE);
 		}
 		_exit(0);
@@ -276,12 +285,21 @@ static int cacheline(uint64_t ITERS) {
 			t0 = now(); /* the clock is read twice in all: it adds nothing per round trip */
 		__atomic_store_n(ping, i, __ATOMIC_RELEASE);
 		while (__atomic_load_n(pong, __ATOMIC_ACQUIRE) != i)
-			;
+			gap(spaced);
 	}
 	double rtt = (now() - t0) / ITERS * 1e6;
 	waitpid(child, NULL, 0);
-	printf("{\"what\": \"shm_pingpong\", \"conns\": 0, \"rtt_us\": %.4f, \"oneway_us\": %.4f}\n", rtt,
-	       rtt / 2);
+	munmap((void *)line, 4096);
+	return rtt;
+}
+
+static int cacheline(uint64_t ITERS, int both) {
+	for (int spaced = 0; spaced <= both; spaced++) {
+		double rtt = cacheline_run(ITERS, spaced);
+		printf("{\"what\": \"%s\", \"conns\": 0, \"rtt_us\": %.4f, \"oneway_us\": %.4f}\n",
+		       spaced ? "shm_pingpong_gap" : "shm_pingpong", rtt, rtt / 2);
+		fflush(stdout);
+	}
 	return 0;
 }
 
@@ -355,7 +373,7 @@ int main(int argc, char **argv) {
 			fprintf(stderr, "ceilings cacheline [N]: N from 1000 to 100000000\n");
 			return 2;
 		}
-		return cacheline((uint64_t)n);
+		return cacheline((uint64_t)n, argc == 2);
 	}
 	if (argc == 2 && strcmp(argv[1], "copy") == 0)
 		return copy();

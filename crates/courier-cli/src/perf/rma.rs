@@ -9,6 +9,7 @@
 //! operations out), so its region stays mapped while the client uses it.
 
 use super::clock::Instant;
+use courier::base::sys::poll_gap;
 use std::sync::Arc;
 use std::sync::atomic::{Ordering, fence};
 
@@ -262,6 +263,7 @@ impl Side {
                     }
                     return Ok(());
                 }
+                poll_gap();
             }
             link.poll(&mut idle)?;
         }
@@ -334,6 +336,8 @@ fn poll_stamp(link: &Link, p: *const u8, size: usize, v: u64) -> CliResult<()> {
                 fence(Ordering::Acquire);
                 return Ok(());
             }
+            // Spaced looks: the peer's store lands sooner (see `poll_gap`).
+            poll_gap();
         }
         link.poll(&mut idle)?;
     }

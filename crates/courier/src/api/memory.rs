@@ -18,7 +18,7 @@ use super::onesided::Reach;
 use super::request::Request;
 use super::worker::Worker;
 use crate::base::cuda;
-use crate::base::sys::{copy_small, host_id};
+use crate::base::sys::{copy_small, host_id, poll_gap};
 use crate::base::{Error, Result, Status};
 use crate::proto::core::State;
 pub use crate::proto::memreg::MemoryType;
@@ -406,6 +406,8 @@ impl Memory {
                 if cmp.holds(v, value) {
                     return Ok(v);
                 }
+                // Spaced looks: the writer's store lands sooner (see `poll_gap`).
+                poll_gap();
             }
             if deadline.is_some_and(|d| Instant::now() >= d) {
                 return Err(Error::new(
