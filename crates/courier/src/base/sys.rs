@@ -122,9 +122,10 @@ pub unsafe fn copy_small(src: *const u8, dst: *mut u8, n: usize) {
 /// project's 2-vCPU EPYC machine:
 /// - `bench/ceilings.c cacheline`, two processes ping-ponging through two cache lines:
 ///   0.054 us one-way with bare loads, 0.040 with this gap (0.027 with one store per look);
-/// - `courier perf -t ucp_put_lat`: 0.055 us with bare loads, 0.040 with this gap. One
-///   to four stores per look did not move it; `pause` (22 ns here, longer on recent Intel
-///   parts) helped about as much, less steadily.
+/// - `courier perf -t ucp_put_lat`: 0.050-0.060 us with bare loads, 0.040-0.055 with this
+///   gap (paired, 1.09-1.38 times as fast over batches of 6-8). One to four stores per
+///   look did not move it; `pause` (22 ns here, longer on recent Intel parts) helped about
+///   as much, less steadily.
 #[inline(always)]
 pub fn poll_gap() {
     let mut x = 0u32;
