@@ -254,10 +254,12 @@ static char *shared(long len) {
  * ("shm_pingpong"), then with a gap between two looks of 16 dependent additions to a word
  * on the stack ("shm_pingpong_gap"), as Courier's `poll_gap` spaces its looks at a word a
  * peer writes. */
-static void gap(int on) {
+/* Between two looks of the spaced run: 16 additions to a word on the stack, each reading
+ * back the store before it. Only that run calls it: the bare run's loop has no store. */
+static void gap(void) {
 	volatile uint32_t g = 0;
-	for (uint32_t k = 0; on && k < 16; k++)
-		g += k; /* each addition reads back the store before it */
+	for (uint32_t k = 0; k < 16; k++)
+		g += k;
 }
 
 static double cacheline_run(uint64_t ITERS, int spaced) {
@@ -272,8 +274,12 @@ static double cacheline_run(uint64_t ITERS, int spaced) {
 	if (child == 0) {
 		pin(0);
 		for (uint64_t i = 1; i <= WARMUP + ITERS; i++) {
-			while (__atomic_load_n(ping, __ATOMIC_ACQUIRE) != i)
-				gap(spaced);
+			if (spaced)
+				while (__atomic_load_n(ping, __ATOMIC_ACQUIRE) != i)
+					gap();
+			else
+				while (__atomic_load_n(ping, __ATOMIC_ACQUIRE) != i)
+					;
 			__atomic_store_n(pong, i, __ATOMIC_RELEASE);
 		}
 		_exit(0);
@@ -284,8 +290,12 @@ static double cacheline_run(uint64_t ITERS, int spaced) {
 		if (i == WARMUP + 1)
 			t0 = now(); /* the clock is read twice in all: it adds nothing per round trip */
 		__atomic_store_n(ping, i, __ATOMIC_RELEASE);
-		while (__atomic_load_n(pong, __ATOMIC_ACQUIRE) != i)
-			gap(spaced);
+		if (spaced)
+			while (__atomic_load_n(pong, __ATOMIC_ACQUIRE) != i)
+				gap();
+		else
+			while (__atomic_load_n(pong, __ATOMIC_ACQUIRE) != i)
+				;
 	}
 	double rtt = (now() - t0) / ITERS * 1e6;
 	waitpid(child, NULL, 0);

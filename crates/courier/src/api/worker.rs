@@ -495,10 +495,10 @@ impl Worker {
     }
 
     /// `tag_recv_raw` into one contiguous buffer `(address, length)`, completed by the plain
-    /// function `f` with the word `user` (run inside progress): the receive as the C ABI
-    /// and `courier perf` post it. Every argument is a word, passed in a register; a `Buf`
-    /// and a `Callback` built by the caller go through memory instead, and reading them
-    /// back waits for the caller's stores.
+    /// function `f` with the word `user` (run inside progress), as `courier perf`'s
+    /// receiver posts. Every argument is a plain word: the caller builds no `Buf` or
+    /// `Callback` in memory for the library to copy (a copy that reads back, as one wide
+    /// load, what the caller stored as narrower words waits for those stores).
     ///
     /// # Safety
     /// As `tag_recv_raw`.

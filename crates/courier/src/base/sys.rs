@@ -114,18 +114,20 @@ pub unsafe fn copy_small(src: *const u8, dst: *mut u8, n: usize) {
 
 /// A short gap between two looks at a word that another CPU writes (a put landing in
 /// this process's memory, a signal word): a chain of 16 additions to a word on this
-/// thread's stack, each waiting for the one before it through the store buffer, some 30
-/// ns.
+/// thread's stack, each reading back the store before it, some 30 ns. (`black_box` is
+/// what keeps each store; the compiler lowers it so, though it does not promise to.)
 ///
 /// A loop of bare loads keeps asking for the watched line, and the writer's store has to
 /// take the line away from it: spaced looks let the store land sooner. Measured on this
 /// project's 2-vCPU EPYC machine:
 /// - `bench/ceilings.c cacheline`, two processes ping-ponging through two cache lines:
-///   0.054 us one-way with bare loads, 0.040 with this gap (0.027 with one store per look);
+///   0.052-0.055 us one-way with bare loads, 0.034-0.037 with this gap;
 /// - `courier perf -t ucp_put_lat`: 0.050-0.060 us with bare loads, 0.040-0.055 with this
-///   gap (paired, 1.09-1.38 times as fast over batches of 6-8). One to four stores per
-///   look did not move it; `pause` (22 ns here, longer on recent Intel parts) helped about
-///   as much, less steadily.
+///   gap (paired, 1.375 times as fast over 5 one-speed pairs, 1.09 over 8 later). Shorter
+///   gaps (one to four stores per look) halved the bare ping-pong in an experiment
+///   outside the repository but did not move `ucp_put_lat`; `pause` (22 ns here, longer on
+///   recent Intel parts) helped about as much as this chain, less steadily. The
+///   experiments are in `bench/analysis.md`.
 #[inline(always)]
 pub fn poll_gap() {
     let mut x = 0u32;

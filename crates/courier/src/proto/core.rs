@@ -177,8 +177,8 @@ impl State {
         (id, s)
     }
 
-    /// A new request's slot with every field but its buffer and callback set (those are
-    /// empty: a freed slot's were released).
+    /// A new request's slot with every field that is read before it completes set, but its
+    /// buffer and callback (those are empty: a freed slot's were released).
     #[inline]
     pub(crate) fn req_take(&mut self, kind: ReqKind, ep: Option<u32>) -> (u64, &mut ReqSlot) {
         // A freed slot (`req_free` left its buffer and callback empty and it is not live),
