@@ -148,6 +148,7 @@ pub(crate) struct State {
 impl State {
     // ----- requests -------------------------------------------------------------------
 
+    /// A new request with its buffer and callback; its id.
     pub(crate) fn req_alloc(
         &mut self,
         kind: ReqKind,
@@ -155,30 +156,15 @@ impl State {
         buf: Buf,
         callback: Callback,
     ) -> u64 {
-        self.req_new(kind, ep, buf, callback).0
-    }
-
-    /// `req_alloc`, also giving the new slot (for the fields the caller sets next).
-    ///
-    /// The buffer and the callback are stored here, in the caller's code, where they are
-    /// still in registers: passed on to an out-of-line call they would go through memory,
-    /// and copying them from there waits for the caller's stores.
-    #[inline(always)]
-    pub(crate) fn req_new(
-        &mut self,
-        kind: ReqKind,
-        ep: Option<u32>,
-        buf: Buf,
-        callback: Callback,
-    ) -> (u64, &mut ReqSlot) {
         let (id, s) = self.req_take(kind, ep);
         s.buf = buf;
         s.callback = callback;
-        (id, s)
+        id
     }
 
     /// A new request's slot with every field that is read before it completes set, but its
-    /// buffer and callback (those are empty: a freed slot's were released).
+    /// buffer and callback, which the caller stores (`req_alloc`, `post_recv`): a freed
+    /// slot's were released, so nothing is left to drop.
     #[inline]
     pub(crate) fn req_take(&mut self, kind: ReqKind, ep: Option<u32>) -> (u64, &mut ReqSlot) {
         // A freed slot (`req_free` left its buffer and callback empty and it is not live),

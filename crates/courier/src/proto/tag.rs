@@ -208,13 +208,12 @@ impl State {
     ) -> Result<Started> {
         // The usual case of a receiver that keeps up: nothing waiting to match, host memory.
         if self.unexpected.is_empty() && !super::stage::has_device(&buf) {
-            return Ok(Started::Pending(self.post_recv(buf, tag, mask, cb)));
+            return Ok(Started::Pending(self.post_recv(tag, mask, || (buf, cb))));
         }
         self.tag_recv_other(buf, tag, mask, cb)
     }
 
-    /// `tag_recv` of one host segment completed by a plain function, from words: the
-    /// buffer and callback are built where they are stored, after the slot is found.
+    /// `tag_recv` of one host segment completed by a plain function, from words.
     #[inline(always)]
     pub(crate) fn tag_recv_fn(
         &mut self,
@@ -224,21 +223,24 @@ impl State {
         f: RawFn,
         user: usize,
     ) -> Result<Started> {
+        // One host segment is device memory only with a driver loaded (`has_device`).
         if self.unexpected.is_empty() && !crate::base::cuda::active() {
-            let (id, s) = self.req_take(ReqKind::TagRecv, None);
-            s.buf = Buf::One(seg);
-            s.callback = Callback::Raw(f, user);
-            s.tag = tag;
-            self.expected.push_back(Posted { tag, mask, id });
-            return Ok(Started::Pending(id));
+            let parts = || (Buf::One(seg), Callback::Raw(f, user));
+            return Ok(Started::Pending(self.post_recv(tag, mask, parts)));
         }
         self.tag_recv_other(Buf::One(seg), tag, mask, Callback::Raw(f, user))
     }
 
-    /// Post a receive to the expected queue; its id.
+    /// Post a receive to the expected queue; its id. `parts` gives its buffer and callback
+    /// once the slot is found: built there, they are stored from registers, where built
+    /// earlier they would be kept in memory across the slot's search and copied back in
+    /// loads wider than the stores that built them (which the CPU cannot forward).
     #[inline(always)]
-    fn post_recv(&mut self, buf: Buf, tag: u64, mask: u64, cb: Callback) -> u64 {
-        let (id, s) = self.req_new(ReqKind::TagRecv, None, buf, cb);
+    fn post_recv(&mut self, tag: u64, mask: u64, parts: impl FnOnce() -> (Buf, Callback)) -> u64 {
+        let (id, s) = self.req_take(ReqKind::TagRecv, None);
+        let (buf, cb) = parts();
+        s.buf = buf;
+        s.callback = cb;
         s.tag = tag;
         self.expected.push_back(Posted { tag, mask, id });
         id
@@ -296,7 +298,7 @@ impl State {
                 }
             }
         }
-        Ok(Started::Pending(self.post_recv(buf, tag, mask, cb)))
+        Ok(Started::Pending(self.post_recv(tag, mask, || (buf, cb))))
     }
 
     /// The first unexpected message matching `tag`/`mask`, left in place.
