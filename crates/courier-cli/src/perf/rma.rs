@@ -251,22 +251,14 @@ impl Side {
         let word = unsafe {
             std::sync::atomic::AtomicU64::from_ptr(m.as_ptr().add(self.layout.sig).cast())
         };
-        let mut idle = Idle::default();
-        loop {
-            // Several looks per progress call: a same-host peer writes the word directly,
-            // and an idle progress costs more than a load.
-            for _ in 0..16 {
-                let got = word.load(Ordering::Acquire);
-                if got >= v {
-                    if got == u64::MAX && link.failure.is_set() {
-                        return Err(link.failed());
-                    }
-                    return Ok(());
-                }
-                poll_gap();
-            }
-            link.poll(&mut idle)?;
+        let got = watch(link, move || {
+            let got = word.load(Ordering::Acquire);
+            (got >= v).then_some(got)
+        })?;
+        if got == u64::MAX && link.failure.is_set() {
+            return Err(link.failed());
         }
+        Ok(())
     }
 }
 
@@ -322,25 +314,32 @@ unsafe fn read_stamp(p: *const u8, size: usize) -> u64 {
     u64::from_le_bytes(b)
 }
 
-/// Poll this side's receive area until the message of iteration `v` is there.
+/// Look at memory the peer writes directly until `look` gives a result: 16 looks per
+/// progress call (a same-host peer's store lands without our progress, and an idle
+/// progress costs more than a load), spaced by `poll_gap` (the store lands sooner).
 #[inline]
-fn poll_stamp(link: &Link, p: *const u8, size: usize, v: u64) -> CliResult<()> {
-    let want = mask(size, v);
+fn watch<R>(link: &Link, mut look: impl FnMut() -> Option<R>) -> CliResult<R> {
     let mut idle = Idle::default();
     loop {
-        // Several looks per progress call: a same-host peer's put lands without our
-        // progress, and an idle progress costs more than a load.
         for _ in 0..16 {
-            // SAFETY: `p` is the receive area of a live region of at least `size` bytes.
-            if unsafe { read_stamp(p, size) } == want {
-                fence(Ordering::Acquire);
-                return Ok(());
+            if let Some(r) = look() {
+                return Ok(r);
             }
-            // Spaced looks: the peer's store lands sooner (see `poll_gap`).
             poll_gap();
         }
         link.poll(&mut idle)?;
     }
+}
+
+/// Poll this side's receive area until the message of iteration `v` is there.
+#[inline]
+fn poll_stamp(link: &Link, p: *const u8, size: usize, v: u64) -> CliResult<()> {
+    let want = mask(size, v);
+    // Captured by value, so that the size's checks in `read_stamp` are made once.
+    watch(link, move || {
+        // SAFETY: `p` is the receive area of a live region of at least `size` bytes.
+        (unsafe { read_stamp(p, size) } == want).then(|| fence(Ordering::Acquire))
+    })
 }
 
 fn check_data(link: &Link, p: &Params, buf: &[u8]) -> CliResult<()> {
