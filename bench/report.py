@@ -10,6 +10,10 @@ Python 3.11, standard library only.  Sub-commands:
   report.py render --out DIR          re-render RESULTS.md and the plots from OUT/results/raw.json
   report.py ceilings FILE             print the ceilings tables (Markdown) from bench/ceilings.c's
                                       JSON lines in FILE
+  report.py go FILE                   print the Go-against-native section (Markdown) from
+                                      bindings/go/bench.sh's JSON lines in FILE
+  report.py signal FILE               print the signaling-put section (Markdown) from
+                                      bench/put_signal.sh's JSON lines in FILE
   report.py selftest                  check the parsers on canned outputs
 
 Metric conventions (same as ucx_perftest's -f row):
@@ -863,6 +867,156 @@ def render_ceilings(lines: list[str]) -> str:
     return "\n".join(out) + "\n"
 
 
+def render_go(lines: list[str]) -> str:
+    """The Go-against-native section from bindings/go/bench.sh's JSON lines (NATIVE=1): each
+    point is judged as `target_rows` judges Courier against UCX, on the median of the
+    repetitions whose four speed probes agree (Go / native bandwidth, Go - native latency)
+    when there are MIN_JUDGED_PAIRS of them, else on all repetitions, else on the medians."""
+    rows: dict[int, dict] = {}
+    for line in lines:
+        line = line.strip()
+        if not line.startswith("{"):
+            continue
+        try:
+            d = json.loads(line)
+        except ValueError:
+            continue
+        rows.setdefault(int(d.get("size", 0)), {})[d.get("impl")] = d
+    out = ["", "## Go bindings against native (active messages, same machine, same run)", ""]
+    out.append("Medians of the repetitions, and each repetition's own comparison (a Go run and "
+               "the native run next to it in time): over all repetitions, and over those whose "
+               "four speed probes agree (*one speed*). The result is judged on the one-speed "
+               f"repetitions when there are {MIN_JUDGED_PAIRS}, else on all, else on the medians.")
+    out += ["", "| size | metric | Go | native | medians | paired, all | paired, one speed (n) "
+            "| judged on | target | result |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for size in sorted(rows):
+        g, n = rows[size].get("go"), rows[size].get("native")
+        if not g or not n:
+            continue
+        lat = size <= 64
+        key = "latency_us" if lat else "bandwidth_mbs"
+        gm, nm = g.get(key), n.get(key)
+        if gm is None or not nm:
+            continue
+        cmp = (lambda a, b: a - b) if lat else (lambda a, b: a / b)
+        gv, nv = n.get("go_values") or [], n.get("native_values") or []
+        probes = n.get("probes") or []
+        allp, same = [], []
+        for i, (a, b) in enumerate(zip(gv, nv)):
+            if a is None or not b:
+                continue
+            c = cmp(a, b)
+            allp.append(c)
+            ps = probes[i] if i < len(probes) else []
+            if ps and all(p is not None for p in ps) and max(ps) <= SPEED_TOL * min(ps):
+                same.append(c)
+        med = cmp(gm, nm)
+        if len(same) >= MIN_JUDGED_PAIRS:
+            judged, on = statistics.median(same), "one-speed pairs"
+        elif len(allp) >= MIN_JUDGED_PAIRS:
+            judged, on = statistics.median(allp), "all pairs"
+        else:
+            judged, on = med, "medians"
+        if lat:
+            f = lambda v: f"{v:+.3f} us"
+            ok = judged <= 0.3
+            head = f"| {size} B | one-way latency (us) | {gm:.3f} | {nm:.3f} |"
+            target = "<= +0.3 us"
+        else:
+            f = lambda v: f"{v:.3f}"
+            ok = judged >= 0.95
+            head = f"| {size >> 20} MiB | bandwidth (MB/s) | {gm:.0f} | {nm:.0f} |"
+            target = ">= 0.95"
+        one = f"{f(statistics.median(same))} ({len(same)})" if same else "—"
+        every = f(statistics.median(allp)) if allp else "—"
+        out.append(f"{head} {f(med)} | {every} | {one} | {on} | {target} | {'PASS' if ok else 'MISS'} |")
+    return "\n".join(out) + "\n"
+
+
+SIGNAL_TESTS = ("ucp_put_lat", "put_signal_lat", "put_flush_signal_lat")
+# Issue 3's targets: put_signal_lat / ucp_put_lat and put_signal_lat / put_flush_signal_lat.
+SIGNAL_TARGETS = (("ucp_put_lat", 1.10), ("put_flush_signal_lat", 0.50))
+
+
+def render_signal(lines: list[str]) -> str:
+    """The signaling-put section from bench/put_signal.sh's JSON lines. Each ratio is judged
+    on the averages (the 50%ile moves in clock steps of an eighth of a put): the median of
+    the repetitions' own ratios over those whose probes agree when there are
+    MIN_JUDGED_PAIRS, else over all, else the ratio of the medians."""
+    runs: dict[tuple[str, str], dict[int, dict]] = {}
+    for line in lines:
+        try:
+            d = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(d, dict) and d.get("test") in SIGNAL_TESTS:
+            runs.setdefault((d.get("tls", "shm"), d["test"]), {})[d.get("rep", 0)] = d
+
+    def values(tls, test, key):
+        return [d[key] for d in runs.get((tls, test), {}).values() if d.get(key) is not None]
+
+    def med(tls, test, key):
+        v = values(tls, test, key)
+        return statistics.median(v) if v else None
+
+    out = ["", "## Signaling put (Courier only, same run)", ""]
+    out.append("One-way latency of 8 B (usec): the median over the repetitions of each run's 50%ile "
+               "and of its average. `put_flush_signal_lat` is a put, a flush and a separate atomic "
+               "swap of the signal, as open OpenSHMEM implementations do it. Issue 3's targets are "
+               "for shared memory, where a same-host peer's stores are direct and a flush is a "
+               "fence; over tcp a flush waits for the target's answer.")
+    out += ["", "| transport | test | 50%ile | average | runs (average) |", "|---|---|---|---|---|"]
+    for tls in ("shm", "tcp"):
+        for t in SIGNAL_TESTS:
+            p50, avg = med(tls, t, "latency_us"), med(tls, t, "latency_avg_us")
+            if p50 is None and avg is None:
+                continue
+            fmt = lambda v: "—" if v is None else f"{v:.3f}"
+            out.append(f"| {tls} | {t} | {fmt(p50)} | {fmt(avg)} | "
+                       f"{', '.join(f'{x:.4f}' for x in values(tls, t, 'latency_avg_us'))} |")
+    out.append("")
+    out.append("The ratios are of the averages, judged on the repetitions' own ratios (the runs "
+               "of a repetition are next to each other in time) over those whose four speed "
+               f"probes agree when there are {MIN_JUDGED_PAIRS}, else over all, else on the "
+               "medians; the ratio of the 50%iles' medians is shown beside them.")
+    out += ["", "| transport | ratio | paired, one speed (n) | paired, all | medians | 50%iles | "
+            "judged on | target | result |", "|---|---|---|---|---|---|---|---|---|"]
+    for tls in ("shm", "tcp"):
+        sig = runs.get((tls, "put_signal_lat"), {})
+        for base, target in SIGNAL_TARGETS:
+            other = runs.get((tls, base), {})
+            allp, same = [], []
+            for rep, a in sig.items():
+                b = other.get(rep)
+                if not b or a.get("latency_avg_us") is None or not b.get("latency_avg_us"):
+                    continue
+                r = a["latency_avg_us"] / b["latency_avg_us"]
+                allp.append(r)
+                ps = list(a.get("probe_us") or [None, None]) + list(b.get("probe_us") or [None, None])
+                if all(p is not None for p in ps) and max(ps) <= SPEED_TOL * min(ps):
+                    same.append(r)
+            ms, mb = med(tls, "put_signal_lat", "latency_avg_us"), med(tls, base, "latency_avg_us")
+            ps50, pb50 = med(tls, "put_signal_lat", "latency_us"), med(tls, base, "latency_us")
+            medians = ms / mb if ms is not None and mb else None
+            if len(same) >= MIN_JUDGED_PAIRS:
+                judged, on = statistics.median(same), "one-speed pairs"
+            elif len(allp) >= MIN_JUDGED_PAIRS:
+                judged, on = statistics.median(allp), "all pairs"
+            else:
+                judged, on = medians, "medians"
+            if judged is None:
+                continue
+            fmt = lambda v: "—" if v is None else f"{v:.2f}"
+            tail = "" if tls == "shm" else " (for reference)"
+            out.append(
+                f"| {tls} | put_signal_lat / {base} | "
+                f"{fmt(statistics.median(same)) + f' ({len(same)})' if same else '—'} | "
+                f"{fmt(statistics.median(allp)) if allp else '—'} | {fmt(medians)} | "
+                f"{fmt(ps50 / pb50 if ps50 is not None and pb50 else None)} | {on} | "
+                f"<= {target:.2f}{tail} | {'PASS' if judged <= target else 'MISS'} |")
+    return "\n".join(out) + "\n"
+
+
 # ---------------------------------------------------------------------------------------------
 # Self test of the parsers
 # ---------------------------------------------------------------------------------------------
@@ -942,6 +1096,46 @@ def selftest() -> None:
         r["probe_us"] = [None, None]
     row = next(r for r in target_rows(runs) if r["test"] == "tag_lat" and r["tls"] == "shm")
     assert row["pairs_same"] == 0 and row["judged_on"] == "all pairs", row
+
+    # The Go section: judged on the repetitions at one speed (the second ran in a slow
+    # stretch, and its ratio is the odd one out); latency as Go - native.
+    def go_lines(size, gv, nv, probes, lat):
+        key = "latency_us" if lat else "bandwidth_mbs"
+        gm, nm = statistics.median(gv), statistics.median(nv)
+        return [json.dumps({"impl": "go", "size": size, key: gm}),
+                json.dumps({"impl": "native", "size": size, key: nm, "go_values": gv,
+                            "native_values": nv, "probes": probes})]
+    f4, s4, mixed = [0.05] * 4, [0.2] * 4, [0.05, 0.05, 0.2, 0.2]
+    go = render_go(go_lines(4 * MIB, [96.0, 60.0, 99.0, 98.0], [100.0, 100.0, 100.0, 100.0],
+                            [f4, mixed, f4, s4], False)
+                   + go_lines(8, [0.25, 0.30, 0.26], [0.08, 0.09, 0.08], [f4, f4, [None] * 4], True)
+                   + ["not json"])
+    assert "| 4 MiB | bandwidth (MB/s) | 97 | 100 | 0.970 | 0.970 | 0.980 (3) | one-speed pairs | >= 0.95 | PASS |" in go, go
+    assert "| 8 B | one-way latency (us) | 0.260 | 0.080 | +0.180 us | +0.180 us | +0.190 us (2) | all pairs | <= +0.3 us | PASS |" in go, go
+    miss = render_go(go_lines(MIB, [90.0, 99.0], [100.0, 100.0], [], False))
+    assert "| 0.945 | 0.945 | — | medians | >= 0.95 | MISS |" in miss, miss
+
+    # The signaling put: judged on the averages of the repetitions at one speed. The 50%iles
+    # (one clock step apart) say 1.14; the averages of the one-speed repetitions say 1.05;
+    # repetition 3 ran in a slow stretch.
+    def sig(tls, test, rep, p50, avg, probes=(0.05, 0.05)):
+        return json.dumps({"tls": tls, "test": test, "rep": rep, "latency_us": p50,
+                           "latency_avg_us": avg, "probe_us": list(probes)})
+    lines = []
+    for rep, (pa, sa, fa, pr) in enumerate([(0.040, 0.042, 0.090, (0.05, 0.05)),
+                                            (0.041, 0.043, 0.088, (0.05, 0.06)),
+                                            (0.120, 0.100, 0.250, (0.2, 0.05)),
+                                            (0.040, 0.042, 0.091, (0.05, 0.05))], 1):
+        lines += [sig("shm", "ucp_put_lat", rep, 0.035, pa, pr),
+                  sig("shm", "put_signal_lat", rep, 0.040, sa, pr),
+                  sig("shm", "put_flush_signal_lat", rep, 0.085, fa, pr)]
+    lines += [sig("tcp", "ucp_put_lat", 1, 3.4, 3.4), sig("tcp", "put_signal_lat", 1, 4.9, 4.9),
+              sig("tcp", "put_flush_signal_lat", 1, 22.0, 22.4), "not json", "[1]"]
+    sg = render_signal(lines)
+    assert "| shm | put_signal_lat / ucp_put_lat | 1.05 (3) | 1.05 | 1.05 | 1.14 | one-speed pairs | <= 1.10 | PASS |" in sg, sg
+    assert "| shm | put_signal_lat / put_flush_signal_lat | 0.47 (3) | 0.46 | 0.47 | 0.47 | one-speed pairs | <= 0.50 | PASS |" in sg, sg
+    assert "| tcp | put_signal_lat / ucp_put_lat | 1.44 (1) | 1.44 | 1.44 | 1.44 | medians | <= 1.10 (for reference) | MISS |" in sg, sg
+    assert "| shm | ucp_put_lat | 0.035 | 0.041 | 0.0400, 0.0410, 0.1200, 0.0400 |" in sg, sg
     print("selftest ok")
 
 
@@ -962,6 +1156,20 @@ def main(argv: list[str]) -> int:
         return 0
     if cmd == "selftest":
         selftest()
+        return 0
+    if cmd == "signal":
+        if not args:
+            print("signal needs FILE", file=sys.stderr)
+            return 2
+        with open(args[0]) as fh:
+            sys.stdout.write(render_signal(fh.readlines()))
+        return 0
+    if cmd == "go":
+        if not args:
+            print("go needs FILE", file=sys.stderr)
+            return 2
+        with open(args[0]) as fh:
+            sys.stdout.write(render_go(fh.readlines()))
         return 0
     if cmd == "ceilings":
         if not args:

@@ -7,12 +7,17 @@
 # With NATIVE=1 the same points run with `target/release/courier perf` (-t ucp_am_lat /
 # ucp_am_bw) and print lines with "impl":"native" next to "impl":"go"; the native line also
 # carries the paired comparison (median over repetitions of Go / native bandwidth and of
-# Go - native latency, each repetition's two runs being next to each other in time).
+# Go - native latency, each repetition's two runs being next to each other in time), and
+# each repetition's two values ("go_values", "native_values").
+# With PROBE set to a build of bench/ceilings.c, the machine's speed is probed before and
+# after every run (its `cacheline 20000`, one-way us), and the native line carries the four
+# probes of each repetition ("probes"): bench/report.py `go` judges on the repetitions whose
+# probes agree, as `make bench` judges Courier against UCX.
 #
 # Environment: REPS (5), SIZES ("8 1048576 4194304 16777216"), SERVER_CPU (0),
 # CLIENT_CPU (1), PORT (first port, 13400), COURIER_TLS (as usual), NATIVE (0),
 # ITERS_LAT / ITERS_BW_1M / ITERS_BW_4M / ITERS_BW_16M, GOPERFTEST_FLAGS (e.g. -wakeup),
-# GOPERFTEST_BIN (a prebuilt goperftest: skip the build).
+# GOPERFTEST_BIN (a prebuilt goperftest: skip the build), PROBE (none).
 # Needs target/release/libcourier.a (make capi). Run from anywhere.
 set -euo pipefail
 
@@ -25,9 +30,12 @@ CLIENT_CPU=${CLIENT_CPU:-1}
 PORT=${PORT:-13400}
 NATIVE=${NATIVE:-0}
 ITERS_LAT=${ITERS_LAT:-100000}
-ITERS_BW_1M=${ITERS_BW_1M:-10000}
-ITERS_BW_4M=${ITERS_BW_4M:-1000}
-ITERS_BW_16M=${ITERS_BW_16M:-300}
+# Bandwidth runs of about 0.2-0.4 s each at this machine's 60-140 GB/s: shorter ones (40 ms
+# at 4 MiB) read a few percent either way from run to run.
+ITERS_BW_1M=${ITERS_BW_1M:-30000}
+ITERS_BW_4M=${ITERS_BW_4M:-5000}
+ITERS_BW_16M=${ITERS_BW_16M:-1500}
+PROBE=${PROBE:-}
 GOPERFTEST_FLAGS=${GOPERFTEST_FLAGS:-}
 
 bin="${GOPERFTEST_BIN:-$root/target/goperftest}"
@@ -59,6 +67,18 @@ wait_listen() { # wait until something listens on TCP port $1 (up to 10 s)
 
 field() { # field NAME < json: the number after "NAME":
     sed -n "s/.*\"$1\":\([-0-9.eE+]*\).*/\1/p"
+}
+
+probe() { # one-way cache-line latency in us between the two CPUs, or null
+    local v=""
+    [ -n "$PROBE" ] && v=$(timeout 10 "$PROBE" cacheline 20000 2>/dev/null | sed -n 's/.*"oneway_us": *\([0-9.]*\).*/\1/p')
+    echo "${v:-null}"
+}
+
+json_list() { # the arguments as a JSON list (an empty one as null)
+    local out="" x
+    for x in "$@"; do out+="${out:+,}${x:-null}"; done
+    echo "[$out]"
 }
 
 median() { # median of the numbers on stdin
@@ -103,17 +123,22 @@ for size in $SIZES; do
     lat=0; test=am_bw
     if [ "$size" -le 8 ]; then lat=1; test=am_lat; fi
     iters=$(iters_for "$size")
-    lats=(); gbps=(); mbs=(); nlats=(); nmbs=()
+    lats=(); gbps=(); mbs=(); nlats=(); nmbs=(); probes=()
     # Go and native alternate run by run, so that the machine's drift reaches both alike.
     for _ in $(seq "$REPS"); do
+        gb=$(probe)
         j=$(run_go "$size" "$iters" "$lat")
+        ga=$(probe)
         lats+=("$(field latency_us <<<"$j")")
         gbps+=("$(field bandwidth_gbps <<<"$j")")
         mbs+=("$(field bandwidth_mbs <<<"$j")")
         if [ "$NATIVE" = 1 ]; then
+            nb=$(probe)
             j=$(run_native "$size" "$iters" "$lat")
+            na=$(probe)
             nlats+=("$(field latency_avg_us <<<"$j")")
             nmbs+=("$(field bandwidth_avg_mbs <<<"$j")")
+            probes+=("[$gb,$ga,$nb,$na]")
         fi
     done
     printf '{"impl":"go","test":"%s","size":%d,"iterations":%d,"reps":%d,"latency_us":%s,"bandwidth_gbps":%s,"bandwidth_mbs":%s}\n' \
@@ -126,8 +151,10 @@ for size in $SIZES; do
         # bandwidth ratios Go / native and of the latency differences Go - native.
         pr=$(for i in "${!mbs[@]}"; do awk -v g="${mbs[$i]}" -v n="${nmbs[$i]}" 'BEGIN {if (n > 0) printf "%.6f\n", g / n}'; done | median)
         pd=$(for i in "${!lats[@]}"; do awk -v g="${lats[$i]}" -v n="${nlats[$i]}" 'BEGIN {printf "%.6f\n", g - n}'; done | median)
-        printf '{"impl":"native","test":"ucp_%s","size":%d,"iterations":%d,"reps":%d,"latency_us":%s,"bandwidth_gbps":%s,"bandwidth_mbs":%s,"paired_bw_ratio":%s,"paired_lat_diff_us":%s}\n' \
+        if [ "$lat" = 1 ]; then gv=("${lats[@]}") nv=("${nlats[@]}"); else gv=("${mbs[@]}") nv=("${nmbs[@]}"); fi
+        printf '{"impl":"native","test":"ucp_%s","size":%d,"iterations":%d,"reps":%d,"latency_us":%s,"bandwidth_gbps":%s,"bandwidth_mbs":%s,"paired_bw_ratio":%s,"paired_lat_diff_us":%s,"go_values":%s,"native_values":%s,"probes":%s}\n' \
             "$test" "$size" "$iters" "$REPS" \
-            "$(printf '%s\n' "${nlats[@]}" | median)" "$(awk -v m="$m" 'BEGIN {printf "%.6f", m * 1048576 * 8 / 1e9}')" "$m" "$pr" "$pd"
+            "$(printf '%s\n' "${nlats[@]}" | median)" "$(awk -v m="$m" 'BEGIN {printf "%.6f", m * 1048576 * 8 / 1e9}')" "$m" "$pr" "$pd" \
+            "$(json_list "${gv[@]}")" "$(json_list "${nv[@]}")" "$(json_list "${probes[@]}")"
     fi
 done
