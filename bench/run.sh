@@ -299,7 +299,8 @@ status=$?
 # The speed probe outlives the work dir for the Go and signaling-put sections.
 LATE_PROBE=""
 if [ -n "$PROBE" ] && LATE_PROBE=$(mktemp "${TMPDIR:-/tmp}/courier-probe.XXXXXX"); then
-    cp "$PROBE" "$LATE_PROBE" || LATE_PROBE=""
+    # (cp keeps mktemp's mode, 0600: the copy is made executable.)
+    { cp "$PROBE" "$LATE_PROBE" && chmod 700 "$LATE_PROBE"; } || LATE_PROBE=""
 fi
 if [ "${BENCH_KEEP_LOGS:-0}" = 1 ]; then
     log "logs kept in $WORK"
