@@ -140,6 +140,30 @@ fn every_test_runs_with_iov_and_check() {
     }
 }
 
+/// Rendezvous active-message tests as the benchmarks run them, without `--check`, on the
+/// default transport and over tcp: every message is counted, and the runs end with the
+/// table's row.
+#[test]
+fn rendezvous_active_message_tests_run_without_check() {
+    for env in [&[][..], TCP] {
+        for (t, s) in [("ucp_am_bw", "300k"), ("ucp_am_lat", "100k")] {
+            let o = courier(
+                &[
+                    "perf", "-l", "-t", t, "-s", s, "-n", "300", "-w", "10", "--json",
+                ],
+                env,
+            );
+            let v = json_of(&o, t);
+            assert_eq!(v["test"], t, "{env:?}");
+            assert_eq!(v["iterations"], 300, "{env:?} {v}");
+            assert!(
+                v["bandwidth_avg_mbs"].as_f64().is_some_and(|b| b > 0.0),
+                "{env:?} {v}"
+            );
+        }
+    }
+}
+
 #[test]
 fn bad_options_are_clear_errors() {
     let cases: &[(&[&str], &str)] = &[

@@ -296,6 +296,88 @@ fn active_messages_reply_and_rendezvous_descriptors() {
     }
 }
 
+/// A handler that starts receiving each rendezvous message at once, through the worker its
+/// message hands it (as UCX handlers call `ucp_am_recv_data_nbx`), for messages sent back to
+/// back: each lands whole in its own slot, each completion runs once, and a slot too short
+/// for its message fails that receive only, with `MessageTruncated`.
+#[test]
+fn rendezvous_active_messages_received_inside_their_handler() {
+    const N: usize = 4;
+    const SIZE: usize = 300_000;
+    for tls in TLS {
+        let p = pair(tls);
+        // Slot k receives message k; the last slot is one byte short.
+        let slots: Arc<Vec<Mutex<Vec<u8>>>> = Arc::new(
+            (0..N)
+                .map(|k| Mutex::new(vec![0u8; if k == N - 1 { SIZE - 1 } else { SIZE }]))
+                .collect(),
+        );
+        type Done = Arc<Mutex<Vec<(usize, std::result::Result<usize, Status>)>>>;
+        let done: Done = Arc::default();
+        let (sl, d2) = (slots.clone(), done.clone());
+        p.a.am_set_handler(5, move |m: &mut AmMessage| {
+            let k = m.header()[0] as usize;
+            let desc = m.take_rndv().expect("a rendezvous message");
+            let (at, len) = {
+                let mut v = sl[k].lock().unwrap();
+                (v.as_mut_ptr() as usize, v.len())
+            };
+            let d3 = d2.clone();
+            let cb = Callback::Rust(Box::new(move |r: Result<Info>| {
+                d3.lock()
+                    .unwrap()
+                    .push((k, r.map(|i| i.len).map_err(|e| e.status())));
+            }));
+            // SAFETY: slot k lives in `slots` until the test checks it, after every
+            // completion ran; nothing touches it meanwhile.
+            unsafe { m.worker().am_recv_data_raw(desc, Buf::One((at, len)), cb) }
+                .expect("receive started");
+        })
+        .unwrap();
+        let msgs: Vec<Vec<u8>> = (0..N)
+            .map(|k| (0..SIZE).map(|i| (i * 3 + k * 11) as u8).collect())
+            .collect();
+        let mut sends: Vec<_> = msgs
+            .iter()
+            .enumerate()
+            .map(|(k, m)| p.ba.am_send(5, &[k as u8], m, AmFlags::default()).unwrap())
+            .collect();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while done.lock().unwrap().len() < N {
+            p.a.progress();
+            assert!(
+                Instant::now() < deadline,
+                "{tls}: receives did not complete"
+            );
+        }
+        for s in sends.iter_mut() {
+            // The truncated one's sender finishes too (its data was not taken whole).
+            let _ = wait_on(&p.b, s);
+        }
+        let mut got = done.lock().unwrap().clone();
+        got.sort_by_key(|&(k, _)| k);
+        let want: Vec<_> = (0..N)
+            .map(|k| {
+                (
+                    k,
+                    if k == N - 1 {
+                        Err(Status::MessageTruncated)
+                    } else {
+                        Ok(SIZE)
+                    },
+                )
+            })
+            .collect();
+        assert_eq!(got, want, "{tls}: completions");
+        for k in 0..N - 1 {
+            assert!(
+                *slots[k].lock().unwrap() == msgs[k],
+                "{tls}: message {k} differs"
+            );
+        }
+    }
+}
+
 /// Rendezvous copies longer than `COURIER_RNDV_PIECE` are made one piece per progress call
 /// (the first at once): messages of many pieces, split or not, contiguous or scattered,
 /// arrive whole; a receive that starts a copy of many pieces is not complete before the

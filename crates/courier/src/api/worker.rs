@@ -90,6 +90,12 @@ impl AmMessage<'_> {
     pub fn endpoint(&self) -> Endpoint {
         Endpoint::from_parts(self.worker, self.d.ep.0, self.d.ep.1)
     }
+    /// The worker running the handler: a handler may start receiving a rendezvous
+    /// message's data at once (`take_rndv`, then [`Worker::am_recv_data_raw`] with a
+    /// callback), as UCX handlers call `ucp_am_recv_data_nbx`, instead of queueing it.
+    pub fn worker(&self) -> &Worker {
+        self.worker
+    }
 }
 
 impl Worker {
