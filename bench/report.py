@@ -453,13 +453,26 @@ def full_speed_ref(runs: list[dict]) -> float | None:
     return ps[len(ps) // 10] if ps else None
 
 
+def probes_agree(ps: list[float | None]) -> bool:
+    """Whether there are probes, every one was taken, and all are within SPEED_TOL of one
+    another."""
+    return bool(ps) and all(p is not None for p in ps) and max(ps) <= SPEED_TOL * min(ps)
+
+
 def one_speed(*runs: dict) -> bool:
     """Whether every speed probe before and after these runs was taken, and all are within
     SPEED_TOL of one another."""
-    ps = probes_of(*runs)
-    if not ps or any(p is None for p in ps):
-        return False
-    return max(ps) <= SPEED_TOL * min(ps)
+    return probes_agree(probes_of(*runs))
+
+
+def judge(same: list[float], every: list[float], fallback: float | None) -> tuple[float | None, str]:
+    """The value a section's verdict is taken on: the median of the one-speed comparisons
+    when there are MIN_JUDGED_PAIRS of them, else of all, else `fallback` (the medians')."""
+    if len(same) >= MIN_JUDGED_PAIRS:
+        return statistics.median(same), "one-speed pairs"
+    if len(every) >= MIN_JUDGED_PAIRS:
+        return statistics.median(every), "all pairs"
+    return fallback, "medians"
 
 
 def at_full_speed(ref: float | None, *runs: dict) -> bool:
@@ -497,12 +510,7 @@ def target_rows(runs: list[dict]) -> list[dict]:
             ratio = c["median"] / u["median"]
         # Judged on the pairs that ran at one speed when there are enough of them, else on
         # all pairs, else (no pair) on the ratio of medians.
-        if len(same) >= MIN_JUDGED_PAIRS:
-            judged, judged_on = paired_same, "one-speed pairs"
-        elif len(pairs) >= MIN_JUDGED_PAIRS:
-            judged, judged_on = paired, "all pairs"
-        else:
-            judged, judged_on = ratio, "medians"
+        judged, judged_on = judge(same, [x for x, _, _ in pairs], ratio)
         if judged is not None:
             ok = judged <= t["target"] if t["op"] == "<=" else judged >= t["target"]
             verdict = "PASS" if ok else "MISS"
@@ -907,16 +915,10 @@ def render_go(lines: list[str]) -> str:
                 continue
             c = cmp(a, b)
             allp.append(c)
-            ps = probes[i] if i < len(probes) else []
-            if ps and all(p is not None for p in ps) and max(ps) <= SPEED_TOL * min(ps):
+            if probes_agree(probes[i] if i < len(probes) else []):
                 same.append(c)
         med = cmp(gm, nm)
-        if len(same) >= MIN_JUDGED_PAIRS:
-            judged, on = statistics.median(same), "one-speed pairs"
-        elif len(allp) >= MIN_JUDGED_PAIRS:
-            judged, on = statistics.median(allp), "all pairs"
-        else:
-            judged, on = med, "medians"
+        judged, on = judge(same, allp, med)
         if lat:
             f = lambda v: f"{v:+.3f} us"
             ok = judged <= 0.3
@@ -992,18 +994,12 @@ def render_signal(lines: list[str]) -> str:
                     continue
                 r = a["latency_avg_us"] / b["latency_avg_us"]
                 allp.append(r)
-                ps = list(a.get("probe_us") or [None, None]) + list(b.get("probe_us") or [None, None])
-                if all(p is not None for p in ps) and max(ps) <= SPEED_TOL * min(ps):
+                if one_speed(a, b):
                     same.append(r)
             ms, mb = med(tls, "put_signal_lat", "latency_avg_us"), med(tls, base, "latency_avg_us")
             ps50, pb50 = med(tls, "put_signal_lat", "latency_us"), med(tls, base, "latency_us")
             medians = ms / mb if ms is not None and mb else None
-            if len(same) >= MIN_JUDGED_PAIRS:
-                judged, on = statistics.median(same), "one-speed pairs"
-            elif len(allp) >= MIN_JUDGED_PAIRS:
-                judged, on = statistics.median(allp), "all pairs"
-            else:
-                judged, on = medians, "medians"
+            judged, on = judge(same, allp, medians)
             if judged is None:
                 continue
             fmt = lambda v: "—" if v is None else f"{v:.2f}"
@@ -1157,26 +1153,14 @@ def main(argv: list[str]) -> int:
     if cmd == "selftest":
         selftest()
         return 0
-    if cmd == "signal":
+    # The sections rendered from one file of JSON lines.
+    renderers = {"signal": render_signal, "go": render_go, "ceilings": render_ceilings}
+    if cmd in renderers:
         if not args:
-            print("signal needs FILE", file=sys.stderr)
+            print(f"{cmd} needs FILE", file=sys.stderr)
             return 2
         with open(args[0]) as fh:
-            sys.stdout.write(render_signal(fh.readlines()))
-        return 0
-    if cmd == "go":
-        if not args:
-            print("go needs FILE", file=sys.stderr)
-            return 2
-        with open(args[0]) as fh:
-            sys.stdout.write(render_go(fh.readlines()))
-        return 0
-    if cmd == "ceilings":
-        if not args:
-            print("ceilings needs FILE", file=sys.stderr)
-            return 2
-        with open(args[0]) as fh:
-            sys.stdout.write(render_ceilings(fh.readlines()))
+            sys.stdout.write(renderers[cmd](fh.readlines()))
         return 0
     outdir = opt("--out", os.path.dirname(os.path.abspath(__file__)))
     raw = os.path.join(outdir, "results", "raw.json")
