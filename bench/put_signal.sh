@@ -21,9 +21,11 @@ SERVER_CPU=${SERVER_CPU:-0}
 CLIENT_CPU=${CLIENT_CPU:-1}
 port=${PORT:-13600}
 PROBE=${PROBE:-}
-probe() { # one-way cache-line latency in us between the two CPUs, or null
-    local v=""
-    [ -n "$PROBE" ] && v=$(timeout 10 "$PROBE" cacheline 20000 2>/dev/null | sed -n 's/.*"oneway_us": *\([0-9.]*\).*/\1/p')
+# shellcheck source=/dev/null
+. "$here/probe.sh"
+probe() { # probe_us, or null
+    local v
+    v=$(probe_us) || v=""
     echo "${v:-null}"
 }
 for tls in shm tcp; do

@@ -118,10 +118,8 @@ else
     log "no speed probe (cc missing, BENCH_NO_PROBE=1, or bench/ceilings.c did not build)"
 fi
 meta probe "$( [ -n "$PROBE" ] && echo 'ceilings cacheline 20000, one-way us' || echo none)"
-probe() {  # one-way cache-line latency in us, or nothing
-    [ -n "$PROBE" ] || return 0
-    timeout 10 "$PROBE" cacheline 20000 2>/dev/null | sed -n 's/.*"oneway_us": \([0-9.]*\).*/\1/p'
-}
+# shellcheck source=probe.sh
+. "$HERE/probe.sh"
 
 # ------------------------------------------------------------------------------------------
 # One client/server pair
@@ -203,7 +201,7 @@ run_one() {
         cli=(fi_pingpong "${fargs[@]}" -P "$PORT" -I "$iters" -S "$size" 127.0.0.1)
         ;;
     esac
-    probe_before=$(probe)
+    probe_before=$(probe_us)
     env "${envs[@]}" timeout -k 5 $((RUN_TIMEOUT + 20)) taskset -c "$SERVER_CPU" "${srv[@]}" \
         >"$pfx.srv.out" 2>"$pfx.srv.err" </dev/null &
     SERVER_PID=$!
@@ -220,7 +218,7 @@ run_one() {
     t1=$(date +%s.%N)
     # a finished pair leaves no server; an unsupported/failed client leaves it waiting
     if [ "$rc" = 0 ]; then stop_server 50; else stop_server 2; fi
-    probe_after=$(probe)
+    probe_after=$(probe_us)
     # A server that never listened (its port taken in the meantime, or a slow start) says
     # nothing about the tool: one more try on another port, and only that one is recorded.
     if [ "$rc" = 99 ] && [ -z "$again" ]; then
@@ -296,22 +294,11 @@ meta duration "$((dur / 60)) min $((dur % 60)) s"
 
 "$PY" "$HERE/report.py" build --work "$WORK" --out "$HERE"
 status=$?
-# The speed probe outlives the work dir for the Go and signaling-put sections.
-LATE_PROBE=""
-if [ -n "$PROBE" ] && LATE_PROBE=$(mktemp "${TMPDIR:-/tmp}/courier-probe.XXXXXX"); then
-    # (cp keeps mktemp's mode, 0600: the copy is made executable.)
-    { cp "$PROBE" "$LATE_PROBE" && chmod 700 "$LATE_PROBE"; } || LATE_PROBE=""
-fi
-if [ "${BENCH_KEEP_LOGS:-0}" = 1 ]; then
-    log "logs kept in $WORK"
-else
-    rm -rf "$WORK"
-fi
 # Go bindings against the native perf tool on the same active-message tests (issue: the Go
 # perftest must reach 0.95 of native bandwidth at 1 MiB and up, and add at most 0.3 us at 8 B).
 if [ "$status" = 0 ] && [ "${BENCH_SKIP_GO:-0}" != 1 ] && command -v go >/dev/null; then
     log "Go perftest vs native courier perf"
-    if NATIVE=1 REPS="$REPS" SERVER_CPU="$SERVER_CPU" CLIENT_CPU="$CLIENT_CPU" PROBE="$LATE_PROBE" \
+    if NATIVE=1 REPS="$REPS" SERVER_CPU="$SERVER_CPU" CLIENT_CPU="$CLIENT_CPU" PROBE="$PROBE" \
         timeout 900 bash "$ROOT/bindings/go/bench.sh" > "$HERE/results/go_vs_native.jsonl" 2> "$HERE/results/go_vs_native.log"; then
         "$PY" "$HERE/report.py" go "$HERE/results/go_vs_native.jsonl" >> "$HERE/RESULTS.md"
     else
@@ -321,14 +308,13 @@ fi
 # Signaling put against a put and against put + flush + atomic signal (issue 3's targets).
 if [ "$status" = 0 ] && [ "${BENCH_SKIP_SIGNAL:-0}" != 1 ]; then
     log "signaling put vs put and vs put + flush + atomic (shm and tcp)"
-    if COURIER="$COURIER_BIN" REPS="$REPS" SERVER_CPU="$SERVER_CPU" CLIENT_CPU="$CLIENT_CPU" PROBE="$LATE_PROBE" \
+    if COURIER="$COURIER_BIN" REPS="$REPS" SERVER_CPU="$SERVER_CPU" CLIENT_CPU="$CLIENT_CPU" PROBE="$PROBE" \
         bash "$HERE/put_signal.sh" > "$HERE/results/put_signal.jsonl" 2>/dev/null; then
         "$PY" "$HERE/report.py" signal "$HERE/results/put_signal.jsonl" >> "$HERE/RESULTS.md"
     else
         log "signaling put runs failed"
     fi
 fi
-[ -n "$LATE_PROBE" ] && rm -f "$LATE_PROBE"
 # What the machine allows without any library (bench/ceilings.c): the TCP loopback stream
 # over one and two connections with the system's congestion control and with reno, the TCP
 # ping-pong round trip, a shared-memory cache-line ping-pong, and memcpy / CMA / split memcpy
@@ -352,5 +338,11 @@ fi
 # The hand-written analysis of the misses (profiles), after the numbers.
 [ "$status" = 0 ] && [ -f "$HERE/analysis.md" ] && { echo; cat "$HERE/analysis.md"; } >> "$HERE/RESULTS.md"
 [ "$status" = 0 ] && sed -n '/^## Targets/,/^## Size sweeps/p' "$HERE/RESULTS.md" | head -n -1
+# The work dir (runs' logs, the speed probe the sections above use) goes last.
+if [ "${BENCH_KEEP_LOGS:-0}" = 1 ]; then
+    log "logs kept in $WORK"
+else
+    rm -rf "$WORK"
+fi
 log "done in $((dur / 60)) min $((dur % 60)) s: $HERE/RESULTS.md"
 exit "$status"

@@ -69,9 +69,11 @@ field() { # field NAME < json: the number after "NAME":
     sed -n "s/.*\"$1\":\([-0-9.eE+]*\).*/\1/p"
 }
 
-probe() { # one-way cache-line latency in us between the two CPUs, or null
-    local v=""
-    [ -n "$PROBE" ] && v=$(timeout 10 "$PROBE" cacheline 20000 2>/dev/null | sed -n 's/.*"oneway_us": *\([0-9.]*\).*/\1/p')
+# shellcheck source=/dev/null
+. "$root/bench/probe.sh"
+probe() { # probe_us, or null
+    local v
+    v=$(probe_us) || v=""
     echo "${v:-null}"
 }
 
