@@ -172,7 +172,7 @@ impl Worker {
             Work::Nothing => 0,
             Work::ShmFrames(e) => self.progress_frames(g, e),
             Work::Other => {
-                g.piece_made = false;
+                g.copy_spent = 0;
                 self.progress_work(g)
             }
         }
@@ -185,8 +185,9 @@ impl Worker {
     #[inline(never)]
     fn progress_frames<'g>(&'g self, mut g: Guard<'g, State>, e: u32) -> usize {
         g.in_progress = true;
-        // One copy piece per progress call, also when `progress_work` follows.
-        g.piece_made = false;
+        // About one piece's bytes of copies per progress call, also when `progress_work`
+        // follows.
+        g.copy_spent = 0;
         let mut n = 0;
         let mut rest = false;
         for _ in 0..32 {
@@ -218,7 +219,7 @@ impl Worker {
         n
     }
 
-    /// The general pass of a progress call (`piece_made` reset by the caller: once per
+    /// The general pass of a progress call (`copy_spent` reset by the caller: once per
     /// call, however it got here).
     #[inline(never)]
     fn progress_work<'g>(&'g self, mut g: Guard<'g, State>) -> usize {
@@ -274,8 +275,8 @@ impl Worker {
             }
             i += 1;
         }
-        // One piece per call: none if a frame handled above started a copy.
-        if !g.copies.is_empty() && !g.piece_made {
+        // About one piece's bytes per call, counting copies the frames above started.
+        if !g.copies.is_empty() {
             n += g.progress_copies();
         }
         if !g.link_errors.is_empty() {

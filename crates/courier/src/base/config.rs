@@ -57,7 +57,7 @@ pub const VARS: &[Var] = &[
     Var {
         name: "COURIER_RNDV_PIECE",
         default: "1m",
-        help: "Largest piece of a single-copy rendezvous read or write made in one call into the library; pieces shrink to take about 30 us when memory is slow ('off': whole copies)",
+        help: "Most bytes of single-copy rendezvous reads and writes made in one call into the library (small copies share it, a longer one goes a piece per call); pieces shrink to take about 30 us when memory is slow ('off': whole copies)",
         accepts: "off | a size such as 512k, 1m",
     },
     Var {

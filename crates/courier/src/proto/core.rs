@@ -134,8 +134,9 @@ pub(crate) struct State {
     pub copies: VecDeque<super::pieces::CopyJob>,
     /// Bytes a piece of a copy takes about `pieces::PIECE_TIME` to copy (`pieces`).
     pub piece_bytes: usize,
-    /// A piece was copied since the current (or last) progress call began (`pieces`).
-    pub piece_made: bool,
+    /// Bytes copied since the current (or last) progress call began; `usize::MAX` after a
+    /// copy of device memory (`pieces`).
+    pub copy_spent: usize,
     /// How this worker's single-copy rendezvous copies went.
     pub rndv_copies: RndvCopies,
     /// Scratch for the ids of zero-copy sends a link reports written.

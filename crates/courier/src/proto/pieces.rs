@@ -2,11 +2,13 @@
 //!
 //! On a same-host link a rendezvous moves its data with one copy between the processes
 //! (through the peer's shared segment, or CMA): the receiver reads the sender's buffer, and
-//! in a split the sender also writes part of the receiver's. A copy longer than a piece is
-//! made one piece per call: the call that starts it copies the first piece, each progress
-//! call the next one (the oldest copy first). A progress call makes one piece in all,
-//! however many copies the frames it handles start (a sender whose receiver asks for
-//! several split parts at once, say): those copies wait their turn in later calls. A piece
+//! in a split the sender also writes part of the receiver's. A progress call copies about
+//! one piece's bytes in all. Whole copies are made while they fit in what is left of the
+//! call's piece, so many small receives started by handlers are made in the call that starts
+//! them, as one started outside progress is. A copy longer than a piece is made one piece
+//! per call: the call that starts it copies the first piece, each later progress call the
+//! next, the oldest copy first. Copies that do not fit (a sender whose receiver asks for
+//! several split parts at once, say) wait their turn in later calls. A piece
 //! is what this worker copies in about
 //! `PIECE_TIME` at the speed its last copies went, at most `COURIER_RNDV_PIECE`: a megabyte
 //! while the data stays in cache, less when it streams from memory. No call into the library
@@ -56,8 +58,9 @@ impl State {
     /// Copy between `local` segments here and `remote` segments of the peer of `e` (read
     /// them, or `write` them) as `peer_copy` does, then act on the outcome as `after` says:
     /// at once when the copy fits one piece, otherwise its first piece now and the others in
-    /// later progress calls. Inside a progress call that has made its piece already, or
-    /// while older copies wait, the whole copy waits for later calls.
+    /// later progress calls. Inside a progress call, a copy waits for later calls while
+    /// older copies wait, or when this call has copied already and the copy does not fit in
+    /// what is left of its piece.
     ///
     /// # Safety
     /// `local` segments must be valid for writes (reads when `write`) of their lengths until
@@ -82,14 +85,14 @@ impl State {
             len,
             after,
         };
-        if self.in_progress && (self.piece_made || !self.copies.is_empty()) {
-            // This progress call has copied its piece, or older copies wait: after them.
+        let device = key.is_some_and(super::memreg::is_device_key);
+        let piece = if device { usize::MAX } else { self.piece() };
+        if self.in_progress && (!self.copies.is_empty() || !self.fits_call(device, len, piece)) {
+            // Older copies wait, or this progress call has spent its piece: after them.
             job.key = key.map(Box::from);
             self.copies.push_back(job);
             return;
         }
-        let device = key.is_some_and(super::memreg::is_device_key);
-        let piece = if device { usize::MAX } else { self.piece() };
         if len <= piece {
             let t = Instant::now();
             // SAFETY: forwarded contract.
@@ -138,13 +141,22 @@ impl State {
         Ok(())
     }
 
+    /// Whether a copy with `rest` bytes to go may start in this progress call, whose piece is
+    /// `piece`: always as its first copy, else whole in what is left of the piece. A peer's
+    /// device memory is copied whole, by the device, and only as a call's first copy.
+    fn fits_call(&self, device: bool, rest: usize, piece: usize) -> bool {
+        self.copy_spent == 0 || (!device && rest <= piece.saturating_sub(self.copy_spent))
+    }
+
     /// A copy of `n` bytes was made in `took`. A peer's device memory is copied whole, by
     /// the device (the call only waits for its DMA; pieces would each add a driver call
-    /// and a synchronization), and its speed says nothing about the CPU's copies.
+    /// and a synchronization): it spends the call's piece, and its speed says nothing about
+    /// the CPU's copies.
     fn copied(&mut self, device: bool, n: usize, took: Duration) {
         if device {
-            self.piece_made = true;
+            self.copy_spent = usize::MAX;
         } else {
+            self.copy_spent = self.copy_spent.saturating_add(n);
             self.copy_took(n, took);
         }
     }
@@ -160,7 +172,6 @@ impl State {
     /// A copy of `n` bytes took `took`: size the next pieces to take about `PIECE_TIME`
     /// (half the old size, half what this speed gives, so one slow copy does not swing it).
     fn copy_took(&mut self, n: usize, took: Duration) {
-        self.piece_made = true;
         let Some(max) = self.cfg.rndv_piece else {
             return;
         };
@@ -169,19 +180,30 @@ impl State {
         }
     }
 
-    /// Copy one piece of the oldest unfinished copy. Returns 1 if there was one, else 0.
+    /// Copy what this progress call's piece has left room for: whole queued copies, oldest
+    /// first, while they fit, or one piece of the oldest if it is the call's first copy.
+    /// Returns how many copies (or pieces) were made.
     pub(crate) fn progress_copies(&mut self) -> usize {
-        let Some(mut job) = self.copies.pop_front() else {
-            return 0;
-        };
-        let piece = self.piece();
-        // SAFETY: a queued job's segments stay valid until its `after` runs (`copy_then`);
-        // an endpoint that fails drops its jobs first.
-        match unsafe { self.copy_piece(&mut job, piece) } {
-            Ok(()) if job.done < job.len => self.copies.push_front(job),
-            res => self.after_copy(job.ep, job.after, res),
+        let mut n = 0;
+        while let Some(mut job) = self.copies.pop_front() {
+            let device = job.key.as_deref().is_some_and(super::memreg::is_device_key);
+            let piece = self.piece();
+            if !self.fits_call(device, job.len - job.done, piece) {
+                self.copies.push_front(job);
+                break;
+            }
+            n += 1;
+            // SAFETY: a queued job's segments stay valid until its `after` runs
+            // (`copy_then`); an endpoint that fails drops its jobs first.
+            match unsafe { self.copy_piece(&mut job, piece) } {
+                Ok(()) if job.done < job.len => {
+                    self.copies.push_front(job);
+                    break;
+                }
+                res => self.after_copy(job.ep, job.after, res),
+            }
         }
-        1
+        n
     }
 
     fn after_copy(&mut self, e: u32, after: AfterCopy, res: Result<()>) {

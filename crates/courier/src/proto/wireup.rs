@@ -237,7 +237,7 @@ impl State {
             splits: Vec::new(),
             copies: VecDeque::new(),
             piece_bytes: usize::MAX,
-            piece_made: false,
+            copy_spent: 0,
             rndv_copies: RndvCopies::default(),
             written: Vec::new(),
             parked: None,
