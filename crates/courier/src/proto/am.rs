@@ -30,7 +30,7 @@ pub struct AmRndv {
     pub(crate) ep_generation: u32,
     pub(crate) sreq: u64,
     pub(crate) len: usize,
-    pub(crate) segs: Vec<(u64, u64)>,
+    pub(crate) segs: super::state::Segs<u64>,
     pub(crate) key: Option<Box<[u8]>>,
 }
 

@@ -45,8 +45,8 @@ pub(crate) enum AfterCopy {
 pub(crate) struct CopyJob {
     pub ep: u32,
     key: Option<Box<[u8]>>,
-    local: Vec<(usize, usize)>,
-    remote: Vec<(u64, u64)>,
+    local: Segs<usize>,
+    remote: Segs<u64>,
     write: bool,
     /// Bytes copied so far, of `len`.
     done: usize,
@@ -69,8 +69,8 @@ impl State {
         &mut self,
         e: u32,
         key: Option<&[u8]>,
-        local: Vec<(usize, usize)>,
-        remote: Vec<(u64, u64)>,
+        local: Segs<usize>,
+        remote: Segs<u64>,
         write: bool,
         after: AfterCopy,
     ) {

@@ -154,7 +154,7 @@ impl State {
         if segs.iter().map(|s| s.1).sum::<usize>() != len - start {
             return Placement::Decline;
         }
-        Placement::Place(start, segs, None)
+        Placement::Place(start, segs.into(), None)
     }
 
     /// A placed frame's payload is in place: do what its handler does after copying.

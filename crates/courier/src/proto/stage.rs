@@ -354,7 +354,7 @@ impl Stage {
 
     /// A receive's first `want` bytes of device memory, to be written directly (from a
     /// peer's device memory) instead of through the host copy; `None` for a send.
-    pub(crate) fn direct_target(&mut self, want: usize) -> Option<Vec<(usize, usize)>> {
+    pub(crate) fn direct_target(&mut self, want: usize) -> Option<super::state::Segs<usize>> {
         let fill = self.fill.as_ref()?;
         self.direct = true;
         Some(fill.slice(0, want))

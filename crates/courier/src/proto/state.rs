@@ -91,19 +91,111 @@ impl Buf {
     }
 
     /// Sub-range [off, off+len) as segments.
-    pub(crate) fn slice(&self, off: usize, len: usize) -> Vec<(usize, usize)> {
+    pub(crate) fn slice(&self, off: usize, len: usize) -> Segs<usize> {
         seg_range(self.segs(), off, len)
+    }
+}
+
+/// A list of (address, length) segments, local (`usize`) or a peer's (`u64`), held inline
+/// up to two: the buffers a rendezvous moves nearly always have one or two, and the lists
+/// each message's copy is described with then cost no allocation.
+#[derive(Clone, Debug)]
+pub(crate) enum Segs<T> {
+    Inline(u8, [(T, T); 2]),
+    Heap(Vec<(T, T)>),
+}
+
+impl<T: Copy + Default> Segs<T> {
+    pub(crate) fn new() -> Self {
+        Segs::Inline(0, [(T::default(), T::default()); 2])
+    }
+
+    pub(crate) fn push(&mut self, s: (T, T)) {
+        match self {
+            Segs::Inline(n, a) if usize::from(*n) < a.len() => {
+                a[usize::from(*n)] = s;
+                *n += 1;
+            }
+            Segs::Inline(n, a) => {
+                let mut v = Vec::with_capacity(a.len() * 2);
+                v.extend_from_slice(&a[..usize::from(*n)]);
+                v.push(s);
+                *self = Segs::Heap(v);
+            }
+            Segs::Heap(v) => v.push(s),
+        }
+    }
+}
+
+impl<T: Copy + Default> Default for Segs<T> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<T> std::ops::Deref for Segs<T> {
+    type Target = [(T, T)];
+
+    fn deref(&self) -> &[(T, T)] {
+        match self {
+            Segs::Inline(n, a) => &a[..usize::from(*n)],
+            Segs::Heap(v) => v,
+        }
+    }
+}
+
+impl<'a, T> IntoIterator for &'a Segs<T> {
+    type Item = &'a (T, T);
+    type IntoIter = std::slice::Iter<'a, (T, T)>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.iter()
+    }
+}
+
+impl<T: Copy + Default> FromIterator<(T, T)> for Segs<T> {
+    fn from_iter<I: IntoIterator<Item = (T, T)>>(it: I) -> Self {
+        let mut out = Segs::new();
+        for s in it {
+            out.push(s);
+        }
+        out
+    }
+}
+
+impl<T> From<Vec<(T, T)>> for Segs<T> {
+    fn from(v: Vec<(T, T)>) -> Self {
+        Segs::Heap(v)
+    }
+}
+
+impl<T> From<Segs<T>> for Vec<(T, T)> {
+    fn from(s: Segs<T>) -> Self {
+        match s {
+            Segs::Inline(n, a) => a.into_iter().take(usize::from(n)).collect(),
+            Segs::Heap(v) => v,
+        }
+    }
+}
+
+impl From<Segs<usize>> for Buf {
+    /// One segment as `Buf::One`, without an allocation.
+    fn from(s: Segs<usize>) -> Self {
+        match s {
+            Segs::Inline(1, a) => Buf::One(a[0]),
+            other => Buf::Many(other.into()),
+        }
     }
 }
 
 /// Bytes `[off, off + len)` of a list of (address, length) segments, as segments: local
 /// (`usize`) or a peer's (`u64`).
-pub(crate) fn seg_range<T>(segs: &[(T, T)], mut off: T, mut len: T) -> Vec<(T, T)>
+pub(crate) fn seg_range<T>(segs: &[(T, T)], mut off: T, mut len: T) -> Segs<T>
 where
     T: Copy + Ord + Default + std::ops::Add<Output = T> + std::ops::Sub<Output = T>,
 {
     let zero = T::default();
-    let mut out = Vec::new();
+    let mut out = Segs::new();
     for &(a, l) in segs {
         if len == zero {
             break;
@@ -266,7 +358,7 @@ pub(crate) enum UnexpBody {
     EagerSync(Vec<u8>, u64),
     Rts {
         sreq: u64,
-        segs: Vec<(u64, u64)>,
+        segs: Segs<u64>,
         /// The sender's shared-segment key for `segs`, if it offered one.
         key: Option<Box<[u8]>>,
     },
@@ -328,8 +420,8 @@ pub(crate) struct SplitWait {
     /// The sender's answer (0 or an error code), once it came.
     pub rest: Option<i32>,
     /// The rest: where it goes here, and where it lies in the sender (for a fallback read).
-    pub rest_local: Vec<(usize, usize)>,
-    pub rest_remote: Vec<(u64, u64)>,
+    pub rest_local: Segs<usize>,
+    pub rest_remote: Segs<u64>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -401,5 +493,41 @@ pub(crate) fn fail_error(peer: &str, why: &Error) -> Error {
             why.status(),
             format!("connection to {peer} failed: {}", why.detail()),
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn segment_lists_hold_two_inline_and_grow_past_them() {
+        let mut s: Segs<u64> = Segs::new();
+        assert!(s.is_empty());
+        s.push((0x1000, 10));
+        s.push((0x2000, 20));
+        assert!(matches!(s, Segs::Inline(2, _)));
+        assert_eq!(&*s, &[(0x1000, 10), (0x2000, 20)]);
+        s.push((0x3000, 30));
+        assert!(matches!(s, Segs::Heap(_)));
+        assert_eq!(&*s, &[(0x1000, 10), (0x2000, 20), (0x3000, 30)]);
+        let v: Vec<(u64, u64)> = s.into();
+        assert_eq!(v.len(), 3);
+        // One segment becomes `Buf::One`, more `Buf::Many`, in order.
+        let one: Segs<usize> = [(0x10, 4)].into_iter().collect();
+        assert!(matches!(Buf::from(one), Buf::One((0x10, 4))));
+        let two: Segs<usize> = [(0x10, 4), (0x20, 8)].into_iter().collect();
+        assert_eq!(Buf::from(two).segs(), &[(0x10, 4), (0x20, 8)]);
+    }
+
+    #[test]
+    fn ranges_of_segment_lists() {
+        let segs = [(100u64, 10u64), (200, 10), (300, 10)];
+        // Within one segment, across two, across all three, and past the end.
+        assert_eq!(&*seg_range(&segs, 2, 5), &[(102, 5)]);
+        assert_eq!(&*seg_range(&segs, 8, 4), &[(108, 2), (200, 2)]);
+        assert_eq!(&*seg_range(&segs, 5, 20), &[(105, 5), (200, 10), (300, 5)]);
+        assert_eq!(&*seg_range(&segs, 25, 100), &[(305, 5)]);
+        assert!(seg_range(&segs, 30, 4).is_empty());
     }
 }

@@ -459,7 +459,7 @@ impl State {
             return;
         };
         let key = segs.shared_key();
-        let segs: Vec<(u64, u64)> = segs.iter().collect();
+        let segs: Segs<u64> = segs.iter().collect();
         if let Some(id) = self.match_expected(tag) {
             if let Some(s) = self.req(id) {
                 s.ep = Some(e);
@@ -534,7 +534,7 @@ impl State {
                     .map(|s| s.buf.slice(0, want))
                     .unwrap_or_default()
             });
-            let mut remote = Vec::with_capacity(segs.len());
+            let mut remote = Segs::new();
             let mut left = want as u64;
             for &(a, l) in segs {
                 if left == 0 {
@@ -602,7 +602,7 @@ impl State {
     ) -> bool {
         let rest_local = seg_range(local, at, want - at);
         let rest_remote = seg_range(remote, at as u64, (want - at) as u64);
-        let rest = Buf::Many(rest_local.clone());
+        let rest = Buf::from(rest_local.clone());
         let mut extra = Vec::with_capacity(Self::offer_capacity(0, &rest));
         let (count, shared) = self.emit_offer(e, &mut extra, &rest);
         let hdr = Header::new(Kind::RndvSplit)
@@ -710,11 +710,11 @@ impl State {
                     // caller's contract.
                     unsafe {
                         if write {
-                            let dst: Vec<(usize, usize)> = there
+                            let dst: Segs<usize> = there
                                 .iter()
                                 .map(|&(a, l)| (a as usize, l as usize))
                                 .collect();
-                            let src: Vec<(u64, u64)> =
+                            let src: Segs<u64> =
                                 local.iter().map(|&(a, l)| (a as u64, l as u64)).collect();
                             return copy_segments(&dst, &src);
                         }
@@ -773,7 +773,7 @@ impl State {
             self.send_status(e, Kind::RndvSplitDone, rreq, &err);
             return;
         }
-        let remote: Vec<(u64, u64)> = segs.iter().collect();
+        let remote: Segs<u64> = segs.iter().collect();
         // SAFETY: `local` lies in the send request's buffer, live until the receiver's final
         // acknowledgement, which comes after the answer that ends this copy.
         unsafe {
@@ -959,7 +959,7 @@ impl State {
                 // Frames leave in order: the last one's token says the whole job is written.
                 let last = job.offset + n_bytes == job.total;
                 let token = if last { job.sreq } else { 0 };
-                match super::core::send_parts_zc(tx, hdr.as_bytes(), &[], &Buf::Many(segs), token) {
+                match super::core::send_parts_zc(tx, hdr.as_bytes(), &[], &Buf::from(segs), token) {
                     Ok(s) => {
                         job.offset += n_bytes;
                         sent = s;
