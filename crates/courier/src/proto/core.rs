@@ -134,6 +134,8 @@ pub(crate) struct State {
     pub copies: VecDeque<super::pieces::CopyJob>,
     /// Bytes a piece of a copy takes about `pieces::PIECE_TIME` to copy (`pieces`).
     pub piece_bytes: usize,
+    /// Copies that could have sized the pieces since the last one timed (`pieces`).
+    pub copies_untimed: u32,
     /// Bytes copied since the current (or last) progress call began; `usize::MAX` after a
     /// copy of device memory (`pieces`).
     pub copy_spent: usize,

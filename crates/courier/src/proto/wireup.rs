@@ -237,6 +237,7 @@ impl State {
             splits: Vec::new(),
             copies: VecDeque::new(),
             piece_bytes: usize::MAX,
+            copies_untimed: 0,
             copy_spent: 0,
             rndv_copies: RndvCopies::default(),
             written: Vec::new(),
