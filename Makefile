@@ -40,7 +40,7 @@ test-rust:
 test-gpu: deps-test capi
 	COURIER_TEST_CUDA=real $(CARGO) test --release -p courier --test cuda -- --test-threads=1
 	COURIER_TEST_CUDA=real $(CARGO) test --release -p courier-cli --test cli perf_with_device_memory
-	cd bindings/go && COURIER_TEST_CUDA=real go test -count=1 -run TestDeviceMemory .
+	cd bindings/go && COURIER_TEST_CUDA=real go test $(GO_LIBFLAGS) -count=1 -run TestDeviceMemory .
 
 # scripts/deps.sh's toolchain choice, against stubs (installs nothing); the bench report's
 # parsers against the output shapes of ucx_perftest, fi_pingpong, courier perf and ceilings.

@@ -43,7 +43,10 @@ PROBE=${PROBE:-}
 GOPERFTEST_FLAGS=${GOPERFTEST_FLAGS:-}
 
 bin="${GOPERFTEST_BIN:-$root/target/goperftest}"
-[ -n "${GOPERFTEST_BIN:-}" ] || (cd "$here" && go build -o "$bin" ./cmd/goperftest)
+# The library's digest in courier.LibBuild: Go's build cache would otherwise relink a
+# rebuilt library's old copy (it does not look at libcourier.a).
+libbuild=$(sha256sum "$root/target/release/libcourier.a" | cut -c1-16)
+[ -n "${GOPERFTEST_BIN:-}" ] || (cd "$here" && go build -ldflags="-X=courier.dev/courier.LibBuild=$libbuild" -o "$bin" ./cmd/goperftest)
 native="$root/target/release/courier"
 
 pin() { # pin CPU cmd...: taskset when there is such a CPU, else unpinned

@@ -41,6 +41,12 @@ import (
 	"unsafe"
 )
 
+// LibBuild is set at link time (-ldflags=-X=courier.dev/courier.LibBuild=...) to a digest
+// of target/release/libcourier.a by the repository's scripts. Go's build cache does not
+// look at that file, so a program or test built after the Rust library changed would
+// otherwise be relinked from the cache with the old one; a new digest makes it relink.
+var LibBuild string
+
 // lastError builds the Go error for a failed call; it must run on the OS thread that made
 // the call (the detail is per thread), which callers ensure with runtime.LockOSThread.
 func lastError(s C.courier_status_t) error {
