@@ -43,10 +43,12 @@ PROBE=${PROBE:-}
 GOPERFTEST_FLAGS=${GOPERFTEST_FLAGS:-}
 
 bin="${GOPERFTEST_BIN:-$root/target/goperftest}"
-# The library's digest in courier.LibBuild: Go's build cache would otherwise relink a
-# rebuilt library's old copy (it does not look at libcourier.a).
-libbuild=$(sha256sum "$root/target/release/libcourier.a" | cut -c1-16)
-[ -n "${GOPERFTEST_BIN:-}" ] || (cd "$here" && go build -ldflags="-X=courier.dev/courier.LibBuild=$libbuild" -o "$bin" ./cmd/goperftest)
+if [ -z "${GOPERFTEST_BIN:-}" ]; then
+    # The library's digest in courier.LibBuild: Go's build cache would otherwise relink a
+    # rebuilt library's old copy (it does not look at libcourier.a).
+    libbuild=$(sha256sum "$root/target/release/libcourier.a" | cut -c1-16)
+    (cd "$here" && go build -ldflags="-X=courier.dev/courier.LibBuild=$libbuild" -o "$bin" ./cmd/goperftest)
+fi
 native="$root/target/release/courier"
 
 pin() { # pin CPU cmd...: taskset when there is such a CPU, else unpinned
