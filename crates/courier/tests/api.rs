@@ -296,6 +296,24 @@ fn active_messages_reply_and_rendezvous_descriptors() {
     }
 }
 
+/// Inside an active-message handler: start receiving rendezvous message `m` into slot `k`
+/// of `slots`, `k` being the first byte of its header, completed by `done(k, result)`.
+fn receive_into_slot(
+    m: &mut AmMessage,
+    slots: &[Mutex<Vec<u8>>],
+    done: impl FnOnce(usize, Result<Info>) + Send + 'static,
+) {
+    let k = m.header()[0] as usize;
+    let desc = m.take_rndv().expect("a rendezvous message");
+    let (at, len) = {
+        let mut v = slots[k].lock().unwrap();
+        (v.as_mut_ptr() as usize, v.len())
+    };
+    let cb = Callback::Rust(Box::new(move |r: Result<Info>| done(k, r)));
+    // SAFETY: the callers keep every slot alive and untouched until all completions ran.
+    unsafe { m.worker().am_recv_data_raw(desc, Buf::One((at, len)), cb) }.expect("receive started");
+}
+
 /// A handler that starts receiving each rendezvous message at once, through the worker its
 /// message hands it (as UCX handlers call `ucp_am_recv_data_nbx`), for messages sent back to
 /// back: each lands whole in its own slot, each completion runs once, and a slot too short
@@ -316,22 +334,12 @@ fn rendezvous_active_messages_received_inside_their_handler() {
         let done: Done = Arc::default();
         let (sl, d2) = (slots.clone(), done.clone());
         p.a.am_set_handler(5, move |m: &mut AmMessage| {
-            let k = m.header()[0] as usize;
-            let desc = m.take_rndv().expect("a rendezvous message");
-            let (at, len) = {
-                let mut v = sl[k].lock().unwrap();
-                (v.as_mut_ptr() as usize, v.len())
-            };
             let d3 = d2.clone();
-            let cb = Callback::Rust(Box::new(move |r: Result<Info>| {
+            receive_into_slot(m, &sl, move |k, r| {
                 d3.lock()
                     .unwrap()
                     .push((k, r.map(|i| i.len).map_err(|e| e.status())));
-            }));
-            // SAFETY: slot k lives in `slots` until the test checks it, after every
-            // completion ran; nothing touches it meanwhile.
-            unsafe { m.worker().am_recv_data_raw(desc, Buf::One((at, len)), cb) }
-                .expect("receive started");
+            });
         })
         .unwrap();
         let msgs: Vec<Vec<u8>> = (0..N)
@@ -527,18 +535,11 @@ fn small_rendezvous_copies_share_a_progress_call() {
     let (sl, h2, d2) = (slots.clone(), handled.clone(), done.clone());
     p.a.am_set_handler(6, move |m: &mut AmMessage| {
         h2.fetch_add(1, Ordering::SeqCst);
-        let k = m.header()[0] as usize;
-        let desc = m.take_rndv().expect("a rendezvous message");
-        let at = sl[k].lock().unwrap().as_mut_ptr() as usize;
         let d3 = d2.clone();
-        let cb = Callback::Rust(Box::new(move |r: Result<Info>| {
+        receive_into_slot(m, &sl, move |k, r| {
             assert_eq!(r.map(|i| i.len).ok(), Some(SIZE), "message {k}");
             d3.fetch_add(1, Ordering::SeqCst);
-        }));
-        // SAFETY: slot k lives in `slots` until the test checks it, after every completion
-        // ran; nothing touches it meanwhile.
-        unsafe { m.worker().am_recv_data_raw(desc, Buf::One((at, SIZE)), cb) }
-            .expect("receive started");
+        });
     })
     .unwrap();
     let msgs: Vec<Vec<u8>> = (0..N)

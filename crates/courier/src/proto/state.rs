@@ -163,12 +163,6 @@ impl<T: Copy + Default> FromIterator<(T, T)> for Segs<T> {
     }
 }
 
-impl<T> From<Vec<(T, T)>> for Segs<T> {
-    fn from(v: Vec<(T, T)>) -> Self {
-        Segs::Heap(v)
-    }
-}
-
 impl<T> From<Segs<T>> for Vec<(T, T)> {
     fn from(s: Segs<T>) -> Self {
         match s {
