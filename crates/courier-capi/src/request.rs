@@ -13,7 +13,7 @@
 //! completion path never touches the worker, so an operation that never completes (a
 //! receive nobody matched when the worker goes away) holds no worker alive.
 
-use std::cell::Cell;
+use std::cell::RefCell;
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
@@ -127,10 +127,26 @@ fn on_complete(word: usize, r: Result<Info, Error>, info: Info) {
     req.finish(r, info);
 }
 
+/// How many finished requests a thread keeps for its next operations.
+const SPARES_MAX: usize = 64;
+
 thread_local! {
-    /// The request made for this thread's last operation that completed at once, for the
-    /// next one: most small operations complete at once, and then need no allocation.
-    static SPARE: Cell<Option<Arc<courier_request_t>>> = const { Cell::new(None) };
+    /// Requests this thread finished with (operations that completed at once, handles it
+    /// freed), for its next operations: a caller frees many requests at once when a window
+    /// of sends completes, then starts as many, and they need no allocation.
+    static SPARES: RefCell<Vec<Arc<courier_request_t>>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Keep `r` (held by nobody else) for this thread's next operation, if there is room.
+fn keep_spare(r: Arc<courier_request_t>) {
+    // At thread exit the list may be gone: then `r` is simply dropped.
+    let _ = SPARES.try_with(|s| {
+        if let Ok(mut s) = s.try_borrow_mut()
+            && s.len() < SPARES_MAX
+        {
+            s.push(r);
+        }
+    });
 }
 
 impl courier_request_t {
@@ -147,7 +163,11 @@ impl courier_request_t {
 
     /// A request for `start`: this thread's spare, or a new one. It has no worker yet.
     fn take(p: &OpParams) -> Arc<courier_request_t> {
-        if let Some(mut r) = SPARE.take()
+        let spare = SPARES
+            .try_with(|s| s.try_borrow_mut().ok().and_then(|mut s| s.pop()))
+            .ok()
+            .flatten();
+        if let Some(mut r) = spare
             && let Some(m) = Arc::get_mut(&mut r)
         {
             *m = courier_request_t::new(None, p);
@@ -245,7 +265,7 @@ pub(crate) unsafe fn start(
                 unsafe { *p.info = info.into() };
             }
             unsafe { *out = std::ptr::null_mut() };
-            SPARE.set(Some(req));
+            keep_spare(req);
             Ok(COURIER_OK)
         }
         Ok(Started::Pending(id)) => {
@@ -352,7 +372,55 @@ pub unsafe extern "C" fn courier_request_free(req: *mut courier_request_t) {
         // Completed and held by nobody else: this thread's next operation reuses it (most
         // callers free one request and start the next on the same thread).
         if Arc::get_mut(&mut r).is_some() {
-            SPARE.set(Some(r));
+            keep_spare(r);
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn no_params() -> OpParams {
+        OpParams {
+            cb: None,
+            user_data: 0,
+            info: std::ptr::null_mut(),
+        }
+    }
+
+    #[test]
+    fn freed_requests_are_reused_up_to_a_bound() {
+        // A window's worth of requests freed together comes back for the next window.
+        let reqs: Vec<_> = (0..SPARES_MAX + 8)
+            .map(|_| courier_request_t::take(&no_params()))
+            .collect();
+        let addrs: Vec<_> = reqs.iter().map(|r| Arc::as_ptr(r) as usize).collect();
+        for r in reqs {
+            keep_spare(r);
+        }
+        assert_eq!(SPARES.with_borrow(|s| s.len()), SPARES_MAX);
+        let again: Vec<_> = (0..SPARES_MAX)
+            .map(|_| courier_request_t::take(&no_params()))
+            .collect();
+        for r in &again {
+            assert!(addrs.contains(&(Arc::as_ptr(r) as usize)));
+            // Reset as new: no result, no worker, nothing abandoned.
+            assert!(r.result.get().is_none());
+            assert!(lock(&r.worker).is_none());
+            assert!(!r.abandoned.load(Ordering::Relaxed));
+        }
+        assert_eq!(SPARES.with_borrow(|s| s.len()), 0);
+        // A request someone else still holds is not handed out again, even when it is the
+        // next spare.
+        let mut again = again;
+        let first = again.remove(0);
+        let held = first.clone();
+        for r in again {
+            keep_spare(r);
+        }
+        keep_spare(first);
+        let fresh = courier_request_t::take(&no_params());
+        assert!(!Arc::ptr_eq(&fresh, &held));
+    }
 }
