@@ -307,15 +307,15 @@ func (m *AMMessage) settle() (release *C.courier_am_desc_t, kept bool) {
 // after its handler returned, so another goroutine never races the handler.
 func (m *AMMessage) takeDesc() *C.courier_am_desc_t {
 	m.mu.Lock()
-	kept := m.keep
-	m.mu.Unlock()
-	if kept {
-		<-m.ended
+	if m.keep {
+		ended := m.ended
+		m.mu.Unlock()
+		<-ended
+		m.mu.Lock()
 	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
 	d := m.desc
 	m.desc = nil
+	m.mu.Unlock()
 	return d
 }
 

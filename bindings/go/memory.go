@@ -97,6 +97,8 @@ type Memory struct {
 	attr   MemAttr
 	pinner runtime.Pinner // a registered Go buffer
 	buf    []byte
+	// hostAlloc: host memory the library allocated (in hostAllocs while mapped).
+	hostAlloc bool
 }
 
 // MemMap registers or allocates memory.
@@ -144,8 +146,12 @@ func (c *Context) MemMap(params *MemMapParams) (*Memory, error) {
 		return nil, err
 	}
 	m.attr = MemAttr{Address: uint64(uintptr(a.address)), Length: int(a.length), MemoryType: MemoryType(a.memory_type)}
-	if m.attr.MemoryType == MemoryTypeCuda {
+	switch {
+	case m.attr.MemoryType == MemoryTypeCuda:
 		devices.add(m.attr.Address, m.attr.Length)
+	case params.Alloc && m.buf == nil && m.attr.Length > 0:
+		hostAllocs.add(m.attr.Address, m.attr.Length)
+		m.hostAlloc = true
 	}
 	runtime.SetFinalizer(m, (*Memory).Close)
 	return m, nil
@@ -153,43 +159,61 @@ func (c *Context) MemMap(params *MemMapParams) (*Memory, error) {
 
 // devices are the CUDA device regions mapped through MemMap: the binding never copies
 // from them with the CPU (the library copies device memory with the CUDA driver).
-var devices deviceRanges
+var devices memRanges
 
-type deviceRanges struct {
-	n  atomic.Int32 // how many; 0 keeps the check to one load
-	mu sync.RWMutex
-	r  [][2]uint64 // start, end
+// hostAllocs are the host regions the library allocated through MemMap (Alloc): C memory,
+// which the garbage collector neither moves nor frees, so an operation on a buffer in one
+// needs no pinning.
+var hostAllocs memRanges
+
+// memRanges is a set of address ranges, read on every operation without a lock: readers
+// load an immutable snapshot, writers (MemMap, Close) replace it under mu.
+type memRanges struct {
+	mu   sync.Mutex
+	snap atomic.Pointer[[][2]uint64] // start, end; nil when empty
 }
 
-func (d *deviceRanges) add(addr uint64, n int) {
+func (d *memRanges) add(addr uint64, n int) {
 	d.mu.Lock()
-	d.r = append(d.r, [2]uint64{addr, addr + uint64(n)})
-	d.n.Add(1)
-	d.mu.Unlock()
+	defer d.mu.Unlock()
+	var r [][2]uint64
+	if old := d.snap.Load(); old != nil {
+		r = append(r, *old...)
+	}
+	r = append(r, [2]uint64{addr, addr + uint64(n)})
+	d.snap.Store(&r)
 }
 
-func (d *deviceRanges) remove(addr uint64) {
+func (d *memRanges) remove(addr uint64) {
 	d.mu.Lock()
-	for i, r := range d.r {
-		if r[0] == addr {
-			d.r = append(d.r[:i], d.r[i+1:]...)
-			d.n.Add(-1)
-			break
+	defer d.mu.Unlock()
+	old := d.snap.Load()
+	if old == nil {
+		return
+	}
+	r := make([][2]uint64, 0, len(*old))
+	for _, x := range *old {
+		if x[0] != addr {
+			r = append(r, x)
 		}
 	}
-	d.mu.Unlock()
+	if len(r) == 0 {
+		d.snap.Store(nil)
+		return
+	}
+	d.snap.Store(&r)
 }
 
-// holds reports whether b starts in device memory mapped through MemMap.
-func (d *deviceRanges) holds(b []byte) bool {
-	if d.n.Load() == 0 || len(b) == 0 {
+// holds reports whether b starts in one of the ranges (a slice never spans two
+// allocations, so all of it then lies there).
+func (d *memRanges) holds(b []byte) bool {
+	r := d.snap.Load()
+	if r == nil || len(b) == 0 {
 		return false
 	}
 	p := uint64(uintptr(unsafe.Pointer(unsafe.SliceData(b))))
-	d.mu.RLock()
-	defer d.mu.RUnlock()
-	for _, r := range d.r {
-		if p >= r[0] && p < r[1] {
+	for _, x := range *r {
+		if p >= x[0] && p < x[1] {
 			return true
 		}
 	}
@@ -415,8 +439,11 @@ func (m *Memory) Close() error {
 		return nil
 	}
 	runtime.SetFinalizer(m, nil)
-	if m.attr.MemoryType == MemoryTypeCuda {
+	switch {
+	case m.attr.MemoryType == MemoryTypeCuda:
 		devices.remove(m.attr.Address)
+	case m.hostAlloc:
+		hostAllocs.remove(m.attr.Address)
 	}
 	C.courier_mem_unmap(m.ptr)
 	m.pinner.Unpin()

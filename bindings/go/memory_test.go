@@ -427,3 +427,62 @@ func remoteSemaphore(t *testing.T, c *Context, ep *Endpoint, flags SemFlags) (*S
 	}
 	return sem, saddr, unpackKey(t, ep, skey)
 }
+
+// Buffers in host memory the library allocated are C memory: operations on them pin
+// nothing (and make no Request for it); Go memory, registered or not, is pinned; a region
+// stops counting as library memory once closed.
+func TestPinningSkipsLibraryAllocatedMemory(t *testing.T) {
+	c := newContext(t)
+	w := newWorker(t, c, ThreadModeSingle)
+	defer w.Close()
+	alloc, err := c.MemMap(&MemMapParams{Alloc: true, Length: 1 << 16})
+	if err != nil {
+		t.Fatalf("MemMap alloc: %v", err)
+	}
+	goBuf := make([]byte, 1<<16)
+	reg, err := c.MemMap(&MemMapParams{Buffer: goBuf})
+	if err != nil {
+		t.Fatalf("MemMap register: %v", err)
+	}
+	defer reg.Close()
+	pinned := func(b []byte) bool {
+		t.Helper()
+		o, err := w.newOp(nil)
+		if err != nil {
+			t.Fatalf("newOp: %v", err)
+		}
+		defer w.slab.put(o.sl)
+		o.pin(b)
+		if o.r == nil {
+			return false
+		}
+		p := o.r.pinner != nil
+		o.r.unpin()
+		return p
+	}
+	if pinned(alloc.Bytes()[100:200]) {
+		t.Error("a slice of library-allocated host memory was pinned")
+	}
+	if !pinned(reg.Bytes()) {
+		t.Error("a registered Go buffer was not pinned for the operation")
+	}
+	if !pinned(make([]byte, 64)) {
+		t.Error("a Go buffer was not pinned")
+	}
+	addr := alloc.Query().Address
+	if err := alloc.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	for _, r := range rangesOf(&hostAllocs) {
+		if r[0] == addr {
+			t.Errorf("closed region %#x still listed as library memory", addr)
+		}
+	}
+}
+
+func rangesOf(d *memRanges) [][2]uint64 {
+	if r := d.snap.Load(); r != nil {
+		return *r
+	}
+	return nil
+}

@@ -88,11 +88,12 @@ func (o *pendingOp) request() *Request {
 	return o.r
 }
 
-// pin pins the buffers the library will keep using after the starting call returns.
+// pin pins the buffers the library will keep using after the starting call returns, except
+// those in host memory the library allocated (C memory: nothing to pin).
 func (o *pendingOp) pin(bufs ...[]byte) {
-	r := o.request()
 	for _, b := range bufs {
-		if len(b) > 0 {
+		if len(b) > 0 && !hostAllocs.holds(b) {
+			r := o.request()
 			if r.pinner == nil {
 				r.pinner = pinners.Get().(*runtime.Pinner)
 			}

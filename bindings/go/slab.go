@@ -76,8 +76,8 @@ func (s *slab) get() (*C.cg_slot_t, uint32, error) {
 // caller completes r itself).
 func (s *slab) register(i uint32, r *Request) bool {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if int(i) >= len(s.early) {
+		s.mu.Unlock()
 		// The worker was closed while the operation started: it never completes (see
 		// Worker.Close), and r is kept with the other abandoned requests.
 		abandoned.Lock()
@@ -85,27 +85,29 @@ func (s *slab) register(i uint32, r *Request) bool {
 		abandoned.Unlock()
 		return true
 	}
-	if s.early[i] {
+	early := s.early[i]
+	if early {
 		s.early[i] = false
-		return false
+	} else {
+		s.reqs[i] = r
 	}
-	s.reqs[i] = r
-	return true
+	s.mu.Unlock()
+	return !early
 }
 
 // completion is the request of slot i, whose completion the library reported, and
 // forgets it; nil if it is not registered yet (the slot is marked early).
 func (s *slab) completion(i uint32) *Request {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	if int(i) >= len(s.reqs) {
-		return nil
+	var r *Request
+	if int(i) < len(s.reqs) {
+		r = s.reqs[i]
+		if r == nil {
+			s.early[i] = true
+		}
+		s.reqs[i] = nil
 	}
-	r := s.reqs[i]
-	if r == nil {
-		s.early[i] = true
-	}
-	s.reqs[i] = nil
+	s.mu.Unlock()
 	return r
 }
 
