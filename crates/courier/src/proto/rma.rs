@@ -263,7 +263,7 @@ impl State {
         let mut sent = Sent::Done;
         for i in 0..n {
             let off = i * chunk;
-            let part = Buf::from(data.slice(off, chunk.min(len - off)));
+            let part = data.part(off, chunk.min(len - off));
             let t = RemoteRef {
                 addr: target.addr.wrapping_add(off as u64),
                 ..target

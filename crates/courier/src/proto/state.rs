@@ -94,6 +94,11 @@ impl Buf {
     pub(crate) fn slice(&self, off: usize, len: usize) -> Segs<usize> {
         seg_range(self.segs(), off, len)
     }
+
+    /// Sub-range [off, off+len) as a buffer of its own (`Buf::One` when it is one segment).
+    pub(crate) fn part(&self, off: usize, len: usize) -> Buf {
+        Buf::from(self.slice(off, len))
+    }
 }
 
 /// A list of (address, length) segments, local (`usize`) or a peer's (`u64`), held inline

@@ -33,7 +33,7 @@ impl State {
         let mut all_sent = true;
         while off < len || (len == 0 && off == 0) {
             let n = (len - off).min(chunk);
-            let part = Buf::from(data.slice(off, n));
+            let part = data.part(off, n);
             off += n;
             let last = off >= len;
             match self.send_frame(e, &hdr, &[], &part, if last { Some(id) } else { None }) {

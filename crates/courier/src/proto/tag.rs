@@ -952,14 +952,14 @@ impl State {
             let mut sent = crate::transport::Sent::Done;
             while job.offset < job.total {
                 let n_bytes = (job.total - job.offset).min(chunk_max);
-                let segs = job.data.slice(job.offset, n_bytes);
+                let part = job.data.part(job.offset, n_bytes);
                 let hdr = Header::new(Kind::RndvData)
                     .word(1, job.rreq)
                     .word(2, job.offset as u64);
                 // Frames leave in order: the last one's token says the whole job is written.
                 let last = job.offset + n_bytes == job.total;
                 let token = if last { job.sreq } else { 0 };
-                match super::core::send_parts_zc(tx, hdr.as_bytes(), &[], &Buf::from(segs), token) {
+                match super::core::send_parts_zc(tx, hdr.as_bytes(), &[], &part, token) {
                     Ok(s) => {
                         job.offset += n_bytes;
                         sent = s;
