@@ -13,9 +13,9 @@ import (
 	"time"
 )
 
-// COURIER_GO_GCSTRESS=1 makes progress loops and tests collect garbage constantly, to flush
+// COURIER_TEST_GO_GCSTRESS=1 makes progress loops and tests collect garbage constantly, to flush
 // out lifetime bugs (buffers not pinned, handles freed early). Run it with GOGC=1.
-var gcStress = os.Getenv("COURIER_GO_GCSTRESS") != ""
+var gcStress = os.Getenv("COURIER_TEST_GO_GCSTRESS") != ""
 
 const testTimeout = 30 * time.Second
 

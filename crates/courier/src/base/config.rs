@@ -27,19 +27,19 @@ pub const VARS: &[Var] = &[
     Var {
         name: "COURIER_TLS",
         default: "all",
-        help: "Transports to use: 'all', a comma list of self,shm,tcp, or '^' followed by a list to exclude",
-        accepts: "all | self,shm,tcp | ^list",
+        help: "Transports to use: 'all', a comma list of self,shm,tcp (aliases of shm: sm, posix, cma), or '^' followed by a list to exclude",
+        accepts: "all | self,shm,tcp | ^list (names in any case; aliases of shm: sm, posix, cma)",
     },
     Var {
         name: "COURIER_NET_DEVICES",
         default: "all",
-        help: "Network interfaces tcp may use: 'all' or a comma list of interface names (e.g. lo,eth0)",
+        help: "Network interfaces a worker listens on and puts in its address for tcp: 'all' or a comma list of interface names (e.g. lo,eth0); a connection to a listener's socket address goes the way the kernel routes it",
         accepts: "all | comma list of interface names",
     },
     Var {
         name: "COURIER_LOG_LEVEL",
         default: "warn",
-        help: "Logging level: error, warn, info, debug, trace",
+        help: "Logging level: error, warn, info, debug, trace (any case; fatal = error, warning = warn)",
         accepts: "error | warn | info | debug | trace",
     },
     Var {
@@ -64,25 +64,25 @@ pub const VARS: &[Var] = &[
         name: "COURIER_SHM_SEGMENT_COPY",
         default: "yes",
         help: "Rendezvous on shared memory copies buffers allocated by mem_map with plain loads and stores through their shared segment, instead of CMA",
-        accepts: "yes | no",
+        accepts: "yes | no (any case; also on/off, y/n, 1/0)",
     },
     Var {
         name: "COURIER_KEEPALIVE_INTERVAL",
-        default: "500ms",
-        help: "How often an idle connection proves the peer is alive",
-        accepts: "a duration such as 500ms, 1s, 2.5s",
+        default: "1s",
+        help: "How often an idle tcp connection checks that its peer is alive (TCP keepalive, which counts whole seconds: rounded up, at least 1s; shared memory sees a peer's exit at once and needs none)",
+        accepts: "a duration above 0: a number with us, ms, s or m (minutes), e.g. 1s, 2.5s",
     },
     Var {
         name: "COURIER_KEEPALIVE_TIMEOUT",
         default: "2s",
-        help: "Silence after which a peer is declared failed",
-        accepts: "a duration such as 2s, 1500ms",
+        help: "Silence after which a tcp peer is declared failed (TCP_USER_TIMEOUT and keepalive probes; 'inf': no keepalive); a flush waits on a peer twice this, 5 s to 60 s",
+        accepts: "a duration no shorter than COURIER_KEEPALIVE_INTERVAL (a number with us, ms, s or m for minutes, e.g. 2s, 1500ms), or inf",
     },
     Var {
         name: "COURIER_SIGNAL_NAP",
         default: "1ms",
         help: "Longest sleep of a sleeping signal wait before it looks at the word again, for writes that wake no one (another thread, a peer's atomic; a put-with-signal wakes the waiting worker itself)",
-        accepts: "a duration such as 1ms, 200us; inf: only a wakeup ends the sleep",
+        accepts: "a duration (a number with us, ms, s or m for minutes, e.g. 1ms, 200us); inf: only a wakeup ends the sleep",
     },
     Var {
         name: "COURIER_SHM_FIFO_SIZE",
@@ -94,31 +94,31 @@ pub const VARS: &[Var] = &[
         name: "COURIER_SHM_CMA",
         default: "auto",
         help: "Single-copy transfers with process_vm_readv: auto (probe), yes (required), no (bounce buffers)",
-        accepts: "auto | yes | no",
+        accepts: "auto | yes | no (any case; also on/off, y/n, 1/0)",
     },
     Var {
         name: "COURIER_TCP_SNDBUF",
         default: "4m",
-        help: "TCP send buffer size (0 keeps the system default)",
-        accepts: "a size",
+        help: "TCP send buffer size (0 keeps the system default; the kernel caps it at net.core.wmem_max)",
+        accepts: "a size up to 2147483647 bytes (setsockopt takes an int), such as 4m",
     },
     Var {
         name: "COURIER_TCP_RCVBUF",
         default: "4m",
-        help: "TCP receive buffer size (0 keeps the system default)",
-        accepts: "a size",
+        help: "TCP receive buffer size (0 keeps the system default; the kernel caps it at net.core.rmem_max)",
+        accepts: "a size up to 2147483647 bytes (setsockopt takes an int), such as 4m",
     },
     Var {
         name: "COURIER_CUDA_LIB",
         default: "libcuda.so.1",
         help: "The CUDA driver library, loaded at run time when CUDA memory is used (or when the application has loaded it)",
-        accepts: "a library name or path",
+        accepts: "a library name or path (no control characters)",
     },
     Var {
         name: "COURIER_TCP_CONNECT_TIMEOUT",
         default: "5s",
         help: "How long a TCP connection attempt may take",
-        accepts: "a duration",
+        accepts: "a duration above 0 (a number with us, ms, s or m for minutes, e.g. 5s), or inf",
     },
     Var {
         name: "COURIER_TCP_CONGESTION",
@@ -197,6 +197,7 @@ impl TlsSelection {
     /// Parse `all`, `a,b`, or `^a,b`.
     pub fn parse(v: &str) -> Result<TlsSelection> {
         let v = v.trim();
+        let lower = v.to_ascii_lowercase();
         let err = |what: String| {
             Error::msg(
                 Status::BadConfig,
@@ -208,15 +209,15 @@ impl TlsSelection {
         if v.is_empty() {
             return Err(err("empty value".into()));
         }
-        if v == "all" {
+        if lower == "all" {
             return Ok(TlsSelection {
                 allowed: [true; 3],
                 spec: v.into(),
             });
         }
-        let (deny, list) = match v.strip_prefix('^') {
+        let (deny, list) = match lower.strip_prefix('^') {
             Some(rest) => (true, rest),
-            None => (false, v),
+            None => (false, lower.as_str()),
         };
         let mut named = [false; 3];
         for name in list.split(',').map(str::trim) {
@@ -230,6 +231,9 @@ impl TlsSelection {
             named[idx] = true;
         }
         let allowed = if deny { named.map(|n| !n) } else { named };
+        if !allowed.contains(&true) {
+            return Err(err("excludes every transport".into()));
+        }
         Ok(TlsSelection {
             allowed,
             spec: v.into(),
@@ -346,24 +350,45 @@ pub fn parse_duration(s: &str) -> Option<Duration> {
     Duration::try_from_secs_f64(v * scale).ok()
 }
 
+/// `d` rounded up to whole seconds, at least one (`Duration::MAX` stays).
+fn whole_seconds(d: Duration) -> Duration {
+    if d == Duration::MAX {
+        return d;
+    }
+    let s = d.as_secs() + u64::from(d.subsec_nanos() > 0);
+    Duration::from_secs(s.max(1))
+}
+
+/// `COURIER_*` variables in the environment that are not in the table (almost always typos;
+/// `COURIER_TEST_*` belong to the test suites).
+pub fn unknown_vars() -> Vec<String> {
+    std::env::vars_os()
+        .filter_map(|(k, _)| k.into_string().ok())
+        .filter(|k| {
+            k.starts_with("COURIER_")
+                && !VARS.iter().any(|v| v.name == k)
+                && !k.starts_with("COURIER_TEST_")
+        })
+        .collect()
+}
+
 impl Config {
     /// Read every variable from the environment, then apply `overrides` (name → value).
     pub fn from_env_with(overrides: &[(&str, &str)]) -> Result<Config> {
         let mut raw = BTreeMap::new();
         for v in VARS {
-            raw.insert(
-                v.name,
-                std::env::var(v.name).unwrap_or_else(|_| v.default.to_string()),
-            );
+            let val = match std::env::var(v.name) {
+                Ok(val) => val,
+                Err(std::env::VarError::NotPresent) => v.default.to_string(),
+                Err(std::env::VarError::NotUnicode(os)) => {
+                    return Err(bad(v.name, &os.to_string_lossy(), "not valid UTF-8"));
+                }
+            };
+            raw.insert(v.name, val);
         }
         // Variables that look like ours but are not in the table are almost always typos.
-        for (k, _) in std::env::vars() {
-            if k.starts_with("COURIER_")
-                && !VARS.iter().any(|v| v.name == k)
-                && !k.starts_with("COURIER_TEST_")
-            {
-                tracing::warn!("{k} is not a Courier variable (see `courier info -c`); ignored");
-            }
+        for k in unknown_vars() {
+            tracing::warn!("{k} is not a Courier variable (see `courier info -c`); ignored");
         }
         for (k, val) in overrides {
             let v = VARS.iter().find(|v| v.name == *k).ok_or_else(|| {
@@ -399,13 +424,14 @@ impl Config {
         let net_devices = if nd == "all" {
             None
         } else {
-            let list: Vec<String> = nd
-                .split(',')
-                .map(|s| s.trim().to_string())
-                .filter(|s| !s.is_empty())
-                .collect();
-            if list.is_empty() {
-                return Err(bad("COURIER_NET_DEVICES", nd, "empty list"));
+            let list: Vec<String> = nd.split(',').map(|s| s.trim().to_string()).collect();
+            if list.iter().any(String::is_empty) {
+                let why = if nd.is_empty() {
+                    "empty list"
+                } else {
+                    "empty name in list"
+                };
+                return Err(bad("COURIER_NET_DEVICES", nd, why));
             }
             Some(list)
         };
@@ -428,12 +454,25 @@ impl Config {
             }
         };
         let keepalive_interval = dur("COURIER_KEEPALIVE_INTERVAL")?;
+        if keepalive_interval.is_zero() {
+            return Err(bad(
+                "COURIER_KEEPALIVE_INTERVAL",
+                get("COURIER_KEEPALIVE_INTERVAL"),
+                "zero",
+            ));
+        }
+        // TCP keepalive counts whole seconds: what is in force is rounded up, at least 1 s.
+        let keepalive_interval = whole_seconds(keepalive_interval);
         let keepalive_timeout = dur("COURIER_KEEPALIVE_TIMEOUT")?;
         if keepalive_timeout < keepalive_interval {
-            return Err(bad(
-                "COURIER_KEEPALIVE_TIMEOUT",
-                get("COURIER_KEEPALIVE_TIMEOUT"),
-                "shorter than COURIER_KEEPALIVE_INTERVAL",
+            return Err(Error::msg(
+                Status::BadConfig,
+                format!(
+                    "COURIER_KEEPALIVE_TIMEOUT={:?} is shorter than COURIER_KEEPALIVE_INTERVAL={:?} (in force: {keepalive_interval:?}); a peer would be given up before it was asked once; accepted: {}",
+                    get("COURIER_KEEPALIVE_TIMEOUT"),
+                    get("COURIER_KEEPALIVE_INTERVAL"),
+                    var("COURIER_KEEPALIVE_TIMEOUT").accepts
+                ),
             ));
         }
         let shm_fifo_size = get("COURIER_SHM_FIFO_SIZE")
@@ -448,11 +487,17 @@ impl Config {
                     "not a power of two in range",
                 )
             })?;
-        let shm_cma = match get("COURIER_SHM_CMA").trim() {
+        let shm_cma = match get("COURIER_SHM_CMA").trim().to_ascii_lowercase().as_str() {
             "auto" => CmaPolicy::Auto,
             "yes" | "y" | "on" | "1" => CmaPolicy::Yes,
             "no" | "n" | "off" | "0" => CmaPolicy::No,
-            other => return Err(bad("COURIER_SHM_CMA", other, "unknown policy")),
+            _ => {
+                return Err(bad(
+                    "COURIER_SHM_CMA",
+                    get("COURIER_SHM_CMA"),
+                    "unknown policy",
+                ));
+            }
         };
         let tcp_congestion = match get("COURIER_TCP_CONGESTION").trim() {
             "auto" => TcpCongestion::Auto,
@@ -473,11 +518,36 @@ impl Config {
                 ));
             }
         };
-        let shm_segment_copy = match get("COURIER_SHM_SEGMENT_COPY").trim() {
+        let shm_segment_copy = match get("COURIER_SHM_SEGMENT_COPY")
+            .trim()
+            .to_ascii_lowercase()
+            .as_str()
+        {
             "yes" | "y" | "on" | "1" => true,
             "no" | "n" | "off" | "0" => false,
-            other => return Err(bad("COURIER_SHM_SEGMENT_COPY", other, "not yes or no")),
+            _ => {
+                return Err(bad(
+                    "COURIER_SHM_SEGMENT_COPY",
+                    get("COURIER_SHM_SEGMENT_COPY"),
+                    "not yes or no",
+                ));
+            }
         };
+        // setsockopt takes an int.
+        let sockbuf = |n: &str| {
+            size(n)?
+                .try_into()
+                .map(|b: i32| b as usize)
+                .map_err(|_| bad(n, get(n), "larger than setsockopt's int"))
+        };
+        let tcp_connect_timeout = dur("COURIER_TCP_CONNECT_TIMEOUT")?;
+        if tcp_connect_timeout.is_zero() {
+            return Err(bad(
+                "COURIER_TCP_CONNECT_TIMEOUT",
+                get("COURIER_TCP_CONNECT_TIMEOUT"),
+                "zero: no connection could be made",
+            ));
+        }
         Ok(Config {
             tls,
             net_devices,
@@ -506,12 +576,15 @@ impl Config {
             signal_nap: dur("COURIER_SIGNAL_NAP")?,
             shm_fifo_size,
             shm_cma,
-            tcp_sndbuf: size("COURIER_TCP_SNDBUF")?,
-            tcp_rcvbuf: size("COURIER_TCP_RCVBUF")?,
-            tcp_connect_timeout: dur("COURIER_TCP_CONNECT_TIMEOUT")?,
+            tcp_sndbuf: sockbuf("COURIER_TCP_SNDBUF")?,
+            tcp_rcvbuf: sockbuf("COURIER_TCP_RCVBUF")?,
+            tcp_connect_timeout,
             tcp_congestion,
             cuda_lib: match get("COURIER_CUDA_LIB").trim() {
                 "" => return Err(bad("COURIER_CUDA_LIB", "", "empty")),
+                lib if lib.chars().any(char::is_control) => {
+                    return Err(bad("COURIER_CUDA_LIB", lib, "contains a control character"));
+                }
                 lib => lib.to_string(),
             },
             wakeup: true,
@@ -621,6 +694,51 @@ mod tests {
         assert!(e.detail().contains("shorter"), "{e}");
         let e = cfg(&[("COURIER_TCP_CONGESTION", "re no")]).unwrap_err();
         assert!(e.detail().contains("COURIER_TCP_CONGESTION"), "{e}");
+    }
+
+    /// Values that parse as sizes or durations but cannot work are refused when read, with
+    /// the variable named, instead of failing every connection later; names and yes/no
+    /// values take any case; TCP keepalive's whole seconds are what is in force.
+    #[test]
+    fn values_that_cannot_work_are_refused_when_read() {
+        for (k, v, why) in [
+            ("COURIER_TCP_SNDBUF", "3g", "int"),
+            ("COURIER_TCP_RCVBUF", "18446744073709551615", "int"),
+            ("COURIER_TCP_CONNECT_TIMEOUT", "0", "zero"),
+            ("COURIER_KEEPALIVE_INTERVAL", "0s", "zero"),
+            ("COURIER_TLS", "^self,shm,tcp", "every transport"),
+            ("COURIER_NET_DEVICES", "lo,,eth0", "empty name"),
+            ("COURIER_CUDA_LIB", "libx.so\nCOURIER_TLS=foo", "control"),
+        ] {
+            let e = cfg(&[(k, v)]).expect_err(k);
+            assert_eq!(e.status(), Status::BadConfig);
+            assert!(
+                e.detail().contains(k) && e.detail().contains(why),
+                "{k}: {e}"
+            );
+        }
+        let c = cfg(&[("COURIER_TCP_SNDBUF", "2047m")]).unwrap();
+        assert_eq!(c.tcp_sndbuf, 2047 << 20);
+        // A too-long interval names both variables and both values.
+        let e = cfg(&[("COURIER_KEEPALIVE_INTERVAL", "inf")]).unwrap_err();
+        assert!(
+            e.detail().contains("COURIER_KEEPALIVE_INTERVAL=\"inf\"")
+                && e.detail().contains("COURIER_KEEPALIVE_TIMEOUT=\"2s\""),
+            "{e}"
+        );
+        let c = cfg(&[("COURIER_KEEPALIVE_INTERVAL", "500ms")]).unwrap();
+        assert_eq!(c.keepalive_interval, Duration::from_secs(1));
+        let c = cfg(&[("COURIER_KEEPALIVE_INTERVAL", "1.2s")]).unwrap();
+        assert_eq!(c.keepalive_interval, Duration::from_secs(2));
+        let c = cfg(&[
+            ("COURIER_TLS", "SHM,Tcp"),
+            ("COURIER_SHM_CMA", "YES"),
+            ("COURIER_SHM_SEGMENT_COPY", "Off"),
+        ])
+        .unwrap();
+        assert_eq!(c.tls.effective(), "shm,tcp");
+        assert_eq!(c.shm_cma, CmaPolicy::Yes);
+        assert!(!c.shm_segment_copy);
     }
 
     #[test]

@@ -68,9 +68,23 @@ pub(super) fn set_congestion(
         TcpCongestion::Auto => return,
     };
     if let Err(e) = sockopt::set_tcp_congestion(fd, name) {
-        tracing::debug!(
-            "tcp to {peer}: congestion control {name} refused ({e}); the system's stays"
-        );
+        // One the user named that the kernel lacks is worth a word, once per process.
+        static WARNED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+        if matches!(cc, TcpCongestion::Named(_))
+            && !WARNED.swap(true, std::sync::atomic::Ordering::Relaxed)
+        {
+            let have =
+                std::fs::read_to_string("/proc/sys/net/ipv4/tcp_available_congestion_control")
+                    .map(|s| s.trim().to_string())
+                    .unwrap_or_else(|_| "unknown".into());
+            tracing::warn!(
+                "COURIER_TCP_CONGESTION={name}: the kernel refused it ({e}); tcp connections keep the system's congestion control (loaded here: {have})"
+            );
+        } else {
+            tracing::debug!(
+                "tcp to {peer}: congestion control {name} refused ({e}); the system's stays"
+            );
+        }
     }
 }
 
