@@ -89,6 +89,7 @@ fn child_entry() {
         ("sem_consumer", child_sem_consumer),
         ("direct_ptr", child_direct_ptr),
         ("sleeper", child_sleeper),
+        ("doomed", child_doomed),
     ]);
 }
 
@@ -1137,6 +1138,41 @@ fn child_direct_ptr() {
     assert_eq!(old, 0xfeed);
 }
 
+/// In one process (the key's path is `local`) the pointer is given only for an address in
+/// the key's region while its owner maps it, as for a same-host peer's region.
+#[test]
+fn direct_pointer_of_a_local_key_only_inside_a_live_region() {
+    let c = ctx(SHM);
+    let w = Worker::new(&c, WorkerParams::default()).unwrap();
+    let ep = w
+        .connect(&w.address().unwrap(), EndpointParams::default())
+        .unwrap();
+    ep.wait_connected(Duration::from_secs(5)).unwrap();
+    let len = 4096u64;
+    let r = Region::new(&c, Mem::Reg, len as usize, access::READ);
+    let k = ep.rkey_unpack(&r.key()).unwrap();
+    assert_eq!(k.path(), "local");
+    let (base, _) = k.bounds();
+    assert_eq!(k.direct_ptr(base), Some(base as *mut u8));
+    assert_eq!(
+        k.direct_ptr(base + len - 1),
+        Some((base + len - 1) as *mut u8)
+    );
+    for (addr, what) in [
+        (base + len, "past the end"),
+        (base + 100 * len, "far past the end"),
+        (base - 1, "before the start"),
+        (0, "address 0"),
+    ] {
+        let e = k.local_ptr(addr).expect_err(what);
+        assert_eq!(e.status(), Status::OutOfRange, "{what}: {e}");
+        assert!(k.direct_ptr(addr).is_none(), "{what}");
+    }
+    drop(r);
+    let e = k.local_ptr(base).expect_err("a region its owner unmapped");
+    assert_eq!(e.status(), Status::InvalidKey, "{e}");
+}
+
 #[test]
 fn direct_pointer_loads_and_stores_shm() {
     let o = Owner::new(SHM);
@@ -1268,4 +1304,97 @@ matrix! {
     signal_wait_sleeping_woken_by_a_peer_tcp: sleeping_wait(TCP, "1ms");
     signal_wait_sleeping_woken_only_by_a_direct_put_shm: sleeping_wait(SHM, "inf");
     signal_wait_sleeping_woken_only_by_a_framed_put_tcp: sleeping_wait(TCP, "inf");
+}
+
+// ----- a same-host peer that dies ------------------------------------------------------------
+
+/// A target that maps a region, publishes its key and serves until it is killed.
+fn child_doomed() {
+    let t = target();
+    let d = Region::new(&t.c, Mem::Alloc, 64 << 10, access::ALL);
+    t.publish(&[d.key()]);
+    let deadline = Instant::now() + DEADLINE;
+    while Instant::now() < deadline {
+        t.w.progress();
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// Puts, gets and atomics into a same-host peer's allocated memory are plain stores and
+/// loads that never pass the worker. Once that peer dies they must fail as its sends do,
+/// not write on into the dead process's memory and report success: whether the caller
+/// progresses its worker (which notices the hung-up link) or only puts and flushes (the
+/// flush then looks, every so many calls).
+#[test]
+fn one_sided_operations_to_a_dead_same_host_peer_fail() {
+    for progress in [true, false] {
+        let mut kid = Kid::spawn("doomed", SHM, &[]);
+        let cl = client(&mut kid, SHM);
+        progress_until(&cl.w, &mut kid, "the shared-memory link", || {
+            cl.ep.transport() == Some("shm")
+        });
+        let k = &cl.rk[0];
+        assert_eq!(k.path(), "direct");
+        let (b, _) = k.bounds();
+        let data = [7u8; 64];
+        let put_flush = || -> Result<()> {
+            cl.ep.put(&data, b, k)?.wait()?;
+            cl.ep.flush()
+        };
+        put_flush().expect("a put and flush to a live peer");
+        kid.kill();
+        let start = Instant::now();
+        let mut rounds = 0u32;
+        let err = loop {
+            if progress {
+                cl.w.progress();
+            }
+            rounds += 1;
+            if let Err(e) = put_flush() {
+                break e;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "progress {progress}: {rounds} puts and flushes to a killed peer succeeded in 10 s"
+            );
+        };
+        assert_eq!(
+            err.status(),
+            Status::PeerFailure,
+            "progress {progress}: {err}"
+        );
+        assert!(err.detail().contains("died"), "{err}");
+        // Every later operation on the endpoint fails the same way, none writes or reads.
+        let dead = |what: &str, r: Result<()>| {
+            let e = r.expect_err(what);
+            assert_eq!(e.status(), Status::PeerFailure, "{what}: {e}");
+        };
+        dead(
+            "put",
+            cl.ep.put(&data, b, k).and_then(|r| r.wait().map(drop)),
+        );
+        let mut back = [0u8; 64];
+        dead(
+            "get",
+            cl.ep.get(&mut back, b, k).and_then(|r| r.wait().map(drop)),
+        );
+        dead(
+            "atomic",
+            cl.ep
+                .atomic(AtomicOp::Add, 1, 0, b, k, false)
+                .and_then(|r| r.wait().map(drop)),
+        );
+        dead(
+            "atomic_post",
+            cl.ep.atomic_post(AtomicOp::Add, 1, b, k, false),
+        );
+        dead(
+            "put_signal",
+            cl.ep
+                .put_signal(&data, b, k, b + 64, k, 1, SignalOp::Set)
+                .and_then(|r| r.wait().map(drop)),
+        );
+        dead("flush", cl.ep.flush());
+        assert_eq!(back, [0u8; 64], "a failed get wrote its buffer");
+    }
 }

@@ -35,6 +35,10 @@ pub struct Endpoint {
     generation: u32,
 }
 
+/// How many flushes with nothing to wait for pass between two reads of the worker's
+/// events (`Endpoint::idle_flush_end`).
+const FLUSH_LOOKS_EVERY: u32 = 64;
+
 fn one(b: &[u8]) -> Buf {
     Buf::One((b.as_ptr() as usize, b.len()))
 }
@@ -311,6 +315,26 @@ impl Endpoint {
         Ok(flushed && !sends)
     }
 
+    /// The end of a flush that had nothing to wait for. Puts and atomics into a same-host
+    /// peer's memory are plain stores that never pass the worker, so a caller that only
+    /// puts and flushes would never learn that the peer died: every `FLUSH_LOOKS_EVERY`th
+    /// such flush reads the worker's events (a hung-up link among them).
+    fn idle_flush_end(st: &mut State, e: u32) -> Result<()> {
+        st.idle_flushes = st.idle_flushes.wrapping_add(1);
+        if st.idle_flushes.is_multiple_of(FLUSH_LOOKS_EVERY) {
+            st.progress_events();
+            if let Some(err) = st.ep(e).and_then(|ep| ep.dead_error()) {
+                return Err(err);
+            }
+            // Failed with frames still to deliver: the endpoint fails once progress has
+            // delivered them, but this flush cannot say its operations arrived.
+            if let Some((_, err)) = st.link_errors.iter().find(|(x, _)| *x == e) {
+                return Err(err.clone());
+            }
+        }
+        st.rma_take_error(e).map_or(Ok(()), Err)
+    }
+
     /// Wait until every send on this endpoint has completed and left this process.
     pub fn flush(&self) -> Result<()> {
         let limit = self.worker.context().config().give_up_after();
@@ -322,7 +346,7 @@ impl Endpoint {
             if self.with(Self::quiet)? {
                 match confirm {
                     None => match self.with(|st, e| st.rma_flush_start(e))? {
-                        None => return self.with(|st, e| st.rma_take_error(e).map_or(Ok(()), Err)),
+                        None => return self.with(Self::idle_flush_end),
                         Some(id) => confirm = Some(id),
                     },
                     Some(_) => return self.with(|st, e| st.rma_take_error(e).map_or(Ok(()), Err)),

@@ -8,7 +8,7 @@
 //! [`super::onesided`] describes these paths for tools (`courier info`); change both together
 //! (`tests/onesided.rs` checks that they agree).
 
-use std::sync::atomic::{AtomicU64, Ordering, fence};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering, fence};
 use std::sync::{Arc, Once, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -567,6 +567,9 @@ pub struct RemoteKey {
     /// Set for a same-host peer's host region mapped here (`Path::Direct` with a segment).
     view: Option<DirectView>,
     ep: Endpoint,
+    /// The endpoint's "failed or closed" flag, for keys with a path that bypasses the
+    /// worker (`EpSlot::gone`).
+    gone: Option<Arc<AtomicBool>>,
     /// Wakes the owner's worker after a direct signal update: found on the endpoint's
     /// shared-memory link once it has one (it may still run on tcp when the key is
     /// unpacked).
@@ -579,21 +582,22 @@ impl RemoteKey {
         (self.key.base, self.key.length)
     }
     /// A pointer valid in this process for `addr` in the owner's process, when the region
-    /// is mapped here (same host, allocated memory, or the same context).
+    /// is mapped here (same host, allocated memory, or the same context) and `addr` lies
+    /// in it; `None` otherwise (`local_ptr` says why).
     pub fn direct_ptr(&self, addr: u64) -> Option<*mut u8> {
-        match &self.path {
-            Path::Direct { seg: Some(m), .. } => {
-                let off = addr.checked_sub(self.key.base)?;
-                (off < m.len as u64).then(|| m.ptr.wrapping_add(off as usize))
-            }
-            Path::Local(_) => Some(addr as *mut u8),
-            Path::DeviceIpc {
-                map, alloc_base, ..
-            } => {
-                let off = addr.checked_sub(*alloc_base)?;
-                (off < map.len as u64).then(|| (map.ptr + off as usize) as *mut u8)
-            }
-            _ => None,
+        self.local_ptr(addr).ok()
+    }
+
+    /// `direct_ptr` with the reason when there is none: `addr` outside the key's region
+    /// (`OutOfRange`), a region its owner no longer maps or a key that does not match its
+    /// record (`InvalidKey`), or a region not mapped in this process (`Unsupported`).
+    pub fn local_ptr(&self, addr: u64) -> Result<*mut u8> {
+        match self.place(addr, 1, 0)? {
+            Some(p) => Ok(p.ptr),
+            None => Err(Error::new(
+                Status::Unsupported,
+                "the region is not mapped in this process",
+            )),
         }
     }
     /// How operations reach the region: `local`, `direct`, `cma`, `cuda_ipc` or `remote`.
@@ -617,7 +621,15 @@ impl RemoteKey {
     fn direct(&self, ep: &Endpoint, addr: u64, len: u64, need: u16) -> Option<*mut u8> {
         let v = self.view.as_ref()?;
         let off = addr.wrapping_sub(v.base);
-        if v.access & need != need || off > v.span || len > v.span - off || !self.ep.same_as(ep) {
+        if v.access & need != need
+            || off > v.span
+            || len > v.span - off
+            || !self.ep.same_as(ep)
+            || self
+                .gone
+                .as_ref()
+                .is_some_and(|g| g.load(Ordering::Relaxed))
+        {
             return None;
         }
         let head = v.head as *const AtomicU64;
@@ -954,15 +966,17 @@ impl Endpoint {
             Path::Direct { seg, cma, .. } => seg.is_some() || *cma,
             Path::Remote => false,
         };
-        if direct {
+        let gone = if direct {
             // A fence on this endpoint must now order operations through the owner.
             self.with_state(|st, e| {
-                if let Some(ep) = st.ep(e) {
+                Ok(st.ep(e).map(|ep| {
                     ep.rma_direct_keys = true;
-                }
-                Ok(())
-            })?;
-        }
+                    ep.gone.clone()
+                }))
+            })?
+        } else {
+            None
+        };
         let view = match &path {
             Path::Direct {
                 peer, seg: Some(m), ..
@@ -974,6 +988,7 @@ impl Endpoint {
             path,
             view,
             ep: self.clone(),
+            gone,
             bell: OnceLock::new(),
         })
     }
@@ -984,6 +999,13 @@ impl Endpoint {
                 Status::InvalidParam,
                 "remote key was unpacked on another endpoint",
             ));
+        }
+        if k.gone.as_ref().is_some_and(|g| g.load(Ordering::Acquire)) {
+            // Paths that bypass the worker must not go on writing into a failed peer's
+            // memory as if nothing happened: the endpoint's error, as its sends get.
+            return Err(self
+                .with_state(|st, e| Ok(st.ep(e).and_then(|ep| ep.dead_error())))?
+                .unwrap_or_else(|| Error::new(Status::EndpointClosed, "endpoint was closed")));
         }
         Ok(())
     }

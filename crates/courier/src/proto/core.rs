@@ -114,6 +114,9 @@ pub(crate) struct State {
     pub eventfd: OwnedFd,
     pub ep_configs: Vec<String>,
     pub progress_calls: u64,
+    /// Flushes that found nothing to wait for: every `FLUSH_LOOKS_EVERY`th reads epoll,
+    /// so that a caller that only puts and flushes still learns that a peer died.
+    pub idle_flushes: u32,
     pub in_progress: bool,
     pub fd_links: usize,
     /// Whether the fds of fd links are in the epoll set (`fdpoll`: only while the worker
@@ -461,6 +464,7 @@ impl State {
             rma_via_owner: false,
             rma_direct_keys: false,
             put_refused: None,
+            gone: Default::default(),
         };
         if let Some(idx) = self.eps.free.pop() {
             let s = &mut self.eps.slots[idx as usize];
@@ -534,6 +538,7 @@ impl State {
         let peer = ep.peer.clone();
         let err = fail_error(&peer, &why);
         ep.status = EpStatus::Dead(err.clone());
+        ep.gone.store(true, std::sync::atomic::Ordering::Release);
         // The requests below fail and their buffers go back to the user: the link must not
         // write from them any more.
         if let Some(tx) = ep.tx.as_mut() {

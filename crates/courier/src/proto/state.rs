@@ -479,6 +479,10 @@ pub(crate) struct EpSlot {
     /// Target side: the rest of a put refused at its first frame (`Kind::PutBegin`), as
     /// bytes of put data still to drop unwritten on this link, and the refusal's status.
     pub put_refused: Option<(u64, Status)>,
+    /// Set when the endpoint fails or closes. Remote keys unpacked on it hold it, so that
+    /// their direct paths (plain stores into a same-host peer's memory, which never go
+    /// through the worker) see it without the worker's lock.
+    pub gone: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl EpSlot {

@@ -226,6 +226,7 @@ impl State {
             eventfd,
             ep_configs: Vec::new(),
             progress_calls: 0,
+            idle_flushes: 0,
             in_progress: false,
             fd_links: 0,
             fd_watched: false,

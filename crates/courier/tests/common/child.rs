@@ -112,6 +112,13 @@ impl Kid {
         }
     }
 
+    /// Kill it (SIGKILL) and reap it, as a peer that dies without a word.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        self.stderr.take();
+    }
+
     /// `Some(stderr)` once it has exited; panics (with its stderr) if it failed.
     pub fn poll(&mut self) -> Option<String> {
         let st = self.child.try_wait().unwrap()?;
