@@ -488,7 +488,8 @@ typedef void (*courier_completion_cb_t)(courier_status_t status,
                                         void *user_data);
 
 /**
- * Options of a non-blocking operation (may be NULL: no callback).
+ * Options of a non-blocking operation (may be NULL: no callback). Unknown bits in
+ * `field_mask` make the operation fail with `COURIER_ERR_INVALID_PARAM` before it starts.
  */
 typedef struct {
     /**
@@ -865,7 +866,8 @@ courier_status_t courier_worker_set_am_handler(const courier_worker_t *worker,
 
 /**
  * Send an active message to handler `id` on the peer: `header` is copied at once; `buffer`
- * must stay valid until completion. `flags`: `COURIER_AM_SEND_FLAG_*`.
+ * must stay valid until completion. `flags`: `COURIER_AM_SEND_FLAG_*` (unknown bits, or
+ * EAGER with RNDV, are `COURIER_ERR_INVALID_PARAM`).
  */
 courier_status_t courier_ep_am_send(const courier_ep_t *ep,
                                     uint16_t id,
@@ -878,7 +880,8 @@ courier_status_t courier_ep_am_send(const courier_ep_t *ep,
                                     courier_request_t **req_out);
 
 /**
- * Send an active message whose data is gathered from `iov_count` segments.
+ * Send an active message whose data is gathered from `iov_count` segments (`flags` as for
+ * `courier_ep_am_send`).
  */
 courier_status_t courier_ep_am_send_iov(const courier_ep_t *ep,
                                         uint16_t id,
@@ -910,6 +913,7 @@ courier_status_t courier_worker_am_desc_release(const courier_worker_t *worker,
 
 /**
  * Create a context from the environment and `params` (NULL: all defaults).
+ * `COURIER_ERR_INVALID_PARAM` for unknown bits in `field_mask` or `features`.
  */
 courier_status_t courier_context_create(const courier_context_params_t *params,
                                         courier_context_t **context_out);
@@ -943,6 +947,7 @@ courier_status_t courier_config_var(size_t index, courier_config_var_t *var_out)
  * Connect to a peer: by worker address (`COURIER_EP_FIELD_REMOTE_ADDRESS`) or to a
  * listener (`COURIER_EP_FIELD_SOCK_ADDR`, with `COURIER_EP_FIELD_CLIENT_ID`). Returns at
  * once; operations queue until the connection is up (`courier_ep_wait_connected`).
+ * `COURIER_ERR_INVALID_PARAM` for unknown bits in `params->field_mask`.
  */
 courier_status_t courier_ep_create(const courier_worker_t *worker,
                                    const courier_ep_params_t *params,
@@ -990,7 +995,8 @@ courier_status_t courier_ep_local_address(const courier_ep_t *ep, char *buf, siz
 const char *courier_ep_transport(const courier_ep_t *ep);
 
 /**
- * Listen for clients (`conn_handler` required).
+ * Listen for clients (`conn_handler` required). `COURIER_ERR_INVALID_PARAM` for unknown
+ * bits in `params->field_mask`.
  */
 courier_status_t courier_listener_create(const courier_worker_t *worker,
                                          const courier_listener_params_t *params,
@@ -1016,14 +1022,16 @@ courier_status_t courier_listener_address(const courier_listener_t *listener,
 courier_status_t courier_listener_port(const courier_listener_t *listener, uint16_t *port_out);
 
 /**
- * Who is asking: fills the fields `attr->field_mask` names.
+ * Who is asking: fills the fields `attr->field_mask` names. `COURIER_ERR_INVALID_PARAM`
+ * (nothing filled) for unknown bits in it.
  */
 courier_status_t courier_conn_request_query(const courier_conn_request_t *conn_request,
                                             courier_conn_request_attr_t *attr);
 
 /**
  * Accept: an endpoint to the client (params may be NULL; only the error handler and
- * user data are used). Consumes `conn_request`, also on failure.
+ * user data are used; unknown bits in `params->field_mask` are `COURIER_ERR_INVALID_PARAM`).
+ * Consumes `conn_request`, also on failure.
  */
 courier_status_t courier_conn_request_accept(courier_conn_request_t *conn_request,
                                              const courier_ep_params_t *params,
@@ -1038,6 +1046,7 @@ courier_status_t courier_conn_request_reject(courier_conn_request_t *conn_reques
 /**
  * Register (`COURIER_MEM_MAP_FIELD_ADDRESS` + length) or allocate
  * (`COURIER_MEM_MAP_FLAG_ALLOCATE` + length) memory peers can reach with a remote key.
+ * `COURIER_ERR_INVALID_PARAM` for unknown bits in `field_mask`, `flags` or `access`.
  */
 courier_status_t courier_mem_map(const courier_context_t *context,
                                  const courier_mem_map_params_t *params,
@@ -1089,7 +1098,9 @@ const char *courier_rkey_path(const courier_rkey_t *rkey);
 /**
  * A pointer valid in this process for `remote_addr`, when the region is mapped here
  * (same host and allocated memory, or this very context); `COURIER_ERR_UNSUPPORTED`
- * otherwise. Such memory may be accessed with plain loads and stores.
+ * otherwise, `COURIER_ERR_OUT_OF_RANGE` for an address outside the key's region, and
+ * `COURIER_ERR_INVALID_KEY` for a region its owner no longer maps or a key that does not
+ * match it. Such memory may be accessed with plain loads and stores.
  */
 courier_status_t courier_rkey_ptr(const courier_rkey_t *rkey, uint64_t remote_addr, void **ptr_out);
 
@@ -1182,6 +1193,7 @@ courier_status_t courier_signal_fetch(const courier_mem_t *mem, size_t offset, u
  * progressing `worker` meanwhile (NULL: only watch the word, for a peer that writes it
  * directly). `timeout_ms` < 0 waits without limit; `COURIER_ERR_TIMEOUT` when it passes.
  * `*value_out` (may be NULL) gets the value that met the condition. Not inside a callback.
+ * `flags`: `COURIER_SIGNAL_WAIT_FLAG_*`; unknown bits are `COURIER_ERR_INVALID_PARAM`.
  */
 courier_status_t courier_signal_wait_until(const courier_mem_t *mem,
                                            const courier_worker_t *worker,
@@ -1193,7 +1205,9 @@ courier_status_t courier_signal_wait_until(const courier_mem_t *mem,
                                            uint64_t *value_out);
 
 /**
- * Create a semaphore at 0. `flags` 0 is INTEGER | MPRODUCER | MCONSUMER.
+ * Create a semaphore at 0. `flags` 0 is INTEGER | MPRODUCER | MCONSUMER; otherwise exactly
+ * one of BOOLEAN / INTEGER and at most one of each producer and consumer kind, and no other
+ * bits (`COURIER_ERR_INVALID_PARAM`).
  */
 courier_status_t courier_sem_create(const courier_context_t *context,
                                     uint32_t flags,
@@ -1226,7 +1240,8 @@ courier_status_t courier_sem_wait(const courier_sem_t *sem,
  * `courier_sem_wait` with `flags` (`COURIER_SIGNAL_WAIT_FLAG_SLEEP`: after a short spin,
  * sleep on the worker's event fd, woken by a peer's signalling put) and a limit
  * (`timeout_ms` < 0: none; `COURIER_ERR_TIMEOUT` when it passes). A wait for more than a
- * boolean semaphore holds is `COURIER_ERR_INVALID_PARAM`. Not inside a callback.
+ * boolean semaphore holds, or unknown `flags` bits, is `COURIER_ERR_INVALID_PARAM`. Not
+ * inside a callback.
  */
 courier_status_t courier_sem_wait_timeout(const courier_sem_t *sem,
                                           const courier_worker_t *worker,
@@ -1315,6 +1330,7 @@ courier_status_t courier_ep_stream_send_iov(const courier_ep_t *ep,
 /**
  * Receive stream bytes into `buffer`: whatever has arrived (at least one byte), or with
  * `COURIER_STREAM_RECV_FLAG_WAITALL` exactly `length`. The info's length is the count.
+ * Unknown `flags` bits are `COURIER_ERR_INVALID_PARAM`.
  */
 courier_status_t courier_ep_stream_recv(const courier_ep_t *ep,
                                         void *buffer,
@@ -1324,7 +1340,8 @@ courier_status_t courier_ep_stream_recv(const courier_ep_t *ep,
                                         courier_request_t **req_out);
 
 /**
- * Receive stream bytes scattered into `iov_count` segments.
+ * Receive stream bytes scattered into `iov_count` segments (`flags` as for
+ * `courier_ep_stream_recv`).
  */
 courier_status_t courier_ep_stream_recv_iov(const courier_ep_t *ep,
                                             const courier_iov_t *iov,
@@ -1399,6 +1416,7 @@ courier_status_t courier_worker_tag_probe(const courier_worker_t *worker,
 
 /**
  * Create a worker of `context` (params may be NULL: single-thread mode).
+ * `COURIER_ERR_INVALID_PARAM` for unknown bits in `field_mask` or an unknown thread mode.
  */
 courier_status_t courier_worker_create(const courier_context_t *context,
                                        const courier_worker_params_t *params,

@@ -84,12 +84,24 @@ impl courier_am_desc_t {
     }
 }
 
-fn send_flags(f: u32) -> AmFlags {
-    AmFlags {
+const AM_SEND_FLAGS: u32 =
+    COURIER_AM_SEND_FLAG_EAGER | COURIER_AM_SEND_FLAG_RNDV | COURIER_AM_SEND_FLAG_REPLY;
+
+/// `COURIER_AM_SEND_FLAG_*` as the library's flags: unknown bits, and eager with rendezvous,
+/// are refused.
+fn send_flags(f: u32) -> Result<AmFlags, Error> {
+    known_bits("am send flags", f as u64, AM_SEND_FLAGS as u64)?;
+    let flags = AmFlags {
         eager: has(f as u64, COURIER_AM_SEND_FLAG_EAGER as u64),
         rndv: has(f as u64, COURIER_AM_SEND_FLAG_RNDV as u64),
         reply: has(f as u64, COURIER_AM_SEND_FLAG_REPLY as u64),
+    };
+    if flags.eager && flags.rndv {
+        return Err(invalid(
+            "COURIER_AM_SEND_FLAG_EAGER and _RNDV exclude each other",
+        ));
     }
+    Ok(flags)
 }
 
 fn deliver(
@@ -182,7 +194,8 @@ pub unsafe extern "C" fn courier_worker_set_am_handler(
 }
 
 /// Send an active message to handler `id` on the peer: `header` is copied at once; `buffer`
-/// must stay valid until completion. `flags`: `COURIER_AM_SEND_FLAG_*`.
+/// must stay valid until completion. `flags`: `COURIER_AM_SEND_FLAG_*` (unknown bits, or
+/// EAGER with RNDV, are `COURIER_ERR_INVALID_PARAM`).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn courier_ep_am_send(
     ep: *const courier_ep_t,
@@ -199,7 +212,7 @@ pub unsafe extern "C" fn courier_ep_am_send(
         let e = unsafe { arg(ep, "ep") }?;
         let h = unsafe { bytes_arg(header, header_length, "header") }?;
         let b = one(buffer, length, "buffer")?;
-        let f = send_flags(flags);
+        let f = send_flags(flags)?;
         unsafe {
             start(e.ep.worker(), params, req_out, |cb| {
                 e.ep.am_send_raw(id, h, b, f, cb)
@@ -208,7 +221,8 @@ pub unsafe extern "C" fn courier_ep_am_send(
     })
 }
 
-/// Send an active message whose data is gathered from `iov_count` segments.
+/// Send an active message whose data is gathered from `iov_count` segments (`flags` as for
+/// `courier_ep_am_send`).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn courier_ep_am_send_iov(
     ep: *const courier_ep_t,
@@ -225,7 +239,7 @@ pub unsafe extern "C" fn courier_ep_am_send_iov(
         let e = unsafe { arg(ep, "ep") }?;
         let h = unsafe { bytes_arg(header, header_length, "header") }?;
         let b = unsafe { iov_buf(iov, iov_count) }?;
-        let f = send_flags(flags);
+        let f = send_flags(flags)?;
         unsafe {
             start(e.ep.worker(), params, req_out, |cb| {
                 e.ep.am_send_raw(id, h, b, f, cb)

@@ -28,6 +28,15 @@ pub const COURIER_CONTEXT_FIELD_NAME: u64 = 1 << 1;
 /// `courier_context_params_t.config` and `config_count` are set.
 pub const COURIER_CONTEXT_FIELD_CONFIG: u64 = 1 << 2;
 
+const CONTEXT_FIELDS: u64 =
+    COURIER_CONTEXT_FIELD_FEATURES | COURIER_CONTEXT_FIELD_NAME | COURIER_CONTEXT_FIELD_CONFIG;
+const FEATURES: u64 = COURIER_FEATURE_TAG
+    | COURIER_FEATURE_AM
+    | COURIER_FEATURE_STREAM
+    | COURIER_FEATURE_RMA
+    | COURIER_FEATURE_AMO
+    | COURIER_FEATURE_WAKEUP;
+
 /// One `COURIER_*` configuration override.
 #[repr(C)]
 pub struct courier_config_entry_t {
@@ -87,6 +96,7 @@ fn features_to_mask(f: Features) -> u64 {
 }
 
 /// Create a context from the environment and `params` (NULL: all defaults).
+/// `COURIER_ERR_INVALID_PARAM` for unknown bits in `field_mask` or `features`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn courier_context_create(
     params: *const courier_context_params_t,
@@ -97,7 +107,9 @@ pub unsafe extern "C" fn courier_context_create(
         let mut p = ContextParams::default();
         // SAFETY: NULL or a valid params struct.
         if let Some(params) = unsafe { params.as_ref() } {
+            known_bits("context field_mask", params.field_mask, CONTEXT_FIELDS)?;
             if has(params.field_mask, COURIER_CONTEXT_FIELD_FEATURES) {
+                known_bits("context features", params.features, FEATURES)?;
                 p.features = features_from_mask(params.features);
             }
             if has(params.field_mask, COURIER_CONTEXT_FIELD_NAME) && !params.name.is_null() {

@@ -38,6 +38,12 @@ pub const COURIER_EP_FIELD_ERR_HANDLER: u64 = 1 << 3;
 /// `user_data` is set.
 pub const COURIER_EP_FIELD_USER_DATA: u64 = 1 << 4;
 
+const EP_FIELDS: u64 = COURIER_EP_FIELD_REMOTE_ADDRESS
+    | COURIER_EP_FIELD_SOCK_ADDR
+    | COURIER_EP_FIELD_CLIENT_ID
+    | COURIER_EP_FIELD_ERR_HANDLER
+    | COURIER_EP_FIELD_USER_DATA;
+
 /// Parameters of `courier_ep_create` and `courier_conn_request_accept`.
 #[repr(C)]
 pub struct courier_ep_params_t {
@@ -138,19 +144,21 @@ impl courier_ep_t {
 }
 
 /// The endpoint parameters that matter to the library, and the cell to fill with the handle.
+/// Unknown `field_mask` bits are refused.
 pub(crate) unsafe fn ep_params(
     p: Option<&courier_ep_params_t>,
-) -> (EndpointParams, Option<Arc<ErrCell>>) {
+) -> Result<(EndpointParams, Option<Arc<ErrCell>>), Error> {
     let Some(p) = p else {
-        return (EndpointParams::default(), None);
+        return Ok((EndpointParams::default(), None));
     };
+    known_bits("endpoint field_mask", p.field_mask, EP_FIELDS)?;
     let cb = if has(p.field_mask, COURIER_EP_FIELD_ERR_HANDLER) {
         p.err_handler
     } else {
         None
     };
     let Some(cb) = cb else {
-        return (EndpointParams::default(), None);
+        return Ok((EndpointParams::default(), None));
     };
     let ud = if has(p.field_mask, COURIER_EP_FIELD_USER_DATA) {
         p.user_data as usize
@@ -165,7 +173,7 @@ pub(crate) unsafe fn ep_params(
     });
     let seen = cell.clone();
     let params = EndpointParams::default().error_handler(move |e: &Error| seen.on_error(e));
-    (params, Some(cell))
+    Ok((params, Some(cell)))
 }
 
 pub(crate) fn parse_sockaddr(s: &str) -> Result<SocketAddr, Error> {
@@ -186,6 +194,7 @@ pub(crate) fn parse_sockaddr(s: &str) -> Result<SocketAddr, Error> {
 /// Connect to a peer: by worker address (`COURIER_EP_FIELD_REMOTE_ADDRESS`) or to a
 /// listener (`COURIER_EP_FIELD_SOCK_ADDR`, with `COURIER_EP_FIELD_CLIENT_ID`). Returns at
 /// once; operations queue until the connection is up (`courier_ep_wait_connected`).
+/// `COURIER_ERR_INVALID_PARAM` for unknown bits in `params->field_mask`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn courier_ep_create(
     worker: *const courier_worker_t,
@@ -196,12 +205,13 @@ pub unsafe extern "C" fn courier_ep_create(
         let w = unsafe { arg(worker, "worker") }?;
         let p = unsafe { arg(params, "params") }?;
         let out = out_arg(ep_out, "ep_out")?;
+        known_bits("endpoint field_mask", p.field_mask, EP_FIELDS)?;
         let by_addr = has(p.field_mask, COURIER_EP_FIELD_REMOTE_ADDRESS);
         let by_sock = has(p.field_mask, COURIER_EP_FIELD_SOCK_ADDR);
         let ep = match (by_addr, by_sock) {
             (true, false) => {
                 let a = unsafe { bytes_arg(p.address, p.address_length, "params->address") }?;
-                let (ep_p, cell) = unsafe { ep_params(Some(p)) };
+                let (ep_p, cell) = unsafe { ep_params(Some(p)) }?;
                 (w.w.connect(a, ep_p)?, cell)
             }
             (false, true) => {
@@ -212,7 +222,7 @@ pub unsafe extern "C" fn courier_ep_create(
                 } else {
                     0
                 };
-                let (ep_p, cell) = unsafe { ep_params(Some(p)) };
+                let (ep_p, cell) = unsafe { ep_params(Some(p)) }?;
                 (w.w.connect_sockaddr(sa, id, ep_p)?, cell)
             }
             _ => {

@@ -10,7 +10,9 @@
 //!   `courier::Status`; `courier_status_string` names it and `courier_last_error_detail`
 //!   gives the sentence of the last failure on the calling thread.
 //! - Parameter structs begin with `uint64_t field_mask`; a field is read only when its
-//!   `COURIER_*_FIELD_*` bit is set, so structs can grow without breaking callers.
+//!   `COURIER_*_FIELD_*` bit is set, so structs can grow without breaking callers. Bits
+//!   this library does not know, in a field mask or a flags word, are refused with
+//!   `COURIER_ERR_INVALID_PARAM` (the detail names them), never ignored.
 //! - No Rust panic ever unwinds into C: every export and every call into a user callback
 //!   runs behind a panic boundary (a caught panic is reported as `COURIER_ERR_PANIC`).
 //! - Callbacks carry a `void *user_data` given at registration and run inside

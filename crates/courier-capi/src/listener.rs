@@ -26,6 +26,10 @@ pub const COURIER_LISTENER_FIELD_CONN_HANDLER: u64 = 1 << 1;
 /// `user_data` is set.
 pub const COURIER_LISTENER_FIELD_USER_DATA: u64 = 1 << 2;
 
+const LISTENER_FIELDS: u64 = COURIER_LISTENER_FIELD_SOCK_ADDR
+    | COURIER_LISTENER_FIELD_CONN_HANDLER
+    | COURIER_LISTENER_FIELD_USER_DATA;
+
 /// Parameters of `courier_listener_create`.
 #[repr(C)]
 pub struct courier_listener_params_t {
@@ -57,6 +61,9 @@ pub const COURIER_CONN_REQUEST_ATTR_FIELD_CLIENT_ADDR: u64 = 1 << 0;
 /// `client_id` is wanted.
 pub const COURIER_CONN_REQUEST_ATTR_FIELD_CLIENT_ID: u64 = 1 << 1;
 
+const CONN_REQUEST_ATTR_FIELDS: u64 =
+    COURIER_CONN_REQUEST_ATTR_FIELD_CLIENT_ADDR | COURIER_CONN_REQUEST_ATTR_FIELD_CLIENT_ID;
+
 /// What `courier_conn_request_query` reports.
 #[repr(C)]
 pub struct courier_conn_request_attr_t {
@@ -68,7 +75,8 @@ pub struct courier_conn_request_attr_t {
     pub client_id: u64,
 }
 
-/// Listen for clients (`conn_handler` required).
+/// Listen for clients (`conn_handler` required). `COURIER_ERR_INVALID_PARAM` for unknown
+/// bits in `params->field_mask`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn courier_listener_create(
     worker: *const courier_worker_t,
@@ -79,6 +87,7 @@ pub unsafe extern "C" fn courier_listener_create(
         let w = unsafe { arg(worker, "worker") }?;
         let p = unsafe { arg(params, "params") }?;
         let out = out_arg(listener_out, "listener_out")?;
+        known_bits("listener field_mask", p.field_mask, LISTENER_FIELDS)?;
         let sa = if has(p.field_mask, COURIER_LISTENER_FIELD_SOCK_ADDR) {
             parse_sockaddr(unsafe { str_arg(p.sockaddr, "params->sockaddr") }?)?
         } else {
@@ -170,7 +179,8 @@ pub(crate) unsafe fn write_cstr(
     Ok(())
 }
 
-/// Who is asking: fills the fields `attr->field_mask` names.
+/// Who is asking: fills the fields `attr->field_mask` names. `COURIER_ERR_INVALID_PARAM`
+/// (nothing filled) for unknown bits in it.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn courier_conn_request_query(
     conn_request: *const courier_conn_request_t,
@@ -181,6 +191,11 @@ pub unsafe extern "C" fn courier_conn_request_query(
         let a = out_arg(attr, "attr")?;
         // SAFETY: a valid attr struct (checked non-NULL).
         let a = unsafe { &mut *a };
+        known_bits(
+            "conn request attr field_mask",
+            a.field_mask,
+            CONN_REQUEST_ATTR_FIELDS,
+        )?;
         if has(a.field_mask, COURIER_CONN_REQUEST_ATTR_FIELD_CLIENT_ADDR) {
             let s = r.r.client_addr();
             let s = if s.len() >= COURIER_SOCKADDR_STRLEN {
@@ -198,7 +213,8 @@ pub unsafe extern "C" fn courier_conn_request_query(
 }
 
 /// Accept: an endpoint to the client (params may be NULL; only the error handler and
-/// user data are used). Consumes `conn_request`, also on failure.
+/// user data are used; unknown bits in `params->field_mask` are `COURIER_ERR_INVALID_PARAM`).
+/// Consumes `conn_request`, also on failure.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn courier_conn_request_accept(
     conn_request: *mut courier_conn_request_t,
@@ -215,7 +231,7 @@ pub unsafe extern "C" fn courier_conn_request_accept(
         // SAFETY: handed out by the listener; consumed once.
         let r = unsafe { Box::from_raw(conn_request) };
         let out = out_arg(ep_out, "ep_out")?;
-        let (p, cell) = unsafe { ep_params(params.as_ref()) };
+        let (p, cell) = unsafe { ep_params(params.as_ref()) }?;
         let ep = r.r.accept(p)?;
         unsafe { *out = courier_ep_t::new_owned(ep, cell) };
         Ok(COURIER_OK)

@@ -59,6 +59,12 @@ pub const COURIER_MEM_MAP_FIELD_MEMORY_TYPE: u64 = 1 << 3;
 /// `courier_mem_map_params_t.access` is set (otherwise `COURIER_ACCESS_ALL`).
 pub const COURIER_MEM_MAP_FIELD_ACCESS: u64 = 1 << 4;
 
+const MEM_MAP_FIELDS: u64 = COURIER_MEM_MAP_FIELD_ADDRESS
+    | COURIER_MEM_MAP_FIELD_LENGTH
+    | COURIER_MEM_MAP_FIELD_FLAGS
+    | COURIER_MEM_MAP_FIELD_MEMORY_TYPE
+    | COURIER_MEM_MAP_FIELD_ACCESS;
+
 /// Allocate the memory (host memory goes in a shared segment same-host peers map).
 pub const COURIER_MEM_MAP_FLAG_ALLOCATE: u32 = 1 << 0;
 
@@ -116,6 +122,7 @@ fn mem_type_to(t: MemoryType) -> u32 {
 
 /// Register (`COURIER_MEM_MAP_FIELD_ADDRESS` + length) or allocate
 /// (`COURIER_MEM_MAP_FLAG_ALLOCATE` + length) memory peers can reach with a remote key.
+/// `COURIER_ERR_INVALID_PARAM` for unknown bits in `field_mask`, `flags` or `access`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn courier_mem_map(
     context: *const courier_context_t,
@@ -127,6 +134,7 @@ pub unsafe extern "C" fn courier_mem_map(
         let p = unsafe { arg(params, "params") }?;
         let out = out_arg(mem_out, "mem_out")?;
         let mut mp = MemMapParams::default();
+        known_bits("mem_map field_mask", p.field_mask, MEM_MAP_FIELDS)?;
         if has(p.field_mask, COURIER_MEM_MAP_FIELD_ADDRESS) {
             mp.address = Some(p.address as *mut u8);
         }
@@ -134,18 +142,18 @@ pub unsafe extern "C" fn courier_mem_map(
             mp.length = p.length;
         }
         if has(p.field_mask, COURIER_MEM_MAP_FIELD_FLAGS) {
-            if p.flags & !COURIER_MEM_MAP_FLAG_ALLOCATE != 0 {
-                return Err(invalid(&format!("unknown mem_map flags {:#x}", p.flags)));
-            }
+            known_bits(
+                "mem_map flags",
+                p.flags as u64,
+                COURIER_MEM_MAP_FLAG_ALLOCATE as u64,
+            )?;
             mp.allocate = p.flags & COURIER_MEM_MAP_FLAG_ALLOCATE != 0;
         }
         if has(p.field_mask, COURIER_MEM_MAP_FIELD_MEMORY_TYPE) {
             mp.memory_type = mem_type_from(p.memory_type)?;
         }
         if has(p.field_mask, COURIER_MEM_MAP_FIELD_ACCESS) {
-            if p.access & !COURIER_ACCESS_ALL != 0 {
-                return Err(invalid(&format!("unknown access bits {:#x}", p.access)));
-            }
+            known_bits("mem_map access", p.access as u64, COURIER_ACCESS_ALL as u64)?;
             mp.access = p.access as u16;
         }
         let mem = c.ctx.mem_map(mp)?;
@@ -292,7 +300,9 @@ pub unsafe extern "C" fn courier_rkey_path(rkey: *const courier_rkey_t) -> *cons
 
 /// A pointer valid in this process for `remote_addr`, when the region is mapped here
 /// (same host and allocated memory, or this very context); `COURIER_ERR_UNSUPPORTED`
-/// otherwise. Such memory may be accessed with plain loads and stores.
+/// otherwise, `COURIER_ERR_OUT_OF_RANGE` for an address outside the key's region, and
+/// `COURIER_ERR_INVALID_KEY` for a region its owner no longer maps or a key that does not
+/// match it. Such memory may be accessed with plain loads and stores.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn courier_rkey_ptr(
     rkey: *const courier_rkey_t,
@@ -302,16 +312,9 @@ pub unsafe extern "C" fn courier_rkey_ptr(
     boundary(|| {
         let k = unsafe { arg(rkey, "rkey") }?;
         let out = out_arg(ptr_out, "ptr_out")?;
-        match k.key.direct_ptr(remote_addr) {
-            Some(p) => {
-                unsafe { *out = p as *mut c_void };
-                Ok(COURIER_OK)
-            }
-            None => Err(courier_core::Error::new(
-                Status::Unsupported,
-                "the region is not mapped in this process",
-            )),
-        }
+        let p = k.key.local_ptr(remote_addr)?;
+        unsafe { *out = p as *mut c_void };
+        Ok(COURIER_OK)
     })
 }
 
@@ -577,6 +580,7 @@ pub unsafe extern "C" fn courier_signal_fetch(
 /// progressing `worker` meanwhile (NULL: only watch the word, for a peer that writes it
 /// directly). `timeout_ms` < 0 waits without limit; `COURIER_ERR_TIMEOUT` when it passes.
 /// `*value_out` (may be NULL) gets the value that met the condition. Not inside a callback.
+/// `flags`: `COURIER_SIGNAL_WAIT_FLAG_*`; unknown bits are `COURIER_ERR_INVALID_PARAM`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn courier_signal_wait_until(
     mem: *const courier_mem_t,
@@ -592,6 +596,11 @@ pub unsafe extern "C" fn courier_signal_wait_until(
         let m = unsafe { arg(mem, "mem") }?;
         let w = unsafe { worker.as_ref() };
         let cmp = cmp_of(cmp)?;
+        known_bits(
+            "signal wait flags",
+            flags as u64,
+            COURIER_SIGNAL_WAIT_FLAG_SLEEP as u64,
+        )?;
         if w.is_some() && in_callback() {
             return Err(invalid(
                 "courier_signal_wait_until inside a callback cannot progress the worker",
@@ -637,13 +646,22 @@ const _: () = {
     assert!(COURIER_SEM_MAX == courier_core::SEM_MAX);
 };
 
+const SEM_FLAGS: u32 = COURIER_SEM_FLAG_BOOLEAN
+    | COURIER_SEM_FLAG_INTEGER
+    | COURIER_SEM_FLAG_SPRODUCER
+    | COURIER_SEM_FLAG_MPRODUCER
+    | COURIER_SEM_FLAG_SCONSUMER
+    | COURIER_SEM_FLAG_MCONSUMER;
+
 /// A semaphore in this process's memory (Berkeley UPC `bupc_sem_t`); peers post to it with
 /// an atomic add or a put-with-signal (`COURIER_SIGNAL_ADD`) through `courier_sem_remote`.
 pub struct courier_sem_t {
     sem: Semaphore,
 }
 
-/// Create a semaphore at 0. `flags` 0 is INTEGER | MPRODUCER | MCONSUMER.
+/// Create a semaphore at 0. `flags` 0 is INTEGER | MPRODUCER | MCONSUMER; otherwise exactly
+/// one of BOOLEAN / INTEGER and at most one of each producer and consumer kind, and no other
+/// bits (`COURIER_ERR_INVALID_PARAM`).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn courier_sem_create(
     context: *const courier_context_t,
@@ -653,6 +671,7 @@ pub unsafe extern "C" fn courier_sem_create(
     boundary(|| {
         let c = unsafe { arg(context, "context") }?;
         let out = out_arg(sem_out, "sem_out")?;
+        known_bits("semaphore flags", flags as u64, SEM_FLAGS as u64)?;
         let sem = Semaphore::new(&c.ctx, flags)?;
         unsafe { *out = Box::into_raw(Box::new(courier_sem_t { sem })) };
         Ok(COURIER_OK)
@@ -706,7 +725,8 @@ pub unsafe extern "C" fn courier_sem_wait(
 /// `courier_sem_wait` with `flags` (`COURIER_SIGNAL_WAIT_FLAG_SLEEP`: after a short spin,
 /// sleep on the worker's event fd, woken by a peer's signalling put) and a limit
 /// (`timeout_ms` < 0: none; `COURIER_ERR_TIMEOUT` when it passes). A wait for more than a
-/// boolean semaphore holds is `COURIER_ERR_INVALID_PARAM`. Not inside a callback.
+/// boolean semaphore holds, or unknown `flags` bits, is `COURIER_ERR_INVALID_PARAM`. Not
+/// inside a callback.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn courier_sem_wait_timeout(
     sem: *const courier_sem_t,
@@ -718,6 +738,11 @@ pub unsafe extern "C" fn courier_sem_wait_timeout(
     boundary(|| {
         let s = unsafe { arg(sem, "sem") }?;
         let w = unsafe { arg(worker, "worker") }?;
+        known_bits(
+            "semaphore wait flags",
+            flags as u64,
+            COURIER_SIGNAL_WAIT_FLAG_SLEEP as u64,
+        )?;
         if in_callback() {
             return Err(invalid(
                 "courier_sem_wait inside a callback cannot progress the worker",

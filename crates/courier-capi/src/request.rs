@@ -63,7 +63,11 @@ pub const COURIER_OP_FIELD_USER_DATA: u64 = 1 << 1;
 /// `courier_op_params_t.info` is set.
 pub const COURIER_OP_FIELD_INFO: u64 = 1 << 2;
 
-/// Options of a non-blocking operation (may be NULL: no callback).
+const OP_FIELDS: u64 =
+    COURIER_OP_FIELD_CALLBACK | COURIER_OP_FIELD_USER_DATA | COURIER_OP_FIELD_INFO;
+
+/// Options of a non-blocking operation (may be NULL: no callback). Unknown bits in
+/// `field_mask` make the operation fail with `COURIER_ERR_INVALID_PARAM` before it starts.
 #[repr(C)]
 pub struct courier_op_params_t {
     /// Which fields below are set (`COURIER_OP_FIELD_*`).
@@ -99,7 +103,8 @@ struct OpParams {
     info: *mut courier_request_info_t,
 }
 
-unsafe fn op_params(p: *const courier_op_params_t) -> OpParams {
+/// Every operation reads these: the unknown-bits check is one AND and a cold branch.
+unsafe fn op_params(p: *const courier_op_params_t) -> Result<OpParams, Error> {
     let mut o = OpParams {
         cb: None,
         user_data: 0,
@@ -107,6 +112,7 @@ unsafe fn op_params(p: *const courier_op_params_t) -> OpParams {
     };
     // SAFETY: NULL or a valid struct.
     if let Some(p) = unsafe { p.as_ref() } {
+        known_bits("op params field_mask", p.field_mask, OP_FIELDS)?;
         if has(p.field_mask, COURIER_OP_FIELD_CALLBACK) {
             o.cb = p.cb;
         }
@@ -117,7 +123,7 @@ unsafe fn op_params(p: *const courier_op_params_t) -> OpParams {
             o.info = p.info;
         }
     }
-    o
+    Ok(o)
 }
 
 /// The library's completion: `word` is the operation's reference to the request.
@@ -254,7 +260,7 @@ pub(crate) unsafe fn start(
     op: impl FnOnce(Callback) -> Result<Started, Error>,
 ) -> Result<courier_status_t, Error> {
     let out = out_arg(req_out, "req_out")?;
-    let p = unsafe { op_params(params) };
+    let p = unsafe { op_params(params) }?;
     let req = courier_request_t::take(&p);
     let word = Arc::into_raw(req.clone()) as usize;
     match op(Callback::Raw(on_complete, word)) {

@@ -246,3 +246,24 @@ pub(crate) unsafe fn bytes_arg<'a>(
 pub(crate) fn has(mask: u64, bit: u64) -> bool {
     mask & bit != 0
 }
+
+/// Refuse bits of a flags word or field mask that are not in `known`: a caller built
+/// against a newer header (or passing garbage) learns at once that this library ignores
+/// them, instead of getting behaviour it did not ask for. One AND and a branch; the error
+/// is built out of line.
+#[inline]
+pub(crate) fn known_bits(what: &str, value: u64, known: u64) -> Result<(), Error> {
+    if value & !known != 0 {
+        return Err(unknown_bits(what, value, known));
+    }
+    Ok(())
+}
+
+#[cold]
+#[inline(never)]
+fn unknown_bits(what: &str, value: u64, known: u64) -> Error {
+    invalid(&format!(
+        "unknown {what} bits {:#x} (known: {known:#x})",
+        value & !known
+    ))
+}

@@ -10,6 +10,16 @@ use crate::tag::{courier_iov_t, iov_buf, one};
 /// Complete a stream receive only when the whole buffer is filled.
 pub const COURIER_STREAM_RECV_FLAG_WAITALL: u32 = 1 << 0;
 
+/// Whether `flags` (`COURIER_STREAM_RECV_FLAG_*`) asks for WAITALL; unknown bits are refused.
+fn stream_recv_flags(flags: u32) -> Result<bool, courier_core::Error> {
+    known_bits(
+        "stream recv flags",
+        flags as u64,
+        COURIER_STREAM_RECV_FLAG_WAITALL as u64,
+    )?;
+    Ok(has(flags as u64, COURIER_STREAM_RECV_FLAG_WAITALL as u64))
+}
+
 /// Send `length` stream bytes.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn courier_ep_stream_send(
@@ -52,6 +62,7 @@ pub unsafe extern "C" fn courier_ep_stream_send_iov(
 
 /// Receive stream bytes into `buffer`: whatever has arrived (at least one byte), or with
 /// `COURIER_STREAM_RECV_FLAG_WAITALL` exactly `length`. The info's length is the count.
+/// Unknown `flags` bits are `COURIER_ERR_INVALID_PARAM`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn courier_ep_stream_recv(
     ep: *const courier_ep_t,
@@ -64,7 +75,7 @@ pub unsafe extern "C" fn courier_ep_stream_recv(
     boundary(|| {
         let e = unsafe { arg(ep, "ep") }?;
         let b = one(buffer, length, "buffer")?;
-        let waitall = has(flags as u64, COURIER_STREAM_RECV_FLAG_WAITALL as u64);
+        let waitall = stream_recv_flags(flags)?;
         unsafe {
             start(e.ep.worker(), params, req_out, |cb| {
                 e.ep.stream_recv_raw(b, waitall, cb)
@@ -73,7 +84,8 @@ pub unsafe extern "C" fn courier_ep_stream_recv(
     })
 }
 
-/// Receive stream bytes scattered into `iov_count` segments.
+/// Receive stream bytes scattered into `iov_count` segments (`flags` as for
+/// `courier_ep_stream_recv`).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn courier_ep_stream_recv_iov(
     ep: *const courier_ep_t,
@@ -86,7 +98,7 @@ pub unsafe extern "C" fn courier_ep_stream_recv_iov(
     boundary(|| {
         let e = unsafe { arg(ep, "ep") }?;
         let b = unsafe { iov_buf(iov, iov_count) }?;
-        let waitall = has(flags as u64, COURIER_STREAM_RECV_FLAG_WAITALL as u64);
+        let waitall = stream_recv_flags(flags)?;
         unsafe {
             start(e.ep.worker(), params, req_out, |cb| {
                 e.ep.stream_recv_raw(b, waitall, cb)

@@ -34,6 +34,7 @@ pub struct courier_worker_t {
 }
 
 /// Create a worker of `context` (params may be NULL: single-thread mode).
+/// `COURIER_ERR_INVALID_PARAM` for unknown bits in `field_mask` or an unknown thread mode.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn courier_worker_create(
     context: *const courier_context_t,
@@ -45,6 +46,13 @@ pub unsafe extern "C" fn courier_worker_create(
         let out = out_arg(worker_out, "worker_out")?;
         let mut p = WorkerParams::default();
         let params = unsafe { params.as_ref() };
+        if let Some(params) = params {
+            known_bits(
+                "worker field_mask",
+                params.field_mask,
+                COURIER_WORKER_FIELD_THREAD_MODE,
+            )?;
+        }
         if let Some(params) = params.filter(|p| has(p.field_mask, COURIER_WORKER_FIELD_THREAD_MODE))
         {
             p.thread_mode = match params.thread_mode {
