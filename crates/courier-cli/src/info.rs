@@ -27,21 +27,24 @@ pub struct InfoArgs {
     #[arg(short = 'c')]
     pub config: bool,
     /// With -c: also default, accepted values and help
-    #[arg(short = 'a')]
+    #[arg(short = 'a', requires = "config")]
     pub all: bool,
     /// With -c: fully decorated (same as -a)
-    #[arg(short = 'f')]
+    #[arg(short = 'f', requires = "config")]
     pub full: bool,
     /// Endpoint lanes and protocol thresholds
     #[arg(short = 'e')]
     pub endpoint: bool,
     /// Features for -e: t tag, m am, s stream, r rma, a amo; e error handling (peer failure
     /// detection), w wakeup (both also keep transports that lack them out)
-    #[arg(short = 'u', default_value = "t")]
+    #[arg(short = 'u', default_value = "t", requires = "endpoint")]
     pub features: String,
     /// Peer for -e: self, intra (same host) or inter (another host)
-    #[arg(short = 'P', default_value = "inter")]
+    #[arg(short = 'P', default_value = "inter", requires = "endpoint")]
     pub peer: String,
+    /// Device types for -d and -e: all, shm (shared memory), net (tcp) or self
+    #[arg(short = 'D', value_parser = ["all", "shm", "net", "self"])]
+    pub device_types: Option<String>,
 }
 
 fn version_line() -> String {
@@ -123,7 +126,7 @@ fn caps_block(c: &Caps, thresh: usize, extra: &[(String, String)]) -> String {
         RndvMode::Push => "push (sender streams data frames)",
     };
     s.push_str(&format!(
-        "#           rendezvous: {mode}, from {thresh} bytes\n"
+        "#           rendezvous: {mode}, tag messages from {thresh} bytes\n"
     ));
     s.push_str(&format!(
         "#       error handling: {}\n",
@@ -150,9 +153,21 @@ fn unusable(name: &str, device: &str, why: &str) -> String {
     )
 }
 
+/// The rendezvous threshold in force on a link with `c`: `COURIER_RNDV_THRESH` or the
+/// transport's own.
+fn rndv_thresh(c: &Caps, cfg: &Config) -> usize {
+    cfg.rndv_thresh.unwrap_or(c.rndv_thresh).max(1)
+}
+
+/// The first size of `kind` messages sent by rendezvous on a link with `c`: the
+/// threshold, or sooner where the message and its header no longer fit one frame.
+fn rndv_from(c: &Caps, cfg: &Config, kind: courier::wire::Kind) -> usize {
+    rndv_thresh(c, cfg).min((c.max_frame + 1).saturating_sub(kind.header_len()))
+}
+
 fn devices(cfg: &Config) -> String {
     let tls = &cfg.tls;
-    let thresh = |c: &Caps| cfg.rndv_thresh.unwrap_or(c.rndv_thresh).max(1);
+    let thresh = |c: &Caps| rndv_from(c, cfg, courier::wire::Kind::TagEagerSync);
     let mut s = String::from("#\n# Memory domain: memory\n#\n");
     let excluded = |_: &str| format!("excluded by COURIER_TLS={}", tls.spec);
     if tls.allows("self") {
@@ -209,7 +224,17 @@ fn devices(cfg: &Config) -> String {
                     if c.device.is_empty() || c.device == "?" {
                         c.device = name.clone();
                     }
-                    let mut extra = vec![("address".to_string(), ip.to_string())];
+                    let mut extra = vec![
+                        ("address".to_string(), ip.to_string()),
+                        (
+                            "worker address".to_string(),
+                            if ip.is_ipv4() {
+                                "yes: advertised, and listened on".to_string()
+                            } else {
+                                "no: worker addresses carry IPv4 only (a listener bound to this address works)".to_string()
+                            },
+                        ),
+                    ];
                     extra.extend(one_sided_caps(&c, Reach::Elsewhere));
                     extra.push((
                         "same-host peers".to_string(),
@@ -514,10 +539,26 @@ fn config_text(cfg: &Config, all: bool) -> String {
                 v.help, v.accepts, v.default
             ));
         }
-        s.push_str(&format!("{}={}\n", v.name, value));
+        s.push_str(&format!("{}={}\n", v.name, shown(value)));
     }
     let _ = VARS;
     s
+}
+
+/// A value as `-c` prints it: trimmed, as it is read; control characters escaped, so that
+/// each variable stays on its line.
+fn shown(value: &str) -> String {
+    value
+        .trim()
+        .chars()
+        .flat_map(|c| {
+            if c.is_control() {
+                c.escape_default().collect::<Vec<_>>()
+            } else {
+                vec![c]
+            }
+        })
+        .collect()
 }
 
 /// `a..<label>..b` protocol ranges as ucx_info prints them. `short_end`: first size that
@@ -537,9 +578,18 @@ fn ranges(name: &str, short_end: usize, eager_end: Option<usize>) -> String {
     s
 }
 
-/// The interface tcp would use: a non-loopback one for a peer on another host.
+/// The interface tcp would use: a non-loopback one for a peer on another host; for one
+/// on this host the loopback device, which the kernel routes a connection to any local
+/// address through, whatever `COURIER_NET_DEVICES` says (it picks the addresses a worker
+/// listens on and advertises).
 fn pick_interface(cfg: &Config, remote: bool) -> Option<(String, IpAddr)> {
-    let ifs = tcp::interfaces(cfg);
+    let ifs = if remote {
+        tcp::interfaces(cfg)
+    } else {
+        let mut all = cfg.clone();
+        all.net_devices = None;
+        tcp::interfaces(&all)
+    };
     let pos = if remote {
         ifs.iter().position(|(_, ip)| !ip.is_loopback())
     } else {
@@ -547,6 +597,21 @@ fn pick_interface(cfg: &Config, remote: bool) -> Option<(String, IpAddr)> {
     };
     pos.or(if ifs.is_empty() { None } else { Some(0) })
         .map(|i| ifs[i].clone())
+}
+
+/// How a failed peer is noticed on a link with `c` (`-e -u e`).
+fn keepalive_text(c: &Caps, cfg: &Config) -> String {
+    match c.name {
+        "self" => "none needed: the peer is this worker".into(),
+        "shm" => "none needed: a peer's exit hangs up the link's socket, seen at the next progress".into(),
+        _ if cfg.keepalive_timeout == Duration::MAX => {
+            "no keepalive (COURIER_KEEPALIVE_TIMEOUT=inf); a closed connection is still seen at once".into()
+        }
+        _ => format!(
+            "TCP keepalive: an idle connection probed every {:?}, the peer given up after {:?} without an answer (COURIER_KEEPALIVE_INTERVAL, COURIER_KEEPALIVE_TIMEOUT)",
+            cfg.keepalive_interval, cfg.keepalive_timeout
+        ),
+    }
 }
 
 fn endpoint(cfg: &Config, a: &InfoArgs) -> CliResult<String> {
@@ -611,20 +676,51 @@ fn endpoint(cfg: &Config, a: &InfoArgs) -> CliResult<String> {
             why.join("; ")
         )));
     };
-    let thresh = cfg.rndv_thresh.unwrap_or(c.rndv_thresh).max(1);
+    let thresh = rndv_thresh(&c, cfg);
     s.push_str(&format!(
         "#\n# Courier endpoint (peer: {peer}, features: {})\n#\n",
         a.features
     ));
     let lane = format!("{}/{}", c.name, c.device);
-    let mut lanes: Vec<String> = Vec::new();
-    let feats: Vec<&str> = [('t', "tag"), ('m', "am"), ('s', "stream")]
-        .iter()
-        .filter(|(f, _)| has(*f))
-        .map(|(_, n)| *n)
-        .collect();
-    if !feats.is_empty() {
-        lanes.push(format!("({})", feats.join(" ")));
+    // The lanes as the library picks them (the same function writes its selection line),
+    // two-sided ones first: each transport with the features that use it.
+    let by_feature = courier::onesided::lanes(&c);
+    let letter = |f: &str| match f {
+        "tag" => 't',
+        "am" => 'm',
+        "stream" => 's',
+        "rma" => 'r',
+        _ => 'a',
+    };
+    let mut n = 0;
+    for group in [&by_feature[..3], &by_feature[3..]] {
+        let mut lanes: Vec<(&str, Vec<&str>)> = Vec::new();
+        for (f, ts) in group.iter().filter(|(f, _)| has(letter(f))) {
+            for t in ts {
+                match lanes.iter_mut().find(|(x, _)| x == t) {
+                    Some((_, fs)) => fs.push(f),
+                    None => lanes.push((t, vec![*f])),
+                }
+            }
+        }
+        for (t, fs) in lanes {
+            s.push_str(&format!("#   lane[{n}]: {t}  ({})\n", fs.join(" ")));
+            n += 1;
+        }
+    }
+    s.push_str(&format!(
+        "#   selection: {peer} {} (as COURIER_LOG_LEVEL=info prints it)\n",
+        courier::onesided::lanes_line(&c)
+    ));
+    if a.peer == "intra"
+        && c.name == "tcp"
+        && let Some(l) = &cfg.net_devices
+    {
+        s.push_str(&format!(
+            "#   note: COURIER_NET_DEVICES={} picks the addresses a worker listens on and advertises; a connection to a listener's socket address on this host runs over {}\n",
+            l.join(","),
+            c.device
+        ));
     }
     // Where the peer's memory is: the same context for a self peer; for the others, as
     // rkey_unpack decides from the link.
@@ -632,32 +728,17 @@ fn endpoint(cfg: &Config, a: &InfoArgs) -> CliResult<String> {
         "self" => (Reach::SameContext, false),
         p => shm_reach(&c, cfg, p == "intra"),
     };
-    let one_sided: Vec<&str> = [('r', "rma"), ('a', "amo")]
-        .iter()
-        .filter(|(f, _)| has(*f))
-        .map(|(_, n)| *n)
-        .collect();
-    if !one_sided.is_empty() {
-        let mut paths: Vec<&str> = Vec::new();
-        for m in TargetMemory::ALL {
-            let p = courier::onesided::key_route(reach, m).name();
-            if !paths.contains(&p) {
-                paths.push(p);
-            }
-        }
-        lanes.push(format!(
-            "({}) peer memory reached by {}",
-            one_sided.join(" "),
-            paths.join(", ")
-        ));
-    }
-    for (i, l) in lanes.iter().enumerate() {
-        s.push_str(&format!("#   lane[{i}]: {lane}  {l}\n"));
-    }
+    // Device memory on this host needs the driver; a peer on another host may have one.
+    let no_cuda_here = match a.peer.as_str() {
+        "inter" => None,
+        _ => courier::cuda_driver(&cfg.cuda_lib)
+            .err()
+            .map(|e| e.detail().to_string()),
+    };
     if has('e') {
         s.push_str(&format!(
-            "#   keepalive: {lane}  (peer failure noticed by the link; idle links checked every {:?}, given up after {:?})\n",
-            cfg.keepalive_interval, cfg.keepalive_timeout
+            "#   keepalive: {lane}  ({})\n",
+            keepalive_text(&c, cfg)
         ));
     }
     if has('w') {
@@ -679,14 +760,14 @@ fn endpoint(cfg: &Config, a: &InfoArgs) -> CliResult<String> {
     );
     let short = |h: usize| (c.max_short + 1).saturating_sub(h);
     if has('t') {
-        let eager_end = thresh.min((c.max_frame + 1).saturating_sub(tag_fit_hdr));
+        let eager_end = rndv_from(&c, cfg, Kind::TagEagerSync);
         s.push_str(&ranges("tag_send", short(tag_hdr), Some(eager_end)));
         s.push_str(&ranges(
             "tag_send_sync",
             short(tag_fit_hdr),
             Some(eager_end),
         ));
-        if c.name == "shm" {
+        if c.name == "shm" && no_cuda_here.is_none() {
             s.push_str(&format!(
                 "#   tag_send from cuda memory: 0..<host copy, as above>..{}..<rndv, read by the peer through CUDA IPC>..(inf)\n",
                 courier::DEVICE_RNDV_MIN
@@ -694,7 +775,7 @@ fn endpoint(cfg: &Config, a: &InfoArgs) -> CliResult<String> {
         }
     }
     if has('m') {
-        let eager_end = thresh.min((c.max_frame + 1).saturating_sub(am_hdr));
+        let eager_end = rndv_from(&c, cfg, Kind::Am);
         s.push_str(&ranges("am_send", short(am_hdr), Some(eager_end)));
     }
     if has('s') {
@@ -703,6 +784,11 @@ fn endpoint(cfg: &Config, a: &InfoArgs) -> CliResult<String> {
     if has('r') || has('a') {
         if has('t') || has('m') || has('s') {
             s.push_str("#\n");
+        }
+        if let Some(why) = &no_cuda_here {
+            s.push_str(&format!(
+                "#   (no CUDA memory on this host: {why}; the cuda lines say what a host with a device does)\n"
+            ));
         }
         s.push_str(&one_sided_ranges(&c, reach, has('r'), has('a')));
         if probed {
@@ -725,7 +811,17 @@ fn endpoint(cfg: &Config, a: &InfoArgs) -> CliResult<String> {
 
 /// Entry point of `courier info`.
 pub fn main(a: InfoArgs) -> CliResult<()> {
-    let cfg = Config::from_env().map_err(|e| CliError::usage(e.detail().to_string()))?;
+    let mut cfg = Config::from_env().map_err(|e| CliError::usage(e.detail().to_string()))?;
+    // Said here, not through the library's log (which `info` does not set up): this is
+    // the command users run to check their configuration.
+    for k in courier::base::config::unknown_vars() {
+        eprintln!(
+            "courier: warning: {k} is not a Courier variable (see `courier info -c`); ignored"
+        );
+    }
+    if let Some(d) = &a.device_types {
+        restrict(&mut cfg, d)?;
+    }
     let mut out = String::new();
     let any = a.version || a.build || a.devices || a.config || a.endpoint;
     if a.version || a.build {
@@ -761,7 +857,44 @@ pub fn main(a: InfoArgs) -> CliResult<()> {
         }
         out.push_str("# courier info -d: devices and capabilities; -c: configuration; -e -u tra: protocol thresholds\n");
     }
-    print!("{out}");
+    use std::io::Write;
+    let mut stdout = std::io::stdout().lock();
+    match stdout
+        .write_all(out.as_bytes())
+        .and_then(|()| stdout.flush())
+    {
+        Ok(()) => Ok(()),
+        // The reader went away (`| head`): nothing more to say.
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        Err(e) => Err(CliError::run(format!(
+            "cannot write to standard output: {e}"
+        ))),
+    }
+}
+
+/// `-D`: only transports of the given device type (and still only those `COURIER_TLS`
+/// allows).
+fn restrict(cfg: &mut Config, d: &str) -> CliResult<()> {
+    let kept: Vec<&str> = courier::base::config::TRANSPORTS
+        .into_iter()
+        .filter(|t| match d {
+            "shm" => *t == "shm",
+            "net" => *t == "tcp",
+            "self" => *t == "self",
+            _ => true,
+        })
+        .filter(|t| cfg.tls.allows(t))
+        .collect();
+    if kept.is_empty() {
+        return Err(CliError::usage(format!(
+            "-D {d}: COURIER_TLS={} excludes every transport of that type",
+            cfg.tls.spec
+        )));
+    }
+    let spec = format!("{}, -D {d}", cfg.tls.spec);
+    cfg.tls = courier::base::config::TlsSelection::parse(&kept.join(","))
+        .map_err(|e| CliError::run(e.detail().to_string()))?;
+    cfg.tls.spec = spec;
     Ok(())
 }
 

@@ -160,12 +160,22 @@ fn e_intra_maps_allocated_memory_and_uses_cma_or_the_owner_for_registered() {
             assert_eq!(memory(&out, "cuda").0, "cuda_ipc", "{out}");
             assert!(out.contains("#   remote frames: put "), "{out}");
             // Tag messages from device memory: a host copy, then from 64 KiB the peer
-            // reads them through CUDA IPC.
+            // reads them through CUDA IPC; where the driver loads, for there is no device
+            // memory on this host otherwise (and a note says so).
+            let cuda_line = format!(
+                "#   tag_send from cuda memory: 0..<host copy, as above>..{}..<rndv, read by the peer through CUDA IPC>..(inf)",
+                64 << 10
+            );
+            let no_cuda = out.contains("#   (no CUDA memory on this host: ");
+            assert_eq!(out.contains(&cuda_line), !no_cuda, "{out}");
+            // The lanes: shared memory for messages, CMA for large ones where it works,
+            // direct stores into allocated memory.
             assert!(
-                out.contains(&format!(
-                    "#   tag_send from cuda memory: 0..<host copy, as above>..{}..<rndv, read by the peer through CUDA IPC>..(inf)",
-                    64 << 10
-                )),
+                out.contains("#   lane[0]: shm/memory  (tag am stream)"),
+                "{out}"
+            );
+            assert!(
+                out.contains("  (rma amo)\n") && out.contains("direct/memory"),
                 "{out}"
             );
         }
@@ -214,7 +224,12 @@ fn e_inter_goes_through_the_owner_with_tcp_thresholds() {
     );
     assert_eq!(lane0(&out), "tcp", "{out}");
     assert!(
-        out.contains("(rma amo) peer memory reached by remote"),
+        out.lines()
+            .any(|l| l.starts_with("#   lane[0]: tcp/") && l.ends_with("  (rma amo)")),
+        "{out}"
+    );
+    assert!(
+        out.contains("#   selection: inter-node tag(tcp/") && out.contains(" rma(tcp/"),
         "{out}"
     );
     // No two-sided lines when only r and a are asked for.
@@ -373,7 +388,30 @@ fn feature_letters_e_and_w_show_keepalive_and_wakeup_and_others_are_refused() {
         .lines()
         .find(|l| l.starts_with("#   keepalive: tcp/"))
         .unwrap_or_else(|| panic!("no keepalive lane:\n{out}"));
-    assert!(ka.contains("peer failure"), "{ka}");
+    // What is in force: TCP keepalive counts whole seconds, so the default is 1 s.
+    assert!(
+        ka.contains("TCP keepalive") && ka.contains("every 1s") && ka.contains("after 2s"),
+        "{ka}"
+    );
+    let out = info(
+        &["-e", "-u", "te", "-P", "inter"],
+        &[
+            ("COURIER_TLS", "tcp"),
+            ("COURIER_KEEPALIVE_INTERVAL", "1.5s"),
+        ],
+    );
+    assert!(
+        out.contains("every 2s"),
+        "rounded up to whole seconds:\n{out}"
+    );
+    // Shared memory needs none: a peer's exit hangs up its socket.
+    let out = info(&["-e", "-u", "te", "-P", "intra"], &[]);
+    if lane0(&out) == "shm" {
+        assert!(
+            out.contains("#   keepalive: shm/memory  (none needed: "),
+            "{out}"
+        );
+    }
     assert!(!out.contains("#   wakeup: "), "{out}");
     let out = info(&["-e", "-u", "w", "-P", "self"], &[]);
     assert!(out.contains("#   wakeup: self/memory"), "{out}");
@@ -385,4 +423,99 @@ fn feature_letters_e_and_w_show_keepalive_and_wakeup_and_others_are_refused() {
         err.contains("unknown feature 'q'") && err.contains("w wakeup"),
         "{err}"
     );
+}
+
+/// The lanes `-e` names are the ones the library picks: its selection line (printed at
+/// `COURIER_LOG_LEVEL=info` by a real run between two endpoints on this host) is the line
+/// `-e` shows, on shared memory and on tcp.
+#[test]
+fn e_selection_is_what_a_run_logs() {
+    for env in [&[][..], &[("COURIER_TLS", "tcp")][..]] {
+        let out = info(&["-e", "-u", "tmsra", "-P", "intra"], env);
+        let want = out
+            .lines()
+            .find_map(|l| l.strip_prefix("#   selection: "))
+            .and_then(|l| l.strip_suffix(" (as COURIER_LOG_LEVEL=info prints it)"))
+            .unwrap_or_else(|| panic!("no selection line:\n{out}"))
+            .to_string();
+        let mut run_env = env.to_vec();
+        run_env.push(("COURIER_LOG_LEVEL", "info"));
+        let o = courier(&["perf", "-l", "-t", "tag_lat", "-n", "100"], &run_env);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(o.status.success(), "{err}");
+        let got = err
+            .lines()
+            .find_map(|l| {
+                let (_, rest) = l.split_once(" intra-node cfg#0 ")?;
+                Some(format!("intra-node {rest}"))
+            })
+            .unwrap_or_else(|| panic!("no selection line in the run's log:\n{err}"));
+        assert_eq!(got, want, "{env:?}");
+    }
+}
+
+/// `info` says what it could not write instead of panicking, and warns about misspelled
+/// variables itself (the library's log is not set up in `info`).
+#[test]
+fn write_errors_and_unknown_variables_are_reported() {
+    let full = std::fs::File::create("/dev/full").expect("/dev/full");
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_courier"))
+        .args(["info", "-c"])
+        .stdout(full)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("cannot write to standard output") && !err.contains("panicked"),
+        "{err}"
+    );
+    let o = courier(&["info", "-c"], &[("COURIER_RNDV_TRESH", "4k")]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(
+        err.contains("COURIER_RNDV_TRESH is not a Courier variable"),
+        "{err}"
+    );
+    // Values stay on their line.
+    let out = info(&["-c"], &[("COURIER_TLS", " tcp ")]);
+    assert!(out.lines().any(|l| l == "COURIER_TLS=tcp"), "{out}");
+}
+
+/// `-D` keeps transports of one device type (ucx_info's option); options that only
+/// modify `-c` or `-e` are refused without them.
+#[test]
+fn device_types_and_options_that_need_another() {
+    let out = info(&["-d", "-D", "net"], &[]);
+    for t in ["self", "shm"] {
+        let block: Vec<&str> = out
+            .lines()
+            .skip_while(|l| *l != format!("#      Transport: {t}"))
+            .take(3)
+            .collect();
+        assert!(
+            block
+                .iter()
+                .any(|l| l.contains("not usable: excluded by COURIER_TLS=all, -D net")),
+            "{t}:\n{out}"
+        );
+    }
+    let out = info(&["-e", "-P", "intra", "-D", "net"], &[]);
+    assert_eq!(lane0(&out), "tcp", "{out}");
+    let o = courier(&["info", "-e", "-D", "shm"], &[("COURIER_TLS", "tcp")]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("-D shm"));
+    for args in [
+        &["info", "-a"][..],
+        &["info", "-f"],
+        &["info", "-u", "t"],
+        &["info", "-P", "self"],
+    ] {
+        let o = courier(args, &[]);
+        assert_eq!(o.status.code(), Some(2), "{args:?}");
+        assert!(
+            String::from_utf8_lossy(&o.stderr).contains("required arguments"),
+            "{args:?}"
+        );
+    }
 }

@@ -63,6 +63,47 @@ pub fn link_cma(c: &Caps) -> bool {
     c.name == "shm" && c.rndv == RndvMode::RemoteRead
 }
 
+/// The lanes of an endpoint whose link has `caps`, by feature (`tag`, `am`, `stream`,
+/// `rma`, `amo`, in that order), each with the transports it uses (`shm/memory`,
+/// `cma/memory`, ...). Large tag and active messages of a shm link whose CMA probe passed
+/// are read with CMA; a same-host shm link stores into allocated memory directly and
+/// reaches registered memory with CMA (when the probe passed) or through the owner;
+/// elsewhere the owner carries every operation out.
+pub fn lanes(caps: &Caps) -> [(&'static str, Vec<String>); 5] {
+    let lane = format!("{}/{}", caps.name, caps.device);
+    let cma = link_cma(caps).then(|| "cma/memory".to_string());
+    let big: Vec<String> = std::iter::once(lane.clone()).chain(cma.clone()).collect();
+    let (rma, amo) = if caps.name == "shm" {
+        let direct = "direct/memory".to_string();
+        (
+            std::iter::once(direct.clone())
+                .chain(cma)
+                .chain(std::iter::once(lane.clone()))
+                .collect(),
+            vec![direct, lane.clone()],
+        )
+    } else {
+        (vec![lane.clone()], vec![lane.clone()])
+    };
+    [
+        ("tag", big.clone()),
+        ("am", big),
+        ("stream", vec![lane]),
+        ("rma", rma),
+        ("amo", amo),
+    ]
+}
+
+/// `lanes` as one line, as the selection line at `COURIER_LOG_LEVEL=info` and
+/// `courier info -e` print it: `tag(shm/memory cma/memory) am(..) stream(..) rma(..) amo(..)`.
+pub fn lanes_line(caps: &Caps) -> String {
+    let parts: Vec<String> = lanes(caps)
+        .iter()
+        .map(|(f, t)| format!("{f}({})", t.join(" ")))
+        .collect();
+    parts.join(" ")
+}
+
 /// The memory a remote key names, as far as routes depend on it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum TargetMemory {

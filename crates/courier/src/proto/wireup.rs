@@ -22,7 +22,7 @@ use super::core::{Deferred, ListenerSlot, PendingConn, State, token};
 use super::state::*;
 use crate::base::sys::{host_id, pid, random_u64};
 use crate::base::{Config, Error, Result, Status};
-use crate::transport::{LinkRx, LinkTx, RndvMode, loopback, shm, tcp};
+use crate::transport::{LinkRx, LinkTx, loopback, shm, tcp};
 use crate::wire::address::WorkerAddress;
 use crate::wire::frame::{Frame, Header, Kind};
 
@@ -159,7 +159,16 @@ impl State {
         let tcp_acceptor = if cfg.tls.allows("tcp") {
             let ifaces = tcp::interfaces(&cfg);
             if ifaces.is_empty() {
-                excluded.push("tcp: no usable interface (see COURIER_NET_DEVICES)".to_string());
+                let why = match &cfg.net_devices {
+                    Some(l) => format!(
+                        "no interface that is up matches COURIER_NET_DEVICES={}",
+                        l.join(",")
+                    ),
+                    None => "no network interface is up".into(),
+                };
+                excluded.push(format!(
+                    "tcp: {why}: the worker's address has none for tcp (a connection to a listener's socket address still goes over tcp)"
+                ));
                 None
             } else {
                 let any: SocketAddr = "0.0.0.0:0"
@@ -251,29 +260,7 @@ impl State {
         let Some(caps) = self.ep(e).and_then(|ep| ep.caps.clone()) else {
             return;
         };
-        let lane = format!("{}/{}", caps.name, caps.device);
-        let big = if caps.name == "shm" && caps.rndv == RndvMode::RemoteRead {
-            format!("{lane} cma/memory")
-        } else {
-            lane.clone()
-        };
-        // One-sided lanes, as `onesided` describes them: a same-host shm link stores into
-        // allocated memory directly and reaches registered memory with CMA (when its probe
-        // passed) or through the owner; elsewhere the owner carries every operation out.
-        let (rma, amo) = if caps.name == "shm" {
-            let cma = if crate::api::onesided::link_cma(&caps) {
-                " cma/memory"
-            } else {
-                ""
-            };
-            (
-                format!("direct/memory{cma} {lane}"),
-                format!("direct/memory {lane}"),
-            )
-        } else {
-            (lane.clone(), lane.clone())
-        };
-        let key = format!("{locality} tag({big}) am({big}) stream({lane}) rma({rma}) amo({amo})");
+        let key = format!("{locality} {}", crate::api::onesided::lanes_line(&caps));
         let n = match self.ep_configs.iter().position(|k| *k == key) {
             Some(n) => n,
             None => {
