@@ -185,6 +185,8 @@ fn devices(cfg: &Config) -> String {
             Ok(c) => {
                 let cma = if c.rndv == RndvMode::RemoteRead {
                     "works (probed in this process)".to_string()
+                } else if cfg.shm_cma == courier::base::config::CmaPolicy::No {
+                    "off (COURIER_SHM_CMA=no: bounce buffers)".to_string()
                 } else {
                     "refused (bounce buffers)".to_string()
                 };
@@ -625,6 +627,11 @@ fn endpoint(cfg: &Config, a: &InfoArgs) -> CliResult<String> {
             )));
         }
     };
+    if a.features.is_empty() {
+        return Err(CliError::usage(
+            "-u '': no features; accepted: t tag, m am, s stream, r rma, a amo, e error handling, w wakeup".to_string(),
+        ));
+    }
     for f in a.features.chars() {
         if !"tmsraew".contains(f) {
             return Err(CliError::usage(format!(

@@ -416,6 +416,9 @@ fn feature_letters_e_and_w_show_keepalive_and_wakeup_and_others_are_refused() {
     let out = info(&["-e", "-u", "w", "-P", "self"], &[]);
     assert!(out.contains("#   wakeup: self/memory"), "{out}");
     assert!(!out.contains("keepalive"), "{out}");
+    let o = courier(&["info", "-e", "-u", ""], &[]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("no features"));
     let o = courier(&["info", "-e", "-u", "tq"], &[]);
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(2), "{err}");
