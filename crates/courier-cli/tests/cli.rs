@@ -5,30 +5,39 @@ use std::time::{Duration, Instant};
 mod common;
 use common::{TCP, courier, json_of, numbers, text};
 
+/// The header box of `ucx_perftest -l -t tag_lat -s 64` (UCX 1.13.1), byte for byte.
+const UCX_BOX: &str = "\
++----------------------------------------------------------------------------------------------------------+
+| API:          protocol layer                                                                             |
+| Test:         tag match latency                                                                          |
+| Data layout:  (automatic)                                                                                |
+| Send memory:  host                                                                                       |
+| Recv memory:  host                                                                                       |
+| Message size: 64                                                                                         |
++--------------+--------------+------------------------------+---------------------+-----------------------+
+|              |              |        latency (usec)        |   bandwidth (MB/s)  |  message rate (msg/s) |
++--------------+--------------+----------+---------+---------+----------+----------+-----------+-----------+
+|    Stage     | # iterations | 50.0%ile | average | overall |  average |  overall |  average  |  overall  |
++--------------+--------------+----------+---------+---------+----------+----------+-----------+-----------+
+";
+
 #[test]
 fn loopback_tag_lat_prints_the_ucx_perftest_table() {
     let o = courier(
-        &["perf", "-l", "-t", "tag_lat", "-n", "2000", "-w", "100"],
+        &[
+            "perf", "-l", "-t", "tag_lat", "-s", "64", "-n", "2000", "-w", "100",
+        ],
         TCP,
     );
     let (out, err) = text(&o);
     assert!(o.status.success(), "stdout:\n{out}\nstderr:\n{err}");
     let lines: Vec<&str> = out.lines().collect();
+    // The whole box, as ucx_perftest prints it (the rule under the message size spans the
+    // column groups).
     assert!(
-        lines[0].starts_with("+---") && lines[0].len() == 108,
-        "{out}"
+        out.starts_with(UCX_BOX),
+        "expected the box:\n{UCX_BOX}\ngot:\n{out}"
     );
-    assert!(
-        lines[1].starts_with("| API:          protocol layer"),
-        "{out}"
-    );
-    assert!(lines[2].contains("Test:         tag match latency"));
-    assert!(out.contains("| Data layout:  (automatic)"));
-    assert!(out.contains("| Send memory:  host"));
-    assert!(out.contains("| Recv memory:  host"));
-    assert!(out.contains("| Message size: 8 "));
-    assert!(out.contains("|              |              |        latency (usec)        |   bandwidth (MB/s)  |  message rate (msg/s) |"));
-    assert!(out.contains("|    Stage     | # iterations | 50.0%ile | average | overall |  average |  overall |  average  |  overall  |"));
     let fin = lines
         .iter()
         .find(|l| l.starts_with("Final:"))
@@ -177,6 +186,9 @@ fn bad_options_are_clear_errors() {
         (&["-s", "8,x"], "bad size"),
         (&["-t", "nope"], "unknown test"),
         (&["-c", "z"], "CPU list"),
+        // A well-formed list naming a CPU no CPU set can hold.
+        (&["-c", "0,1024"], "CPU 1024 is beyond"),
+        (&["-c", "3-1"], "ends before it starts"),
     ];
     for (extra, want) in cases {
         let mut args = vec!["perf", "-l", "-n", "10"];
@@ -189,6 +201,192 @@ fn bad_options_are_clear_errors() {
         assert_eq!(o.status.code(), Some(2), "{extra:?}: {err}");
         assert!(err.contains(want), "{extra:?}: {err}");
     }
+}
+
+/// Values that overflow the totals, or that conflict with others, are usage errors naming
+/// the options (none is ignored, none runs).
+#[test]
+fn overflowing_and_conflicting_options_are_usage_errors() {
+    let cases: &[(&[&str], &[&str])] = &[
+        // A stream has no empty messages (the receiver would wait for ever).
+        (
+            &["-l", "-t", "stream_lat", "-s", "0"],
+            &["-s 0", "stream tests need at least 1 byte"],
+        ),
+        (
+            &["-l", "-t", "stream_bw", "-s", "0"],
+            &["stream tests need at least 1 byte"],
+        ),
+        // The IOV's sum overflows.
+        (
+            &[
+                "-l",
+                "-t",
+                "tag_bw",
+                "-s",
+                "9223372036854775808,9223372036854775808",
+            ],
+            &["-s 9223372036854775808,9223372036854775808", "message size"],
+        ),
+        // Message size × window overflows.
+        (
+            &[
+                "-l",
+                "-t",
+                "tag_bw",
+                "-s",
+                "16",
+                "-O",
+                "1152921504606846976",
+            ],
+            &["-s 16 -O 1152921504606846976", "window"],
+        ),
+        (
+            &[
+                "-l",
+                "-t",
+                "tag_bw",
+                "-s",
+                "4k",
+                "-O",
+                "4503599627370496",
+                "--check",
+            ],
+            &["-O 4503599627370496", "window"],
+        ),
+        (
+            &[
+                "-l",
+                "-t",
+                "ucp_get",
+                "-s",
+                "16",
+                "-O",
+                "1152921504606846976",
+            ],
+            &["-O 1152921504606846976"],
+        ),
+        // Iterations plus warm-up overflow.
+        (
+            &[
+                "-l",
+                "-t",
+                "tag_lat",
+                "-n",
+                "18446744073709551615",
+                "-w",
+                "1",
+            ],
+            &["-n 18446744073709551615 -w 1"],
+        ),
+        // Conflicts.
+        (
+            &["-l", "-t", "tag_lat", "-D", "contig", "-s", "8,8"],
+            &["-D contig", "IOV"],
+        ),
+        (&["127.0.0.1", "-l", "-t", "tag_lat"], &["-l", "127.0.0.1"]),
+        (
+            &["--local", "--sweep", "--max-size", "0"],
+            &["--max-size 0"],
+        ),
+        (&["-l", "-t", "tag_lat", "--pairs", "0"], &["--pairs 0"]),
+        (
+            &["-l", "-t", "tag_lat", "--json", "-v"],
+            &["--json cannot be used with -v"],
+        ),
+        (
+            &["-l", "-t", "tag_lat", "--json", "-f"],
+            &["--json cannot be used with -f"],
+        ),
+    ];
+    for (extra, wants) in cases {
+        let mut args = vec!["perf"];
+        args.extend_from_slice(extra);
+        if !extra.contains(&"-n") && !extra.contains(&"--sweep") {
+            args.extend_from_slice(&["-n", "10", "-w", "0"]);
+        }
+        let o = courier(&args, TCP);
+        let (out, err) = text(&o);
+        assert_eq!(o.status.code(), Some(2), "{extra:?}: {out}{err}");
+        for w in *wants {
+            assert!(err.contains(w), "{extra:?}: wants {w:?}: {err}");
+        }
+        assert!(!err.contains("panicked"), "{extra:?}: {err}");
+    }
+    // -D iov with an IOV, and -D contig with one size, are what they say.
+    for d in [
+        &["-D", "iov", "-s", "8,8"][..],
+        &["-D", "contig", "-s", "8"],
+    ] {
+        let mut args = vec!["perf", "-l", "-t", "tag_lat", "-n", "10", "-w", "0", "-f"];
+        args.extend_from_slice(d);
+        let o = courier(&args, TCP);
+        let (out, err) = text(&o);
+        assert!(o.status.success(), "{d:?}: {out}{err}");
+    }
+}
+
+/// A CPU this machine does not have (or does not allow here) is named with the ones it has.
+#[test]
+fn a_cpu_that_is_not_here_is_named_with_the_allowed_ones() {
+    // One past the last CPU the machine could ever have.
+    let possible = std::fs::read_to_string("/sys/devices/system/cpu/possible")
+        .expect("/sys/devices/system/cpu/possible");
+    let missing = possible
+        .trim()
+        .split([',', '-'])
+        .filter_map(|c| c.parse::<usize>().ok())
+        .max()
+        .map_or(0, |m| m + 1);
+    if missing >= 1024 {
+        return;
+    }
+    let c = missing.to_string();
+    let o = courier(&["perf", "-l", "-t", "tag_lat", "-n", "10", "-c", &c], TCP);
+    let (_, err) = text(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains(&format!(
+            "CPU {missing} does not exist or is not allowed here"
+        )),
+        "{err}"
+    );
+    assert!(err.contains("(allowed: "), "{err}");
+    assert!(!err.contains("Invalid argument"), "{err}");
+}
+
+/// The default window (`-O`) is 32 for tag_bw, tag_sync_bw, ucp_put_bw, ucp_am_bw and
+/// put_signal_bw, 1 for every other test, as in ucx_perftest and as --help says.
+#[test]
+fn the_default_window_is_ucx_perftests() {
+    for (t, w) in [
+        ("tag_bw", 32),
+        ("tag_sync_bw", 32),
+        ("ucp_am_bw", 32),
+        ("ucp_put_bw", 32),
+        ("put_signal_bw", 32),
+        ("ucp_add", 1),
+        ("ucp_get", 1),
+        ("ucp_fadd", 1),
+        ("tag_lat", 1),
+        ("stream_bw", 1),
+    ] {
+        let o = courier(
+            &["perf", "-l", "-t", t, "-n", "100", "-w", "0", "--json"],
+            TCP,
+        );
+        let v = json_of(&o, t);
+        assert_eq!(v["window"], w, "{t}: {v}");
+    }
+    let o = courier(&["perf", "--help"], &[]);
+    let (out, _) = text(&o);
+    let help = out.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(
+        help.contains(
+            "default 32 for tag_bw, tag_sync_bw, ucp_am_bw, ucp_put_bw, put_signal_bw; 1 otherwise"
+        ),
+        "{out}"
+    );
 }
 
 #[test]

@@ -375,3 +375,145 @@ fn a_bad_peer_timeout_is_a_usage_error() {
         );
     }
 }
+
+/// A server process (`--verbose`, announcing its port) with `env`; returns it and its
+/// port.
+fn lone_server(env: &[(&str, &str)]) -> (Proc, String) {
+    let (mut server, lines) = Proc::spawn(
+        "server",
+        &["perf", "-p", "0", "--announce", "--verbose"],
+        env,
+    );
+    let port = match lines.recv_timeout(START) {
+        Ok(l) => l
+            .strip_prefix("PORT ")
+            .and_then(|p| p.trim().parse::<u16>().ok())
+            .unwrap_or_else(|| panic!("not a port announcement: {l}")),
+        Err(_) => panic!("the server did not announce its port:\n{}", server.stderr()),
+    };
+    let _ = server.stderr_shows("Waiting for connection", START);
+    (server, port.to_string())
+}
+
+/// `p` ended with an error of its own (exit status 1), not a panic or an abort.
+fn assert_clean_failure(p: &str, st: ExitStatus, err: &str) {
+    assert_eq!(st.code(), Some(1), "the {p} ({st}):\n{err}");
+    for bad in ["panicked", "memory allocation of", "abort"] {
+        assert!(!err.contains(bad), "the {p} says {bad:?}:\n{err}");
+    }
+}
+
+/// A client asking for buffers no allocator can give (a petabyte: a message, or message
+/// size × window) gets the server's refusal with its reason, instead of a server that
+/// aborts and a client that blames a dead peer; the server ends with the same reason.
+/// Also in one process (`-l`), and for a one-sided test (the client maps first).
+#[test]
+fn a_test_the_server_cannot_allocate_is_refused_with_the_reason() {
+    for env in [TCP, DEFAULT] {
+        for (test, sizes) in [
+            ("tag_lat", &["-s", "1000000g"][..]),
+            ("tag_bw", &["-s", "1m", "-O", "1000000000"][..]),
+            ("ucp_am_bw", &["-s", "1000000g"][..]),
+        ] {
+            let what = format!("{} {test} {sizes:?}", tls_name(env));
+            let (mut server, port) = lone_server(env);
+            let mut cargs = vec![
+                "perf",
+                "127.0.0.1",
+                "-p",
+                &port,
+                "-t",
+                test,
+                "-n",
+                "10",
+                "-w",
+                "0",
+            ];
+            cargs.extend_from_slice(sizes);
+            let (mut client, _) = Proc::spawn("client", &cargs, env);
+            let (cst, cerr, _) = client.exit_within(START);
+            let (sst, serr, _) = server.exit_within(START);
+            assert_clean_failure("client", cst, &cerr);
+            assert_clean_failure("server", sst, &serr);
+            assert!(
+                cerr.contains(&format!(
+                    "server 127.0.0.1:{port} could not set up the test: cannot allocate"
+                )) && cerr.contains("for the message buffers (-s "),
+                "{what}: the client's error does not give the server's reason:\n{cerr}"
+            );
+            assert!(
+                !cerr.contains("closed the connection") && !cerr.contains("died"),
+                "{what}: the client blames a dead peer:\n{cerr}"
+            );
+            assert!(
+                serr.contains("could not set up the test of client")
+                    && serr.contains("cannot allocate"),
+                "{what}: the server's error does not give the reason:\n{serr}"
+            );
+        }
+    }
+    for args in [
+        &["-t", "tag_lat", "-s", "1000000g"][..],
+        &["-t", "tag_bw", "-s", "1m", "-O", "1000000000"],
+        &["-t", "ucp_put_bw", "-s", "1000000g"],
+        &["-t", "ucp_get", "-s", "1m", "-O", "1000000000"],
+    ] {
+        let mut a = vec!["perf", "-l", "-n", "10", "-w", "0"];
+        a.extend_from_slice(args);
+        let (mut p, _) = Proc::spawn("process", &a, TCP);
+        let (st, err, _) = p.exit_within(START);
+        assert_clean_failure("process", st, &err);
+        assert!(
+            err.contains("cannot allocate") && err.contains("for the message buffers (-s "),
+            "{args:?}: {err}"
+        );
+    }
+}
+
+/// The server's `--verbose` names the transport its client's tests run on, the one the
+/// client reports (a client on this host moves from tcp to shared memory by default).
+#[test]
+fn the_server_names_the_transport_the_client_reports() {
+    for env in [TCP, DEFAULT] {
+        let (mut server, port) = lone_server(env);
+        let (mut client, lines) = Proc::spawn(
+            "client",
+            &[
+                "perf",
+                "127.0.0.1",
+                "-p",
+                &port,
+                "-t",
+                "tag_lat",
+                "-n",
+                "1000",
+                "-w",
+                "10",
+                "--json",
+            ],
+            env,
+        );
+        let (cst, cerr, _) = client.exit_within(START);
+        let (sst, serr, _) = server.exit_within(START);
+        assert!(cst.success(), "{}: client: {cerr}", tls_name(env));
+        assert!(sst.success(), "{}: server: {serr}", tls_name(env));
+        let out = lines
+            .recv_timeout(START)
+            .unwrap_or_else(|_| panic!("the client printed nothing:\n{cerr}"));
+        let v: serde_json::Value =
+            serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{e}: {out}"));
+        let transport = v["transport"].as_str().expect("transport").to_string();
+        let connected = serr
+            .lines()
+            .find(|l| l.starts_with("connected: "))
+            .unwrap_or_else(|| panic!("the server did not say whom it serves:\n{serr}"));
+        assert!(
+            connected.ends_with(&format!(" over {transport}")),
+            "{}: the client ran over {transport}; the server said: {connected}",
+            tls_name(env)
+        );
+        if env == TCP {
+            assert_eq!(transport, "tcp");
+        }
+    }
+}

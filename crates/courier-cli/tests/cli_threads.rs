@@ -115,6 +115,105 @@ fn loopback_threads_print_thread_rows_and_an_aggregated_final_row() {
     }
 }
 
+/// The CSV of a `-T` run (`-v`): the header with a first column `thread`, then rows with
+/// as many fields: a thread's (its number first, then eight numbers) and last the
+/// aggregated row (`final`, the iterations, and the overall latency, bandwidth and message
+/// rate in their columns, the others empty). Returns the number of lines and the threads
+/// that printed rows.
+fn check_csv_rows(out: &str, threads: usize, iters: &str) -> (usize, Vec<usize>) {
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(
+        lines[0],
+        "thread,iterations,50.0_percentile_lat,avg_lat,overall_lat,avg_bw,overall_bw,avg_mr,overall_mr",
+        "{out}"
+    );
+    let mut seen = Vec::new();
+    for l in &lines[1..lines.len() - 1] {
+        let f: Vec<&str> = l.split(',').collect();
+        assert_eq!(
+            f.len(),
+            9,
+            "a thread row has the header's columns: {l}\n{out}"
+        );
+        let k: usize = f[0]
+            .parse()
+            .unwrap_or_else(|_| panic!("not a thread number: {l}\n{out}"));
+        assert!(k < threads, "{l}");
+        assert!(f[1..].iter().all(|x| x.parse::<f64>().is_ok()), "{l}");
+        if !seen.contains(&k) {
+            seen.push(k);
+        }
+    }
+    let last = lines[lines.len() - 1];
+    let f: Vec<&str> = last.split(',').collect();
+    assert_eq!(
+        f.len(),
+        9,
+        "the final row has the header's columns: {last}\n{out}"
+    );
+    assert_eq!(f[0], "final", "{last}");
+    assert_eq!(f[1], iters, "{last}");
+    for (i, x) in f.iter().enumerate().skip(2) {
+        // overall_lat, overall_bw, overall_mr hold numbers; the rest is empty.
+        if [4, 6, 8].contains(&i) {
+            assert!(x.parse::<f64>().is_ok(), "column {i}: {last}");
+        } else {
+            assert!(x.is_empty(), "column {i}: {last}");
+        }
+    }
+    seen.sort();
+    (lines.len(), seen)
+}
+
+fn check_csv(out: &str, threads: usize, iters: &str) -> usize {
+    check_csv_rows(out, threads, iters).0
+}
+
+/// A `-T 2 -v` run long enough for rows of every thread (one comes about once a second,
+/// so the run is sized from a short one's message rate): they are valid CSV rows.
+#[test]
+fn csv_rows_of_threads_have_the_headers_columns() {
+    let o = courier(
+        &[
+            "perf", "-l", "-T", "2", "-t", "tag_bw", "-n", "3000", "-w", "10", "--json",
+        ],
+        TCP,
+    );
+    let v = json_of(&o, "run");
+    let slowest = v["per_thread"]
+        .as_array()
+        .expect("per_thread")
+        .iter()
+        .filter_map(|t| t["msgrate_overall"].as_f64())
+        .fold(f64::MAX, f64::min);
+    let mut iters = (2.0 * slowest).clamp(3000.0, 200_000_000.0);
+    for attempt in 0..4 {
+        let n = format!("{}", iters as u64);
+        let o = courier(
+            &[
+                "perf", "-l", "-T", "2", "-t", "tag_bw", "-n", &n, "-w", "10", "-v",
+            ],
+            TCP,
+        );
+        let (out, err) = text(&o);
+        assert!(o.status.success(), "{out}{err}");
+        if check_csv_rows(&out, 2, &n).1 == [0, 1] {
+            return;
+        }
+        assert!(
+            attempt < 3,
+            "no rows from every thread after 4 runs:\n{out}"
+        );
+        let rate = out
+            .lines()
+            .last()
+            .and_then(|l| l.split(',').nth(8))
+            .and_then(|x| x.parse::<f64>().ok())
+            .unwrap_or(0.0);
+        iters = (iters * 3.0).max(rate * 2.0).min(200_000_000.0);
+    }
+}
+
 #[test]
 fn final_only_csv_and_json_with_threads() {
     let o = courier(
@@ -153,19 +252,28 @@ fn final_only_csv_and_json_with_threads() {
     );
     let (out, err) = text(&o);
     assert!(o.status.success(), "{out}{err}");
-    let lines: Vec<&str> = out.lines().collect();
-    assert_eq!(
-        lines[0],
-        "iterations,50.0_percentile_lat,avg_lat,overall_lat,avg_bw,overall_bw,avg_mr,overall_mr"
+    check_csv(&out, 2, "500");
+    let o = courier(
+        &[
+            "perf",
+            "-l",
+            "-T",
+            "2",
+            "-t",
+            "ucp_am_bw",
+            "-n",
+            "500",
+            "-w",
+            "10",
+            "-v",
+            "-f",
+        ],
+        TCP,
     );
-    for l in &lines[1..lines.len() - 1] {
-        assert!(l.starts_with("[thread "), "{l}");
-    }
-    let last = lines[lines.len() - 1];
-    let fields: Vec<&str> = last.split(',').collect();
-    assert_eq!(fields.len(), 4, "{last}");
-    assert!(fields.iter().all(|f| f.parse::<f64>().is_ok()), "{last}");
-    assert_eq!(fields[0], "500");
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{out}{err}");
+    let lines = check_csv(&out, 2, "500");
+    assert_eq!(lines, 2, "-f: the header and the final row only:\n{out}");
 
     let o = courier(
         &[

@@ -417,7 +417,7 @@ pub fn client_start(link: &Link, p: &Params) -> CliResult<Option<rma::Side>> {
         Some(rest) if rest.starts_with(' ') => Some(rest.trim()),
         _ => {
             return Err(CliError::run(format!(
-                "server {} refused the test: {reply}",
+                "server {} could not set up the test: {reply}",
                 link.peer
             )));
         }
@@ -525,6 +525,8 @@ pub struct ServeOpts {
     /// Where the server threads of a client's threads run (thread k on `cpus.cpu(k)`; the
     /// first, serving this link, is pinned by its starter).
     pub cpus: super::CpuPlan,
+    /// The client's thread this link serves (0: the first link).
+    pub thread: usize,
 }
 
 /// Serve tests until the client says done (or fails). A client running `-T N` asks first
@@ -565,6 +567,7 @@ fn spawn_helpers(
         let (tx, rx) = std::sync::mpsc::channel::<u16>();
         let o2 = ServeOpts {
             helper: true,
+            thread: k,
             ..o.clone()
         };
         let h = std::thread::Builder::new()
@@ -582,13 +585,6 @@ fn spawn_helpers(
                         let _ = tx.send(port);
                     },
                 )?;
-                if o2.verbose {
-                    eprintln!(
-                        "connected: {} over {} (thread {k})",
-                        link.peer,
-                        link.ep.transport().unwrap_or("?")
-                    );
-                }
                 serve(link, &o2)
             })
             .map_err(|e| CliError::run(format!("cannot start a server thread: {e}")))?;
@@ -627,9 +623,41 @@ fn serve_link(
         .am_set_handler(AM_ALIVE, |_| {})
         .map_err(|e| CliError::run(format!("cannot set the active-message handler: {e}")))?;
     let mut buf = vec![0u8; CTRL_MAX];
+    // Said once the client's first control message is in: a client on this host moves
+    // the endpoint from the tcp link it connected over to shared memory before it sends
+    // anything, so the transport is the one the tests run on.
+    let mut announced = !verbose;
+    // The last test this server could not set up (the client was told why): a client
+    // that leaves after that left because of it.
+    let mut refused: Option<CliError> = None;
     loop {
         // Between tests the client only prints: a client silent for `stall` is gone.
-        let n = link.recv_ctrl(TAG_CTRL, &mut buf)?;
+        let n = match link.recv_ctrl(TAG_CTRL, &mut buf) {
+            Ok(n) => n,
+            Err(e) => {
+                return Err(match refused {
+                    Some(r) => CliError::run(format!(
+                        "could not set up the test of client {}: {} (it was told, and left)",
+                        link.peer, r.msg
+                    )),
+                    None => e,
+                });
+            }
+        };
+        refused = None;
+        if !announced {
+            announced = true;
+            let thread = if o.thread > 0 {
+                format!(" (thread {})", o.thread)
+            } else {
+                String::new()
+            };
+            eprintln!(
+                "connected: {} over {}{thread}",
+                link.peer,
+                link.ep.transport().unwrap_or("?")
+            );
+        }
         let msg = &buf[..n.min(buf.len())];
         let v: serde_json::Value = serde_json::from_slice(msg).unwrap_or(serde_json::Value::Null);
         if v["op"] == "done" {
@@ -674,6 +702,7 @@ fn serve_link(
             Ok(p) => p,
             Err(e) => {
                 link.send_ctrl(TAG_ACK, e.msg.as_bytes())?;
+                refused = Some(e);
                 continue;
             }
         };
@@ -695,6 +724,7 @@ fn serve_link(
                 Ok(s) => s,
                 Err(e) => {
                     link.send_ctrl(TAG_ACK, e.msg.as_bytes())?;
+                    refused = Some(e);
                     continue;
                 }
             };
@@ -711,8 +741,21 @@ fn serve_link(
             }
             continue;
         }
-        let b = Buffers::new(link, &p)?;
-        let am = setup_am(link, &p, AM_PING)?;
+        // A test this side cannot set up (buffers it cannot allocate) is refused with the
+        // reason, which the client reports; the server goes on serving.
+        let (b, am) = match Buffers::new(link, &p)
+            .and_then(|b| setup_am(link, &p, AM_PING).map(|am| (b, am)))
+        {
+            Ok(x) => x,
+            Err(e) => {
+                if verbose {
+                    eprintln!("refused {}: {}", p.test.name(), e.msg);
+                }
+                link.send_ctrl(TAG_ACK, e.msg.as_bytes())?;
+                refused = Some(e);
+                continue;
+            }
+        };
         link.send_ctrl(TAG_ACK, b"ok")?;
         let t0 = Instant::now();
         let before = link.worker.rndv_copies().unwrap_or_default();
@@ -788,17 +831,27 @@ impl Drop for Buffers {
 
 impl Buffers {
     fn new(link: &Link, p: &Params) -> CliResult<Buffers> {
+        let what = || buffers_what(p);
         let size = p.msg_size();
-        let slots = p.window.max(1);
+        let recv_len = p.window_bytes().ok_or_else(|| {
+            CliError::run(format!(
+                "cannot allocate the {}: message size × window overflows",
+                what()
+            ))
+        })?;
+        // The send pattern first: a size the allocator refuses ends here, before anything
+        // is mapped.
+        let mut data: Vec<u8> = try_vec(size, what)?;
+        data.extend((0..size).map(pattern));
         let ctx = link.worker.context();
-        let send = super::rma::map_memory(ctx, p.mem[0], size)?;
-        let recv = super::rma::map_memory(ctx, p.mem[1], size * slots)?;
+        let send = super::rma::map_buffer(ctx, p.mem[0], size, what)?;
+        let recv = super::rma::map_buffer(ctx, p.mem[1], recv_len, what)?;
         // Through the library: the buffers may be device memory (then the library stages
         // every message through host memory, and `-check` is refused).
-        let data: Vec<u8> = (0..size).map(pattern).collect();
         super::rma::fill(&send, 0, &data)?;
-        super::rma::fill(&recv, 0, &vec![0u8; size * slots])?;
-        let mut bounds = Vec::new();
+        drop(data);
+        super::rma::zero(&recv, recv_len)?;
+        let mut bounds = try_vec(p.sizes.len(), what)?;
         let mut off = 0;
         for &s in &p.sizes {
             bounds.push((off, s));
@@ -827,6 +880,34 @@ impl Buffers {
         let data = self.data();
         self.bounds.iter().map(|&(o, l)| &data[o..o + l]).collect()
     }
+}
+
+/// What the message buffers of `p` are, for errors: `message buffers (-s 64, -O 32)`.
+pub(super) fn buffers_what(p: &Params) -> String {
+    let sizes: Vec<String> = p.sizes.iter().map(|s| s.to_string()).collect();
+    format!("message buffers (-s {}, -O {})", sizes.join(","), p.window)
+}
+
+/// An empty vector with room for `n` elements, or why not: every vector whose length the
+/// test's parameters set (a window, a message) is allocated so, so that a size the
+/// allocator refuses is an error naming `what()`, not an abort.
+pub(super) fn try_vec<T>(n: usize, what: impl FnOnce() -> String) -> CliResult<Vec<T>> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(n).map_err(|e| {
+        CliError::run(format!(
+            "cannot allocate {} bytes for the {}: {e}",
+            n.saturating_mul(std::mem::size_of::<T>()),
+            what()
+        ))
+    })?;
+    Ok(v)
+}
+
+/// `n` empty slots of a window of requests (see `try_vec`).
+pub(super) fn try_ring<T>(n: usize, what: impl FnOnce() -> String) -> CliResult<Vec<Option<T>>> {
+    let mut v = try_vec(n, what)?;
+    v.resize_with(n, || None);
+    Ok(v)
 }
 
 /// A receive slot of `b.recv`, with a lifetime of the caller's choosing.
@@ -1444,8 +1525,8 @@ fn bibw_round(
 ) -> CliResult<()> {
     let w = p.window.max(1);
     let size = p.msg_size();
-    let mut recvs: Vec<Request<'_>> = Vec::with_capacity(w);
-    let mut sends: Vec<Request<'_>> = Vec::with_capacity(w);
+    let mut recvs: Vec<Request<'_>> = try_vec(w, || buffers_what(p))?;
+    let mut sends: Vec<Request<'_>> = try_vec(w, || buffers_what(p))?;
     for k in 0..w {
         // SAFETY: slot k of the receive buffers, one request per slot, dropped below.
         let rb = unsafe { slot(rbase, k, size) };
@@ -1533,7 +1614,7 @@ fn run_server(link: &Link, p: &Params, b: &Buffers, am: Option<Arc<AmState>>) ->
             link.send_ctrl(TAG_FIN, &total.to_le_bytes())?;
         }
         TestKind::TagBw | TestKind::TagSyncBw => {
-            let mut ring: Vec<Option<Request<'_>>> = (0..w).map(|_| None).collect();
+            let mut ring: Vec<Option<Request<'_>>> = try_ring(w, || buffers_what(p))?;
             // As ucx_perftest: every receive of the window lands in the same buffer (its
             // contents are not looked at), unless the data is checked.
             let shared = !p.check;
@@ -1637,6 +1718,7 @@ mod tests {
                     verbose: false,
                     helper: false,
                     cpus: Default::default(),
+                    thread: 0,
                 },
             )
         });

@@ -65,8 +65,8 @@ pub struct PerfArgs {
     /// thread has its own worker and endpoint (and the server a thread, worker and
     /// endpoint for each): threads sharing one worker would take one another's messages
     /// (tag matching is per worker) and turns at its lock. Implies -M multi. Rows say
-    /// [thread k]; the Final row aggregates as ucx_perftest's does: iterations, mean
-    /// latency, total bandwidth, total message rate
+    /// [thread k] (with -v, a first CSV column "thread"); the Final row aggregates as
+    /// ucx_perftest's does: iterations, mean latency, total bandwidth, total message rate
     #[arg(short = 'T', long = "threads", default_value_t = 1)]
     pub threads: u32,
     /// Thread mode: single, serialized, multi
@@ -233,6 +233,23 @@ impl Settings {
                 a.percentile
             )));
         }
+        if a.pairs == 0 {
+            return Err(CliError::usage(
+                "--pairs 0: the multi-pair test of --sweep needs at least 1 pair",
+            ));
+        }
+        if a.json && (a.csv || a.final_only) {
+            let other = if a.csv { "-v" } else { "-f" };
+            return Err(CliError::usage(format!(
+                "--json cannot be used with {other}: --json prints the final result as one JSON \
+                 object, {other} prints {}",
+                if a.csv {
+                    "CSV"
+                } else {
+                    "the final numbers as a table row"
+                }
+            )));
+        }
         let out = match (a.json, a.csv, a.final_only) {
             (true, _, _) => Output::Json,
             (_, true, true) => Output::CsvFinal,
@@ -240,17 +257,19 @@ impl Settings {
             (_, _, true) => Output::FinalOnly,
             _ => Output::Table,
         };
+        let cpus = a
+            .cpus
+            .as_deref()
+            .map(params::parse_cpus)
+            .transpose()?
+            .unwrap_or_default();
+        let start_cpus = params::affinity().unwrap_or_default();
         Ok(Settings {
             out,
             thousands: a.thousands,
             percentile: a.percentile,
-            cpus: a
-                .cpus
-                .as_deref()
-                .map(params::parse_cpus)
-                .transpose()?
-                .unwrap_or_default(),
-            start_cpus: params::affinity().unwrap_or_default(),
+            cpus,
+            start_cpus,
             mode,
             threads,
             peer_timeout: parse_peer_timeout(&a.peer_timeout)?,
@@ -387,10 +406,28 @@ fn params_from_args(a: &PerfArgs) -> CliResult<Params> {
     })?;
     let test = TestKind::parse(name)?;
     let sizes = params::parse_sizes(&a.size)?;
-    if sizes.len() > 1 && matches!(test, TestKind::StreamLat | TestKind::StreamBw) {
+    let stream = matches!(test, TestKind::StreamLat | TestKind::StreamBw);
+    if sizes.len() > 1 && stream {
         return Err(CliError::usage(
             "stream tests take one message size (streams have no IOV send)",
         ));
+    }
+    if stream && sizes == [0] {
+        return Err(CliError::usage(format!(
+            "-s {}: stream tests need at least 1 byte (a stream has no empty messages: the \
+             receiver would wait for bytes that never come)",
+            a.size
+        )));
+    }
+    if sizes.len() > 1
+        && let Some(d) = &a.layout
+        && d.split(',').next() == Some("contig")
+    {
+        return Err(CliError::usage(format!(
+            "-D {d} with -s {}: a comma list in -s is an IOV message, which is not contiguous \
+             (give -D iov, or one size for a contiguous message)",
+            a.size
+        )));
     }
     let window = match &a.outstanding {
         Some(o) => params::parse_count("-O", o)? as usize,
@@ -408,6 +445,7 @@ fn params_from_args(a: &PerfArgs) -> CliResult<Params> {
         check: a.check,
         mem: params::parse_mem(&a.mem)?,
     };
+    p.check_totals().map_err(CliError::usage)?;
     check_mem(&p)?;
     if p.test.is_rma() {
         rma::validate(&p)?;
@@ -536,6 +574,7 @@ pub fn spawn_server_thread(
                         verbose,
                         helper: false,
                         cpus: s2.server_cpus(),
+                        thread: 0,
                     },
                 )
             })();
@@ -574,6 +613,12 @@ pub fn main(a: PerfArgs) -> CliResult<()> {
         return sweep::run(&a, &s, Some(resolve(host, a.port)?));
     }
     if a.loopback {
+        if let Some(h) = &a.host {
+            return Err(CliError::usage(format!(
+                "-l runs the server in this process: it cannot be used with a server to \
+                 connect to ({h})"
+            )));
+        }
         let p = params_from_args(&a)?;
         s.note_one_cpu();
         let (port, done) = spawn_server_thread(&s, a.verbose)?;
@@ -635,13 +680,6 @@ pub fn main(a: PerfArgs) -> CliResult<()> {
                     }
                 },
             )?;
-            if a.verbose {
-                eprintln!(
-                    "connected: {} over {}",
-                    link.peer,
-                    link.ep.transport().unwrap_or("?")
-                );
-            }
             engine::serve(
                 link,
                 &engine::ServeOpts {
@@ -651,6 +689,7 @@ pub fn main(a: PerfArgs) -> CliResult<()> {
                     verbose: a.verbose,
                     helper: false,
                     cpus: s.client_cpus(),
+                    thread: 0,
                 },
             )
         }

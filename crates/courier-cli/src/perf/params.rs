@@ -177,7 +177,6 @@ impl TestKind {
             | TestKind::TagSyncBw
             | TestKind::AmBw
             | TestKind::PutBw
-            | TestKind::Add
             | TestKind::PutSignalBw => 32,
             TestKind::TagBibw => 64,
             _ => 1,
@@ -226,6 +225,10 @@ impl MemKind {
     }
 }
 
+/// The most bytes a message or a window of messages may take (`isize::MAX`, the most
+/// one allocation can hold, less room for the layout's rounding and signal word).
+pub const MAX_BYTES: usize = (isize::MAX as usize) >> 1;
+
 /// What the client asks the server to run.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Params {
@@ -246,14 +249,71 @@ pub struct Params {
 }
 
 impl Params {
-    /// Total message size.
+    /// Total message size (`usize::MAX` where the sum overflows: `check_totals` refuses
+    /// such parameters, and an allocation of that size fails).
     pub fn msg_size(&self) -> usize {
-        self.sizes.iter().sum()
+        self.sizes
+            .iter()
+            .try_fold(0usize, |a, &b| a.checked_add(b))
+            .unwrap_or(usize::MAX)
     }
 
-    /// Iterations including warm-up.
+    /// Iterations including warm-up (`u64::MAX` where the sum overflows: `check_totals`
+    /// refuses such parameters).
     pub fn total(&self) -> u64 {
-        self.iters + self.warmup
+        self.iters.saturating_add(self.warmup)
+    }
+
+    /// The bytes of a window of messages: message size × window, the receive buffers of a
+    /// two-sided test (one slot per outstanding receive) and the landing slots of
+    /// `ucp_get`. `None` when it overflows.
+    pub fn window_bytes(&self) -> Option<usize> {
+        self.sizes
+            .iter()
+            .try_fold(0usize, |a, &b| a.checked_add(b))?
+            .checked_mul(self.window.max(1))
+    }
+
+    /// Refuse parameters whose totals overflow (why, naming the options): the message size
+    /// (the sum of the `-s` IOV), message size × window (`-s` × `-O`) and the iterations
+    /// with warm-up (`-n` + `-w`). Sizes that fit but cannot be had are refused when the
+    /// buffers are allocated.
+    pub fn check_totals(&self) -> Result<(), String> {
+        let sizes = || {
+            self.sizes
+                .iter()
+                .map(|s| s.to_string())
+                .collect::<Vec<_>>()
+                .join(",")
+        };
+        let Some(size) = self
+            .sizes
+            .iter()
+            .try_fold(0usize, |a, &b| a.checked_add(b))
+            .filter(|&s| s <= MAX_BYTES)
+        else {
+            return Err(format!(
+                "-s {}: the message size (the sum of the IOV segments) exceeds {MAX_BYTES} bytes",
+                sizes()
+            ));
+        };
+        if self.window_bytes().is_none_or(|b| b > MAX_BYTES) {
+            return Err(format!(
+                "-s {} -O {}: message size × window ({size} × {}) exceeds {MAX_BYTES} bytes",
+                sizes(),
+                self.window,
+                self.window
+            ));
+        }
+        if self.iters.checked_add(self.warmup).is_none() {
+            return Err(format!(
+                "-n {} -w {}: iterations plus warm-up exceed {}",
+                self.iters,
+                self.warmup,
+                u64::MAX
+            ));
+        }
+        Ok(())
     }
 
     /// The wire form as a JSON value (the caller may add fields).
@@ -289,7 +349,7 @@ impl Params {
             .iter()
             .map(|x| {
                 x.as_u64()
-                    .map(|n| n as usize)
+                    .and_then(|n| usize::try_from(n).ok())
                     .ok_or_else(|| bad("size is not a number"))
             })
             .collect::<CliResult<Vec<usize>>>()?;
@@ -306,15 +366,18 @@ impl Params {
                     .ok_or_else(|| bad("unknown memory type"))?;
             }
         }
-        Ok(Params {
+        let window = usize::try_from(num("window")?).map_err(|_| bad("window too large"))?;
+        let p = Params {
             test,
             sizes,
             iters: num("iters")?,
             warmup: num("warmup")?,
-            window: (num("window")? as usize).max(1),
+            window: window.max(1),
             check: v["check"].as_bool().unwrap_or(false),
             mem,
-        })
+        };
+        p.check_totals().map_err(|why| bad(&why))?;
+        Ok(p)
     }
 }
 
@@ -401,24 +464,55 @@ pub fn parse_duration(s: &str) -> Option<std::time::Duration> {
 /// Parse a CPU list such as `0,2-3`.
 pub fn parse_cpus(s: &str) -> CliResult<Vec<usize>> {
     let bad = || CliError::usage(format!("-c {s:?}: expected a CPU list such as 0,2-3"));
+    let beyond = |c: usize| {
+        CliError::usage(format!(
+            "-c {s}: CPU {c} is beyond what a CPU set can name (CPU_SETSIZE is {}: CPUs 0 \
+             to {})",
+            libc::CPU_SETSIZE,
+            libc::CPU_SETSIZE - 1
+        ))
+    };
+    let max = libc::CPU_SETSIZE as usize;
     let mut v = Vec::new();
     for part in s.split(',') {
         let part = part.trim();
         if let Some((a, b)) = part.split_once('-') {
             let a: usize = a.trim().parse().map_err(|_| bad())?;
             let b: usize = b.trim().parse().map_err(|_| bad())?;
-            if b < a || b - a > 4096 {
-                return Err(bad());
+            if b < a {
+                return Err(CliError::usage(format!(
+                    "-c {s}: the range {a}-{b} ends before it starts"
+                )));
+            }
+            if b >= max {
+                return Err(beyond(b));
             }
             v.extend(a..=b);
         } else {
-            v.push(part.parse().map_err(|_| bad())?);
+            let c: usize = part.parse().map_err(|_| bad())?;
+            if c >= max {
+                return Err(beyond(c));
+            }
+            v.push(c);
         }
     }
-    if v.iter().any(|&c| c >= libc::CPU_SETSIZE as usize) {
-        return Err(bad());
-    }
     Ok(v)
+}
+
+/// Why `cpus` cannot be pinned to when the kernel says EINVAL: the first of them that is
+/// not in `allowed` (the CPUs this process may be given; unknown when empty).
+pub fn not_allowed(cpus: &[usize], allowed: &[usize]) -> String {
+    let list = if allowed.is_empty() {
+        String::new()
+    } else {
+        format!(" (allowed: {})", cpu_list(allowed))
+    };
+    match cpus.iter().find(|c| !allowed.contains(c)) {
+        Some(c) if !allowed.is_empty() => {
+            format!("CPU {c} does not exist or is not allowed here{list}")
+        }
+        _ => format!("no such CPU, or not allowed here{list}"),
+    }
 }
 
 /// Pin the calling thread to one CPU.
@@ -444,16 +538,46 @@ pub fn set_affinity(cpus: &[usize]) -> CliResult<()> {
         libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set)
     };
     if rc != 0 {
+        let err = std::io::Error::last_os_error();
         let what = match cpus {
             [c] => format!("CPU {c}"),
             _ => format!("CPUs {}", cpu_list(cpus)),
         };
-        return Err(CliError::usage(format!(
-            "cannot pin to {what}: {}",
-            std::io::Error::last_os_error()
-        )));
+        // EINVAL: a CPU the machine does not have, or one outside this process's cpuset.
+        let why = if err.raw_os_error() == Some(libc::EINVAL) {
+            not_allowed(cpus, &cpus_here())
+        } else {
+            err.to_string()
+        };
+        return Err(CliError::usage(format!("cannot pin to {what}: {why}")));
     }
     Ok(())
+}
+
+/// The CPUs this process may be given (whatever its threads' affinity is now): those of
+/// its cpuset (cgroup v2, or v1's cpuset hierarchy), else those online; empty when
+/// unknown.
+fn cpus_here() -> Vec<usize> {
+    let read = |f: String| {
+        std::fs::read_to_string(f)
+            .ok()
+            .and_then(|l| parse_cpus(l.trim()).ok())
+            .filter(|v| !v.is_empty())
+    };
+    let cgroups = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+    let path = |prefix: &str| {
+        cgroups
+            .lines()
+            .find_map(|l| l.split_once(':').and_then(|(_, r)| r.strip_prefix(prefix)))
+            .map(|p| p.trim().trim_end_matches('/').to_string())
+    };
+    path("cpuset:")
+        .and_then(|p| read(format!("/sys/fs/cgroup/cpuset{p}/cpuset.effective_cpus")))
+        .or_else(|| {
+            path(":").and_then(|p| read(format!("/sys/fs/cgroup{p}/cpuset.cpus.effective")))
+        })
+        .or_else(|| read("/sys/devices/system/cpu/online".to_string()))
+        .unwrap_or_default()
 }
 
 /// The CPUs the calling thread may run on.
@@ -546,6 +670,18 @@ mod tests {
         }
         assert_eq!(parse_cpus("0,2-3").unwrap(), vec![0, 2, 3]);
         assert!(parse_cpus("a").is_err());
+        let e = parse_cpus("0,1024").unwrap_err().msg;
+        assert!(
+            e.contains("CPU 1024 is beyond") && e.contains("CPU_SETSIZE is 1024"),
+            "{e}"
+        );
+        assert!(parse_cpus("2-5000").unwrap_err().msg.contains("CPU 5000"));
+        assert!(parse_cpus("3-1").unwrap_err().msg.contains("ends before"));
+        assert_eq!(
+            not_allowed(&[0, 5], &[0, 1]),
+            "CPU 5 does not exist or is not allowed here (allowed: 0-1)"
+        );
+        assert_eq!(not_allowed(&[5], &[]), "no such CPU, or not allowed here");
         assert_eq!(cpu_list(&[0, 1, 2, 3, 6]), "0-3,6");
         assert_eq!(cpu_list(&[5]), "5");
         assert_eq!(
@@ -566,6 +702,38 @@ mod tests {
             mem: [MemKind::Nic, MemKind::Host],
         };
         assert_eq!(Params::decode(&p.encode()).unwrap(), p);
+        // A peer's parameters whose totals overflow are refused, not computed with.
+        for (sizes, window, iters) in [
+            (vec![usize::MAX / 2 + 1, usize::MAX / 2 + 1], 1, 10),
+            (vec![16], 1 << 60, 10),
+            (vec![8], 1, u64::MAX),
+        ] {
+            let q = Params {
+                sizes,
+                window,
+                iters,
+                ..p.clone()
+            };
+            let e = Params::decode(&q.encode()).unwrap_err().msg;
+            assert!(e.contains("malformed test parameters"), "{e}");
+        }
+        let big = Params {
+            sizes: vec![usize::MAX, 1],
+            ..p.clone()
+        };
+        assert_eq!(big.msg_size(), usize::MAX);
+        assert_eq!(big.window_bytes(), None);
+        let many = Params {
+            iters: u64::MAX,
+            warmup: 1,
+            ..p.clone()
+        };
+        assert_eq!(many.total(), u64::MAX);
+        assert!(
+            many.check_totals()
+                .unwrap_err()
+                .contains("-n 18446744073709551615 -w 1")
+        );
         for t in ALL_TESTS {
             assert_eq!(TestKind::parse(t.name()).unwrap(), t);
         }

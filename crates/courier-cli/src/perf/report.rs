@@ -56,6 +56,8 @@ pub struct Row {
 }
 
 const RULE: &str = "+--------------+--------------+----------+---------+---------+----------+----------+-----------+-----------+";
+/// The rule above the column groups (latency, bandwidth, message rate), which spans each.
+const GROUP_RULE: &str = "+--------------+--------------+------------------------------+---------------------+-----------------------+";
 
 /// What the header box shows for a memory type: the name, and `(host fallback)` when the
 /// library gave host memory instead.
@@ -74,11 +76,10 @@ pub fn header(p: &Params, percentile: f64, out: Output, mem: &[String; 2]) -> St
     if matches!(out, Output::Json | Output::Silent) {
         return s;
     }
-    let pct = pct_label(percentile);
     if matches!(out, Output::Csv | Output::CsvFinal) {
-        s.push_str(&format!("iterations,{pct}_percentile_lat,avg_lat,overall_lat,avg_bw,overall_bw,avg_mr,overall_mr\n"));
-        return s;
+        return csv_header(percentile, false);
     }
+    let pct = pct_label(percentile);
     let line = |k: &str, v: &str| format!("| {k:<14}{v:<90} |\n");
     s.push_str(&format!("+{}+\n", "-".repeat(106)));
     s.push_str(&line("API:", "protocol layer"));
@@ -94,7 +95,7 @@ pub fn header(p: &Params, percentile: f64, out: Output, mem: &[String; 2]) -> St
         s.push_str(&format!("+{}+\n", "-".repeat(106)));
         return s;
     }
-    s.push_str(RULE);
+    s.push_str(GROUP_RULE);
     s.push('\n');
     s.push_str("|              |              |        latency (usec)        |   bandwidth (MB/s)  |  message rate (msg/s) |\n");
     s.push_str(RULE);
@@ -103,6 +104,17 @@ pub fn header(p: &Params, percentile: f64, out: Output, mem: &[String; 2]) -> St
     s.push_str(RULE);
     s.push('\n');
     s
+}
+
+/// The CSV column names (`-v`), as ucx_perftest prints them; with `threads` (a `-T` run
+/// of several threads) a first column says whose row it is: the thread's number, or
+/// `final` for the aggregated row (`format_aggregate`).
+pub fn csv_header(percentile: f64, threads: bool) -> String {
+    format!(
+        "{}iterations,{}_percentile_lat,avg_lat,overall_lat,avg_bw,overall_bw,avg_mr,overall_mr\n",
+        if threads { "thread," } else { "" },
+        pct_label(percentile)
+    )
 }
 
 fn pct_label(p: f64) -> String {
@@ -200,11 +212,14 @@ impl Aggregate {
 
 /// The final row of a `-T` run as ucx_perftest prints it for several threads: four
 /// numbers (iterations, latency, bandwidth, message rate), labelled `Final:` in the table,
-/// bare with `-f`, comma-separated with `-v`.
+/// bare with `-f`. In CSV (`-v`) it has the columns of the thread rows (`csv_header` with
+/// threads): `final` in the thread column, the four numbers in the iterations and
+/// "overall" columns, and the columns that have no meaning across threads (percentile,
+/// averages) empty.
 pub fn format_aggregate(a: &Aggregate, out: Output, thousands: bool) -> String {
     match out {
         Output::Csv | Output::CsvFinal => format!(
-            "{},{:.3},{:.2},{:.0}\n",
+            "final,{},,,{:.3},,{:.2},,{:.0}\n",
             a.iters, a.lat_overall, a.bw_overall, a.mr_overall
         ),
         Output::Table | Output::FinalOnly => {
@@ -310,8 +325,9 @@ impl<'w> Meter<'w> {
         }
     }
 
-    /// The meter of thread `k` of a `-T` run: its rows say `[thread k]` (CSV rows too, as
-    /// ucx_perftest's do), and `finish` prints nothing (one aggregated row follows).
+    /// The meter of thread `k` of a `-T` run: its rows say `[thread k]` (CSV rows have `k`
+    /// in a first column of their own), and `finish` prints nothing (one aggregated row
+    /// follows).
     pub fn for_thread(mut self, k: usize) -> Self {
         self.thread = Some(k);
         self
@@ -360,14 +376,24 @@ impl<'w> Meter<'w> {
         }
     }
 
+    /// A row printed while the test runs: `[thread k]` and the numbers in the table; in
+    /// CSV the numbers, after the thread's number in a column of its own for a thread of
+    /// a `-T` run (`csv_header` with threads).
+    fn progress_text(&self, r: &Row) -> String {
+        let label = format!("[thread {}]", self.thread.unwrap_or(0));
+        let mut text = format_row(Some(&label), r, self.out, self.thousands);
+        if let Some(k) = self.thread
+            && self.out == Output::Csv
+        {
+            text.insert_str(0, &format!("{k},"));
+        }
+        text
+    }
+
     fn report(&mut self, now: Instant) {
         let r = self.row(now, &self.interval);
         if self.out.prints_progress() {
-            let label = format!("[thread {}]", self.thread.unwrap_or(0));
-            let mut text = format_row(Some(&label), &r, self.out, self.thousands);
-            if self.thread.is_some() && matches!(self.out, Output::Csv) {
-                text.insert_str(0, &label);
-            }
+            let text = self.progress_text(&r);
             let mut o = std::io::stdout().lock();
             let _ = o.write_all(text.as_bytes());
             let _ = o.flush();
@@ -526,8 +552,39 @@ mod tests {
         );
         assert_eq!(
             format_aggregate(&a, Output::CsvFinal, false),
-            "1000,3.000,40.00,400000\n"
+            "final,1000,,,3.000,,40.00,,400000\n"
         );
+        // As many columns as the header of a run with threads.
+        assert_eq!(
+            format_aggregate(&a, Output::Csv, false).split(',').count(),
+            csv_header(50.0, true).split(',').count()
+        );
+    }
+
+    /// With `-T`, CSV rows have the columns of the header: the thread, then the numbers;
+    /// one thread's rows are the header's eight columns.
+    #[test]
+    fn csv_rows_have_the_columns_of_their_header() {
+        let r = Row {
+            iters: 10,
+            ..Row::default()
+        };
+        let p = params();
+        let m = Meter::new(&p, 50.0, Output::Csv, false, None).for_thread(1);
+        let row = m.progress_text(&r);
+        assert_eq!(row, "1,10,0.000,0.000,0.000,0.00,0.00,0,0\n");
+        let cols = |l: &str| l.trim_end().split(',').count();
+        assert_eq!(cols(&row), cols(&csv_header(50.0, true)));
+        let agg = format_aggregate(&Aggregate::of(&[r]), Output::Csv, false);
+        assert_eq!(cols(&agg), cols(&csv_header(50.0, true)));
+        let m = Meter::new(&p, 50.0, Output::Csv, false, None);
+        let row = m.progress_text(&r);
+        assert_eq!(row, "10,0.000,0.000,0.000,0.00,0.00,0,0\n");
+        assert_eq!(
+            csv_header(50.0, false),
+            "iterations,50.0_percentile_lat,avg_lat,overall_lat,avg_bw,overall_bw,avg_mr,overall_mr\n"
+        );
+        assert_eq!(cols(&row), cols(&csv_header(50.0, false)));
     }
 
     #[test]
@@ -554,6 +611,9 @@ mod tests {
             format!("| API:          protocol layer{} |", " ".repeat(76))
         );
         assert!(h.contains("| 50.0%ile |"));
+        // Under the message size, the rule spans the column groups.
+        assert_eq!(lines[7], GROUP_RULE);
+        assert_eq!(lines[9], RULE);
         let r = Row {
             iters: 300000,
             lat_pct: 4.903,

@@ -17,7 +17,9 @@ use courier::{
     AtomicOp, Callback, MemMapParams, Memory, MemoryType, RemoteKey, Request, SignalOp, Started,
 };
 
-use super::engine::{Beat, Failure, Idle, Link, TAG_FIN, pattern, verify};
+use super::engine::{
+    Beat, Failure, Idle, Link, TAG_FIN, buffers_what, pattern, try_ring, try_vec, verify,
+};
 use super::params::{MemKind, Params, TestKind};
 use super::report::{Meter, Row, mem_label};
 use crate::error::{CliError, CliResult};
@@ -36,13 +38,16 @@ struct Layout {
 }
 
 /// Areas start on their own cache line: the peer writes the receive slots while this side
-/// writes its send area, and sharing a line would bounce it between the CPUs.
-fn round_line(n: usize) -> usize {
-    n.div_ceil(64) * 64
+/// writes its send area, and sharing a line would bounce it between the CPUs. `None` when
+/// it overflows.
+fn round_line(n: usize) -> Option<usize> {
+    n.checked_next_multiple_of(64)
 }
 
 impl Layout {
-    fn new(p: &Params) -> Layout {
+    /// The layout of `p`'s region; `None` when it overflows (`Params::check_totals` keeps
+    /// a client's parameters far below that).
+    fn new(p: &Params) -> Option<Layout> {
         let size = p.msg_size();
         // Gets in flight each need their own landing slot.
         let slots = if p.test == TestKind::Get {
@@ -50,14 +55,14 @@ impl Layout {
         } else {
             1
         };
-        let send = round_line(size * slots);
-        let sig = send + round_line(size);
-        Layout {
+        let send = round_line(size.checked_mul(slots)?)?;
+        let sig = send.checked_add(round_line(size)?)?;
+        Some(Layout {
             size,
             send,
             sig,
-            len: sig + 8,
-        }
+            len: sig.checked_add(8)?,
+        })
     }
 }
 
@@ -112,6 +117,37 @@ pub fn map_memory(ctx: &courier::Context, kind: MemKind, len: usize) -> CliResul
         .map_err(|e| CliError::usage(format!("memory type {}: {e}", kind.name())))
 }
 
+/// Map `len` bytes of memory type `kind` for the buffers `what()` names: a size the
+/// library cannot map is an error saying so.
+pub fn map_buffer(
+    ctx: &courier::Context,
+    kind: MemKind,
+    len: usize,
+    what: impl FnOnce() -> String,
+) -> CliResult<Memory> {
+    ctx.mem_map(MemMapParams::allocate(len.max(8)).memory_type(kind.memory_type()))
+        .map_err(|e| {
+            CliError::run(format!(
+                "cannot allocate {len} bytes of {} memory for the {}: {e}",
+                kind.name(),
+                what()
+            ))
+        })
+}
+
+/// Zero the first `len` bytes of `mem`, a chunk at a time. Fresh host memory is zero
+/// already, but writing it takes its pages now, before anything is timed.
+pub fn zero(mem: &Memory, len: usize) -> CliResult<()> {
+    let chunk = vec![0u8; len.min(1 << 20)];
+    let mut off = 0;
+    while off < len {
+        let n = chunk.len().min(len - off);
+        fill(mem, off, &chunk[..n])?;
+        off += n;
+    }
+    Ok(())
+}
+
 /// Fill `[off, off + bytes.len())` of `mem` (through the driver for device memory).
 pub fn fill(mem: &Memory, off: usize, bytes: &[u8]) -> CliResult<()> {
     mem.write(off, bytes)
@@ -141,10 +177,19 @@ impl Side {
     /// Map this side's region of memory type `kind` for `p`.
     pub fn map(link: &Link, p: &Params, kind: MemKind) -> CliResult<Side> {
         validate(p)?;
-        let layout = Layout::new(p);
-        let mem = map_memory(link.worker.context(), kind, layout.len)?;
-        fill(&mem, 0, &vec![0u8; layout.len])?;
-        let send: Vec<u8> = (0..layout.size).map(pattern).collect();
+        let what = || buffers_what(p);
+        let layout = Layout::new(p).ok_or_else(|| {
+            CliError::run(format!(
+                "cannot allocate the {}: the region's size overflows",
+                what()
+            ))
+        })?;
+        // The send pattern first: a size the allocator refuses ends here, before anything
+        // is mapped.
+        let mut send: Vec<u8> = try_vec(layout.size, what)?;
+        send.extend((0..layout.size).map(pattern));
+        let mem = map_buffer(link.worker.context(), kind, layout.len, what)?;
+        zero(&mem, layout.len)?;
         fill(&mem, layout.send, &send)?;
         if mem.query().memory_type != MemoryType::Cuda {
             // SAFETY: the signal word is aligned (offset and base are multiples of 8) and
@@ -529,7 +574,7 @@ fn client_loops(link: &Link, p: &Params, meter: &mut Meter<'_>, side: &Side) -> 
         }
         TestKind::PutBw | TestKind::PutSignalBw => {
             let signal = p.test == TestKind::PutSignalBw;
-            let mut ring: Vec<Option<Request<'_>>> = (0..w).map(|_| None).collect();
+            let mut ring: Vec<Option<Request<'_>>> = try_ring(w, || buffers_what(p))?;
             timed(link, meter, p, |i| {
                 let s = &mut ring[(i % w as u64) as usize];
                 settle(link, s)?;
@@ -551,7 +596,7 @@ fn client_loops(link: &Link, p: &Params, meter: &mut Meter<'_>, side: &Side) -> 
             }
         }
         TestKind::Get => {
-            let mut ring: Vec<Option<Request<'_>>> = (0..w).map(|_| None).collect();
+            let mut ring: Vec<Option<Request<'_>>> = try_ring(w, || buffers_what(p))?;
             let slot_ptr = |k: usize| base.wrapping_add(k * size);
             timed(link, meter, p, |i| {
                 let k = (i % w as u64) as usize;
@@ -607,7 +652,7 @@ fn client_loops(link: &Link, p: &Params, meter: &mut Meter<'_>, side: &Side) -> 
                 TestKind::Swap => AtomicOp::Swap,
                 _ => AtomicOp::Cswap,
             };
-            let mut ring: Vec<Option<(u64, Request<'static>)>> = (0..w).map(|_| None).collect();
+            let mut ring: Vec<Option<(u64, Request<'static>)>> = try_ring(w, || buffers_what(p))?;
             let drain = |s: &mut Option<(u64, Request<'static>)>| -> CliResult<()> {
                 if let Some((j, mut r)) = s.take() {
                     let old = link.wait(&mut r)?.value;

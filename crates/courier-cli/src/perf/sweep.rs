@@ -171,6 +171,12 @@ fn check_args(a: &PerfArgs) -> CliResult<()> {
             )));
         }
     }
+    if parse_size(&a.max_size)? == 0 {
+        return Err(CliError::usage(format!(
+            "--max-size {}: the sweep starts at 1 byte, so the largest size must be at least 1",
+            a.max_size
+        )));
+    }
     if a.local {
         for (id, flag) in [("host", "HOST"), ("port", "-p")] {
             if a.given(id) {
@@ -239,7 +245,7 @@ pub fn run(a: &PerfArgs, s: &Settings, server: Option<SocketAddr>) -> CliResult<
         c.finish(std::time::Duration::from_secs(5))?;
     }
     if server.is_none() {
-        multi_pair(a.pairs.max(1), &list, a.quick, s)?;
+        multi_pair(a.pairs, &list, a.quick, s)?;
     } else {
         println!(
             "# Multiple Bandwidth / Message Rate Test: needs --local (one server process per pair)"

@@ -9,7 +9,8 @@
 //! Thread 0 connects first and asks the server for the other threads' links (their ports
 //! come back with the "ok"); then every thread asks for the test on its own link. Once all
 //! are ready the header is printed and they start together. Each prints its rows as
-//! `[thread k]`; the last row aggregates them as ucx_perftest does (`report::Aggregate`).
+//! `[thread k]` (in CSV, `k` in a first column); the last row aggregates them as
+//! ucx_perftest does (`report::Aggregate`).
 
 use std::io::Write;
 use std::net::SocketAddr;
@@ -194,7 +195,12 @@ pub fn run_client(p: &Params, s: &Settings, addr: SocketAddr, shown: &str) -> Cl
     }
     if gate.all_ready(n) {
         let mem = p.mem.map(|k| k.name().to_string());
-        let head = report::header(p, s.percentile, s.out, &mem);
+        let head = if matches!(s.out, Output::Csv | Output::CsvFinal) {
+            // Rows of several threads: a thread column first.
+            report::csv_header(s.percentile, true)
+        } else {
+            report::header(p, s.percentile, s.out, &mem)
+        };
         let mut o = std::io::stdout().lock();
         let _ = o.write_all(head.as_bytes());
         let _ = o.flush();
