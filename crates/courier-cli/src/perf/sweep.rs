@@ -2,6 +2,7 @@
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Barrier, mpsc};
+use std::time::{Duration, Instant};
 
 use super::engine::{self, Link};
 use super::local::{ChildServer, human_size};
@@ -242,7 +243,7 @@ pub fn run(a: &PerfArgs, s: &Settings, server: Option<SocketAddr>) -> CliResult<
     )?;
     engine::client_finish(link);
     if let Some(c) = child {
-        c.finish(std::time::Duration::from_secs(5))?;
+        c.finish(Duration::from_secs(5))?;
     }
     if server.is_none() {
         multi_pair(a.pairs, &list, a.quick, s)?;
@@ -255,7 +256,9 @@ pub fn run(a: &PerfArgs, s: &Settings, server: Option<SocketAddr>) -> CliResult<
 }
 
 /// osu_mbw_mr: `pairs` client threads, each with its own worker and server process,
-/// streaming tag messages at once; the sum of their rates.
+/// streaming tag messages at once; the messages of all pairs over the time from the first
+/// pair's start to the last one's end (as osu_mbw_mr divides by its one window, so that a
+/// pair that ran while the others were still warming up adds no rate it did not share).
 /// The pairs share the CPUs: no side is pinned, whatever `-c` says.
 fn multi_pair(pairs: usize, list: &[usize], quick: bool, s: &Settings) -> CliResult<()> {
     let list = list.to_vec();
@@ -274,7 +277,7 @@ fn multi_pair(pairs: usize, list: &[usize], quick: bool, s: &Settings) -> CliRes
         .map(|_| ChildServer::spawn(None, &free))
         .collect::<CliResult<Vec<_>>>()?;
     let barrier = Arc::new(Barrier::new(pairs));
-    let (tx, rx) = mpsc::channel::<(usize, CliResult<Row>)>();
+    let (tx, rx) = mpsc::channel::<(usize, CliResult<(Row, Instant)>)>();
     let mut handles = Vec::new();
     for srv in &servers {
         let port = srv.port;
@@ -300,7 +303,7 @@ fn multi_pair(pairs: usize, list: &[usize], quick: bool, s: &Settings) -> CliRes
                     Ok(l) => {
                         let mut p = params(TestKind::TagBw, size, quick);
                         p.iters = mbw_msgs(size, quick);
-                        run_test(l, &p, &quiet, None)
+                        run_test(l, &p, &quiet, None).map(|r| (r, Instant::now()))
                     }
                     Err(e) => Err(CliError::run(e.msg.clone())),
                 };
@@ -321,7 +324,7 @@ fn multi_pair(pairs: usize, list: &[usize], quick: bool, s: &Settings) -> CliRes
         window_note(&list)
     );
     println!("# Size{:>20}{:>18}", "MB/s", "Messages/s");
-    let mut rows: Vec<Vec<Row>> = vec![Vec::new(); list.len()];
+    let mut rows: Vec<Vec<(Row, Instant)>> = vec![Vec::new(); list.len()];
     let mut failure = None;
     let mut printed = 0;
     for (i, r) in rx {
@@ -331,7 +334,7 @@ fn multi_pair(pairs: usize, list: &[usize], quick: bool, s: &Settings) -> CliRes
         }
         while printed < list.len() && rows[printed].len() == pairs {
             let size = list[printed];
-            let mr: f64 = rows[printed].iter().map(|r| r.mr_overall).sum();
+            let mr = aggregate_rate(&rows[printed]);
             println!("{size:<10}{:>14.2}{:>18.2}", mr * size as f64 / 1e6, mr);
             printed += 1;
         }
@@ -340,7 +343,7 @@ fn multi_pair(pairs: usize, list: &[usize], quick: bool, s: &Settings) -> CliRes
         let _ = h.join();
     }
     for s in servers {
-        let _ = s.finish(std::time::Duration::from_secs(5));
+        let _ = s.finish(Duration::from_secs(5));
     }
     match failure {
         Some(e) => Err(e),
@@ -348,9 +351,54 @@ fn multi_pair(pairs: usize, list: &[usize], quick: bool, s: &Settings) -> CliRes
     }
 }
 
+/// Messages per second of pairs that each measured `row` (its messages over its own
+/// measured time) and ended their run at the instant beside it: all their messages over
+/// the span from the earliest measured start to the latest end.
+fn aggregate_rate(rows: &[(Row, Instant)]) -> f64 {
+    let spans: Vec<(Instant, Instant, f64)> = rows
+        .iter()
+        .filter(|(r, _)| r.mr_overall > 0.0)
+        .map(|(r, end)| {
+            let msgs = r.iters as f64;
+            let took = Duration::from_secs_f64(msgs / r.mr_overall);
+            (end.checked_sub(took).unwrap_or(*end), *end, msgs)
+        })
+        .collect();
+    let (Some(first), Some(last)) = (
+        spans.iter().map(|s| s.0).min(),
+        spans.iter().map(|s| s.1).max(),
+    ) else {
+        return 0.0;
+    };
+    let secs = (last - first).as_secs_f64();
+    if secs <= 0.0 {
+        return 0.0;
+    }
+    spans.iter().map(|s| s.2).sum::<f64>() / secs
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Two pairs that ran one after the other share no time: together they send at the
+    /// rate of one, not the sum of their rates; pairs that ran together add up.
+    #[test]
+    fn multi_pair_rate_is_over_the_shared_span() {
+        let row = |iters: u64, mr: f64| Row {
+            iters,
+            mr_overall: mr,
+            ..Row::default()
+        };
+        let t0 = Instant::now();
+        let s = Duration::from_secs(1);
+        // 1000 messages in 1 s each, the second pair after the first.
+        let apart = [(row(1000, 1000.0), t0 + s), (row(1000, 1000.0), t0 + 2 * s)];
+        assert!((aggregate_rate(&apart) - 1000.0).abs() < 1e-6);
+        let together = [(row(1000, 1000.0), t0 + s), (row(1000, 1000.0), t0 + s)];
+        assert!((aggregate_rate(&together) - 2000.0).abs() < 1e-6);
+        assert_eq!(aggregate_rate(&[]), 0.0);
+    }
 
     #[test]
     fn sweep_sizes_and_counts() {
