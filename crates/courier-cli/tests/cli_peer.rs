@@ -30,6 +30,9 @@ struct Proc {
     child: Child,
     what: &'static str,
     err: Arc<Mutex<String>>,
+    /// Reads its stderr until the end: joined once it has exited, so that every last byte
+    /// is in `err` (a fixed pause lost them on a loaded machine).
+    err_reader: Option<std::thread::JoinHandle<()>>,
 }
 
 impl Proc {
@@ -43,7 +46,7 @@ impl Proc {
         let mut err = child.stderr.take().expect("piped");
         let text = Arc::new(Mutex::new(String::new()));
         let t = text.clone();
-        std::thread::spawn(move || {
+        let err_reader = std::thread::spawn(move || {
             let mut buf = [0u8; 4096];
             while let Ok(n) = err.read(&mut buf) {
                 if n == 0 {
@@ -68,6 +71,7 @@ impl Proc {
                 child,
                 what,
                 err: text,
+                err_reader: Some(err_reader),
             },
             rx,
         )
@@ -88,6 +92,14 @@ impl Proc {
         self.err.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
+    /// Its whole stderr, once it has exited.
+    fn stderr_at_exit(&mut self) -> String {
+        if let Some(h) = self.err_reader.take() {
+            let _ = h.join();
+        }
+        self.stderr()
+    }
+
     /// Wait until its stderr contains `what`, at most `limit`; returns the stderr.
     fn stderr_shows(&mut self, what: &str, limit: Duration) -> String {
         let deadline = Instant::now() + limit;
@@ -97,11 +109,10 @@ impl Proc {
                 return s;
             }
             if let Ok(Some(st)) = self.child.try_wait() {
-                std::thread::sleep(Duration::from_millis(100));
+                let err = self.stderr_at_exit();
                 panic!(
-                    "the {} exited ({st}) before printing {what:?}:\n{}",
-                    self.what,
-                    self.stderr()
+                    "the {} exited ({st}) before printing {what:?}:\n{err}",
+                    self.what
                 );
             }
             assert!(
@@ -119,9 +130,8 @@ impl Proc {
         let t = Instant::now();
         loop {
             if let Some(st) = self.child.try_wait().expect("try_wait") {
-                // Let the reader thread take the last bytes.
-                std::thread::sleep(Duration::from_millis(50));
-                return (st, self.stderr(), t.elapsed());
+                let took = t.elapsed();
+                return (st, self.stderr_at_exit(), took);
             }
             assert!(
                 t.elapsed() < limit,
@@ -214,7 +224,7 @@ fn assert_named(p: &str, st: ExitStatus, err: &str, peer: &str, why: Option<&str
     let line = err
         .lines()
         .find(|l| l.starts_with("courier: error:"))
-        .unwrap_or_else(|| panic!("the {p} printed no error:\n{err}"));
+        .unwrap_or_else(|| panic!("the {p} printed no error ({st}):\n{err}"));
     assert!(
         line.contains(&format!("peer {peer} ")),
         "the {p}'s error does not name its peer {peer}: {line}"
