@@ -478,7 +478,8 @@ impl State {
     }
 
     /// Give `ep` its link and start polling it.
-    pub(crate) fn ep_install_link(&mut self, e: u32, tx: LinkTx, rx: LinkRx) -> Result<()> {
+    pub(crate) fn ep_install_link(&mut self, e: u32, tx: LinkTx, mut rx: LinkRx) -> Result<()> {
+        rx.established();
         let caps = tx.caps().clone();
         let thresh = self.cfg.rndv_thresh.unwrap_or(caps.rndv_thresh).max(1);
         if let Some(fd) = rx.fd() {

@@ -313,6 +313,14 @@ impl LinkTx {
 }
 
 impl LinkRx {
+    /// The link now belongs to an endpoint: it takes frames of any size the protocol
+    /// allows (before, a tcp link takes only setup-sized ones).
+    pub fn established(&mut self) {
+        if let Self::Tcp(r) = self {
+            r.established();
+        }
+    }
+
     /// `false` only when certainly nothing is waiting: a cheap check before `peek` (one
     /// load on shared memory; on tcp, whether bytes are buffered, the socket being read by
     /// `poll_read` or `on_readable`; the loopback link always answers `true`).

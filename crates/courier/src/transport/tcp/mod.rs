@@ -48,6 +48,10 @@ mod tests;
 
 /// Largest frame length accepted on the wire (payload limit plus header room).
 pub const MAX_FRAME: usize = (16 << 20) + 4096;
+/// The largest frame a connection takes before it belongs to an endpoint (`Rx::established`):
+/// the setup messages (a connection request, a worker address) are far smaller, and a peer
+/// that has not introduced itself gets no large buffer.
+pub const SETUP_FRAME_MAX: usize = 64 << 10;
 /// Largest frame `send` accepts (`caps().max_frame`); the protocol splits bigger data.
 pub const MAX_SEND: usize = 16 << 20;
 /// What a connecting peer writes first.
@@ -157,6 +161,8 @@ pub struct Rx {
     /// The protocol looks at large frames before they are complete (it called
     /// `peek_partial`): do not buffer them whole unless it declines.
     placing_user: bool,
+    /// The largest frame taken: `SETUP_FRAME_MAX` until the link belongs to an endpoint.
+    frame_limit: usize,
 }
 
 /// Listens for TCP connections.
@@ -201,6 +207,7 @@ fn halves(fd: OwnedFd, peer: SocketAddr, accepting: bool, cc: &TcpCongestion) ->
         declined: false,
         scratch: Vec::new(),
         placing_user: false,
+        frame_limit: SETUP_FRAME_MAX,
     };
     (tx, rx)
 }
@@ -876,10 +883,15 @@ impl Rx {
                 self.peer
             )));
         }
-        if len > MAX_FRAME {
+        if len > self.frame_limit {
+            let when = if self.frame_limit < MAX_FRAME {
+                " of a connection not yet set up"
+            } else {
+                ""
+            };
             return Err(self.protocol_error(format!(
-                "frame length {len} from {} exceeds the limit {MAX_FRAME}",
-                self.peer
+                "frame length {len} from {} exceeds the limit{when} {}",
+                self.peer, self.frame_limit
             )));
         }
         Ok(if have >= HDR + len { Some(len) } else { None })
@@ -954,11 +966,18 @@ impl Rx {
             self.end = have;
             self.start = 0;
         }
-        if need > self.buf.len() {
-            let new = (self.buf.len() * 2).min(HDR + MAX_FRAME).max(need);
+        // Grow only a full buffer, and at most twice over: what a frame takes here follows
+        // the bytes that came, not the length its header announces.
+        if need > self.buf.len() && self.end == self.buf.len() {
+            let new = (self.buf.len() * 2).min(need);
             self.buf.resize(new, 0);
         }
         Ok(())
+    }
+
+    /// The link now belongs to an endpoint: frames up to `MAX_FRAME` are taken.
+    pub(crate) fn established(&mut self) {
+        self.frame_limit = MAX_FRAME;
     }
 
     /// Read what the socket has, up to the budget or the end of the buffer.
@@ -1074,14 +1093,17 @@ impl Rx {
     }
 }
 
-/// A connected pair over `ip` (loopback): (connecting side, accepting side).
+/// A connected pair over `ip` (loopback), set up as an endpoint's link is (frames of any
+/// size): (connecting side, accepting side).
 #[cfg(test)]
 pub fn pair_on(ip: IpAddr, cfg: &Config) -> Result<((Tx, Rx), (Tx, Rx))> {
     let mut l = Listener::bind(SocketAddr::new(ip, 0), cfg)?;
-    let c = connect(l.local_addr(), cfg)?;
+    let mut c = connect(l.local_addr(), cfg)?;
+    c.1.established();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
     loop {
-        if let Some((tx, rx, _)) = l.accept()? {
+        if let Some((tx, mut rx, _)) = l.accept()? {
+            rx.established();
             return Ok((c, (tx, rx)));
         }
         if std::time::Instant::now() > deadline {

@@ -266,6 +266,7 @@ fn absurd_frame_lengths_are_protocol_errors() {
     bytes.extend_from_slice(b"hello");
     bytes.extend_from_slice(&u32::MAX.to_le_bytes());
     let (mut rx, s) = raw_peer(&bytes);
+    rx.established();
     let mut got = Vec::new();
     let e = loop {
         match rx.on_readable().and_then(|()| drain(&mut rx, &mut got)) {
@@ -294,6 +295,57 @@ fn absurd_frame_lengths_are_protocol_errors() {
     let e = until_error(&mut rx);
     assert_eq!(e.status(), Status::ProtocolError);
     assert!(e.detail().contains("frame length 0"), "{e}");
+}
+
+/// A connection that has not yet become an endpoint's link takes only setup-sized frames,
+/// and what a frame takes of memory follows the bytes that came, not the length its
+/// header announces (a peer that announced 16 MiB and sent a few bytes made the receiver
+/// commit 16 MiB, per connection).
+#[test]
+fn a_frame_takes_memory_as_its_bytes_arrive() {
+    let mut bytes = PREAMBLE.to_vec();
+    bytes.extend_from_slice(&((SETUP_FRAME_MAX + 1) as u32).to_le_bytes());
+    bytes.push(1);
+    let (mut rx, _s) = raw_peer(&bytes);
+    let e = until_error(&mut rx);
+    assert_eq!(e.status(), Status::ProtocolError);
+    assert!(
+        e.detail().contains(&format!(
+            "exceeds the limit of a connection not yet set up {SETUP_FRAME_MAX}"
+        )),
+        "{e}"
+    );
+    // Set up, a frame of 16 MiB is allowed, but 100 bytes of it take no more room than
+    // the buffer had.
+    let mut bytes = PREAMBLE.to_vec();
+    bytes.extend_from_slice(&(16u32 << 20).to_le_bytes());
+    bytes.extend_from_slice(&[7u8; 100]);
+    let (mut rx, mut s) = raw_peer(&bytes);
+    rx.established();
+    let initial = rx.buf.len();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while rx.end - rx.start < 4 + 100 {
+        assert!(Instant::now() < deadline, "the bytes did not arrive");
+        rx.on_readable().unwrap();
+        wait_readable(rx.fd().unwrap(), 5);
+    }
+    rx.on_readable().unwrap();
+    assert_eq!(rx.buf.len(), initial, "grew for bytes that never came");
+    // As bytes come, it grows, at most to twice what it holds.
+    let more = vec![9u8; 3 * initial];
+    s.write_all(&more).unwrap();
+    while rx.end - rx.start < 4 + 100 + more.len() {
+        assert!(Instant::now() < deadline, "the bytes did not arrive");
+        rx.on_readable().unwrap();
+        wait_readable(rx.fd().unwrap(), 5);
+    }
+    assert!(
+        rx.buf.len() <= 2 * (rx.end - rx.start),
+        "{} for {}",
+        rx.buf.len(),
+        rx.end - rx.start
+    );
+    assert!(rx.peek().unwrap().is_none(), "the frame is not complete");
 }
 
 #[test]
@@ -501,7 +553,9 @@ fn raw_frame_start(head: &[u8], payload: &[u8], first: usize) -> (Rx, TcpStream)
     bytes.extend_from_slice(&((head.len() + payload.len()) as u32).to_le_bytes());
     bytes.extend_from_slice(head);
     bytes.extend_from_slice(&payload[..first]);
-    raw_peer(&bytes)
+    let (mut rx, s) = raw_peer(&bytes);
+    rx.established();
+    (rx, s)
 }
 
 #[test]
