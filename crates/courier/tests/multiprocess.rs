@@ -67,6 +67,18 @@ fn serve_listener(w: &Worker) -> (Listener, EpMap) {
 /// Echo server: tag messages go back with the same tag to the client named in the tag's
 /// high 32 bits; active messages go back as AM_BACK; stream bytes go back as they come.
 fn run_echo() -> i32 {
+    // COURIER_TEST_NOFILE: run out of descriptors after that many.
+    if let Some(n) = std::env::var("COURIER_TEST_NOFILE")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+    {
+        let lim = libc::rlimit {
+            rlim_cur: n,
+            rlim_max: n,
+        };
+        // SAFETY: setrlimit with a valid struct, before any thread starts.
+        assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) }, 0);
+    }
     let ctx = Context::new(ContextParams::default()).unwrap();
     let w = Worker::new(&ctx, WorkerParams::default()).unwrap();
     let (_l, eps) = serve_listener(&w);
@@ -951,6 +963,32 @@ fn garbage_to_listener_and_open_connection() {
         log.contains("dropping connection to") && log.contains("exceeds the limit"),
         "log:\n{log}"
     );
+}
+
+/// A listener out of descriptors says so once (not at every progress call, which flooded
+/// the log with some 20,000 lines a second), and accepts again when descriptors are free.
+#[test]
+fn a_listener_out_of_descriptors_waits_quietly_and_recovers() {
+    let mut peer = Peer::spawn("echo", "tcp", &[("COURIER_TEST_NOFILE", "64")]);
+    // More connections than the child has descriptors; the kernel's backlog keeps them.
+    let held: Vec<TcpStream> = (0..120)
+        .map(|_| TcpStream::connect(peer.addr()).unwrap())
+        .collect();
+    std::thread::sleep(Duration::from_millis(1500));
+    drop(held);
+    // Once the held connections are gone (the child drops each at its end of file), a real
+    // client is served.
+    let (_c, w) = client("tcp");
+    let ep = connect(&w, &peer, 4);
+    tag_echo(&w, &ep, 4, 1000, 3);
+    stop(&w, &ep, &mut peer);
+    let log = peer.stderr_final();
+    let warnings = log.lines().filter(|l| l.contains("tcp accept on")).count();
+    assert!(
+        log.contains("Too many open files") && log.contains("incoming connections wait"),
+        "log:\n{log}"
+    );
+    assert!(warnings <= 3, "{warnings} warnings:\n{log}");
 }
 
 fn selection_case(tls: &str, want: &str) {

@@ -168,6 +168,9 @@ pub struct Rx {
 /// Listens for TCP connections.
 pub struct Listener {
     fd: OwnedFd,
+    /// Out of descriptors or memory at the last accept: no accept is tried before this
+    /// instant, and the refusals met meanwhile are counted for the next warning.
+    starved: Option<Starved>,
     local: SocketAddr,
     sndbuf: usize,
     rcvbuf: usize,
@@ -234,6 +237,7 @@ impl Listener {
         let local = sock::local_addr(fd.as_fd()).unwrap_or(addr);
         Ok(Listener {
             fd,
+            starved: None,
             local,
             sndbuf: cfg.tcp_sndbuf,
             rcvbuf: cfg.tcp_rcvbuf,
@@ -254,6 +258,13 @@ impl Listener {
     /// Accept one pending connection. `Ok(None)` when nothing is pending; `Err` only when
     /// the listening socket itself is broken.
     pub fn accept(&mut self) -> Result<Option<(Tx, Rx, SocketAddr)>> {
+        if let Some(s) = &mut self.starved
+            && std::time::Instant::now() < s.retry_at
+        {
+            // The socket stays readable meanwhile; trying would only fail again.
+            s.skipped += 1;
+            return Ok(None);
+        }
         loop {
             match net::acceptfrom_with(&self.fd, SocketFlags::NONBLOCK | SocketFlags::CLOEXEC) {
                 Ok((fd, addr)) => {
@@ -279,6 +290,13 @@ impl Listener {
                         continue;
                     }
                     let (tx, rx) = halves(fd, peer, true, &self.congestion);
+                    if let Some(s) = self.starved.take() {
+                        tracing::info!(
+                            "tcp accept on {}: accepting again ({} tries refused or put off)",
+                            self.local,
+                            s.refused + s.skipped
+                        );
+                    }
                     return Ok(Some((tx, rx, peer)));
                 }
                 Err(Errno::AGAIN) => return Ok(None),
@@ -288,13 +306,61 @@ impl Listener {
                 | Err(Errno::PROTO)
                 | Err(Errno::PERM) => continue,
                 Err(e @ (Errno::MFILE | Errno::NFILE | Errno::NOBUFS | Errno::NOMEM)) => {
-                    tracing::warn!(
-                        "tcp accept on {}: {e}; incoming connections wait",
-                        self.local
-                    );
+                    self.starve(e);
                     return Ok(None);
                 }
                 Err(e) => return Err(Error::io(&format!("tcp accept on {}", self.local), e)),
+            }
+        }
+    }
+}
+
+/// A listener out of descriptors or memory (`Listener::starve`).
+struct Starved {
+    retry_at: std::time::Instant,
+    warned_at: std::time::Instant,
+    refused: u64,
+    skipped: u64,
+}
+
+/// How long a starved listener waits before it tries to accept again.
+const STARVED_RETRY: std::time::Duration = std::time::Duration::from_millis(10);
+/// How often a listener that stays starved says so.
+const STARVED_WARN_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
+
+impl Listener {
+    /// Accept failed for want of descriptors or memory: wait a little before the next try
+    /// (the socket stays readable, so every progress call would try and fail), and warn
+    /// once, then every `STARVED_WARN_EVERY` while it lasts, not at every try.
+    fn starve(&mut self, e: Errno) {
+        let now = std::time::Instant::now();
+        let retry_at = now + STARVED_RETRY;
+        match &mut self.starved {
+            Some(s) => {
+                s.retry_at = retry_at;
+                s.refused += 1;
+                if now.duration_since(s.warned_at) >= STARVED_WARN_EVERY {
+                    tracing::warn!(
+                        "tcp accept on {}: still {e} ({} tries refused or put off since the last word); incoming connections wait",
+                        self.local,
+                        s.refused + s.skipped
+                    );
+                    s.warned_at = now;
+                    s.refused = 0;
+                    s.skipped = 0;
+                }
+            }
+            None => {
+                tracing::warn!(
+                    "tcp accept on {}: {e}; incoming connections wait (tried again every {STARVED_RETRY:?}, said again every {STARVED_WARN_EVERY:?} while it lasts)",
+                    self.local
+                );
+                self.starved = Some(Starved {
+                    retry_at,
+                    warned_at: now,
+                    refused: 0,
+                    skipped: 0,
+                });
             }
         }
     }
