@@ -757,6 +757,9 @@ impl State {
     /// connections. Returns how many events were handled.
     pub(crate) fn progress_conns(&mut self) -> usize {
         let mut n = 0;
+        if let Some(a) = self.shm_acceptor.as_mut() {
+            a.expire();
+        }
         if !self.shm_connects.is_empty() {
             n += self.progress_shm_connects();
         }

@@ -883,6 +883,31 @@ impl Acceptor {
         self.epoll.as_fd()
     }
 
+    /// Drop the connection being set up at `i` if its setup has taken longer than
+    /// `SETUP_TIMEOUT` (with a warning); whether it did.
+    fn drop_if_late(&mut self, i: usize) -> bool {
+        if self.pending[i].since.elapsed() <= SETUP_TIMEOUT {
+            return false;
+        }
+        let p = self.remove(i);
+        tracing::warn!(
+            "shm: dropping connection from pid {}: setup not finished within {SETUP_TIMEOUT:?}",
+            p.pid
+        );
+        true
+    }
+
+    /// Drop connections whose setup has taken too long. `accept` does it too, but only runs
+    /// when the acceptor is readable, which a peer that says nothing never makes it.
+    pub fn expire(&mut self) {
+        let mut i = 0;
+        while i < self.pending.len() {
+            if !self.drop_if_late(i) {
+                i += 1;
+            }
+        }
+    }
+
     /// Return a connection that is fully set up, if any; never blocks. Misbehaving peers are
     /// dropped with a warning; `Err` only if the listening socket itself failed.
     pub fn accept(&mut self) -> Result<Option<(Tx, Rx)>> {
@@ -914,13 +939,7 @@ impl Acceptor {
             let step = self.step(i);
             match step {
                 Step::Wait => {
-                    if self.pending[i].since.elapsed() > SETUP_TIMEOUT {
-                        let p = self.remove(i);
-                        tracing::warn!(
-                            "shm: dropping connection from pid {}: setup not finished within {SETUP_TIMEOUT:?}",
-                            p.pid
-                        );
-                    } else {
+                    if !self.drop_if_late(i) {
                         i += 1;
                     }
                 }

@@ -756,3 +756,43 @@ fn pingpong_latency() {
     echo.join().unwrap();
     eprintln!("shm one-way latency ~{ns:.0} ns");
 }
+
+/// A local process that connects and then says nothing is dropped once the setup timeout
+/// has passed, whether or not the acceptor becomes readable again (`accept` only runs when
+/// it does, so such a peer held its socket and slot until it left).
+#[test]
+fn a_silent_peer_is_dropped_after_the_setup_timeout() {
+    let c = cfg(64, "auto");
+    let mut acc = Acceptor::bind(&c).unwrap();
+    let sock = rustix::net::socket_with(
+        rustix::net::AddressFamily::UNIX,
+        rustix::net::SocketType::STREAM,
+        rustix::net::SocketFlags::CLOEXEC,
+        None,
+    )
+    .unwrap();
+    let addr = rustix::net::SocketAddrUnix::new_abstract_name(acc.name()).unwrap();
+    rustix::net::connect(&sock, &addr).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !acc.setting_up() {
+        assert!(Instant::now() < deadline, "the connection was not taken");
+        assert!(acc.accept().unwrap().is_none());
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    acc.expire();
+    assert!(acc.setting_up(), "dropped before its time");
+    // As if the timeout had passed.
+    acc.pending[0].since = Instant::now() - SETUP_TIMEOUT - Duration::from_millis(1);
+    acc.expire();
+    assert!(
+        !acc.setting_up(),
+        "a silent peer past the setup timeout is kept"
+    );
+    // Its socket is closed: the peer sees the end.
+    let mut b = [0u8; 1];
+    assert!(readable(sock.as_fd(), 1000));
+    assert_eq!(
+        rustix::net::recv(&sock, &mut b, rustix::net::RecvFlags::empty()).map(|r| r.0),
+        Ok(0)
+    );
+}
