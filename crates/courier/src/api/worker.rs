@@ -365,7 +365,8 @@ impl Worker {
         let id = d.id;
         let handler = g.am_handlers.get_mut(id as usize).and_then(|h| h.take());
         let Some(mut h) = handler else {
-            tracing::warn!("active message with id {id} has no handler; dropped");
+            let peer = g.ep(e).map(|ep| ep.peer.clone()).unwrap_or_default();
+            tracing::warn!("active message with id {id} from {peer} has no handler; dropped");
             if let Some(r) = d.rndv {
                 g.am_decline(*r);
             }

@@ -261,13 +261,27 @@ impl State {
                 );
             }
             Frame::ConnAccept { conn_id, address } => self.on_conn_accept(e, conn_id, address),
-            Frame::ConnReject => self.fail_ep(
-                e,
-                Error::new(
-                    Status::Rejected,
-                    "the server's connection handler rejected the connection",
-                ),
-            ),
+            // An answer to this side's connection request; on a connection that is set up
+            // (or that this side accepted) it makes no sense.
+            Frame::ConnReject => {
+                let asked = self
+                    .ep(e)
+                    .is_some_and(|ep| ep.status == crate::proto::state::EpStatus::Connecting);
+                self.fail_ep(
+                    e,
+                    if asked {
+                        Error::new(
+                            Status::Rejected,
+                            "the server's connection handler rejected the connection",
+                        )
+                    } else {
+                        Error::new(
+                            Status::ProtocolError,
+                            "a connection rejection on a connection that was not asked for",
+                        )
+                    },
+                )
+            }
             Frame::Wireup { purpose, .. } => self.on_wireup_in_band(e, purpose),
             Frame::ConnReq { .. } => self.fail_ep(
                 e,

@@ -710,7 +710,8 @@ impl State {
         let (p, staged) = match staged {
             Ok(x) => x,
             Err(err) => {
-                tracing::warn!("refused a remote read: {err}");
+                let peer = self.ep(e).map(|ep| ep.peer.clone()).unwrap_or_default();
+                tracing::warn!("refused a remote read from {peer}: {err}");
                 let h = Header::new(Kind::GetResp)
                     .word(1, req)
                     .aux32(err.status().code() as u32);

@@ -776,12 +776,8 @@ impl State {
         while let Some(a) = self.shm_acceptor.as_mut() {
             match a.accept() {
                 Ok(Some((tx, rx))) => {
-                    self.pending_add(
-                        LinkTx::Shm(tx),
-                        LinkRx::Shm(rx),
-                        None,
-                        "local process (shm)".into(),
-                    );
+                    let peer = format!("local process pid {} (shm)", tx.peer_pid());
+                    self.pending_add(LinkTx::Shm(tx), LinkRx::Shm(rx), None, peer);
                     n += 1;
                     continue;
                 }
@@ -924,12 +920,15 @@ impl State {
             let _ = epoll::delete(&self.epoll, fd);
         }
         p.live = false;
+        let conn_peer = std::mem::take(&mut p.peer);
         self.pending_conns.free.push(i);
         let loc = locality(&addr, self.worker_id);
-        let peer = if matches!(tx, LinkTx::Shm(_)) {
-            format!("pid {} (shm)", addr.pid)
-        } else {
-            format!("pid {} (tcp)", addr.pid)
+        // Named by what the kernel says of the connection (the pid of a local process, the
+        // address of a tcp peer); the pid a tcp peer gives for itself is only its word.
+        let peer = match &tx {
+            LinkTx::Shm(t) => format!("pid {} (shm)", t.peer_pid()),
+            _ if conn_peer.is_empty() => format!("pid {} (tcp)", addr.pid),
+            _ => format!("{conn_peer} (tcp, pid {})", addr.pid),
         };
         match purpose {
             purpose::NEW => {
