@@ -532,6 +532,9 @@ struct DirectView {
     span: u64,
     /// Rights that both the key and the record grant.
     access: u16,
+    /// The endpoint's "failed or closed" flag (`RemoteKey::gone`, which keeps it alive).
+    /// (An address, as `head` and `ptr` are, so that keys stay `Send` and `Sync`.)
+    gone: usize,
 }
 
 impl DirectView {
@@ -556,6 +559,7 @@ impl DirectView {
             ptr: m.ptr as usize,
             span: key.length.min(rec.len).min(m.len as u64),
             access: key.access & (rec.access & 0xffff) as u16,
+            gone: 0,
         })
     }
 }
@@ -625,10 +629,8 @@ impl RemoteKey {
             || off > v.span
             || len > v.span - off
             || !self.ep.same_as(ep)
-            || self
-                .gone
-                .as_ref()
-                .is_some_and(|g| g.load(Ordering::Relaxed))
+            // SAFETY: set from `self.gone`, which keeps the flag alive.
+            || unsafe { (*(v.gone as *const AtomicBool)).load(Ordering::Relaxed) }
         {
             return None;
         }
@@ -977,10 +979,16 @@ impl Endpoint {
         } else {
             None
         };
-        let view = match &path {
-            Path::Direct {
-                peer, seg: Some(m), ..
-            } => DirectView::new(peer, m, &key),
+        let view = match (&path, &gone) {
+            (
+                Path::Direct {
+                    peer, seg: Some(m), ..
+                },
+                Some(g),
+            ) => DirectView::new(peer, m, &key).map(|v| DirectView {
+                gone: Arc::as_ptr(g) as usize,
+                ..v
+            }),
             _ => None,
         };
         Ok(RemoteKey {
