@@ -414,11 +414,14 @@ fn target_logs_refusals_and_goes_on_serving_tcp() {
     );
     assert_eq!(back[72..], want[72..]);
     let log = cl.finish(&mut kid);
-    // One line per refusal, in order, naming why (and the peer, for operations); none for
-    // the honest operations.
+    // One line per refusal, in order, naming the peer and why; none for the honest
+    // operations.
     let lines: Vec<&str> = log.lines().filter(|l| l.contains("refused")).collect();
     let expect = [
-        ("refused a remote read: ", "has a wrong secret (forged key)"),
+        (
+            &format!("refused a remote read from {me}: ")[..],
+            "has a wrong secret (forged key)",
+        ),
         (
             &format!("refused a remote operation from {me}: ")[..],
             "has a wrong secret (forged key)",
