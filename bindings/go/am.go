@@ -27,9 +27,10 @@ const (
 // SetAMHandler registers the handler for active-message id (replacing any earlier one);
 // nil drops every message with that id. The handler runs inside Progress.
 func (w *Worker) SetAMHandler(id uint16, fn func(msg *AMMessage)) error {
-	if w.closed.Load() {
+	if !w.enter() {
 		return errClosed("worker")
 	}
+	defer w.leave()
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	var err error
@@ -160,8 +161,10 @@ func (w *Worker) callAMHandler(fn func(*AMMessage), m *AMMessage) {
 }
 
 // releaseDesc declines a rendezvous message nobody received or kept (nil: nothing to do).
+// The caller (a delivery inside a progress or cancel call) holds a use of the worker, which
+// may be closed meanwhile but is not destroyed.
 func (w *Worker) releaseDesc(d *C.courier_am_desc_t) {
-	if d == nil || w.closed.Load() {
+	if d == nil {
 		return
 	}
 	C.courier_worker_am_desc_release(w.ptr, d)
@@ -195,7 +198,7 @@ func (e *Endpoint) SendAM(id uint16, header, data []byte, flags AMFlags, cb Call
 		return nil, err
 	}
 	defer e.leave()
-	o, err := e.w.newOp(cb)
+	o, err := e.newOp(cb)
 	if err != nil {
 		return nil, err
 	}
@@ -218,7 +221,7 @@ func (e *Endpoint) SendAMIOV(id uint16, header []byte, bufs [][]byte, flags AMFl
 		return nil, err
 	}
 	defer e.leave()
-	o, err := e.w.newOp(cb)
+	o, err := e.newOp(cb)
 	if err != nil {
 		return nil, err
 	}
@@ -349,9 +352,11 @@ func (m *AMMessage) Keep() {
 // ReceiveData receives a rendezvous message's data into buf (at least DataLen bytes):
 // inside the handler, or later after Keep.
 func (m *AMMessage) ReceiveData(buf []byte, cb Callback) (*Request, error) {
-	if m.w.closed.Load() {
+	// The worker is not destroyed while the call uses it (a Close meanwhile waits).
+	if !m.w.enter() {
 		return nil, errClosed("worker")
 	}
+	defer m.w.leave()
 	desc := m.takeDesc()
 	if desc == nil {
 		return nil, &Error{Status: ErrInvalidParam, Detail: "no rendezvous data to receive (eager message, already received, or not kept)"}
@@ -374,6 +379,12 @@ func (m *AMMessage) ReceiveData(buf []byte, cb Callback) (*Request, error) {
 
 // Release drops a kept rendezvous message's data (the sender's request completes).
 func (m *AMMessage) Release() error {
+	// The worker is not destroyed while the call uses it (a Close meanwhile waits); once
+	// it is closed, the library dropped the descriptor with it.
+	if !m.w.enter() {
+		return errClosed("worker")
+	}
+	defer m.w.leave()
 	desc := m.takeDesc()
 	if desc == nil {
 		return nil

@@ -180,3 +180,97 @@ func TestRndvAMWithReply(t *testing.T) {
 		}
 	}
 }
+
+// A kept rendezvous message whose worker was closed: Release and ReceiveData report the
+// closed worker instead of handing the library a destroyed one (a crash, or a nonsense
+// error, before they checked).
+func TestKeptAMAfterWorkerClose(t *testing.T) {
+	c := newContext(t)
+	a := newWorker(t, c, ThreadModeMulti)
+	b := newWorker(t, c, ThreadModeMulti)
+	stopA, stopB := progress(a), progress(b)
+	t.Cleanup(func() {
+		stopA()
+		stopB()
+		a.Close()
+		b.Close()
+	})
+	ep := dial(t, a, b)
+	t.Cleanup(func() { ep.CloseForce() })
+	kept := make(chan *AMMessage, 1)
+	if err := b.SetAMHandler(3, func(m *AMMessage) {
+		if m.IsRndv() {
+			m.Keep()
+			kept <- m
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ep.SendAM(3, []byte("h"), pattern(1<<20, 2), AMRndv, nil); err != nil {
+		t.Fatal(err)
+	}
+	var m *AMMessage
+	select {
+	case m = <-kept:
+	case <-time.After(testTimeout):
+		t.Fatal("the rendezvous message did not arrive")
+	}
+	stopB()
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 2; i++ {
+		if err := m.Release(); err == nil || err.Error() != errClosed("worker").Error() {
+			t.Fatalf("Release after the worker closed: %v", err)
+		}
+	}
+	if _, err := m.ReceiveData(make([]byte, m.DataLen), nil); err == nil || err.Error() != errClosed("worker").Error() {
+		t.Fatalf("ReceiveData after the worker closed: %v", err)
+	}
+}
+
+// A rendezvous message with an empty header is batched like the others, so its handler
+// may wait for its data. (An empty reservation in the batch's arena once read as out of
+// memory: the message went to a direct call inside the library, where the wait cannot
+// progress and stalled.)
+func TestRndvAMEmptyHeaderFromBatch(t *testing.T) {
+	_, b, ep := pair(t)
+	if err := ep.WaitConnected(10 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	const size = 200000
+	data := pattern(size, 4)
+	errs := make(chan error, 1)
+	if err := b.SetAMHandler(1, func(m *AMMessage) {
+		if !m.IsRndv() || len(m.Header) != 0 {
+			errs <- fmt.Errorf("rndv %v, header %q", m.IsRndv(), m.Header)
+			return
+		}
+		buf := make([]byte, m.DataLen)
+		r, err := m.ReceiveData(buf, nil)
+		if err == nil {
+			ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+			err = r.Wait(ctx)
+			cancel()
+		}
+		if err == nil && !bytes.Equal(buf, data) {
+			err = fmt.Errorf("data differs")
+		}
+		errs <- err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	r, err := ep.SendAM(1, nil, data, AMRndv, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-errs:
+		if err != nil {
+			t.Fatalf("receive and wait in the handler: %v", err)
+		}
+	case <-time.After(2 * testTimeout):
+		t.Fatal("handler did not finish")
+	}
+	wait(t, r)
+}

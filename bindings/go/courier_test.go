@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"weak"
 )
 
 // COURIER_TEST_GO_GCSTRESS=1 makes progress loops and tests collect garbage constantly, to flush
@@ -871,4 +872,54 @@ func TestWaitHonoursContext(t *testing.T) {
 	if err := r.Wait(ctx); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Wait: %v", err)
 	}
+}
+
+// An operation in flight keeps its endpoint reachable until it completes: the endpoint's
+// finalizer (CloseForce) must not run under it. Before, a request held only the worker, so
+// a send whose caller dropped the endpoint failed with "endpoint closed locally" once the
+// collector ran.
+func TestInFlightRequestKeepsEndpoint(t *testing.T) {
+	c := newContext(t)
+	a := newWorker(t, c, ThreadModeMulti)
+	b := newWorker(t, c, ThreadModeMulti)
+	stopA, stopB := progress(a), progress(b)
+	t.Cleanup(func() {
+		stopA()
+		stopB()
+		a.Close()
+		b.Close()
+	})
+	const size = 1 << 20
+	data := pattern(size, 5)
+	// A synchronous send completes only once the receiver matched it, which it has not.
+	r, ref := func() (*Request, weak.Pointer[Endpoint]) {
+		ep := dial(t, a, b)
+		r, err := ep.SendTagSync(data, 7, nil)
+		if err != nil || r == nil {
+			t.Fatalf("SendTagSync: %v, %v", r, err)
+		}
+		return r, weak.Make(ep)
+	}()
+	runtime.GC()
+	runtime.GC()
+	if ref.Value() == nil {
+		t.Fatal("the endpoint of a send in flight was collected")
+	}
+	buf := make([]byte, size)
+	rr, err := b.RecvTag(buf, 7, ^uint64(0), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wait(t, rr)
+	wait(t, r)
+	if !bytes.Equal(buf, data) {
+		t.Fatal("data differs")
+	}
+	// Completed: the request lets go of the endpoint.
+	runtime.GC()
+	runtime.GC()
+	if ref.Value() != nil {
+		t.Fatal("a completed request still holds its endpoint")
+	}
+	runtime.KeepAlive(r)
 }

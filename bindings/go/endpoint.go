@@ -111,9 +111,10 @@ func (e *Endpoint) dropHandle() {
 // NewEndpoint connects to a peer. It returns at once; operations queue until the
 // connection is up (WaitConnected waits for it).
 func (w *Worker) NewEndpoint(params *EndpointParams) (*Endpoint, error) {
-	if w.closed.Load() {
+	if !w.enter() {
 		return nil, errClosed("worker")
 	}
+	defer w.leave()
 	e := &Endpoint{w: w}
 	var cp C.courier_ep_params_t
 	free := e.fill(params, &cp)
@@ -135,18 +136,30 @@ const (
 )
 
 // enter starts a call into the library on e; every successful enter is paired with a
-// leave once the call has returned. It fails once e is closed.
+// leave once the call has returned. It fails once e or its worker is closed (an operation
+// on an endpoint whose worker is closed would never complete); the worker is not destroyed
+// while the call is under way.
 func (e *Endpoint) enter() error {
 	if e.refs.Add(1)&epClosed != 0 {
-		e.leave()
+		e.unref()
 		return errClosed("endpoint")
+	}
+	if !e.w.enter() {
+		e.unref()
+		return errClosed("worker")
 	}
 	return nil
 }
 
-// leave ends a call started by enter. The last call to leave a closed endpoint releases
-// its handle, which its closer left in place while the call was under way.
+// leave ends a call started by enter.
 func (e *Endpoint) leave() {
+	e.w.leave()
+	e.unref()
+}
+
+// unref drops a call's count. The last call to leave a closed endpoint releases its
+// handle, which its closer left in place while the call was under way.
+func (e *Endpoint) unref() {
 	if e.refs.Add(-1)&^epForce == epClosed {
 		e.release()
 	}
@@ -195,14 +208,17 @@ func (e *Endpoint) release() error {
 // Worker is the endpoint's worker.
 func (e *Endpoint) Worker() *Worker { return e.w }
 
-// WaitConnected progresses until the endpoint is connected, failed, or timeout passed.
+// WaitConnected progresses until the endpoint is connected, failed, or timeout passed. A
+// timeout of 0 or less (a deadline already past) only looks: ErrTimeout unless the
+// endpoint is connected or failed.
 func (e *Endpoint) WaitConnected(timeout time.Duration) error {
 	if err := e.enter(); err != nil {
 		return err
 	}
 	defer e.leave()
+	ms := max(timeout.Milliseconds(), 0) // the library reads a negative timeout as a day
 	_, err := call(func() C.courier_status_t {
-		return C.courier_ep_wait_connected(e.ptr, C.int64_t(timeout.Milliseconds()))
+		return C.courier_ep_wait_connected(e.ptr, C.int64_t(ms))
 	})
 	runtime.KeepAlive(e)
 	return err

@@ -48,9 +48,10 @@ type Listener struct {
 
 // NewListener listens on params.Address.
 func (w *Worker) NewListener(params *ListenerParams) (*Listener, error) {
-	if w.closed.Load() {
+	if !w.enter() {
 		return nil, errClosed("worker")
 	}
+	defer w.leave()
 	if params == nil || params.ConnectionHandler == nil {
 		return nil, &Error{Status: ErrInvalidParam, Detail: "a listener needs a connection handler"}
 	}

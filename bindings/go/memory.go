@@ -359,9 +359,10 @@ func (m *Memory) SignalWaitUntil(ctx context.Context, w *Worker, offset int, cmp
 		if m.closed.Load() {
 			return 0, errClosed("memory")
 		}
-		if w.closed.Load() {
+		if !w.enter() {
 			return 0, errClosed("worker")
 		}
+		defer w.leave()
 		var v C.uint64_t
 		_, err := call(func() C.courier_status_t {
 			return C.courier_signal_wait_until(m.ptr, w.ptr, C.size_t(offset), C.uint32_t(cmp),
@@ -551,7 +552,7 @@ func (e *Endpoint) Put(data []byte, raddr uint64, k *RemoteKey, cb Callback) (*R
 	if err := k.usable(); err != nil {
 		return nil, err
 	}
-	o, err := e.w.newOp(cb)
+	o, err := e.newOp(cb)
 	if err != nil {
 		return nil, err
 	}
@@ -572,7 +573,7 @@ func (e *Endpoint) Get(buf []byte, raddr uint64, k *RemoteKey, cb Callback) (*Re
 	if err := k.usable(); err != nil {
 		return nil, err
 	}
-	o, err := e.w.newOp(cb)
+	o, err := e.newOp(cb)
 	if err != nil {
 		return nil, err
 	}
@@ -604,7 +605,7 @@ func (e *Endpoint) atomic(op AtomicOp, size int, value, compare, raddr uint64, k
 	if err := k.usable(); err != nil {
 		return nil, err
 	}
-	o, err := e.w.newOp(cb)
+	o, err := e.newOp(cb)
 	if err != nil {
 		return nil, err
 	}
@@ -662,7 +663,7 @@ func (e *Endpoint) PutSignal(data []byte, raddr uint64, k *RemoteKey, sigAddr ui
 	if err := sigKey.usable(); err != nil {
 		return nil, err
 	}
-	o, err := e.w.newOp(cb)
+	o, err := e.newOp(cb)
 	if err != nil {
 		return nil, err
 	}
@@ -766,9 +767,10 @@ func (s *Semaphore) Wait(ctx context.Context, w *Worker, n uint64, opts ...WaitO
 		if s.closed.Load() {
 			return 0, errClosed("semaphore")
 		}
-		if w.closed.Load() {
+		if !w.enter() {
 			return 0, errClosed("worker")
 		}
+		defer w.leave()
 		_, err := call(func() C.courier_status_t {
 			return C.courier_sem_wait_timeout(s.ptr, w.ptr, C.uint64_t(n), C.COURIER_SIGNAL_WAIT_FLAG_SLEEP, C.int64_t(ms))
 		})

@@ -8,6 +8,7 @@ import (
 	"os"
 	"runtime"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -245,6 +246,15 @@ func (c *streamConn) streamErr(err error) error {
 	return err
 }
 
+// writeErr is streamErr for a write: the peer's end of the connection is a broken pipe
+// (as a TCP write after the peer closed), not io.EOF, which a writer does not expect.
+func (c *streamConn) writeErr(err error) error {
+	if err = c.streamErr(err); err == io.EOF {
+		return syscall.EPIPE
+	}
+	return err
+}
+
 // Write sends all of b.
 func (c *streamConn) Write(b []byte) (int, error) {
 	c.writeMu.Lock()
@@ -262,7 +272,7 @@ func (c *streamConn) Write(b []byte) (int, error) {
 	}
 	r, err := c.ep.SendStream(data, nil)
 	if err != nil {
-		return 0, c.opError("write", c.streamErr(err))
+		return 0, c.opError("write", c.writeErr(err))
 	}
 	c.prog.kick()
 	if err := c.waitReq(r, &c.wd); err != nil {
@@ -273,7 +283,7 @@ func (c *streamConn) Write(b []byte) (int, error) {
 		return 0, c.opError("write", err)
 	}
 	if err := r.Err(); err != nil {
-		return 0, c.opError("write", c.streamErr(err))
+		return 0, c.opError("write", c.writeErr(err))
 	}
 	return len(b), nil
 }
@@ -421,8 +431,44 @@ func Dial(ctx *Context, address string) (net.Conn, error) {
 	return DialContext(context.Background(), ctx, address)
 }
 
-// DialContext is Dial with a Go context bounding the connection setup.
+// dialTimeout bounds a connection setup whose context has no deadline; dialSlice is how
+// long one wait for it lasts before the context is looked at again.
+const (
+	dialTimeout = 30 * time.Second
+	dialSlice   = 20 * time.Millisecond
+)
+
+// waitConnected waits until ep is connected, it failed, gctx ended (its error), or
+// dialTimeout passed; in slices, so that a canceled context is seen promptly.
+func waitConnected(gctx context.Context, ep *Endpoint) error {
+	end, byCtx := time.Now().Add(dialTimeout), false
+	if d, ok := gctx.Deadline(); ok && d.Before(end) {
+		end, byCtx = d, true
+	}
+	for {
+		if err := gctx.Err(); err != nil {
+			return err
+		}
+		left := time.Until(end) // negative once past: the library must not see it
+		if left <= 0 {
+			if byCtx {
+				return context.DeadlineExceeded // the context's, maybe a moment before it says so
+			}
+			return &Error{Status: ErrTimeout, Detail: "connection setup timed out after " + dialTimeout.String()}
+		}
+		err := ep.WaitConnected(min(left, dialSlice))
+		if !errors.Is(err, ErrTimeout) {
+			return err
+		}
+	}
+}
+
+// DialContext is Dial with a Go context bounding the connection setup: it returns the
+// context's error (in a *net.OpError) once the context is done.
 func DialContext(gctx context.Context, ctx *Context, address string) (net.Conn, error) {
+	if err := gctx.Err(); err != nil {
+		return nil, &net.OpError{Op: "dial", Net: "courier", Addr: Addr{address}, Err: err}
+	}
 	w, err := ctx.NewWorker((&WorkerParams{}).SetThreadMode(ThreadModeMulti))
 	if err != nil {
 		return nil, err
@@ -432,11 +478,7 @@ func DialContext(gctx context.Context, ctx *Context, address string) (net.Conn, 
 		w.Close()
 		return nil, &net.OpError{Op: "dial", Net: "courier", Addr: Addr{address}, Err: err}
 	}
-	timeout := 30 * time.Second
-	if d, ok := gctx.Deadline(); ok {
-		timeout = time.Until(d)
-	}
-	if err := ep.WaitConnected(timeout); err != nil {
+	if err := waitConnected(gctx, ep); err != nil {
 		ep.CloseForce()
 		w.Close()
 		return nil, &net.OpError{Op: "dial", Net: "courier", Addr: Addr{address}, Err: err}

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -217,6 +218,133 @@ func TestHTTPOverCourier(t *testing.T) {
 		}
 		if err := <-served; !errors.Is(err, http.ErrServerClosed) {
 			t.Fatalf("serve: %v", err)
+		}
+	})
+}
+
+// DialContext with a context already past its deadline, or canceled, returns the
+// context's error promptly (a deadline already past reached the library as a negative
+// timeout, read as a day; a cancellation was not looked at). So does WaitConnected with a
+// negative timeout.
+func TestDialContextEnds(t *testing.T) {
+	// A TCP server that accepts and never speaks: the setup never completes.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	var held sync.Mutex
+	var conns []net.Conn
+	go func() {
+		for {
+			s, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			held.Lock()
+			conns = append(conns, s)
+			held.Unlock()
+		}
+	}()
+	defer func() {
+		held.Lock()
+		for _, s := range conns {
+			s.Close()
+		}
+		held.Unlock()
+	}()
+	c := streamContext(t, "")
+	dial := func(ctx context.Context) error {
+		t.Helper()
+		done := make(chan error, 1)
+		go func() {
+			cn, err := DialContext(ctx, c, ln.Addr().String())
+			if cn != nil {
+				cn.Close()
+			}
+			done <- err
+		}()
+		select {
+		case err := <-done:
+			return err
+		case <-time.After(2 * testTimeout):
+			t.Fatal("DialContext did not return")
+			return nil
+		}
+	}
+	expired, cancel := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
+	defer cancel()
+	if err := dial(expired); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("DialContext with an expired context: %v", err)
+	}
+	canceled, cancel2 := context.WithCancel(context.Background())
+	cancel2()
+	if err := dial(canceled); !errors.Is(err, context.Canceled) {
+		t.Fatalf("DialContext with a canceled context: %v", err)
+	}
+	// Canceled while it waits (no deadline: it would wait 30 s otherwise).
+	waiting, cancel3 := context.WithCancel(context.Background())
+	go cancel3()
+	if err := dial(waiting); !errors.Is(err, context.Canceled) {
+		t.Fatalf("DialContext canceled while waiting: %v", err)
+	}
+
+	w, err := c.NewWorker((&WorkerParams{}).SetThreadMode(ThreadModeMulti))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	ep, err := w.NewEndpoint((&EndpointParams{}).SetSocketAddress(ln.Addr().(*net.TCPAddr)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ep.CloseForce()
+	done := make(chan error, 1)
+	go func() { done <- ep.WaitConnected(-time.Second) }()
+	select {
+	case err := <-done:
+		if !errors.Is(err, ErrTimeout) {
+			t.Fatalf("WaitConnected with a negative timeout: %v", err)
+		}
+	case <-time.After(2 * testTimeout):
+		t.Fatal("WaitConnected with a negative timeout did not return")
+	}
+}
+
+// A Write after the peer closed fails as a write to a closed TCP peer does (a broken
+// pipe in a *net.OpError), not with io.EOF, which writers do not expect.
+func TestConnWriteAfterPeerClosed(t *testing.T) {
+	forTransports(t, func(t *testing.T, tls string) {
+		c := streamContext(t, tls)
+		l, err := Listen(c, "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		accepted := make(chan net.Conn, 1)
+		go func() {
+			s, _ := l.Accept()
+			accepted <- s
+		}()
+		cl, err := Dial(c, l.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := <-accepted
+		if s == nil {
+			t.Fatal("accept failed")
+		}
+		defer s.Close()
+		cl.Close()
+		buf := make([]byte, 4)
+		if n, err := s.Read(buf); err != io.EOF {
+			t.Fatalf("read after the peer closed: %d, %v", n, err)
+		}
+		// The peer's close has arrived (the read saw it): the write fails.
+		_, err = s.Write([]byte("x"))
+		var oe *net.OpError
+		if err == nil || err == io.EOF || !errors.As(err, &oe) || oe.Op != "write" || !errors.Is(err, syscall.EPIPE) {
+			t.Fatalf("write after the peer closed: %v", err)
 		}
 	})
 }

@@ -39,7 +39,7 @@ func (e *Endpoint) sendTag(data []byte, tag uint64, sync bool, cb Callback) (*Re
 		return nil, err
 	}
 	defer e.leave()
-	o, err := e.w.newOp(cb)
+	o, err := e.newOp(cb)
 	if err != nil {
 		return nil, err
 	}
@@ -61,7 +61,7 @@ func (e *Endpoint) SendTagIOV(bufs [][]byte, tag uint64, cb Callback) (*Request,
 		return nil, err
 	}
 	defer e.leave()
-	o, err := e.w.newOp(cb)
+	o, err := e.newOp(cb)
 	if err != nil {
 		return nil, err
 	}
@@ -77,9 +77,10 @@ func (e *Endpoint) SendTagIOV(bufs [][]byte, tag uint64, cb Callback) (*Request,
 // RecvTag receives the first message whose tag matches (msgTag^tag)&mask == 0 into buf.
 // Info reports the message's length and tag; a longer message fails with ErrTruncated.
 func (w *Worker) RecvTag(buf []byte, tag, mask uint64, cb Callback) (*Request, error) {
-	if w.closed.Load() {
+	if !w.enter() {
 		return nil, errClosed("worker")
 	}
+	defer w.leave()
 	o, err := w.newOp(cb)
 	if err != nil {
 		return nil, err
@@ -94,9 +95,10 @@ func (w *Worker) RecvTag(buf []byte, tag, mask uint64, cb Callback) (*Request, e
 
 // RecvTagIOV receives one message scattered into several buffers.
 func (w *Worker) RecvTagIOV(bufs [][]byte, tag, mask uint64, cb Callback) (*Request, error) {
-	if w.closed.Load() {
+	if !w.enter() {
 		return nil, errClosed("worker")
 	}
+	defer w.leave()
 	o, err := w.newOp(cb)
 	if err != nil {
 		return nil, err
@@ -114,9 +116,10 @@ func (w *Worker) RecvTagIOV(bufs [][]byte, tag, mask uint64, cb Callback) (*Requ
 // ProbeTag looks for an arrived, unreceived message matching tag/mask without receiving
 // it.
 func (w *Worker) ProbeTag(tag, mask uint64) (Info, bool, error) {
-	if w.closed.Load() {
+	if !w.enter() {
 		return Info{}, false, errClosed("worker")
 	}
+	defer w.leave()
 	var info C.courier_request_info_t
 	s, err := call(func() C.courier_status_t {
 		return C.courier_worker_tag_probe(w.ptr, C.uint64_t(tag), C.uint64_t(mask), &info)
@@ -139,7 +142,7 @@ func (e *Endpoint) SendStream(data []byte, cb Callback) (*Request, error) {
 		return nil, err
 	}
 	defer e.leave()
-	o, err := e.w.newOp(cb)
+	o, err := e.newOp(cb)
 	if err != nil {
 		return nil, err
 	}
@@ -160,7 +163,7 @@ func (e *Endpoint) SendStreamIOV(bufs [][]byte, cb Callback) (*Request, error) {
 		return nil, err
 	}
 	defer e.leave()
-	o, err := e.w.newOp(cb)
+	o, err := e.newOp(cb)
 	if err != nil {
 		return nil, err
 	}
@@ -187,7 +190,7 @@ func (e *Endpoint) RecvStream(buf []byte, waitAll bool, cb Callback) (*Request, 
 		return nil, err
 	}
 	defer e.leave()
-	o, err := e.w.newOp(cb)
+	o, err := e.newOp(cb)
 	if err != nil {
 		return nil, err
 	}
@@ -205,7 +208,7 @@ func (e *Endpoint) RecvStreamIOV(bufs [][]byte, waitAll bool, cb Callback) (*Req
 		return nil, err
 	}
 	defer e.leave()
-	o, err := e.w.newOp(cb)
+	o, err := e.newOp(cb)
 	if err != nil {
 		return nil, err
 	}

@@ -29,7 +29,8 @@ func infoOf(i *C.courier_request_info_t) Info {
 
 // Callback is called once when an operation completes: inside Worker.Progress for
 // operations that completed later, or before the starting method returns for those that
-// completed at once.
+// completed at once (or, for those still in flight when the worker closes, with
+// ErrCanceled as it is destroyed).
 type Callback func(info Info, err error)
 
 // Request is an operation in flight. It completes while the worker progresses; Wait
@@ -39,7 +40,11 @@ type Callback func(info Info, err error)
 // *Request and a nil error, so that the common case allocates nothing; every method works
 // on a nil *Request as on a request that completed successfully (Info is then zero).
 type Request struct {
-	w    *Worker
+	w *Worker
+	// ep is the endpoint of an endpoint's operation while it is in flight: the worker's
+	// slab holds the request, so the endpoint stays reachable (its finalizer would close it
+	// under the operation) until the operation completes.
+	ep   *Endpoint
 	cb   Callback
 	sl   *C.cg_slot_t // the slot while in flight
 	slot uint32
@@ -64,6 +69,7 @@ var pinners = sync.Pool{New: func() any { return new(runtime.Pinner) }}
 // pendingOp is an operation between taking its slot and settling its starting call.
 type pendingOp struct {
 	w    *Worker
+	ep   *Endpoint // the endpoint of an endpoint's operation
 	cb   Callback
 	sl   *C.cg_slot_t
 	slot uint32
@@ -77,6 +83,13 @@ func (w *Worker) newOp(cb Callback) (pendingOp, error) {
 		return pendingOp{}, err
 	}
 	return pendingOp{w: w, cb: cb, sl: sl, slot: i}, nil
+}
+
+// newOp takes a slot for an operation on e (see Request.ep).
+func (e *Endpoint) newOp(cb Callback) (pendingOp, error) {
+	o, err := e.w.newOp(cb)
+	o.ep = e
+	return o, err
 }
 
 // request makes o's Request now (before the call): an operation that pins buffers, or
@@ -152,7 +165,7 @@ func (o *pendingOp) started(s C.courier_status_t) (*Request, error) {
 	switch {
 	case s == C.COURIER_INPROGRESS:
 		r := o.request()
-		r.sl, r.slot, r.ptr = o.sl, o.slot, o.sl.req
+		r.sl, r.slot, r.ptr, r.ep = o.sl, o.slot, o.sl.req, o.ep
 		if !w.slab.register(o.slot, r) {
 			r.completed(nil) // delivered by another thread before r was registered
 		}
@@ -196,7 +209,7 @@ func (r *Request) completed(b *C.cg_batch_t) {
 // b, the C request is freed by the next progress call instead of a call of its own.
 func (r *Request) finish(b *C.cg_batch_t) {
 	sl := r.sl
-	r.sl = nil
+	r.sl, r.ep = nil, nil
 	r.w.slab.put(sl)
 	r.mu.Lock()
 	ptr := r.ptr
@@ -222,6 +235,37 @@ func (r *Request) finish(b *C.cg_batch_t) {
 	if ch != nil {
 		close(ch)
 	}
+}
+
+// closeWorker completes r, still in flight when its worker is destroyed (no call uses the
+// worker), with ErrCanceled. It cancels the operation in the library first: true if it
+// could, so the library no longer uses r's buffers (unpinned); false if the operation was
+// too far along, so its buffers stay pinned (the caller keeps r). The slot is not given
+// back: the library may still write its completion there.
+func (r *Request) closeWorker() bool {
+	r.mu.Lock()
+	ptr := r.ptr
+	r.ptr = nil
+	r.mu.Unlock()
+	canceled := false
+	if ptr != nil {
+		canceled = C.courier_request_cancel(ptr) == C.COURIER_OK
+		C.courier_request_free(ptr) // an operation not canceled goes on in the library
+	}
+	r.sl, r.ep = nil, nil
+	if canceled {
+		r.unpin()
+	}
+	r.err = &Error{Status: ErrCanceled, Detail: "worker closed"}
+	callback(r.w, r.cb, r.info, r.err)
+	r.mu.Lock()
+	r.finished.Store(true)
+	ch := r.done
+	r.mu.Unlock()
+	if ch != nil {
+		close(ch)
+	}
+	return canceled
 }
 
 func callback(w *Worker, cb Callback, info Info, err error) {
@@ -290,6 +334,14 @@ func (r *Request) Wait(ctx context.Context) error {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
+		if r.w.closed.Load() {
+			// Destroyed: its requests completed. Closed from a callback of a progress
+			// call still under way (maybe this goroutine's): nothing progresses here.
+			if r.finished.Load() {
+				return r.err
+			}
+			return errClosed("worker")
+		}
 		if r.w.Progress() > 0 {
 			idle = 0
 			continue
@@ -322,6 +374,13 @@ func (r *Request) Cancel() error {
 	r.mu.Unlock()
 	// Without the lock: a cancel may complete the request, which finishes it here.
 	w := r.w
+	if !w.enter() {
+		r.mu.Lock()
+		r.inCancel--
+		r.mu.Unlock()
+		// Closed: the request completes (canceled) as the worker is destroyed.
+		return errClosed("worker")
+	}
 	b, own := w.takeBatch()
 	runtime.LockOSThread()
 	s := C.cg_cancel(ptr, b)
@@ -337,6 +396,7 @@ func (r *Request) Cancel() error {
 		r.ptr = nil
 	}
 	r.mu.Unlock()
+	w.leave()
 	w.rethrow()
 	return err
 }

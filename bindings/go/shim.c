@@ -65,9 +65,12 @@ static cg_event_t *cg_batch_push(cg_batch_t *b) {
 	return &b->ev[b->n++];
 }
 
-/* Room for n more arena bytes; NULL if there is no memory for them. */
+/* Room for n more arena bytes; NULL only if there is no memory for them. Also for n == 0
+ * (a rendezvous message with an empty header): the arena is made on first use, so that
+ * an empty reservation is a real address and not NULL, which would read as out of memory
+ * (and send the message to a direct call, where a handler cannot wait for its data). */
 static unsigned char *cg_batch_reserve(cg_batch_t *b, size_t n) {
-	if (b->arena_cap - b->used < n) {
+	if (b->arena == NULL || b->arena_cap - b->used < n) {
 		size_t cap = b->arena_cap ? b->arena_cap : 4096;
 		while (cap - b->used < n)
 			cap *= 2;

@@ -37,7 +37,13 @@ func (p *WorkerParams) SetThreadMode(m ThreadMode) *WorkerParams { p.ThreadMode 
 // Worker is a progress engine with its own address and connections.
 type Worker struct {
 	ptr    *C.courier_worker_t
-	closed atomic.Bool
+	closed atomic.Bool // set by Close: no new call may start
+	// uses counts the calls using ptr that are under way (Progress, a send, ReceiveData,
+	// ...), with wkClosed set by Close: the worker is destroyed when both are true, by
+	// Close or by the last call to leave (a Close from inside a callback of a progress call
+	// is thereby postponed until that call returns). See enter and leave.
+	uses      atomic.Int64
+	destroyed atomic.Bool
 
 	// handle is the user_data of the worker's C callbacks: a cgo.Handle of a weak pointer,
 	// so the handle does not keep the worker alive (its finalizer stays a backstop).
@@ -127,8 +133,28 @@ func (c *Context) NewWorker(params *WorkerParams) (*Worker, error) {
 		w.handle.Delete()
 		return nil, &Error{Status: ErrNoMemory, Detail: "no memory for the worker's event batch"}
 	}
-	runtime.SetFinalizer(w, (*Worker).Close)
+	runtime.SetFinalizer(w, (*Worker).closeFinal)
 	return w, nil
+}
+
+// wkClosed is the bit of Worker.uses above the count of calls under way that Close sets.
+const wkClosed = int64(1) << 40
+
+// enter starts a call that uses the library's worker; false once the worker is closed.
+// Every successful enter is paired with a leave once the call no longer uses it.
+func (w *Worker) enter() bool {
+	if w.uses.Add(1)&wkClosed != 0 {
+		w.leave()
+		return false
+	}
+	return true
+}
+
+// leave ends a call started by enter. The last call to leave a closed worker destroys it.
+func (w *Worker) leave() {
+	if w.uses.Add(-1) == wkClosed {
+		w.destroy()
+	}
 }
 
 // workerOf is the worker behind a callback's user_data (nil once it is gone).
@@ -213,7 +239,7 @@ func (w *Worker) rethrow() {
 // Every few milliseconds of calls it yields the processor (runtime.Gosched), so that a
 // goroutine looping on Progress is not preempted inside the library (see yieldEvery).
 func (w *Worker) Progress() int {
-	if w.closed.Load() {
+	if !w.enter() {
 		return 0
 	}
 	b, own := w.takeBatch()
@@ -223,6 +249,7 @@ func (w *Worker) Progress() int {
 		w.deliver(b)
 	}
 	w.putBatch(b, own)
+	w.leave() // destroys the worker if a callback closed it
 	runtime.KeepAlive(w)
 	w.rethrow()
 	// The clock is read once every 64 calls and events: an idle call costs little, but an
@@ -237,9 +264,10 @@ func (w *Worker) Progress() int {
 // Arm prepares to sleep: true when nothing is waiting and the event fd will wake on the
 // next arrival; false when the caller should progress instead.
 func (w *Worker) Arm() (bool, error) {
-	if w.closed.Load() {
+	if !w.enter() {
 		return false, errClosed("worker")
 	}
+	defer w.leave()
 	var armed C.bool
 	_, err := call(func() C.courier_status_t { return C.courier_worker_arm(w.ptr, &armed) })
 	runtime.KeepAlive(w)
@@ -249,9 +277,10 @@ func (w *Worker) Arm() (bool, error) {
 // Wait sleeps until something arrives, Signal is called, or timeout passes (negative: no
 // limit). It returns at once when there is work to progress.
 func (w *Worker) Wait(timeout time.Duration) error {
-	if w.closed.Load() {
+	if !w.enter() {
 		return errClosed("worker")
 	}
+	defer w.leave()
 	ms := int64(-1)
 	if timeout >= 0 {
 		ms = timeout.Milliseconds()
@@ -267,9 +296,10 @@ func (w *Worker) canSleep() bool { return w.wakeup }
 // Signal wakes a thread sleeping in Wait; callable from any goroutine, also for a
 // ThreadModeSingle worker.
 func (w *Worker) Signal() error {
-	if w.closed.Load() {
+	if !w.enter() {
 		return errClosed("worker")
 	}
+	defer w.leave()
 	_, err := call(func() C.courier_status_t { return C.courier_worker_signal(w.ptr) })
 	runtime.KeepAlive(w)
 	return err
@@ -278,9 +308,10 @@ func (w *Worker) Signal() error {
 // EventFD is an fd that becomes readable when the worker has work (after Arm); the worker
 // owns it.
 func (w *Worker) EventFD() (int, error) {
-	if w.closed.Load() {
+	if !w.enter() {
 		return -1, errClosed("worker")
 	}
+	defer w.leave()
 	var fd C.int
 	_, err := call(func() C.courier_status_t { return C.courier_worker_event_fd(w.ptr, &fd) })
 	runtime.KeepAlive(w)
@@ -289,9 +320,10 @@ func (w *Worker) EventFD() (int, error) {
 
 // Address is this worker's address, for peers to connect to (EndpointParams.SetWorkerAddress).
 func (w *Worker) Address() ([]byte, error) {
-	if w.closed.Load() {
+	if !w.enter() {
 		return nil, errClosed("worker")
 	}
+	defer w.leave()
 	var p unsafe.Pointer
 	var n C.size_t
 	_, err := call(func() C.courier_status_t { return C.courier_worker_address(w.ptr, &p, &n) })
@@ -306,9 +338,10 @@ func (w *Worker) Address() ([]byte, error) {
 // IncomingEndpoint is the next endpoint a peer opened to this worker by its address, or
 // nil if there is none now. (Endpoints made through a Listener go to its handler.)
 func (w *Worker) IncomingEndpoint() (*Endpoint, error) {
-	if w.closed.Load() {
+	if !w.enter() {
 		return nil, errClosed("worker")
 	}
+	defer w.leave()
 	var ep *C.courier_ep_t
 	s, err := call(func() C.courier_status_t { return C.courier_worker_incoming_ep(w.ptr, &ep) })
 	runtime.KeepAlive(w)
@@ -321,29 +354,73 @@ func (w *Worker) IncomingEndpoint() (*Endpoint, error) {
 	return newEndpoint(w, ep, nil), nil
 }
 
-// Close destroys the worker. Close its endpoints and listeners first; requests still in
-// flight never complete. Safe to call twice.
+// Close destroys the worker. Close its endpoints and listeners first. Requests still in
+// flight complete with ErrCanceled ("worker closed"); a buffer the library may still use
+// (an operation too far along to cancel) stays pinned for good. Every later call on the
+// worker fails as closed. Close from inside a callback of a progress call (a handler, a
+// completion callback) takes effect at once for new calls, and the worker is destroyed
+// when the outermost progress call on it returns; so is a Close that races calls on other
+// goroutines. Safe to call twice.
 func (w *Worker) Close() error {
-	if w.closed.Swap(true) {
+	if !w.shut() {
 		return nil
 	}
-	runtime.SetFinalizer(w, nil)
-	C.courier_worker_destroy(w.ptr)
-	// Requests still in flight keep their slots (and their pinned buffers) for good: an
-	// endpoint that outlives the worker may still progress them.
-	if live := w.slab.close(); len(live) > 0 {
-		abandoned.Lock()
-		abandoned.reqs = append(abandoned.reqs, live...)
-		abandoned.Unlock()
-	}
-	if w.batchBusy.CompareAndSwap(false, true) { // else closed inside a callback: the batch is in use
-		C.cg_batch_free(w.batch)
-	}
-	w.handle.Delete()
+	w.rethrow() // a panic of a completion callback run by Close
 	return nil
 }
 
-// abandoned holds the requests of closed workers that never completed.
+// closeFinal is the finalizer: Close, re-raising nothing on the finalizer goroutine.
+func (w *Worker) closeFinal() { w.shut() }
+
+// shut closes w to new calls and destroys it now if no call is under way (else the last
+// call to leave does); false if it was closed already.
+func (w *Worker) shut() bool {
+	w.uses.Add(1) // keeps ptr valid for the Signal below
+	if w.uses.Or(wkClosed)&wkClosed != 0 {
+		w.leave()
+		return false
+	}
+	w.closed.Store(true)
+	runtime.SetFinalizer(w, nil)
+	if w.uses.Load() != wkClosed|1 {
+		// Wake a call sleeping in Wait, so that it returns and the worker goes.
+		C.courier_worker_signal(w.ptr)
+	}
+	w.leave()
+	return true
+}
+
+// destroy completes the requests still in flight and destroys the library's worker, once;
+// no call is using it.
+func (w *Worker) destroy() {
+	if !w.destroyed.CompareAndSwap(false, true) {
+		return
+	}
+	// Requests in flight: canceled in the library where it still can (the library then
+	// no longer touches their buffers); the others keep their buffers pinned, as an
+	// endpoint that outlives the worker may still progress them. Their slots stay (the
+	// library may still write them). Either way the Go request completes now.
+	live := w.slab.close()
+	var keep []*Request
+	for _, r := range live {
+		if !r.closeWorker() {
+			keep = append(keep, r)
+		}
+	}
+	if len(keep) > 0 {
+		abandoned.Lock()
+		abandoned.reqs = append(abandoned.reqs, keep...)
+		abandoned.Unlock()
+	}
+	C.courier_worker_destroy(w.ptr)
+	if w.batchBusy.CompareAndSwap(false, true) {
+		C.cg_batch_free(w.batch)
+	}
+	w.handle.Delete()
+}
+
+// abandoned holds the requests of closed workers that the library may still use (their
+// buffers stay pinned).
 var abandoned struct {
 	sync.Mutex
 	reqs []*Request

@@ -1,6 +1,8 @@
 package courier
 
 import (
+	"context"
+	"errors"
 	"runtime"
 	"testing"
 	"time"
@@ -116,5 +118,141 @@ func TestTwoWorkersOfOneGoroutineConnectOverShm(t *testing.T) {
 	}
 	if tr := ep.Transport(); tr != "shm" {
 		t.Fatalf("transport %q, want shm", tr)
+	}
+}
+
+// Close from a handler that runs inside the library (a message sent with AMReply) while a
+// progress call is on the stack: new calls fail as closed at once, and the worker is
+// destroyed when that progress call returns (destroying it at once crashed the process).
+func TestCloseWorkerInsideHandler(t *testing.T) {
+	c := newContext(t)
+	a := newWorker(t, c, ThreadModeMulti)
+	t.Cleanup(func() { a.Close() })
+	for _, flags := range []AMFlags{AMReply, 0} {
+		b := newWorker(t, c, ThreadModeMulti)
+		addr, err := b.Address()
+		if err != nil {
+			t.Fatal(err)
+		}
+		ep, err := a.NewEndpoint((&EndpointParams{}).SetWorkerAddress(addr))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ran := false
+		var inHandler []error
+		if err := b.SetAMHandler(1, func(m *AMMessage) {
+			ran = true
+			inHandler = append(inHandler, b.Close(), b.Close())
+			_, err := b.Address()
+			inHandler = append(inHandler, err)
+			if b.destroyed.Load() {
+				inHandler = append(inHandler, errors.New("destroyed inside the handler"))
+			}
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := ep.SendAM(1, nil, []byte("x"), flags, nil); err != nil {
+			t.Fatal(err)
+		}
+		for start := time.Now(); !ran; {
+			if time.Since(start) > testTimeout {
+				t.Fatalf("flags %v: handler did not run", flags)
+			}
+			a.Progress()
+			b.Progress()
+		}
+		if len(inHandler) != 3 || inHandler[0] != nil || inHandler[1] != nil ||
+			inHandler[2] == nil || inHandler[2].Error() != errClosed("worker").Error() {
+			t.Fatalf("flags %v: in the handler: Close, Close, Address: %v", flags, inHandler)
+		}
+		if !b.destroyed.Load() {
+			t.Fatalf("flags %v: not destroyed after the progress call returned", flags)
+		}
+		if b.Progress() != 0 {
+			t.Fatal("Progress after Close")
+		}
+		if _, err := b.Address(); err == nil || err.Error() != errClosed("worker").Error() {
+			t.Fatalf("Address after Close: %v", err)
+		}
+		if err := b.Close(); err != nil {
+			t.Fatal(err)
+		}
+		ep.CloseForce()
+	}
+}
+
+// Every operation on an endpoint whose worker is closed fails as closed at once (they were
+// accepted and never completed, as nothing progresses a closed worker).
+func TestEndpointAfterWorkerClose(t *testing.T) {
+	c := newContext(t)
+	a := newWorker(t, c, ThreadModeMulti)
+	b := newWorker(t, c, ThreadModeMulti)
+	stopB := progress(b)
+	t.Cleanup(func() {
+		stopB()
+		b.Close()
+	})
+	ep := dial(t, a, b)
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	closed := errClosed("worker").Error()
+	check := func(what string, r *Request, err error) {
+		t.Helper()
+		if r != nil || err == nil || err.Error() != closed {
+			t.Fatalf("%s after the worker closed: %v, %v", what, r, err)
+		}
+	}
+	r, err := ep.SendTag(make([]byte, 16), 1, nil)
+	check("small SendTag", r, err)
+	r, err = ep.SendTag(make([]byte, 100000), 1, nil)
+	check("large SendTag", r, err)
+	r, err = ep.SendAM(1, nil, make([]byte, 100000), AMRndv, nil)
+	check("SendAM", r, err)
+	r, err = ep.SendStream([]byte("x"), nil)
+	check("SendStream", r, err)
+	r, err = ep.RecvStream(make([]byte, 10), false, nil)
+	check("RecvStream", r, err)
+	check("Flush", nil, ep.Flush())
+	check("WaitConnected", nil, ep.WaitConnected(time.Second))
+	if _, err := ep.Connected(); err == nil || err.Error() != closed {
+		t.Fatalf("Connected after the worker closed: %v", err)
+	}
+	if err := ep.Close(); err != nil && !errors.Is(err, ErrPeerFailure) && !errors.Is(err, ErrEndpointClosed) {
+		t.Fatalf("endpoint Close after the worker closed: %v", err)
+	}
+}
+
+// A request still in flight when its worker closes completes then, with ErrCanceled: Done
+// is closed, Err says why, its callback ran, and Wait returns (it spun forever before).
+func TestPendingRequestCompletesAtWorkerClose(t *testing.T) {
+	c := newContext(t)
+	for _, mode := range []ThreadMode{ThreadModeSingle, ThreadModeMulti} {
+		runtime.LockOSThread()
+		w := newWorker(t, c, mode)
+		var cbErr error
+		calls := 0
+		r, err := w.RecvTag(make([]byte, 64), 1, ^uint64(0), func(_ Info, err error) { calls++; cbErr = err })
+		if err != nil || r == nil {
+			t.Fatalf("RecvTag: %v, %v", r, err)
+		}
+		if err := w.Close(); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-r.Done():
+		default:
+			t.Fatalf("mode %v: Done not closed after the worker closed", mode)
+		}
+		if !errors.Is(r.Err(), ErrCanceled) || calls != 1 || !errors.Is(cbErr, ErrCanceled) {
+			t.Fatalf("mode %v: Err %v, callback ran %d times with %v", mode, r.Err(), calls, cbErr)
+		}
+		if err := r.Wait(context.Background()); !errors.Is(err, ErrCanceled) {
+			t.Fatalf("mode %v: Wait: %v", mode, err)
+		}
+		if err := r.Cancel(); err != nil {
+			t.Fatalf("mode %v: Cancel of a completed request: %v", mode, err)
+		}
+		runtime.UnlockOSThread()
 	}
 }
