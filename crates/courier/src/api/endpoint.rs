@@ -35,9 +35,11 @@ pub struct Endpoint {
     generation: u32,
 }
 
-/// How many flushes with nothing to wait for pass between two reads of the worker's
-/// events (`Endpoint::idle_flush_end`).
+/// How many flushes with nothing to wait for pass between two looks at the clock, and how
+/// long between two reads of the worker's events (`Endpoint::idle_flush_end`): a read is
+/// a system call, which every flush of a put loop would pay for too dearly.
 const FLUSH_LOOKS_EVERY: u32 = 64;
+const FLUSH_LOOK_GAP: Duration = Duration::from_millis(1);
 
 fn one(b: &[u8]) -> Buf {
     Buf::One((b.as_ptr() as usize, b.len()))
@@ -317,11 +319,20 @@ impl Endpoint {
 
     /// The end of a flush that had nothing to wait for. Puts and atomics into a same-host
     /// peer's memory are plain stores that never pass the worker, so a caller that only
-    /// puts and flushes would never learn that the peer died: every `FLUSH_LOOKS_EVERY`th
-    /// such flush reads the worker's events (a hung-up link among them).
+    /// puts and flushes would never learn that the peer died: such flushes read the
+    /// worker's events (a hung-up link among them) once a `FLUSH_LOOK_GAP`, looking at the
+    /// clock every `FLUSH_LOOKS_EVERY`th time.
     fn idle_flush_end(st: &mut State, e: u32) -> Result<()> {
         st.idle_flushes = st.idle_flushes.wrapping_add(1);
         if st.idle_flushes.is_multiple_of(FLUSH_LOOKS_EVERY) {
+            let now = Instant::now();
+            if st
+                .idle_flush_look
+                .is_some_and(|t| now.duration_since(t) < FLUSH_LOOK_GAP)
+            {
+                return st.rma_take_error(e).map_or(Ok(()), Err);
+            }
+            st.idle_flush_look = Some(now);
             st.progress_events();
             if let Some(err) = st.ep(e).and_then(|ep| ep.dead_error()) {
                 return Err(err);

@@ -114,9 +114,11 @@ pub(crate) struct State {
     pub eventfd: OwnedFd,
     pub ep_configs: Vec<String>,
     pub progress_calls: u64,
-    /// Flushes that found nothing to wait for: every `FLUSH_LOOKS_EVERY`th reads epoll,
-    /// so that a caller that only puts and flushes still learns that a peer died.
+    /// Flushes that found nothing to wait for, and when one of them last read epoll (at
+    /// most once a `FLUSH_LOOK_GAP`, looked at every `FLUSH_LOOKS_EVERY`th), so that a
+    /// caller that only puts and flushes still learns that a peer died.
     pub idle_flushes: u32,
+    pub idle_flush_look: Option<std::time::Instant>,
     pub in_progress: bool,
     pub fd_links: usize,
     /// Whether the fds of fd links are in the epoll set (`fdpoll`: only while the worker

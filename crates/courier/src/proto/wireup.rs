@@ -236,6 +236,7 @@ impl State {
             ep_configs: Vec::new(),
             progress_calls: 0,
             idle_flushes: 0,
+            idle_flush_look: None,
             in_progress: false,
             fd_links: 0,
             fd_watched: false,
