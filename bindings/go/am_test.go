@@ -185,16 +185,7 @@ func TestRndvAMWithReply(t *testing.T) {
 // closed worker instead of handing the library a destroyed one (a crash, or a nonsense
 // error, before they checked).
 func TestKeptAMAfterWorkerClose(t *testing.T) {
-	c := newContext(t)
-	a := newWorker(t, c, ThreadModeMulti)
-	b := newWorker(t, c, ThreadModeMulti)
-	stopA, stopB := progress(a), progress(b)
-	t.Cleanup(func() {
-		stopA()
-		stopB()
-		a.Close()
-		b.Close()
-	})
+	a, b, _, stopB := progressedPair(t)
 	ep := dial(t, a, b)
 	t.Cleanup(func() { ep.CloseForce() })
 	kept := make(chan *AMMessage, 1)

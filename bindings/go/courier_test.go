@@ -47,6 +47,23 @@ func newWorker(t *testing.T, c *Context, mode ThreadMode) *Worker {
 	return w
 }
 
+// progressedPair makes two multi-thread workers of a new context, each progressed on its
+// own goroutine until the test ends, then closed; stopA and stopB stop that sooner.
+func progressedPair(t *testing.T) (a, b *Worker, stopA, stopB func()) {
+	t.Helper()
+	c := newContext(t)
+	a = newWorker(t, c, ThreadModeMulti)
+	b = newWorker(t, c, ThreadModeMulti)
+	stopA, stopB = progress(a), progress(b)
+	t.Cleanup(func() {
+		stopA()
+		stopB()
+		a.Close()
+		b.Close()
+	})
+	return a, b, stopA, stopB
+}
+
 // progress runs w.Progress on its own goroutine until the returned stop is called.
 func progress(w *Worker) (stop func()) {
 	done := make(chan struct{})
@@ -879,16 +896,7 @@ func TestWaitHonoursContext(t *testing.T) {
 // a send whose caller dropped the endpoint failed with "endpoint closed locally" once the
 // collector ran.
 func TestInFlightRequestKeepsEndpoint(t *testing.T) {
-	c := newContext(t)
-	a := newWorker(t, c, ThreadModeMulti)
-	b := newWorker(t, c, ThreadModeMulti)
-	stopA, stopB := progress(a), progress(b)
-	t.Cleanup(func() {
-		stopA()
-		stopB()
-		a.Close()
-		b.Close()
-	})
+	a, b, _, _ := progressedPair(t)
 	const size = 1 << 20
 	data := pattern(size, 5)
 	// A synchronous send completes only once the receiver matched it, which it has not.

@@ -227,6 +227,11 @@ func (r *Request) finish(b *C.cg_batch_t) {
 		}
 	}
 	r.unpin()
+	r.complete()
+}
+
+// complete runs r's callback and marks it finished, waking Done's channel.
+func (r *Request) complete() {
 	callback(r.w, r.cb, r.info, r.err)
 	r.mu.Lock()
 	r.finished.Store(true)
@@ -257,14 +262,7 @@ func (r *Request) closeWorker() bool {
 		r.unpin()
 	}
 	r.err = &Error{Status: ErrCanceled, Detail: "worker closed"}
-	callback(r.w, r.cb, r.info, r.err)
-	r.mu.Lock()
-	r.finished.Store(true)
-	ch := r.done
-	r.mu.Unlock()
-	if ch != nil {
-		close(ch)
-	}
+	r.complete()
 	return canceled
 }
 

@@ -15,16 +15,7 @@ import (
 // messages wait when the progressing starts and arrive about 32 per call, each handler busy
 // for 20 µs: counted by calls alone, the clock would not be read once in those 20 ms.
 func TestProgressYieldsBetweenBusyHandlers(t *testing.T) {
-	c := newContext(t)
-	a := newWorker(t, c, ThreadModeMulti)
-	b := newWorker(t, c, ThreadModeMulti)
-	stopA, stopB := progress(a), progress(b)
-	t.Cleanup(func() {
-		stopA()
-		stopB()
-		a.Close()
-		b.Close()
-	})
+	a, b, _, stopB := progressedPair(t)
 	ep := dial(t, a, b)
 	t.Cleanup(func() { ep.CloseForce() })
 	stopB() // b is progressed here from now on

@@ -234,8 +234,9 @@ fn final_only_csv_and_json_with_threads() {
     assert_eq!(n.len(), 4, "{out}");
     assert_eq!(n[0], 200.0, "{out}");
 
-    let o = courier(
-        &[
+    // Two threads' CSV, with every row and then with the final one only.
+    let csv = |extra: &[&str]| {
+        let mut args = vec![
             "perf",
             "-l",
             "-T",
@@ -247,31 +248,15 @@ fn final_only_csv_and_json_with_threads() {
             "-w",
             "10",
             "-v",
-        ],
-        TCP,
-    );
-    let (out, err) = text(&o);
-    assert!(o.status.success(), "{out}{err}");
-    check_csv(&out, 2, "500");
-    let o = courier(
-        &[
-            "perf",
-            "-l",
-            "-T",
-            "2",
-            "-t",
-            "ucp_am_bw",
-            "-n",
-            "500",
-            "-w",
-            "10",
-            "-v",
-            "-f",
-        ],
-        TCP,
-    );
-    let (out, err) = text(&o);
-    assert!(o.status.success(), "{out}{err}");
+        ];
+        args.extend_from_slice(extra);
+        let o = courier(&args, TCP);
+        let (out, err) = text(&o);
+        assert!(o.status.success(), "{out}{err}");
+        out
+    };
+    check_csv(&csv(&[]), 2, "500");
+    let out = csv(&["-f"]);
     let lines = check_csv(&out, 2, "500");
     assert_eq!(lines, 2, "-f: the header and the final row only:\n{out}");
 
