@@ -194,11 +194,21 @@ impl State {
             }
             return Ok(Started::Pending(rid));
         }
+        let offer = Self::offer_capacity(hlen, &data);
+        if offer + Kind::AmRts.header_len() > max_frame {
+            return Err(Error::msg(
+                Status::InvalidParam,
+                format!(
+                    "active-message header of {hlen} bytes does not fit the transport's {max_frame}-byte frame beside the rendezvous offer (at most {} bytes here); nothing was sent",
+                    max_frame.saturating_sub(offer - hlen + Kind::AmRts.header_len())
+                ),
+            ));
+        }
         let rid = self.req_alloc(ReqKind::Send, Some(e), data.clone(), cb);
         if let Some(s) = self.req(rid) {
             s.expect = len;
         }
-        let mut extra = Vec::with_capacity(Self::offer_capacity(hlen, &data));
+        let mut extra = Vec::with_capacity(offer);
         extra.extend_from_slice(header);
         let (count, shared) = if mode == RndvMode::RemoteRead {
             let (n, shared) = self.emit_offer(e, &mut extra, &data);

@@ -713,6 +713,23 @@ impl State {
         data: &Buf,
         req: Option<u64>,
     ) -> Result<bool> {
+        // A frame the link cannot carry is this call's error, not the link's: handed to
+        // the link, it would fail the endpoint for good.
+        let size = hdr.as_bytes().len() + extra.len() + data.len();
+        if let Some(max) = self
+            .ep(e)
+            .and_then(|ep| ep.caps.as_ref())
+            .map(|c| c.max_frame)
+            && size > max
+        {
+            return Err(Error::msg(
+                Status::InvalidParam,
+                format!(
+                    "a frame of {size} bytes ({} of them a message header or rendezvous offer) exceeds the transport's {max}-byte frame; nothing was sent",
+                    extra.len()
+                ),
+            ));
+        }
         if self.try_send_now(e, hdr, extra, data)? {
             return Ok(true);
         }
