@@ -1036,3 +1036,52 @@ fn posted_receives_with_callbacks_match_by_mask_in_order_and_report_truncation()
         assert_eq!(&late, b"early...", "{tls}");
     }
 }
+
+/// An active message whose header cannot travel on the link (beside its rendezvous offer,
+/// on shared memory's 64 KiB frames) is refused by the call, saying so, and the endpoint
+/// goes on: before, the link refused the frame and the endpoint failed for good, with a
+/// message about a failed connection.
+#[test]
+fn an_active_message_header_too_large_for_the_link_is_refused_and_the_endpoint_lives() {
+    let p = pair("shm");
+    let header = vec![1u8; 70_000];
+    let e =
+        p.ab.am_send(5, &header, b"d", AmFlags::default())
+            .err()
+            .expect("a 70,000-byte header on 64 KiB frames");
+    assert_eq!(e.status(), Status::InvalidParam, "{e}");
+    assert!(
+        e.detail().contains("active-message header of 70000 bytes"),
+        "{e}"
+    );
+    let mut buf = [0u8; 5];
+    let mut r = p.b.tag_recv(&mut buf, 9, u64::MAX).unwrap();
+    let mut s = p.ab.tag_send(b"alive", 9).unwrap();
+    wait_on(&p.a, &mut s).expect("the endpoint still sends");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let info = loop {
+        if let Some(x) = r.test() {
+            break x.clone().unwrap();
+        }
+        p.a.progress();
+        assert!(Instant::now() < deadline, "the message did not arrive");
+    };
+    drop(r);
+    assert_eq!((info.len, &buf), (5, b"alive"));
+}
+
+/// A forced close of one side of an endpoint pair ends the other side's waiting operations
+/// with the peer's failure on every transport: the loopback link of two endpoints in one
+/// worker said nothing, and a stream receive waited for good.
+#[test]
+fn a_forced_close_fails_the_other_sides_operations_on_every_transport() {
+    for tls in TLS {
+        let p = pair(tls);
+        let mut buf = [0u8; 8];
+        let mut r = p.ba.stream_recv(&mut buf).unwrap();
+        p.ab.clone().close_force();
+        let e = wait_on(&p.b, &mut r).expect_err(tls);
+        assert_eq!(e.status(), Status::PeerFailure, "{tls}: {e}");
+        assert!(e.detail().contains("closed"), "{tls}: {e}");
+    }
+}

@@ -117,7 +117,17 @@ impl Drop for Tx {
 impl Rx {
     pub(crate) fn peek(&mut self) -> Result<Option<RawFrame>> {
         if self.current.is_none() {
-            self.current = lock(&self.q).frames.pop_front();
+            let mut q = lock(&self.q);
+            self.current = q.frames.pop_front();
+            // The other side let go of its half (a forced close drops it without a word):
+            // once its frames are taken, that is the peer's failure, as a hung-up socket
+            // is on the other transports.
+            if self.current.is_none() && q.closed {
+                return Err(crate::base::Error::new(
+                    crate::base::Status::PeerFailure,
+                    "the peer endpoint in this worker closed the connection",
+                ));
+            }
         }
         Ok(self.current.as_ref().map(|v| RawFrame {
             ptr: v.as_ptr(),
