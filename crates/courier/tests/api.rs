@@ -646,6 +646,14 @@ fn streams_partial_and_exact() {
         assert_eq!(&all[..rest], &b"abc"[n..]);
         assert!(all[rest..] == data[..], "{tls}: stream bytes differ");
         wait_on(&p.b, &mut s).unwrap();
+        // A receive of no bytes ends at once (it waited for the peer's next bytes).
+        let mut none = [0u8; 0];
+        let mut r = p.ab.stream_recv(&mut none).unwrap();
+        assert_eq!(
+            r.test().map(|x| x.clone().map(|i| i.len)),
+            Some(Ok(0)),
+            "{tls}"
+        );
     }
 }
 
