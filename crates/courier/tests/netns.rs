@@ -159,6 +159,10 @@ fn child_main() {
                 if info.tag == 0 || Instant::now() > deadline {
                     std::process::exit(0);
                 }
+                // Tag 9: bulk for the slow-link test, taken without an answer.
+                if info.tag == 9 {
+                    continue;
+                }
                 let ep = slot.lock().unwrap()[0].clone();
                 let _ = ep
                     .tag_send(&buf[..info.len], info.tag)
@@ -220,6 +224,25 @@ fn child_main() {
             drop(r);
             eprintln!("failure noticed after {:?}", t.elapsed());
             assert_eq!(called.load(std::sync::atomic::Ordering::SeqCst), 1);
+        }
+        "slow" => {
+            // Eight megabytes queued at once over a link that carries one a second.
+            let to: std::net::SocketAddr =
+                std::env::var("COURIER_TEST_TO").unwrap().parse().unwrap();
+            let ep = w
+                .connect_sockaddr(to, 3, EndpointParams::default())
+                .unwrap();
+            ep.wait_connected(Duration::from_secs(10)).unwrap();
+            let data = vec![7u8; 60_000];
+            let t = Instant::now();
+            let sends: Vec<_> = (0..140).map(|_| ep.tag_send(&data, 9).unwrap()).collect();
+            ep.flush().unwrap();
+            eprintln!("flushed after {:.1} s", t.elapsed().as_secs_f64());
+            for s in sends {
+                s.wait().unwrap();
+            }
+            ep.tag_send(b"", 0).unwrap().wait().unwrap();
+            ep.flush().unwrap();
         }
         other => panic!("unknown role {other}"),
     }
@@ -291,4 +314,61 @@ fn dead_host_is_noticed_within_the_keepalive_timeout() {
     );
     let _ = srv.kill();
     let _ = srv.wait();
+}
+
+/// A flush over a slow link that keeps taking data is waited for, however long it takes:
+/// it gave up after a fixed 5 s (twice the keepalive timeout), and `ucp_put_bw` over an
+/// 8 Mbit/s link failed with "flush did not finish" while the peer was alive.
+#[test]
+fn a_flush_over_a_slow_link_waits_while_data_moves() {
+    let net = match Net::new("z") {
+        Ok(n) => n,
+        Err(e) => {
+            eprintln!("SKIPPED a_flush_over_a_slow_link: cannot make network namespaces here: {e}");
+            return;
+        }
+    };
+    let dev_b = format!("vb{}z", std::process::id() % 200 + 20);
+    let tc = Command::new("ip")
+        .args([
+            "netns", "exec", &net.b, "tc", "qdisc", "replace", "dev", &dev_b,
+        ])
+        .args([
+            "root", "tbf", "rate", "8mbit", "burst", "32k", "latency", "100ms",
+        ])
+        .output();
+    match tc {
+        Ok(o) if o.status.success() => {}
+        other => {
+            eprintln!("SKIPPED a_flush_over_a_slow_link: no tbf qdisc here: {other:?}");
+            return;
+        }
+    }
+    let mut srv = net.spawn(&net.a, "server", &[]);
+    let port = wait_line(&mut srv, "PORT ");
+    let to = format!("{}:{port}", net.ip_a);
+    // A small socket buffer: the kernel takes little, and the flush waits on the link.
+    let cli = net.spawn(
+        &net.b,
+        "slow",
+        &[("COURIER_TEST_TO", &to), ("COURIER_TCP_SNDBUF", "64k")],
+    );
+    let (ok, err) = finish(cli, Duration::from_secs(60));
+    assert!(ok, "the flush over a slow link failed:\n{err}");
+    // The link really was slower than the old fixed limit.
+    let secs: f64 = err
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("flushed after ")?
+                .strip_suffix(" s")?
+                .parse()
+                .ok()
+        })
+        .unwrap_or_else(|| panic!("no flush time:\n{err}"));
+    assert!(
+        secs > 5.0,
+        "the link took only {secs} s: nothing was tested"
+    );
+    let (ok, err) = finish(srv, Duration::from_secs(20));
+    assert!(ok, "server failed:\n{err}");
 }

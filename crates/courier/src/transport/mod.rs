@@ -157,6 +157,15 @@ macro_rules! dispatch {
 }
 
 impl LinkTx {
+    /// Bytes taken by the link but not yet by the kernel (tcp's queue; the other links
+    /// write at once or refuse).
+    pub fn queued(&self) -> usize {
+        match self {
+            Self::Tcp(t) => t.queued(),
+            _ => 0,
+        }
+    }
+
     /// Queue one frame made of `parts` concatenated. All or nothing.
     #[inline]
     pub fn send(&mut self, parts: &[&[u8]]) -> Result<(), TxError> {
