@@ -19,6 +19,10 @@
  *   pidfd_getfd and maps the allocation again, with no CPU access, as the real driver
  *   maps a peer's device memory. A process cannot open its own handles, nor one it has
  *   open already (CUDA_ERROR_ALREADY_MAPPED).
+ * - Copies on a stream are asynchronous, as the driver's may be: each call checks its
+ *   arguments and queues the copy, and cuStreamSynchronize makes the queued copies, in
+ *   order. So a host buffer Courier reuses, or a destination it reads, before waiting for
+ *   the copy gives wrong bytes here, as it may on a GPU.
  * - MOCKCUDA_DEVICES=0 makes cuInit fail with CUDA_ERROR_NO_DEVICE; MOCKCUDA_NO_IPC_OPEN
  *   makes every cuIpcOpenMemHandle fail.
  * - mockcuda_count(kind) tells tests how many copies of each kind were made
@@ -202,9 +206,67 @@ int cuStreamCreate(void **s, unsigned int flags)
     return OK;
 }
 
+/* Copies queued on the stream, made by cuStreamSynchronize (see the top). */
+struct queued {
+    int kind; /* 0 host to device, 1 device to host, 2 device to device */
+    uint64_t dst, src;
+    size_t n;
+};
+static struct queued *queue;
+static size_t queued_len, queued_cap;
+
+static int enqueue(int kind, uint64_t dst, uint64_t src, size_t n)
+{
+    pthread_mutex_lock(&mu);
+    if (queued_len == queued_cap) {
+        size_t cap = queued_cap ? queued_cap * 2 : 64;
+        struct queued *q = realloc(queue, cap * sizeof *q);
+        if (!q) {
+            pthread_mutex_unlock(&mu);
+            return ERR_OUT_OF_MEMORY;
+        }
+        queue = q;
+        queued_cap = cap;
+    }
+    queue[queued_len++] = (struct queued){kind, dst, src, n};
+    pthread_mutex_unlock(&mu);
+    return OK;
+}
+
+static struct alloc *find(uint64_t p, size_t n);
+static char *bytes(uint64_t p);
+
+/* Held while queued copies are made: a synchronize on another thread, whose copies this
+ * one may have taken, returns only once they are made. */
+static pthread_mutex_t making = PTHREAD_MUTEX_INITIALIZER;
+
 int cuStreamSynchronize(void *s)
 {
-    return stream_ok(s) ? OK : ERR_INVALID_CONTEXT;
+    if (!stream_ok(s))
+        return ERR_INVALID_CONTEXT;
+    pthread_mutex_lock(&making);
+    pthread_mutex_lock(&mu);
+    struct queued *q = queue;
+    size_t len = queued_len;
+    queue = NULL;
+    queued_len = queued_cap = 0;
+    pthread_mutex_unlock(&mu);
+    int rc = OK;
+    for (size_t i = 0; i < len; i++) {
+        struct queued c = q[i];
+        /* Device memory freed (or closed) before its copy was made: the copy fails. */
+        int dev_dst = c.kind != 1, dev_src = c.kind != 0;
+        if ((dev_dst && !find(c.dst, c.n)) || (dev_src && !find(c.src, c.n))) {
+            rc = ERR_INVALID_VALUE;
+            continue;
+        }
+        char *d = dev_dst ? bytes(c.dst) : (char *)(uintptr_t)c.dst;
+        char *from = dev_src ? bytes(c.src) : (char *)(uintptr_t)c.src;
+        memmove(d, from, c.n);
+    }
+    pthread_mutex_unlock(&making);
+    free(q);
+    return rc;
 }
 
 int cuMemAlloc_v2(uint64_t *p, size_t n)
@@ -312,8 +374,8 @@ int cuMemcpyHtoDAsync_v2(uint64_t dst, const void *src, size_t n, void *s)
         return ERR_INVALID_CONTEXT;
     if (!find(dst, n))
         return ERR_INVALID_VALUE;
-    memcpy(bytes(dst), src, n);
-    return count(0);
+    int rc = enqueue(0, dst, (uint64_t)(uintptr_t)src, n);
+    return rc != OK ? rc : count(0);
 }
 
 int cuMemcpyDtoHAsync_v2(void *dst, uint64_t src, size_t n, void *s)
@@ -322,8 +384,8 @@ int cuMemcpyDtoHAsync_v2(void *dst, uint64_t src, size_t n, void *s)
         return ERR_INVALID_CONTEXT;
     if (!find(src, n))
         return ERR_INVALID_VALUE;
-    memcpy(dst, bytes(src), n);
-    return count(1);
+    int rc = enqueue(1, (uint64_t)(uintptr_t)dst, src, n);
+    return rc != OK ? rc : count(1);
 }
 
 int cuMemcpyDtoDAsync_v2(uint64_t dst, uint64_t src, size_t n, void *s)
@@ -332,8 +394,8 @@ int cuMemcpyDtoDAsync_v2(uint64_t dst, uint64_t src, size_t n, void *s)
         return ERR_INVALID_CONTEXT;
     if (!find(dst, n) || !find(src, n))
         return ERR_INVALID_VALUE;
-    memmove(bytes(dst), bytes(src), n);
-    return count(2);
+    int rc = enqueue(2, dst, src, n);
+    return rc != OK ? rc : count(2);
 }
 
 int cuPointerGetAttribute(void *data, int attr, uint64_t p)
