@@ -442,6 +442,27 @@ impl Driver {
         })
     }
 
+    /// Run `f` with Courier's context current and a `Copies` that starts copies on
+    /// Courier's stream without waiting for them, so that the CPU works on while the
+    /// device copies. Every copy `f` started is waited for before this returns, also when
+    /// `f` fails: the memory they touch may be reused as soon as this returns.
+    pub fn overlapped<T>(
+        &self,
+        f: impl FnOnce(&Copies<'_>) -> Result<T, Error>,
+    ) -> Result<T, Error> {
+        self.in_ctx(|| {
+            let r = f(&Copies { driver: self });
+            // SAFETY: our stream.
+            let waited = self.check(
+                unsafe { (self.api.stream_synchronize)(self.stream) },
+                "cuStreamSynchronize",
+            );
+            let v = r?;
+            waited?;
+            Ok(v)
+        })
+    }
+
     /// Copy `len` bytes from host memory at `src` to device memory at `dst`; returns when
     /// the bytes are in place.
     ///
@@ -483,6 +504,54 @@ impl Driver {
         self.copy("cuMemcpyDtoDAsync", |s| unsafe {
             (self.api.dtod_async)(dst as u64, src as u64, len, s)
         })
+    }
+}
+
+/// Copies started on Courier's stream inside `Driver::overlapped`, each in order after the
+/// ones before it; `wait` returns when all of them are done.
+pub struct Copies<'a> {
+    driver: &'a Driver,
+}
+
+impl Copies<'_> {
+    /// Start copying `len` bytes from host memory at `src` to device memory at `dst`.
+    ///
+    /// # Safety
+    /// As `Driver::to_device`, and `src` must stay unchanged until `wait` (or the end of
+    /// `overlapped`) returns.
+    pub unsafe fn to_device(&self, dst: usize, src: *const u8, len: usize) -> Result<(), Error> {
+        let d = self.driver;
+        if len == 0 {
+            return Ok(());
+        }
+        // SAFETY: per the contract.
+        let rc = unsafe { (d.api.htod_async)(dst as u64, src.cast(), len, d.stream) };
+        d.check(rc, "cuMemcpyHtoDAsync")
+    }
+
+    /// Start copying `len` bytes from device memory at `src` to host memory at `dst`.
+    ///
+    /// # Safety
+    /// As `Driver::to_host`, and `dst` must not be read or written until `wait` (or the end
+    /// of `overlapped`) returns.
+    pub unsafe fn to_host(&self, dst: *mut u8, src: usize, len: usize) -> Result<(), Error> {
+        let d = self.driver;
+        if len == 0 {
+            return Ok(());
+        }
+        // SAFETY: per the contract.
+        let rc = unsafe { (d.api.dtoh_async)(dst.cast(), src as u64, len, d.stream) };
+        d.check(rc, "cuMemcpyDtoHAsync")
+    }
+
+    /// Wait for every copy started so far.
+    pub fn wait(&self) -> Result<(), Error> {
+        let d = self.driver;
+        // SAFETY: our stream.
+        d.check(
+            unsafe { (d.api.stream_synchronize)(d.stream) },
+            "cuStreamSynchronize",
+        )
     }
 }
 
