@@ -104,9 +104,11 @@ fn connected_to_itself() -> (Context, Worker, Endpoint) {
     (c, w, ep)
 }
 
+/// `n` bytes that differ with `seed` and repeat nowhere in a message (so a piece copied to
+/// the wrong place, or from a reused buffer, shows).
 fn pattern(n: usize, seed: u8) -> Vec<u8> {
-    (0..n)
-        .map(|i| (i as u8).wrapping_mul(13).wrapping_add(seed) ^ (i >> 8) as u8)
+    (0..n as u64)
+        .map(|i| (((i + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 56) as u8).wrapping_add(seed))
         .collect()
 }
 
@@ -226,6 +228,7 @@ fn child_entry() {
     ep.wait_connected(Duration::from_secs(10)).unwrap();
     match role.as_str() {
         "twosided" => child_two_sided(&c, &w, &ep),
+        "deferred" => child_deferred(&c, &w, &ep),
         "rma" => child_rma(&c, &w, &ep, &keys),
         other => panic!("unknown role {other}"),
     }
@@ -309,6 +312,136 @@ fn child_two_sided(c: &Context, w: &Worker, ep: &Endpoint) {
     wait(w, s).unwrap();
     let mut done = [0u8; 1];
     recv(w, Buf::One((done.as_mut_ptr() as usize, 1)), 999).unwrap();
+}
+
+/// Messages a phase of `tag_receives_into_device_memory_take_no_whole_host_copy` sends.
+const DEFERRED_K: usize = 6;
+/// Their lengths: device to device, host to device (rendezvous), eager host to device.
+const DEFERRED_LENS: [usize; 3] = [(2 << 20) + 3, (3 << 20) + 5, 1000];
+
+/// Post `DEFERRED_K` receives of `n` bytes each into `dst`, tags `base + i`, for those `i`
+/// that `which` keeps; their requests.
+fn post_into(
+    w: &Worker,
+    dst: &Memory,
+    n: usize,
+    base: u64,
+    which: impl Fn(usize) -> bool,
+) -> Vec<Started> {
+    (0..DEFERRED_K)
+        .filter(|&i| which(i))
+        .map(|i| {
+            let b = Buf::One((dst.as_ptr() as usize + i * n, n));
+            // SAFETY: `dst` outlives the waits of the caller.
+            unsafe { w.tag_recv_raw(b, base + i as u64, u64::MAX, Callback::None) }.unwrap()
+        })
+        .collect()
+}
+
+fn child_deferred(c: &Context, w: &Worker, ep: &Endpoint) {
+    let check = |dst: &Memory, n: usize, seed: u8, what: &str| {
+        for i in 0..DEFERRED_K {
+            let mut got = vec![0u8; n];
+            dst.read(i * n, &mut got).unwrap();
+            assert!(
+                got == pattern(n, seed + i as u8),
+                "{what}: message {i} of {n} bytes differs"
+            );
+        }
+    };
+    let counts = || (!real()).then(|| [mock_count(5), thread_count(0), thread_count(2)]);
+    let ready = |phase: u64| send(w, ep, hbuf(&[phase as u8]), 900 + phase);
+
+    // 1. From the owner's device memory, through its IPC handle: device to device.
+    let n = DEFERRED_LENS[0];
+    let dst = device(c, DEFERRED_K * n);
+    let before = counts();
+    let reqs = post_into(w, &dst, n, 100, |_| true);
+    ready(1);
+    for r in reqs {
+        assert_eq!(wait(w, r).unwrap().len, n);
+    }
+    let after = counts();
+    check(&dst, n, 10, "device to device");
+    if let (Some(b), Some(a)) = (before, after) {
+        assert_eq!(
+            a[0] - b[0],
+            0,
+            "page-locked host copies for device-to-device receives"
+        );
+        assert_eq!(
+            a[1] - b[1],
+            0,
+            "host-to-device copies for device-to-device receives"
+        );
+        assert_eq!(
+            a[2] - b[2],
+            DEFERRED_K as u64,
+            "one device-to-device copy a message"
+        );
+    }
+
+    // 2. From the owner's host memory: read a megabyte at a time into two page-locked
+    // bounce buffers, reused, and copied to the device from there.
+    let n = DEFERRED_LENS[1];
+    let dst = device(c, DEFERRED_K * n);
+    let before = counts();
+    let reqs = post_into(w, &dst, n, 200, |_| true);
+    ready(2);
+    for r in reqs {
+        assert_eq!(wait(w, r).unwrap().len, n);
+    }
+    let after = counts();
+    check(&dst, n, 20, "host to device");
+    if let (Some(b), Some(a)) = (before, after) {
+        assert!(
+            a[0] - b[0] <= 2,
+            "{} page-locked buffers for {DEFERRED_K} messages (two bounce buffers, reused)",
+            a[0] - b[0]
+        );
+        let pieces = (DEFERRED_K * n.div_ceil(1 << 20)) as u64;
+        assert!(
+            a[1] - b[1] >= pieces,
+            "{} host-to-device copies, at least {pieces} pieces expected",
+            a[1] - b[1]
+        );
+    }
+
+    // 3. Eager messages, straight from the frame to the device: half of them matched as
+    // they arrive, half found waiting when their receives are posted.
+    let n = DEFERRED_LENS[2];
+    let dst = device(c, DEFERRED_K * n);
+    let before = counts();
+    let half = DEFERRED_K / 2;
+    let mut reqs = post_into(w, &dst, n, 300, |i| i >= half);
+    ready(3);
+    let deadline = Instant::now() + LIMIT;
+    while w
+        .tag_probe(300 + half as u64 - 1, u64::MAX)
+        .unwrap()
+        .is_none()
+    {
+        w.progress();
+        assert!(
+            Instant::now() < deadline,
+            "the eager messages did not arrive"
+        );
+    }
+    reqs.extend(post_into(w, &dst, n, 300, |i| i < half));
+    for r in reqs {
+        assert_eq!(wait(w, r).unwrap().len, n);
+    }
+    let after = counts();
+    check(&dst, n, 30, "eager");
+    if let (Some(b), Some(a)) = (before, after) {
+        assert_eq!(a[0] - b[0], 0, "page-locked host copies for eager receives");
+        assert_eq!(
+            a[1] - b[1],
+            DEFERRED_K as u64,
+            "one host-to-device copy a message"
+        );
+    }
+    ready(4);
 }
 
 fn child_rma(c: &Context, w: &Worker, ep: &Endpoint, keys: &[Vec<u8>]) {
@@ -562,6 +695,86 @@ fn tag_am_stream_with_device_buffers_tcp() {
 #[test]
 fn tag_from_device_memory_a_peer_cannot_open() {
     two_sided("all", &[("MOCKCUDA_NO_IPC_OPEN", "1")]);
+}
+
+/// A tag receive into device memory makes no host copy of the whole message when the
+/// bytes need not pass through one: a same-host peer's device memory is read device to
+/// device, its host memory goes in through two reused page-locked pieces, and an eager
+/// message from its frame. (A child of its own, to count the driver's work there.)
+#[test]
+fn tag_receives_into_device_memory_take_no_whole_host_copy() {
+    let o = owner("all");
+    let child = std::cell::RefCell::new(spawn("all", "deferred", o.port, &[], &[]));
+    let ep = first_ep(&o);
+    // The child's word that it is ready for the next phase; a child that failed instead
+    // (its receives are not bound to the endpoint, so nothing else would end the wait) is
+    // reported with what it printed.
+    let ready = |phase: u64| {
+        let mut b = [0u8; 1];
+        // SAFETY: `b` outlives the wait below.
+        let s = unsafe {
+            o.w.tag_recv_raw(
+                Buf::One((b.as_mut_ptr() as usize, 1)),
+                900 + phase,
+                u64::MAX,
+                Callback::None,
+            )
+        }
+        .unwrap();
+        // SAFETY: as above.
+        let mut r = unsafe { o.w.request_for(s) };
+        let deadline = Instant::now() + LIMIT;
+        while !r.is_done() {
+            o.w.progress();
+            let mut c = child.borrow_mut();
+            if let Some(st) = c.try_wait().unwrap() {
+                panic!(
+                    "the child ended ({st}) before phase {phase}:\n{}",
+                    stderr_of(&mut c)
+                );
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the child was not ready for phase {phase}"
+            );
+        }
+        r.wait().unwrap();
+    };
+    let send_all = |data: &[Buf], base: u64| {
+        let reqs: Vec<Started> = data
+            .iter()
+            .enumerate()
+            // SAFETY: the buffers outlive the waits below.
+            .map(|(i, b)| {
+                unsafe { ep.tag_send_raw(b.clone(), base + i as u64, false, Callback::None) }
+                    .unwrap()
+            })
+            .collect();
+        for r in reqs {
+            wait(&o.w, r).unwrap();
+        }
+    };
+    let n = DEFERRED_LENS[0];
+    let src = device(&o.c, DEFERRED_K * n);
+    for i in 0..DEFERRED_K {
+        src.write(i * n, &pattern(n, 10 + i as u8)).unwrap();
+    }
+    let bufs: Vec<Buf> = (0..DEFERRED_K)
+        .map(|i| Buf::One((src.as_ptr() as usize + i * n, n)))
+        .collect();
+    ready(1);
+    send_all(&bufs, 100);
+    for (phase, seed) in [(2u64, 20u8), (3, 30)] {
+        let n = DEFERRED_LENS[phase as usize - 1];
+        let host: Vec<Vec<u8>> = (0..DEFERRED_K)
+            .map(|i| pattern(n, seed + i as u8))
+            .collect();
+        let bufs: Vec<Buf> = host.iter().map(|h| hbuf(h)).collect();
+        ready(phase);
+        send_all(&bufs, phase * 100);
+    }
+    ready(4);
+    finish(&o, child.into_inner());
 }
 
 fn rma(tls: &str) {

@@ -50,6 +50,8 @@ pub(crate) struct CopyJob {
     local: Segs<usize>,
     remote: Segs<u64>,
     write: bool,
+    /// Device memory on either side (`State::device_copy`): copied whole.
+    device: bool,
     /// Bytes copied so far, of `len`.
     done: usize,
     len: usize,
@@ -77,17 +79,18 @@ impl State {
         after: AfterCopy,
     ) {
         let len: usize = local.iter().map(|&(_, l)| l).sum();
+        let device = device_copy(key, &local, write);
         let mut job = CopyJob {
             ep: e,
             key: None,
             local,
             remote,
             write,
+            device,
             done: 0,
             len,
             after,
         };
-        let device = key.is_some_and(super::memreg::is_device_key);
         let piece = if device { usize::MAX } else { self.piece() };
         if self.in_progress && (!self.copies.is_empty() || !self.fits_call(device, len, piece)) {
             // Older copies wait, or this progress call has spent its piece: after them.
@@ -117,7 +120,7 @@ impl State {
     /// # Safety
     /// As `copy_then`, for the job's segments.
     unsafe fn copy_piece(&mut self, job: &mut CopyJob, piece: usize) -> Result<()> {
-        let device = job.key.as_deref().is_some_and(super::memreg::is_device_key);
+        let device = job.device;
         let n = if device {
             job.len - job.done
         } else {
@@ -203,9 +206,8 @@ impl State {
     pub(crate) fn progress_copies(&mut self) -> usize {
         let mut n = 0;
         while let Some(mut job) = self.copies.pop_front() {
-            let device = job.key.as_deref().is_some_and(super::memreg::is_device_key);
             let piece = self.piece();
-            if !self.fits_call(device, job.len - job.done, piece) {
+            if !self.fits_call(job.device, job.len - job.done, piece) {
                 self.copies.push_front(job);
                 break;
             }
@@ -246,6 +248,18 @@ impl State {
             }
         }
     }
+}
+
+/// Whether a copy involves device memory: a peer's (its `key` is a device key), or a
+/// receive's own (`local`, read into: a tag receive into device memory, filled from the
+/// peer's host memory through page-locked pieces that the device copies in while the CPU
+/// reads the next). Such a copy is made whole: the device's part of it overlaps the CPU's
+/// only within one call, and its speed says nothing about the CPU's copies.
+fn device_copy(key: Option<&[u8]>, local: &[(usize, usize)], write: bool) -> bool {
+    if key.is_some_and(super::memreg::is_device_key) {
+        return true;
+    }
+    !write && super::stage::device_active() && super::tag::local_device(local)
 }
 
 /// The piece after one of `n` bytes that took `took`, when the last was `old` (at most

@@ -3,9 +3,14 @@
 //! Neither the CPU nor the kernel (CMA, sockets) can touch device memory, so an operation
 //! given device memory works on a host copy: a send gathers the device bytes into host
 //! memory first and sends that; a receive lands in host memory and the bytes are copied to
-//! the device when the request completes, before its completion is reported. Below this
-//! module every transport and protocol sees host memory only. The host copy belongs to the
-//! request and is freed with it.
+//! the device when the request completes, before its completion is reported. The host copy
+//! belongs to the request and is freed with it.
+//!
+//! Tag receives are the exception: their host copy is made only when a message matches and
+//! its bytes must pass through host memory (`Stage::host_target`). An eager message is
+//! copied from the frame to the device, a peer's device memory is read device to device,
+//! and a same-host peer's host memory goes to the device through page-locked pieces
+//! (`to_device_bounced`), so none of them takes a host copy of the whole buffer.
 //!
 //! Whether a buffer is device memory is asked of the driver only once it is loaded
 //! (`base::cuda::active`), so a process without CUDA pays one load per operation.
@@ -90,6 +95,16 @@ impl StageBuf {
         }
     }
 
+    /// No bytes (no allocation).
+    fn empty() -> StageBuf {
+        StageBuf {
+            ptr: std::ptr::NonNull::dangling().as_ptr(),
+            len: 0,
+            class: None,
+            heap: Vec::new(),
+        }
+    }
+
     /// A free page-locked buffer of class `c`, or a new one within `PINNED_MAX`.
     fn pinned(d: &cuda::Driver, c: usize) -> Option<*mut u8> {
         let size = 1usize << (c as u32 + MIN_SHIFT);
@@ -145,7 +160,8 @@ impl std::ops::DerefMut for StageBuf {
 
 /// A request's host copy of its device memory.
 pub(crate) struct Stage {
-    host: StageBuf,
+    /// The copy; `None` for a receive that has not needed one (yet).
+    host: Option<StageBuf>,
     /// Receives: the device buffer `host` is copied into when the request completes.
     fill: Option<Buf>,
     /// Receives: the data went straight into `fill` (a peer's device memory read through
@@ -307,35 +323,108 @@ pub(crate) unsafe fn copy_from_device(
     })
 }
 
-/// Device-to-host copies from this size go through a page-locked bounce buffer, in pieces
+/// Device-to-host copies from this size go through page-locked bounce buffers, in pieces
 /// of `BOUNCE_PIECE`: the driver copies into ordinary (pageable) memory at a fraction of
 /// the speed of a DMA into page-locked memory, and a piece that size is copied on by the
 /// CPU while still in its cache.
 const BOUNCE_MIN: usize = 64 << 10;
 const BOUNCE_PIECE: usize = 1 << 20;
 
-/// Copy `n` bytes of device memory at `src` to host memory at `dst` through a page-locked
-/// bounce buffer (straight, where none can be had).
+/// Two bounce buffers of `BOUNCE_PIECE` bytes for a copy of `n` bytes in pieces (one where
+/// one piece holds it), or `None` where no page-locked memory can be had. They are always
+/// that size, so that copies of every length reuse the same ones from the pool.
+fn bounces(n: usize) -> Option<[StageBuf; 2]> {
+    let a = StageBuf::new(BOUNCE_PIECE);
+    a.class?;
+    if n <= BOUNCE_PIECE {
+        return Some([a, StageBuf::empty()]);
+    }
+    let b = StageBuf::new(BOUNCE_PIECE);
+    b.class.map(|_| [a, b])
+}
+
+/// Copy `n` bytes of device memory at `src` to host memory at `dst` through two page-locked
+/// bounce buffers: the device copies one piece in while the CPU copies the one before out
+/// (straight, where no page-locked memory can be had).
 ///
 /// # Safety
 /// `dst` writable and `src` device memory, for `n` bytes.
 unsafe fn to_host_bounced(dst: *mut u8, src: usize, n: usize) -> Result<()> {
-    let mut bounce = StageBuf::new(n.min(BOUNCE_PIECE));
-    if bounce.class.is_none() {
+    let Some(mut bufs) = bounces(n) else {
         // SAFETY: per the contract.
         return unsafe { from_device(dst, src as *const u8, n) };
-    }
-    let mut done = 0;
-    while done < n {
-        let c = (n - done).min(bounce.len());
-        // SAFETY: `c` bytes inside the bounce buffer and both of the caller's buffers.
+    };
+    let piece = n.min(BOUNCE_PIECE);
+    driver()?.overlapped(|c| {
+        // SAFETY: every piece lies inside both of the caller's buffers and its bounce
+        // buffer, and a bounce buffer is refilled only after the CPU copied it out.
         unsafe {
-            from_device(bounce.as_mut_ptr(), (src + done) as *const u8, c)?;
-            std::ptr::copy_nonoverlapping(bounce.as_ptr(), dst.add(done), c);
+            c.to_host(bufs[0].as_mut_ptr(), src, piece)?;
+            let mut done = 0;
+            let mut k = 0;
+            while done < n {
+                let len = (n - done).min(piece);
+                c.wait()?;
+                let next = done + len;
+                if next < n {
+                    let m = (n - next).min(piece);
+                    c.to_host(bufs[(k + 1) % 2].as_mut_ptr(), src + next, m)?;
+                }
+                std::ptr::copy_nonoverlapping(bufs[k % 2].as_ptr(), dst.add(done), len);
+                done = next;
+                k += 1;
+            }
         }
-        done += c;
-    }
-    Ok(())
+        Ok(())
+    })
+}
+
+/// Fill `local` (device segments, or host ones) with `n` bytes through two page-locked
+/// bounce buffers, a piece at a time: `read(piece, offset, len)` fills a bounce buffer with
+/// the bytes at `offset` on the CPU while the device copies the piece before it in.
+///
+/// # Safety
+/// `local` must be writable host memory or device memory, for its lengths (at least `n`
+/// bytes in all).
+pub(crate) unsafe fn to_device_bounced(
+    local: &[(usize, usize)],
+    n: usize,
+    mut read: impl FnMut(&[(usize, usize)], usize, usize) -> Result<()>,
+) -> Result<()> {
+    let Some(mut bufs) = bounces(n) else {
+        // Ordinary memory only: read everything into one host copy, then scatter it.
+        let mut host = StageBuf::new(n);
+        read(&[(host.as_mut_ptr() as usize, n)], 0, n)?;
+        // SAFETY: per the contract.
+        return unsafe { scatter(&Buf::from(super::state::seg_range(local, 0, n)), &host) };
+    };
+    let piece = n.min(BOUNCE_PIECE);
+    driver()?.overlapped(|c| {
+        let (mut done, mut k) = (0, 0);
+        while done < n {
+            let len = (n - done).min(piece);
+            let b = &mut bufs[k % 2];
+            read(&[(b.as_mut_ptr() as usize, len)], done, len)?;
+            // The piece before is in: its buffer is free for the next one.
+            c.wait()?;
+            let mut off = 0;
+            for &(a, l) in super::state::seg_range(local, done, len).iter() {
+                let src = b[off..off + l].as_ptr();
+                if cuda::is_device(a) {
+                    // SAFETY: device memory of the caller's, `l` bytes of it; the bounce
+                    // buffer is left alone until the copy is waited for.
+                    unsafe { c.to_device(a, src, l)? };
+                } else {
+                    // SAFETY: a host segment of the caller's, `l` bytes of it.
+                    unsafe { std::ptr::copy_nonoverlapping(src, a as *mut u8, l) };
+                }
+                off += l;
+            }
+            done += len;
+            k += 1;
+        }
+        Ok(())
+    })
 }
 
 fn host_buf(host: &mut [u8]) -> Buf {
@@ -346,10 +435,26 @@ impl Stage {
     /// A send's host copy, kept with its request.
     pub(crate) fn send_copy(host: StageBuf) -> Stage {
         Stage {
-            host,
+            host: Some(host),
             fill: None,
             direct: false,
         }
+    }
+
+    /// A receive into device buffer `fill` whose host copy is made only if its data must
+    /// pass through host memory (`host_target`). Its request's buffer is `fill` itself
+    /// until then: whoever writes the data checks for the stage first.
+    pub(crate) fn deferred_recv(fill: Buf) -> Stage {
+        Stage {
+            host: None,
+            fill: Some(fill),
+            direct: false,
+        }
+    }
+
+    /// Whether this is a receive whose host copy is deferred and not made yet.
+    pub(crate) fn deferred(&self) -> bool {
+        self.fill.is_some() && self.host.is_none()
     }
 
     /// A receive's first `want` bytes of device memory, to be written directly (from a
@@ -360,20 +465,33 @@ impl Stage {
         Some(fill.slice(0, want))
     }
 
+    /// The host copy a receive's data lands in, made now if it was deferred: its buffer,
+    /// to become the request's. `None` for a send.
+    pub(crate) fn host_target(&mut self) -> Option<Buf> {
+        let fill = self.fill.as_ref()?;
+        self.direct = false;
+        let host = self.host.get_or_insert_with(|| StageBuf::new(fill.len()));
+        Some(host_buf(host))
+    }
+
     /// The request completed with `result`: fill the device buffer from the host copy
     /// (also for a truncated receive, whose buffer holds what fitted). A failed copy turns
-    /// the result into its error.
+    /// the result into its error. A receive that never made its host copy was written
+    /// directly, or got nothing.
     pub(crate) fn finish(self, result: Result<Info>) -> Result<Info> {
-        let Some(fill) = self.fill.as_ref().filter(|_| !self.direct) else {
+        let (Some(fill), Some(host)) = (self.fill.as_ref(), self.host.as_ref()) else {
             return result;
         };
+        if self.direct {
+            return result;
+        }
         let filled = match &result {
-            Ok(i) => i.len.min(self.host.len()),
-            Err(e) if e.status() == Status::MessageTruncated => self.host.len(),
+            Ok(i) => i.len.min(host.len()),
+            Err(e) if e.status() == Status::MessageTruncated => host.len(),
             Err(_) => return result,
         };
         // SAFETY: `fill` is the request's own receive buffer, kept alive by the request.
-        unsafe { scatter(fill, &self.host[..filled]) }.and(result)
+        unsafe { scatter(fill, &host[..filled]) }.and(result)
     }
 }
 
@@ -404,7 +522,7 @@ impl State {
         let mut host = StageBuf::new(buf.len());
         let hb = host_buf(&mut host);
         self.parked = Some(Box::new(Stage {
-            host,
+            host: Some(host),
             fill: Some(buf),
             direct: false,
         }));

@@ -56,7 +56,41 @@ pub(crate) fn truncated(len: usize, cap: usize) -> Error {
     )
 }
 
+/// Write `data`, as much as fits, at the start of receive buffer `buf`: through the driver
+/// when `device` says it holds device memory.
+///
+/// # Safety
+/// `buf` must be a live receive buffer (writable host memory, or device memory).
+unsafe fn deliver(buf: &Buf, data: &[u8], device: bool) -> Result<()> {
+    if device {
+        // SAFETY: per the contract.
+        return unsafe { super::stage::scatter(buf, data) };
+    }
+    // SAFETY: per the contract.
+    unsafe { buf.write_at(0, data) };
+    Ok(())
+}
+
+/// Whether any of `local` is device memory (asked of the driver: only once one is loaded).
+#[cold]
+pub(crate) fn local_device(local: &[(usize, usize)]) -> bool {
+    local
+        .iter()
+        .any(|&(a, l)| l > 0 && crate::base::cuda::is_device(a))
+}
+
 impl State {
+    /// The matched tag receive `id` into device memory takes its data through host memory
+    /// (pushed by the sender, as the link reads it): make its deferred host copy, which
+    /// becomes the request's buffer; the device buffer is filled from it when the receive
+    /// completes (`Stage::finish`).
+    fn recv_through_host(&mut self, id: u64) {
+        let Some(s) = self.req(id) else { return };
+        if let Some(host) = s.stage.as_mut().and_then(|st| st.host_target()) {
+            s.buf = host;
+        }
+    }
+
     /// Start a tag send on endpoint `e`. The small-message case is in line: one host
     /// segment, not synchronous, written to the link at once.
     #[inline]
@@ -247,11 +281,14 @@ impl State {
     }
 
     /// `tag_recv` of device memory, or when an unexpected message may match.
+    ///
+    /// A receive into device memory takes no host copy here: its request holds the device
+    /// buffer and a deferred stage (`Stage::deferred_recv`), and the copy is made only if
+    /// the message that matches must pass through host memory (`recv_through_host`).
     #[inline(never)]
     fn tag_recv_other(&mut self, buf: Buf, tag: u64, mask: u64, cb: Callback) -> Result<Started> {
-        if super::stage::has_device(&buf) {
-            return self.staged_recv(buf, |st, b| st.tag_recv(b, tag, mask, cb));
-        }
+        let device = super::stage::has_device(&buf);
+        let stage = || device.then(|| Box::new(super::stage::Stage::deferred_recv(buf.clone())));
         let pos = self
             .unexpected
             .iter()
@@ -269,14 +306,15 @@ impl State {
             match u.body {
                 UnexpBody::Eager(data) => {
                     // SAFETY: `buf` is the caller's receive buffer.
-                    unsafe { buf.write_at(0, &data) };
+                    let copied = unsafe { deliver(&buf, &data, device) };
                     let len = data.len();
                     self.unexp_recycle(data);
+                    copied?;
                     return done_or_truncated(len, cap, u.tag);
                 }
                 UnexpBody::EagerSync(data, sreq) => {
                     // SAFETY: as above.
-                    unsafe { buf.write_at(0, &data) };
+                    let copied = unsafe { deliver(&buf, &data, device) };
                     let len = data.len();
                     self.unexp_recycle(data);
                     let _ = self.send_frame(
@@ -286,9 +324,11 @@ impl State {
                         &Buf::EMPTY,
                         None,
                     );
+                    copied?;
                     return done_or_truncated(len, cap, u.tag);
                 }
                 UnexpBody::Rts { sreq, segs, key } => {
+                    self.parked = stage();
                     let id = self.req_alloc(ReqKind::TagRecv, Some(u.ep), buf, cb);
                     if let Some(s) = self.req(id) {
                         s.tag = u.tag;
@@ -298,6 +338,7 @@ impl State {
                 }
             }
         }
+        self.parked = stage();
         Ok(Started::Pending(self.post_recv(tag, mask, || (buf, cb))))
     }
 
@@ -368,10 +409,15 @@ impl State {
             return;
         };
         let cap = s.buf.len();
+        // A tag receive with a stage is device memory whose host copy is deferred: the
+        // bytes go from the frame to the device.
+        let mut copied = Ok(());
         match s.buf {
+            // SAFETY: the posted buffer (cap bytes) is kept alive by its request.
+            _ if s.stage.is_some() => copied = unsafe { deliver(&s.buf, data, true) },
             Buf::One((addr, _)) => {
                 let n = data.len().min(cap);
-                // SAFETY: the posted buffer (cap bytes) is kept alive by its request.
+                // SAFETY: as above.
                 unsafe { copy_small(data.as_ptr(), addr as *mut u8, n) };
             }
             // SAFETY: as above.
@@ -379,10 +425,10 @@ impl State {
                 s.buf.write_at(0, data);
             },
         }
-        let res = if info.len > cap {
-            Err(truncated(info.len, cap))
-        } else {
-            Ok(info)
+        let res = match copied {
+            Err(e) => Err(e),
+            Ok(()) if info.len > cap => Err(truncated(info.len, cap)),
+            Ok(()) => Ok(info),
         };
         self.complete_slot(idx, res, info);
         if let Some(sreq) = sync_sreq {
@@ -523,9 +569,16 @@ impl State {
                 remote_read = false;
             }
         }
+        // A tag receive into device memory whose host copy is deferred: its buffer is the
+        // device memory itself.
+        let deferred = self
+            .req(id)
+            .and_then(|s| s.stage.as_ref())
+            .is_some_and(|st| st.deferred());
         if remote_read {
             // Device memory read from the peer's device memory goes straight into a device
-            // receive buffer, not through its host copy.
+            // receive buffer, not through its host copy; a deferred receive's host memory
+            // from the peer goes in through page-locked pieces (`peer_copy`).
             let direct = device
                 .then(|| self.req(id)?.stage.as_mut()?.direct_target(want))
                 .flatten();
@@ -544,7 +597,7 @@ impl State {
                 remote.push((a, n));
                 left -= n;
             }
-            if let Some(at) = self.split_point(e, want).filter(|_| !device) {
+            if let Some(at) = self.split_point(e, want).filter(|_| !device && !deferred) {
                 if self.start_split(e, id, sreq, at, want, &local, &remote, key) {
                     return;
                 }
@@ -554,6 +607,10 @@ impl State {
             // completes the request.
             unsafe { self.copy_then(e, key, local, remote, false, after) };
             return;
+        }
+        if deferred {
+            // Pushed data lands in host memory, as the link reads it.
+            self.recv_through_host(id);
         }
         if let Some(s) = self.req(id) {
             s.rndv_push = true;
@@ -700,6 +757,19 @@ impl State {
             // against its owner's record and the allocation's length); `local` by the
             // caller's contract.
             return unsafe { super::stage::copy_from_device(local, &there) };
+        }
+        if !write && super::stage::device_active() && local_device(local) {
+            // A deferred tag receive's device memory, filled from the peer's host memory
+            // through page-locked pieces: each piece read here while the device copies the
+            // one before in.
+            let n = local.iter().map(|&(_, l)| l).sum();
+            // SAFETY: per the contract; each piece lies in a bounce buffer of its length.
+            return unsafe {
+                super::stage::to_device_bounced(local, n, |piece, off, len| {
+                    let part = seg_range(remote, off as u64, len as u64);
+                    self.peer_copy(e, key, piece, &part, false, count && off == 0)
+                })
+            };
         }
         if let (Some(key), Some(pid)) = (key, pid) {
             match self.mem.shared_view(key, pid, remote) {
