@@ -93,6 +93,7 @@ impl Context {
         tracing::info!("{name} COURIER_TLS={}", cfg.tls.effective());
         // An application that loaded the CUDA driver may hand us device pointers.
         crate::base::cuda::adopt_if_present(&cfg.cuda_lib);
+        crate::proto::stage::set_pinned_max(cfg.cuda_staging);
         Ok(Context {
             inner: Arc::new(ContextInner {
                 cfg: Arc::new(cfg),

@@ -115,6 +115,12 @@ pub const VARS: &[Var] = &[
         accepts: "a library name or path (no control characters)",
     },
     Var {
+        name: "COURIER_CUDA_STAGING",
+        default: "256m",
+        help: "Most page-locked host memory a process keeps for copies of CUDA device memory (host copies of messages, bounce buffers); beyond it, host copies are ordinary memory and receives from host memory go through two bounce buffers (the last context created sets it for the process)",
+        accepts: "a size such as 64m, 1g (0: ordinary memory only)",
+    },
+    Var {
         name: "COURIER_TCP_CONNECT_TIMEOUT",
         default: "5s",
         help: "How long a TCP connection attempt may take",
@@ -166,6 +172,8 @@ pub struct Config {
     pub tcp_congestion: TcpCongestion,
     /// The CUDA driver library.
     pub cuda_lib: String,
+    /// Page-locked host memory kept for copies of device memory, at most.
+    pub cuda_staging: usize,
     /// Whether this process may sleep on its event fd (the context's `wakeup` feature; not
     /// an environment variable). Without it, shared-memory peers skip the wakeup protocol.
     pub wakeup: bool,
@@ -587,6 +595,13 @@ impl Config {
                 }
                 lib => lib.to_string(),
             },
+            cuda_staging: parse_size(get("COURIER_CUDA_STAGING")).ok_or_else(|| {
+                bad(
+                    "COURIER_CUDA_STAGING",
+                    get("COURIER_CUDA_STAGING"),
+                    "not a size",
+                )
+            })?,
             wakeup: true,
             raw,
         })

@@ -8,9 +8,11 @@
 //!
 //! Tag receives are the exception: their host copy is made only when a message matches and
 //! its bytes must pass through host memory (`Stage::host_target`). An eager message is
-//! copied from the frame to the device, a peer's device memory is read device to device,
-//! and a same-host peer's host memory goes to the device through page-locked pieces
-//! (`to_device_bounced`), so none of them takes a host copy of the whole buffer.
+//! copied from the frame to the device and a peer's device memory is read device to
+//! device, with no host copy. A same-host peer's host memory is read into a page-locked
+//! host copy while the pool has one to give (the two sides then copy it together, and the
+//! device takes it in one transfer), else through two page-locked pieces that the device
+//! copies in while the CPU reads the next (`to_device_bounced`).
 //!
 //! Whether a buffer is device memory is asked of the driver only once it is loaded
 //! (`base::cuda::active`), so a process without CUDA pays one load per operation.
@@ -18,8 +20,11 @@
 //! Host copies are page-locked memory from the driver, kept for reuse (`StageBuf`): a
 //! copy between page-locked memory and the device is one DMA transfer, where a copy from
 //! ordinary memory goes through the driver's own bounce buffers, and a reused buffer has
-//! no page to fault in. At most `PINNED_MAX` bytes are page-locked per process; beyond
-//! that, and for a driver without `cuMemHostAlloc`, host copies are ordinary memory.
+//! no page to fault in. At most `COURIER_CUDA_STAGING` bytes (`PINNED_MAX`) are
+//! page-locked per process; beyond that, and for a driver without `cuMemHostAlloc`, host
+//! copies are ordinary memory.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use super::core::State;
 use super::state::{Buf, Info};
@@ -27,8 +32,14 @@ use super::tag::Started;
 use crate::base::cuda;
 use crate::base::{Error, Result, Status};
 
-/// Page-locked bytes one process keeps at most (in use or free for reuse).
-const PINNED_MAX: usize = 256 << 20;
+/// Page-locked bytes one process keeps at most (in use or free for reuse):
+/// `COURIER_CUDA_STAGING`, as the last context created set it.
+static PINNED_MAX: AtomicUsize = AtomicUsize::new(256 << 20);
+
+/// Keep at most `max` bytes page-locked from now on (buffers already allocated stay).
+pub(crate) fn set_pinned_max(max: usize) {
+    PINNED_MAX.store(max, Ordering::Relaxed);
+}
 /// The smallest staging buffer is 2^`MIN_SHIFT` bytes; sizes round up to powers of two.
 const MIN_SHIFT: u32 = 12;
 /// Size classes: 4 KiB up to 2^(MIN_SHIFT + CLASSES - 1) = 128 MiB.
@@ -95,6 +106,18 @@ impl StageBuf {
         }
     }
 
+    /// `len` bytes of page-locked memory, or `None` where the pool has none to give.
+    pub(crate) fn pinned_only(len: usize) -> Option<StageBuf> {
+        let (d, c) = (cuda::loaded()?, class_of(len)?);
+        let ptr = Self::pinned(d, c)?;
+        Some(StageBuf {
+            ptr,
+            len,
+            class: Some(c),
+            heap: Vec::new(),
+        })
+    }
+
     /// No bytes (no allocation).
     fn empty() -> StageBuf {
         StageBuf {
@@ -113,7 +136,7 @@ impl StageBuf {
             if let Some(a) = p.free[c].pop() {
                 return Some(a as *mut u8);
             }
-            if p.pinned + size > PINNED_MAX {
+            if p.pinned + size > PINNED_MAX.load(Ordering::Relaxed) {
                 return None;
             }
             p.pinned += size; // claimed before the (slow) allocation, given back on failure
@@ -472,6 +495,16 @@ impl Stage {
         self.direct = false;
         let host = self.host.get_or_insert_with(|| StageBuf::new(fill.len()));
         Some(host_buf(host))
+    }
+
+    /// As `host_target`, but only with a page-locked copy: `None` (and nothing made) where
+    /// the pool has none to give.
+    pub(crate) fn pinned_host_target(&mut self) -> Option<Buf> {
+        let fill = self.fill.as_ref()?;
+        if self.host.is_none() {
+            self.host = Some(StageBuf::pinned_only(fill.len())?);
+        }
+        self.host_target()
     }
 
     /// The request completed with `result`: fill the device buffer from the host copy

@@ -571,14 +571,24 @@ impl State {
         }
         // A tag receive into device memory whose host copy is deferred: its buffer is the
         // device memory itself.
-        let deferred = self
+        let mut deferred = self
             .req(id)
             .and_then(|s| s.stage.as_ref())
             .is_some_and(|st| st.deferred());
+        if deferred && remote_read && !device {
+            // The peer's host memory: into a page-locked host copy while the pool has one
+            // (both sides copy, split, and the device takes it in one transfer), else
+            // through page-locked pieces (`peer_copy`).
+            if let Some(s) = self.req(id) {
+                if let Some(host) = s.stage.as_mut().and_then(|st| st.pinned_host_target()) {
+                    s.buf = host;
+                    deferred = false;
+                }
+            }
+        }
         if remote_read {
             // Device memory read from the peer's device memory goes straight into a device
-            // receive buffer, not through its host copy; a deferred receive's host memory
-            // from the peer goes in through page-locked pieces (`peer_copy`).
+            // receive buffer, not through its host copy.
             let direct = device
                 .then(|| self.req(id)?.stage.as_mut()?.direct_target(want))
                 .flatten();
