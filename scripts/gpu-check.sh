@@ -74,38 +74,38 @@ tests() {
     return $rc
 }
 
+# The rows `run perf` measures: mode (l: both sides in one process, 2: a server process and
+# a client), COURIER_TLS, memory types, test, size, iterations, warm-up, and optionally one
+# more VAR=value for both sides. GPU_ROWS (space-separated) replaces them.
+ROWS="l:all:cuda,cuda:tag_bw:1048576:400:40 l:all:cuda,cuda:tag_bw:16777216:100:20
+l:all:host,cuda:tag_bw:1048576:400:40 l:all:host,cuda:tag_bw:16777216:100:20
+l:all:cuda,host:tag_bw:1048576:400:40 l:all:cuda,host:tag_bw:16777216:100:20
+l:all:cuda,cuda:tag_lat:8:20000:1000 l:tcp:cuda,cuda:tag_bw:1048576:400:40
+2:all:cuda,cuda:tag_bw:1048576:200:40 2:all:host,cuda:tag_bw:1048576:200:40
+2:all:cuda,cuda:tag_bw:16777216:200:40 2:all:host,cuda:tag_bw:16777216:200:40"
+
 perf() {
-    local out=$1
+    local out=$1 port=23456
     local bins=("$gpu/courier")
     [ -x "$gpu/courier-old" ] && bins=("$gpu/courier-old" "$gpu/courier" "$gpu/courier-old" "$gpu/courier")
-    one() { # tls bin mem test size n w
-        COURIER_TLS=$1 timeout 40 "$2" perf -l -t "$4" -m "$3" -s "$5" -n "$6" -w "$7" -f 2>&1 | tail -1
-    }
-    {
-        for row in all:cuda,cuda:tag_bw:1048576:400:40 all:cuda,cuda:tag_bw:16777216:100:20 \
-            all:host,cuda:tag_bw:1048576:400:40 all:host,cuda:tag_bw:16777216:100:20 \
-            all:cuda,host:tag_bw:1048576:400:40 all:cuda,host:tag_bw:16777216:100:20 \
-            all:cuda,cuda:tag_lat:8:20000:1000 tcp:cuda,cuda:tag_bw:1048576:400:40; do
-            IFS=: read -r tls m t s n w <<<"$row"
-            for b in "${bins[@]}"; do
-                echo "$tls $m $t $s $(basename "$b") | $(one "$tls" "$b" "$m" "$t" "$s" "$n" "$w")"
-            done
+    for row in ${GPU_ROWS:-$ROWS}; do
+        IFS=: read -r mode tls m t s n w extra <<<"$row"
+        local env=(env "COURIER_TLS=$tls")
+        [ -n "$extra" ] && env+=("$extra")
+        for b in "${bins[@]}"; do
+            local args=(-t "$t" -m "$m" -s "$s" -n "$n" -w "$w" -f)
+            if [ "$mode" = l ]; then
+                r=$("${env[@]}" timeout 40 "$b" perf -l "${args[@]}" 2>&1 | tail -1)
+            else
+                "${env[@]}" timeout 60 "$b" perf -p $port >/dev/null 2>&1 &
+                sleep 0.5
+                r=$("${env[@]}" timeout 60 "$b" perf 127.0.0.1 -p $port "${args[@]}" 2>&1 | tail -1)
+                wait || true
+                port=$((port + 1))
+            fi
+            echo "$mode $tls $m $t $s ${extra:--} $(basename "$b") | $r"
         done
-        local port=23456
-        for s in 1048576 16777216; do
-            for m in cuda,cuda host,cuda; do
-                for b in "${bins[@]}"; do
-                    COURIER_TLS=all timeout 60 "$b" perf -p $port >/dev/null 2>&1 &
-                    sleep 0.5
-                    r=$(COURIER_TLS=all timeout 60 "$b" perf 127.0.0.1 -p $port -t tag_bw -m $m \
-                        -s $s -n 200 -w 40 -f 2>&1 | tail -1)
-                    echo "2proc $m tag_bw $s $(basename "$b") | $r"
-                    wait || true
-                    port=$((port + 1))
-                done
-            done
-        done
-    } | tee "$out/perf.log"
+    done | tee "$out/perf.log"
 }
 
 run() {
