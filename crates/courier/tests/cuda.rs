@@ -382,9 +382,9 @@ fn child_deferred(c: &Context, w: &Worker, ep: &Endpoint) {
     }
 
     // 2. From the owner's host memory: into a page-locked host copy of each message while
-    // the pool has room; with no room (COURIER_CUDA_STAGING=2m leaves room for two
-    // megabytes), read a megabyte at a time into two page-locked bounce buffers, reused,
-    // and copied to the device from there.
+    // the pool has room; with no room (COURIER_CUDA_STAGING=2m keeps only what the two
+    // bounce buffers need, which host copies leave free), read a megabyte at a time into
+    // two page-locked bounce buffers, reused, and copied to the device from there.
     let bounced = std::env::var("COURIER_CUDA_STAGING").is_ok_and(|v| v == "2m");
     let n = DEFERRED_LENS[1];
     let dst = device(c, DEFERRED_K * n);
