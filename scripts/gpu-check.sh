@@ -78,7 +78,8 @@ tests() {
 # a client), COURIER_TLS, memory types, test, size, iterations, warm-up, and optionally one
 # more VAR=value for both sides. GPU_ROWS (space-separated) replaces them.
 ROWS="l:all:cuda,cuda:tag_bw:1048576:400:40 l:all:cuda,cuda:tag_bw:16777216:100:20
-l:all:host,cuda:tag_bw:1048576:400:40 l:all:host,cuda:tag_bw:16777216:100:20
+l:all:host,cuda:tag_bw:1048576:400:40 l:all:host,cuda:tag_bw:4194304:200:40
+l:all:host,cuda:tag_bw:8388608:200:40 l:all:host,cuda:tag_bw:16777216:100:20
 l:all:cuda,host:tag_bw:1048576:400:40 l:all:cuda,host:tag_bw:16777216:100:20
 l:all:cuda,cuda:tag_lat:8:20000:1000 l:tcp:cuda,cuda:tag_bw:1048576:400:40
 2:all:cuda,cuda:tag_bw:1048576:200:40 2:all:host,cuda:tag_bw:1048576:200:40
