@@ -709,6 +709,16 @@ mod tests {
         assert!(e.detail().contains("shorter"), "{e}");
         let e = cfg(&[("COURIER_TCP_CONGESTION", "re no")]).unwrap_err();
         assert!(e.detail().contains("COURIER_TCP_CONGESTION"), "{e}");
+        let e = cfg(&[("COURIER_CUDA_STAGING", "plenty")]).unwrap_err();
+        assert!(
+            e.detail().contains("COURIER_CUDA_STAGING") && e.detail().contains("a size"),
+            "{e}"
+        );
+        assert_eq!(cfg(&[]).unwrap().cuda_staging, 256 << 20);
+        assert_eq!(
+            cfg(&[("COURIER_CUDA_STAGING", "0")]).unwrap().cuda_staging,
+            0
+        );
     }
 
     /// Values that parse as sizes or durations but cannot work are refused when read, with
