@@ -777,7 +777,7 @@ fn endpoint(cfg: &Config, a: &InfoArgs) -> CliResult<String> {
         if c.name == "shm" && no_cuda_here.is_none() {
             s.push_str(&format!(
                 "#   tag_send from cuda memory: 0..<host copy, as above>..{}..<rndv, read by the peer through CUDA IPC>..(inf)\n",
-                courier::DEVICE_RNDV_MIN
+                cfg.cuda_ipc_thresh.max(1)
             ));
         }
     }

@@ -32,4 +32,4 @@ pub use base::cuda::{Driver as CudaDriver, load as cuda_driver};
 pub use base::{Config, Error, Result, Status};
 pub use proto::am::{AmFlags, AmRndv};
 pub use proto::state::{Buf, Callback, Info, RawFn, RndvCopies};
-pub use proto::tag::{DEVICE_RNDV_MIN, ProbeInfo, Started};
+pub use proto::tag::{ProbeInfo, Started};

@@ -115,6 +115,12 @@ pub const VARS: &[Var] = &[
         accepts: "a library name or path (no control characters)",
     },
     Var {
+        name: "COURIER_CUDA_IPC_THRESH",
+        default: "64k",
+        help: "Tag messages from CUDA device memory of at least this size go to a same-host peer as an offer of the device memory itself, read by the peer through the allocation's IPC handle (device to device into device memory); smaller ones as a host copy, sent eagerly",
+        accepts: "a size such as 0, 4k, 64k",
+    },
+    Var {
         name: "COURIER_CUDA_STAGING",
         default: "256m",
         help: "Most page-locked host memory a process keeps for copies of CUDA device memory (host copies of messages, bounce buffers); beyond it, host copies are ordinary memory and receives from host memory go through two bounce buffers (the last context created sets it for the process)",
@@ -174,6 +180,8 @@ pub struct Config {
     pub cuda_lib: String,
     /// Page-locked host memory kept for copies of device memory, at most.
     pub cuda_staging: usize,
+    /// Tag messages from device memory from this size are offered through CUDA IPC.
+    pub cuda_ipc_thresh: usize,
     /// Whether this process may sleep on its event fd (the context's `wakeup` feature; not
     /// an environment variable). Without it, shared-memory peers skip the wakeup protocol.
     pub wakeup: bool,
@@ -595,6 +603,13 @@ impl Config {
                 }
                 lib => lib.to_string(),
             },
+            cuda_ipc_thresh: parse_size(get("COURIER_CUDA_IPC_THRESH")).ok_or_else(|| {
+                bad(
+                    "COURIER_CUDA_IPC_THRESH",
+                    get("COURIER_CUDA_IPC_THRESH"),
+                    "not a size",
+                )
+            })?,
             cuda_staging: parse_size(get("COURIER_CUDA_STAGING")).ok_or_else(|| {
                 bad(
                     "COURIER_CUDA_STAGING",

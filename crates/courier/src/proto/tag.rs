@@ -17,11 +17,6 @@ use crate::base::{Error, Result, Status};
 use crate::transport::{RndvMode, copy_segments};
 use crate::wire::frame::{self, Header, Kind, Segments, emit_segments};
 
-/// Device memory messages from this size are offered to a same-host peer as the device
-/// memory itself (it reads them through the allocation's IPC handle); smaller ones go as
-/// a host copy, sent eagerly, which costs less than the rendezvous round trip.
-pub const DEVICE_RNDV_MIN: usize = 64 << 10;
-
 /// How an operation started.
 #[derive(Debug)]
 pub enum Started {
@@ -204,7 +199,8 @@ impl State {
     /// message is large enough for a rendezvous to pay, and one device region with an IPC
     /// handle holds all of it.
     fn device_offer(&mut self, e: u32, data: &Buf) -> bool {
-        if data.len() < DEVICE_RNDV_MIN {
+        // From `COURIER_CUDA_IPC_THRESH`: smaller messages go as a host copy, sent eagerly.
+        if data.len() < self.cfg.cuda_ipc_thresh.max(1) {
             return false;
         }
         let Some(ep) = self.ep(e) else { return false };
