@@ -6,6 +6,9 @@ mod common;
 use common::courier;
 
 /// Run `courier info ARGS`, which must succeed; its standard output.
+#[path = "../../courier/tests/mockcuda/mod.rs"]
+mod mockcuda;
+
 fn info(args: &[&str], env: &[(&str, &str)]) -> String {
     let mut all = vec!["info"];
     all.extend_from_slice(args);
@@ -159,15 +162,27 @@ fn e_intra_maps_allocated_memory_and_uses_cma_or_the_owner_for_registered() {
             assert!(field(&body, "atomic32").is_some_and(|a| a.starts_with("<remote>")));
             assert_eq!(memory(&out, "cuda").0, "cuda_ipc", "{out}");
             assert!(out.contains("#   remote frames: put "), "{out}");
-            // Tag messages from device memory: a host copy, then from 64 KiB the peer
-            // reads them through CUDA IPC; where the driver loads, for there is no device
-            // memory on this host otherwise (and a note says so).
+            // Tag messages from device memory: a host copy, then from 16 KiB
+            // (COURIER_CUDA_IPC_THRESH) the peer reads them through CUDA IPC; where the
+            // driver loads, for there is no device memory on this host otherwise (and a
+            // note says so).
             let cuda_line = format!(
                 "#   tag_send from cuda memory: 0..<host copy, as above>..{}..<rndv, read by the peer through CUDA IPC>..(inf)",
-                64 << 10
+                16 << 10
             );
             let no_cuda = out.contains("#   (no CUDA memory on this host: ");
             assert_eq!(out.contains(&cuda_line), !no_cuda, "{out}");
+            // With a driver (the stand-in where the machine has none), the line shows the
+            // limit in force.
+            let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("mockcuda");
+            let lib = mockcuda::build(&dir);
+            let env = [
+                ("COURIER_CUDA_LIB", lib.as_str()),
+                ("COURIER_CUDA_IPC_THRESH", "4k"),
+            ];
+            let at4k = info(&["-e", "-u", "t", "-P", "intra"], &env);
+            let line = cuda_line.replace(&(16 << 10).to_string(), "4096");
+            assert!(at4k.contains(&line), "{at4k}");
             // The lanes: shared memory for messages, CMA for large ones where it works,
             // direct stores into allocated memory.
             assert!(

@@ -160,7 +160,7 @@ fn recv(w: &Worker, b: Buf, tag: u64) -> Result<Info> {
     wait(w, s)
 }
 
-const SIZES: [usize; 6] = [1, 100, 8192, 65539, 1 << 20, (3 << 20) + 5];
+const SIZES: [usize; 7] = [1, 100, 8192, 20_000, 65539, 1 << 20, (3 << 20) + 5];
 
 // ----- the owner (parent) -------------------------------------------------------------------
 
@@ -239,7 +239,7 @@ fn child_entry() {
 /// Whether a device message of `n` bytes on `tls` is read through the sender's IPC handle
 /// by a receiver that can open it (else it is a host copy).
 fn read_through_ipc(tls: &str, n: usize) -> bool {
-    tls != "tcp" && n >= 64 << 10
+    tls != "tcp" && n >= 16 << 10 // COURIER_CUDA_IPC_THRESH's default
 }
 
 fn child_two_sided(c: &Context, w: &Worker, ep: &Endpoint) {

@@ -116,7 +116,7 @@ pub const VARS: &[Var] = &[
     },
     Var {
         name: "COURIER_CUDA_IPC_THRESH",
-        default: "64k",
+        default: "16k",
         help: "Tag messages from CUDA device memory of at least this size go to a same-host peer as an offer of the device memory itself, read by the peer through the allocation's IPC handle (device to device into device memory); smaller ones as a host copy, sent eagerly",
         accepts: "a size such as 0, 4k, 64k",
     },
@@ -729,6 +729,9 @@ mod tests {
             e.detail().contains("COURIER_CUDA_STAGING") && e.detail().contains("a size"),
             "{e}"
         );
+        let e = cfg(&[("COURIER_CUDA_IPC_THRESH", "big")]).unwrap_err();
+        assert!(e.detail().contains("COURIER_CUDA_IPC_THRESH"), "{e}");
+        assert_eq!(cfg(&[]).unwrap().cuda_ipc_thresh, 16 << 10);
         assert_eq!(cfg(&[]).unwrap().cuda_staging, 256 << 20);
         assert_eq!(
             cfg(&[("COURIER_CUDA_STAGING", "0")]).unwrap().cuda_staging,
