@@ -100,9 +100,9 @@ static double now(void)
     return t.tv_sec + t.tv_nsec * 1e-9;
 }
 
-/* One side: the primary context, its own buffers and stream; copies in turns `me`,
- * `me + 2`, ... */
-static double side(int me)
+/* One side of `sides`: the primary context, its own buffers and stream; it copies in
+ * turns `me`, `me + sides`, ... (every turn when alone). The time a turn takes, in us. */
+static double side(int me, int sides)
 {
     CK(cu_init(0));
     int dev;
@@ -116,10 +116,10 @@ static double side(int me)
     CK(cu_host_alloc(&host, 4096, 1));
     CK(cu_stream_create(&stream, 1));
     double start = 0;
-    for (long i = me; i < 2 * iters; i += 2) {
+    for (long i = me; i < sides * iters; i += sides) {
         while (atomic_load_explicit(turn, memory_order_acquire) != i)
             ;
-        if (i == 2 * (iters / 10) + me)
+        if (i == sides * (iters / 10) + me)
             start = now(); /* after a tenth of the turns, as warm-up */
         if (!strcmp(op, "h2d"))
             CK(cu_htod(d1, host, 8, stream));
@@ -131,13 +131,13 @@ static double side(int me)
             CK(cu_stream_sync(stream));
         atomic_store_explicit(turn, i + 1, memory_order_release);
     }
-    return (now() - start) / (2.0 * (iters - iters / 10)) * 1e6;
+    return (now() - start) / ((double)sides * (iters - iters / 10)) * 1e6;
 }
 
 static void *thread_side(void *arg)
 {
     double *us = arg;
-    *us = side(1);
+    *us = side(1, 2);
     return NULL;
 }
 
@@ -156,45 +156,19 @@ int main(int argc, char **argv)
     if (!strcmp(argv[1], "proc")) {
         pid_t kid = fork();
         if (kid == 0) {
-            side(1);
+            side(1, 2);
             _exit(0);
         }
-        us = side(0);
+        us = side(0, 2);
         waitpid(kid, NULL, 0);
     } else if (!strcmp(argv[1], "thread")) {
         pthread_t t;
         double other;
         pthread_create(&t, NULL, thread_side, &other);
-        us = side(0);
+        us = side(0, 2);
         pthread_join(t, NULL);
     } else {
-        /* One side alone, copying back to back: no hand-over. */
-        long n = iters;
-        CK(cu_init(0));
-        int dev;
-        void *ctx, *stream, *host;
-        uint64_t d1, d2;
-        CK(cu_dev_get(&dev, 0));
-        CK(cu_ctx_retain(&ctx, dev));
-        CK(cu_ctx_set(ctx));
-        CK(cu_mem_alloc(&d1, 4096));
-        CK(cu_mem_alloc(&d2, 4096));
-        CK(cu_host_alloc(&host, 4096, 1));
-        CK(cu_stream_create(&stream, 1));
-        double start = 0;
-        for (long i = 0; i < n; i++) {
-            if (i == n / 10)
-                start = now();
-            if (!strcmp(op, "h2d"))
-                CK(cu_htod(d1, host, 8, stream));
-            else if (!strcmp(op, "d2h"))
-                CK(cu_dtoh(host, d1, 8, stream));
-            else if (!strcmp(op, "d2d"))
-                CK(cu_dtod(d2, d1, 8, stream));
-            if (strcmp(op, "none"))
-                CK(cu_stream_sync(stream));
-        }
-        us = (now() - start) / (n - n / 10) * 1e6;
+        us = side(0, 1); /* alone, copying back to back: no hand-over */
     }
     printf("%s %s: %.3f us a turn\n", argv[1], op, us);
     return 0;

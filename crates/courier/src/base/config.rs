@@ -711,11 +711,17 @@ mod tests {
                 && e.detail().contains("accepted"),
             "{e}"
         );
-        let e = cfg(&[("COURIER_RNDV_THRESH", "lots")]).unwrap_err();
-        assert!(
-            e.detail().contains("COURIER_RNDV_THRESH") && e.detail().contains("a size"),
-            "{e}"
-        );
+        for (k, v) in [
+            ("COURIER_RNDV_THRESH", "lots"),
+            ("COURIER_CUDA_STAGING", "plenty"),
+            ("COURIER_CUDA_IPC_THRESH", "big"),
+        ] {
+            let e = cfg(&[(k, v)]).unwrap_err();
+            assert!(
+                e.detail().contains(k) && e.detail().contains("a size"),
+                "{e}"
+            );
+        }
         let e = cfg(&[("COURIER_SHM_FIFO_SIZE", "100")]).unwrap_err();
         assert!(e.detail().contains("power of two"), "{e}");
         let e = cfg(&[("COURIER_LOG_LEVEL", "loud")]).unwrap_err();
@@ -724,13 +730,6 @@ mod tests {
         assert!(e.detail().contains("shorter"), "{e}");
         let e = cfg(&[("COURIER_TCP_CONGESTION", "re no")]).unwrap_err();
         assert!(e.detail().contains("COURIER_TCP_CONGESTION"), "{e}");
-        let e = cfg(&[("COURIER_CUDA_STAGING", "plenty")]).unwrap_err();
-        assert!(
-            e.detail().contains("COURIER_CUDA_STAGING") && e.detail().contains("a size"),
-            "{e}"
-        );
-        let e = cfg(&[("COURIER_CUDA_IPC_THRESH", "big")]).unwrap_err();
-        assert!(e.detail().contains("COURIER_CUDA_IPC_THRESH"), "{e}");
         assert_eq!(cfg(&[]).unwrap().cuda_ipc_thresh, 16 << 10);
         assert_eq!(cfg(&[]).unwrap().cuda_staging, 256 << 20);
         assert_eq!(
