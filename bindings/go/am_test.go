@@ -44,13 +44,7 @@ func TestRndvAMFromBatch(t *testing.T) {
 		switch h {
 		case "wait":
 			buf := make([]byte, m.DataLen)
-			r, err := m.ReceiveData(buf, nil)
-			if err == nil {
-				ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
-				err = r.Wait(ctx)
-				cancel()
-			}
-			if err != nil {
+			if err := receiveAndWait(m, buf); err != nil {
 				errs <- fmt.Errorf("receive and wait in the handler: %w", err)
 				return
 			}
@@ -238,12 +232,7 @@ func TestRndvAMEmptyHeaderFromBatch(t *testing.T) {
 			return
 		}
 		buf := make([]byte, m.DataLen)
-		r, err := m.ReceiveData(buf, nil)
-		if err == nil {
-			ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
-			err = r.Wait(ctx)
-			cancel()
-		}
+		err := receiveAndWait(m, buf)
 		if err == nil && !bytes.Equal(buf, data) {
 			err = fmt.Errorf("data differs")
 		}
@@ -264,4 +253,16 @@ func TestRndvAMEmptyHeaderFromBatch(t *testing.T) {
 		t.Fatal("handler did not finish")
 	}
 	wait(t, r)
+}
+
+// receiveAndWait receives a rendezvous message's data into buf and waits for it, at most
+// testTimeout (inside the handler, whose worker progresses the receive).
+func receiveAndWait(m *AMMessage, buf []byte) error {
+	r, err := m.ReceiveData(buf, nil)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	return r.Wait(ctx)
 }

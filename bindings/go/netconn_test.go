@@ -41,24 +41,32 @@ func forTransports(t *testing.T, f func(t *testing.T, tls string)) {
 	}
 }
 
+// A listener on a free loopback port, and the connection it accepts first (nil, with the
+// error reported, if accepting fails).
+func listenAndAcceptOne(t *testing.T, c *Context) (net.Listener, <-chan net.Conn) {
+	t.Helper()
+	l, err := Listen(c, "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		s, err := l.Accept()
+		if err != nil {
+			t.Error(err)
+			close(accepted)
+			return
+		}
+		accepted <- s
+	}()
+	return l, accepted
+}
+
 func TestNetConn(t *testing.T) {
 	forTransports(t, func(t *testing.T, tls string) {
 		c := streamContext(t, tls)
-		l, err := Listen(c, "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
+		l, accepted := listenAndAcceptOne(t, c)
 		defer l.Close()
-		accepted := make(chan net.Conn, 1)
-		go func() {
-			s, err := l.Accept()
-			if err != nil {
-				t.Error(err)
-				close(accepted)
-				return
-			}
-			accepted <- s
-		}()
 		cl, err := Dial(c, l.Addr().String())
 		if err != nil {
 			t.Fatal(err)
@@ -316,16 +324,8 @@ func TestDialContextEnds(t *testing.T) {
 func TestConnWriteAfterPeerClosed(t *testing.T) {
 	forTransports(t, func(t *testing.T, tls string) {
 		c := streamContext(t, tls)
-		l, err := Listen(c, "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
+		l, accepted := listenAndAcceptOne(t, c)
 		defer l.Close()
-		accepted := make(chan net.Conn, 1)
-		go func() {
-			s, _ := l.Accept()
-			accepted <- s
-		}()
 		cl, err := Dial(c, l.Addr().String())
 		if err != nil {
 			t.Fatal(err)

@@ -1215,67 +1215,24 @@ fn unknown_flag_and_field_mask_bits_are_refused() {
 
         // Active-message send flags, plain and gathered; eager with rendezvous.
         let h = b"h";
-        let bad_am = COURIER_AM_SEND_FLAG_REPLY | 1 << 3;
-        refused(
-            courier_ep_am_send(
-                s.ep,
-                9,
-                h.as_ptr().cast(),
-                1,
-                msg.as_ptr().cast(),
-                msg.len(),
-                bad_am,
-                null(),
-                &mut req,
-            ),
-            "am send flags",
-            1 << 3,
-        );
         let iov = [courier_iov_t {
             buffer: msg.as_ptr() as *mut c_void,
             length: msg.len(),
         }];
-        refused(
-            courier_ep_am_send_iov(
-                s.ep,
-                9,
-                h.as_ptr().cast(),
-                1,
-                iov.as_ptr(),
-                1,
-                bad_am,
-                null(),
-                &mut req,
-            ),
-            "am send flags",
-            1 << 3,
-        );
+        let am_send = |gathered: bool, flags: u32, req: &mut *mut courier_request_t| {
+            let hdr = h.as_ptr().cast();
+            if gathered {
+                courier_ep_am_send_iov(s.ep, 9, hdr, 1, iov.as_ptr(), 1, flags, null(), req)
+            } else {
+                let data = msg.as_ptr().cast();
+                courier_ep_am_send(s.ep, 9, hdr, 1, data, msg.len(), flags, null(), req)
+            }
+        };
         let both = COURIER_AM_SEND_FLAG_EAGER | COURIER_AM_SEND_FLAG_RNDV;
-        for st in [
-            courier_ep_am_send(
-                s.ep,
-                9,
-                h.as_ptr().cast(),
-                1,
-                msg.as_ptr().cast(),
-                msg.len(),
-                both,
-                null(),
-                &mut req,
-            ),
-            courier_ep_am_send_iov(
-                s.ep,
-                9,
-                h.as_ptr().cast(),
-                1,
-                iov.as_ptr(),
-                1,
-                both,
-                null(),
-                &mut req,
-            ),
-        ] {
-            assert_eq!(st, COURIER_ERR_INVALID_PARAM);
+        for gathered in [false, true] {
+            let bad = COURIER_AM_SEND_FLAG_REPLY | 1 << 3;
+            refused(am_send(gathered, bad, &mut req), "am send flags", 1 << 3);
+            assert_eq!(am_send(gathered, both, &mut req), COURIER_ERR_INVALID_PARAM);
             assert!(
                 cstr(courier_last_error_detail())
                     .contains("COURIER_AM_SEND_FLAG_EAGER and _RNDV exclude each other"),

@@ -54,6 +54,26 @@ fn check_table(out: &str, threads: usize, iters: f64) -> Vec<usize> {
     seen
 }
 
+/// Iterations of `-T 2 -t tag_bw` for about two seconds on this machine (a short run's
+/// slowest thread's message rate, doubled): long enough for every thread to print rows of
+/// its own, which come about once a second.
+fn iterations_for_two_seconds() -> f64 {
+    let o = courier(
+        &[
+            "perf", "-l", "-T", "2", "-t", "tag_bw", "-n", "3000", "-w", "10", "--json",
+        ],
+        TCP,
+    );
+    let v = json_of(&o, "run");
+    let slowest = v["per_thread"]
+        .as_array()
+        .expect("per_thread")
+        .iter()
+        .filter_map(|t| t["msgrate_overall"].as_f64())
+        .fold(f64::MAX, f64::min);
+    (2.0 * slowest).clamp(3000.0, 200_000_000.0)
+}
+
 #[test]
 fn loopback_threads_print_thread_rows_and_an_aggregated_final_row() {
     // A short run: maybe no per-thread rows (they come about once a second), the final row.
@@ -70,20 +90,7 @@ fn loopback_threads_print_thread_rows_and_an_aggregated_final_row() {
 
     // Long enough (over a second, measured on the same path first) for every thread to
     // print rows of its own.
-    let o = courier(
-        &[
-            "perf", "-l", "-T", "2", "-t", "tag_bw", "-n", "3000", "-w", "10", "--json",
-        ],
-        TCP,
-    );
-    let v = json_of(&o, "run");
-    let slowest = v["per_thread"]
-        .as_array()
-        .expect("per_thread")
-        .iter()
-        .filter_map(|t| t["msgrate_overall"].as_f64())
-        .fold(f64::MAX, f64::min);
-    let mut iters = (2.0 * slowest).clamp(3000.0, 200_000_000.0);
+    let mut iters = iterations_for_two_seconds();
     for attempt in 0..4 {
         let n = format!("{}", iters as u64);
         let o = courier(
@@ -173,20 +180,7 @@ fn check_csv(out: &str, threads: usize, iters: &str) -> usize {
 /// so the run is sized from a short one's message rate): they are valid CSV rows.
 #[test]
 fn csv_rows_of_threads_have_the_headers_columns() {
-    let o = courier(
-        &[
-            "perf", "-l", "-T", "2", "-t", "tag_bw", "-n", "3000", "-w", "10", "--json",
-        ],
-        TCP,
-    );
-    let v = json_of(&o, "run");
-    let slowest = v["per_thread"]
-        .as_array()
-        .expect("per_thread")
-        .iter()
-        .filter_map(|t| t["msgrate_overall"].as_f64())
-        .fold(f64::MAX, f64::min);
-    let mut iters = (2.0 * slowest).clamp(3000.0, 200_000_000.0);
+    let mut iters = iterations_for_two_seconds();
     for attempt in 0..4 {
         let n = format!("{}", iters as u64);
         let o = courier(
