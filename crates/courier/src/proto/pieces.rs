@@ -43,14 +43,27 @@ pub(crate) enum AfterCopy {
     SplitRest { rreq: u64 },
 }
 
+/// Which way a single-copy rendezvous copy goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Dir {
+    /// Read the peer's memory into host memory here.
+    Read,
+    /// Read the peer's host memory into device memory here (a tag receive into device
+    /// memory), through page-locked pieces that the device copies in while the CPU reads
+    /// the next (`stage::to_device_bounced`).
+    ReadToDevice,
+    /// Write host memory here into the peer's.
+    Write,
+}
+
 /// A copy with pieces still to make.
 pub(crate) struct CopyJob {
     pub ep: u32,
     key: Option<Box<[u8]>>,
     local: Segs<usize>,
     remote: Segs<u64>,
-    write: bool,
-    /// Device memory on either side (`State::device_copy`): copied whole.
+    dir: Dir,
+    /// Device memory on either side: copied whole (`copy_then`).
     device: bool,
     /// Bytes copied so far, of `len`.
     done: usize,
@@ -59,15 +72,15 @@ pub(crate) struct CopyJob {
 }
 
 impl State {
-    /// Copy between `local` segments here and `remote` segments of the peer of `e` (read
-    /// them, or `write` them) as `peer_copy` does, then act on the outcome as `after` says:
+    /// Copy between `local` segments here and `remote` segments of the peer of `e` as `dir`
+    /// says, as `peer_copy` does, then act on the outcome as `after` says:
     /// at once when the copy fits one piece, otherwise its first piece now and the others in
     /// later progress calls. Inside a progress call, a copy waits for later calls while
     /// older copies wait, or when this call has copied already and the copy does not fit in
     /// what is left of its piece.
     ///
     /// # Safety
-    /// `local` segments must be valid for writes (reads when `write`) of their lengths until
+    /// `local` segments must be valid for writes (reads for `Dir::Write`) of their lengths until
     /// `after` has run, or until the endpoint fails (which drops the copy).
     pub(crate) unsafe fn copy_then(
         &mut self,
@@ -75,17 +88,20 @@ impl State {
         key: Option<&[u8]>,
         local: Segs<usize>,
         remote: Segs<u64>,
-        write: bool,
+        dir: Dir,
         after: AfterCopy,
     ) {
         let len: usize = local.iter().map(|&(_, l)| l).sum();
-        let device = device_copy(key, &local, write);
+        // A peer's device memory, or device memory here, is copied whole: the device's part
+        // overlaps the CPU's only within one call, and its speed says nothing about the
+        // CPU's copies.
+        let device = dir == Dir::ReadToDevice || key.is_some_and(super::memreg::is_device_key);
         let mut job = CopyJob {
             ep: e,
             key: None,
             local,
             remote,
-            write,
+            dir,
             device,
             done: 0,
             len,
@@ -101,7 +117,7 @@ impl State {
         if len <= piece {
             let t = self.clock(device, len);
             // SAFETY: forwarded contract.
-            let res = unsafe { self.peer_copy(e, key, &job.local, &job.remote, write, true) };
+            let res = unsafe { self.peer_copy(e, key, &job.local, &job.remote, dir, true) };
             self.copied(device, len, t);
             self.after_copy(e, after, res);
             return;
@@ -131,16 +147,7 @@ impl State {
         let first = job.done == 0;
         let t = self.clock(device, n);
         // SAFETY: forwarded contract.
-        unsafe {
-            self.peer_copy(
-                job.ep,
-                job.key.as_deref(),
-                &local,
-                &remote,
-                job.write,
-                first,
-            )
-        }?;
+        unsafe { self.peer_copy(job.ep, job.key.as_deref(), &local, &remote, job.dir, first) }?;
         self.copied(device, n, t);
         job.done += n;
         Ok(())
@@ -248,18 +255,6 @@ impl State {
             }
         }
     }
-}
-
-/// Whether a copy involves device memory: a peer's (its `key` is a device key), or a
-/// receive's own (`local`, read into: a tag receive into device memory, filled from the
-/// peer's host memory through page-locked pieces that the device copies in while the CPU
-/// reads the next). Such a copy is made whole: the device's part of it overlaps the CPU's
-/// only within one call, and its speed says nothing about the CPU's copies.
-fn device_copy(key: Option<&[u8]>, local: &[(usize, usize)], write: bool) -> bool {
-    if key.is_some_and(super::memreg::is_device_key) {
-        return true;
-    }
-    !write && super::stage::device_active() && super::tag::local_device(local)
 }
 
 /// The piece after one of `n` bytes that took `took`, when the last was `old` (at most

@@ -87,15 +87,8 @@ unsafe impl Send for StageBuf {}
 impl StageBuf {
     /// `len` bytes for a host copy.
     pub(crate) fn new(len: usize) -> StageBuf {
-        if let (Some(d), Some(c)) = (cuda::loaded(), class_of(len)) {
-            if let Some(ptr) = Self::pinned(d, c, 0) {
-                return StageBuf {
-                    ptr,
-                    len,
-                    class: Some(c),
-                    heap: Vec::new(),
-                };
-            }
+        if let Some(b) = Self::from_pool(len, 0) {
+            return b;
         }
         let mut heap = vec![0u8; len];
         StageBuf {
@@ -106,12 +99,11 @@ impl StageBuf {
         }
     }
 
-    /// `len` bytes of page-locked memory for a receive's host copy, or `None` where the
-    /// pool has none to give while leaving room for a pair of bounce buffers (which the
-    /// receives that find none then use).
-    fn pinned_only(len: usize) -> Option<StageBuf> {
+    /// `len` bytes of page-locked memory from the pool (`pinned`, leaving `keep` bytes of
+    /// the limit free when it makes a new buffer), if it has them to give.
+    fn from_pool(len: usize, keep: usize) -> Option<StageBuf> {
         let (d, c) = (cuda::loaded()?, class_of(len)?);
-        let ptr = Self::pinned(d, c, 2 * BOUNCE_PIECE)?;
+        let ptr = Self::pinned(d, c, keep)?;
         Some(StageBuf {
             ptr,
             len,
@@ -503,7 +495,6 @@ impl Stage {
     /// to become the request's. `None` for a send.
     pub(crate) fn host_target(&mut self) -> Option<Buf> {
         let fill = self.fill.as_ref()?;
-        self.direct = false;
         let host = self.host.get_or_insert_with(|| StageBuf::new(fill.len()));
         Some(host_buf(host))
     }
@@ -517,7 +508,9 @@ impl Stage {
             return None;
         }
         if self.host.is_none() {
-            self.host = Some(StageBuf::pinned_only(fill.len())?);
+            // Leaving room in the pool for a pair of bounce buffers, which the receives
+            // that find no host copy then use.
+            self.host = Some(StageBuf::from_pool(fill.len(), 2 * BOUNCE_PIECE)?);
         }
         self.host_target()
     }
@@ -527,12 +520,9 @@ impl Stage {
     /// the result into its error. A receive that never made its host copy was written
     /// directly, or got nothing.
     pub(crate) fn finish(self, result: Result<Info>) -> Result<Info> {
-        let (Some(fill), Some(host)) = (self.fill.as_ref(), self.host.as_ref()) else {
+        let (Some(fill), Some(host), false) = (&self.fill, &self.host, self.direct) else {
             return result;
         };
-        if self.direct {
-            return result;
-        }
         let filled = match &result {
             Ok(i) => i.len.min(host.len()),
             Err(e) if e.status() == Status::MessageTruncated => host.len(),

@@ -10,7 +10,7 @@
 //! the sender pushes `RndvData` frames straight from the user buffer.
 
 use super::core::State;
-use super::pieces::AfterCopy;
+use super::pieces::{AfterCopy, Dir};
 use super::state::*;
 use crate::base::sys::copy_small;
 use crate::base::{Error, Result, Status};
@@ -66,24 +66,21 @@ unsafe fn deliver(buf: &Buf, data: &[u8], device: bool) -> Result<()> {
     Ok(())
 }
 
-/// Whether any of `local` is device memory (asked of the driver: only once one is loaded).
-#[cold]
-pub(crate) fn local_device(local: &[(usize, usize)]) -> bool {
-    local
-        .iter()
-        .any(|&(a, l)| l > 0 && crate::base::cuda::is_device(a))
-}
-
 impl State {
-    /// The matched tag receive `id` into device memory takes its data through host memory
-    /// (pushed by the sender, as the link reads it): make its deferred host copy, which
-    /// becomes the request's buffer; the device buffer is filled from it when the receive
-    /// completes (`Stage::finish`).
-    fn recv_through_host(&mut self, id: u64) {
-        let Some(s) = self.req(id) else { return };
-        if let Some(host) = s.stage.as_mut().and_then(|st| st.host_target()) {
-            s.buf = host;
-        }
+    /// The matched tag receive `id` into device memory takes its data through host memory:
+    /// make its deferred host copy (only page-locked, and only if the pool has one, when
+    /// `pinned`), which becomes the request's buffer; the device buffer is filled from it
+    /// when the receive completes (`Stage::finish`). Whether it was made.
+    fn recv_through_host(&mut self, id: u64, pinned: bool) -> bool {
+        let Some(s) = self.req(id) else { return false };
+        let host = s.stage.as_mut().and_then(|st| {
+            if pinned {
+                st.pinned_host_target()
+            } else {
+                st.host_target()
+            }
+        });
+        host.map(|h| s.buf = h).is_some()
     }
 
     /// Start a tag send on endpoint `e`. The small-message case is in line: one host
@@ -574,16 +571,11 @@ impl State {
             .req(id)
             .and_then(|s| s.stage.as_ref())
             .is_some_and(|st| st.deferred());
-        if deferred && remote_read && !device {
-            // The peer's host memory: into a page-locked host copy while the pool has one
-            // (both sides copy, split, and the device takes it in one transfer), else
-            // through page-locked pieces (`peer_copy`).
-            if let Some(s) = self.req(id) {
-                if let Some(host) = s.stage.as_mut().and_then(|st| st.pinned_host_target()) {
-                    s.buf = host;
-                    deferred = false;
-                }
-            }
+        // The peer's host memory: into a page-locked host copy while the pool has one (both
+        // sides copy, split, and the device takes it in one transfer), else through
+        // page-locked pieces (`Dir::ReadToDevice`).
+        if deferred && remote_read && !device && self.recv_through_host(id, true) {
+            deferred = false;
         }
         if remote_read {
             // Device memory read from the peer's device memory goes straight into a device
@@ -612,14 +604,21 @@ impl State {
                 }
             }
             let after = AfterCopy::Read { rreq: id, sreq };
+            // A deferred receive's buffer is device memory, filled from the peer's host
+            // memory (its device memory is read through the key, device to device).
+            let dir = if deferred && !device {
+                Dir::ReadToDevice
+            } else {
+                Dir::Read
+            };
             // SAFETY: `local` segments are the request's live receive buffer, until the copy
             // completes the request.
-            unsafe { self.copy_then(e, key, local, remote, false, after) };
+            unsafe { self.copy_then(e, key, local, remote, dir, after) };
             return;
         }
         if deferred {
             // Pushed data lands in host memory, as the link reads it.
-            self.recv_through_host(id);
+            self.recv_through_host(id, false);
         }
         if let Some(s) = self.req(id) {
             s.rndv_push = true;
@@ -695,7 +694,7 @@ impl State {
         let after = AfterCopy::SplitOwn { rreq: id };
         // SAFETY: `own_local` lies in the request's live receive buffer, until the split
         // ends and completes the request.
-        unsafe { self.copy_then(e, key, own_local, own_remote, false, after) };
+        unsafe { self.copy_then(e, key, own_local, own_remote, Dir::Read, after) };
         true
     }
 
@@ -725,22 +724,24 @@ impl State {
     }
 
     /// Copy between `local` segments here and `remote` segments of the peer of `e`: read
-    /// them (`write` false) or write them. Through the peer's shared segment when it gave a
+    /// them or write them, as `dir` says. Through the peer's shared segment when it gave a
     /// `key` that checks out, else through the link (CMA). A key that does not check out
     /// (forged, stale, another process's) only costs the faster path. `count`: count it in
     /// `rndv_copies` (the first piece of a copy made in pieces).
     ///
     /// # Safety
-    /// `local` segments must be valid for writes (reads when `write`) of their lengths.
+    /// `local` segments must be valid for writes (reads for `Dir::Write`) of their lengths:
+    /// device memory for `Dir::ReadToDevice`, host memory otherwise.
     pub(crate) unsafe fn peer_copy(
         &mut self,
         e: u32,
         key: Option<&[u8]>,
         local: &[(usize, usize)],
         remote: &[(u64, u64)],
-        write: bool,
+        dir: Dir,
         count: bool,
     ) -> Result<()> {
+        let write = dir == Dir::Write;
         let pid = self
             .ep(e)
             .and_then(|ep| ep.tx.as_ref())
@@ -767,7 +768,7 @@ impl State {
             // caller's contract.
             return unsafe { super::stage::copy_from_device(local, &there) };
         }
-        if !write && super::stage::device_active() && local_device(local) {
+        if dir == Dir::ReadToDevice {
             // A deferred tag receive's device memory, filled from the peer's host memory
             // through page-locked pieces: each piece read here while the device copies the
             // one before in.
@@ -776,7 +777,7 @@ impl State {
             return unsafe {
                 super::stage::to_device_bounced(local, n, |piece, off, len| {
                     let part = seg_range(remote, off as u64, len as u64);
-                    self.peer_copy(e, key, piece, &part, false, count && off == 0)
+                    self.peer_copy(e, key, piece, &part, Dir::Read, count && off == 0)
                 })
             };
         }
@@ -861,7 +862,7 @@ impl State {
                 segs.shared_key(),
                 local,
                 remote,
-                true,
+                Dir::Write,
                 AfterCopy::SplitRest { rreq },
             )
         };
