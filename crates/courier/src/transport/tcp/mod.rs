@@ -86,7 +86,8 @@ fn caps(local: Option<SocketAddr>) -> Caps {
     Caps {
         name: "tcp",
         device: sock::device_for(local),
-        max_short: 256,
+        // Frames that `send` writes from one stack buffer with one call (`write_small`).
+        max_short: SMALL_SEND - HDR,
         max_frame: MAX_SEND,
         rndv: RndvMode::Push,
         rndv_thresh: 64 << 10,

@@ -95,6 +95,8 @@ fn frames_of_every_size_both_directions() {
     assert_eq!(ctx.caps().name, "tcp");
     assert_eq!(ctx.caps().device, "lo");
     assert_eq!(ctx.caps().max_frame, MAX_SEND);
+    // What `courier info` calls short: the frames `write_small` takes.
+    assert_eq!(ctx.caps().max_short, SMALL_SEND - HDR);
     let sizes = [
         1,
         2,
