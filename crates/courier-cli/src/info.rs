@@ -4,15 +4,20 @@ use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
 use courier::AtomicOp;
-use courier::base::config::{Config, VARS};
+use courier::base::config::Config;
 use courier::onesided::{ATOMIC_BITS, Op, OwnerLimits, Reach, Route, TargetMemory, op_route};
 use courier::transport::{Caps, LinkTx, RndvMode, loopback, shm, tcp};
 
 use crate::error::{CliError, CliResult};
 
-/// Options of `courier info` (ucx_info's).
+/// Options of `courier info` (ucx_info's). As with ucx_info's getopt, an option given twice
+/// takes its last value; `-f` prints the configuration by itself, `-a` and `-C` modify it.
 #[derive(clap::Args, Debug, Clone)]
-#[command(disable_version_flag = true)]
+#[command(
+    disable_version_flag = true,
+    args_override_self = true,
+    group(clap::ArgGroup::new("print_config").args(["config", "full"]).multiple(true))
+)]
 pub struct InfoArgs {
     /// Version and build features
     #[arg(short = 'v')]
@@ -23,24 +28,35 @@ pub struct InfoArgs {
     /// Transports and devices with their capabilities
     #[arg(short = 'd')]
     pub devices: bool,
+    /// Only this transport in -d
+    #[arg(
+        short = 't',
+        value_name = "NAME",
+        requires = "devices",
+        value_parser = ["self", "shm", "tcp", "cuda_copy"]
+    )]
+    pub transport: Option<String>,
     /// Configuration variables in force
     #[arg(short = 'c')]
     pub config: bool,
-    /// With -c: also default, accepted values and help
-    #[arg(short = 'a', requires = "config")]
+    /// With -c or -f: also default, accepted values and help
+    #[arg(short = 'a', requires = "print_config")]
     pub all: bool,
-    /// With -c: fully decorated (same as -a)
-    #[arg(short = 'f', requires = "config")]
+    /// Configuration fully decorated: default, accepted values and help (implies -c)
+    #[arg(short = 'f')]
     pub full: bool,
+    /// With -c or -f: comment out the variables not set in the environment
+    #[arg(short = 'C', requires = "print_config")]
+    pub comment_defaults: bool,
     /// Endpoint lanes and protocol thresholds
     #[arg(short = 'e')]
     pub endpoint: bool,
-    /// Features for -e: t tag, m am, s stream, r rma, a amo; e error handling (peer failure
-    /// detection), w wakeup (both also keep transports that lack them out)
+    /// Features for -e: t tag, m am, s stream, r rma, a amo (at least one); e error handling
+    /// (peer failure detection), w wakeup (both also keep transports that lack them out)
     #[arg(short = 'u', default_value = "t", requires = "endpoint")]
     pub features: String,
-    /// Peer for -e: self, intra (same host) or inter (another host)
-    #[arg(short = 'P', default_value = "inter", requires = "endpoint")]
+    /// Peer for -e: self (same process), intra (same host) or inter (another host)
+    #[arg(short = 'P', default_value = "self", requires = "endpoint")]
     pub peer: String,
     /// Device types for -d and -e: all, shm (shared memory), net (tcp) or self
     #[arg(short = 'D', value_parser = ["all", "shm", "net", "self"])]
@@ -165,22 +181,27 @@ fn rndv_from(c: &Caps, cfg: &Config, kind: courier::wire::Kind) -> usize {
     rndv_thresh(c, cfg).min((c.max_frame + 1).saturating_sub(kind.header_len()))
 }
 
-fn devices(cfg: &Config) -> String {
+/// `-d`: each memory domain with its transports; `only` (`-t`): just that transport.
+fn devices(cfg: &Config, only: Option<&str>) -> String {
     let tls = &cfg.tls;
+    let shows = |t: &str| only.is_none_or(|o| o == t);
     let thresh = |c: &Caps| rndv_from(c, cfg, courier::wire::Kind::TagEagerSync);
-    let mut s = String::from("#\n# Memory domain: memory\n#\n");
     let excluded = |_: &str| format!("excluded by COURIER_TLS={}", tls.spec);
-    if tls.allows("self") {
+    let mut s = String::new();
+    if shows("self") || shows("shm") {
+        s.push_str("#\n# Memory domain: memory\n#\n");
+    }
+    if shows("self") && tls.allows("self") {
         let c = self_caps();
         s.push_str(&caps_block(
             &c,
             thresh(&c),
             &one_sided_caps(&c, Reach::SameContext),
         ));
-    } else {
+    } else if shows("self") {
         s.push_str(&unusable("self", "memory", &excluded("self")));
     }
-    if tls.allows("shm") {
+    if shows("shm") && tls.allows("shm") {
         match shm_caps(cfg) {
             Ok(c) => {
                 let cma = if c.rndv == RndvMode::RemoteRead {
@@ -202,10 +223,15 @@ fn devices(cfg: &Config) -> String {
             }
             Err(e) => s.push_str(&unusable("shm", "memory", &e)),
         }
-    } else {
+    } else if shows("shm") {
         s.push_str(&unusable("shm", "memory", &excluded("shm")));
     }
-    s.push_str(&cuda_domain(cfg));
+    if shows("cuda_copy") {
+        s.push_str(&cuda_domain(cfg));
+    }
+    if !shows("tcp") {
+        return s;
+    }
     s.push_str("#\n# Memory domain: tcp\n#\n");
     let ifs = tcp::interfaces(cfg);
     if !tls.allows("tcp") {
@@ -220,36 +246,71 @@ fn devices(cfg: &Config) -> String {
         };
         s.push_str(&unusable("tcp", "(none)", &why));
     } else {
+        // One block per device, as ucx_info: an interface's addresses share its limits.
+        let mut by_device: Vec<(String, Vec<IpAddr>)> = Vec::new();
         for (name, ip) in ifs {
-            match tcp_caps(ip, cfg) {
-                Ok(mut c) => {
-                    if c.device.is_empty() || c.device == "?" {
-                        c.device = name.clone();
-                    }
-                    let mut extra = vec![
-                        ("address".to_string(), ip.to_string()),
-                        (
-                            "worker address".to_string(),
-                            if ip.is_ipv4() {
-                                "yes: advertised, and listened on".to_string()
-                            } else {
-                                "no: worker addresses carry IPv4 only (a listener bound to this address works)".to_string()
-                            },
-                        ),
-                    ];
-                    extra.extend(one_sided_caps(&c, Reach::Elsewhere));
-                    extra.push((
-                        "same-host peers".to_string(),
-                        "while COURIER_TLS allows shm, their keys are used as on shm (direct, cma)"
-                            .to_string(),
-                    ));
-                    s.push_str(&caps_block(&c, thresh(&c), &extra));
-                }
-                Err(e) => s.push_str(&unusable("tcp", &format!("{name} ({ip})"), &e)),
+            match by_device.iter_mut().find(|(n, _)| *n == name) {
+                Some((_, ips)) => ips.push(ip),
+                None => by_device.push((name, vec![ip])),
             }
+        }
+        for (name, ips) in by_device {
+            s.push_str(&tcp_device(cfg, &name, &ips, thresh));
         }
     }
     s
+}
+
+/// The `-d` block of tcp on one interface with addresses `ips`: each address is tried
+/// with a test connection; the capabilities are those of the first that works.
+fn tcp_device(cfg: &Config, name: &str, ips: &[IpAddr], thresh: impl Fn(&Caps) -> usize) -> String {
+    let mut caps = None;
+    let (mut good, mut bad) = (Vec::new(), Vec::new());
+    for ip in ips {
+        match tcp_caps(*ip, cfg) {
+            Ok(c) => {
+                good.push(*ip);
+                caps.get_or_insert(c);
+            }
+            Err(e) => bad.push(format!("{ip}: {e}")),
+        }
+    }
+    let Some(mut c) = caps else {
+        return unusable("tcp", name, &bad.join("; "));
+    };
+    if c.device.is_empty() || c.device == "?" {
+        c.device = name.to_string();
+    }
+    let list = |v: &[IpAddr]| {
+        let t: Vec<String> = v.iter().map(IpAddr::to_string).collect();
+        t.join(", ")
+    };
+    let (v4, v6): (Vec<IpAddr>, Vec<IpAddr>) = good.iter().partition(|ip| ip.is_ipv4());
+    let worker = match (v4.is_empty(), v6.is_empty()) {
+        (false, true) => "yes: advertised, and listened on".to_string(),
+        (true, _) => {
+            "no: worker addresses carry IPv4 only (a listener bound to this address works)"
+                .to_string()
+        }
+        (false, false) => format!(
+            "{}: advertised, and listened on; {}: not (worker addresses carry IPv4 only; a listener bound to it works)",
+            list(&v4),
+            list(&v6)
+        ),
+    };
+    let mut extra = vec![
+        ("address".to_string(), list(&good)),
+        ("worker address".to_string(), worker),
+    ];
+    if !bad.is_empty() {
+        extra.push(("not usable".to_string(), bad.join("; ")));
+    }
+    extra.extend(one_sided_caps(&c, Reach::Elsewhere));
+    extra.push((
+        "same-host peers".to_string(),
+        "while COURIER_TLS allows shm, their keys are used as on shm (direct, cma)".to_string(),
+    ));
+    caps_block(&c, thresh(&c), &extra)
 }
 
 /// The CUDA memory domain: whether the driver loads and what it sees (loads it).
@@ -532,19 +593,47 @@ fn one_sided_ranges(c: &Caps, reach: Reach, rma: bool, amo: bool) -> String {
     s
 }
 
-fn config_text(cfg: &Config, all: bool) -> String {
+/// `-c`: every variable with its value in force, `NAME=value`; `full` (`-a`, `-f`): each
+/// after its help, syntax and default; `comment_defaults` (`-C`): those not set in the
+/// environment commented out, as ucx_info does.
+fn config_text(cfg: &Config, full: bool, comment_defaults: bool) -> String {
     let mut s = String::new();
     for (v, value) in cfg.entries() {
-        if all {
+        let given = shown(value);
+        let used = in_force(cfg, v.name, &given);
+        if full {
             s.push_str(&format!(
-                "#\n# {}\n#\n# syntax:    {}\n# default:   {}\n#\n",
+                "#\n# {}\n#\n# syntax:    {}\n# default:   {}\n",
                 v.help, v.accepts, v.default
             ));
+            if let Some((used, why)) = &used {
+                s.push_str(&format!("# in force:  {used} (given: {given}; {why})\n"));
+            }
+            s.push_str("#\n");
         }
-        s.push_str(&format!("{}={}\n", v.name, shown(value)));
+        let unset = std::env::var_os(v.name).is_none();
+        let hash = if comment_defaults && unset { "# " } else { "" };
+        let value = used.map_or(given, |(u, _)| u);
+        s.push_str(&format!("{hash}{}={value}\n", v.name));
     }
-    let _ = VARS;
     s
+}
+
+/// The value in force of a variable the library rounds, where it differs from `given`
+/// (with why); `None` for the others.
+fn in_force(cfg: &Config, name: &str, given: &str) -> Option<(String, &'static str)> {
+    match name {
+        "COURIER_KEEPALIVE_INTERVAL" => {
+            let d = cfg.keepalive_interval;
+            (courier::base::config::parse_duration(given) != Some(d)).then(|| {
+                (
+                    format!("{}s", d.as_secs()),
+                    "TCP keepalive counts whole seconds",
+                )
+            })
+        }
+        _ => None,
+    }
 }
 
 /// A value as `-c` prints it: trimmed, as it is read; control characters escaped, so that
@@ -639,6 +728,13 @@ fn endpoint(cfg: &Config, a: &InfoArgs) -> CliResult<String> {
                 a.features
             )));
         }
+    }
+    // As ucx_info: e and w only modify the features that make lanes.
+    if !a.features.chars().any(|f| "tmsra".contains(f)) {
+        return Err(CliError::usage(format!(
+            "-u {}: e and w only modify other features; select at least one of t tag, m am, s stream, r rma, a amo",
+            a.features
+        )));
     }
     let has = |f: char| a.features.contains(f);
     let mut s = String::new();
@@ -830,7 +926,7 @@ pub fn main(a: InfoArgs) -> CliResult<()> {
         restrict(&mut cfg, d)?;
     }
     let mut out = String::new();
-    let any = a.version || a.build || a.devices || a.config || a.endpoint;
+    let any = a.version || a.build || a.devices || a.config || a.full || a.endpoint;
     if a.version || a.build {
         out.push_str(&version_line());
         out.push('\n');
@@ -842,11 +938,11 @@ pub fn main(a: InfoArgs) -> CliResult<()> {
             atomic_widths()
         ));
     }
-    if a.config {
-        out.push_str(&config_text(&cfg, a.all || a.full));
+    if a.config || a.full {
+        out.push_str(&config_text(&cfg, a.all || a.full, a.comment_defaults));
     }
     if a.devices {
-        out.push_str(&devices(&cfg));
+        out.push_str(&devices(&cfg, a.transport.as_deref()));
     }
     if a.endpoint {
         out.push_str(&endpoint(&cfg, &a)?);

@@ -428,7 +428,7 @@ fn feature_letters_e_and_w_show_keepalive_and_wakeup_and_others_are_refused() {
         );
     }
     assert!(!out.contains("#   wakeup: "), "{out}");
-    let out = info(&["-e", "-u", "w", "-P", "self"], &[]);
+    let out = info(&["-e", "-u", "tw", "-P", "self"], &[]);
     assert!(out.contains("#   wakeup: self/memory"), "{out}");
     assert!(!out.contains("keepalive"), "{out}");
     let o = courier(&["info", "-e", "-u", ""], &[]);
@@ -525,9 +525,10 @@ fn device_types_and_options_that_need_another() {
     assert!(String::from_utf8_lossy(&o.stderr).contains("-D shm"));
     for args in [
         &["info", "-a"][..],
-        &["info", "-f"],
+        &["info", "-C"],
         &["info", "-u", "t"],
         &["info", "-P", "self"],
+        &["info", "-t", "tcp"],
     ] {
         let o = courier(args, &[]);
         assert_eq!(o.status.code(), Some(2), "{args:?}");
@@ -535,5 +536,154 @@ fn device_types_and_options_that_need_another() {
             String::from_utf8_lossy(&o.stderr).contains("required arguments"),
             "{args:?}"
         );
+    }
+}
+
+/// The lines `NAME=value` of `-c` (commented out or not): name → (value, commented).
+fn config_lines(out: &str) -> Vec<(String, String, bool)> {
+    out.lines()
+        .filter_map(|l| {
+            let (commented, l) = match l.strip_prefix("# ") {
+                Some(rest) => (true, rest),
+                None => (false, l),
+            };
+            let (k, v) = l.split_once('=')?;
+            k.starts_with("COURIER_")
+                .then(|| (k.to_string(), v.to_string(), commented))
+        })
+        .collect()
+}
+
+/// As ucx_info: `-f` alone prints the decorated configuration, `-C` comments out the
+/// variables not set in the environment, and a value the library rounds shows as it is
+/// in force.
+#[test]
+fn f_alone_prints_the_configuration_and_c_comments_out_unset_variables() {
+    let out = info(&["-f"], &[]);
+    let lines = config_lines(&out);
+    for v in courier::base::config::VARS {
+        assert!(
+            lines.iter().any(|(k, _, c)| k == v.name && !c),
+            "{}:\n{out}",
+            v.name
+        );
+        assert!(out.contains(&format!("# {}\n", v.help)), "{}", v.name);
+    }
+    assert!(out.contains("# default:   "), "{out}");
+
+    let env = [("COURIER_TLS", "tcp"), ("COURIER_LOG_LEVEL", "warn")];
+    for args in [&["-c", "-C"][..], &["-cC"], &["-fC"]] {
+        let out = info(args, &env);
+        let lines = config_lines(&out);
+        assert_eq!(lines.len(), courier::base::config::VARS.len(), "{out}");
+        for (k, v, commented) in &lines {
+            let set = env.iter().find(|(n, _)| n == k);
+            // Set (even to the default): in force, not commented; unset: the default.
+            assert_eq!(*commented, set.is_none(), "{args:?} {k}:\n{out}");
+            if let Some((_, val)) = set {
+                assert_eq!(v, val, "{k}");
+            }
+        }
+    }
+
+    // TCP keepalive counts whole seconds: 500ms is 1s in force.
+    let env = [("COURIER_KEEPALIVE_INTERVAL", "500ms")];
+    let out = info(&["-c"], &env);
+    assert!(
+        out.lines().any(|l| l == "COURIER_KEEPALIVE_INTERVAL=1s"),
+        "{out}"
+    );
+    let out = info(&["-f"], &env);
+    assert!(out.contains("# in force:  1s (given: 500ms; "), "{out}");
+    let out = info(
+        &["-c"],
+        &[
+            ("COURIER_KEEPALIVE_INTERVAL", "2s"),
+            ("COURIER_KEEPALIVE_TIMEOUT", "4s"),
+        ],
+    );
+    assert!(
+        out.lines().any(|l| l == "COURIER_KEEPALIVE_INTERVAL=2s"),
+        "{out}"
+    );
+}
+
+/// As ucx_info: `-e` shows a peer in the same process unless `-P` says otherwise, `-u`
+/// needs a feature that makes lanes (e and w only modify them), and an option given twice
+/// takes its last value (getopt's way) instead of failing.
+#[test]
+fn e_defaults_to_a_self_peer_and_options_repeat_as_in_getopt() {
+    let out = info(&["-e", "-u", "t"], &[]);
+    assert!(out.contains("(peer: self, features: t)"), "{out}");
+    assert_eq!(lane0(&out), "self", "{out}");
+    for u in ["e", "w", "ew"] {
+        let o = courier(&["info", "-e", "-u", u], &[]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "-u {u}: {err}");
+        assert!(err.contains("at least one of t tag"), "{err}");
+    }
+    let out = info(
+        &["-e", "-u", "t", "-u", "m", "-P", "inter", "-P", "self"],
+        &[],
+    );
+    assert!(out.contains("(peer: self, features: m)"), "{out}");
+    let once = info(&["-c"], &[]);
+    assert_eq!(info(&["-c", "-c"], &[]), once);
+    assert_eq!(info(&["-cc"], &[]), once);
+}
+
+/// `-t NAME` keeps one transport in `-d` (ucx_info's option); tcp lists each interface once,
+/// with all its addresses, and the short limit `-d` states is where `-e`'s eager short
+/// range ends.
+#[test]
+fn d_t_keeps_one_transport_and_lists_each_device_once() {
+    let out = info(&["-d", "-t", "tcp"], &[]);
+    let blocks = transport_blocks(&out);
+    assert!(!blocks.is_empty(), "{out}");
+    let mut devices = Vec::new();
+    for b in &blocks {
+        assert_eq!(field(b, "Transport"), Some("tcp"), "{out}");
+        let dev = field(b, "Device").unwrap_or("").to_string();
+        assert!(!devices.contains(&dev), "{dev} twice:\n{out}");
+        devices.push(dev);
+    }
+    assert!(
+        !out.contains("Memory domain: memory") && !out.contains("cuda_copy"),
+        "{out}"
+    );
+    let out = info(&["-d", "-t", "self"], &[]);
+    let names: Vec<&str> = transport_blocks(&out)
+        .iter()
+        .filter_map(|b| field(b, "Transport"))
+        .collect();
+    assert_eq!(names, ["self"], "{out}");
+    let o = courier(&["info", "-d", "-t", "ib"], &[]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("possible values"));
+
+    // The loopback interface carries the IPv4 loopback address, which worker addresses use.
+    let lo = blocks
+        .iter()
+        .find(|b| field(b, "Device") == Some("lo"))
+        .unwrap_or_else(|| panic!("no lo:\n{out}"));
+    let addrs = field(lo, "address").unwrap_or("");
+    assert!(addrs.split(", ").any(|a| a == "127.0.0.1"), "{addrs}");
+
+    let short: usize = field(lo, "max short")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no max short:\n{out}"));
+    let e = info(
+        &["-e", "-u", "tm", "-P", "intra"],
+        &[("COURIER_TLS", "tcp")],
+    );
+    let lines: Vec<&str> = e.lines().collect();
+    use courier::wire::Kind;
+    for (op, hdr) in [
+        ("tag_send", Kind::TagEager.header_len()),
+        ("am_send", Kind::Am.header_len()),
+    ] {
+        let r = field(&lines, op).unwrap_or_else(|| panic!("no {op}:\n{e}"));
+        let want = format!("0..<egr/short>..{}..", short + 1 - hdr);
+        assert!(r.starts_with(&want), "{op}: {r}, want {want}");
     }
 }
