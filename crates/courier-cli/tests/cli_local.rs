@@ -119,7 +119,7 @@ fn iov_header_shows_the_total_message_size() {
     let (out, err) = text(&o);
     assert!(o.status.success(), "{out}{err}");
     assert!(
-        out.contains("| Test:         atomic fetch-and-add latency / rate "),
+        out.contains("| Test:         atomic fetch-and-add latency / bandwidth / rate "),
         "{out}"
     );
 }

@@ -527,6 +527,10 @@ pub struct ServeOpts {
     pub cpus: super::CpuPlan,
     /// The client's thread this link serves (0: the first link).
     pub thread: usize,
+    /// Print on stdout, before each test, the box that describes it, as ucx_perftest's
+    /// server does (a lone server: not one started by `-l`, nor with `--announce`, whose
+    /// stdout is read by a program, nor the server threads of a client's other threads).
+    pub boxes: bool,
 }
 
 /// Serve tests until the client says done (or fails). A client running `-T N` asks first
@@ -568,6 +572,7 @@ fn spawn_helpers(
         let o2 = ServeOpts {
             helper: true,
             thread: k,
+            boxes: false,
             ..o.clone()
         };
         let h = std::thread::Builder::new()
@@ -608,6 +613,18 @@ fn spawn_helpers(
         }
     }
     Ok(ports)
+}
+
+/// ucx_perftest's server output for a test it is about to run (`ServeOpts::boxes`): the
+/// box that describes it, closed by a rule; the client prints the results.
+fn print_box(o: &ServeOpts, p: &Params) {
+    if o.boxes {
+        use std::io::Write;
+        let mem = p.mem.map(|k| k.name().to_string());
+        let mut out = std::io::stdout().lock();
+        let _ = out.write_all(super::report::server_box(p, &mem).as_bytes());
+        let _ = out.flush();
+    }
 }
 
 /// The most threads a client may run (and a server answer).
@@ -729,6 +746,7 @@ fn serve_link(
                 }
             };
             let ack = format!("ok {}", side.ack_json()?);
+            print_box(o, &p);
             link.send_ctrl(TAG_ACK, ack.as_bytes())?;
             let t0 = Instant::now();
             rma::run_server(link, &p, side)?;
@@ -756,6 +774,7 @@ fn serve_link(
                 continue;
             }
         };
+        print_box(o, &p);
         link.send_ctrl(TAG_ACK, b"ok")?;
         let t0 = Instant::now();
         let before = link.worker.rndv_copies().unwrap_or_default();
@@ -1719,6 +1738,7 @@ mod tests {
                     helper: false,
                     cpus: Default::default(),
                     thread: 0,
+                    boxes: false,
                 },
             )
         });

@@ -24,8 +24,16 @@ use params::{MemKind, Params, TestKind};
 use report::{Meter, Output, Row, Watch};
 
 /// Options of `courier perf` (ucx_perftest's, plus a few of Courier's own).
+///
+/// As in ucx_perftest (getopt), an option given twice takes its last value, so that a
+/// script can append to a command line; a negative number is an option's value (refused
+/// by the option's own check, which says why), not an unknown option.
 #[derive(clap::Args, Debug, Clone)]
-#[command(disable_version_flag = true)]
+#[command(
+    disable_version_flag = true,
+    args_override_self = true,
+    allow_negative_numbers = true
+)]
 pub struct PerfArgs {
     /// Server to connect to; without it, wait for a client (server mode)
     pub host: Option<String>,
@@ -48,7 +56,7 @@ pub struct PerfArgs {
     #[arg(short = 'w', long = "warmup", default_value = "10000")]
     pub warmup: String,
     /// Outstanding operations (default 32 for tag_bw, tag_sync_bw, ucp_am_bw, ucp_put_bw,
-    /// put_signal_bw; 1 otherwise)
+    /// put_signal_bw; 1 otherwise); 0, as in ucx_perftest, is the default
     #[arg(short = 'O', long = "outstanding")]
     pub outstanding: Option<String>,
     /// Memory types SEND[,RECV] of the message buffers: host, nic (on-NIC memory, host
@@ -128,7 +136,8 @@ pub struct PerfArgs {
     /// Server: print what it runs
     #[arg(long)]
     pub verbose: bool,
-    /// Server: print "PORT <n>" on stdout once listening (used by --local)
+    /// Server: print "PORT <n>" on stdout once listening, and nothing else there (used by
+    /// --local, which reads it; "Waiting for connection..." goes to stderr)
     #[arg(long, hide = true)]
     pub announce: bool,
     /// Server: run on these CPUs (before -c pins it; used by --local to undo the
@@ -429,17 +438,27 @@ fn params_from_args(a: &PerfArgs) -> CliResult<Params> {
             a.size
         )));
     }
-    let window = match &a.outstanding {
-        Some(o) => params::parse_count("-O", o)? as usize,
-        None => test.default_window(),
+    // As in ucx_perftest, `-O 0` (its default value) is the test's default window.
+    let window = match a
+        .outstanding
+        .as_deref()
+        .map(|o| params::parse_count("-O", o))
+    {
+        Some(Err(e)) => return Err(e),
+        Some(Ok(0)) | None => test.default_window(),
+        Some(Ok(n)) => usize::try_from(n)
+            .map_err(|_| CliError::usage(format!("-O {n}: more than this machine can address")))?,
     };
-    if window == 0 {
-        return Err(CliError::usage("-O 0: the window must be at least 1"));
+    let iters = params::parse_count("-n", &a.iters)?;
+    if iters == 0 {
+        return Err(CliError::usage(
+            "-n 0: at least 1 iteration (with none there is nothing to measure)",
+        ));
     }
     let p = Params {
         test,
         sizes,
-        iters: params::parse_count("-n", &a.iters)?,
+        iters,
         warmup: params::parse_count("-w", &a.warmup)?,
         window,
         check: a.check,
@@ -575,6 +594,8 @@ pub fn spawn_server_thread(
                         helper: false,
                         cpus: s2.server_cpus(),
                         thread: 0,
+                        // The client in this process prints the box.
+                        boxes: false,
                     },
                 )
             })();
@@ -666,6 +687,10 @@ pub fn main(a: PerfArgs) -> CliResult<()> {
             }
             s.pin_client()?;
             let worker = make_worker(s.mode, None)?;
+            // As ucx_perftest's server, on stdout: "Waiting for connection...", then
+            // "Accepted connection from ADDR" and, before each test, the box that
+            // describes it. With --announce stdout is read by a program (--local): it
+            // carries the port alone, and the banner goes to stderr.
             let announce = a.announce;
             let link = engine::accept(
                 &worker,
@@ -673,13 +698,21 @@ pub fn main(a: PerfArgs) -> CliResult<()> {
                 s.peer_timeout,
                 None,
                 move |port| {
-                    eprintln!("Waiting for connection...");
+                    let mut out = std::io::stdout().lock();
                     if announce {
-                        println!("PORT {port}");
-                        let _ = std::io::stdout().flush();
+                        eprintln!("Waiting for connection...");
+                        let _ = writeln!(out, "PORT {port}");
+                    } else {
+                        let _ = writeln!(out, "Waiting for connection...");
                     }
+                    let _ = out.flush();
                 },
             )?;
+            if !announce {
+                let mut out = std::io::stdout().lock();
+                let _ = writeln!(out, "Accepted connection from {}", link.peer);
+                let _ = out.flush();
+            }
             engine::serve(
                 link,
                 &engine::ServeOpts {
@@ -690,6 +723,7 @@ pub fn main(a: PerfArgs) -> CliResult<()> {
                     helper: false,
                     cpus: s.client_cpus(),
                     thread: 0,
+                    boxes: !announce,
                 },
             )
         }

@@ -110,13 +110,36 @@ impl TestKind {
             TestKind::PutBw => "put bandwidth",
             TestKind::Get => "get latency / bandwidth / message rate",
             TestKind::Add => "atomic add bandwidth / message rate",
-            TestKind::Fadd => "atomic fetch-and-add latency / rate",
-            TestKind::Swap => "atomic swap latency / rate",
-            TestKind::Cswap => "atomic compare-and-swap latency / rate",
+            TestKind::Fadd => "atomic fetch-and-add latency / bandwidth / rate",
+            TestKind::Swap => "atomic swap latency / bandwidth / rate",
+            TestKind::Cswap => "atomic compare-and-swap latency / bandwidth / rate",
             TestKind::PutSignalLat => "put with signal latency",
             TestKind::PutSignalBw => "put with signal bandwidth / message rate",
             TestKind::PutFlushSignalLat => "put + flush + atomic signal latency",
         }
+    }
+
+    /// What the table's first column group measures, as ucx_perftest names it: "latency"
+    /// for the ping-pongs and the operations that wait for their reply (`ucp_get`, the
+    /// fetching atomics), "overhead" (the sender's time per operation) for the streams.
+    pub fn lat_label(self) -> &'static str {
+        match self {
+            TestKind::TagBw
+            | TestKind::TagSyncBw
+            | TestKind::AmBw
+            | TestKind::StreamBw
+            | TestKind::TagBibw
+            | TestKind::PutBw
+            | TestKind::Add
+            | TestKind::PutSignalBw => "overhead",
+            _ => "latency",
+        }
+    }
+
+    /// Whether ucx_perftest's header box has an "AM header size" row (the active-message
+    /// tests; Courier's carry no user header, so it is 0).
+    pub fn is_am(self) -> bool {
+        matches!(self, TestKind::AmLat | TestKind::AmBw)
     }
 
     /// Parse a test name.

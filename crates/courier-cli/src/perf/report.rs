@@ -70,16 +70,33 @@ pub fn mem_label(kind: MemKind, actual: Option<courier::MemoryType>) -> String {
 }
 
 /// The header box and the column headers, as ucx_perftest prints them; `mem` are the
-/// Send memory and Recv memory rows.
+/// Send memory and Recv memory rows. With `-f` (`FinalOnly`) the column headers are
+/// those of the table, the first column named "Test" instead of "Stage", so that the one
+/// row under them keeps the table's column positions.
 pub fn header(p: &Params, percentile: f64, out: Output, mem: &[String; 2]) -> String {
+    match out {
+        Output::Json | Output::Silent => String::new(),
+        Output::Csv | Output::CsvFinal => csv_header(percentile, false),
+        Output::Table | Output::FinalOnly => {
+            let mut s = test_box(p, mem);
+            s.push_str(&column_header(p.test, percentile, out == Output::FinalOnly));
+            s
+        }
+    }
+}
+
+/// What ucx_perftest's server prints for each test: the box that describes it, closed by
+/// a rule (its client prints the results).
+pub fn server_box(p: &Params, mem: &[String; 2]) -> String {
+    let mut s = test_box(p, mem);
+    s.push_str(&format!("+{}+\n", "-".repeat(106)));
+    s
+}
+
+/// The box that describes the test, without a rule under it (the column headers or the
+/// server's closing rule follow).
+fn test_box(p: &Params, mem: &[String; 2]) -> String {
     let mut s = String::new();
-    if matches!(out, Output::Json | Output::Silent) {
-        return s;
-    }
-    if matches!(out, Output::Csv | Output::CsvFinal) {
-        return csv_header(percentile, false);
-    }
-    let pct = pct_label(percentile);
     let line = |k: &str, v: &str| format!("| {k:<14}{v:<90} |\n");
     s.push_str(&format!("+{}+\n", "-".repeat(106)));
     s.push_str(&line("API:", "protocol layer"));
@@ -91,16 +108,32 @@ pub fn header(p: &Params, percentile: f64, out: Output, mem: &[String; 2]) -> St
     s.push_str(&line("Send memory:", &mem[0]));
     s.push_str(&line("Recv memory:", &mem[1]));
     s.push_str(&line("Message size:", &p.msg_size().to_string()));
-    if out == Output::FinalOnly {
-        s.push_str(&format!("+{}+\n", "-".repeat(106)));
-        return s;
+    if p.test.is_am() {
+        // ucx_perftest 1.13.1 prints this row 16 characters short of the box; here it is
+        // as wide as the others.
+        s.push_str(&format!("| {:<104} |\n", "AM header size: 0"));
     }
+    s
+}
+
+/// The column headers of the table: "latency" or "overhead" per the test, and the first
+/// column "Stage" (rows while running) or "Test" (`-f`: one row).
+fn column_header(test: TestKind, percentile: f64, final_only: bool) -> String {
+    let pct = pct_label(percentile);
+    let mut s = String::new();
     s.push_str(GROUP_RULE);
     s.push('\n');
-    s.push_str("|              |              |        latency (usec)        |   bandwidth (MB/s)  |  message rate (msg/s) |\n");
+    s.push_str(&format!(
+        "|              |              |       {:>8} (usec)        |   bandwidth (MB/s)  |  message rate (msg/s) |\n",
+        test.lat_label()
+    ));
     s.push_str(RULE);
     s.push('\n');
-    s.push_str(&format!("|    Stage     | # iterations |{:^10}| average | overall |  average |  overall |  average  |  overall  |\n", format!("{pct}%ile")));
+    s.push_str(&format!(
+        "|    {:>5}     | # iterations |{:^10}| average | overall |  average |  overall |  average  |  overall  |\n",
+        if final_only { "Test" } else { "Stage" },
+        format!("{pct}%ile")
+    ));
     s.push_str(RULE);
     s.push('\n');
     s
@@ -173,10 +206,9 @@ pub fn format_row(label: Option<&str>, r: &Row, out: Output, thousands: bool) ->
                 group(r.mr_avg, thousands),
                 group(r.mr_overall, thousands)
             );
-            match label {
-                Some(l) => format!("{l:<14}{nums}\n"),
-                None => format!("{}\n", nums.trim_start()),
-            }
+            // Without a label (`-f`) the label's columns stay, blank: the numbers sit
+            // under the column headers, where ucx_perftest puts them.
+            format!("{:<14}{nums}\n", label.unwrap_or(""))
         }
     }
 }
@@ -212,7 +244,7 @@ impl Aggregate {
 
 /// The final row of a `-T` run as ucx_perftest prints it for several threads: four
 /// numbers (iterations, latency, bandwidth, message rate), labelled `Final:` in the table,
-/// bare with `-f`. In CSV (`-v`) it has the columns of the thread rows (`csv_header` with
+/// the label's columns blank with `-f`. In CSV (`-v`) it has the columns of the thread rows (`csv_header` with
 /// threads): `final` in the thread column, the four numbers in the iterations and
 /// "overall" columns, and the columns that have no meaning across threads (percentile,
 /// averages) empty.
@@ -230,11 +262,8 @@ pub fn format_aggregate(a: &Aggregate, out: Output, thousands: bool) -> String {
                 a.bw_overall,
                 group(a.mr_overall, thousands)
             );
-            if out == Output::Table {
-                format!("{:<10}{nums}\n", "Final:")
-            } else {
-                format!("{}\n", nums.trim_start())
-            }
+            let label = if out == Output::Table { "Final:" } else { "" };
+            format!("{label:<10}{nums}\n")
         }
         Output::Json | Output::Silent => String::new(),
     }
@@ -546,9 +575,13 @@ mod tests {
             false,
         );
         assert_eq!(t.find("1000"), r.find("1000"));
+        // With -f the label's columns stay, blank (ucx_perftest's "%10s" of no name).
         assert_eq!(
             format_aggregate(&a, Output::FinalOnly, true),
-            format!("1,000 {:>29} {:>22} {:>23}\n", "3.000", "40.00", "400,000")
+            format!(
+                "{:10}{:>18} {:>29} {:>22} {:>23}\n",
+                "", "1,000", "3.000", "40.00", "400,000"
+            )
         );
         assert_eq!(
             format_aggregate(&a, Output::CsvFinal, false),
@@ -587,17 +620,80 @@ mod tests {
         assert_eq!(cols(&row), cols(&csv_header(50.0, false)));
     }
 
+    /// The protocol-layer atomics as ucx_perftest 1.13.1 describes them in the box (its
+    /// help's shorter "latency / rate" is that of the transport-layer tests).
     #[test]
     fn atomic_descriptions_read_like_ucx_perftest() {
         assert_eq!(
             TestKind::Fadd.description(),
-            "atomic fetch-and-add latency / rate"
+            "atomic fetch-and-add latency / bandwidth / rate"
         );
-        assert_eq!(TestKind::Swap.description(), "atomic swap latency / rate");
+        assert_eq!(
+            TestKind::Swap.description(),
+            "atomic swap latency / bandwidth / rate"
+        );
         assert_eq!(
             TestKind::Cswap.description(),
-            "atomic compare-and-swap latency / rate"
+            "atomic compare-and-swap latency / bandwidth / rate"
         );
+    }
+
+    /// Streaming tests head their first column group "overhead", the others "latency";
+    /// the active-message tests have an "AM header size" row; `-f` keeps the column
+    /// headers (first column "Test") and puts its one row under them; the server's box is
+    /// closed by a rule.
+    #[test]
+    fn column_headers_per_test_and_output() {
+        let mut p = params();
+        for (t, label) in [
+            (TestKind::TagLat, "latency"),
+            (TestKind::TagBw, "overhead"),
+            (TestKind::TagSyncBw, "overhead"),
+            (TestKind::AmBw, "overhead"),
+            (TestKind::StreamBw, "overhead"),
+            (TestKind::PutBw, "overhead"),
+            (TestKind::Add, "overhead"),
+            (TestKind::Get, "latency"),
+            (TestKind::Fadd, "latency"),
+            (TestKind::StreamLat, "latency"),
+        ] {
+            p.test = t;
+            let h = header(&p, 50.0, Output::Table, &host2());
+            let want = format!("|       {label:>8} (usec)        |");
+            assert!(h.contains(&want), "{t:?}: {h}");
+            assert!(h.lines().all(|l| l.len() == 108), "{h}");
+            assert_eq!(h.contains("| AM header size: 0 "), t.is_am(), "{h}");
+        }
+        p.test = TestKind::AmLat;
+        let h = header(&p, 50.0, Output::FinalOnly, &host2());
+        let lines: Vec<&str> = h.lines().collect();
+        assert_eq!(lines.len(), 13, "{h}");
+        assert!(lines.iter().all(|l| l.len() == 108), "{h}");
+        assert_eq!(lines[7], format!("| AM header size: 0{} |", " ".repeat(87)));
+        assert_eq!(lines[8], GROUP_RULE);
+        assert!(
+            lines[11].starts_with("|     Test     | # iterations |"),
+            "{h}"
+        );
+        assert!(
+            header(&p, 50.0, Output::Table, &host2()).contains("|    Stage     | # iterations |")
+        );
+        let b = server_box(&p, &host2());
+        assert!(b.starts_with(&h[..h.find(GROUP_RULE).unwrap_or(0)]), "{b}");
+        assert_eq!(
+            b.lines().last(),
+            Some(format!("+{}+", "-".repeat(106)).as_str())
+        );
+        // The -f row: where the table's Final row has its numbers.
+        let r = Row {
+            iters: 20000,
+            lat_pct: 0.04,
+            ..Row::default()
+        };
+        let f = format_row(None, &r, Output::FinalOnly, false);
+        let t = format_row(Some("Final:"), &r, Output::Table, false);
+        assert_eq!(f, t.replacen("Final:", "      ", 1));
+        assert_eq!(&f[..28], "                       20000");
     }
 
     #[test]
