@@ -1073,7 +1073,7 @@ fn send<'a>(link: &Link, m: Outgoing<'a, '_>) -> CliResult<Request<'a>> {
         am_id,
     } = m;
     let r = match kind {
-        TestKind::TagLat | TestKind::TagBw | TestKind::TagBibw => {
+        TestKind::TagLat | TestKind::TagBw | TestKind::TagBibw | TestKind::TagWinBw => {
             if iov.len() > 1 {
                 link.ep.tag_send_iov(iov, tag)
             } else {
@@ -1509,14 +1509,19 @@ pub fn run_client(
             b.keep.set(in_flight);
             row
         }
-        TestKind::TagBibw => {
+        TestKind::TagBibw | TestKind::TagWinBw => {
+            let mut sends: Vec<Request<'_>> = try_vec(p.window.max(1), || buffers_what(p))?;
             let mut t = Instant::now();
             for i in 0..total {
                 if i == warm {
                     t = Instant::now();
                     meter.begin(t);
                 }
-                bibw_round(link, p, data, &iov, rbase, TAG_PING, TAG_PONG)?;
+                if p.test == TestKind::TagWinBw {
+                    win_round_send(link, p, data, &iov, &mut sends)?;
+                } else {
+                    bibw_round(link, p, data, &iov, rbase, TAG_PING, TAG_PONG)?;
+                }
                 let now = Instant::now();
                 if i >= warm {
                     meter.record(now, t);
@@ -1561,6 +1566,59 @@ fn bibw_round(
         link.wait(r)?;
     }
     Ok(())
+}
+
+/// The bytes of the receiver's ack that ends each window of `tag_win_bw` (osu_bw's size).
+const WIN_ACK_LEN: usize = 4;
+
+/// The sender's window of `tag_win_bw`, as osu_bw's: `w` sends started at once, waited for
+/// together, then the receiver's ack. `sends` is scratch room for the requests (kept across
+/// windows, so that a window allocates nothing).
+fn win_round_send<'a>(
+    link: &Link,
+    p: &Params,
+    data: &'a [u8],
+    iov: &[&'a [u8]],
+    sends: &mut Vec<Request<'a>>,
+) -> CliResult<()> {
+    sends.clear();
+    for _ in 0..p.window.max(1) {
+        sends.push(send(
+            link,
+            Outgoing::new(TestKind::TagWinBw, data, iov).tag(TAG_PING),
+        )?);
+    }
+    for r in sends.iter_mut() {
+        link.wait(r)?;
+    }
+    sends.clear();
+    let mut ack = [0u8; WIN_ACK_LEN];
+    link.recv_ctrl(TAG_PONG, &mut ack)?;
+    Ok(())
+}
+
+/// The receiver's window of `tag_win_bw`, as osu_bw's: `w` receives posted at once (one
+/// slot each), waited for together and checked, then the ack.
+fn win_round_recv(link: &Link, p: &Params, rbase: *mut u8) -> CliResult<()> {
+    let w = p.window.max(1);
+    let size = p.msg_size();
+    let mut recvs: Vec<Request<'_>> = try_vec(w, || buffers_what(p))?;
+    for k in 0..w {
+        // SAFETY: slot k of the receive buffers (a window of slots), one request per
+        // slot, all dropped before this function returns.
+        let rb = unsafe { slot(rbase, k, size) };
+        if p.check {
+            rb.fill(0);
+        }
+        recvs.push(link.check(link.worker.tag_recv(rb, TAG_PING, u64::MAX))?);
+    }
+    for (k, r) in recvs.iter_mut().enumerate() {
+        let info = link.wait(r)?;
+        // SAFETY: as above; this slot's receive finished and nothing else reads it.
+        check_tag(link, p, unsafe { slot(rbase, k, size) }, &info)?;
+    }
+    drop(recvs);
+    link.send_ctrl(TAG_PONG, &[0u8; WIN_ACK_LEN])
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1698,6 +1756,11 @@ fn run_server(link: &Link, p: &Params, b: &Buffers, am: Option<Arc<AmState>>) ->
         TestKind::TagBibw => {
             for _ in 0..total {
                 bibw_round(link, p, data, &iov, rbase, TAG_PONG, TAG_PING)?;
+            }
+        }
+        TestKind::TagWinBw => {
+            for _ in 0..total {
+                win_round_recv(link, p, rbase)?;
             }
         }
         t => {

@@ -170,6 +170,24 @@ impl Drop for ChildServer {
     }
 }
 
+/// The transports of the suite that COURIER_TLS allows (both without it), in the suite's
+/// order; refused when it allows neither (`self` alone connects no two processes).
+pub(super) fn two_process_transports() -> CliResult<Vec<&'static str>> {
+    let cfg = courier::Config::from_env().map_err(CliError::from)?;
+    let allowed: Vec<&'static str> = ["shm", "tcp"]
+        .into_iter()
+        .filter(|t| cfg.tls.allows(t))
+        .collect();
+    if allowed.is_empty() {
+        return Err(CliError::usage(format!(
+            "COURIER_TLS={}: --local and --sweep run client and server in two processes, which \
+             only shm or tcp connect (self connects endpoints within one process)",
+            cfg.tls.spec
+        )));
+    }
+    Ok(allowed)
+}
+
 /// A message size for people: 8 B, 64 KiB, 1 MiB.
 pub fn human_size(n: usize) -> String {
     if n >= 1 << 20 && n.is_multiple_of(1 << 20) {
@@ -367,6 +385,15 @@ fn plan(a: &PerfArgs) -> CliResult<Vec<Case>> {
         if let Some(w) = warmup {
             c.warmup = w;
         }
+        if c.iters.checked_add(c.warmup).is_none() {
+            return Err(CliError::usage(format!(
+                "-n {} -w {}: {}'s iterations plus warm-up exceed {}",
+                c.iters,
+                c.warmup,
+                c.test.name(),
+                u64::MAX
+            )));
+        }
     }
     Ok(cases)
 }
@@ -376,6 +403,9 @@ struct Outcome {
     used: Option<&'static str>,
     case: usize,
     result: Result<Row, String>,
+    /// The row failed because its transport is not usable here (probed before the run),
+    /// not because its run failed.
+    skipped: bool,
 }
 
 fn line(tls: &str, c: &Case, r: &Row, thousands: bool) -> String {
@@ -420,6 +450,7 @@ fn error_json(tls: &str, c: &Case, msg: &str) -> serde_json::Value {
 /// Run the suite.
 pub fn run(a: &PerfArgs, s: &Settings) -> CliResult<()> {
     let cases = plan(a)?;
+    let transports = two_process_transports()?;
     let out = Out {
         json: s.out == Output::Json,
         tty: s.out != Output::Json && std::io::stdout().is_terminal(),
@@ -447,7 +478,14 @@ pub fn run(a: &PerfArgs, s: &Settings) -> CliResult<()> {
             );
         }
     }
-    for tls in ["shm", "tcp"] {
+    if transports.len() == 1 {
+        out.say(&format!(
+            "only {}: COURIER_TLS={} excludes the other transport",
+            transports[0],
+            std::env::var("COURIER_TLS").unwrap_or_default()
+        ));
+    }
+    for tls in transports {
         let probe = courier::Config::from_env_with(&[("COURIER_TLS", tls)])
             .map_err(CliError::from)
             .and_then(|cfg| {
@@ -468,6 +506,7 @@ pub fn run(a: &PerfArgs, s: &Settings) -> CliResult<()> {
                     used: None,
                     case: i,
                     result: Err(e.msg.clone()),
+                    skipped: true,
                 });
             }
             out.say(&format!("{tls:<4} skipped: {}", e.msg));
@@ -516,6 +555,7 @@ pub fn run(a: &PerfArgs, s: &Settings) -> CliResult<()> {
                             used: None,
                             case: i,
                             result: Err(e.msg),
+                            skipped: false,
                         });
                         continue;
                     }
@@ -568,6 +608,7 @@ pub fn run(a: &PerfArgs, s: &Settings) -> CliResult<()> {
                         used,
                         case: i,
                         result: Ok(row),
+                        skipped: false,
                     });
                 }
                 Err(e) => {
@@ -590,6 +631,7 @@ pub fn run(a: &PerfArgs, s: &Settings) -> CliResult<()> {
                         used,
                         case: i,
                         result: Err(msg),
+                        skipped: false,
                     });
                     session = None;
                 }
@@ -609,6 +651,18 @@ pub fn run(a: &PerfArgs, s: &Settings) -> CliResult<()> {
     }
     if outcomes.iter().all(|o| o.result.is_err()) {
         return Err(CliError::run("every test failed"));
+    }
+    // A transport this machine lacks is a note; a test that failed on one it has (a server
+    // that died, a check that failed) fails the run, so that a script sees it.
+    let failed = outcomes
+        .iter()
+        .filter(|o| o.result.is_err() && !o.skipped)
+        .count();
+    if failed > 0 {
+        return Err(CliError::run(format!(
+            "{failed} of {} tests failed (see the rows marked error)",
+            outcomes.iter().filter(|o| !o.skipped).count()
+        )));
     }
     Ok(())
 }
@@ -783,6 +837,14 @@ mod tests {
             (&["--local", "-t", "tag_lat,"], "separated by commas"),
             (&["--local", "-n", "0"], "at least one iteration"),
             (&["--local", "-n", "many"], "-n \"many\""),
+            (
+                &["--local", "-n", "18446744073709551615", "-w", "1"],
+                "iterations plus warm-up exceed",
+            ),
+            (
+                &["--local", "-n", "18446744073709551615", "-t", "tag_lat"],
+                "iterations plus warm-up exceed",
+            ),
         ] {
             let e = plan(&args(v)).unwrap_err();
             assert_eq!(e.code, 2, "{v:?}");

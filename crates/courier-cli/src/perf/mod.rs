@@ -43,7 +43,8 @@ pub struct PerfArgs {
     /// Test: tag_lat, tag_bw, tag_sync_lat, tag_sync_bw, ucp_am_lat, ucp_am_bw, stream_lat,
     /// stream_bw, ucp_put_lat, ucp_put_bw, ucp_get, ucp_add, ucp_fadd, ucp_swap, ucp_cswap,
     /// put_signal_lat, put_signal_bw, put_flush_signal_lat. With --local: a comma list
-    /// of the suite's tests to run
+    /// of the suite's tests to run; with --sweep, of OSU benchmarks (osu_latency, osu_bw,
+    /// osu_bibw, osu_mbw_mr)
     #[arg(short = 't', long = "test")]
     pub test: Option<String>,
     /// Message size; a comma list is the IOV of one message (k, m suffixes)
@@ -111,17 +112,19 @@ pub struct PerfArgs {
     /// Verify message contents on the receiver
     #[arg(long)]
     pub check: bool,
-    /// Run the standard suite with both processes started here, on each transport
-    /// (honours -t, -n, -w, -c, -M, -R, -N, --json and --check)
+    /// Run the standard suite with both processes started here, on each transport that
+    /// COURIER_TLS allows (honours -t, -n, -w, -c, -M, -R, -N, --json and --check); exits 1
+    /// when a test failed on a transport this machine has
     #[arg(long)]
     pub local: bool,
-    /// OSU-style sweeps over message sizes 1 B .. 16 MiB
+    /// OSU-style sweeps over message sizes 1 B .. 16 MiB: osu_latency, osu_bw, osu_bibw
+    /// and (with --local) osu_mbw_mr, in OSU's output shape; -t picks some (a comma list)
     #[arg(long)]
     pub sweep: bool,
-    /// Largest message size of --sweep
+    /// Largest message size of --sweep (the sizes are the powers of 2 up to it; at most 1g)
     #[arg(long, default_value = "16m")]
     pub max_size: String,
-    /// Pairs for the --sweep multi-pair message rate (with --local)
+    /// Pairs for the --sweep multi-pair message rate (with --local; 1 to 64)
     #[arg(long, default_value_t = 2)]
     pub pairs: usize,
     /// --sweep: a tenth of the iterations (for tests)
@@ -246,6 +249,13 @@ impl Settings {
             return Err(CliError::usage(
                 "--pairs 0: the multi-pair test of --sweep needs at least 1 pair",
             ));
+        }
+        if a.pairs > sweep::MAX_PAIRS {
+            return Err(CliError::usage(format!(
+                "--pairs {}: at most {} pairs (each is a server process and a client thread)",
+                a.pairs,
+                sweep::MAX_PAIRS
+            )));
         }
         if a.json && (a.csv || a.final_only) {
             let other = if a.csv { "-v" } else { "-f" };

@@ -23,6 +23,9 @@ pub enum TestKind {
     StreamBw,
     /// Both sides stream tag messages at once (for `--sweep`).
     TagBibw,
+    /// Tag messages in windows, each window ended by the receiver's ack: osu_bw's
+    /// pattern (for `--sweep`), where `tag_bw` keeps a window in flight without one.
+    TagWinBw,
     /// Put ping-pong: each side puts into the other's memory and polls its own.
     PutLat,
     /// Puts with a window into the server's memory.
@@ -46,7 +49,7 @@ pub enum TestKind {
 }
 
 /// Every test, for help and errors.
-pub const ALL_TESTS: [TestKind; 19] = [
+pub const ALL_TESTS: [TestKind; 20] = [
     TestKind::TagLat,
     TestKind::TagBw,
     TestKind::TagSyncLat,
@@ -56,6 +59,7 @@ pub const ALL_TESTS: [TestKind; 19] = [
     TestKind::StreamLat,
     TestKind::StreamBw,
     TestKind::TagBibw,
+    TestKind::TagWinBw,
     TestKind::PutLat,
     TestKind::PutBw,
     TestKind::Get,
@@ -81,6 +85,7 @@ impl TestKind {
             TestKind::StreamLat => "stream_lat",
             TestKind::StreamBw => "stream_bw",
             TestKind::TagBibw => "tag_bibw",
+            TestKind::TagWinBw => "tag_win_bw",
             TestKind::PutLat => "ucp_put_lat",
             TestKind::PutBw => "ucp_put_bw",
             TestKind::Get => "ucp_get",
@@ -106,6 +111,7 @@ impl TestKind {
             TestKind::StreamLat => "stream latency",
             TestKind::StreamBw => "stream bandwidth",
             TestKind::TagBibw => "tag match bi-directional bandwidth",
+            TestKind::TagWinBw => "tag match bandwidth, an ack per window",
             TestKind::PutLat => "put latency",
             TestKind::PutBw => "put bandwidth",
             TestKind::Get => "get latency / bandwidth / message rate",
@@ -129,6 +135,7 @@ impl TestKind {
             | TestKind::AmBw
             | TestKind::StreamBw
             | TestKind::TagBibw
+            | TestKind::TagWinBw
             | TestKind::PutBw
             | TestKind::Add
             | TestKind::PutSignalBw => "overhead",
@@ -201,7 +208,7 @@ impl TestKind {
             | TestKind::AmBw
             | TestKind::PutBw
             | TestKind::PutSignalBw => 32,
-            TestKind::TagBibw => 64,
+            TestKind::TagBibw | TestKind::TagWinBw => 64,
             _ => 1,
         }
     }

@@ -331,6 +331,7 @@ impl<'w> Meter<'w> {
         let (lat_div, msgs_per_iter) = match p.test {
             t if t.is_pingpong() => (2.0, 2.0),
             TestKind::TagBibw => (p.window as f64 * 2.0, p.window as f64 * 2.0),
+            TestKind::TagWinBw => (p.window as f64, p.window as f64),
             _ => (1.0, 1.0),
         };
         let now = Instant::now();

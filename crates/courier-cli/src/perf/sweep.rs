@@ -1,4 +1,12 @@
 //! `courier perf --sweep`: OSU-style sweeps over message sizes (powers of two).
+//!
+//! Each section measures what its OSU namesake does: `osu_latency` (one-way latency of
+//! ping-pongs, one message at a time), `osu_bw` (a window of messages, then one ack from
+//! the receiver per window), `osu_bibw` (windows both ways at once) and `osu_mbw_mr`
+//! (`--pairs` pairs running `osu_bw`'s windows at once). The output has OSU's shape:
+//! comment lines start with `#`, each row is the size and its numbers separated by white
+//! space, and a blank line separates two sections (`-t` picks sections; one section alone
+//! is exactly what a script written for its OSU namesake reads).
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Barrier, mpsc};
@@ -11,6 +19,61 @@ use super::report::{Output, Row};
 use super::{PerfArgs, Settings, make_worker, run_test};
 use crate::error::{CliError, CliResult};
 
+/// The most pairs of `--pairs`: each is a server process and a client thread here.
+pub const MAX_PAIRS: usize = 64;
+
+/// The largest `--max-size`: the counts of a point shrink with its size down to a floor
+/// (16 messages), so bigger messages would make a sweep that runs for hours, and each
+/// side maps a window of them.
+const MAX_SWEEP_SIZE: usize = 1 << 30;
+
+/// A section of the sweep, named after the OSU benchmark it stands for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Section {
+    Latency,
+    Bw,
+    Bibw,
+    MbwMr,
+}
+
+const SECTIONS: [Section; 4] = [Section::Latency, Section::Bw, Section::Bibw, Section::MbwMr];
+
+impl Section {
+    /// The OSU benchmark's name (`-t` takes it with or without `osu_`).
+    fn osu_name(self) -> &'static str {
+        match self {
+            Section::Latency => "osu_latency",
+            Section::Bw => "osu_bw",
+            Section::Bibw => "osu_bibw",
+            Section::MbwMr => "osu_mbw_mr",
+        }
+    }
+
+    fn parse(name: &str) -> Option<Section> {
+        SECTIONS
+            .into_iter()
+            .find(|s| s.osu_name() == name || s.osu_name().strip_prefix("osu_") == Some(name))
+    }
+
+    /// The test each point runs, the section's title and its column header.
+    fn test(self) -> (TestKind, &'static str, &'static str) {
+        match self {
+            Section::Latency => (TestKind::TagLat, "Latency Test", "Latency (us)"),
+            Section::Bw => (TestKind::TagWinBw, "Bandwidth Test", "Bandwidth (MB/s)"),
+            Section::Bibw => (
+                TestKind::TagBibw,
+                "Bi-Directional Bandwidth Test",
+                "Bandwidth (MB/s)",
+            ),
+            Section::MbwMr => (
+                TestKind::TagWinBw,
+                "Multiple Bandwidth / Message Rate Test",
+                "MB/s",
+            ),
+        }
+    }
+}
+
 fn sizes(max: usize) -> Vec<usize> {
     let mut v = Vec::new();
     let mut s = 1usize;
@@ -21,7 +84,7 @@ fn sizes(max: usize) -> Vec<usize> {
     v
 }
 
-/// Outstanding messages of the bandwidth tests: 64, as in OSU, up to 1 MiB; above, as
+/// Messages of a window of the bandwidth tests: 64, as in OSU, up to 1 MiB; above, as
 /// many as make 64 MiB in flight (at least 2): 4 at 16 MiB.
 fn window(size: usize) -> usize {
     ((64usize << 20) / size.max(1)).clamp(2, 64)
@@ -67,10 +130,18 @@ fn bw_msgs(size: usize) -> (u64, u64) {
     (n, (n / 10).max(4))
 }
 
-/// Messages of each pair at one point of the multi-pair test: a quarter of the bandwidth
-/// sweep's, at least 8.
-fn mbw_msgs(size: usize, quick: bool) -> u64 {
-    (params(TestKind::TagBw, size, quick).iters / 4).max(8)
+/// Bandwidth sweep point in windows (osu_bw's loop): (windows, warm-up windows), the
+/// messages of `bw_msgs` (at least 2 windows).
+fn bw_rounds(size: usize) -> (u64, u64) {
+    let w = window(size) as u64;
+    let (n, warm) = bw_msgs(size);
+    ((n / w).max(2), (warm / w).max(1))
+}
+
+/// Windows of each pair at one point of the multi-pair test: a quarter of the bandwidth
+/// sweep's, at least 2.
+fn mbw_rounds(size: usize, quick: bool) -> u64 {
+    (params(TestKind::TagWinBw, size, quick).iters / 4).max(2)
 }
 
 fn bibw_rounds(size: usize) -> (u64, u64) {
@@ -82,6 +153,7 @@ fn params(test: TestKind, size: usize, quick: bool) -> Params {
     let ((iters, warmup), window) = match test {
         TestKind::TagLat => (lat_iters(size), 1),
         TestKind::TagBibw => (bibw_rounds(size), window(size)),
+        TestKind::TagWinBw => (bw_rounds(size), window(size)),
         _ => (bw_msgs(size), window(size)),
     };
     let (iters, warmup) = if quick {
@@ -105,15 +177,9 @@ fn osu_mbs(r: &Row, size: usize) -> f64 {
     r.mr_overall * size as f64 / 1e6
 }
 
-fn section(
-    link: &Link,
-    s: &Settings,
-    quick: bool,
-    test: TestKind,
-    list: &[usize],
-    title: &str,
-    col: &str,
-) -> CliResult<()> {
+/// Print one section (`Latency`, `Bw` or `Bibw`) over `link`.
+fn section(link: &Link, s: &Settings, quick: bool, sec: Section, list: &[usize]) -> CliResult<()> {
+    let (test, title, col) = sec.test();
     println!(
         "# OSU-style {title} (courier {}, transport {})",
         test.name(),
@@ -130,19 +196,18 @@ fn section(
     for &size in list {
         let p = params(test, size, quick);
         let r = run_test(link, &p, &quiet, None)?;
+        // A space always parts the fields, however wide a value: scripts split on it.
         match test {
-            TestKind::TagLat => println!("{size:<10}{:>20.2}", r.lat_overall),
-            _ => println!("{size:<10}{:>20.2}", osu_mbs(&r, size)),
+            TestKind::TagLat => println!("{size:<10} {:>19.2}", r.lat_overall),
+            _ => println!("{size:<10} {:>19.2}", osu_mbs(&r, size)),
         }
     }
-    println!();
     Ok(())
 }
 
-/// Options the sweeps do not use (each point's test, size, counts and output are the
-/// sweep's own), by clap id, with how to name them.
-const NOT_WITH_SWEEP: [(&str, &str); 16] = [
-    ("test", "-t"),
+/// Options the sweeps do not use (each point's size, counts and output are the sweep's
+/// own), by clap id, with how to name them.
+const NOT_WITH_SWEEP: [(&str, &str); 15] = [
     ("size", "-s"),
     ("iters", "-n"),
     ("warmup", "-w"),
@@ -160,24 +225,65 @@ const NOT_WITH_SWEEP: [(&str, &str); 16] = [
     ("announce", "--announce"),
 ];
 
-/// Refuse the options `--sweep` would ignore; with `--local`, also a server to use.
-fn check_args(a: &PerfArgs) -> CliResult<()> {
-    let honoured = "--sweep takes --max-size, --pairs, --quick, -c and -M, and HOST and -p \
+/// The sections `-t` names (a comma list of OSU names, with or without `osu_`), in the
+/// sweep's order; every one without it.
+fn pick_sections(a: &PerfArgs) -> CliResult<Vec<Section>> {
+    let Some(list) = a.test.as_deref().filter(|_| a.given("test")) else {
+        return Ok(SECTIONS.to_vec());
+    };
+    let names = || {
+        SECTIONS
+            .iter()
+            .map(|s| s.osu_name())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let mut want = Vec::new();
+    for name in list.split(',').map(str::trim) {
+        if name.is_empty() {
+            return Err(CliError::usage(format!(
+                "-t {list:?}: expected OSU benchmark names separated by commas ({})",
+                names()
+            )));
+        }
+        let sec = Section::parse(&name.to_ascii_lowercase()).ok_or_else(|| {
+            CliError::usage(format!(
+                "-t {name}: with --sweep, -t names OSU benchmarks: {} (osu_ may be left out)",
+                names()
+            ))
+        })?;
+        want.push(sec);
+    }
+    Ok(SECTIONS.into_iter().filter(|s| want.contains(s)).collect())
+}
+
+/// Refuse the options `--sweep` would ignore (with `--local`, also a server to use) and
+/// odd values; the sections to run.
+fn check_args(a: &PerfArgs) -> CliResult<Vec<Section>> {
+    let honoured = "--sweep takes -t, --max-size, --pairs, -c and -M, and HOST and -p \
                     without --local";
     for (id, flag) in NOT_WITH_SWEEP {
         if a.given(id) {
             return Err(CliError::usage(format!(
-                "{flag} cannot be used with --sweep: its points set their own tests, sizes, \
-                 counts and output ({honoured})"
+                "{flag} cannot be used with --sweep: its points set their own sizes, counts \
+                 and output ({honoured})"
             )));
         }
     }
-    if parse_size(&a.max_size)? == 0 {
+    let max = parse_size(&a.max_size)?;
+    if max == 0 {
         return Err(CliError::usage(format!(
             "--max-size {}: the sweep starts at 1 byte, so the largest size must be at least 1",
             a.max_size
         )));
     }
+    if max > MAX_SWEEP_SIZE {
+        return Err(CliError::usage(format!(
+            "--max-size {}: at most {} (1g)",
+            a.max_size, MAX_SWEEP_SIZE
+        )));
+    }
+    let sections = pick_sections(a)?;
     if a.local {
         for (id, flag) in [("host", "HOST"), ("port", "-p")] {
             if a.given(id) {
@@ -187,79 +293,113 @@ fn check_args(a: &PerfArgs) -> CliResult<()> {
                 )));
             }
         }
+    } else {
+        if a.given("pairs") {
+            return Err(CliError::usage(format!(
+                "--pairs {}: the multi-pair test runs with --local only (one server process \
+                 per pair)",
+                a.pairs
+            )));
+        }
+        if a.given("test") && sections.contains(&Section::MbwMr) {
+            return Err(CliError::usage(
+                "-t osu_mbw_mr: the multi-pair test runs with --local only (one server \
+                 process per pair)",
+            ));
+        }
     }
-    Ok(())
+    Ok(sections)
 }
 
 /// Run the sweeps against `server`, or (None) against a server process started here.
 pub fn run(a: &PerfArgs, s: &Settings, server: Option<SocketAddr>) -> CliResult<()> {
-    check_args(a)?;
+    let sections = check_args(a)?;
+    super::local::two_process_transports()?;
     let max = parse_size(&a.max_size)?;
     let list = sizes(max);
     if server.is_none() {
         s.note_one_cpu();
     }
     s.pin_client()?;
-    let (child, link) = match server {
-        Some(addr) => {
-            let w = make_worker(s.mode, None)?;
-            (
-                None,
-                engine::connect(&w, addr, &addr.to_string(), s.peer_timeout)?,
-            )
+    // A blank line between two sections, none after the last: one section alone has
+    // OSU's shape.
+    let mut printed = 0;
+    let mut gap = || {
+        if printed > 0 {
+            println!();
         }
-        None => {
-            let c = ChildServer::spawn(None, s)?;
-            let l = c.connect(None, s.mode)?;
-            (Some(c), l)
-        }
+        printed += 1;
     };
-    section(
-        &link,
-        s,
-        a.quick,
-        TestKind::TagLat,
-        &list,
-        "Latency Test",
-        "Latency (us)",
-    )?;
-    section(
-        &link,
-        s,
-        a.quick,
-        TestKind::TagBw,
-        &list,
-        "Bandwidth Test",
-        "Bandwidth (MB/s)",
-    )?;
-    section(
-        &link,
-        s,
-        a.quick,
-        TestKind::TagBibw,
-        &list,
-        "Bi-Directional Bandwidth Test",
-        "Bandwidth (MB/s)",
-    )?;
-    engine::client_finish(link);
-    if let Some(c) = child {
-        c.finish(Duration::from_secs(5))?;
+    let one_link: Vec<Section> = sections
+        .iter()
+        .copied()
+        .filter(|&sec| sec != Section::MbwMr)
+        .collect();
+    if !one_link.is_empty() {
+        let (child, link) = match server {
+            Some(addr) => {
+                let w = make_worker(s.mode, None)?;
+                (
+                    None,
+                    engine::connect(&w, addr, &addr.to_string(), s.peer_timeout)?,
+                )
+            }
+            None => {
+                let c = ChildServer::spawn(None, s)?;
+                let l = c.connect(None, s.mode)?;
+                (Some(c), l)
+            }
+        };
+        for sec in one_link {
+            gap();
+            section(&link, s, a.quick, sec, &list)?;
+        }
+        engine::client_finish(link);
+        if let Some(c) = child {
+            c.finish(Duration::from_secs(5))?;
+        }
     }
-    if server.is_none() {
-        multi_pair(a.pairs, &list, a.quick, s)?;
-    } else {
-        println!(
-            "# Multiple Bandwidth / Message Rate Test: needs --local (one server process per pair)"
-        );
+    if sections.contains(&Section::MbwMr) {
+        gap();
+        if server.is_none() {
+            multi_pair(a.pairs, &list, a.quick, s)?;
+        } else {
+            println!(
+                "# Multiple Bandwidth / Message Rate Test: needs --local (one server process \
+                 per pair)"
+            );
+        }
     }
     Ok(())
 }
 
+/// What one pair measured at one point of the multi-pair test: its messages, over how
+/// long, ending when.
+#[derive(Clone, Copy, Debug)]
+struct Span {
+    msgs: f64,
+    secs: f64,
+    end: Instant,
+}
+
+impl Span {
+    /// The span of a row of `p`, a window test, that ended at `end`.
+    fn of(r: &Row, p: &Params, end: Instant) -> Span {
+        let msgs = r.iters as f64 * p.window.max(1) as f64;
+        let secs = if r.mr_overall > 0.0 {
+            msgs / r.mr_overall
+        } else {
+            0.0
+        };
+        Span { msgs, secs, end }
+    }
+}
+
 /// osu_mbw_mr: `pairs` client threads, each with its own worker and server process,
-/// streaming tag messages at once; the messages of all pairs over the time from the first
-/// pair's start to the last one's end (as osu_mbw_mr divides by its one window, so that a
-/// pair that ran while the others were still warming up adds no rate it did not share).
-/// The pairs share the CPUs: no side is pinned, whatever `-c` says.
+/// running osu_bw's windows at once; the messages of all pairs over the time from the
+/// first pair's start to the last one's end (as osu_mbw_mr divides by its one window, so
+/// that a pair that ran while the others were still warming up adds no rate it did not
+/// share). The pairs share the CPUs: no side is pinned, whatever `-c` says.
 fn multi_pair(pairs: usize, list: &[usize], quick: bool, s: &Settings) -> CliResult<()> {
     let list = list.to_vec();
     let free = Settings {
@@ -277,11 +417,14 @@ fn multi_pair(pairs: usize, list: &[usize], quick: bool, s: &Settings) -> CliRes
         .map(|_| ChildServer::spawn(None, &free))
         .collect::<CliResult<Vec<_>>>()?;
     let barrier = Arc::new(Barrier::new(pairs));
-    let (tx, rx) = mpsc::channel::<(usize, CliResult<(Row, Instant)>)>();
+    let (tx, rx) = mpsc::channel::<(usize, CliResult<Span>)>();
+    // Each pair's transport once it is connected (None: it could not connect).
+    let (ready_tx, ready_rx) = mpsc::channel::<Option<&'static str>>();
     let mut handles = Vec::new();
     for srv in &servers {
         let port = srv.port;
-        let (barrier, tx, list) = (barrier.clone(), tx.clone(), list.clone());
+        let (barrier, tx, ready_tx, list) =
+            (barrier.clone(), tx.clone(), ready_tx.clone(), list.clone());
         let quiet = free.clone();
         handles.push(std::thread::spawn(move || {
             let go = || -> CliResult<Link> {
@@ -297,13 +440,15 @@ fn multi_pair(pairs: usize, list: &[usize], quick: bool, s: &Settings) -> CliRes
                 )
             };
             let link = go();
+            let _ = ready_tx.send(link.as_ref().ok().and_then(|l| l.ep.transport()));
+            drop(ready_tx);
             for (i, &size) in list.iter().enumerate() {
                 barrier.wait();
                 let r = match &link {
                     Ok(l) => {
-                        let mut p = params(TestKind::TagBw, size, quick);
-                        p.iters = mbw_msgs(size, quick);
-                        run_test(l, &p, &quiet, None).map(|r| (r, Instant::now()))
+                        let mut p = params(TestKind::TagWinBw, size, quick);
+                        p.iters = mbw_rounds(size, quick);
+                        run_test(l, &p, &quiet, None).map(|r| Span::of(&r, &p, Instant::now()))
                     }
                     Err(e) => Err(CliError::run(e.msg.clone())),
                 };
@@ -315,16 +460,27 @@ fn multi_pair(pairs: usize, list: &[usize], quick: bool, s: &Settings) -> CliRes
         }));
     }
     drop(tx);
+    drop(ready_tx);
+    let mut used: Vec<&str> = Vec::new();
+    for t in ready_rx.iter().take(pairs) {
+        let t = t.unwrap_or("?");
+        if !used.contains(&t) {
+            used.push(t);
+        }
+    }
     println!(
-        "# OSU-style Multiple Bandwidth / Message Rate Test (courier tag_bw, {pairs} pairs, {} processes)",
-        pairs * 2
+        "# OSU-style Multiple Bandwidth / Message Rate Test (courier {}, {pairs} pairs, {} \
+         processes, transport {})",
+        TestKind::TagWinBw.name(),
+        pairs * 2,
+        used.join(",")
     );
     println!(
         "# [ pairs: {pairs} ] [ window size: {} ]",
         window_note(&list)
     );
     println!("# Size{:>20}{:>18}", "MB/s", "Messages/s");
-    let mut rows: Vec<Vec<(Row, Instant)>> = vec![Vec::new(); list.len()];
+    let mut rows: Vec<Vec<Span>> = vec![Vec::new(); list.len()];
     let mut failure = None;
     let mut printed = 0;
     for (i, r) in rx {
@@ -335,7 +491,7 @@ fn multi_pair(pairs: usize, list: &[usize], quick: bool, s: &Settings) -> CliRes
         while printed < list.len() && rows[printed].len() == pairs {
             let size = list[printed];
             let mr = aggregate_rate(&rows[printed]);
-            println!("{size:<10}{:>14.2}{:>18.2}", mr * size as f64 / 1e6, mr);
+            println!("{size:<10} {:>13.2} {:>17.2}", mr * size as f64 / 1e6, mr);
             printed += 1;
         }
     }
@@ -351,17 +507,15 @@ fn multi_pair(pairs: usize, list: &[usize], quick: bool, s: &Settings) -> CliRes
     }
 }
 
-/// Messages per second of pairs that each measured `row` (its messages over its own
-/// measured time) and ended their run at the instant beside it: all their messages over
-/// the span from the earliest measured start to the latest end.
-fn aggregate_rate(rows: &[(Row, Instant)]) -> f64 {
-    let spans: Vec<(Instant, Instant, f64)> = rows
+/// Messages per second of pairs that each measured a span: all their messages over the
+/// time from the earliest start to the latest end.
+fn aggregate_rate(spans: &[Span]) -> f64 {
+    let spans: Vec<(Instant, Instant, f64)> = spans
         .iter()
-        .filter(|(r, _)| r.mr_overall > 0.0)
-        .map(|(r, end)| {
-            let msgs = r.iters as f64;
-            let took = Duration::from_secs_f64(msgs / r.mr_overall);
-            (end.checked_sub(took).unwrap_or(*end), *end, msgs)
+        .filter(|s| s.secs > 0.0)
+        .filter_map(|s| {
+            let took = Duration::try_from_secs_f64(s.secs).ok()?;
+            Some((s.end.checked_sub(took).unwrap_or(s.end), s.end, s.msgs))
         })
         .collect();
     let (Some(first), Some(last)) = (
@@ -385,19 +539,30 @@ mod tests {
     /// rate of one, not the sum of their rates; pairs that ran together add up.
     #[test]
     fn multi_pair_rate_is_over_the_shared_span() {
-        let row = |iters: u64, mr: f64| Row {
-            iters,
-            mr_overall: mr,
+        // 10 windows of 100 messages in 1 s.
+        let row = Row {
+            iters: 10,
+            mr_overall: 1000.0,
             ..Row::default()
         };
+        let mut p = params(TestKind::TagWinBw, 8, true);
+        p.window = 100;
         let t0 = Instant::now();
         let s = Duration::from_secs(1);
-        // 1000 messages in 1 s each, the second pair after the first.
-        let apart = [(row(1000, 1000.0), t0 + s), (row(1000, 1000.0), t0 + 2 * s)];
+        let span = |end| Span::of(&row, &p, end);
+        assert_eq!(span(t0).msgs, 1000.0);
+        // The second pair after the first.
+        let apart = [span(t0 + s), span(t0 + 2 * s)];
         assert!((aggregate_rate(&apart) - 1000.0).abs() < 1e-6);
-        let together = [(row(1000, 1000.0), t0 + s), (row(1000, 1000.0), t0 + s)];
+        let together = [span(t0 + s), span(t0 + s)];
         assert!((aggregate_rate(&together) - 2000.0).abs() < 1e-6);
         assert_eq!(aggregate_rate(&[]), 0.0);
+        // A rate so small its span has no duration is left out, not a panic.
+        let slow = Row {
+            mr_overall: 1e-300,
+            ..row
+        };
+        assert_eq!(aggregate_rate(&[Span::of(&slow, &p, t0)]), 0.0);
     }
 
     #[test]
@@ -436,9 +601,23 @@ mod tests {
             ][..],
             &["--local", "--sweep", "-c", "0", "-M", "multi"],
             &["--sweep", "10.0.0.1", "-p", "4000"],
+            &["--local", "--sweep", "--max-size", "1g", "--pairs", "64"],
         ] {
             assert!(check_args(&args(v)).is_ok(), "{v:?}");
         }
+        use Section::*;
+        for (t, want) in [
+            ("osu_latency", vec![Latency]),
+            ("bw,osu_latency", vec![Latency, Bw]),
+            ("OSU_BIBW, mbw_mr", vec![Bibw, MbwMr]),
+        ] {
+            let v = ["--local", "--sweep", "-t", t];
+            assert_eq!(check_args(&args(&v)).unwrap(), want, "{t}");
+        }
+        assert_eq!(
+            check_args(&args(&["--sweep", "h", "-t", "osu_bw"])).unwrap(),
+            vec![Bw]
+        );
         for (v, want) in [
             (
                 &["--local", "--sweep", "-n", "10"][..],
@@ -451,7 +630,20 @@ mod tests {
             (&["--local", "--sweep", "--json"], "--json cannot be used"),
             (
                 &["--local", "--sweep", "-t", "tag_lat"],
-                "-t cannot be used",
+                "-t tag_lat: with --sweep, -t names OSU benchmarks",
+            ),
+            (&["--local", "--sweep", "-t", "bw,"], "separated by commas"),
+            (
+                &["--sweep", "h", "-t", "osu_mbw_mr"],
+                "-t osu_mbw_mr: the multi-pair test runs with --local only",
+            ),
+            (
+                &["--sweep", "h", "--pairs", "2"],
+                "--pairs 2: the multi-pair test runs with --local only",
+            ),
+            (
+                &["--local", "--sweep", "--max-size", "2g"],
+                "--max-size 2g: at most 1073741824",
             ),
             (
                 &["--local", "--sweep", "h"],
@@ -482,12 +674,13 @@ mod tests {
     /// bi-directional tests; `pairs` pairs for the multi-pair test).
     fn volume(test: TestKind, size: usize, pairs: u64) -> u64 {
         let p = params(test, size, false);
+        let w = p.window as u64;
         let size = size as u64;
         match test {
             TestKind::TagLat => p.total() * size * 2,
-            TestKind::TagBibw => p.total() * p.window as u64 * size * 2,
-            _ if pairs > 0 => (mbw_msgs(size as usize, false) + p.warmup) * size * pairs,
-            _ => p.total() * size,
+            TestKind::TagBibw => p.total() * w * size * 2,
+            _ if pairs > 0 => (mbw_rounds(size as usize, false) + p.warmup) * w * size * pairs,
+            _ => p.total() * w * size,
         }
     }
 
@@ -500,9 +693,9 @@ mod tests {
         let mut total = 0;
         for (test, pairs) in [
             (TestKind::TagLat, 0),
-            (TestKind::TagBw, 0),
+            (TestKind::TagWinBw, 0),
             (TestKind::TagBibw, 0),
-            (TestKind::TagBw, 2),
+            (TestKind::TagWinBw, 2),
         ] {
             for &size in &list {
                 let v = volume(test, size, pairs);
@@ -519,9 +712,9 @@ mod tests {
             let msgs = |size: usize| {
                 let p = params(test, size, false);
                 match (test, pairs) {
-                    (TestKind::TagBibw, _) => p.iters * p.window as u64,
-                    (_, 0) => p.iters,
-                    _ => mbw_msgs(size, false),
+                    (TestKind::TagLat, _) => p.iters,
+                    (_, 0) => p.iters * p.window as u64,
+                    _ => mbw_rounds(size, false) * p.window as u64,
                 }
             };
             assert!(msgs(16 << 20) < msgs(1 << 20), "{}", test.name());
