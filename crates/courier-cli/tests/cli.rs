@@ -385,7 +385,7 @@ fn the_default_window_is_ucx_perftests() {
     let help = out.split_whitespace().collect::<Vec<_>>().join(" ");
     assert!(
         help.contains(
-            "default 32 for tag_bw, tag_sync_bw, ucp_am_bw, ucp_put_bw, put_signal_bw; 1 otherwise"
+            "default 32 for tag_bw, tag_sync_bw, ucp_am_bw, ucp_put_bw, put_signal_bw; 64 for tag_bibw, tag_win_bw; 1 otherwise"
         ),
         "{out}"
     );

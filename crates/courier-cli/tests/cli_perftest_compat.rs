@@ -108,7 +108,20 @@ fn a_server_prints_what_ucx_perftests_server_prints() {
     );
     let (out, err) = text(&o);
     assert!(o.status.success(), "{out}{err}");
-    let st = server.wait().expect("the server ends with the session");
+    // The server ends with the session; one still running after 30 s is killed and fails.
+    let until = std::time::Instant::now() + Duration::from_secs(30);
+    let st = loop {
+        match server.try_wait() {
+            Ok(Some(st)) => break st,
+            Ok(None) if std::time::Instant::now() < until => {
+                std::thread::sleep(Duration::from_millis(20))
+            }
+            _ => {
+                let _ = server.kill();
+                panic!("the server did not end with the client's session");
+            }
+        }
+    };
     // Every line, up to the end of its stdout.
     let said: Vec<String> = lines.iter().collect();
     assert!(st.success(), "{st}: {said:?}");

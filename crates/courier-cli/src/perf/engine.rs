@@ -1598,14 +1598,21 @@ fn win_round_send<'a>(
 }
 
 /// The receiver's window of `tag_win_bw`, as osu_bw's: `w` receives posted at once (one
-/// slot each), waited for together and checked, then the ack.
-fn win_round_recv(link: &Link, p: &Params, rbase: *mut u8) -> CliResult<()> {
+/// slot each), waited for together and checked, then the ack. `recvs` is scratch room for
+/// the requests (kept across windows, so that a window allocates nothing).
+fn win_round_recv<'a>(
+    link: &'a Link,
+    p: &Params,
+    rbase: *mut u8,
+    recvs: &mut Vec<Request<'a>>,
+) -> CliResult<()> {
     let w = p.window.max(1);
     let size = p.msg_size();
-    let mut recvs: Vec<Request<'_>> = try_vec(w, || buffers_what(p))?;
+    recvs.clear();
     for k in 0..w {
         // SAFETY: slot k of the receive buffers (a window of slots), one request per
-        // slot, all dropped before this function returns.
+        // slot: the last window's were dropped by `clear` above, and the caller's buffers
+        // outlive `recvs`.
         let rb = unsafe { slot(rbase, k, size) };
         if p.check {
             rb.fill(0);
@@ -1617,7 +1624,7 @@ fn win_round_recv(link: &Link, p: &Params, rbase: *mut u8) -> CliResult<()> {
         // SAFETY: as above; this slot's receive finished and nothing else reads it.
         check_tag(link, p, unsafe { slot(rbase, k, size) }, &info)?;
     }
-    drop(recvs);
+    recvs.clear();
     link.send_ctrl(TAG_PONG, &[0u8; WIN_ACK_LEN])
 }
 
@@ -1759,8 +1766,9 @@ fn run_server(link: &Link, p: &Params, b: &Buffers, am: Option<Arc<AmState>>) ->
             }
         }
         TestKind::TagWinBw => {
+            let mut recvs: Vec<Request<'_>> = try_vec(p.window.max(1), || buffers_what(p))?;
             for _ in 0..total {
-                win_round_recv(link, p, rbase)?;
+                win_round_recv(link, p, rbase, &mut recvs)?;
             }
         }
         t => {

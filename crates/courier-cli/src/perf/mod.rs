@@ -42,9 +42,11 @@ pub struct PerfArgs {
     pub port: u16,
     /// Test: tag_lat, tag_bw, tag_sync_lat, tag_sync_bw, ucp_am_lat, ucp_am_bw, stream_lat,
     /// stream_bw, ucp_put_lat, ucp_put_bw, ucp_get, ucp_add, ucp_fadd, ucp_swap, ucp_cswap,
-    /// put_signal_lat, put_signal_bw, put_flush_signal_lat. With --local: a comma list
-    /// of the suite's tests to run; with --sweep, of OSU benchmarks (osu_latency, osu_bw,
-    /// osu_bibw, osu_mbw_mr)
+    /// put_signal_lat, put_signal_bw, put_flush_signal_lat; and what --sweep runs:
+    /// tag_bibw (both ways at once) and tag_win_bw (osu_bw's windows, each ended by an ack),
+    /// where -n counts windows of -O messages. With --local: a comma list of the suite's
+    /// tests to run; with --sweep, of OSU benchmarks (osu_latency, osu_bw, osu_bibw,
+    /// osu_mbw_mr)
     #[arg(short = 't', long = "test")]
     pub test: Option<String>,
     /// Message size; a comma list is the IOV of one message (k, m suffixes)
@@ -57,7 +59,8 @@ pub struct PerfArgs {
     #[arg(short = 'w', long = "warmup", default_value = "10000")]
     pub warmup: String,
     /// Outstanding operations (default 32 for tag_bw, tag_sync_bw, ucp_am_bw, ucp_put_bw,
-    /// put_signal_bw; 1 otherwise); 0, as in ucx_perftest, is the default
+    /// put_signal_bw; 64 for tag_bibw, tag_win_bw; 1 otherwise); 0, as in ucx_perftest, is
+    /// the default
     #[arg(short = 'O', long = "outstanding")]
     pub outstanding: Option<String>,
     /// Memory types SEND[,RECV] of the message buffers: host, nic (on-NIC memory, host
@@ -124,8 +127,9 @@ pub struct PerfArgs {
     /// Largest message size of --sweep (the sizes are the powers of 2 up to it; at most 1g)
     #[arg(long, default_value = "16m")]
     pub max_size: String,
-    /// Pairs for the --sweep multi-pair message rate (with --local; 1 to 64)
-    #[arg(long, default_value_t = 2)]
+    /// Pairs for the --sweep multi-pair message rate (with --local; 1 to 64; default: half
+    /// the CPUs this process may run on, so that every process has a CPU to poll on)
+    #[arg(long, default_value_t = sweep::default_pairs())]
     pub pairs: usize,
     /// --sweep: a tenth of the iterations (for tests)
     #[arg(long, hide = true)]

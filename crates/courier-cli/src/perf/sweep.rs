@@ -400,8 +400,28 @@ impl Span {
 /// first pair's start to the last one's end (as osu_mbw_mr divides by its one window, so
 /// that a pair that ran while the others were still warming up adds no rate it did not
 /// share). The pairs share the CPUs: no side is pinned, whatever `-c` says.
+/// `--pairs`' default: one pair for every two CPUs this process may run on (a server
+/// process and a client thread each poll without pause), at least one.
+pub fn default_pairs() -> usize {
+    params::affinity().map_or(1, |c| (c.len() / 2).clamp(1, MAX_PAIRS))
+}
+
 fn multi_pair(pairs: usize, list: &[usize], quick: bool, s: &Settings) -> CliResult<()> {
     let list = list.to_vec();
+    // Each window waits for the receiver's ack, so a pair whose processes wait for a CPU
+    // waits a scheduler time slice a window: the rate then measures the scheduler.
+    if let Ok(cpus) = params::affinity()
+        && 2 * pairs > cpus.len()
+    {
+        eprintln!(
+            "courier perf: note: --pairs {pairs} runs {} polling processes and threads on \
+                 {} CPUs: they take turns, so the multi-pair rate shows the scheduler's time \
+                 slices rather than Courier (--pairs {} fits)",
+            2 * pairs,
+            cpus.len(),
+            (cpus.len() / 2).max(1)
+        );
+    }
     let free = Settings {
         out: Output::Silent,
         thousands: false,
