@@ -600,7 +600,7 @@ fn config_text(cfg: &Config, full: bool, comment_defaults: bool) -> String {
     let mut s = String::new();
     for (v, value) in cfg.entries() {
         let given = shown(value);
-        let used = in_force(cfg, v.name, &given);
+        let used = cfg.adjusted(v.name);
         if full {
             s.push_str(&format!(
                 "#\n# {}\n#\n# syntax:    {}\n# default:   {}\n",
@@ -617,23 +617,6 @@ fn config_text(cfg: &Config, full: bool, comment_defaults: bool) -> String {
         s.push_str(&format!("{hash}{}={value}\n", v.name));
     }
     s
-}
-
-/// The value in force of a variable the library rounds, where it differs from `given`
-/// (with why); `None` for the others.
-fn in_force(cfg: &Config, name: &str, given: &str) -> Option<(String, &'static str)> {
-    match name {
-        "COURIER_KEEPALIVE_INTERVAL" => {
-            let d = cfg.keepalive_interval;
-            (courier::base::config::parse_duration(given) != Some(d)).then(|| {
-                (
-                    format!("{}s", d.as_secs()),
-                    "TCP keepalive counts whole seconds",
-                )
-            })
-        }
-        _ => None,
-    }
 }
 
 /// A value as `-c` prints it: trimmed, as it is read; control characters escaped, so that

@@ -641,6 +641,23 @@ impl Config {
         self.raw.get(name).map(String::as_str)
     }
 
+    /// Where the library uses another value than the one given for `name` (it rounds it),
+    /// that value as text and why; `None` where it uses the value as given.
+    pub fn adjusted(&self, name: &str) -> Option<(String, &'static str)> {
+        match name {
+            "COURIER_KEEPALIVE_INTERVAL" => {
+                let d = self.keepalive_interval;
+                (parse_duration(self.value(name)?) != Some(d)).then(|| {
+                    (
+                        format!("{}s", d.as_secs()),
+                        "TCP keepalive counts whole seconds",
+                    )
+                })
+            }
+            _ => None,
+        }
+    }
+
     /// Every variable with its value in force, in table order.
     pub fn entries(&self) -> Vec<(&'static Var, &str)> {
         VARS.iter()
@@ -772,6 +789,13 @@ mod tests {
         assert_eq!(c.keepalive_interval, Duration::from_secs(1));
         let c = cfg(&[("COURIER_KEEPALIVE_INTERVAL", "1.2s")]).unwrap();
         assert_eq!(c.keepalive_interval, Duration::from_secs(2));
+        // What `courier info -c` shows as in force: the rounded value, and why.
+        let (used, why) = c.adjusted("COURIER_KEEPALIVE_INTERVAL").unwrap();
+        assert_eq!(used, "2s");
+        assert!(why.contains("whole seconds"), "{why}");
+        let c = cfg(&[("COURIER_KEEPALIVE_INTERVAL", "1s")]).unwrap();
+        assert_eq!(c.adjusted("COURIER_KEEPALIVE_INTERVAL"), None);
+        assert_eq!(c.adjusted("COURIER_TLS"), None);
         let c = cfg(&[
             ("COURIER_TLS", "SHM,Tcp"),
             ("COURIER_SHM_CMA", "YES"),
