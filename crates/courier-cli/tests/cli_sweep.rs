@@ -165,10 +165,7 @@ fn local_honours_courier_tls() {
     let o = courier(&["perf", "--local", "-t", "ucp_am_lat", "-n", "200"], TCP);
     let (out, err) = text(&o);
     assert!(o.status.success(), "{out}{err}");
-    assert!(
-        out.contains("only tcp: COURIER_TLS=tcp excludes the other transport"),
-        "{out}"
-    );
+    assert!(out.contains("only tcp: COURIER_TLS excludes shm"), "{out}");
     let rows: Vec<&str> = out.lines().filter(|l| l.contains(" iters ")).collect();
     assert_eq!(rows.len(), 1, "{out}");
     assert!(rows[0].starts_with("tcp  ucp_am_lat"), "{out}");

@@ -1510,7 +1510,12 @@ pub fn run_client(
             row
         }
         TestKind::TagBibw | TestKind::TagWinBw => {
+            // Room for a window's requests, kept across windows: a window allocates nothing.
             let mut sends: Vec<Request<'_>> = try_vec(p.window.max(1), || buffers_what(p))?;
+            let mut recvs: Vec<Request<'_>> = Vec::new();
+            if p.test == TestKind::TagBibw {
+                recvs = try_vec(p.window.max(1), || buffers_what(p))?;
+            }
             let mut t = Instant::now();
             for i in 0..total {
                 if i == warm {
@@ -1520,7 +1525,8 @@ pub fn run_client(
                 if p.test == TestKind::TagWinBw {
                     win_round_send(link, p, data, &iov, &mut sends)?;
                 } else {
-                    bibw_round(link, p, data, &iov, rbase, TAG_PING, TAG_PONG)?;
+                    let tags = (TAG_PING, TAG_PONG);
+                    bibw_round(link, p, (data, &iov), rbase, tags, &mut sends, &mut recvs)?;
                 }
                 let now = Instant::now();
                 if i >= warm {
@@ -1537,34 +1543,39 @@ pub fn run_client(
     }
 }
 
-/// One bi-directional window: `w` receives and `w` sends in flight at once.
-fn bibw_round(
-    link: &Link,
+/// One bi-directional window: `w` receives (tag `rtag`) and `w` sends (tag `stag`) of
+/// `msg` (the data and its IOV) in flight at once. `sends` and `recvs` are room for the
+/// requests, kept across windows (a window allocates nothing).
+fn bibw_round<'a>(
+    link: &'a Link,
     p: &Params,
-    data: &[u8],
-    iov: &[&[u8]],
+    msg: (&'a [u8], &[&'a [u8]]),
     rbase: *mut u8,
-    stag: u64,
-    rtag: u64,
+    (stag, rtag): (u64, u64),
+    sends: &mut Vec<Request<'a>>,
+    recvs: &mut Vec<Request<'a>>,
 ) -> CliResult<()> {
     let w = p.window.max(1);
     let size = p.msg_size();
-    let mut recvs: Vec<Request<'_>> = try_vec(w, || buffers_what(p))?;
-    let mut sends: Vec<Request<'_>> = try_vec(w, || buffers_what(p))?;
+    sends.clear();
+    recvs.clear();
     for k in 0..w {
-        // SAFETY: slot k of the receive buffers, one request per slot, dropped below.
+        // SAFETY: slot k of the receive buffers, one request per slot: the last window's
+        // were dropped by `clear` above, and the caller's buffers outlive `recvs`.
         let rb = unsafe { slot(rbase, k, size) };
         recvs.push(link.check(link.worker.tag_recv(rb, rtag, u64::MAX))?);
     }
     for _ in 0..w {
         sends.push(send(
             link,
-            Outgoing::new(TestKind::TagBibw, data, iov).tag(stag),
+            Outgoing::new(TestKind::TagBibw, msg.0, msg.1).tag(stag),
         )?);
     }
     for r in sends.iter_mut().chain(recvs.iter_mut()) {
         link.wait(r)?;
     }
+    sends.clear();
+    recvs.clear();
     Ok(())
 }
 
@@ -1761,12 +1772,15 @@ fn run_server(link: &Link, p: &Params, b: &Buffers, am: Option<Arc<AmState>>) ->
             link.send_ctrl(TAG_FIN, &total.to_le_bytes())?;
         }
         TestKind::TagBibw => {
+            let mut sends: Vec<Request<'_>> = try_vec(w, || buffers_what(p))?;
+            let mut recvs: Vec<Request<'_>> = try_vec(w, || buffers_what(p))?;
             for _ in 0..total {
-                bibw_round(link, p, data, &iov, rbase, TAG_PONG, TAG_PING)?;
+                let tags = (TAG_PONG, TAG_PING);
+                bibw_round(link, p, (data, &iov), rbase, tags, &mut sends, &mut recvs)?;
             }
         }
         TestKind::TagWinBw => {
-            let mut recvs: Vec<Request<'_>> = try_vec(p.window.max(1), || buffers_what(p))?;
+            let mut recvs: Vec<Request<'_>> = try_vec(w, || buffers_what(p))?;
             for _ in 0..total {
                 win_round_recv(link, p, rbase, &mut recvs)?;
             }

@@ -478,11 +478,10 @@ pub fn run(a: &PerfArgs, s: &Settings) -> CliResult<()> {
             );
         }
     }
-    if transports.len() == 1 {
+    if let [only] = transports[..] {
         out.say(&format!(
-            "only {}: COURIER_TLS={} excludes the other transport",
-            transports[0],
-            std::env::var("COURIER_TLS").unwrap_or_default()
+            "only {only}: COURIER_TLS excludes {}",
+            if only == "shm" { "tcp" } else { "shm" }
         ));
     }
     for tls in transports {

@@ -373,6 +373,12 @@ pub fn run(a: &PerfArgs, s: &Settings, server: Option<SocketAddr>) -> CliResult<
     Ok(())
 }
 
+/// `--pairs`' default: one pair for every two CPUs this process may run on (a server
+/// process and a client thread each poll without pause), at least one.
+pub fn default_pairs() -> usize {
+    params::affinity().map_or(1, |c| (c.len() / 2).clamp(1, MAX_PAIRS))
+}
+
 /// What one pair measured at one point of the multi-pair test: its messages, over how
 /// long, ending when.
 #[derive(Clone, Copy, Debug)]
@@ -400,12 +406,6 @@ impl Span {
 /// first pair's start to the last one's end (as osu_mbw_mr divides by its one window, so
 /// that a pair that ran while the others were still warming up adds no rate it did not
 /// share). The pairs share the CPUs: no side is pinned, whatever `-c` says.
-/// `--pairs`' default: one pair for every two CPUs this process may run on (a server
-/// process and a client thread each poll without pause), at least one.
-pub fn default_pairs() -> usize {
-    params::affinity().map_or(1, |c| (c.len() / 2).clamp(1, MAX_PAIRS))
-}
-
 fn multi_pair(pairs: usize, list: &[usize], quick: bool, s: &Settings) -> CliResult<()> {
     let list = list.to_vec();
     // Each window waits for the receiver's ack, so a pair whose processes wait for a CPU
@@ -419,7 +419,7 @@ fn multi_pair(pairs: usize, list: &[usize], quick: bool, s: &Settings) -> CliRes
                  slices rather than Courier (--pairs {} fits)",
             2 * pairs,
             cpus.len(),
-            (cpus.len() / 2).max(1)
+            default_pairs()
         );
     }
     let free = Settings {
