@@ -44,6 +44,9 @@ pub(super) const BEAT: Duration = Duration::from_millis(200);
 /// Quiet time after which a waiting side naps between looks (`Link::poll`), and the nap.
 const IDLE_NAP_AFTER: Duration = Duration::from_millis(100);
 const IDLE_NAP: Duration = Duration::from_millis(1);
+/// Empty progress calls between two offers of the CPU to another process (`Link::poll`),
+/// as MPI libraries yield when idle on a crowded machine.
+const YIELD_EVERY: u32 = 64;
 /// The shortest `--peer-timeout`.
 pub const MIN_STALL: Duration = Duration::from_secs(1);
 /// Progress calls a beat makes on shared memory: enough for an idle worker to look at its
@@ -178,6 +181,12 @@ impl Link {
             return Err(self.failed());
         }
         idle.spins = idle.spins.wrapping_add(1);
+        if idle.spins.is_multiple_of(YIELD_EVERY) {
+            // Let a peer that shares this CPU run: with more busy processes than CPUs,
+            // a side that spins out its time slice makes each round trip wait for the
+            // scheduler. With a CPU to itself, the call returns at once.
+            std::thread::yield_now();
+        }
         if idle.spins & 0x3ff == 0 {
             let now = Instant::now();
             match idle.since {
