@@ -480,7 +480,7 @@ fn child_waiter() {
         let v = s.mem.signal_wait_until(w, 0, Cmp::Ge, r, true).unwrap();
         assert_eq!(v, r);
         assert!(
-            t.elapsed() < Duration::from_secs(2),
+            t.elapsed() < Duration::from_secs(10),
             "round {r}: woke after {:?}",
             t.elapsed()
         );

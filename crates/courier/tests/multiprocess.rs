@@ -800,7 +800,7 @@ fn killed_case(tls: &str) {
     while !(send.is_done() && srecv.is_done()) {
         w.progress();
         assert!(
-            t.elapsed() < Duration::from_secs(3),
+            t.elapsed() < Duration::from_secs(20),
             "requests still pending {:?} after the peer was killed",
             t.elapsed()
         );

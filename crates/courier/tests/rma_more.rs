@@ -1249,19 +1249,20 @@ fn child_sleeper() {
         let sent = Duration::from_nanos(u64::from_le_bytes(got[..8].try_into().unwrap()));
         let delay = late.saturating_sub(sent);
         assert!(
-            delay < Duration::from_secs(2),
+            delay < Duration::from_secs(5),
             "round {r}: woke {delay:?} after the put"
         );
         send_u64(&t.ep(), ACK, r);
     }
     eprintln!("sleeping waits: {cpu:?} of cpu in {wall:?}, {naps} naps");
     // A spinning wait never gives up the cpu on its own (however busy the machine, which
-    // makes its cpu share a poor witness); one that sleeps does, every millisecond or so,
-    // or, when only a wakeup ends its sleep, at least once in each round.
+    // makes its cpu share a poor witness); one that sleeps does, every millisecond or so
+    // (counted as one per 50 ms: on a crowded machine a woken sleeper waits for a CPU), or,
+    // when only a wakeup ends its sleep, at least once in each round.
     let least = if only_woken {
         SLEEP_ROUNDS as u128
     } else {
-        wall.as_millis() / 10
+        wall.as_millis() / 50
     };
     assert!(
         naps as u128 >= least,
