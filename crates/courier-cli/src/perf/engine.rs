@@ -770,7 +770,7 @@ fn serve_link(
         }
         // A test this side cannot set up (buffers it cannot allocate) is refused with the
         // reason, which the client reports; the server goes on serving.
-        let (b, am) = match Buffers::new(link, &p)
+        let (b, am) = match Buffers::new(link, &p, p.window.max(1))
             .and_then(|b| setup_am(link, &p, AM_PING).map(|am| (b, am)))
         {
             Ok(x) => x,
@@ -836,9 +836,12 @@ pub(super) fn verify(buf: &[u8]) -> bool {
 /// memory type, the receive buffers in the second.
 struct Buffers {
     send: ManuallyDrop<Memory>,
-    /// One receive buffer per window slot.
+    /// One receive buffer per slot: a window's on the receiving side, one on a client that
+    /// only sends or ping-pongs.
     recv: ManuallyDrop<Memory>,
     size: usize,
+    /// How many receive buffers `recv` holds.
+    slots: usize,
     bounds: Vec<(usize, usize)>,
     /// A failed run left operations that may still read or write the buffers (sends in
     /// flight, receives still posted): they stay mapped for the rest of the process.
@@ -858,10 +861,16 @@ impl Drop for Buffers {
 }
 
 impl Buffers {
-    fn new(link: &Link, p: &Params) -> CliResult<Buffers> {
+    /// The buffers of `p`, with `recv_slots` receive buffers (1 or `p`'s window).
+    fn new(link: &Link, p: &Params, recv_slots: usize) -> CliResult<Buffers> {
         let what = || buffers_what(p);
         let size = p.msg_size();
-        let recv_len = p.window_bytes().ok_or_else(|| {
+        let recv_len = if recv_slots > 1 {
+            p.window_bytes()
+        } else {
+            Some(size)
+        };
+        let recv_len = recv_len.ok_or_else(|| {
             CliError::run(format!(
                 "cannot allocate the {}: message size × window overflows",
                 what()
@@ -889,6 +898,7 @@ impl Buffers {
             send: ManuallyDrop::new(send),
             recv: ManuallyDrop::new(recv),
             size,
+            slots: recv_slots.max(1),
             bounds,
             keep: Cell::new(false),
         })
@@ -900,8 +910,16 @@ impl Buffers {
         unsafe { std::slice::from_raw_parts(self.send.as_ptr(), self.size) }
     }
 
-    fn recv_base(&self) -> *mut u8 {
-        self.recv.as_ptr()
+    /// The first of `n` receive buffers in a row, each `size` bytes; an error if fewer
+    /// were mapped (a test that would write past them).
+    fn recv_base(&self, n: usize) -> CliResult<*mut u8> {
+        if n > self.slots {
+            return Err(CliError::run(format!(
+                "internal error: {n} receive buffers wanted, {} mapped",
+                self.slots
+            )));
+        }
+        Ok(self.recv.as_ptr())
     }
 
     fn iov(&self) -> Vec<&[u8]> {
@@ -1423,12 +1441,19 @@ pub fn run_client(
     if let Some(side) = side {
         return rma::run_client(link, p, meter, side);
     }
-    let b = Buffers::new(link, p)?;
+    // The client receives a window of messages at once only in tag_bibw; otherwise one at
+    // a time (a ping-pong's reply) or none (it only sends).
+    let slots = if p.test == TestKind::TagBibw {
+        p.window.max(1)
+    } else {
+        1
+    };
+    let b = Buffers::new(link, p, slots)?;
     let am = setup_am(link, p, AM_PONG)?;
     let total = p.total();
     let warm = p.warmup;
     let size = b.size;
-    let rbase = b.recv_base();
+    let rbase = b.recv_base(1)?;
     let iov = b.iov();
     let data = b.data();
     if total == 0 {
@@ -1522,8 +1547,10 @@ pub fn run_client(
             // Room for a window's requests, kept across windows: a window allocates nothing.
             let mut sends: Vec<Request<'_>> = try_vec(p.window.max(1), || buffers_what(p))?;
             let mut recvs: Vec<Request<'_>> = Vec::new();
+            let mut rbase = rbase;
             if p.test == TestKind::TagBibw {
                 recvs = try_vec(p.window.max(1), || buffers_what(p))?;
+                rbase = b.recv_base(p.window.max(1))?;
             }
             let mut t = Instant::now();
             for i in 0..total {
@@ -1656,7 +1683,7 @@ fn run_server(link: &Link, p: &Params, b: &Buffers, am: Option<Arc<AmState>>) ->
     let total = p.total();
     let size = b.size;
     let w = p.window.max(1);
-    let rbase = b.recv_base();
+    let rbase = b.recv_base(w)?;
     let iov = b.iov();
     let data = b.data();
     match p.test {
