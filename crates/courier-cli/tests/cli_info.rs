@@ -125,6 +125,11 @@ fn e_self_shows_local_lanes_for_every_operation() {
             .is_some_and(|r| range_labels(r).contains(&"rndv".to_string())),
         "{out}"
     );
+    // self copies every eager message in the call, as one frame: no bcopy range.
+    for op in ["tag_send", "tag_send_sync", "am_send"] {
+        let r = field(&out.lines().collect::<Vec<_>>(), op).unwrap_or_default();
+        assert_eq!(range_labels(r), ["egr/short", "rndv"], "{op}: {r}");
+    }
     check_one_sided(&out);
     for kind in ["allocated", "registered"] {
         let (path, body) = memory(&out, kind);
