@@ -865,12 +865,7 @@ impl Buffers {
     fn new(link: &Link, p: &Params, recv_slots: usize) -> CliResult<Buffers> {
         let what = || buffers_what(p);
         let size = p.msg_size();
-        let recv_len = if recv_slots > 1 {
-            p.window_bytes()
-        } else {
-            Some(size)
-        };
-        let recv_len = recv_len.ok_or_else(|| {
+        let recv_len = size.checked_mul(recv_slots.max(1)).ok_or_else(|| {
             CliError::run(format!(
                 "cannot allocate the {}: message size × window overflows",
                 what()
