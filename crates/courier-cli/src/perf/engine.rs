@@ -1541,12 +1541,12 @@ pub fn run_client(
         TestKind::TagBibw | TestKind::TagWinBw => {
             // Room for a window's requests, kept across windows: a window allocates nothing.
             let mut sends: Vec<Request<'_>> = try_vec(p.window.max(1), || buffers_what(p))?;
-            let mut recvs: Vec<Request<'_>> = Vec::new();
-            let mut rbase = rbase;
-            if p.test == TestKind::TagBibw {
-                recvs = try_vec(p.window.max(1), || buffers_what(p))?;
-                rbase = b.recv_base(p.window.max(1))?;
-            }
+            let (mut recvs, rbase): (Vec<Request<'_>>, _) = if p.test == TestKind::TagBibw {
+                let w = p.window.max(1);
+                (try_vec(w, || buffers_what(p))?, b.recv_base(w)?)
+            } else {
+                (Vec::new(), rbase)
+            };
             let mut t = Instant::now();
             for i in 0..total {
                 if i == warm {
@@ -1605,8 +1605,6 @@ fn bibw_round<'a>(
     for r in sends.iter_mut().chain(recvs.iter_mut()) {
         link.wait(r)?;
     }
-    sends.clear();
-    recvs.clear();
     Ok(())
 }
 
@@ -1633,7 +1631,6 @@ fn win_round_send<'a>(
     for r in sends.iter_mut() {
         link.wait(r)?;
     }
-    sends.clear();
     let mut ack = [0u8; WIN_ACK_LEN];
     link.recv_ctrl(TAG_PONG, &mut ack)?;
     Ok(())
@@ -1666,7 +1663,6 @@ fn win_round_recv<'a>(
         // SAFETY: as above; this slot's receive finished and nothing else reads it.
         check_tag(link, p, unsafe { slot(rbase, k, size) }, &info)?;
     }
-    recvs.clear();
     link.send_ctrl(TAG_PONG, &[0u8; WIN_ACK_LEN])
 }
 

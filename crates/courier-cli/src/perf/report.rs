@@ -58,6 +58,10 @@ pub struct Row {
 const RULE: &str = "+--------------+--------------+----------+---------+---------+----------+----------+-----------+-----------+";
 /// The rule above the column groups (latency, bandwidth, message rate), which spans each.
 const GROUP_RULE: &str = "+--------------+--------------+------------------------------+---------------------+-----------------------+";
+/// The rule above and below the box that describes a test (as wide as the table).
+fn box_rule() -> String {
+    format!("+{}+\n", "-".repeat(106))
+}
 
 /// What the header box shows for a memory type: the name, and `(host fallback)` when the
 /// library gave host memory instead.
@@ -89,7 +93,7 @@ pub fn header(p: &Params, percentile: f64, out: Output, mem: &[String; 2]) -> St
 /// a rule (its client prints the results).
 pub fn server_box(p: &Params, mem: &[String; 2]) -> String {
     let mut s = test_box(p, mem);
-    s.push_str(&format!("+{}+\n", "-".repeat(106)));
+    s.push_str(&box_rule());
     s
 }
 
@@ -98,7 +102,7 @@ pub fn server_box(p: &Params, mem: &[String; 2]) -> String {
 fn test_box(p: &Params, mem: &[String; 2]) -> String {
     let mut s = String::new();
     let line = |k: &str, v: &str| format!("| {k:<14}{v:<90} |\n");
-    s.push_str(&format!("+{}+\n", "-".repeat(106)));
+    s.push_str(&box_rule());
     s.push_str(&line("API:", "protocol layer"));
     s.push_str(&line("Test:", p.test.description()));
     // ucx_perftest's protocol-layer tests always show "(automatic)" here (UCP picks the

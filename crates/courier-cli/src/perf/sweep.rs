@@ -258,8 +258,8 @@ fn pick_sections(a: &PerfArgs) -> CliResult<Vec<Section>> {
 }
 
 /// Refuse the options `--sweep` would ignore (with `--local`, also a server to use) and
-/// odd values; the sections to run.
-fn check_args(a: &PerfArgs) -> CliResult<Vec<Section>> {
+/// odd values; the sections to run and the largest size.
+fn check_args(a: &PerfArgs) -> CliResult<(Vec<Section>, usize)> {
     let honoured = "--sweep takes -t, --max-size, --pairs, -c and -M, and HOST and -p \
                     without --local";
     for (id, flag) in NOT_WITH_SWEEP {
@@ -308,14 +308,13 @@ fn check_args(a: &PerfArgs) -> CliResult<Vec<Section>> {
             ));
         }
     }
-    Ok(sections)
+    Ok((sections, max))
 }
 
 /// Run the sweeps against `server`, or (None) against a server process started here.
 pub fn run(a: &PerfArgs, s: &Settings, server: Option<SocketAddr>) -> CliResult<()> {
-    let sections = check_args(a)?;
+    let (sections, max) = check_args(a)?;
     super::local::two_process_transports()?;
-    let max = parse_size(&a.max_size)?;
     let list = sizes(max);
     if server.is_none() {
         s.note_one_cpu();
@@ -365,8 +364,8 @@ pub fn run(a: &PerfArgs, s: &Settings, server: Option<SocketAddr>) -> CliResult<
             multi_pair(a.pairs, &list, a.quick, s)?;
         } else {
             println!(
-                "# Multiple Bandwidth / Message Rate Test: needs --local (one server process \
-                 per pair)"
+                "# {}: needs --local (one server process per pair)",
+                Section::MbwMr.test().1
             );
         }
     }
@@ -408,6 +407,7 @@ impl Span {
 /// share). The pairs share the CPUs: no side is pinned, whatever `-c` says.
 fn multi_pair(pairs: usize, list: &[usize], quick: bool, s: &Settings) -> CliResult<()> {
     let list = list.to_vec();
+    let (test, title, _) = Section::MbwMr.test();
     // Each window waits for the receiver's ack, so a pair whose processes wait for a CPU
     // waits a scheduler time slice a window: the rate then measures the scheduler.
     if let Ok(cpus) = params::affinity()
@@ -466,7 +466,7 @@ fn multi_pair(pairs: usize, list: &[usize], quick: bool, s: &Settings) -> CliRes
                 barrier.wait();
                 let r = match &link {
                     Ok(l) => {
-                        let mut p = params(TestKind::TagWinBw, size, quick);
+                        let mut p = params(test, size, quick);
                         p.iters = mbw_rounds(size, quick);
                         run_test(l, &p, &quiet, None).map(|r| Span::of(&r, &p, Instant::now()))
                     }
@@ -489,9 +489,8 @@ fn multi_pair(pairs: usize, list: &[usize], quick: bool, s: &Settings) -> CliRes
         }
     }
     println!(
-        "# OSU-style Multiple Bandwidth / Message Rate Test (courier {}, {pairs} pairs, {} \
-         processes, transport {})",
-        TestKind::TagWinBw.name(),
+        "# OSU-style {title} (courier {}, {pairs} pairs, {} processes, transport {})",
+        test.name(),
         pairs * 2,
         used.join(",")
     );
@@ -632,10 +631,12 @@ mod tests {
             ("OSU_BIBW, mbw_mr", vec![Bibw, MbwMr]),
         ] {
             let v = ["--local", "--sweep", "-t", t];
-            assert_eq!(check_args(&args(&v)).unwrap(), want, "{t}");
+            assert_eq!(check_args(&args(&v)).unwrap().0, want, "{t}");
         }
         assert_eq!(
-            check_args(&args(&["--sweep", "h", "-t", "osu_bw"])).unwrap(),
+            check_args(&args(&["--sweep", "h", "-t", "osu_bw"]))
+                .unwrap()
+                .0,
             vec![Bw]
         );
         for (v, want) in [

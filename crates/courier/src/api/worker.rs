@@ -687,12 +687,23 @@ impl Worker {
         Ok(self.lock()?.excluded.clone())
     }
 
-    /// Progress until `cond` holds or `timeout` passes.
+    /// Progress until `cond` holds or `timeout` passes. Between progress calls that find
+    /// nothing to do it spins, and every 64 such calls offers the CPU to another thread or
+    /// process (one this wait may be waiting for, on a machine with fewer CPUs than busy
+    /// threads).
     pub fn progress_until(&self, timeout: Duration, mut cond: impl FnMut() -> bool) -> Result<()> {
         let deadline = std::time::Instant::now() + timeout;
+        let mut idle = 0u32;
         while !cond() {
             if self.progress() == 0 {
-                std::hint::spin_loop();
+                idle = idle.wrapping_add(1);
+                if idle.is_multiple_of(64) {
+                    std::thread::yield_now();
+                } else {
+                    std::hint::spin_loop();
+                }
+            } else {
+                idle = 0;
             }
             if std::time::Instant::now() > deadline {
                 return Err(Error::new(Status::Timeout, "condition not met in time"));

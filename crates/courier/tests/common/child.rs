@@ -141,33 +141,18 @@ impl Drop for Kid {
     }
 }
 
-/// One progress call of a parent that serves busy children: every 64 empty calls it offers
-/// its CPU, so that children crowded onto the same CPUs are not kept waiting a time slice.
-fn progress_sharing(w: &Worker, idle: &mut u32) {
-    if w.progress() == 0 {
-        *idle = idle.wrapping_add(1);
-        if idle.is_multiple_of(64) {
-            std::thread::yield_now();
-        }
-    } else {
-        *idle = 0;
-    }
-}
-
 /// Progress `w` until every child has exited; each must exit 0. Returns their stderr.
 pub fn serve(w: &Worker, kids: &mut [Kid]) -> Vec<String> {
-    let deadline = Instant::now() + DEADLINE;
     let mut out: Vec<Option<String>> = kids.iter().map(|_| None).collect();
-    let mut idle = 0;
-    while out.iter().any(|o| o.is_none()) {
-        progress_sharing(w, &mut idle);
+    w.progress_until(DEADLINE, || {
         for (k, o) in kids.iter_mut().zip(out.iter_mut()) {
             if o.is_none() {
                 *o = k.poll();
             }
         }
-        assert!(Instant::now() < deadline, "children did not finish in time");
-    }
+        out.iter().all(Option::is_some)
+    })
+    .unwrap_or_else(|e| panic!("children did not finish in time: {e}"));
     out.into_iter().map(|o| o.unwrap()).collect()
 }
 
@@ -178,20 +163,21 @@ pub fn serve_one(w: &Worker, kid: &mut Kid) -> String {
 
 /// Progress `w` until `cond` holds; fails at once if the child exits meanwhile.
 pub fn progress_until(w: &Worker, kid: &mut Kid, what: &str, mut cond: impl FnMut() -> bool) {
-    let deadline = Instant::now() + DEADLINE;
-    let mut idle = 0;
-    while !cond() {
-        progress_sharing(w, &mut idle);
-        if let Some(err) = kid.poll() {
-            if cond() {
-                return;
-            }
-            panic!(
-                "child {} exited while we waited for {what}; its stderr:\n{err}",
-                kid.role
-            );
+    let mut exited = None;
+    w.progress_until(DEADLINE, || {
+        if cond() {
+            return true;
         }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        exited = kid.poll();
+        exited.is_some()
+    })
+    .unwrap_or_else(|e| panic!("timed out waiting for {what}: {e}"));
+    if let Some(err) = exited {
+        assert!(
+            cond(),
+            "child {} exited while we waited for {what}; its stderr:\n{err}",
+            kid.role
+        );
     }
 }
 
