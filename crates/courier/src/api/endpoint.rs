@@ -2,7 +2,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::lock::Guard;
+use crate::base::lock::Guard;
 use super::request::Request;
 use super::worker::Worker;
 use crate::base::{Error, Result, Status};

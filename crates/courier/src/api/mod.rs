@@ -4,7 +4,6 @@
 pub mod context;
 pub mod endpoint;
 pub mod listener;
-pub(crate) mod lock;
 pub mod memory;
 pub mod onesided;
 pub mod request;
@@ -13,7 +12,7 @@ pub mod worker;
 pub use context::{Context, ContextParams, Features};
 pub use endpoint::{Endpoint, EndpointParams};
 pub use listener::{ConnRequest, Listener};
-pub use lock::ThreadMode;
+pub use crate::base::lock::ThreadMode;
 pub use memory::{
     AtomicOp, Cmp, MemAttr, MemMapParams, Memory, MemoryType, RemoteKey, SEM_MAX, Semaphore,
     SignalOp, access, sem_flags,

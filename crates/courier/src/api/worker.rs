@@ -12,7 +12,7 @@ use rustix::event::epoll;
 
 use super::context::Context;
 use super::endpoint::{Endpoint, EndpointParams};
-use super::lock::{Guard, StateCell, ThreadMode};
+use crate::base::lock::{Guard, StateCell, ThreadMode};
 use super::request::Request;
 use crate::base::{Error, Result, Status};
 use crate::proto::am::{AmDelivery, AmRndv};
