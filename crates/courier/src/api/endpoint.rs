@@ -2,9 +2,9 @@
 
 use std::time::{Duration, Instant};
 
-use crate::base::lock::Guard;
 use super::request::Request;
 use super::worker::Worker;
+use crate::base::lock::Guard;
 use crate::base::{Error, Result, Status};
 use crate::proto::am::AmFlags;
 use crate::proto::core::State;
@@ -447,7 +447,7 @@ impl Endpoint {
         }
         // Error handlers are not called for a local close.
         st.deferred
-            .retain(|d| !matches!(d, crate::proto::core::Deferred::EpError(..)));
+            .retain(|d| !matches!(d, crate::proto::progress::Deferred::EpError(..)));
         if !st.ep(e).is_some_and(|ep| ep.rx_busy) {
             st.ep_free(e);
         }

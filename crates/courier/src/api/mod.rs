@@ -9,10 +9,10 @@ pub mod onesided;
 pub mod request;
 pub mod worker;
 
+pub use crate::base::lock::ThreadMode;
 pub use context::{Context, ContextParams, Features};
 pub use endpoint::{Endpoint, EndpointParams};
 pub use listener::{ConnRequest, Listener};
-pub use crate::base::lock::ThreadMode;
 pub use memory::{
     AtomicOp, Cmp, MemAttr, MemMapParams, Memory, MemoryType, RemoteKey, SEM_MAX, Semaphore,
     SignalOp, access, sem_flags,

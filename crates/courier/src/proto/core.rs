@@ -8,6 +8,7 @@ use std::time::Instant;
 
 use rustix::event::epoll;
 
+use super::progress::{Deferred, token};
 use super::state::*;
 use crate::base::{Config, Error, Result, Status};
 use crate::transport::{LinkRx, LinkTx, Sent, TxError, shm, tcp};
@@ -20,45 +21,6 @@ pub type AmHandler = crate::proto::am::AmHandlerFn;
 pub type ErrorHandler = Box<dyn FnMut(&Error) + Send>;
 /// A listener's connection handler.
 pub type ConnHandler = Box<dyn FnMut(crate::proto::wireup::ConnRequest) + Send>;
-
-/// What a progress call has to do (`State::work`).
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub(crate) enum Work {
-    Nothing,
-    /// Frames on the shared-memory link of this endpoint, and nothing else.
-    ShmFrames(u32),
-    Other,
-}
-
-/// Work to run outside the state lock (user code).
-pub(crate) enum Deferred {
-    Req(Callback, Result<Info, Error>, Info),
-    EpError(ErrorHandler, Error),
-    Conn(u32, crate::proto::wireup::ConnRequest),
-}
-
-/// How often (in progress calls, a power of two) progress asks epoll about links that
-/// signal only through their fd (shared memory: wakeups and a peer's hang-up), listeners,
-/// new connections and the event fd, when nothing else makes it look.
-pub(crate) const EPOLL_EVERY: u64 = 256;
-
-/// Epoll token kinds.
-pub(crate) mod token {
-    pub const SHM_ACCEPT: u64 = 1;
-    pub const TCP_ACCEPT: u64 = 2;
-    pub const LISTENER: u64 = 3;
-    pub const EP: u64 = 4;
-    pub const PENDING: u64 = 5;
-    pub const EVENT: u64 = 6;
-    /// A shared-memory setup's socket (`State::shm_connects`): its reply arrived.
-    pub const SHM_SETUP: u64 = 7;
-    pub fn make(kind: u64, idx: u32) -> u64 {
-        (kind << 56) | idx as u64
-    }
-    pub fn split(t: u64) -> (u64, u32) {
-        (t >> 56, t as u32)
-    }
-}
 
 pub(crate) struct ListenerSlot {
     pub live: bool,
@@ -354,89 +316,6 @@ impl State {
         }
     }
 
-    /// Make the next progress call read epoll (it does every `EPOLL_EVERY` calls, a
-    /// multiple of `fdpoll::DIRECT_EPOLL_EVERY`): after a sleep ended by an event.
-    pub(crate) fn epoll_next(&mut self) {
-        self.progress_calls |= EPOLL_EVERY - 1;
-    }
-
-    /// What a progress call (already counted in `progress_calls`) has to do: nothing (no
-    /// fd link to poll, no connection being set up, not epoll's turn, no failure or
-    /// callback to deliver, no copy with pieces to make, and no active link with a frame
-    /// waiting or sends queued: the idle case of a spinning caller on shared memory,
-    /// answered with a few loads); only frames on one shared-memory link (the latency
-    /// case, which `Worker::progress_frames` handles without the general pass); or
-    /// anything else.
-    #[inline]
-    pub(crate) fn work(&self) -> Work {
-        if self.fd_links != 0
-            || self.progress_calls & (EPOLL_EVERY - 1) == 0
-            || self.conns_in_setup()
-            || !self.link_errors.is_empty()
-            || !self.deferred.is_empty()
-            || !self.copies.is_empty()
-        {
-            return Work::Other;
-        }
-        let mut found = Work::Nothing;
-        for &e in &self.active {
-            let Some(ep) = self.eps.slots.get(e as usize) else {
-                continue;
-            };
-            if !ep.pending.is_empty() || !ep.push.is_empty() {
-                return Work::Other;
-            }
-            match &ep.rx {
-                Some(LinkRx::Shm(rx)) if rx.ready() => {
-                    if found != Work::Nothing {
-                        return Work::Other;
-                    }
-                    found = Work::ShmFrames(e);
-                }
-                Some(LinkRx::Shm(_)) | None => {}
-                Some(rx) if rx.maybe_ready() => return Work::Other,
-                Some(_) => {}
-            }
-        }
-        found
-    }
-
-    /// Whether connections are being set up: accepted ones waiting for their first frame,
-    /// shared-memory links this side is connecting, and ones the shm acceptor is in the
-    /// middle of. Until each is done, every progress call reads epoll and moves them on
-    /// (their sockets wake it), so a spinning worker is not held to its periodic epoll pass.
-    #[inline]
-    pub(crate) fn conns_in_setup(&self) -> bool {
-        self.pending_conns.slots.len() != self.pending_conns.free.len()
-            || !self.shm_connects.is_empty()
-            || self.shm_acceptor.as_ref().is_some_and(|a| a.setting_up())
-    }
-
-    /// Whether endpoint `idx` has sends to retry or push, or its link has queued bytes or
-    /// written zero-copy sends to report: what `progress_tx` is for.
-    #[inline]
-    pub(crate) fn tx_busy(&self, idx: u32) -> bool {
-        self.eps.slots.get(idx as usize).is_some_and(|ep| {
-            !ep.pending.is_empty()
-                || !ep.push.is_empty()
-                || ep.tx.as_ref().is_some_and(|tx| tx.has_work())
-        })
-    }
-
-    // ----- endpoints ------------------------------------------------------------------
-
-    /// Whether endpoint `idx`'s link may hold a frame: one load on shared memory; on tcp,
-    /// whether bytes are buffered (its socket is read before, by `read_fd_links` or epoll).
-    #[inline]
-    pub(crate) fn rx_maybe_ready(&self, idx: u32) -> bool {
-        self.eps
-            .slots
-            .get(idx as usize)
-            .and_then(|ep| ep.rx.as_ref())
-            .is_some_and(|rx| rx.maybe_ready())
-    }
-
-    #[inline]
     pub(crate) fn ep(&mut self, idx: u32) -> Option<&mut EpSlot> {
         self.eps.slots.get_mut(idx as usize).filter(|s| s.live)
     }

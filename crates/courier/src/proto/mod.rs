@@ -8,6 +8,7 @@ pub(crate) mod fdpoll;
 pub mod memreg;
 pub(crate) mod pieces;
 pub(crate) mod place;
+pub(crate) mod progress;
 pub(crate) mod recv;
 pub(crate) mod rma;
 pub(crate) mod stage;

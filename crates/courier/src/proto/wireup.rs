@@ -12,13 +12,14 @@
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
-use std::os::fd::{AsFd, BorrowedFd};
+use std::os::fd::BorrowedFd;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rustix::event::epoll;
 
-use super::core::{Deferred, ListenerSlot, PendingConn, State, token};
+use super::core::{ListenerSlot, PendingConn, State};
+use super::progress::{Deferred, token};
 use super::state::*;
 use crate::base::sys::{host_id, pid, random_u64};
 use crate::base::{Config, Error, Result, Status};
@@ -772,7 +773,7 @@ impl State {
 
     /// Take the shared-memory connections waiting on the acceptor (its fd was readable:
     /// an `accept` on an empty queue still costs the kernel a socket allocation).
-    fn accept_shm(&mut self) -> usize {
+    pub(super) fn accept_shm(&mut self) -> usize {
         let mut n = 0;
         while let Some(a) = self.shm_acceptor.as_mut() {
             match a.accept() {
@@ -790,7 +791,7 @@ impl State {
         n
     }
 
-    fn accept_tcp(&mut self, listener: Option<u32>) -> usize {
+    pub(super) fn accept_tcp(&mut self, listener: Option<u32>) -> usize {
         let mut n = 0;
         loop {
             let r = match listener {
@@ -818,7 +819,7 @@ impl State {
     }
 
     /// Look at a pending connection's first frame.
-    fn pending_step(&mut self, i: u32) -> usize {
+    pub(super) fn pending_step(&mut self, i: u32) -> usize {
         let Some(p) = self
             .pending_conns
             .slots
@@ -1039,110 +1040,6 @@ impl State {
             let _ = tx.flush();
         }
         self.pending_drop(req.pending, None);
-    }
-
-    /// Handle ready fds. Returns events handled.
-    pub(crate) fn progress_events(&mut self) -> usize {
-        let mut events = [epoll::Event {
-            flags: epoll::EventFlags::empty(),
-            data: epoll::EventData::new_u64(0),
-        }; 32];
-        let zero = rustix::time::Timespec {
-            tv_sec: 0,
-            tv_nsec: 0,
-        };
-        let n = match epoll::wait(&self.epoll, &mut events, Some(&zero)) {
-            Ok(n) => n,
-            Err(_) => return 0,
-        };
-        let mut handled = 0;
-        for ev in &events[..n] {
-            let (kind, idx) = token::split(ev.data.u64());
-            match kind {
-                token::EP => {
-                    let r = self
-                        .ep(idx)
-                        .and_then(|ep| ep.rx.as_mut())
-                        .map(|rx| rx.on_readable());
-                    if let Some(Err(err)) = r {
-                        // Frames already buffered are still delivered before the failure.
-                        self.drain_then_fail(idx, err);
-                    }
-                    handled += 1;
-                }
-                token::PENDING => handled += self.pending_step(idx),
-                token::SHM_ACCEPT => handled += self.accept_shm(),
-                token::TCP_ACCEPT => handled += self.accept_tcp(None),
-                token::LISTENER => handled += self.accept_tcp(Some(idx)),
-                // Only a wakeup: `progress_conns`, which runs right after this, moves
-                // every setup on (the watched ones and any that could not be watched).
-                token::SHM_SETUP => {}
-                token::EVENT => {
-                    let mut b = [0u8; 8];
-                    let _ = rustix::io::read(&self.eventfd, &mut b);
-                    handled += 1;
-                }
-                _ => {}
-            }
-        }
-        handled
-    }
-
-    /// Remember a link failure; the endpoint fails once its buffered frames are handled.
-    pub(crate) fn drain_then_fail(&mut self, e: u32, err: Error) {
-        let has_frame = self
-            .ep(e)
-            .and_then(|ep| ep.rx.as_mut())
-            .map(|rx| matches!(rx.peek(), Ok(Some(_))))
-            .unwrap_or(false);
-        if has_frame {
-            self.link_errors.push((e, err));
-        } else {
-            self.fail_ep(e, err);
-        }
-    }
-
-    /// Arm every link for sleeping. `Ok(false)`: something is already waiting.
-    pub(crate) fn arm(&mut self) -> Result<bool> {
-        // A shared-memory setup's reply wakes the worker through epoll where its socket is
-        // watched; one that could not be watched is polled, so no sleep then.
-        if !self.deferred.is_empty()
-            || !self.link_errors.is_empty()
-            || !self.copies.is_empty()
-            || self.shm_connects.iter().any(|c| !c.watched)
-        {
-            return Ok(false);
-        }
-        for &e in &self.active.clone() {
-            if let Some(rx) = self.ep(e).and_then(|ep| ep.rx.as_mut()) {
-                if !rx.arm()? {
-                    return Ok(false);
-                }
-            }
-            if self
-                .ep(e)
-                .is_some_and(|ep| !ep.pending.is_empty() || !ep.push.is_empty())
-            {
-                return Ok(false);
-            }
-        }
-        for p in self
-            .pending_conns
-            .slots
-            .iter_mut()
-            .filter(|p| p.live && !p.offered)
-        {
-            if let Some(rx) = p.rx.as_mut() {
-                if !rx.arm()? {
-                    return Ok(false);
-                }
-            }
-        }
-        Ok(true)
-    }
-
-    pub(crate) fn epoll_as_fd(&self) -> BorrowedFd<'_> {
-        self.epoll.as_fd()
     }
 }
 

@@ -1,0 +1,492 @@
+//! The progress loop: what one call of `Worker::progress` does.
+//!
+//! Progress is explicit: nothing moves unless the application progresses the worker (or
+//! waits on something, which progresses). A call first asks `State::work` what there is
+//! to do, with a few loads and no system call when the answer is nothing; frames on one
+//! link that can be read in place (the latency case) take a short path of their own;
+//! everything else takes the general pass, which also reads epoll now and then (every
+//! [`EPOLL_EVERY`] calls, or every call while connections are being set up). Callbacks
+//! (completions, endpoint errors, connection requests, active-message handlers) run with
+//! the state unlocked, so they may send and receive on the same worker.
+
+use std::any::Any;
+use std::os::fd::{AsFd, BorrowedFd};
+
+use rustix::event::epoll;
+
+use super::am::AmDelivery;
+use super::core::{ErrorHandler, State};
+use super::fdpoll;
+use super::recv::{Eager, PollOne};
+use super::state::{Callback, Info};
+use crate::base::lock::{Guard, StateCell};
+use crate::base::{Error, Result};
+use crate::transport::LinkRx;
+
+/// What a progress call has to do (`State::work`).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Work {
+    Nothing,
+    /// Frames on the shared-memory link of this endpoint, and nothing else.
+    ShmFrames(u32),
+    Other,
+}
+
+/// Work to run outside the state lock (user code).
+pub(crate) enum Deferred {
+    Req(Callback, Result<Info, Error>, Info),
+    EpError(ErrorHandler, Error),
+    Conn(u32, crate::proto::wireup::ConnRequest),
+}
+
+/// How often (in progress calls, a power of two) progress asks epoll about links that
+/// signal only through their fd (shared memory: wakeups and a peer's hang-up), listeners,
+/// new connections and the event fd, when nothing else makes it look.
+pub(crate) const EPOLL_EVERY: u64 = 256;
+
+/// Epoll token kinds.
+pub(crate) mod token {
+    pub const SHM_ACCEPT: u64 = 1;
+    pub const TCP_ACCEPT: u64 = 2;
+    pub const LISTENER: u64 = 3;
+    pub const EP: u64 = 4;
+    pub const PENDING: u64 = 5;
+    pub const EVENT: u64 = 6;
+    /// A shared-memory setup's socket (`State::shm_connects`): its reply arrived.
+    pub const SHM_SETUP: u64 = 7;
+    pub fn make(kind: u64, idx: u32) -> u64 {
+        (kind << 56) | idx as u64
+    }
+    pub fn split(t: u64) -> (u64, u32) {
+        (t >> 56, t as u32)
+    }
+}
+
+/// One worker's progress: its state, and the API object that runs it (the `Worker`), which
+/// active-message handlers get at each call.
+pub(crate) struct Progress<'a> {
+    pub cell: &'a StateCell<State>,
+    pub owner: &'a dyn Any,
+}
+
+impl<'a> Progress<'a> {
+    /// One progress call: handle arrived frames, retry queued sends, run callbacks. Returns
+    /// how many events were handled.
+    #[inline]
+    pub(crate) fn progress(&self) -> usize {
+        let Ok(mut g) = self.cell.lock() else {
+            return 0;
+        };
+        if g.in_progress {
+            return 0;
+        }
+        g.progress_calls = g.progress_calls.wrapping_add(1);
+        // Spinning callers mostly find nothing: answer them without the machinery below,
+        // and a frame on the one busy shared-memory link with only what it needs.
+        match g.work() {
+            Work::Nothing => 0,
+            Work::ShmFrames(e) => self.progress_frames(g, e),
+            Work::Other => {
+                g.copy_spent = 0;
+                self.progress_work(g)
+            }
+        }
+    }
+
+    /// `progress_work` when its only work is frames on the shared-memory link of endpoint
+    /// `e` (`State::work`): the eager tag and active messages of a latency test, handled
+    /// without the general pass. Whatever else turns up (another kind of frame, a send
+    /// queued by a handler, a copy, a failure) goes on to `progress_work`.
+    #[inline(never)]
+    fn progress_frames<'g>(&'g self, mut g: Guard<'g, State>, e: u32) -> usize {
+        g.in_progress = true;
+        // About one piece's bytes of copies per progress call, also when `progress_work`
+        // follows.
+        g.copy_spent = 0;
+        let mut n = 0;
+        let mut rest = false;
+        for _ in 0..32 {
+            match g.poll_eager(e) {
+                Eager::Done(PollOne::Empty) => break,
+                Eager::Done(PollOne::Handled) => n += 1,
+                Eager::Done(PollOne::Am(am)) => {
+                    n += 1;
+                    g = self.run_am(g, am);
+                }
+                Eager::Other => {
+                    rest = true;
+                    break;
+                }
+            }
+            if !g.rx_maybe_ready(e) {
+                break;
+            }
+        }
+        g.in_progress = false;
+        if rest || g.tx_busy(e) || !g.link_errors.is_empty() || !g.copies.is_empty() {
+            return n + self.progress_work(g);
+        }
+        // Callbacks of the receives completed above (a counted receive's, as in a
+        // bandwidth test): run here, without a pass over everything for them.
+        if !g.deferred.is_empty() {
+            n += self.run_deferred_of(g);
+        }
+        n
+    }
+
+    /// The general pass of a progress call (`copy_spent` reset by the caller: once per
+    /// call, however it got here).
+    #[inline(never)]
+    fn progress_work<'g>(&'g self, mut g: Guard<'g, State>) -> usize {
+        g.in_progress = true;
+        let mut n = 0;
+        let has_conns = g.conns_in_setup();
+        // Coalesced sends leave before we look for their answers.
+        let direct = g.fd_links > 0 && g.fd_links <= fdpoll::DIRECT_POLL_LINKS;
+        if g.fd_links > 0 {
+            n += g.flush_fd_links().1;
+        }
+        let every = if direct {
+            fdpoll::DIRECT_EPOLL_EVERY
+        } else {
+            EPOLL_EVERY
+        };
+        if (g.fd_links > 0 && !direct) || has_conns || g.progress_calls & (every - 1) == 0 {
+            n += g.progress_events();
+            n += g.progress_conns();
+            if direct && g.watched_idle() {
+                g.unwatch_fd_links();
+            }
+        }
+        if direct {
+            g.read_fd_links();
+        }
+        let mut i = 0;
+        while i < g.active.len() {
+            let e = g.active[i];
+            let ready = g.rx_maybe_ready(e);
+            if !ready && !g.tx_busy(e) {
+                // The common idle case: nothing in, nothing queued.
+                i += 1;
+                continue;
+            }
+            for _ in 0..32 {
+                match g.poll_one(e) {
+                    PollOne::Empty => break,
+                    PollOne::Handled => n += 1,
+                    PollOne::Am(am) => {
+                        n += 1;
+                        g = self.run_am(g, am);
+                    }
+                }
+                // A shared-memory link says with one load whether another frame is there.
+                if !g.rx_maybe_ready(e) {
+                    break;
+                }
+            }
+            // Handlers may have queued answers behind the first (a burst): out they go.
+            if g.tx_busy(e) {
+                n += g.progress_tx(e);
+            }
+            i += 1;
+        }
+        // About one piece's bytes per call, counting copies the frames above started.
+        if !g.copies.is_empty() {
+            n += g.progress_copies();
+        }
+        if !g.link_errors.is_empty() {
+            let errs = std::mem::take(&mut g.link_errors);
+            for (e, err) in errs {
+                let more = g
+                    .ep(e)
+                    .and_then(|ep| ep.rx.as_mut())
+                    .map(|rx| matches!(rx.peek(), Ok(Some(_))))
+                    .unwrap_or(false);
+                if more {
+                    g.link_errors.push((e, err));
+                } else {
+                    g.fail_ep(e, err);
+                }
+            }
+        }
+        g.in_progress = false;
+        if g.deferred.is_empty() {
+            return n;
+        }
+        n + self.run_deferred_of(g)
+    }
+
+    /// Run the callbacks this progress call queued, with the state released; how many.
+    fn run_deferred_of<'g>(&'g self, mut g: Guard<'g, State>) -> usize {
+        let spare = std::mem::take(&mut g.deferred_spare);
+        let mut deferred = std::mem::replace(&mut g.deferred, spare);
+        drop(g);
+        let n = deferred.len();
+        self.run_deferred(&mut deferred);
+        // The emptied vector serves a later progress call (callbacks come in every call that
+        // completes operations started with one: no allocation for each).
+        if let Ok(mut g) = self.cell.lock() {
+            g.deferred_spare = deferred;
+        }
+        n
+    }
+
+    fn run_deferred(&self, deferred: &mut Vec<Deferred>) {
+        for d in deferred.drain(..) {
+            match d {
+                Deferred::Req(Callback::Rust(f), r, _) => f(r),
+                Deferred::Req(Callback::Raw(f, user), r, info) => f(user, r, info),
+                Deferred::Req(Callback::None, _, _) => {}
+                Deferred::EpError(mut h, err) => h(&err),
+                Deferred::Conn(l, req) => {
+                    let handler = self.cell.lock().ok().and_then(|mut g| {
+                        g.listeners
+                            .slots
+                            .get_mut(l as usize)
+                            .and_then(|s| s.handler.take())
+                    });
+                    match handler {
+                        Some(mut h) => {
+                            h(req);
+                            if let Ok(mut g) = self.cell.lock() {
+                                if let Some(s) = g
+                                    .listeners
+                                    .slots
+                                    .get_mut(l as usize)
+                                    .filter(|s| s.live && s.handler.is_none())
+                                {
+                                    s.handler = Some(h);
+                                }
+                            }
+                        }
+                        None => {
+                            if let Ok(mut g) = self.cell.lock() {
+                                g.conn_reject(&req);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[inline(always)]
+    fn run_am<'g>(
+        &'g self,
+        mut g: Guard<'g, State>,
+        mut d: AmDelivery<'static>,
+    ) -> Guard<'g, State> {
+        let e = d.ep.0;
+        let id = d.id;
+        let handler = g.am_handlers.get_mut(id as usize).and_then(|h| h.take());
+        let Some(mut h) = handler else {
+            let peer = g.ep(e).map(|ep| ep.peer.clone()).unwrap_or_default();
+            tracing::warn!("active message with id {id} from {peer} has no handler; dropped");
+            if let Some(r) = d.rndv {
+                g.am_decline(*r);
+            }
+            g.finish_am(e);
+            return g;
+        };
+        // The frame stays unconsumed (rx_busy) until finish_am below.
+        let (mut g, ()) = g.unlocked(|| h(&mut d, self.owner));
+        if let Some(slot) = g.am_handlers.get_mut(id as usize) {
+            if slot.is_none() {
+                *slot = Some(h);
+            }
+        }
+        if let Some(r) = d.rndv.take() {
+            g.am_decline(*r);
+        }
+        g.finish_am(e);
+        g
+    }
+}
+
+impl State {
+    /// Make the next progress call read epoll (it does every `EPOLL_EVERY` calls, a
+    /// multiple of `fdpoll::DIRECT_EPOLL_EVERY`): after a sleep ended by an event.
+    pub(crate) fn epoll_next(&mut self) {
+        self.progress_calls |= EPOLL_EVERY - 1;
+    }
+
+    /// What a progress call (already counted in `progress_calls`) has to do: nothing (no
+    /// fd link to poll, no connection being set up, not epoll's turn, no failure or
+    /// callback to deliver, no copy with pieces to make, and no active link with a frame
+    /// waiting or sends queued: the idle case of a spinning caller on shared memory,
+    /// answered with a few loads); only frames on one shared-memory link (the latency
+    /// case, which `Progress::progress_frames` handles without the general pass); or
+    /// anything else.
+    #[inline]
+    pub(crate) fn work(&self) -> Work {
+        if self.fd_links != 0
+            || self.progress_calls & (EPOLL_EVERY - 1) == 0
+            || self.conns_in_setup()
+            || !self.link_errors.is_empty()
+            || !self.deferred.is_empty()
+            || !self.copies.is_empty()
+        {
+            return Work::Other;
+        }
+        let mut found = Work::Nothing;
+        for &e in &self.active {
+            let Some(ep) = self.eps.slots.get(e as usize) else {
+                continue;
+            };
+            if !ep.pending.is_empty() || !ep.push.is_empty() {
+                return Work::Other;
+            }
+            match &ep.rx {
+                Some(LinkRx::Shm(rx)) if rx.ready() => {
+                    if found != Work::Nothing {
+                        return Work::Other;
+                    }
+                    found = Work::ShmFrames(e);
+                }
+                Some(LinkRx::Shm(_)) | None => {}
+                Some(rx) if rx.maybe_ready() => return Work::Other,
+                Some(_) => {}
+            }
+        }
+        found
+    }
+
+    /// Whether connections are being set up: accepted ones waiting for their first frame,
+    /// shared-memory links this side is connecting, and ones the shm acceptor is in the
+    /// middle of. Until each is done, every progress call reads epoll and moves them on
+    /// (their sockets wake it), so a spinning worker is not held to its periodic epoll pass.
+    #[inline]
+    pub(crate) fn conns_in_setup(&self) -> bool {
+        self.pending_conns.slots.len() != self.pending_conns.free.len()
+            || !self.shm_connects.is_empty()
+            || self.shm_acceptor.as_ref().is_some_and(|a| a.setting_up())
+    }
+
+    /// Whether endpoint `idx` has sends to retry or push, or its link has queued bytes or
+    /// written zero-copy sends to report: what `progress_tx` is for.
+    #[inline]
+    pub(crate) fn tx_busy(&self, idx: u32) -> bool {
+        self.eps.slots.get(idx as usize).is_some_and(|ep| {
+            !ep.pending.is_empty()
+                || !ep.push.is_empty()
+                || ep.tx.as_ref().is_some_and(|tx| tx.has_work())
+        })
+    }
+
+    /// Whether endpoint `idx`'s link may hold a frame: one load on shared memory; on tcp,
+    /// whether bytes are buffered (its socket is read before, by `read_fd_links` or epoll).
+    #[inline]
+    pub(crate) fn rx_maybe_ready(&self, idx: u32) -> bool {
+        self.eps
+            .slots
+            .get(idx as usize)
+            .and_then(|ep| ep.rx.as_ref())
+            .is_some_and(|rx| rx.maybe_ready())
+    }
+
+    #[inline]
+
+    /// Handle ready fds. Returns events handled.
+    pub(crate) fn progress_events(&mut self) -> usize {
+        let mut events = [epoll::Event {
+            flags: epoll::EventFlags::empty(),
+            data: epoll::EventData::new_u64(0),
+        }; 32];
+        let zero = rustix::time::Timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        let n = match epoll::wait(&self.epoll, &mut events, Some(&zero)) {
+            Ok(n) => n,
+            Err(_) => return 0,
+        };
+        let mut handled = 0;
+        for ev in &events[..n] {
+            let (kind, idx) = token::split(ev.data.u64());
+            match kind {
+                token::EP => {
+                    let r = self
+                        .ep(idx)
+                        .and_then(|ep| ep.rx.as_mut())
+                        .map(|rx| rx.on_readable());
+                    if let Some(Err(err)) = r {
+                        // Frames already buffered are still delivered before the failure.
+                        self.drain_then_fail(idx, err);
+                    }
+                    handled += 1;
+                }
+                token::PENDING => handled += self.pending_step(idx),
+                token::SHM_ACCEPT => handled += self.accept_shm(),
+                token::TCP_ACCEPT => handled += self.accept_tcp(None),
+                token::LISTENER => handled += self.accept_tcp(Some(idx)),
+                // Only a wakeup: `progress_conns`, which runs right after this, moves
+                // every setup on (the watched ones and any that could not be watched).
+                token::SHM_SETUP => {}
+                token::EVENT => {
+                    let mut b = [0u8; 8];
+                    let _ = rustix::io::read(&self.eventfd, &mut b);
+                    handled += 1;
+                }
+                _ => {}
+            }
+        }
+        handled
+    }
+
+    /// Remember a link failure; the endpoint fails once its buffered frames are handled.
+    pub(crate) fn drain_then_fail(&mut self, e: u32, err: Error) {
+        let has_frame = self
+            .ep(e)
+            .and_then(|ep| ep.rx.as_mut())
+            .map(|rx| matches!(rx.peek(), Ok(Some(_))))
+            .unwrap_or(false);
+        if has_frame {
+            self.link_errors.push((e, err));
+        } else {
+            self.fail_ep(e, err);
+        }
+    }
+
+    /// Arm every link for sleeping. `Ok(false)`: something is already waiting.
+    pub(crate) fn arm(&mut self) -> Result<bool> {
+        // A shared-memory setup's reply wakes the worker through epoll where its socket is
+        // watched; one that could not be watched is polled, so no sleep then.
+        if !self.deferred.is_empty()
+            || !self.link_errors.is_empty()
+            || !self.copies.is_empty()
+            || self.shm_connects.iter().any(|c| !c.watched)
+        {
+            return Ok(false);
+        }
+        for &e in &self.active.clone() {
+            if let Some(rx) = self.ep(e).and_then(|ep| ep.rx.as_mut()) {
+                if !rx.arm()? {
+                    return Ok(false);
+                }
+            }
+            if self
+                .ep(e)
+                .is_some_and(|ep| !ep.pending.is_empty() || !ep.push.is_empty())
+            {
+                return Ok(false);
+            }
+        }
+        for p in self
+            .pending_conns
+            .slots
+            .iter_mut()
+            .filter(|p| p.live && !p.offered)
+        {
+            if let Some(rx) = p.rx.as_mut() {
+                if !rx.arm()? {
+                    return Ok(false);
+                }
+            }
+        }
+        Ok(true)
+    }
+
+    pub(crate) fn epoll_as_fd(&self) -> BorrowedFd<'_> {
+        self.epoll.as_fd()
+    }
+}
