@@ -31,5 +31,7 @@ pub use api::*;
 pub use base::cuda::{Driver as CudaDriver, load as cuda_driver};
 pub use base::{Config, Error, Result, Status};
 pub use proto::am::{AmFlags, AmRndv};
-pub use proto::state::{Buf, Callback, Info, RawFn, RndvCopies};
+pub use proto::buf::Buf;
+pub use proto::request::{Callback, Info, RawFn};
+pub use proto::tag::RndvCopies;
 pub use proto::tag::{ProbeInfo, Started};

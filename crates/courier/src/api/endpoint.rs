@@ -6,9 +6,11 @@ use super::request::Request;
 use super::worker::Worker;
 use crate::base::lock::Guard;
 use crate::base::{Error, Result, Status};
+use crate::proto::State;
 use crate::proto::am::AmFlags;
-use crate::proto::core::State;
-use crate::proto::state::{Buf, Callback, EpStatus, ReqKind};
+use crate::proto::buf::Buf;
+use crate::proto::endpoint::EpStatus;
+use crate::proto::request::{Callback, ReqKind};
 use crate::proto::tag::Started;
 use crate::wire::frame::{Header, Kind};
 
@@ -16,7 +18,7 @@ use crate::wire::frame::{Header, Kind};
 #[derive(Default)]
 pub struct EndpointParams {
     /// Called once, inside progress, when the endpoint fails (peer died, closed, lied).
-    pub error_handler: Option<crate::proto::core::ErrorHandler>,
+    pub error_handler: Option<crate::proto::endpoint::ErrorHandler>,
 }
 
 impl EndpointParams {

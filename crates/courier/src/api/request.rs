@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use super::worker::Worker;
 use crate::base::{Error, Result, Status};
-use crate::proto::state::Info;
+use crate::proto::request::Info;
 use crate::proto::tag::Started;
 
 /// An operation in flight. It borrows the buffer it reads or writes, so the buffer

@@ -15,10 +15,11 @@ use super::endpoint::{Endpoint, EndpointParams};
 use super::request::Request;
 use crate::base::lock::{Guard, StateCell, ThreadMode};
 use crate::base::{Error, Result, Status};
+use crate::proto::State;
 use crate::proto::am::{AmDelivery, AmRndv};
-use crate::proto::core::State;
+use crate::proto::buf::Buf;
 use crate::proto::progress::Progress;
-use crate::proto::state::{Buf, Callback, Info, RawFn};
+use crate::proto::request::{Callback, Info, RawFn};
 use crate::proto::tag::{ProbeInfo, Started};
 
 pub(crate) struct WorkerInner {

@@ -5,8 +5,9 @@
 //! later receive into a buffer of its choice with `am_recv_data`, or drop (which tells the
 //! sender its data was declined so its request completes).
 
-use super::core::State;
-use super::state::*;
+use super::State;
+use super::buf::Buf;
+use super::request::{Callback, Info, ReqKind};
 use super::tag::Started;
 use crate::base::{Error, Result, Status};
 use crate::transport::RndvMode;
@@ -30,7 +31,7 @@ pub struct AmRndv {
     pub(crate) ep_generation: u32,
     pub(crate) sreq: u64,
     pub(crate) len: usize,
-    pub(crate) segs: super::state::Segs<u64>,
+    pub(crate) segs: super::buf::Segs<u64>,
     pub(crate) key: Option<Box<[u8]>>,
 }
 

@@ -17,7 +17,8 @@
 //! they stay in. Either way a failure or close is seen: a direct read reports it as
 //! epoll would.
 
-use super::core::{State, watch};
+use super::State;
+use super::endpoint::watch;
 use crate::base::{Error, Result};
 
 /// Up to this many fd links, progress reads their sockets directly; epoll still runs

@@ -428,11 +428,11 @@ impl From<SegmentRefusal> for Error {
 }
 
 /// A peer's shared segment mapped here, and where the asked-for segments lie in it.
-pub(crate) type SharedView = (Arc<Mapping>, super::state::Segs<u64>);
+pub(crate) type SharedView = (Arc<Mapping>, super::buf::Segs<u64>);
 /// A peer's device allocation opened here, with the IPC handle it was opened from.
 type OpenedDevice = ([u8; 64], Arc<crate::base::cuda::IpcMapping>);
 /// A same-host peer's device allocation opened here, and segments translated into it.
-pub(crate) type DeviceView = (Arc<crate::base::cuda::IpcMapping>, super::state::Segs<u64>);
+pub(crate) type DeviceView = (Arc<crate::base::cuda::IpcMapping>, super::buf::Segs<u64>);
 
 /// Whether a rendezvous offer's key is a device region's (read through its IPC handle,
 /// never with CMA or the CPU): one with the IPC trailer, which only device keys carry.
@@ -484,8 +484,8 @@ fn translate(
     base: u64,
     local: usize,
     len: usize,
-) -> Result<super::state::Segs<u64>> {
-    let mut out = super::state::Segs::new();
+) -> Result<super::buf::Segs<u64>> {
+    let mut out = super::buf::Segs::new();
     for &(a, n) in segs {
         check(rec, key.region, key.secret, a, n, 0)?;
         let off = a.checked_sub(base).ok_or(Status::OutOfRange)?;

@@ -20,8 +20,8 @@
 
 use std::time::{Duration, Instant};
 
-use super::core::State;
-use super::state::*;
+use super::State;
+use super::buf::{Segs, seg_range};
 use crate::base::Result;
 use crate::wire::frame::Kind;
 

@@ -14,11 +14,12 @@ use std::os::fd::{AsFd, BorrowedFd};
 
 use rustix::event::epoll;
 
+use super::State;
 use super::am::AmDelivery;
-use super::core::{ErrorHandler, State};
+use super::endpoint::ErrorHandler;
 use super::fdpoll;
 use super::recv::{Eager, PollOne};
-use super::state::{Callback, Info};
+use super::request::{Callback, Info};
 use crate::base::lock::{Guard, StateCell};
 use crate::base::{Error, Result};
 use crate::transport::LinkRx;

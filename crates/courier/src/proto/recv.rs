@@ -4,8 +4,8 @@
 //! can call the user's handler with the state lock released (the handler may send, even on
 //! the same endpoint), then `finish_am` consumes the frame.
 
+use super::State;
 use super::am::{AmDelivery, AmRndv};
-use super::core::State;
 use crate::base::{Error, Status};
 use crate::transport::LinkRx;
 use crate::wire::frame::Frame;
@@ -266,7 +266,7 @@ impl State {
             Frame::ConnReject => {
                 let asked = self
                     .ep(e)
-                    .is_some_and(|ep| ep.status == crate::proto::state::EpStatus::Connecting);
+                    .is_some_and(|ep| ep.status == crate::proto::endpoint::EpStatus::Connecting);
                 self.fail_ep(
                     e,
                     if asked {

@@ -13,9 +13,12 @@
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering, fence};
 
-use super::core::State;
+use super::State;
+use super::buf::Buf;
+use super::endpoint::EpStatus;
 use super::memreg::Place;
-use super::state::*;
+use super::request::{Callback, Info, ReqKind};
+use super::send::{Pending, RegionRead};
 use super::tag::Started;
 use crate::base::{Error, Result, Status};
 use crate::transport::{Sent, TxError};
@@ -336,7 +339,7 @@ impl State {
         }
         if ep.pending.is_empty() && ep.status == EpStatus::Connected {
             if let Some(tx) = ep.tx.as_mut() {
-                match super::core::send_parts_zc(tx, h.as_bytes(), &[], data, token) {
+                match super::send::send_parts_zc(tx, h.as_bytes(), &[], data, token) {
                     Ok(sent) => return Ok(Some(sent)),
                     Err(TxError::NoResource) => {}
                     Err(TxError::Failed(err)) => {

@@ -3,8 +3,9 @@
 //! Arriving bytes fill posted receives in order, straight from the transport's buffer;
 //! what no receive wants yet waits in the endpoint's stream buffer.
 
-use super::core::State;
-use super::state::*;
+use super::State;
+use super::buf::Buf;
+use super::request::{Callback, Info, ReqKind};
 use super::tag::Started;
 use crate::base::{Error, Result, Status};
 use crate::wire::frame::{Header, Kind};

@@ -9,13 +9,77 @@
 //! acknowledges (`RndvAts`). Otherwise the receiver answers ready-to-receive (`RndvRtr`) and
 //! the sender pushes `RndvData` frames straight from the user buffer.
 
-use super::core::State;
+use super::State;
+use super::buf::{Buf, Segs, seg_range};
 use super::pieces::{AfterCopy, Dir};
-use super::state::*;
+use super::request::{Callback, Info, RawFn, ReqKind, split_id};
 use crate::base::sys::copy_small;
 use crate::base::{Error, Result, Status};
 use crate::transport::{RndvMode, copy_segments};
 use crate::wire::frame::{self, Header, Kind, Segments, emit_segments};
+
+/// A posted tag receive waiting for its message: the matching fields beside the request's
+/// id, so matching an arrival reads only this queue.
+#[derive(Copy, Clone)]
+pub(crate) struct Posted {
+    pub tag: u64,
+    pub mask: u64,
+    pub id: u64,
+}
+
+pub(crate) struct Unexpected {
+    pub tag: u64,
+    pub ep: u32,
+    pub len: usize,
+    pub body: UnexpBody,
+}
+
+pub(crate) enum UnexpBody {
+    Eager(Vec<u8>),
+    EagerSync(Vec<u8>, u64),
+    Rts {
+        sreq: u64,
+        segs: Segs<u64>,
+        /// The sender's shared-segment key for `segs`, if it offered one.
+        key: Option<Box<[u8]>>,
+    },
+}
+
+/// Data to push to a peer after it said it is ready (rendezvous without remote read).
+pub(crate) struct PushJob {
+    pub sreq: u64,
+    pub rreq: u64,
+    pub data: Buf,
+    pub offset: usize,
+    pub total: usize,
+}
+
+/// How a worker's single-copy rendezvous copies (reads and writes of a same-host peer's
+/// buffers, each part of a split counted once) were made.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RndvCopies {
+    /// Through a shared segment of memory the peer allocated with `mem_map`.
+    pub shared: u64,
+    /// Through the kernel (CMA, or a copy within the process for `self`).
+    pub link: u64,
+    /// From a same-host peer's device memory, opened with its CUDA IPC handle.
+    pub device: u64,
+}
+
+/// A split rendezvous receive: this side reads the first part, the sender writes the rest;
+/// it ends when both are done.
+pub(crate) struct SplitWait {
+    pub rreq: u64,
+    pub ep: u32,
+    pub sreq: u64,
+    /// Result of this side's own read, once complete.
+    pub own: Option<crate::base::Result<()>>,
+    /// The sender's answer (0 or an error code), once it came.
+    pub rest: Option<i32>,
+    /// The rest: where it goes here, and where it lies in the sender (for a fallback read).
+    pub rest_local: Segs<usize>,
+    pub rest_remote: Segs<u64>,
+}
 
 /// How an operation started.
 #[derive(Debug)]
@@ -1039,7 +1103,7 @@ impl State {
                 // Frames leave in order: the last one's token says the whole job is written.
                 let last = job.offset + n_bytes == job.total;
                 let token = if last { job.sreq } else { 0 };
-                match super::core::send_parts_zc(tx, hdr.as_bytes(), &[], &part, token) {
+                match super::send::send_parts_zc(tx, hdr.as_bytes(), &[], &part, token) {
                     Ok(s) => {
                         job.offset += n_bytes;
                         sent = s;

@@ -18,14 +18,40 @@ use std::time::{Duration, Instant};
 
 use rustix::event::epoll;
 
-use super::core::{ListenerSlot, PendingConn, State};
+use super::endpoint::EpStatus;
 use super::progress::{Deferred, token};
-use super::state::*;
+use super::tag::RndvCopies;
+use super::{Slab, State};
 use crate::base::sys::{host_id, pid, random_u64};
 use crate::base::{Config, Error, Result, Status};
 use crate::transport::{LinkRx, LinkTx, loopback, shm, tcp};
 use crate::wire::address::WorkerAddress;
 use crate::wire::frame::{Frame, Header, Kind};
+
+/// A listener's connection handler.
+pub type ConnHandler = Box<dyn FnMut(ConnRequest) + Send>;
+
+pub(crate) struct ListenerSlot {
+    pub live: bool,
+    pub generation: u32,
+    pub tcp: tcp::Listener,
+    pub handler: Option<ConnHandler>,
+}
+
+pub(crate) struct PendingConn {
+    pub live: bool,
+    pub generation: u32,
+    pub tx: Option<LinkTx>,
+    pub rx: Option<LinkRx>,
+    /// Which user listener accepted it (None: the worker's own acceptors).
+    pub listener: Option<u32>,
+    pub peer: String,
+    pub since: Instant,
+    /// The connection handler has it and has not answered yet.
+    pub offered: bool,
+    pub client_id: u64,
+    pub client_addr: Option<WorkerAddress>,
+}
 
 /// Wireup purposes.
 pub(crate) mod purpose {
@@ -633,7 +659,7 @@ impl State {
     pub(crate) fn listener_add(
         &mut self,
         sa: SocketAddr,
-        handler: super::core::ConnHandler,
+        handler: ConnHandler,
     ) -> Result<(u32, SocketAddr)> {
         let l = tcp::Listener::bind(sa, &self.cfg)?;
         let bound = l.local_addr();

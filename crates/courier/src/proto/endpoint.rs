@@ -1,0 +1,300 @@
+//! Endpoints as the protocol layer keeps them: status, link, queues, error handler; how
+//! one gets its link, fails, and is freed.
+
+use std::collections::VecDeque;
+use std::os::fd::OwnedFd;
+
+use rustix::event::epoll;
+
+use super::State;
+use super::progress::{Deferred, token};
+use super::request::make_id;
+use super::send::Pending;
+use super::tag::{PushJob, UnexpBody};
+use crate::base::{Error, Result, Status};
+use crate::transport::{Caps, LinkRx, LinkTx};
+
+/// An endpoint's error handler.
+pub type ErrorHandler = Box<dyn FnMut(&Error) + Send>;
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum EpStatus {
+    /// Waiting for the peer to accept (listener flow) or for a link upgrade.
+    Connecting,
+    Connected,
+    /// Failed or closed; operations fail with this error.
+    Dead(Error),
+}
+
+pub(crate) struct EpSlot {
+    pub generation: u32,
+    pub live: bool,
+    pub status: EpStatus,
+    pub tx: Option<LinkTx>,
+    pub rx: Option<LinkRx>,
+    /// A link being replaced (listener flow: the tcp link while the shm one comes up).
+    pub old: Option<(LinkTx, LinkRx)>,
+    pub caps: Option<Caps>,
+    pub rndv_thresh: usize,
+    pub pending: VecDeque<Pending>,
+    pub push: VecDeque<PushJob>,
+    pub stream_in: VecDeque<u8>,
+    pub stream_reqs: VecDeque<u64>,
+    pub err_handler: Option<crate::proto::endpoint::ErrorHandler>,
+    pub err_reported: bool,
+    pub peer: String,
+    pub conn_id: u64,
+    /// The peer's worker id (when known) and whether it runs in this process's worker.
+    pub peer_worker: u64,
+    /// A handler is running on a frame of this endpoint's rx: do not drop the link now.
+    pub rx_busy: bool,
+    /// Puts or posted atomics were sent that the target acknowledges only by refusing
+    /// them: a flush must ask the target to confirm.
+    pub rma_unacked: bool,
+    /// The first refusal of an unacknowledged put or posted atomic, reported by the next
+    /// flush.
+    pub rma_error: Option<Error>,
+    /// Operations were sent through the owner (puts, gets, atomics) that no fence or flush
+    /// has waited for since.
+    pub rma_via_owner: bool,
+    /// A remote key unpacked on this endpoint reaches memory without the owner (mapped
+    /// here, or CMA): an operation through the owner may be overtaken by one of those.
+    pub rma_direct_keys: bool,
+    /// Target side: the rest of a put refused at its first frame (`Kind::PutBegin`), as
+    /// bytes of put data still to drop unwritten on this link, and the refusal's status.
+    pub put_refused: Option<(u64, Status)>,
+    /// Set when the endpoint fails or closes. Remote keys unpacked on it hold it, so that
+    /// their direct paths (plain stores into a same-host peer's memory, which never go
+    /// through the worker) see it without the worker's lock.
+    pub gone: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl EpSlot {
+    pub(crate) fn dead_error(&self) -> Option<Error> {
+        match &self.status {
+            EpStatus::Dead(e) => Some(e.clone()),
+            _ => None,
+        }
+    }
+}
+
+/// Fail every request on `ep` (called when the endpoint dies).
+pub(crate) fn fail_error(peer: &str, why: &Error) -> Error {
+    if why.status() == Status::PeerFailure
+        || why.status() == Status::EndpointClosed
+        || why.status() == Status::Rejected
+    {
+        why.clone()
+    } else {
+        Error::msg(
+            why.status(),
+            format!("connection to {peer} failed: {}", why.detail()),
+        )
+    }
+}
+
+impl State {
+    pub(crate) fn ep(&mut self, idx: u32) -> Option<&mut EpSlot> {
+        self.eps.slots.get_mut(idx as usize).filter(|s| s.live)
+    }
+
+    pub(crate) fn ep_alloc(&mut self, peer: String) -> u32 {
+        let slot = EpSlot {
+            generation: 0,
+            live: true,
+            status: EpStatus::Connecting,
+            tx: None,
+            rx: None,
+            old: None,
+            caps: None,
+            rndv_thresh: usize::MAX,
+            pending: VecDeque::new(),
+            push: VecDeque::new(),
+            stream_in: VecDeque::new(),
+            stream_reqs: VecDeque::new(),
+            err_handler: None,
+            err_reported: false,
+            peer,
+            conn_id: 0,
+            peer_worker: 0,
+            rx_busy: false,
+            rma_unacked: false,
+            rma_error: None,
+            rma_via_owner: false,
+            rma_direct_keys: false,
+            put_refused: None,
+            gone: Default::default(),
+        };
+        if let Some(idx) = self.eps.free.pop() {
+            let s = &mut self.eps.slots[idx as usize];
+            let generation = s.generation.wrapping_add(1);
+            *s = EpSlot { generation, ..slot };
+            idx
+        } else {
+            self.eps.slots.push(slot);
+            (self.eps.slots.len() - 1) as u32
+        }
+    }
+
+    /// Give `ep` its link and start polling it.
+    pub(crate) fn ep_install_link(&mut self, e: u32, tx: LinkTx, mut rx: LinkRx) -> Result<()> {
+        rx.established();
+        let caps = tx.caps().clone();
+        let thresh = self.cfg.rndv_thresh.unwrap_or(caps.rndv_thresh).max(1);
+        if let Some(fd) = rx.fd() {
+            // An fd link is read by progress itself; its fd joins the epoll set only while
+            // the worker may sleep or reads through epoll (`fdpoll`).
+            if !caps.data_via_fd || self.fd_watched {
+                watch(&self.epoll, fd, e).map_err(|err| Error::io("epoll add", err))?;
+            }
+            if caps.data_via_fd {
+                self.fd_links += 1;
+                crate::proto::wireup::set_tcp_keepalive(fd, &self.cfg);
+            }
+        }
+        let Some(ep) = self.ep(e) else {
+            return Err(Error::new(Status::InvalidParam, "endpoint gone"));
+        };
+        ep.rndv_thresh = thresh;
+        ep.caps = Some(caps);
+        ep.tx = Some(tx);
+        ep.rx = Some(rx);
+        if !self.active.contains(&e) {
+            self.active.push(e);
+        }
+        if !self.fd_watched && self.fd_links > crate::proto::fdpoll::DIRECT_POLL_LINKS {
+            self.watch_fd_links()?;
+        }
+        Ok(())
+    }
+
+    /// Take `ep`'s link out (deregistering its fd).
+    pub(crate) fn ep_take_link(&mut self, e: u32) -> Option<(LinkTx, LinkRx)> {
+        let epfd = &self.epoll;
+        let ep = self.eps.slots.get_mut(e as usize)?;
+        let (tx, rx) = (ep.tx.take(), ep.rx.take());
+        let via_fd = ep.caps.take().is_some_and(|c| c.data_via_fd);
+        self.active.retain(|&x| x != e);
+        match (tx, rx) {
+            (Some(tx), Some(rx)) => {
+                if let Some(fd) = rx.fd() {
+                    let _ = epoll::delete(epfd, fd);
+                    if via_fd {
+                        self.fd_links = self.fd_links.saturating_sub(1);
+                    }
+                }
+                Some((tx, rx))
+            }
+            _ => None,
+        }
+    }
+
+    /// The endpoint died: fail its requests, report once, drop its link when safe.
+    pub(crate) fn fail_ep(&mut self, e: u32, why: Error) {
+        let Some(ep) = self.ep(e) else { return };
+        if matches!(ep.status, EpStatus::Dead(_)) {
+            return;
+        }
+        let peer = ep.peer.clone();
+        let err = fail_error(&peer, &why);
+        ep.status = EpStatus::Dead(err.clone());
+        ep.gone.store(true, std::sync::atomic::Ordering::Release);
+        // The requests below fail and their buffers go back to the user: the link must not
+        // write from them any more.
+        if let Some(tx) = ep.tx.as_mut() {
+            tx.abandon(&err);
+        }
+        if let Some((tx, _)) = ep.old.as_mut() {
+            tx.abandon(&err);
+        }
+        let pending: Vec<u64> = ep.pending.drain(..).filter_map(|p| p.req).collect();
+        ep.push.clear();
+        let stream_reqs: Vec<u64> = ep.stream_reqs.drain(..).collect();
+        let handler = if ep.err_reported {
+            None
+        } else {
+            ep.err_handler.take()
+        };
+        ep.err_reported = true;
+        let busy = ep.rx_busy;
+        match why.status() {
+            Status::EndpointClosed => {
+                tracing::debug!("endpoint to {peer} closed: {}", why.detail())
+            }
+            Status::ProtocolError => tracing::warn!("dropping connection to {peer}: {why}"),
+            _ => tracing::info!("endpoint to {peer} failed: {why}"),
+        }
+        for id in pending.into_iter().chain(stream_reqs) {
+            self.complete(id, Err(err.clone()));
+        }
+        // Every request still waiting on this endpoint (rendezvous, acks).
+        let ids: Vec<u64> = self
+            .reqs
+            .slots
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s.live && !s.done && s.ep == Some(e))
+            .map(|(i, s)| make_id(s.generation, i as u32))
+            .collect();
+        for id in ids {
+            self.expected.retain(|p| p.id != id);
+            self.complete(id, Err(err.clone()));
+        }
+        // Split receives from this peer and copies with it: their requests failed above.
+        self.splits.retain(|w| w.ep != e);
+        self.copies.retain(|c| c.ep != e);
+        // Rendezvous offers from this peer can no longer be fetched.
+        self.unexpected
+            .retain(|u| !(u.ep == e && matches!(u.body, UnexpBody::Rts { .. })));
+        if let Some(h) = handler {
+            self.deferred.push(Deferred::EpError(h, err));
+        }
+        if busy {
+            self.reap.push(e);
+        } else {
+            self.ep_take_link(e);
+        }
+    }
+
+    /// Give up on request `id`, still in flight: fail the endpoint it waits on with `why`,
+    /// the one way to make certain that nothing reads or writes its buffer any more (the
+    /// request then completes with that error). `false`: it waits on no endpoint.
+    pub(crate) fn abandon(&mut self, id: u64, why: Error) -> bool {
+        let Some(e) = self.req(id).filter(|s| !s.done).and_then(|s| s.ep) else {
+            return false;
+        };
+        self.fail_ep(e, why);
+        true
+    }
+
+    /// Free an endpoint slot entirely (handle gone and link dropped).
+    pub(crate) fn ep_free(&mut self, e: u32) {
+        self.ep_take_link(e);
+        if let Some(ep) = self.eps.slots.get_mut(e as usize) {
+            if ep.live {
+                ep.live = false;
+                ep.err_handler = None;
+                ep.stream_in = VecDeque::new();
+                ep.old = None;
+                self.eps.free.push(e);
+            }
+        }
+    }
+}
+
+/// Add endpoint `e`'s link fd to the worker's epoll set (already there: fine).
+pub(crate) fn watch(
+    epfd: &OwnedFd,
+    fd: std::os::fd::BorrowedFd<'_>,
+    e: u32,
+) -> std::result::Result<(), rustix::io::Errno> {
+    match epoll::add(
+        epfd,
+        fd,
+        epoll::EventData::new_u64(token::make(token::EP, e)),
+        epoll::EventFlags::IN | epoll::EventFlags::RDHUP,
+    ) {
+        Ok(()) | Err(rustix::io::Errno::EXIST) => Ok(()),
+        Err(err) => Err(err),
+    }
+}
