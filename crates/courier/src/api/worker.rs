@@ -135,7 +135,7 @@ impl Worker {
 
     /// This worker's address, for peers to connect to.
     pub fn address(&self) -> Result<Vec<u8>> {
-        Ok(self.lock()?.address_bytes.clone())
+        Ok(self.lock()?.address_bytes().to_vec())
     }
 
     /// Connect to a peer worker by its address.
@@ -186,12 +186,7 @@ impl Worker {
                 user(&mut msg);
             }
         };
-        let mut g = self.lock()?;
-        let idx = id as usize;
-        if g.am_handlers.len() <= idx {
-            g.am_handlers.resize_with(idx + 1, || None);
-        }
-        g.am_handlers[idx] = Some(Box::new(wrapped));
+        self.lock()?.am_set_handler(id, Box::new(wrapped));
         Ok(())
     }
 
@@ -406,46 +401,30 @@ impl Worker {
 
     pub(crate) fn detach(&self, id: u64) {
         if let Ok(mut g) = self.lock() {
-            if let Some(s) = g.req(id) {
-                if s.done {
-                    g.req_free(id);
-                } else {
-                    s.detached = true;
-                }
-            }
+            g.req_detach(id);
         }
     }
 
     pub(crate) fn in_progress(&self) -> bool {
-        self.lock().map(|g| g.in_progress).unwrap_or(true)
+        self.lock().map(|g| g.in_progress()).unwrap_or(true)
     }
 
     /// The next endpoint a peer opened to this worker by its address (passive side), if
     /// any. Endpoints made through a `Listener` are handed to its handler instead.
     pub fn incoming_endpoint(&self) -> Option<Endpoint> {
-        let mut g = self.lock().ok()?;
-        while let Some((idx, generation)) = g.incoming.pop_front() {
-            if g.ep(idx).is_some_and(|ep| ep.generation == generation) {
-                drop(g);
-                return Some(Endpoint::from_parts(self, idx, generation));
-            }
-        }
-        None
+        let (idx, generation) = self.lock().ok()?.take_incoming()?;
+        Some(Endpoint::from_parts(self, idx, generation))
     }
 
     /// Flush every endpoint of this worker: all sends and remote operations complete.
     /// Returns the first error met (endpoints that failed report their failure).
     pub fn flush(&self) -> Result<()> {
-        let eps: Vec<Endpoint> = {
-            let mut g = self.lock()?;
-            let ids: Vec<(u32, u32)> = g.active.iter().map(|&e| (e, 0)).collect();
-            ids.into_iter()
-                .filter_map(|(e, _)| g.ep(e).map(|ep| (e, ep.generation)))
-                .collect::<Vec<_>>()
-        }
-        .into_iter()
-        .map(|(e, generation)| Endpoint::from_parts(self, e, generation))
-        .collect();
+        let eps: Vec<Endpoint> = self
+            .lock()?
+            .ep_list()
+            .into_iter()
+            .map(|(e, generation)| Endpoint::from_parts(self, e, generation))
+            .collect();
         let mut first = Ok(());
         for ep in eps {
             if let Err(e) = ep.flush() {
@@ -460,12 +439,12 @@ impl Worker {
     /// How this worker's single-copy rendezvous copies were made so far: through shared
     /// segments of allocated memory, or through the kernel. (`courier perf -v` prints it.)
     pub fn rndv_copies(&self) -> Result<crate::RndvCopies> {
-        Ok(self.lock()?.rndv_copies)
+        Ok(self.lock()?.rndv_copies())
     }
 
     /// Why transports are not usable by this worker (excluded, unavailable).
     pub fn excluded_transports(&self) -> Result<Vec<String>> {
-        Ok(self.lock()?.excluded.clone())
+        Ok(self.lock()?.excluded().to_vec())
     }
 
     /// Progress until `cond` holds or `timeout` passes. Between progress calls that find

@@ -268,4 +268,13 @@ impl State {
             let _ = self.send_frame(desc.ep, &hdr, &[], &Buf::EMPTY, None);
         }
     }
+
+    /// Register `handler` for active-message `id`, replacing any earlier one.
+    pub(crate) fn am_set_handler(&mut self, id: u16, handler: AmHandlerFn) {
+        let idx = id as usize;
+        if self.am_handlers.len() <= idx {
+            self.am_handlers.resize_with(idx + 1, || None);
+        }
+        self.am_handlers[idx] = Some(handler);
+    }
 }

@@ -3,16 +3,24 @@
 
 use std::collections::VecDeque;
 use std::os::fd::OwnedFd;
+use std::time::{Duration, Instant};
 
 use rustix::event::epoll;
 
 use super::State;
 use super::progress::{Deferred, token};
-use super::request::make_id;
+use super::request::{ReqKind, make_id};
 use super::send::Pending;
 use super::tag::{PushJob, UnexpBody};
 use crate::base::{Error, Result, Status};
 use crate::transport::{Caps, LinkRx, LinkTx};
+use crate::wire::frame::{Header, Kind};
+
+/// How many flushes with nothing to wait for pass between two looks at the clock, and how
+/// long between two reads of the worker's events (`State::ep_idle_flush_end`): a read is a
+/// system call, which every flush of a put loop would pay for too dearly.
+const FLUSH_LOOKS_EVERY: u32 = 64;
+const FLUSH_LOOK_GAP: Duration = Duration::from_millis(1);
 
 /// An endpoint's error handler.
 pub type ErrorHandler = Box<dyn FnMut(&Error) + Send>;
@@ -296,5 +304,171 @@ pub(crate) fn watch(
     ) {
         Ok(()) | Err(rustix::io::Errno::EXIST) => Ok(()),
         Err(err) => Err(err),
+    }
+}
+
+/// What the API's `Endpoint` asks of its slot: queries, and the steps of flush and close.
+impl State {
+    /// Whether endpoint `e` is live and of generation `generation` (a handle to it is
+    /// current).
+    #[inline(always)]
+    pub(crate) fn ep_is(&mut self, e: u32, generation: u32) -> bool {
+        self.ep(e).is_some_and(|ep| ep.generation == generation)
+    }
+
+    /// A handle takes endpoint `e` with its error handler: the endpoint's generation.
+    pub(crate) fn ep_adopt(&mut self, e: u32, handler: Option<ErrorHandler>) -> Result<u32> {
+        let ep = self
+            .ep(e)
+            .ok_or_else(|| Error::new(Status::EndpointClosed, "endpoint vanished"))?;
+        ep.err_handler = handler;
+        Ok(ep.generation)
+    }
+
+    /// What `e`'s link can do; `None` while it connects (or once it is closed).
+    pub(crate) fn ep_caps(&mut self, e: u32) -> Option<Caps> {
+        self.ep(e).and_then(|ep| ep.caps.clone())
+    }
+
+    /// The peer of `e`, as text.
+    pub(crate) fn ep_peer(&mut self, e: u32) -> String {
+        self.ep(e).map(|ep| ep.peer.clone()).unwrap_or_default()
+    }
+
+    /// The transport carrying `e`, once connected.
+    pub(crate) fn ep_transport(&mut self, e: u32) -> Option<&'static str> {
+        self.ep(e).and_then(|ep| ep.caps.as_ref().map(|c| c.name))
+    }
+
+    /// This side's socket address when `e` was made over a socket (its link, or the one
+    /// kept beside the link it moved to).
+    pub(crate) fn ep_local_sockaddr(&mut self, e: u32) -> Result<Option<std::net::SocketAddr>> {
+        let ep = self.ep(e).ok_or(Status::EndpointClosed)?;
+        Ok(ep
+            .rx
+            .as_ref()
+            .and_then(|rx| rx.local_sockaddr())
+            .or_else(|| ep.old.as_ref().and_then(|(_, rx)| rx.local_sockaddr())))
+    }
+
+    /// Whether `e` is connected; its error if it failed.
+    pub(crate) fn ep_connected(&mut self, e: u32) -> Result<bool> {
+        match self.ep(e).map(|ep| ep.status.clone()) {
+            Some(EpStatus::Connected) => Ok(true),
+            Some(EpStatus::Connecting) => Ok(false),
+            Some(EpStatus::Dead(err)) => Err(err),
+            None => Err(Error::new(Status::EndpointClosed, "endpoint was closed")),
+        }
+    }
+
+    /// A flush's look at `e`: whether everything sent has left (queued frames, pushes,
+    /// the link's own queue) and every acknowledged operation is answered.
+    pub(crate) fn ep_quiet(&mut self, e: u32) -> Result<bool> {
+        self.progress_tx(e);
+        let Some(ep) = self.ep(e) else {
+            return Ok(true);
+        };
+        if let Some(err) = ep.dead_error() {
+            return Err(err);
+        }
+        if !ep.pending.is_empty() || !ep.push.is_empty() || ep.status != EpStatus::Connected {
+            return Ok(false);
+        }
+        let flushed = match ep.tx.as_mut() {
+            Some(tx) => tx.flush()?,
+            None => true,
+        };
+        let sends = self.reqs.slots.iter().any(|s| {
+            s.live
+                && !s.done
+                && s.ep == Some(e)
+                && matches!(s.kind, ReqKind::Send | ReqKind::Rma | ReqKind::Get)
+        });
+        Ok(flushed && !sends)
+    }
+
+    /// The end of a flush that had nothing to wait for. Puts and atomics into a same-host
+    /// peer's memory are plain stores that never pass the worker, so a caller that only
+    /// puts and flushes would never learn that the peer died: such flushes read the
+    /// worker's events (a hung-up link among them) once a `FLUSH_LOOK_GAP`, looking at the
+    /// clock every `FLUSH_LOOKS_EVERY`th time.
+    pub(crate) fn ep_idle_flush_end(&mut self, e: u32) -> Result<()> {
+        self.idle_flushes = self.idle_flushes.wrapping_add(1);
+        if self.idle_flushes.is_multiple_of(FLUSH_LOOKS_EVERY) {
+            let now = Instant::now();
+            if self
+                .idle_flush_look
+                .is_some_and(|t| now.duration_since(t) < FLUSH_LOOK_GAP)
+            {
+                return self.rma_take_error(e).map_or(Ok(()), Err);
+            }
+            self.idle_flush_look = Some(now);
+            self.progress_events();
+            if let Some(err) = self.ep(e).and_then(|ep| ep.dead_error()) {
+                return Err(err);
+            }
+            // Failed with frames still to deliver: the endpoint fails once progress has
+            // delivered them, but this flush cannot say its operations arrived.
+            if let Some((_, err)) = self.link_errors.iter().find(|(x, _)| *x == e) {
+                return Err(err.clone());
+            }
+        }
+        self.rma_take_error(e).map_or(Ok(()), Err)
+    }
+
+    /// What `e` still has to send: frames queued here, rendezvous pushes, and bytes its
+    /// link holds. While it goes down (or changes), the peer is taking data.
+    pub(crate) fn ep_backlog(&mut self, e: u32) -> (usize, usize, usize) {
+        self.ep(e).map_or((0, 0, 0), |ep| {
+            (
+                ep.pending.len(),
+                ep.push.len(),
+                ep.tx.as_ref().map_or(0, |t| t.queued()),
+            )
+        })
+    }
+
+    /// Tell the peer of connected endpoint `e` that it closes (waiting at most 2 s for the
+    /// link to take the frame).
+    pub(crate) fn ep_send_close(&mut self, e: u32) {
+        let hdr = Header::new(Kind::Close);
+        if self
+            .ep(e)
+            .is_some_and(|ep| ep.status == EpStatus::Connected)
+        {
+            if let Some(tx) = self.ep(e).and_then(|ep| ep.tx.as_mut()) {
+                let _ = tx.send(&[hdr.as_bytes()]);
+                let deadline = Instant::now() + Duration::from_secs(2);
+                while !matches!(tx.flush(), Ok(true) | Err(_)) && Instant::now() < deadline {
+                    std::thread::yield_now();
+                }
+            }
+        }
+    }
+
+    /// Close `e` here: its requests fail, no error handler runs, and its slot is freed
+    /// once no handler runs on its link.
+    pub(crate) fn ep_release(&mut self, e: u32) {
+        self.fail_ep(
+            e,
+            Error::new(Status::EndpointClosed, "endpoint closed locally"),
+        );
+        if let Some(ep) = self.ep(e) {
+            ep.err_handler = None;
+        }
+        // Error handlers are not called for a local close.
+        self.deferred
+            .retain(|d| !matches!(d, Deferred::EpError(..)));
+        if !self.ep(e).is_some_and(|ep| ep.rx_busy) {
+            self.ep_free(e);
+        }
+    }
+
+    /// Every live endpoint with a link, as (index, generation).
+    pub(crate) fn ep_list(&mut self) -> Vec<(u32, u32)> {
+        let ids: Vec<u32> = self.active.clone();
+        ids.into_iter()
+            .filter_map(|e| self.ep(e).map(|ep| (e, ep.generation)))
+            .collect()
     }
 }

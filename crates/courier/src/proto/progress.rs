@@ -305,6 +305,12 @@ impl<'a> Progress<'a> {
 }
 
 impl State {
+    /// Whether a progress call is running (a request dropped inside a callback cannot
+    /// progress the worker itself).
+    pub(crate) fn in_progress(&self) -> bool {
+        self.in_progress
+    }
+
     /// Make the next progress call read epoll (it does every `EPOLL_EVERY` calls, a
     /// multiple of `fdpoll::DIRECT_EPOLL_EVERY`): after a sleep ended by an event.
     pub(crate) fn epoll_next(&mut self) {

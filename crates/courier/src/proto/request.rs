@@ -341,4 +341,16 @@ impl State {
             self.deferred.set_len(at + 1);
         }
     }
+
+    /// No handle refers to request `id` any more: free it now if it completed, else when
+    /// it does.
+    pub(crate) fn req_detach(&mut self, id: u64) {
+        if let Some(s) = self.req(id) {
+            if s.done {
+                self.req_free(id);
+            } else {
+                s.detached = true;
+            }
+        }
+    }
 }

@@ -283,6 +283,31 @@ impl State {
         })
     }
 
+    /// This worker's address, packed, for peers to connect to.
+    pub(crate) fn address_bytes(&self) -> &[u8] {
+        &self.address_bytes
+    }
+
+    /// Why transports are not usable by this worker (excluded, unavailable).
+    pub(crate) fn excluded(&self) -> &[String] {
+        &self.excluded
+    }
+
+    /// How this worker's single-copy rendezvous copies were made so far.
+    pub(crate) fn rndv_copies(&self) -> RndvCopies {
+        self.rndv_copies
+    }
+
+    /// The next endpoint a peer opened to this worker by its address, not yet taken.
+    pub(crate) fn take_incoming(&mut self) -> Option<(u32, u32)> {
+        while let Some((idx, generation)) = self.incoming.pop_front() {
+            if self.ep_is(idx, generation) {
+                return Some((idx, generation));
+            }
+        }
+        None
+    }
+
     /// Print the endpoint configuration line once per distinct configuration.
     pub(crate) fn log_selection(&mut self, e: u32, locality: &str) {
         let Some(caps) = self.ep(e).and_then(|ep| ep.caps.clone()) else {
