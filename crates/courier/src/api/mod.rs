@@ -7,6 +7,7 @@ pub mod listener;
 pub mod memory;
 pub mod onesided;
 pub mod request;
+pub mod semaphore;
 pub mod worker;
 
 pub use crate::base::lock::ThreadMode;
@@ -14,8 +15,8 @@ pub use context::{Context, ContextParams, Features};
 pub use endpoint::{Endpoint, EndpointParams};
 pub use listener::{ConnRequest, Listener};
 pub use memory::{
-    AtomicOp, Cmp, MemAttr, MemMapParams, Memory, MemoryType, RemoteKey, SEM_MAX, Semaphore,
-    SignalOp, access, sem_flags,
+    AtomicOp, Cmp, MemAttr, MemMapParams, Memory, MemoryType, RemoteKey, SignalOp, access,
 };
 pub use request::Request;
+pub use semaphore::{SEM_MAX, Semaphore, sem_flags};
 pub use worker::{AmMessage, Worker, WorkerParams};
