@@ -32,6 +32,7 @@ pub use base::cuda::{Driver as CudaDriver, load as cuda_driver};
 pub use base::{Config, Error, Result, Status};
 pub use proto::am::{AmFlags, AmRndv};
 pub use proto::buf::Buf;
+pub use proto::onesided;
 pub use proto::request::{Callback, Info, RawFn};
 pub use proto::tag::RndvCopies;
 pub use proto::tag::{ProbeInfo, Started};

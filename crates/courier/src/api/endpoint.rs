@@ -9,6 +9,7 @@ use crate::base::{Error, Result, Status};
 use crate::proto::State;
 use crate::proto::am::AmFlags;
 use crate::proto::buf::Buf;
+use crate::proto::endpoint::EpRef;
 use crate::proto::request::Callback;
 use crate::proto::tag::Started;
 
@@ -67,13 +68,19 @@ impl Endpoint {
         &self.worker
     }
 
+    /// The endpoint as the protocol layer names it.
+    #[inline(always)]
+    pub(crate) fn ep_ref(&self) -> EpRef<'_> {
+        EpRef {
+            cell: &self.worker.inner.cell,
+            idx: self.idx,
+            generation: self.generation,
+        }
+    }
+
     #[inline(always)]
     fn with<T>(&self, f: impl FnOnce(&mut State, u32) -> Result<T>) -> Result<T> {
-        let mut g = self.worker.lock()?;
-        if !g.ep_is(self.idx, self.generation) {
-            return Err(Error::new(Status::EndpointClosed, "endpoint was closed"));
-        }
-        f(&mut g, self.idx)
+        self.ep_ref().with(f)
     }
 
     pub(crate) fn with_state<T>(&self, f: impl FnOnce(&mut State, u32) -> Result<T>) -> Result<T> {
@@ -85,11 +92,6 @@ impl Endpoint {
         self.idx == other.idx
             && self.generation == other.generation
             && std::sync::Arc::ptr_eq(&self.worker.inner, &other.worker.inner)
-    }
-
-    /// What the endpoint's link can do; `None` while it connects (or once it is closed).
-    pub(crate) fn link_caps(&self) -> Option<crate::transport::Caps> {
-        self.with(|st, e| Ok(st.ep_caps(e))).ok().flatten()
     }
 
     fn req<'a>(&self, s: Result<Started>) -> Result<Request<'a>> {

@@ -12,6 +12,7 @@ use super::progress::{Deferred, token};
 use super::request::{ReqKind, make_id};
 use super::send::Pending;
 use super::tag::{PushJob, UnexpBody};
+use crate::base::lock::StateCell;
 use crate::base::{Error, Result, Status};
 use crate::transport::{Caps, LinkRx, LinkTx};
 use crate::wire::frame::{Header, Kind};
@@ -21,6 +22,47 @@ use crate::wire::frame::{Header, Kind};
 /// system call, which every flush of a put loop would pay for too dearly.
 const FLUSH_LOOKS_EVERY: u32 = 64;
 const FLUSH_LOOK_GAP: Duration = Duration::from_millis(1);
+
+/// An endpoint as a handle names it: its worker's state cell, its slot, and the slot's
+/// generation when the handle was made.
+#[derive(Clone, Copy)]
+pub(crate) struct EpRef<'a> {
+    pub cell: &'a StateCell<State>,
+    pub idx: u32,
+    pub generation: u32,
+}
+
+/// Which endpoint an `EpRef` names, as a plain value (the worker by its cell's address): what
+/// a remote key remembers of the endpoint it was unpacked on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct EpId {
+    cell: usize,
+    idx: u32,
+    generation: u32,
+}
+
+impl EpRef<'_> {
+    /// Run `f` on the state with the endpoint's index, if the endpoint is still the one
+    /// the handle was made for (`EndpointClosed` otherwise).
+    #[inline(always)]
+    pub(crate) fn with<T>(&self, f: impl FnOnce(&mut State, u32) -> Result<T>) -> Result<T> {
+        let mut g = self.cell.lock()?;
+        if !g.ep_is(self.idx, self.generation) {
+            return Err(Error::new(Status::EndpointClosed, "endpoint was closed"));
+        }
+        f(&mut g, self.idx)
+    }
+
+    /// The endpoint this names.
+    #[inline(always)]
+    pub(crate) fn id(&self) -> EpId {
+        EpId {
+            cell: self.cell as *const StateCell<State> as usize,
+            idx: self.idx,
+            generation: self.generation,
+        }
+    }
+}
 
 /// An endpoint's error handler.
 pub type ErrorHandler = Box<dyn FnMut(&Error) + Send>;

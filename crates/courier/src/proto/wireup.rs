@@ -313,7 +313,7 @@ impl State {
         let Some(caps) = self.ep(e).and_then(|ep| ep.caps.clone()) else {
             return;
         };
-        let key = format!("{locality} {}", crate::api::onesided::lanes_line(&caps));
+        let key = format!("{locality} {}", super::onesided::lanes_line(&caps));
         let n = match self.ep_configs.iter().position(|k| *k == key) {
             Some(n) => n,
             None => {

@@ -1,4 +1,5 @@
-//! Remote memory access through the target's progress: put, get, atomics, put-with-signal.
+//! The origin side of operations carried out by the owner: put, get, atomics,
+//! put-with-signal, flush and fence through the target's progress, and their answers.
 //!
 //! Used where the origin cannot reach the target's memory itself (another host, tcp, or a
 //! same-host peer whose memory the kernel will not let us map). Every operation names a
@@ -11,169 +12,16 @@
 //! `PutBegin` frame naming the whole operation: the target checks it all there, so a
 //! refused operation writes none of its frames.
 
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering, fence};
-
-use super::State;
-use super::buf::Buf;
-use super::endpoint::EpStatus;
-use super::memreg::Place;
-use super::request::{Callback, Info, ReqKind};
-use super::send::{Pending, RegionRead};
-use super::tag::Started;
+use super::atomic::{AtomicOp, SignalOp};
 use crate::base::{Error, Result, Status};
+use crate::proto::State;
+use crate::proto::buf::Buf;
+use crate::proto::endpoint::EpStatus;
+use crate::proto::request::{Callback, Info, ReqKind};
+use crate::proto::send::Pending;
+use crate::proto::tag::Started;
 use crate::transport::{Sent, TxError};
 use crate::wire::frame::{Header, Kind, RemoteRef, flags};
-use crate::wire::rkey::access;
-
-/// Atomic operations.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[repr(u16)]
-pub enum AtomicOp {
-    /// `*p += v`
-    Add = 0,
-    /// `*p &= v`
-    And = 1,
-    /// `*p |= v`
-    Or = 2,
-    /// `*p ^= v`
-    Xor = 3,
-    /// `*p = v`
-    Swap = 4,
-    /// `if *p == compare { *p = v }`
-    Cswap = 5,
-}
-
-impl AtomicOp {
-    /// Every operation, in wire order.
-    pub const ALL: [AtomicOp; 6] = [
-        AtomicOp::Add,
-        AtomicOp::And,
-        AtomicOp::Or,
-        AtomicOp::Xor,
-        AtomicOp::Swap,
-        AtomicOp::Cswap,
-    ];
-
-    /// Lower-case name, as in ucx_info's `atomic_<name>` capabilities.
-    pub fn name(self) -> &'static str {
-        match self {
-            AtomicOp::Add => "add",
-            AtomicOp::And => "and",
-            AtomicOp::Or => "or",
-            AtomicOp::Xor => "xor",
-            AtomicOp::Swap => "swap",
-            AtomicOp::Cswap => "cswap",
-        }
-    }
-
-    fn from_u16(v: u16) -> Option<AtomicOp> {
-        Some(match v {
-            0 => AtomicOp::Add,
-            1 => AtomicOp::And,
-            2 => AtomicOp::Or,
-            3 => AtomicOp::Xor,
-            4 => AtomicOp::Swap,
-            5 => AtomicOp::Cswap,
-            _ => return None,
-        })
-    }
-}
-
-/// How a put-with-signal updates the signal word.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[repr(u16)]
-pub enum SignalOp {
-    /// Store the value.
-    Set = 0,
-    /// Add the value.
-    Add = 1,
-}
-
-/// Run an atomic on local memory; returns the old value.
-///
-/// # Safety
-/// `p` must be valid and aligned for the width, and shared only through atomics.
-pub(crate) unsafe fn do_atomic(
-    p: *mut u8,
-    op: AtomicOp,
-    bits32: bool,
-    v: u64,
-    compare: u64,
-) -> u64 {
-    if bits32 {
-        // SAFETY: caller guarantees alignment and validity.
-        let a = unsafe { AtomicU32::from_ptr(p as *mut u32) };
-        let (v, c) = (v as u32, compare as u32);
-        (match op {
-            AtomicOp::Add => a.fetch_add(v, Ordering::AcqRel),
-            AtomicOp::And => a.fetch_and(v, Ordering::AcqRel),
-            AtomicOp::Or => a.fetch_or(v, Ordering::AcqRel),
-            AtomicOp::Xor => a.fetch_xor(v, Ordering::AcqRel),
-            AtomicOp::Swap => a.swap(v, Ordering::AcqRel),
-            AtomicOp::Cswap => a
-                .compare_exchange(c, v, Ordering::AcqRel, Ordering::Acquire)
-                .unwrap_or_else(|x| x),
-        }) as u64
-    } else {
-        // SAFETY: as above.
-        let a = unsafe { AtomicU64::from_ptr(p as *mut u64) };
-        match op {
-            AtomicOp::Add => a.fetch_add(v, Ordering::AcqRel),
-            AtomicOp::And => a.fetch_and(v, Ordering::AcqRel),
-            AtomicOp::Or => a.fetch_or(v, Ordering::AcqRel),
-            AtomicOp::Xor => a.fetch_xor(v, Ordering::AcqRel),
-            AtomicOp::Swap => a.swap(v, Ordering::AcqRel),
-            AtomicOp::Cswap => a
-                .compare_exchange(compare, v, Ordering::AcqRel, Ordering::Acquire)
-                .unwrap_or_else(|x| x),
-        }
-    }
-}
-
-/// Write `data` where a checked access landed: a plain copy, or through the CUDA driver for
-/// device memory (in place when it returns).
-///
-/// # Safety
-/// `p` must be a checked place of at least `data.len()` bytes.
-pub(crate) unsafe fn write_place(p: Place, data: &[u8]) -> Result<()> {
-    if p.device {
-        // SAFETY: per the contract.
-        unsafe { crate::proto::stage::to_device(p.ptr, data.as_ptr(), data.len()) }
-    } else {
-        // SAFETY: per the contract.
-        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), p.ptr, data.len()) };
-        Ok(())
-    }
-}
-
-/// Apply a signal update after the data it covers.
-///
-/// # Safety
-/// `p` must be valid and 8-byte aligned.
-pub(crate) unsafe fn do_signal(p: *mut u8, op: SignalOp, value: u64) {
-    // SAFETY: caller guarantees alignment and validity.
-    let a = unsafe { AtomicU64::from_ptr(p as *mut u64) };
-    match op {
-        SignalOp::Set => a.store(value, Ordering::Release),
-        SignalOp::Add => {
-            a.fetch_add(value, Ordering::AcqRel);
-        }
-    }
-}
-
-/// `do_signal` as a sequentially consistent read-modify-write, for a writer that looks
-/// next whether the word's owner sleeps (`shm::Doorbell::ring`).
-///
-/// # Safety
-/// As for `do_signal`.
-pub(crate) unsafe fn do_signal_sc(p: *mut u8, op: SignalOp, value: u64) {
-    // SAFETY: caller guarantees alignment and validity.
-    let a = unsafe { AtomicU64::from_ptr(p as *mut u64) };
-    match op {
-        SignalOp::Set => a.swap(value, Ordering::SeqCst),
-        SignalOp::Add => a.fetch_add(value, Ordering::SeqCst),
-    };
-}
 
 fn refused(status: i32) -> Error {
     let st = Status::from_code(status).unwrap_or(Status::IoError);
@@ -218,7 +66,7 @@ impl State {
         id
     }
 
-    fn chunk_of(&mut self, e: u32, kind: Kind) -> Result<usize> {
+    pub(super) fn chunk_of(&mut self, e: u32, kind: Kind) -> Result<usize> {
         let (_, max_frame, _) = self.ep_limits(e)?;
         Ok(kind.payload_max(max_frame))
     }
@@ -339,7 +187,7 @@ impl State {
         }
         if ep.pending.is_empty() && ep.status == EpStatus::Connected {
             if let Some(tx) = ep.tx.as_mut() {
-                match super::send::send_parts_zc(tx, h.as_bytes(), &[], data, token) {
+                match crate::proto::send::send_parts_zc(tx, h.as_bytes(), &[], data, token) {
                     Ok(sent) => return Ok(Some(sent)),
                     Err(TxError::NoResource) => {}
                     Err(TxError::Failed(err)) => {
@@ -556,262 +404,11 @@ impl State {
         self.ep(e).and_then(|ep| ep.rma_error.take())
     }
 
-    pub(crate) fn on_flush_req(&mut self, e: u32, req: u64) {
-        let _ = self.send_frame(
-            e,
-            &Header::new(Kind::FlushAck).word(1, req),
-            &[],
-            &Buf::EMPTY,
-            None,
-        );
-    }
-
     pub(crate) fn on_flush_ack(&mut self, e: u32, req: u64) {
         let ok = matches!(self.req(req), Some(s) if s.ep == Some(e) && !s.done && s.kind == ReqKind::Rma);
         if ok {
             self.complete(req, Ok(Info::default()));
         }
-    }
-
-    // ----- target side -------------------------------------------------------------------
-
-    /// Answer operation `req` (a `what` frame) on `e`. Unacknowledged operations (`req`
-    /// 0: puts, posted atomics) are answered only when refused, and the answer names the
-    /// kind of frame refused in place of a value.
-    pub(crate) fn ack(&mut self, e: u32, req: u64, what: Kind, res: Result<u64>) {
-        if req == 0 && res.is_ok() {
-            return; // unacknowledged: only refusals are reported
-        }
-        let (status, value) = match res {
-            Ok(v) => (0, v),
-            Err(err) => {
-                let peer = self.ep(e).map(|ep| ep.peer.clone()).unwrap_or_default();
-                tracing::warn!("refused a remote operation from {peer}: {err}");
-                let value = if req == 0 { what as u64 } else { 0 };
-                (err.status().code(), value)
-            }
-        };
-        let h = Header::new(Kind::RmaAck)
-            .word(1, req)
-            .aux32(status as u32)
-            .word(2, value);
-        let _ = self.send_frame(e, &h, &[], &Buf::EMPTY, None);
-    }
-
-    /// The first frame of a put (or put-with-signal) of `len` bytes in many frames: check
-    /// the whole operation now. Refused, it is answered once, and its data frames, which
-    /// follow on this link, are dropped unwritten (`take_refused`).
-    pub(crate) fn on_put_begin(
-        &mut self,
-        e: u32,
-        t: RemoteRef,
-        len: u64,
-        signal: Option<(RemoteRef, u16)>,
-    ) {
-        let res = self
-            .mem
-            .lookup_place(t.region, t.secret, t.addr, len, access::WRITE)
-            .and_then(|_| match signal {
-                Some((sig, op)) => self.signal_word(sig, op).map(|_| ()),
-                None => Ok(()),
-            });
-        let Some(ep) = self.ep(e) else { return };
-        match res {
-            Ok(()) => ep.put_refused = None,
-            Err(err) => {
-                ep.put_refused = (len > 0).then_some((len, err.status()));
-                let what = if signal.is_some() {
-                    Kind::PutSignal
-                } else {
-                    Kind::Put
-                };
-                self.ack(e, 0, what, Err(err));
-            }
-        }
-    }
-
-    /// Whether a put frame of `n` bytes on `e` belongs to an operation refused at its first
-    /// frame, and is to be dropped (`last`: the operation's closing `PutSignal`). A frame
-    /// asking for an answer gets one.
-    #[inline]
-    fn take_refused(&mut self, e: u32, req: u64, n: usize, last: bool) -> bool {
-        let Some(ep) = self.ep(e) else { return false };
-        let Some((left, st)) = ep.put_refused else {
-            return false;
-        };
-        let left = left.saturating_sub(n as u64);
-        ep.put_refused = (left > 0 && !last).then_some((left, st));
-        if req != 0 {
-            let why = Error::new(st, "part of an operation refused at its first frame");
-            let what = if last { Kind::PutSignal } else { Kind::Put };
-            self.ack(e, req, what, Err(why));
-        }
-        true
-    }
-
-    /// Check a put-with-signal's signal word and op: where the word is.
-    fn signal_word(&self, sig: RemoteRef, op: u16) -> Result<(*mut u8, SignalOp)> {
-        let op = match op {
-            0 => SignalOp::Set,
-            1 => SignalOp::Add,
-            _ => {
-                return Err(Error::msg(
-                    Status::Unsupported,
-                    format!("unknown signal operation {op}"),
-                ));
-            }
-        };
-        if !sig.addr.is_multiple_of(8) {
-            return Err(Error::new(
-                Status::InvalidParam,
-                "signal address is not 8-byte aligned",
-            ));
-        }
-        let p = self
-            .mem
-            .lookup(sig.region, sig.secret, sig.addr, 8, access::WRITE)?;
-        Ok((p, op))
-    }
-
-    pub(crate) fn on_put(&mut self, e: u32, t: RemoteRef, req: u64, data: &[u8]) {
-        if self.take_refused(e, req, data.len(), false) {
-            return;
-        }
-        let res = self
-            .mem
-            .lookup_place(t.region, t.secret, t.addr, data.len() as u64, access::WRITE)
-            .and_then(|p| {
-                // SAFETY: the registry checked the whole range is inside a mapped region.
-                unsafe { write_place(p, data) }.map(|()| 0)
-            });
-        self.ack(e, req, Kind::Put, res);
-    }
-
-    pub(crate) fn on_get_req(&mut self, e: u32, t: RemoteRef, req: u64, len: u64) {
-        let staged = self
-            .mem
-            .lookup_place(t.region, t.secret, t.addr, len, access::READ)
-            .and_then(|p| {
-                if !p.device {
-                    return Ok((p.ptr, None));
-                }
-                // Device memory is read once into host memory, sent from there. The peer
-                // chose the length (within the region): a host copy that cannot be had is
-                // a refusal, not an abort.
-                let mut host = Vec::new();
-                if host.try_reserve_exact(len as usize).is_err() {
-                    return Err(Error::msg(
-                        Status::NoMemory,
-                        format!("no host memory to stage a {len}-byte read of device memory"),
-                    ));
-                }
-                host.resize(len as usize, 0);
-                // SAFETY: the registry checked the range; `host` holds `len` bytes.
-                unsafe { crate::proto::stage::from_device(host.as_mut_ptr(), p.ptr, host.len())? };
-                Ok((host.as_mut_ptr(), Some(host)))
-            });
-        let (p, staged) = match staged {
-            Ok(x) => x,
-            Err(err) => {
-                let peer = self.ep(e).map(|ep| ep.peer.clone()).unwrap_or_default();
-                tracing::warn!("refused a remote read from {peer}: {err}");
-                let h = Header::new(Kind::GetResp)
-                    .word(1, req)
-                    .aux32(err.status().code() as u32);
-                let _ = self.send_frame(e, &h, &[], &Buf::EMPTY, None);
-                return;
-            }
-        };
-        let Ok(chunk) = self.chunk_of(e, Kind::GetResp) else {
-            return;
-        };
-        let len = len as usize;
-        let mut off = 0;
-        loop {
-            let n = chunk.min(len - off);
-            let h = Header::new(Kind::GetResp).word(1, req).word(2, off as u64);
-            // Staged bytes go as the frame's own bytes (a queued frame keeps a copy of
-            // them); region bytes are sent from the region. A frame that has to wait keeps
-            // pointing into the region, named so that it is checked again before it leaves
-            // (the owner may unmap the region meanwhile: `check_queued_read`).
-            let sent = match &staged {
-                Some(host) => self.send_frame(e, &h, &host[off..off + n], &Buf::EMPTY, None),
-                None => {
-                    let data = Buf::One((p as usize + off, n));
-                    let src = RegionRead {
-                        region: t.region,
-                        secret: t.secret,
-                        addr: t.addr.wrapping_add(off as u64),
-                        req,
-                    };
-                    self.send_region_frame(e, &h, data, src)
-                }
-            };
-            if sent.is_err() {
-                return;
-            }
-            off += n;
-            if off >= len {
-                return;
-            }
-        }
-    }
-
-    /// Send one frame of a get's answer whose data lies in one of our regions: now, or
-    /// queued with the region named (`Pending::region`).
-    fn send_region_frame(
-        &mut self,
-        e: u32,
-        h: &Header,
-        data: Buf,
-        src: RegionRead,
-    ) -> Result<bool> {
-        if self.try_send_now(e, h, &[], &data)? {
-            return Ok(true);
-        }
-        self.enqueue(
-            e,
-            Pending {
-                req: None,
-                hdr: *h,
-                extra: Vec::new(),
-                data,
-                region: Some(src),
-            },
-        )?;
-        Ok(false)
-    }
-
-    /// The region a queued answer of get `req` reads from is gone (`why`): every answer of
-    /// that get still queued on `e` is dropped unsent, and the requester is told the get
-    /// was refused, in their place (in order with the answers already sent).
-    pub(crate) fn drop_get_answers(&mut self, e: u32, req: u64, why: Error) {
-        let peer = self.ep(e).map(|ep| ep.peer.clone()).unwrap_or_default();
-        tracing::warn!(
-            "a read by {peer} was cut short: the region was unmapped while its data waited to be sent ({why})"
-        );
-        let Some(ep) = self.ep(e) else { return };
-        let Some(at) = ep
-            .pending
-            .iter()
-            .position(|p| p.region.is_some_and(|r| r.req == req))
-        else {
-            return;
-        };
-        ep.pending.retain(|p| p.region.is_none_or(|r| r.req != req));
-        let h = Header::new(Kind::GetResp)
-            .word(1, req)
-            .aux32(why.status().code() as u32);
-        ep.pending.insert(
-            at,
-            Pending {
-                req: None,
-                hdr: h,
-                extra: Vec::new(),
-                data: Buf::EMPTY,
-                region: None,
-            },
-        );
     }
 
     pub(crate) fn on_get_resp(&mut self, e: u32, req: u64, offset: u64, status: i32, data: &[u8]) {
@@ -855,73 +452,6 @@ impl State {
                 }),
             );
         }
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn on_atomic(
-        &mut self,
-        e: u32,
-        t: RemoteRef,
-        req: u64,
-        op: u16,
-        bits32: bool,
-        operand: u64,
-        compare: u64,
-    ) {
-        let width = if bits32 { 4 } else { 8 };
-        let res = match AtomicOp::from_u16(op) {
-            None => Err(Error::msg(
-                Status::Unsupported,
-                format!("unknown atomic operation {op}"),
-            )),
-            Some(_) if !t.addr.is_multiple_of(width) => Err(Error::msg(
-                Status::InvalidParam,
-                format!("atomic address {:#x} is not {width}-byte aligned", t.addr),
-            )),
-            Some(op) => self
-                .mem
-                .lookup(t.region, t.secret, t.addr, width, access::ATOMIC)
-                .map(|p| {
-                    // SAFETY: checked in range and aligned.
-                    unsafe { do_atomic(p, op, bits32, operand, compare) }
-                }),
-        };
-        self.ack(e, req, Kind::Atomic, res);
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn on_put_signal(
-        &mut self,
-        e: u32,
-        t: RemoteRef,
-        req: u64,
-        sig: RemoteRef,
-        op: u16,
-        value: u64,
-        data: &[u8],
-    ) {
-        if self.take_refused(e, req, data.len(), true) {
-            return;
-        }
-        let res = (|| {
-            // Check both before touching either.
-            let dst = self.mem.lookup_place(
-                t.region,
-                t.secret,
-                t.addr,
-                data.len() as u64,
-                access::WRITE,
-            )?;
-            let (sp, op) = self.signal_word(sig, op)?;
-            // SAFETY: both ranges checked. A device copy has finished when it returns.
-            unsafe {
-                write_place(dst, data)?;
-                fence(Ordering::Release);
-                do_signal(sp, op, value);
-            }
-            Ok(0)
-        })();
-        self.ack(e, req, Kind::PutSignal, res);
     }
 
     pub(crate) fn on_rma_ack(&mut self, e: u32, req: u64, status: i32, value: u64) {
