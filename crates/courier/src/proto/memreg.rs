@@ -11,12 +11,13 @@
 //! the owner's worker, which checks them against the same records.
 
 use std::collections::HashMap;
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::base::sys::{host_id, pid, random_u64};
 use crate::base::{Error, Result, Status};
+use crate::transport::shm::memory::{Mapping, PeerProcess, memfd};
 use crate::wire::rkey::{DeviceHandle, RkeyRepr, access};
 
 /// Entries in a key table (slot 0 is the header).
@@ -53,53 +54,6 @@ impl MemoryType {
             MemoryType::Nic => "nic",
         }
     }
-}
-
-/// A shared mapping that unmaps itself.
-pub(crate) struct Mapping {
-    pub ptr: *mut u8,
-    pub len: usize,
-}
-
-// SAFETY: a mapping is plain shared memory; all access goes through raw pointers and atomics.
-unsafe impl Send for Mapping {}
-// SAFETY: as above.
-unsafe impl Sync for Mapping {}
-
-impl Mapping {
-    fn map(fd: impl AsFd, len: usize) -> Result<Mapping> {
-        use rustix::mm::{MapFlags, ProtFlags, mmap};
-        // SAFETY: a fresh shared mapping of a memfd we hold; no Rust references alias it.
-        let p = unsafe {
-            mmap(
-                std::ptr::null_mut(),
-                len.max(1),
-                ProtFlags::READ | ProtFlags::WRITE,
-                MapFlags::SHARED,
-                fd,
-                0,
-            )
-        }
-        .map_err(|e| Error::io("mmap", e))?;
-        Ok(Mapping {
-            ptr: p as *mut u8,
-            len: len.max(1),
-        })
-    }
-}
-
-impl Drop for Mapping {
-    fn drop(&mut self) {
-        // SAFETY: we own this mapping.
-        let _ = unsafe { rustix::mm::munmap(self.ptr as *mut _, self.len) };
-    }
-}
-
-fn memfd(name: &str, len: usize) -> Result<OwnedFd> {
-    use rustix::fs::{MemfdFlags, ftruncate, memfd_create};
-    let fd = memfd_create(name, MemfdFlags::CLOEXEC).map_err(|e| Error::io("memfd_create", e))?;
-    ftruncate(&fd, len as u64).map_err(|e| Error::io("ftruncate", e))?;
-    Ok(fd)
 }
 
 /// The record of one region in a key table, read with atomics (the table is shared).
@@ -244,7 +198,7 @@ pub(crate) struct Place {
 
 /// A peer process's key table and region segments, mapped here.
 pub(crate) struct PeerMaps {
-    pidfd: OwnedFd,
+    process: PeerProcess,
     pub table: Mapping,
     /// The device of the owner's key table: its region segments are memfds on the same
     /// file system.
@@ -369,11 +323,7 @@ impl PeerMaps {
         if fd < 0 {
             return Err(forged("which does not exist"));
         }
-        let local = match rustix::process::pidfd_getfd(
-            &self.pidfd,
-            fd,
-            rustix::process::PidfdGetfdFlags::empty(),
-        ) {
+        let local = match self.process.take_fd(fd) {
             Ok(f) => f,
             // No such descriptor while the region (and so its segment) is still there.
             Err(rustix::io::Errno::BADF) if live() => return Err(forged("which is not open")),
@@ -931,17 +881,8 @@ impl MemRegistry {
                 "the owner publishes no key table",
             ));
         }
-        let pid = rustix::process::Pid::from_raw(key.pid as i32).ok_or(Status::InvalidKey)?;
-        let pidfd = rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty())
-            .map_err(|e| {
-                Error::msg(Status::Unreachable, format!("pidfd_open({}): {e}", key.pid))
-            })?;
-        let fd = rustix::process::pidfd_getfd(
-            &pidfd,
-            key.table_fd,
-            rustix::process::PidfdGetfdFlags::empty(),
-        )
-        .map_err(|e| {
+        let process = PeerProcess::open(key.pid)?;
+        let fd = process.take_fd(key.table_fd).map_err(|e| {
             Error::msg(
                 Status::Unreachable,
                 format!("pidfd_getfd refused ({e}); the kernel's ptrace policy forbids it"),
@@ -965,7 +906,7 @@ impl MemRegistry {
             ));
         }
         let p = Arc::new(PeerMaps {
-            pidfd,
+            process,
             table,
             table_dev: st.st_dev as u64,
             regions: Mutex::new(HashMap::new()),

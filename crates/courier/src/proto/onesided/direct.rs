@@ -12,7 +12,7 @@ use crate::proto::memreg::Place;
 use crate::proto::request::Info;
 use crate::proto::stage;
 use crate::proto::tag::Started;
-use crate::transport::shm::Doorbell;
+use crate::transport::shm::memory::{Doorbell, cma_read, cma_write};
 
 /// Update a signal word written directly, and ring `bell` (the owner's worker) if it may
 /// sleep: a sleeping `signal_wait_until` on it then returns at once, not at its next look.
@@ -96,9 +96,9 @@ pub(super) unsafe fn copy_cma(pid: u32, buf: &Buf, raddr: u64, dir: Dir) -> Resu
     let mut off = 0u64;
     for &(a, l) in buf.segs() {
         match dir {
-            Dir::ToRegion => crate::transport::shm::cma_write(pid, a, l, raddr + off)?,
+            Dir::ToRegion => cma_write(pid, a, l, raddr + off)?,
             // SAFETY: per the function's contract.
-            Dir::FromRegion => unsafe { crate::transport::shm::cma_read(pid, a, l, raddr + off)? },
+            Dir::FromRegion => unsafe { cma_read(pid, a, l, raddr + off)? },
         }
         off += l as u64;
     }

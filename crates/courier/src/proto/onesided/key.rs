@@ -13,10 +13,8 @@ use crate::base::cuda;
 use crate::base::sys::host_id;
 use crate::base::{Error, Result, Status};
 use crate::proto::endpoint::{EpId, EpRef};
-use crate::proto::memreg::{
-    Mapping, MemRegistry, MemoryType, PeerMaps, Place, SegmentRefusal, check,
-};
-use crate::transport::shm::Doorbell;
+use crate::proto::memreg::{MemRegistry, MemoryType, PeerMaps, Place, SegmentRefusal, check};
+use crate::transport::shm::memory::{Doorbell, Mapping, cma_probe};
 use crate::wire::rkey::{RkeyRepr, access};
 
 /// How operations reach a key's region.
@@ -368,7 +366,7 @@ impl Key {
             same_host,
             cfg.tls.allows("shm"),
             cfg.shm_cma,
-            || crate::transport::shm::cma_probe(key.pid, key.base),
+            || cma_probe(key.pid, key.base),
         );
         let path = if reach == Reach::SameContext {
             Path::Local(reg)

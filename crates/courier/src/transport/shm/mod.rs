@@ -17,27 +17,8 @@
 //! [`RndvMode::Push`] through the FIFO.
 
 mod cma;
-
-/// Whether this process may read process `pid`'s memory at `addr` with CMA (a
-/// `process_vm_readv` of one word).
-pub(crate) fn cma_probe(pid: u32, addr: u64) -> bool {
-    cma::read_word(pid, addr).is_ok()
-}
-
-/// Write `len` bytes at `local` into process `pid` at `remote` (CMA).
-pub fn cma_write(pid: u32, local: usize, len: usize, remote: u64) -> Result<()> {
-    cma::write_contiguous(pid, local, len, remote)
-}
-
-/// Read `len` bytes at `remote` in process `pid` into `local` (CMA).
-///
-/// # Safety
-/// `local` must be valid for writes of `len` bytes.
-pub unsafe fn cma_read(pid: u32, local: usize, len: usize, remote: u64) -> Result<()> {
-    // SAFETY: forwarded contract.
-    unsafe { cma::read_contiguous(pid, local, len, remote) }
-}
 mod fifo;
+pub(crate) mod memory;
 mod segment;
 #[cfg(test)]
 mod tests;
