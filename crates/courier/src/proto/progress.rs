@@ -22,14 +22,14 @@ use super::recv::{Eager, PollOne};
 use super::request::{Callback, Info};
 use crate::base::lock::{Guard, StateCell};
 use crate::base::{Error, Result};
-use crate::transport::LinkRx;
 
 /// What a progress call has to do (`State::work`).
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub(crate) enum Work {
     Nothing,
-    /// Frames on the shared-memory link of this endpoint, and nothing else.
-    ShmFrames(u32),
+    /// Frames on the link of this endpoint, which reads them in place
+    /// (`Caps::frames_in_place`), and nothing else.
+    InPlaceFrames(u32),
     Other,
 }
 
@@ -83,10 +83,11 @@ impl<'a> Progress<'a> {
         }
         g.progress_calls = g.progress_calls.wrapping_add(1);
         // Spinning callers mostly find nothing: answer them without the machinery below,
-        // and a frame on the one busy shared-memory link with only what it needs.
+        // and a frame on the one busy link that reads frames in place with only what it
+        // needs.
         match g.work() {
             Work::Nothing => 0,
-            Work::ShmFrames(e) => self.progress_frames(g, e),
+            Work::InPlaceFrames(e) => self.progress_frames(g, e),
             Work::Other => {
                 g.copy_spent = 0;
                 self.progress_work(g)
@@ -94,8 +95,8 @@ impl<'a> Progress<'a> {
         }
     }
 
-    /// `progress_work` when its only work is frames on the shared-memory link of endpoint
-    /// `e` (`State::work`): the eager tag and active messages of a latency test, handled
+    /// `progress_work` when its only work is frames on the in-place link of endpoint `e`
+    /// (`State::work`): the eager tag and active messages of a latency test, handled
     /// without the general pass. Whatever else turns up (another kind of frame, a send
     /// queued by a handler, a copy, a failure) goes on to `progress_work`.
     #[inline(never)]
@@ -343,16 +344,19 @@ impl State {
             if !ep.pending.is_empty() || !ep.push.is_empty() {
                 return Work::Other;
             }
-            match &ep.rx {
-                Some(LinkRx::Shm(rx)) if rx.ready() => {
+            let Some(rx) = &ep.rx else {
+                continue;
+            };
+            match rx.in_place_ready() {
+                Some(true) => {
                     if found != Work::Nothing {
                         return Work::Other;
                     }
-                    found = Work::ShmFrames(e);
+                    found = Work::InPlaceFrames(e);
                 }
-                Some(LinkRx::Shm(_)) | None => {}
-                Some(rx) if rx.maybe_ready() => return Work::Other,
-                Some(_) => {}
+                Some(false) => {}
+                None if rx.maybe_ready() => return Work::Other,
+                None => {}
             }
         }
         found

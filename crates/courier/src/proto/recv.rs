@@ -7,7 +7,6 @@
 use super::State;
 use super::am::{AmDelivery, AmRndv};
 use crate::base::{Error, Status};
-use crate::transport::LinkRx;
 use crate::wire::frame::Frame;
 
 /// One step of polling an endpoint.
@@ -75,12 +74,12 @@ impl State {
             return Eager::Done(PollOne::Empty);
         };
         let generation = ep.generation;
-        let Some(LinkRx::Shm(rx)) = ep.rx.as_mut() else {
+        let Some(peeked) = ep.rx.as_mut().and_then(|rx| rx.peek_in_place()) else {
             return Eager::Other;
         };
-        let raw = match rx.peek() {
+        let raw = match peeked {
             Ok(Some(raw)) => raw,
-            // Shared memory places no partial frames: nothing is there.
+            // A link that reads frames in place places no partial frames: nothing is there.
             Ok(None) => return Eager::Done(PollOne::Empty),
             Err(_) => return Eager::Other,
         };

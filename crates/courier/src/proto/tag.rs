@@ -256,7 +256,7 @@ impl State {
     }
 
     /// Whether `data` (holding device memory) goes to the peer of `e` as a rendezvous offer
-    /// of the device memory itself: the link is shared memory, the peer reads offers, the
+    /// of the device memory itself: the peer is a process of this host that reads offers, the
     /// message is large enough for a rendezvous to pay, and one device region with an IPC
     /// handle holds all of it.
     fn device_offer(&mut self, e: u32, data: &Buf) -> bool {
@@ -268,12 +268,11 @@ impl State {
             return false;
         }
         let Some(ep) = self.ep(e) else { return false };
-        let shm = ep.tx.as_ref().is_some_and(|tx| tx.peer_pid().is_some());
-        let reads = ep
+        let reads_peer = ep
             .caps
             .as_ref()
-            .is_some_and(|c| c.rndv == RndvMode::RemoteRead);
-        shm && reads && self.mem.device_key(data.segs(), None)
+            .is_some_and(|c| c.peer_memory && c.rndv == RndvMode::RemoteRead);
+        reads_peer && self.mem.device_key(data.segs(), None)
     }
 
     /// (rendezvous threshold, max frame, rendezvous mode) of a usable endpoint.
@@ -767,21 +766,21 @@ impl State {
         extra + data.segs().len() * frame::SEG_LEN + crate::wire::rkey::LEN
     }
 
-    /// Append `data`'s segments to a rendezvous offer on `e`. Where the link is shared memory
-    /// and `data` lies in one of this context's allocated regions, that region's key follows,
+    /// Append `data`'s segments to a rendezvous offer on `e`. Where the peer is a process of
+    /// this host (`Caps::peer_memory`) and `data` lies in one of this context's allocated regions, that region's key follows,
     /// so the peer copies with plain loads and stores through the shared segment rather than
     /// through the kernel. Returns the segment count and the frame flags to set.
     pub(crate) fn emit_offer(&mut self, e: u32, out: &mut Vec<u8>, data: &Buf) -> (usize, u8) {
         let segs = data.segs();
         emit_segments(out, segs.iter().map(|&(a, l)| (a as u64, l as u64)));
-        let shm = self
+        let peer_memory = self
             .ep(e)
-            .and_then(|ep| ep.tx.as_ref())
-            .is_some_and(|tx| tx.peer_pid().is_some());
-        if shm && self.cfg.shm_segment_copy && self.mem.shared_key(segs, out) {
+            .and_then(|ep| ep.caps.as_ref())
+            .is_some_and(|c| c.peer_memory);
+        if peer_memory && self.cfg.shm_segment_copy && self.mem.shared_key(segs, out) {
             return (segs.len(), frame::flags::SHARED);
         }
-        if shm && super::stage::device_active() && self.mem.device_key(segs, Some(out)) {
+        if peer_memory && super::stage::device_active() && self.mem.device_key(segs, Some(out)) {
             return (segs.len(), frame::flags::SHARED);
         }
         (segs.len(), 0)

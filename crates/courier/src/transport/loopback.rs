@@ -52,6 +52,8 @@ fn caps() -> Caps {
         peer_failure: true,
         wakeup: true,
         data_via_fd: false,
+        frames_in_place: false,
+        peer_memory: false,
         latency_ns: 0.0,
         bandwidth_mbs: 20000.0,
     }

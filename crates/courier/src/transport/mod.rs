@@ -69,6 +69,14 @@ pub struct Caps {
     /// Whether arriving data is noticed only through the link's fd (so progress must poll
     /// it each time); otherwise the fd only signals wakeups and hang-ups.
     pub data_via_fd: bool,
+    /// Whether frames are read where the peer wrote them: whether one waits is one load
+    /// (`LinkRx::in_place_ready`), and reading it (`LinkRx::peek_in_place`) makes no system
+    /// call. Progress takes its shortest path for such a link.
+    pub frames_in_place: bool,
+    /// Whether the peer is another process of this host whose memory this side may reach:
+    /// its pid is known (`LinkTx::peer_pid`), it may offer shared segments and device
+    /// memory by key, and, where `rndv` is `RemoteRead`, CMA reaches it.
+    pub peer_memory: bool,
     /// Estimated one-way latency in nanoseconds.
     pub latency_ns: f64,
     /// Estimated bandwidth in MB/s.
@@ -339,6 +347,26 @@ impl LinkRx {
             LinkRx::Shm(r) => r.ready(),
             LinkRx::Tcp(r) => r.maybe_ready(),
             LinkRx::Loopback(_) => true,
+        }
+    }
+
+    /// For a link whose frames are read in place (`Caps::frames_in_place`): whether a frame
+    /// waits (one load); `None` for other links.
+    #[inline(always)]
+    pub fn in_place_ready(&self) -> Option<bool> {
+        match self {
+            LinkRx::Shm(r) => Some(r.ready()),
+            _ => None,
+        }
+    }
+
+    /// `peek` on a link whose frames are read in place (`Caps::frames_in_place`), in line:
+    /// the receive loop's small-message path. `None` for other links.
+    #[inline(always)]
+    pub fn peek_in_place(&mut self) -> Option<Result<Option<RawFrame>>> {
+        match self {
+            LinkRx::Shm(r) => Some(r.peek()),
+            _ => None,
         }
     }
 

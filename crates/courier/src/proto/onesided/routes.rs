@@ -57,9 +57,10 @@ impl Reach {
     }
 }
 
-/// Whether a link reaches its peer's memory with CMA (a shm link whose CMA probe passed).
+/// Whether a link reaches its peer's memory with CMA (a link to a process of this host
+/// whose CMA probe passed).
 pub fn link_cma(c: &Caps) -> bool {
-    c.name == "shm" && c.rndv == RndvMode::RemoteRead
+    c.peer_memory && c.rndv == RndvMode::RemoteRead
 }
 
 /// The lanes of an endpoint whose link has `caps`, by feature (`tag`, `am`, `stream`,
@@ -72,7 +73,7 @@ pub fn lanes(caps: &Caps) -> [(&'static str, Vec<String>); 5] {
     let lane = format!("{}/{}", caps.name, caps.device);
     let cma = link_cma(caps).then(|| "cma/memory".to_string());
     let big: Vec<String> = std::iter::once(lane.clone()).chain(cma.clone()).collect();
-    let (rma, amo) = if caps.name == "shm" {
+    let (rma, amo) = if caps.peer_memory {
         let direct = "direct/memory".to_string();
         (
             std::iter::once(direct.clone())

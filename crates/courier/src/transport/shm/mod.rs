@@ -132,6 +132,8 @@ fn caps(max_frame: usize, cma: bool) -> Caps {
         peer_failure: true,
         wakeup: true,
         data_via_fd: false,
+        frames_in_place: true,
+        peer_memory: true,
         latency_ns: 100.0,
         bandwidth_mbs: 10000.0,
     }

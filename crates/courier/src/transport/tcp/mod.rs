@@ -96,6 +96,8 @@ fn caps(local: Option<SocketAddr>) -> Caps {
         peer_failure: true,
         wakeup: true,
         data_via_fd: true,
+        frames_in_place: false,
+        peer_memory: false,
         latency_ns: 6000.0,
         bandwidth_mbs: 4000.0,
     }
