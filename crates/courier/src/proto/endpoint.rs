@@ -188,7 +188,7 @@ impl State {
 
     /// Give `ep` its link and start polling it.
     pub(crate) fn ep_install_link(&mut self, e: u32, tx: LinkTx, mut rx: LinkRx) -> Result<()> {
-        rx.established();
+        rx.established(&self.cfg);
         let caps = tx.caps().clone();
         let thresh = self.cfg.rndv_thresh.unwrap_or(caps.rndv_thresh).max(1);
         if let Some(fd) = rx.fd() {
@@ -199,7 +199,6 @@ impl State {
             }
             if caps.data_via_fd {
                 self.fd_links += 1;
-                crate::proto::wireup::set_tcp_keepalive(fd, &self.cfg);
             }
         }
         let Some(ep) = self.ep(e) else {

@@ -12,7 +12,6 @@ use std::os::fd::OwnedFd;
 use std::sync::Arc;
 
 use crate::base::{Config, Error};
-use crate::transport::{shm, tcp};
 use crate::wire::address::WorkerAddress;
 
 pub mod am;
@@ -76,12 +75,12 @@ pub(crate) struct State {
     pub deferred: Vec<Deferred>,
     /// An emptied `deferred`, swapped in when the callbacks run.
     pub deferred_spare: Vec<Deferred>,
-    pub shm_acceptor: Option<shm::Acceptor>,
-    pub tcp_acceptor: Option<tcp::Listener>,
+    /// The worker's acceptors (one per transport that peers reach by worker address).
+    pub acceptors: crate::transport::dial::Acceptors,
     pub listeners: Slab<ListenerSlot>,
     pub pending_conns: Slab<PendingConn>,
-    /// Shared-memory links this side is setting up (their acceptors' replies awaited).
-    pub shm_connects: Vec<wireup::ShmConnect>,
+    /// Links this side is setting up over several steps (their acceptors' replies awaited).
+    pub setups: Vec<wireup::LinkSetup>,
     pub epoll: OwnedFd,
     pub eventfd: OwnedFd,
     pub ep_configs: Vec<String>,

@@ -47,14 +47,14 @@ pub(crate) const EPOLL_EVERY: u64 = 256;
 
 /// Epoll token kinds.
 pub(crate) mod token {
-    pub const SHM_ACCEPT: u64 = 1;
-    pub const TCP_ACCEPT: u64 = 2;
+    /// One of the worker's acceptors (`transport::dial::Acceptors`), by index.
+    pub const ACCEPT: u64 = 1;
     pub const LISTENER: u64 = 3;
     pub const EP: u64 = 4;
     pub const PENDING: u64 = 5;
     pub const EVENT: u64 = 6;
-    /// A shared-memory setup's socket (`State::shm_connects`): its reply arrived.
-    pub const SHM_SETUP: u64 = 7;
+    /// A link setup's fd (`State::setups`): it may move on.
+    pub const SETUP: u64 = 7;
     pub fn make(kind: u64, idx: u32) -> u64 {
         (kind << 56) | idx as u64
     }
@@ -363,14 +363,14 @@ impl State {
     }
 
     /// Whether connections are being set up: accepted ones waiting for their first frame,
-    /// shared-memory links this side is connecting, and ones the shm acceptor is in the
+    /// links this side is setting up over several steps, and ones an acceptor is in the
     /// middle of. Until each is done, every progress call reads epoll and moves them on
     /// (their sockets wake it), so a spinning worker is not held to its periodic epoll pass.
     #[inline]
     pub(crate) fn conns_in_setup(&self) -> bool {
         self.pending_conns.slots.len() != self.pending_conns.free.len()
-            || !self.shm_connects.is_empty()
-            || self.shm_acceptor.as_ref().is_some_and(|a| a.setting_up())
+            || !self.setups.is_empty()
+            || self.acceptors.setting_up()
     }
 
     /// Whether endpoint `idx` has sends to retry or push, or its link has queued bytes or
@@ -427,12 +427,11 @@ impl State {
                     handled += 1;
                 }
                 token::PENDING => handled += self.pending_step(idx),
-                token::SHM_ACCEPT => handled += self.accept_shm(),
-                token::TCP_ACCEPT => handled += self.accept_tcp(None),
-                token::LISTENER => handled += self.accept_tcp(Some(idx)),
+                token::ACCEPT => handled += self.accept_from(idx),
+                token::LISTENER => handled += self.accept_listener(idx),
                 // Only a wakeup: `progress_conns`, which runs right after this, moves
                 // every setup on (the watched ones and any that could not be watched).
-                token::SHM_SETUP => {}
+                token::SETUP => {}
                 token::EVENT => {
                     let mut b = [0u8; 8];
                     let _ = rustix::io::read(&self.eventfd, &mut b);
@@ -460,12 +459,12 @@ impl State {
 
     /// Arm every link for sleeping. `Ok(false)`: something is already waiting.
     pub(crate) fn arm(&mut self) -> Result<bool> {
-        // A shared-memory setup's reply wakes the worker through epoll where its socket is
-        // watched; one that could not be watched is polled, so no sleep then.
+        // A link setup's reply wakes the worker through epoll where its fd is watched; one
+        // that could not be watched is polled, so no sleep then.
         if !self.deferred.is_empty()
             || !self.link_errors.is_empty()
             || !self.copies.is_empty()
-            || self.shm_connects.iter().any(|c| !c.watched)
+            || self.setups.iter().any(|c| !c.watched)
         {
             return Ok(false);
         }

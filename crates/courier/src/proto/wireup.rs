@@ -12,7 +12,6 @@
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
-use std::os::fd::BorrowedFd;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -24,7 +23,8 @@ use super::tag::RndvCopies;
 use super::{Slab, State};
 use crate::base::sys::{host_id, pid, random_u64};
 use crate::base::{Config, Error, Result, Status};
-use crate::transport::{LinkRx, LinkTx, loopback, shm, tcp};
+use crate::transport::dial::{self, Acceptors, Connecting, Dialed, Dialer, SocketListener};
+use crate::transport::{LinkRx, LinkTx};
 use crate::wire::address::WorkerAddress;
 use crate::wire::frame::{Frame, Header, Kind};
 
@@ -34,7 +34,7 @@ pub type ConnHandler = Box<dyn FnMut(ConnRequest) + Send>;
 pub(crate) struct ListenerSlot {
     pub live: bool,
     pub generation: u32,
-    pub tcp: tcp::Listener,
+    pub socket: SocketListener,
     pub handler: Option<ConnHandler>,
 }
 
@@ -74,27 +74,6 @@ pub struct ConnRequest {
     pub client_id: u64,
 }
 
-/// Apply the keepalive settings to a TCP socket so a dead or unreachable peer is noticed by
-/// the kernel within the timeout, whether or not the peer's application makes progress.
-pub(crate) fn set_tcp_keepalive(fd: BorrowedFd<'_>, cfg: &Config) {
-    use rustix::net::sockopt;
-    if cfg.keepalive_timeout == Duration::MAX {
-        return;
-    }
-    let iv = cfg.keepalive_interval.max(Duration::from_secs(1));
-    let cnt = (cfg.keepalive_timeout.as_secs_f64() / iv.as_secs_f64())
-        .ceil()
-        .max(1.0) as u32;
-    let _ = sockopt::set_socket_keepalive(fd, true);
-    let _ = sockopt::set_tcp_keepidle(fd, iv);
-    let _ = sockopt::set_tcp_keepintvl(fd, iv);
-    let _ = sockopt::set_tcp_keepcnt(fd, cnt);
-    let _ = sockopt::set_tcp_user_timeout(
-        fd,
-        cfg.keepalive_timeout.as_millis().min(u32::MAX as u128) as u32,
-    );
-}
-
 fn locality(peer: &WorkerAddress, me: u64) -> &'static str {
     if peer.worker_id == me {
         "self"
@@ -105,28 +84,29 @@ fn locality(peer: &WorkerAddress, me: u64) -> &'static str {
     }
 }
 
-/// A shared-memory link this side is setting up for endpoint `e`: progress reads the
-/// acceptor's reply (`shm::Connecting`) and then goes on as `then` says.
-pub(crate) struct ShmConnect {
+/// A link this side is setting up for endpoint `e` over several steps (`Connecting`):
+/// progress moves it on, and then goes on as `then` says.
+pub(crate) struct LinkSetup {
     e: u32,
     generation: u32,
-    conn: shm::Connecting,
-    then: AfterShm,
+    conn: Connecting,
+    then: AfterSetup,
     /// Its socket is in the worker's epoll set, so that a sleeping worker wakes for the
     /// reply (`arm` lets it sleep only then).
     pub(crate) watched: bool,
 }
 
-/// What follows a shared-memory setup.
-enum AfterShm {
-    /// A connection to a worker address (`connect_address`): on failure, tcp to the
-    /// same worker where allowed.
+/// What follows a link setup.
+enum AfterSetup {
+    /// A connection to a worker address (`connect_address`): on failure, the next
+    /// transport that may reach the same worker.
     New {
         conn_id: u64,
-        peer: Box<WorkerAddress>,
+        dialer: Box<Dialer>,
         loc: &'static str,
     },
-    /// The upgrade of a tcp connection a listener accepted: on failure, it stays on tcp.
+    /// The upgrade of a connection a listener accepted: on failure, it stays on the link
+    /// it came on.
     Upgrade {
         conn_id: u64,
         pid: u32,
@@ -162,81 +142,22 @@ impl State {
                 excluded.push(format!("{t}: excluded by COURIER_TLS={}", cfg.tls.spec));
             }
         }
-        let shm_acceptor = if cfg.tls.allows("shm") {
-            match shm::Acceptor::bind(&cfg) {
-                Ok(a) => {
-                    epoll::add(
-                        &epollfd,
-                        a.fd(),
-                        epoll::EventData::new_u64(token::make(token::SHM_ACCEPT, 0)),
-                        epoll::EventFlags::IN,
-                    )
-                    .map_err(|e| Error::io("epoll add", e))?;
-                    Some(a)
-                }
-                Err(e) => {
-                    excluded.push(format!("shm: unavailable: {e}"));
-                    None
-                }
-            }
-        } else {
-            None
-        };
-        let mut tcp_addrs = Vec::new();
-        let tcp_acceptor = if cfg.tls.allows("tcp") {
-            let ifaces = tcp::interfaces(&cfg);
-            if ifaces.is_empty() {
-                let why = match &cfg.net_devices {
-                    Some(l) => format!(
-                        "no interface that is up matches COURIER_NET_DEVICES={}",
-                        l.join(",")
-                    ),
-                    None => "no network interface is up".into(),
-                };
-                excluded.push(format!(
-                    "tcp: {why}: the worker's address has none for tcp (a connection to a listener's socket address still goes over tcp)"
-                ));
-                None
-            } else {
-                let any: SocketAddr = "0.0.0.0:0"
-                    .parse()
-                    .map_err(|_| Error::new(Status::InvalidAddress, "bad wildcard"))?;
-                match tcp::Listener::bind(any, &cfg) {
-                    Ok(l) => {
-                        let port = l.local_addr().port();
-                        for (_, ip) in &ifaces {
-                            if ip.is_ipv4() {
-                                tcp_addrs.push(SocketAddr::new(*ip, port));
-                            }
-                        }
-                        epoll::add(
-                            &epollfd,
-                            l.fd(),
-                            epoll::EventData::new_u64(token::make(token::TCP_ACCEPT, 0)),
-                            epoll::EventFlags::IN,
-                        )
-                        .map_err(|e| Error::io("epoll add", e))?;
-                        Some(l)
-                    }
-                    Err(e) => {
-                        excluded.push(format!("tcp: cannot listen: {e}"));
-                        None
-                    }
-                }
-            }
-        } else {
-            None
-        };
-        let address = WorkerAddress {
+        let mut address = WorkerAddress {
             worker_id,
             host_id: host_id(),
             pid: pid(),
-            uds_name: shm_acceptor
-                .as_ref()
-                .map(|a| a.name().to_vec())
-                .unwrap_or_default(),
-            tcp: tcp_addrs,
+            uds_name: Vec::new(),
+            tcp: Vec::new(),
         };
+        let acceptors = Acceptors::open(&cfg, &mut excluded, &mut address, |fd, which| {
+            epoll::add(
+                &epollfd,
+                fd,
+                epoll::EventData::new_u64(token::make(token::ACCEPT, which)),
+                epoll::EventFlags::IN,
+            )
+            .map_err(|e| Error::io("epoll add", e))
+        })?;
         Ok(State {
             cfg,
             mem,
@@ -253,11 +174,10 @@ impl State {
             am_handlers: Vec::new(),
             deferred: Vec::new(),
             deferred_spare: Vec::new(),
-            shm_acceptor,
-            tcp_acceptor,
+            acceptors,
             listeners: Slab::default(),
             pending_conns: Slab::default(),
-            shm_connects: Vec::new(),
+            setups: Vec::new(),
             epoll: epollfd,
             eventfd,
             ep_configs: Vec::new(),
@@ -335,16 +255,27 @@ impl State {
         let peer = WorkerAddress::unpack(bytes)
             .map_err(|e| Error::msg(Status::InvalidAddress, e.to_string()))?;
         let loc = locality(&peer, self.worker_id);
-        let mut reasons: Vec<String> = Vec::new();
-        if peer.worker_id == self.worker_id {
-            if self.cfg.tls.allows("self") {
-                let ((atx, arx), (ptx, prx)) = loopback::pair();
-                let a = self.ep_alloc(format!("self (pid {})", peer.pid));
-                let p = self.ep_alloc(format!("self (pid {})", peer.pid));
-                for (e, tx, rx) in [
-                    (a, LinkTx::Loopback(atx), LinkRx::Loopback(arx)),
-                    (p, LinkTx::Loopback(ptx), LinkRx::Loopback(prx)),
-                ] {
+        let same_worker = peer.worker_id == self.worker_id;
+        let dialer = Box::new(Dialer::new(peer, same_worker));
+        let conn_id = random_u64();
+        self.dial(dialer, conn_id, loc, None)
+    }
+
+    /// Go on dialing the peer of `dialer` for endpoint `existing` (a failed setup's) or a
+    /// new one: the first transport that gives a link (or a setup) is taken.
+    fn dial(
+        &mut self,
+        mut dialer: Box<Dialer>,
+        conn_id: u64,
+        loc: &'static str,
+        existing: Option<u32>,
+    ) -> Result<u32> {
+        let pid = dialer.peer().pid;
+        match dialer.next(&self.cfg) {
+            Dialed::Pair((atx, arx), (ptx, prx)) => {
+                let a = self.ep_alloc(format!("self (pid {pid})"));
+                let p = self.ep_alloc(format!("self (pid {pid})"));
+                for (e, tx, rx) in [(a, atx, arx), (p, ptx, prx)] {
                     self.ep_install_link(e, tx, rx)?;
                     let me = self.worker_id;
                     if let Some(ep) = self.ep(e) {
@@ -355,98 +286,62 @@ impl State {
                 let pg = self.ep(p).map(|ep| ep.generation).unwrap_or(0);
                 self.incoming.push_back((p, pg));
                 self.log_selection(a, "self");
-                return Ok(a);
+                Ok(a)
             }
-            reasons.push("self: excluded by COURIER_TLS".into());
-        }
-        let conn_id = random_u64();
-        if peer.host_id == host_id() && !peer.uds_name.is_empty() && self.cfg.tls.allows("shm") {
-            match shm::connect_start(&peer.uds_name, &self.cfg) {
-                Ok(conn) => {
-                    // Connecting until the acceptor's worker answers (its progress, maybe
-                    // on this very thread); sends queue meanwhile.
-                    let e = self.ep_alloc(format!("pid {} (shm)", peer.pid));
-                    let peer = Box::new(peer);
-                    self.await_shm(e, conn, AfterShm::New { conn_id, peer, loc });
-                    return Ok(e);
-                }
-                Err(err) => reasons.push(format!("shm: {err}")),
+            Dialed::Setup(conn) => {
+                // Connecting until the acceptor's worker answers (its progress, maybe
+                // on this very thread); sends queue meanwhile.
+                let e = match existing {
+                    Some(e) => e,
+                    None => self.ep_alloc(format!("pid {pid} ({})", conn.name())),
+                };
+                self.await_setup(
+                    e,
+                    conn,
+                    AfterSetup::New {
+                        conn_id,
+                        dialer,
+                        loc,
+                    },
+                );
+                Ok(e)
             }
-        } else if !self.cfg.tls.allows("shm") {
-            reasons.push(format!(
-                "shm: excluded by COURIER_TLS={}",
-                self.cfg.tls.spec
-            ));
-        } else if peer.host_id != host_id() {
-            reasons.push("shm: peer is on another host".into());
-        } else {
-            reasons.push("shm: peer does not offer shared memory".into());
-        }
-        self.connect_tcp(&peer, conn_id, loc, None, reasons)
-    }
-
-    /// The tcp part of `connect_address`: the first of the peer's addresses that takes the
-    /// connection, for endpoint `existing` (a failed shared-memory setup's) or a new one.
-    /// `reasons` says why the transports before did not do.
-    fn connect_tcp(
-        &mut self,
-        peer: &WorkerAddress,
-        conn_id: u64,
-        loc: &str,
-        existing: Option<u32>,
-        mut reasons: Vec<String>,
-    ) -> Result<u32> {
-        if self.cfg.tls.allows("tcp") {
-            for sa in &peer.tcp {
-                match tcp::connect(*sa, &self.cfg) {
-                    Ok((tx, rx)) => {
-                        let e = match existing {
-                            Some(e) => {
-                                if let Some(ep) = self.ep(e) {
-                                    ep.peer = sa.to_string();
-                                }
-                                e
-                            }
-                            None => self.ep_alloc(sa.to_string()),
-                        };
-                        let link = (LinkTx::Tcp(tx), LinkRx::Tcp(rx));
-                        return self.finish_connect(e, link, conn_id, peer.worker_id, loc);
+            Dialed::Link(tx, rx, reached) => {
+                let e = match existing {
+                    Some(e) => {
+                        if let Some(ep) = self.ep(e) {
+                            ep.peer = reached;
+                        }
+                        e
                     }
-                    Err(err) => reasons.push(format!("tcp: {err}")),
-                }
+                    None => self.ep_alloc(reached),
+                };
+                let worker = dialer.peer().worker_id;
+                self.finish_connect(e, (tx, rx), conn_id, worker, loc)
             }
-            if peer.tcp.is_empty() {
-                reasons.push("tcp: peer offers no tcp address".into());
-            }
-        } else {
-            reasons.push(format!(
-                "tcp: excluded by COURIER_TLS={}",
-                self.cfg.tls.spec
-            ));
+            Dialed::Unreachable => Err(Error::msg(
+                Status::Unreachable,
+                format!(
+                    "no transport reaches worker pid {pid}: {}",
+                    dialer.reasons.join("; ")
+                ),
+            )),
         }
-        Err(Error::msg(
-            Status::Unreachable,
-            format!(
-                "no transport reaches worker pid {}: {}",
-                peer.pid,
-                reasons.join("; ")
-            ),
-        ))
     }
 
-    /// Let progress finish `conn`, the shared-memory setup of endpoint `e`, then go on as
-    /// `then` says.
-    fn await_shm(&mut self, e: u32, conn: shm::Connecting, then: AfterShm) {
+    /// Let progress finish `conn`, the link setup of endpoint `e`, then go on as `then`
+    /// says.
+    fn await_setup(&mut self, e: u32, conn: Connecting, then: AfterSetup) {
         let generation = self.ep(e).map(|ep| ep.generation).unwrap_or(0);
         // Level-triggered: a reply already there wakes the next sleep at once.
         let watched = epoll::add(
             &self.epoll,
             conn.fd(),
-            epoll::EventData::new_u64(token::make(token::SHM_SETUP, 0)),
+            epoll::EventData::new_u64(token::make(token::SETUP, 0)),
             epoll::EventFlags::IN | epoll::EventFlags::RDHUP,
         )
         .is_ok();
-        self.shm_connects.push(ShmConnect {
+        self.setups.push(LinkSetup {
             e,
             generation,
             conn,
@@ -455,13 +350,13 @@ impl State {
         });
     }
 
-    /// Move the shared-memory setups on: each whose reply is all there is finished, each
-    /// that failed falls back (`AfterShm`). Returns how many ended.
-    pub(crate) fn progress_shm_connects(&mut self) -> usize {
+    /// Move the link setups on: each that is ready is finished, each that failed falls
+    /// back (`AfterSetup`). Returns how many ended.
+    pub(crate) fn progress_setups(&mut self) -> usize {
         let mut n = 0;
         let mut i = 0;
-        while i < self.shm_connects.len() {
-            let c = &mut self.shm_connects[i];
+        while i < self.setups.len() {
+            let c = &mut self.setups[i];
             let gone = self.eps.slots.get(c.e as usize).is_none_or(|ep| {
                 !ep.live || ep.generation != c.generation || ep.status != EpStatus::Connecting
             });
@@ -470,7 +365,7 @@ impl State {
                 i += 1;
                 continue;
             }
-            let c = self.shm_connects.swap_remove(i);
+            let c = self.setups.swap_remove(i);
             n += 1;
             if c.watched {
                 // Before the socket becomes the link's, which may watch it under its own
@@ -482,25 +377,44 @@ impl State {
                 // socket, and the acceptor drops its side.
                 continue;
             }
+            let name = c.conn.name();
             let link = polled.and_then(|_| c.conn.finish());
-            self.after_shm(c.e, c.then, link);
+            self.after_setup(c.e, c.then, name, link);
         }
         n
     }
 
-    /// A shared-memory setup for `e` ended with `link` (or why not): go on as `then` says.
-    fn after_shm(&mut self, e: u32, then: AfterShm, link: Result<(shm::Tx, shm::Rx)>) {
+    /// A link setup (of transport `name`) for `e` ended with `link` (or why not): go on as
+    /// `then` says.
+    fn after_setup(
+        &mut self,
+        e: u32,
+        then: AfterSetup,
+        name: &str,
+        link: Result<(LinkTx, LinkRx)>,
+    ) {
         match (then, link) {
-            (AfterShm::New { conn_id, peer, loc }, link) => {
+            (
+                AfterSetup::New {
+                    conn_id,
+                    mut dialer,
+                    loc,
+                },
+                link,
+            ) => {
                 let r = match link {
-                    Ok((tx, rx)) => {
-                        let link = (LinkTx::Shm(tx), LinkRx::Shm(rx));
-                        self.finish_connect(e, link, conn_id, peer.worker_id, loc)
+                    Ok(link) => {
+                        let worker = dialer.peer().worker_id;
+                        self.finish_connect(e, link, conn_id, worker, loc)
                     }
                     Err(err) => {
-                        tracing::info!("shm to worker pid {} failed ({err}); trying tcp", peer.pid);
-                        let reasons = vec![format!("shm: {err}")];
-                        self.connect_tcp(&peer, conn_id, loc, Some(e), reasons)
+                        tracing::info!(
+                            "{name} to worker pid {} failed ({err}); trying {}",
+                            dialer.peer().pid,
+                            dialer.next_name()
+                        );
+                        dialer.setup_failed(name, &err);
+                        self.dial(dialer, conn_id, loc, Some(e))
                     }
                 };
                 // Sends queued while it connected go out now.
@@ -511,11 +425,11 @@ impl State {
                     Err(err) => self.fail_ep(e, err),
                 }
             }
-            (AfterShm::Upgrade { conn_id, pid, loc }, Ok((stx, srx))) => {
-                self.upgraded(e, conn_id, pid, loc, stx, srx)
+            (AfterSetup::Upgrade { conn_id, pid, loc }, Ok((tx, rx))) => {
+                self.upgraded(e, conn_id, pid, loc, tx, rx)
             }
-            (AfterShm::Upgrade { conn_id, loc, .. }, Err(err)) => {
-                self.stay_on_tcp(e, conn_id, loc, &err);
+            (AfterSetup::Upgrade { conn_id, loc, .. }, Err(err)) => {
+                self.stay_on_link(e, conn_id, loc, name, &err);
             }
         }
     }
@@ -547,13 +461,12 @@ impl State {
 
     /// Connect to a listener's socket address.
     pub(crate) fn connect_sockaddr(&mut self, sa: SocketAddr, client_id: u64) -> Result<u32> {
-        let (tx, rx) = tcp::connect(sa, &self.cfg)?;
-        let mut tx = LinkTx::Tcp(tx);
+        let (mut tx, rx) = dial::connect_socket(sa, &self.cfg)?;
         let hdr = Header::new(Kind::ConnReq).word(1, client_id);
         let addr = self.address_bytes.clone();
         send_now(&mut tx, &[hdr.as_bytes(), &addr])?;
         let e = self.ep_alloc(sa.to_string());
-        self.ep_install_link(e, tx, LinkRx::Tcp(rx))?;
+        self.ep_install_link(e, tx, rx)?;
         Ok(e)
     }
 
@@ -581,50 +494,49 @@ impl State {
         ep.conn_id = conn_id;
         ep.peer_worker = server.worker_id;
         let loc = locality(&server, self.worker_id);
-        let upgrade = server.host_id == host_id()
-            && !server.uds_name.is_empty()
-            && !self.address.uds_name.is_empty();
-        if upgrade {
-            match shm::connect_start(&server.uds_name, &self.cfg) {
+        if dial::upgrade_possible(&server, &self.address) {
+            match dial::upgrade_start(&server, &self.cfg) {
                 Ok(conn) => {
-                    // Stays connecting on tcp until the acceptor's worker answers.
+                    // Stays connecting on its link until the acceptor's worker answers.
                     let pid = server.pid;
-                    self.await_shm(e, conn, AfterShm::Upgrade { conn_id, pid, loc });
+                    self.await_setup(e, conn, AfterSetup::Upgrade { conn_id, pid, loc });
                 }
                 Err(err) => {
-                    self.stay_on_tcp(e, conn_id, loc, &err);
+                    self.stay_on_link(e, conn_id, loc, dial::UPGRADE, &err);
                 }
             }
             return;
         }
-        self.tcp_connected(e, loc);
+        self.listener_link_connected(e, loc);
     }
 
-    /// The upgrade's shared-memory link is set up: announce it on the link, keep the tcp
-    /// link beside it, and the endpoint is connected.
-    fn upgraded(&mut self, e: u32, conn_id: u64, pid: u32, loc: &str, stx: shm::Tx, srx: shm::Rx) {
+    /// The upgrade's link is set up: announce it on the link, keep the listener's link
+    /// beside it, and the endpoint is connected.
+    fn upgraded(&mut self, e: u32, conn_id: u64, pid: u32, loc: &str, mut tx: LinkTx, rx: LinkRx) {
         let hdr = Header::new(Kind::Wireup)
             .word(1, conn_id)
             .aux32(purpose::UPGRADE);
         let addr = self.address_bytes.clone();
-        let mut stx = LinkTx::Shm(stx);
-        if let Err(err) = send_now(&mut stx, &[hdr.as_bytes(), &addr]) {
+        if let Err(err) = send_now(&mut tx, &[hdr.as_bytes(), &addr]) {
             return self.fail_ep(e, err);
         }
         let old = self.ep_take_link(e);
+        let name = tx.caps().name;
         if let Some(ep) = self.ep(e) {
             ep.old = old;
-            ep.peer = format!("pid {pid} (shm)");
+            ep.peer = format!("pid {pid} ({name})");
         }
-        if let Err(err) = self.ep_install_link(e, stx, LinkRx::Shm(srx)) {
+        if let Err(err) = self.ep_install_link(e, tx, rx) {
             return self.fail_ep(e, err);
         }
         self.set_connected(e, loc);
     }
 
-    /// The upgrade failed (`why`): say so in the log, tell the server, and go on over tcp.
-    fn stay_on_tcp(&mut self, e: u32, conn_id: u64, loc: &str, why: &Error) {
-        tracing::info!("shm to listener's worker failed ({why}); staying on tcp");
+    /// The upgrade (to transport `name`) failed (`why`): say so in the log, tell the
+    /// server, and go on over the link the connection came on.
+    fn stay_on_link(&mut self, e: u32, conn_id: u64, loc: &str, name: &str, why: &Error) {
+        let link = self.ep_transport(e).unwrap_or("its link");
+        tracing::info!("{name} to listener's worker failed ({why}); staying on {link}");
         let hdr = Header::new(Kind::Wireup)
             .word(1, conn_id)
             .aux32(purpose::NO_UPGRADE);
@@ -633,12 +545,22 @@ impl State {
                 return self.fail_ep(e, err);
             }
         }
-        self.tcp_connected(e, loc);
+        self.listener_link_connected(e, loc);
     }
 
-    /// A listener's connection goes on over its tcp link, if tcp is allowed.
-    fn tcp_connected(&mut self, e: u32, loc: &str) {
-        if !self.cfg.tls.allows("tcp") {
+    /// Whether `COURIER_TLS` allows the transport of `e`'s link (a listener's connection,
+    /// which came on a link of the listener's transport whatever the selection says).
+    fn link_allowed(&mut self, e: u32) -> bool {
+        match self.ep_transport(e) {
+            Some(name) => self.cfg.tls.allows(name),
+            None => true,
+        }
+    }
+
+    /// A listener's connection goes on over the link it came on, if its transport is
+    /// allowed.
+    fn listener_link_connected(&mut self, e: u32, loc: &str) {
+        if !self.link_allowed(e) {
             return self.fail_ep(
                 e,
                 Error::msg(Status::Unreachable, format!("the server is not reachable by shared memory and tcp is excluded by COURIER_TLS={}", self.cfg.tls.spec)),
@@ -661,7 +583,7 @@ impl State {
             .ep(e)
             .is_some_and(|ep| ep.status == EpStatus::Connecting);
         if purpose == purpose::NO_UPGRADE && connecting {
-            if !self.cfg.tls.allows("tcp") {
+            if !self.link_allowed(e) {
                 return self.fail_ep(
                     e,
                     Error::new(
@@ -686,7 +608,7 @@ impl State {
         sa: SocketAddr,
         handler: ConnHandler,
     ) -> Result<(u32, SocketAddr)> {
-        let l = tcp::Listener::bind(sa, &self.cfg)?;
+        let l = SocketListener::bind(sa, &self.cfg)?;
         let bound = l.local_addr();
         let idx = match self.listeners.free.pop() {
             Some(i) => i,
@@ -694,7 +616,7 @@ impl State {
                 self.listeners.slots.push(ListenerSlot {
                     live: false,
                     generation: 0,
-                    tcp: l,
+                    socket: l,
                     handler: None,
                 });
                 let i = (self.listeners.slots.len() - 1) as u32;
@@ -703,7 +625,7 @@ impl State {
                 s.handler = Some(handler);
                 epoll::add(
                     &self.epoll,
-                    s.tcp.fd(),
+                    s.socket.fd(),
                     epoll::EventData::new_u64(token::make(token::LISTENER, i)),
                     epoll::EventFlags::IN,
                 )
@@ -715,12 +637,12 @@ impl State {
         *s = ListenerSlot {
             live: true,
             generation: s.generation.wrapping_add(1),
-            tcp: l,
+            socket: l,
             handler: Some(handler),
         };
         epoll::add(
             &self.epoll,
-            s.tcp.fd(),
+            s.socket.fd(),
             epoll::EventData::new_u64(token::make(token::LISTENER, idx)),
             epoll::EventFlags::IN,
         )
@@ -731,17 +653,17 @@ impl State {
     pub(crate) fn listener_remove(&mut self, idx: u32) {
         if let Some(s) = self.listeners.slots.get_mut(idx as usize) {
             if s.live {
-                let _ = epoll::delete(&self.epoll, s.tcp.fd());
+                let _ = epoll::delete(&self.epoll, s.socket.fd());
                 s.live = false;
                 s.handler = None;
                 // Close the socket now by replacing it with a closed placeholder.
-                if let Ok(l) = tcp::Listener::bind(
+                if let Ok(l) = SocketListener::bind(
                     "127.0.0.1:0"
                         .parse()
                         .unwrap_or(SocketAddr::from(([127, 0, 0, 1], 0))),
                     &self.cfg,
                 ) {
-                    s.tcp = l;
+                    s.socket = l;
                 }
                 self.listeners.free.push(idx);
             }
@@ -810,11 +732,9 @@ impl State {
     /// connections. Returns how many events were handled.
     pub(crate) fn progress_conns(&mut self) -> usize {
         let mut n = 0;
-        if let Some(a) = self.shm_acceptor.as_mut() {
-            a.expire();
-        }
-        if !self.shm_connects.is_empty() {
-            n += self.progress_shm_connects();
+        self.acceptors.expire();
+        if !self.setups.is_empty() {
+            n += self.progress_setups();
         }
         for i in 0..self.pending_conns.slots.len() as u32 {
             n += self.pending_step(i);
@@ -822,51 +742,27 @@ impl State {
         n
     }
 
-    /// Take the shared-memory connections waiting on the acceptor (its fd was readable:
-    /// an `accept` on an empty queue still costs the kernel a socket allocation).
-    pub(super) fn accept_shm(&mut self) -> usize {
-        let mut n = 0;
-        while let Some(a) = self.shm_acceptor.as_mut() {
-            match a.accept() {
-                Ok(Some((tx, rx))) => {
-                    let peer = format!("local process pid {} (shm)", tx.peer_pid());
-                    self.pending_add(LinkTx::Shm(tx), LinkRx::Shm(rx), None, peer);
-                    n += 1;
-                    continue;
-                }
-                Ok(None) => {}
-                Err(e) => tracing::warn!("shm acceptor: {e}"),
-            }
-            break;
+    /// Take the connections waiting on the worker's acceptor `which` (its fd was readable).
+    pub(super) fn accept_from(&mut self, which: u32) -> usize {
+        let links = self.acceptors.accept(which);
+        let n = links.len();
+        for (tx, rx, peer) in links {
+            self.pending_add(tx, rx, None, peer);
         }
         n
     }
 
-    pub(super) fn accept_tcp(&mut self, listener: Option<u32>) -> usize {
-        let mut n = 0;
-        loop {
-            let r = match listener {
-                None => match self.tcp_acceptor.as_mut() {
-                    Some(l) => l.accept(),
-                    None => return n,
-                },
-                Some(i) => match self.listeners.slots.get_mut(i as usize).filter(|s| s.live) {
-                    Some(s) => s.tcp.accept(),
-                    None => return n,
-                },
-            };
-            match r {
-                Ok(Some((tx, rx, peer))) => {
-                    self.pending_add(LinkTx::Tcp(tx), LinkRx::Tcp(rx), listener, peer.to_string());
-                    n += 1;
-                }
-                Ok(None) => return n,
-                Err(e) => {
-                    tracing::warn!("listener accept failed: {e}");
-                    return n;
-                }
-            }
+    /// Take the connections waiting on user listener `i`.
+    pub(super) fn accept_listener(&mut self, i: u32) -> usize {
+        let links = match self.listeners.slots.get_mut(i as usize).filter(|s| s.live) {
+            Some(s) => s.socket.accept(),
+            None => return 0,
+        };
+        let n = links.len();
+        for (tx, rx, peer) in links {
+            self.pending_add(tx, rx, Some(i), peer);
         }
+        n
     }
 
     /// Look at a pending connection's first frame.
@@ -978,10 +874,11 @@ impl State {
         let loc = locality(&addr, self.worker_id);
         // Named by what the kernel says of the connection (the pid of a local process, the
         // address of a tcp peer); the pid a tcp peer gives for itself is only its word.
-        let peer = match &tx {
-            LinkTx::Shm(t) => format!("pid {} (shm)", t.peer_pid()),
-            _ if conn_peer.is_empty() => format!("pid {} (tcp)", addr.pid),
-            _ => format!("{conn_peer} (tcp, pid {})", addr.pid),
+        let name = tx.caps().name;
+        let peer = match tx.peer_pid() {
+            Some(pid) => format!("pid {pid} ({name})"),
+            None if conn_peer.is_empty() => format!("pid {} ({name})", addr.pid),
+            None => format!("{conn_peer} ({name}, pid {})", addr.pid),
         };
         match purpose {
             purpose::NEW => {
@@ -1055,9 +952,7 @@ impl State {
         self.ep_install_link(e, tx, rx)?;
         let (upgrade, loc) = match &client {
             Some(c) => (
-                c.host_id == host_id()
-                    && !c.uds_name.is_empty()
-                    && !self.address.uds_name.is_empty(),
+                dial::upgrade_possible(c, &self.address),
                 locality(c, self.worker_id),
             ),
             None => (false, "inter-node"),
@@ -1067,7 +962,7 @@ impl State {
             ep.peer_worker = client.as_ref().map(|c| c.worker_id).unwrap_or(0);
         }
         if !upgrade {
-            if !self.cfg.tls.allows("tcp") {
+            if !self.link_allowed(e) {
                 self.fail_ep(e, Error::new(Status::Unreachable, "client is not reachable by shared memory and tcp is excluded by COURIER_TLS"));
                 return Ok(e);
             }

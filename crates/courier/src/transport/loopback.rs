@@ -37,9 +37,12 @@ pub struct Rx {
     current: Option<Vec<u8>>,
 }
 
+/// The transport's name, as `COURIER_TLS` and the selection lines say it.
+pub const NAME: &str = "self";
+
 fn caps() -> Caps {
     Caps {
-        name: "self",
+        name: NAME,
         device: "memory".into(),
         // Every frame is one copy into the peer's queue inside the call, whatever its
         // length: all of them take the inline path.

@@ -28,6 +28,7 @@ use crate::base::{Error, Result, Status};
 
 #[cfg(test)]
 mod conformance;
+pub(crate) mod dial;
 pub mod loopback;
 pub mod shm;
 pub mod tcp;
@@ -331,10 +332,14 @@ impl LinkTx {
 
 impl LinkRx {
     /// The link now belongs to an endpoint: it takes frames of any size the protocol
-    /// allows (before, a tcp link takes only setup-sized ones).
-    pub fn established(&mut self) {
+    /// allows (before, a tcp link takes only setup-sized ones), and a link whose peer is
+    /// noticed gone only by probing (tcp keepalive) probes as `cfg` says.
+    pub fn established(&mut self, cfg: &crate::base::Config) {
         if let Self::Tcp(r) = self {
             r.established();
+            if let Some(fd) = r.fd() {
+                tcp::set_keepalive(fd, cfg);
+            }
         }
     }
 

@@ -115,9 +115,12 @@ fn probe_cma(pid: u32, map: &Mapping, peer_side: usize) -> std::result::Result<(
     }
 }
 
+/// The transport's name, as `COURIER_TLS` and the selection lines say it.
+pub const NAME: &str = "shm";
+
 fn caps(max_frame: usize, cma: bool) -> Caps {
     Caps {
-        name: "shm",
+        name: NAME,
         device: "memory".into(),
         max_short: segment::CELL - segment::CELL_HDR,
         max_frame,

@@ -43,6 +43,7 @@ use crate::base::{Config, Error, Result, Status};
 
 mod place;
 mod sock;
+pub(crate) use sock::set_keepalive;
 #[cfg(test)]
 mod tests;
 
@@ -82,9 +83,12 @@ const WRITE_TRIES: usize = 4;
 const TXQ_SHRINK_ABOVE: usize = 32 << 20;
 const TXQ_SHRINK_TO: usize = 4 << 20;
 
+/// The transport's name, as `COURIER_TLS` and the selection lines say it.
+pub const NAME: &str = "tcp";
+
 fn caps(local: Option<SocketAddr>) -> Caps {
     Caps {
-        name: "tcp",
+        name: NAME,
         device: sock::device_for(local),
         // Frames that `send` writes from one stack buffer with one call (`write_small`).
         max_short: SMALL_SEND - HDR,
