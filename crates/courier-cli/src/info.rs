@@ -1,12 +1,10 @@
 //! `courier info`: a drop-in for ucx_info.
 
-use std::net::{IpAddr, SocketAddr};
-use std::time::{Duration, Instant};
+use std::net::IpAddr;
+use std::time::Duration;
 
-use courier::AtomicOp;
-use courier::base::config::Config;
 use courier::onesided::{ATOMIC_BITS, Op, OwnerLimits, Reach, Route, TargetMemory, op_route};
-use courier::transport::{Caps, LinkTx, RndvMode, loopback, shm, tcp};
+use courier::{AtomicOp, Caps, Config, DeviceInfo, RndvMode, TransportInfo};
 
 use crate::error::{CliError, CliResult};
 
@@ -77,42 +75,23 @@ fn version_line() -> String {
     )
 }
 
-fn self_caps() -> Caps {
-    let ((tx, _rx), _other) = loopback::pair();
-    LinkTx::Loopback(tx).caps().clone()
+/// The transport named `name` among those `courier::transports` listed.
+fn find<'a>(list: &'a [TransportInfo], name: &str) -> Option<&'a TransportInfo> {
+    list.iter().find(|t| t.name == name)
 }
 
-fn tcp_caps(ip: IpAddr, cfg: &Config) -> Result<Caps, String> {
-    let mut l = tcp::Listener::bind(SocketAddr::new(ip, 0), cfg).map_err(|e| e.to_string())?;
-    let (tx, _rx) = tcp::connect(l.local_addr(), cfg).map_err(|e| e.to_string())?;
-    let _ = l.accept();
-    Ok(LinkTx::Tcp(tx).caps().clone())
-}
-
-fn shm_caps(cfg: &Config) -> Result<Caps, String> {
-    shm::probe(cfg)?;
-    let mut acc = shm::Acceptor::bind(cfg).map_err(|e| e.to_string())?;
-    // One thread plays both sides: the setup does not block on the acceptor.
-    let mut conn = shm::connect_start(acc.name(), cfg).map_err(|e| e.to_string())?;
-    let deadline = Instant::now() + Duration::from_secs(3);
-    let mut kept = Vec::new();
-    loop {
-        match acc.accept() {
-            Ok(Some(link)) => kept.push(link),
-            Ok(None) => {}
-            Err(e) => return Err(e.to_string()),
-        }
-        if conn.poll().map_err(|e| e.to_string())? {
-            break;
-        }
-        if Instant::now() > deadline {
-            return Err("a test connection did not complete in 3 s".into());
-        }
-        std::thread::sleep(Duration::from_micros(100));
+/// The capabilities of a transport with one device (`self`, `shm`), or why it is not
+/// usable.
+fn memory_caps(list: &[TransportInfo], name: &str) -> Result<Caps, String> {
+    let t = find(list, name).ok_or_else(|| format!("no transport {name}"))?;
+    if let Some(why) = &t.unusable {
+        return Err(why.clone());
     }
-    conn.finish()
-        .map(|(tx, _rx)| LinkTx::Shm(tx).caps().clone())
-        .map_err(|e| e.to_string())
+    t.devices
+        .first()
+        .ok_or_else(|| "no device".to_string())?
+        .caps
+        .clone()
 }
 
 fn caps_block(c: &Caps, thresh: usize, extra: &[(String, String)]) -> String {
@@ -183,39 +162,43 @@ fn rndv_from(c: &Caps, cfg: &Config, kind: courier::wire::Kind) -> usize {
 
 /// `-d`: each memory domain with its transports; `only` (`-t`): just that transport.
 fn devices(cfg: &Config, only: Option<&str>) -> String {
-    let tls = &cfg.tls;
     let shows = |t: &str| only.is_none_or(|o| o == t);
     let thresh = |c: &Caps| rndv_from(c, cfg, courier::wire::Kind::TagEagerSync);
-    let excluded = |_: &str| format!("excluded by COURIER_TLS={}", tls.spec);
+    let list = courier::transports(cfg);
     let mut s = String::new();
     if shows("self") || shows("shm") {
         s.push_str("#\n# Memory domain: memory\n#\n");
     }
-    if shows("self") && tls.allows("self") {
-        let c = self_caps();
-        s.push_str(&caps_block(
-            &c,
-            thresh(&c),
-            &one_sided_caps(&c, Reach::SameContext),
-        ));
-    } else if shows("self") {
-        s.push_str(&unusable("self", "memory", &excluded("self")));
+    if shows("self") {
+        match memory_caps(&list, "self") {
+            Ok(c) => s.push_str(&caps_block(
+                &c,
+                thresh(&c),
+                &one_sided_caps(&c, Reach::SameContext),
+            )),
+            Err(why) => s.push_str(&unusable("self", "memory", &why)),
+        }
     }
-    if shows("shm") && tls.allows("shm") {
-        match shm_caps(cfg) {
+    if shows("shm") {
+        match memory_caps(&list, "shm") {
             Ok(c) => {
                 let cma = if c.rndv == RndvMode::RemoteRead {
                     "works (probed in this process)".to_string()
-                } else if cfg.shm_cma == courier::base::config::CmaPolicy::No {
+                } else if cfg.shm_cma == courier::config::CmaPolicy::No {
                     "off (COURIER_SHM_CMA=no: bounce buffers)".to_string()
                 } else {
                     "refused (bounce buffers)".to_string()
                 };
+                let likely = find(&list, "shm")
+                    .and_then(|t| t.devices.first())
+                    .and_then(|d| d.notes.iter().find(|(k, _)| *k == "cma likelihood"))
+                    .map(|(_, v)| v.clone())
+                    .unwrap_or_default();
                 let mut extra = vec![
                     ("cma".to_string(), cma),
                     (
                         "cma policy".to_string(),
-                        format!("{:?}; {}", cfg.shm_cma, shm::cma_status()),
+                        format!("{:?}; {likely}", cfg.shm_cma),
                     ),
                 ];
                 extra.extend(one_sided_caps(&c, shm_reach(&c, cfg, true).0));
@@ -223,8 +206,6 @@ fn devices(cfg: &Config, only: Option<&str>) -> String {
             }
             Err(e) => s.push_str(&unusable("shm", "memory", &e)),
         }
-    } else if shows("shm") {
-        s.push_str(&unusable("shm", "memory", &excluded("shm")));
     }
     if shows("cuda_copy") {
         s.push_str(&cuda_domain(cfg));
@@ -233,54 +214,43 @@ fn devices(cfg: &Config, only: Option<&str>) -> String {
         return s;
     }
     s.push_str("#\n# Memory domain: tcp\n#\n");
-    let ifs = tcp::interfaces(cfg);
-    if !tls.allows("tcp") {
-        s.push_str(&unusable("tcp", "(all interfaces)", &excluded("tcp")));
-    } else if ifs.is_empty() {
-        let why = match &cfg.net_devices {
-            Some(l) => format!(
-                "no interface that is up matches COURIER_NET_DEVICES={}",
-                l.join(",")
-            ),
-            None => "no network interface is up".into(),
-        };
-        s.push_str(&unusable("tcp", "(none)", &why));
-    } else {
-        // One block per device, as ucx_info: an interface's addresses share its limits.
-        let mut by_device: Vec<(String, Vec<IpAddr>)> = Vec::new();
-        for (name, ip) in ifs {
-            match by_device.iter_mut().find(|(n, _)| *n == name) {
-                Some((_, ips)) => ips.push(ip),
-                None => by_device.push((name, vec![ip])),
-            }
+    let Some(tcp) = find(&list, "tcp") else {
+        return s;
+    };
+    match &tcp.unusable {
+        // Excluded: all its interfaces; otherwise there is none to use.
+        Some(why) if !cfg.tls.allows("tcp") => {
+            s.push_str(&unusable("tcp", "(all interfaces)", why))
         }
-        for (name, ips) in by_device {
-            s.push_str(&tcp_device(cfg, &name, &ips, thresh));
+        Some(why) => s.push_str(&unusable("tcp", "(none)", why)),
+        // One block per device, as ucx_info: an interface's addresses share its limits.
+        None => {
+            for d in &tcp.devices {
+                s.push_str(&tcp_device(d, thresh));
+            }
         }
     }
     s
 }
 
-/// The `-d` block of tcp on one interface with addresses `ips`: each address is tried
-/// with a test connection; the capabilities are those of the first that works.
-fn tcp_device(cfg: &Config, name: &str, ips: &[IpAddr], thresh: impl Fn(&Caps) -> usize) -> String {
-    let mut caps = None;
-    let (mut good, mut bad) = (Vec::new(), Vec::new());
-    for ip in ips {
-        match tcp_caps(*ip, cfg) {
-            Ok(c) => {
-                good.push(*ip);
-                caps.get_or_insert(c);
-            }
-            Err(e) => bad.push(format!("{ip}: {e}")),
-        }
-    }
-    let Some(mut c) = caps else {
-        return unusable("tcp", name, &bad.join("; "));
+/// The `-d` block of tcp on one interface: each address was tried with a test connection;
+/// the capabilities are those of the first that works.
+fn tcp_device(d: &DeviceInfo, thresh: impl Fn(&Caps) -> usize) -> String {
+    let c = match &d.caps {
+        Ok(c) => c,
+        Err(why) => return unusable("tcp", &d.name, why),
     };
-    if c.device.is_empty() || c.device == "?" {
-        c.device = name.to_string();
-    }
+    let good: Vec<IpAddr> = d
+        .addresses
+        .iter()
+        .copied()
+        .filter(|ip| !d.failed.iter().any(|(f, _)| f == ip))
+        .collect();
+    let bad: Vec<String> = d
+        .failed
+        .iter()
+        .map(|(ip, e)| format!("{ip}: {e}"))
+        .collect();
     let list = |v: &[IpAddr]| {
         let t: Vec<String> = v.iter().map(IpAddr::to_string).collect();
         t.join(", ")
@@ -305,12 +275,12 @@ fn tcp_device(cfg: &Config, name: &str, ips: &[IpAddr], thresh: impl Fn(&Caps) -
     if !bad.is_empty() {
         extra.push(("not usable".to_string(), bad.join("; ")));
     }
-    extra.extend(one_sided_caps(&c, Reach::Elsewhere));
+    extra.extend(one_sided_caps(c, Reach::Elsewhere));
     extra.push((
         "same-host peers".to_string(),
         "while COURIER_TLS allows shm, their keys are used as on shm (direct, cma)".to_string(),
     ));
-    caps_block(&c, thresh(&c), &extra)
+    caps_block(c, thresh(c), &extra)
 }
 
 /// The CUDA memory domain: whether the driver loads and what it sees (loads it).
@@ -652,25 +622,29 @@ fn ranges(name: &str, short_end: usize, eager_end: Option<usize>) -> String {
     s
 }
 
-/// The interface tcp would use: a non-loopback one for a peer on another host; for one
-/// on this host the loopback device, which the kernel routes a connection to any local
-/// address through, whatever `COURIER_NET_DEVICES` says (it picks the addresses a worker
-/// listens on and advertises).
-fn pick_interface(cfg: &Config, remote: bool) -> Option<(String, IpAddr)> {
-    let ifs = if remote {
-        tcp::interfaces(cfg)
-    } else {
-        let mut all = cfg.clone();
-        all.net_devices = None;
-        tcp::interfaces(&all)
-    };
+/// The tcp capabilities of the address tcp would use: a non-loopback one for a peer on
+/// another host; for one on this host the loopback device's, which the kernel routes a
+/// connection to any local address through, whatever `COURIER_NET_DEVICES` says (it picks
+/// the addresses a worker listens on and advertises). `list` is `courier::transports` of a
+/// configuration without that filter for a local peer.
+fn pick_interface(list: &[TransportInfo], remote: bool) -> Option<Result<Caps, String>> {
+    let devices = &find(list, "tcp")?.devices;
+    let ifs: Vec<(&DeviceInfo, IpAddr)> = devices
+        .iter()
+        .flat_map(|d| d.addresses.iter().map(move |ip| (d, *ip)))
+        .collect();
     let pos = if remote {
         ifs.iter().position(|(_, ip)| !ip.is_loopback())
     } else {
         ifs.iter().position(|(_, ip)| ip.is_loopback())
     };
-    pos.or(if ifs.is_empty() { None } else { Some(0) })
-        .map(|i| ifs[i].clone())
+    let (d, ip) = pos
+        .or(if ifs.is_empty() { None } else { Some(0) })
+        .map(|i| ifs[i])?;
+    Some(match d.failed.iter().find(|(f, _)| *f == ip) {
+        Some((_, why)) => Err(why.clone()),
+        None => d.caps.clone(),
+    })
 }
 
 /// How a failed peer is noticed on a link with `c` (`-e -u e`).
@@ -728,16 +702,24 @@ fn endpoint(cfg: &Config, a: &InfoArgs) -> CliResult<String> {
     };
     let mut why = Vec::new();
     let mut chosen = None;
+    // A peer on this host reaches tcp through the loopback device whatever
+    // COURIER_NET_DEVICES says (see `pick_interface`).
+    let list = if a.peer == "inter" {
+        courier::transports(cfg)
+    } else {
+        let mut all = cfg.clone();
+        all.net_devices = None;
+        courier::transports(&all)
+    };
     for t in order {
         if !cfg.tls.allows(t) {
             why.push(format!("{t}: excluded by COURIER_TLS={}", cfg.tls.spec));
             continue;
         }
         let c = match *t {
-            "self" => Ok(self_caps()),
-            "shm" => shm_caps(cfg),
-            _ => match pick_interface(cfg, a.peer == "inter") {
-                Some((_, ip)) => tcp_caps(ip, cfg),
+            "self" | "shm" => memory_caps(&list, t),
+            _ => match pick_interface(&list, a.peer == "inter") {
+                Some(c) => c,
                 None => Err("no usable network interface".into()),
             },
         };
@@ -900,7 +882,7 @@ pub fn main(a: InfoArgs) -> CliResult<()> {
     let mut cfg = Config::from_env().map_err(|e| CliError::usage(e.detail().to_string()))?;
     // Said here, not through the library's log (which `info` does not set up): this is
     // the command users run to check their configuration.
-    for k in courier::base::config::unknown_vars() {
+    for k in courier::config::unknown_vars() {
         eprintln!(
             "courier: warning: {k} is not a Courier variable (see `courier info -c`); ignored"
         );
@@ -933,7 +915,7 @@ pub fn main(a: InfoArgs) -> CliResult<()> {
     if !any {
         out.push_str(&version_line());
         out.push('\n');
-        for t in courier::base::config::TRANSPORTS {
+        for t in courier::config::TRANSPORTS {
             let st = if cfg.tls.allows(t) {
                 "allowed"
             } else {
@@ -961,7 +943,7 @@ pub fn main(a: InfoArgs) -> CliResult<()> {
 /// `-D`: only transports of the given device type (and still only those `COURIER_TLS`
 /// allows).
 fn restrict(cfg: &mut Config, d: &str) -> CliResult<()> {
-    let kept: Vec<&str> = courier::base::config::TRANSPORTS
+    let kept: Vec<&str> = courier::config::TRANSPORTS
         .into_iter()
         .filter(|t| match d {
             "shm" => *t == "shm",
@@ -978,7 +960,7 @@ fn restrict(cfg: &mut Config, d: &str) -> CliResult<()> {
         )));
     }
     let spec = format!("{}, -D {d}", cfg.tls.spec);
-    cfg.tls = courier::base::config::TlsSelection::parse(&kept.join(","))
+    cfg.tls = courier::config::TlsSelection::parse(&kept.join(","))
         .map_err(|e| CliError::run(e.detail().to_string()))?;
     cfg.tls.spec = spec;
     Ok(())
@@ -990,7 +972,10 @@ mod tests {
 
     #[test]
     fn one_sided_range_shape() {
-        let l = OwnerLimits::of(&self_caps());
+        let cfg = Config::from_env_with(&[("COURIER_TLS", "all")]).expect("configuration");
+        let self_caps =
+            memory_caps(&courier::transports(&cfg), "self").expect("self is always usable");
+        let l = OwnerLimits::of(&self_caps);
         let (op, m) = (Op::Put, TargetMemory::Registered);
         assert_eq!(
             one_sided_range(op, m, Route::Direct, &l),
@@ -1009,8 +994,9 @@ mod tests {
 
     #[test]
     fn tcp_ranges_follow_the_link() {
-        let cfg = Config::from_env_with(&[]).expect("default configuration");
-        let Ok(c) = tcp_caps(IpAddr::from([127, 0, 0, 1]), &cfg) else {
+        let mut cfg = Config::from_env_with(&[("COURIER_TLS", "all")]).expect("configuration");
+        cfg.net_devices = None;
+        let Some(Ok(c)) = pick_interface(&courier::transports(&cfg), false) else {
             return; // no loopback interface: nothing to look at
         };
         let l = OwnerLimits::of(&c);

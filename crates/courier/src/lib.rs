@@ -28,7 +28,9 @@ pub mod transport;
 pub mod wire;
 
 pub use api::*;
+pub use base::config;
 pub use base::cuda::{Driver as CudaDriver, load as cuda_driver};
+pub use base::sys::poll_gap;
 pub use base::{Config, Error, Result, Status};
 pub use proto::am::{AmFlags, AmRndv};
 pub use proto::buf::Buf;
@@ -36,3 +38,4 @@ pub use proto::onesided;
 pub use proto::request::{Callback, Info, RawFn};
 pub use proto::tag::RndvCopies;
 pub use proto::tag::{ProbeInfo, Started};
+pub use transport::{Caps, DeviceInfo, RndvMode, TransportInfo, probe_transport, transports};

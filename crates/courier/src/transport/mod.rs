@@ -26,9 +26,12 @@ use std::os::fd::BorrowedFd;
 
 use crate::base::{Error, Result, Status};
 
+pub use info::{DeviceInfo, TransportInfo, probe_transport, transports};
+
 #[cfg(test)]
 mod conformance;
 pub(crate) mod dial;
+mod info;
 pub mod loopback;
 pub mod shm;
 pub mod tcp;
