@@ -8,5 +8,6 @@
 pub mod address;
 pub mod frame;
 pub mod rkey;
+pub mod shm;
 
 pub use frame::{Frame, Kind, WireError};

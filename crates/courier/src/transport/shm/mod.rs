@@ -41,6 +41,9 @@ use rustix::net::{
 use super::{Caps, RawFrame, RndvMode, TxError};
 use crate::base::config::CmaPolicy;
 use crate::base::{Config, Error, Result, Status};
+use crate::wire::shm::{
+    Hello, Reply, confirm, emit_confirm, hello, parse_confirm, policy, reason, reply,
+};
 use fifo::{Consumer, FifoRef, Producer};
 use segment::Mapping;
 
@@ -49,45 +52,16 @@ const SETUP_TIMEOUT: Duration = Duration::from_secs(5);
 /// Connections being set up that an acceptor keeps at most.
 const MAX_PENDING: usize = 64;
 
-const HELLO_MAGIC: [u8; 8] = *b"CRSHMHI1";
-const REPLY_OK: [u8; 8] = *b"CRSHMOK1";
-const REPLY_NO: [u8; 8] = *b"CRSHMNO1";
-const CONFIRM_MAGIC: [u8; 8] = *b"CRSHMGO1";
-const HELLO_LEN: usize = 32;
-const REPLY_LEN: usize = 24;
-const CONFIRM_LEN: usize = 16;
-
-/// Policy bits exchanged in hello/reply.
-const F_CMA_ALLOWED: u32 = 1;
-const F_CMA_REQUIRED: u32 = 2;
-/// Reply bit: the acceptor could read the connector's memory.
-const F_CMA_WORKS: u32 = 4;
-/// Confirm bits.
-const C_CMA: u32 = 1;
-const C_ABORT: u32 = 2;
-
-/// Reject reasons in a negative reply.
-const R_BAD_SEGMENT: u32 = 1;
-const R_CMA_REQUIRED: u32 = 2;
+const HELLO_LEN: usize = hello::LEN;
+const REPLY_LEN: usize = reply::LEN;
+const CONFIRM_LEN: usize = confirm::LEN;
 
 fn policy_bits(p: CmaPolicy) -> u32 {
     match p {
-        CmaPolicy::Auto => F_CMA_ALLOWED,
-        CmaPolicy::Yes => F_CMA_ALLOWED | F_CMA_REQUIRED,
+        CmaPolicy::Auto => policy::CMA_ALLOWED,
+        CmaPolicy::Yes => policy::CMA_ALLOWED | policy::CMA_REQUIRED,
         CmaPolicy::No => 0,
     }
-}
-
-fn u32_at(b: &[u8], off: usize) -> u32 {
-    let mut a = [0u8; 4];
-    a.copy_from_slice(&b[off..off + 4]);
-    u32::from_ne_bytes(a)
-}
-
-fn u64_at(b: &[u8], off: usize) -> u64 {
-    let mut a = [0u8; 8];
-    a.copy_from_slice(&b[off..off + 8]);
-    u64::from_ne_bytes(a)
 }
 
 /// Probe CMA by reading the peer's view of the probe word. Logs (once per process) when the
@@ -558,13 +532,14 @@ pub fn connect_start(name: &[u8], cfg: &Config) -> Result<Connecting> {
     let acc_pid = peer_pid(&sock);
 
     // Hello with the memfd.
-    let mut hello = [0u8; HELLO_LEN];
-    hello[0..8].copy_from_slice(&HELLO_MAGIC);
-    hello[8..12].copy_from_slice(&segment::VERSION.to_ne_bytes());
-    hello[12..16].copy_from_slice(&policy_bits(cfg.shm_cma).to_ne_bytes());
-    hello[16..20].copy_from_slice(&(n as u32).to_ne_bytes());
-    hello[20..24].copy_from_slice(&(segment::CELL as u32).to_ne_bytes());
-    hello[24..32].copy_from_slice(&(map.len() as u64).to_ne_bytes());
+    let hello = Hello {
+        version: segment::VERSION,
+        policy: policy_bits(cfg.shm_cma),
+        ncells: n as u32,
+        cell: segment::CELL as u32,
+        size: map.len() as u64,
+    }
+    .emit();
     {
         let fds = [memfd.as_fd()];
         let mut space = [MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(1))];
@@ -689,38 +664,40 @@ impl Connecting {
                 "shm: setup finished before the reply was read",
             ));
         }
-        let rflags = u32_at(&reply, 8);
-        let rpid = u32_at(&reply, 12);
-        if reply[0..8] == REPLY_NO {
-            let why = match u32_at(&reply, 16) {
-                R_BAD_SEGMENT => {
-                    "it could not use our shared segment (different Courier build?)".to_string()
-                }
-                R_CMA_REQUIRED => {
-                    "it requires CMA (COURIER_SHM_CMA=yes) and process_vm_readv on us was refused"
-                        .to_string()
-                }
-                r => format!("reason code {r}"),
-            };
-            return Err(Error::msg(
-                Status::Rejected,
-                format!("shm: acceptor {shown:?} (pid {rpid}) rejected the connection: {why}"),
-            ));
-        }
-        if reply[0..8] != REPLY_OK {
-            return Err(Error::msg(
-                Status::ProtocolError,
-                format!("shm: acceptor {shown:?} sent a malformed setup reply"),
-            ));
-        }
+        let (rflags, rpid) = match Reply::parse(&reply) {
+            Some(Reply::Ok { flags, pid }) => (flags, pid),
+            Some(Reply::No { pid: rpid, reason }) => {
+                let why = match reason {
+                    reason::BAD_SEGMENT => {
+                        "it could not use our shared segment (different Courier build?)"
+                            .to_string()
+                    }
+                    reason::CMA_REQUIRED => {
+                        "it requires CMA (COURIER_SHM_CMA=yes) and process_vm_readv on us was refused"
+                            .to_string()
+                    }
+                    r => format!("reason code {r}"),
+                };
+                return Err(Error::msg(
+                    Status::Rejected,
+                    format!("shm: acceptor {shown:?} (pid {rpid}) rejected the connection: {why}"),
+                ));
+            }
+            None => {
+                return Err(Error::msg(
+                    Status::ProtocolError,
+                    format!("shm: acceptor {shown:?} sent a malformed setup reply"),
+                ));
+            }
+        };
 
         // CMA decision: both policies allow it and both directions work.
         let ours = policy_bits(policy);
-        let want = ours & F_CMA_ALLOWED != 0 && rflags & F_CMA_ALLOWED != 0;
+        let want = ours & policy::CMA_ALLOWED != 0 && rflags & policy::CMA_ALLOWED != 0;
         let mut why_not = String::new();
         let mut cma = false;
         if want {
-            if rflags & F_CMA_WORKS == 0 {
+            if rflags & policy::CMA_WORKS == 0 {
                 why_not = "the peer cannot read our memory with process_vm_readv".into();
             } else {
                 match probe_cma(acc_pid, &map, 1) {
@@ -731,25 +708,23 @@ impl Connecting {
         } else {
             why_not = "COURIER_SHM_CMA=no on one side".into();
         }
-        let required = (ours | rflags) & F_CMA_REQUIRED != 0;
+        let required = (ours | rflags) & policy::CMA_REQUIRED != 0;
         let abort = required && !cma;
-        let mut confirm = [0u8; CONFIRM_LEN];
-        confirm[0..8].copy_from_slice(&CONFIRM_MAGIC);
         let cflags = if abort {
-            C_ABORT
+            confirm::ABORT
         } else if cma {
-            C_CMA
+            confirm::CMA
         } else {
             0
         };
-        confirm[8..12].copy_from_slice(&cflags.to_ne_bytes());
+        let confirm = emit_confirm(cflags);
         // Our incoming FIFO is the acceptor's outgoing one: say whether we may sleep before
         // the confirmation lets it send.
         // SAFETY: the mapping holds both FIFOs of `n` cells (checked at creation).
         unsafe { FifoRef::new(map.base().add(segment::fifo_offset(n, 1)), n) }.set_sleeper(wakeup);
         send_all(&sock, &confirm, "setup confirmation")?;
         if abort {
-            let who = if ours & F_CMA_REQUIRED != 0 {
+            let who = if ours & policy::CMA_REQUIRED != 0 {
                 "COURIER_SHM_CMA=yes here"
             } else {
                 "the peer sets COURIER_SHM_CMA=yes"
@@ -986,10 +961,11 @@ impl Acceptor {
 
 /// Tell a connecting peer why it is refused (best effort).
 fn reject(p: &Pending, code: u32) {
-    let mut r = [0u8; REPLY_LEN];
-    r[0..8].copy_from_slice(&REPLY_NO);
-    r[12..16].copy_from_slice(&std::process::id().to_ne_bytes());
-    r[16..20].copy_from_slice(&code.to_ne_bytes());
+    let r = Reply::No {
+        pid: std::process::id(),
+        reason: code,
+    }
+    .emit();
     let _ = rustix::net::send(&p.sock, &r, SendFlags::DONTWAIT | SendFlags::NOSIGNAL);
 }
 
@@ -1047,17 +1023,13 @@ impl Acceptor {
                 let Some(memfd) = memfd else {
                     return Step::Drop("hello carried no shared segment fd".into(), true);
                 };
-                let b = p.buf;
-                if b[0..8] != HELLO_MAGIC {
+                let Some(h) = Hello::parse(&p.buf) else {
                     return Step::Drop("not a Courier shm hello (bad magic)".into(), true);
-                }
-                let version = u32_at(&b, 8);
-                let cflags = u32_at(&b, 12);
-                let ncells = u32_at(&b, 16) as usize;
-                let cell = u32_at(&b, 20) as usize;
-                let size = u64_at(&b, 24);
+                };
+                let (version, cflags, size) = (h.version, h.policy, h.size);
+                let (ncells, cell) = (h.ncells as usize, h.cell as usize);
                 if version != segment::VERSION || cell != segment::CELL {
-                    reject(p, R_BAD_SEGMENT);
+                    reject(p, reason::BAD_SEGMENT);
                     return Step::Drop(
                         format!(
                             "peer speaks layout version {version} with {cell}-byte cells; we speak {} with {}",
@@ -1073,7 +1045,7 @@ impl Acceptor {
                 {
                     Ok(m) => m,
                     Err(why) => {
-                        reject(p, R_BAD_SEGMENT);
+                        reject(p, reason::BAD_SEGMENT);
                         return Step::Drop(format!("bad shared segment: {why}"), true);
                     }
                 };
@@ -1084,14 +1056,14 @@ impl Acceptor {
                 let ours = policy_bits(policy);
                 let mut rflags = ours;
                 let mut cma_ok = false;
-                if ours & F_CMA_ALLOWED != 0 && cflags & F_CMA_ALLOWED != 0 {
+                if ours & policy::CMA_ALLOWED != 0 && cflags & policy::CMA_ALLOWED != 0 {
                     match probe_cma(p.pid, &map, 0) {
                         Ok(()) => {
                             cma_ok = true;
-                            rflags |= F_CMA_WORKS;
+                            rflags |= policy::CMA_WORKS;
                         }
-                        Err(why) if ours & F_CMA_REQUIRED != 0 => {
-                            reject(p, R_CMA_REQUIRED);
+                        Err(why) if ours & policy::CMA_REQUIRED != 0 => {
+                            reject(p, reason::CMA_REQUIRED);
                             return Step::Drop(
                                 format!(
                                     "CMA required (COURIER_SHM_CMA=yes) but unavailable: {why}"
@@ -1107,10 +1079,11 @@ impl Acceptor {
                 // SAFETY: `segment::open` checked the mapping holds both FIFOs.
                 unsafe { FifoRef::new(map.base().add(segment::fifo_offset(ncells, 0)), ncells) }
                     .set_sleeper(wakeup);
-                let mut r = [0u8; REPLY_LEN];
-                r[0..8].copy_from_slice(&REPLY_OK);
-                r[8..12].copy_from_slice(&rflags.to_ne_bytes());
-                r[12..16].copy_from_slice(&std::process::id().to_ne_bytes());
+                let r = Reply::Ok {
+                    flags: rflags,
+                    pid: std::process::id(),
+                }
+                .emit();
                 match rustix::net::send(&p.sock, &r, SendFlags::DONTWAIT | SendFlags::NOSIGNAL) {
                     Ok(REPLY_LEN) => {}
                     Ok(_) | Err(_) => {
@@ -1130,18 +1103,18 @@ impl Acceptor {
                 ncells,
                 cma_ok,
             } => {
-                let b = p.buf;
-                if b[0..8] != CONFIRM_MAGIC {
+                let mut b = [0u8; CONFIRM_LEN];
+                b.copy_from_slice(&p.buf[..CONFIRM_LEN]);
+                let Some(f) = parse_confirm(&b) else {
                     return Step::Drop("malformed setup confirmation".into(), true);
-                }
-                let f = u32_at(&b, 8);
-                if f & C_ABORT != 0 {
+                };
+                if f & confirm::ABORT != 0 {
                     return Step::Drop(
                         "the connecting side gave up (CMA required but unavailable)".into(),
                         false,
                     );
                 }
-                let cma = f & C_CMA != 0;
+                let cma = f & confirm::CMA != 0;
                 if cma && !cma_ok {
                     return Step::Drop(
                         "peer claims CMA works although our probe failed".into(),
