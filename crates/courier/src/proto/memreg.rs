@@ -20,11 +20,10 @@ use crate::base::{Error, Result, Status};
 use crate::transport::shm::memory::{Mapping, PeerProcess, memfd};
 use crate::wire::rkey::{DeviceHandle, RkeyRepr, access};
 
-/// Entries in a key table (slot 0 is the header).
-pub const TABLE_SLOTS: usize = 4096;
-const ENTRY: usize = 64;
-const TABLE_BYTES: usize = TABLE_SLOTS * ENTRY;
-const TABLE_MAGIC: u64 = 0x434f_5552_4b54_4231; // "COURKTB1"
+use crate::wire::keytable::{self, entry, header};
+
+const TABLE_SLOTS: usize = keytable::SLOTS;
+const TABLE_BYTES: usize = keytable::BYTES;
 
 /// Memory types.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -73,31 +72,29 @@ pub(crate) struct Record {
 fn word(table: *mut u8, slot: usize, w: usize) -> &'static AtomicU64 {
     // SAFETY: slot < TABLE_SLOTS, w < 8: inside the mapping, 8-byte aligned (page-aligned
     // mapping, 64-byte entries). The mapping lives as long as its owner keeps it.
-    unsafe { AtomicU64::from_ptr(table.add(slot * ENTRY + w * 8) as *mut u64) }
+    unsafe { AtomicU64::from_ptr(table.add(keytable::offset(slot, w)) as *mut u64) }
 }
 
-/// Word 7 of a record: the inode of the region's shared segment (a memfd, on the same
-/// file system as the key table), 0 for a region with none. Read only when a peer maps the
+/// The word of a record naming the region's shared segment. Read only when a peer maps the
 /// segment, so not part of `Record` (which the direct paths read on every access).
-const SEGMENT_WORD: usize = 7;
+const SEGMENT_WORD: usize = entry::SEGMENT;
 
 /// The key-table slot of region id `region` (slot 0 is the table's header).
 #[inline]
 fn table_slot(region: u64) -> Option<usize> {
-    let slot = (region & 0xfff) as usize;
-    (slot != 0 && slot < TABLE_SLOTS).then_some(slot)
+    keytable::slot(region)
 }
 
 #[inline]
 fn read_record(table: *mut u8, slot: usize) -> Record {
     Record {
-        valid: word(table, slot, 0).load(Ordering::Acquire),
-        region: word(table, slot, 1).load(Ordering::Relaxed),
-        secret: word(table, slot, 2).load(Ordering::Relaxed),
-        base: word(table, slot, 3).load(Ordering::Relaxed),
-        len: word(table, slot, 4).load(Ordering::Relaxed),
-        access: word(table, slot, 5).load(Ordering::Relaxed),
-        mem_type: word(table, slot, 6).load(Ordering::Relaxed),
+        valid: word(table, slot, entry::VALID).load(Ordering::Acquire),
+        region: word(table, slot, entry::REGION).load(Ordering::Relaxed),
+        secret: word(table, slot, entry::SECRET).load(Ordering::Relaxed),
+        base: word(table, slot, entry::BASE).load(Ordering::Relaxed),
+        len: word(table, slot, entry::LEN).load(Ordering::Relaxed),
+        access: word(table, slot, entry::ACCESS).load(Ordering::Relaxed),
+        mem_type: word(table, slot, entry::MEM_TYPE).load(Ordering::Relaxed),
     }
 }
 
@@ -260,7 +257,7 @@ impl PeerMaps {
     /// change only when the owner unmaps the region or gives its slot to another; valid
     /// as long as this table mapping is.
     pub(crate) fn record_head(&self, region: u64) -> Option<*const AtomicU64> {
-        Some(word(self.table.ptr, table_slot(region)?, 0) as *const AtomicU64)
+        Some(word(self.table.ptr, table_slot(region)?, entry::VALID) as *const AtomicU64)
     }
 
     #[inline]
@@ -467,8 +464,8 @@ impl MemRegistry {
             .and_then(|fd| Mapping::map(&fd, TABLE_BYTES).map(|m| (fd, m)));
         let (table_fd, table) = match shared {
             Ok((fd, m)) => {
-                word(m.ptr, 0, 0).store(TABLE_MAGIC, Ordering::Relaxed);
-                word(m.ptr, 0, 1).store(ctx_id, Ordering::Release);
+                word(m.ptr, 0, header::MAGIC).store(keytable::MAGIC, Ordering::Relaxed);
+                word(m.ptr, 0, header::CTX_ID).store(ctx_id, Ordering::Release);
                 (Some(fd), Some(m))
             }
             Err(e) => {
@@ -512,19 +509,19 @@ impl MemRegistry {
     fn publish(&self, g: &mut RegInner, slot: usize, rec: Record, segment: u64) {
         match &self.table {
             Some(t) => {
-                word(t.ptr, slot, 0).store(0, Ordering::Release);
+                word(t.ptr, slot, entry::VALID).store(0, Ordering::Release);
                 for (w, v) in [
-                    (1, rec.region),
-                    (2, rec.secret),
-                    (3, rec.base),
-                    (4, rec.len),
-                    (5, rec.access),
-                    (6, rec.mem_type),
+                    (entry::REGION, rec.region),
+                    (entry::SECRET, rec.secret),
+                    (entry::BASE, rec.base),
+                    (entry::LEN, rec.len),
+                    (entry::ACCESS, rec.access),
+                    (entry::MEM_TYPE, rec.mem_type),
                     (SEGMENT_WORD, segment),
                 ] {
                     word(t.ptr, slot, w).store(v, Ordering::Relaxed);
                 }
-                word(t.ptr, slot, 0).store(rec.valid, Ordering::Release);
+                word(t.ptr, slot, entry::VALID).store(rec.valid, Ordering::Release);
             }
             None => g.private[slot] = rec,
         }
@@ -897,8 +894,8 @@ impl MemRegistry {
             ));
         }
         let table = Mapping::map(&fd, TABLE_BYTES)?;
-        if word(table.ptr, 0, 0).load(Ordering::Acquire) != TABLE_MAGIC
-            || word(table.ptr, 0, 1).load(Ordering::Acquire) != key.ctx_id
+        if word(table.ptr, 0, header::MAGIC).load(Ordering::Acquire) != keytable::MAGIC
+            || word(table.ptr, 0, header::CTX_ID).load(Ordering::Acquire) != key.ctx_id
         {
             return Err(Error::new(
                 Status::InvalidKey,

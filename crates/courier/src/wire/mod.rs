@@ -7,6 +7,7 @@
 
 pub mod address;
 pub mod frame;
+pub mod keytable;
 pub mod rkey;
 pub mod shm;
 
