@@ -106,14 +106,7 @@ impl State {
             return None;
         };
         // One word (see `tag_send_now`): kind, flags, handler id, header length.
-        let reply = if flags.reply {
-            frame::flags::AM_REPLY
-        } else {
-            0
-        };
-        let word =
-            Kind::Am as u64 | u64::from(reply) << 8 | u64::from(id) << 16 | u64::from(hlen32) << 32;
-        let hdr = word.to_le_bytes();
+        let hdr = frame::am_word(id, flags.reply, hlen32);
         let total = header.len() + len;
         let eager_len = (!flags.eager).then_some(total);
         let frame = total + Kind::Am.header_len();
@@ -171,10 +164,7 @@ impl State {
             0
         };
         if fits && (flags.eager || (!flags.rndv && hlen + len < thresh)) {
-            let hdr = Header::new(Kind::Am)
-                .aux16(id)
-                .aux32(hlen as u32)
-                .flags(rfl);
+            let hdr = Header::am(id, hlen as u32, rfl);
             if self.try_send_now(e, &hdr, header, &data)? {
                 return Ok(Started::Done(Info {
                     len,
@@ -217,13 +207,7 @@ impl State {
         } else {
             (0, 0)
         };
-        let hdr = Header::new(Kind::AmRts)
-            .aux16(id)
-            .aux32(hlen as u32)
-            .flags(rfl | shared)
-            .word(1, rid)
-            .word(2, len as u64)
-            .word(3, count);
+        let hdr = Header::am_rts(id, hlen as u32, rfl | shared, rid, len as u64, count);
         if let Err(err) = self.send_frame(e, &hdr, &extra, &Buf::EMPTY, None) {
             self.req_free(rid);
             return Err(err);
@@ -264,7 +248,7 @@ impl State {
     /// The handler did not keep a rendezvous message: release the sender.
     pub(crate) fn am_decline(&mut self, desc: AmRndv) {
         if matches!(self.ep(desc.ep), Some(ep) if ep.generation == desc.ep_generation) {
-            let hdr = Header::new(Kind::RndvAts).word(1, desc.sreq).aux32(0);
+            let hdr = Header::rndv_ats(desc.sreq, 0);
             let _ = self.send_frame(desc.ep, &hdr, &[], &Buf::EMPTY, None);
         }
     }

@@ -472,7 +472,7 @@ impl State {
     /// Tell the peer of connected endpoint `e` that it closes (waiting at most 2 s for the
     /// link to take the frame).
     pub(crate) fn ep_send_close(&mut self, e: u32) {
-        let hdr = Header::new(Kind::Close);
+        let hdr = Header::bare(Kind::Close);
         if self
             .ep(e)
             .is_some_and(|ep| ep.status == EpStatus::Connected)

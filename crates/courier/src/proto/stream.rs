@@ -19,7 +19,7 @@ impl State {
         let (_, max_frame, _) = self.ep_limits(e)?;
         let len = data.len();
         let chunk = max_frame - Kind::Stream.header_len();
-        let hdr = Header::new(Kind::Stream);
+        let hdr = Header::bare(Kind::Stream);
         if len <= chunk {
             if self.try_send_now(e, &hdr, &[], &data)? {
                 return Ok(Started::Done(Info {

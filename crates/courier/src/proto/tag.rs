@@ -175,7 +175,7 @@ impl State {
         };
         // Built as whole words: the link copies it as words, and a word read back from
         // bytes stored one at a time waits for those stores to reach the cache.
-        let words = [(Kind::TagEager as u64).to_le_bytes(), tag.to_le_bytes()];
+        let words = frame::tag_eager_words(tag);
         let hdr = words.as_flattened();
         let frame = len + Kind::TagEagerSync.header_len();
         let r = self.send_now_fast(e, hdr, &[], (addr, len), Some(len), frame)?;
@@ -209,7 +209,7 @@ impl State {
         let len = data.len();
         if !device && len < thresh && len + Kind::TagEagerSync.header_len() <= max_frame {
             if !sync {
-                let hdr = Header::new(Kind::TagEager).word(1, tag);
+                let hdr = Header::tag_eager(tag);
                 // Fast path: no request unless the frame has to wait.
                 if self.try_send_now(e, &hdr, &[], &data)? {
                     return Ok(Started::Done(Info { len, tag, value: 0 }));
@@ -221,7 +221,7 @@ impl State {
                 return Ok(Started::Pending(id));
             }
             let id = self.req_alloc(ReqKind::Send, Some(e), data.clone(), cb);
-            let hdr = Header::new(Kind::TagEagerSync).word(1, tag).word(2, id);
+            let hdr = Header::tag_eager_sync(tag, id);
             if let Err(err) = self.send_frame(e, &hdr, &[], &data, Some(id)) {
                 self.req_free(id);
                 return Err(err);
@@ -242,12 +242,8 @@ impl State {
         } else {
             (0, 0)
         };
-        let hdr = Header::new(Kind::TagRts)
-            .word(1, tag)
-            .word(2, id)
-            .word(3, len as u64)
-            .aux32(count)
-            .flags(if sync { frame::flags::SYNC } else { 0 } | shared);
+        let sync = if sync { frame::flags::SYNC } else { 0 };
+        let hdr = Header::tag_rts(tag, id, len as u64, count, sync | shared);
         if let Err(err) = self.send_frame(e, &hdr, &extra, &Buf::EMPTY, None) {
             self.req_free(id);
             return Err(err);
@@ -376,13 +372,7 @@ impl State {
                     let copied = unsafe { deliver(&buf, &data, device) };
                     let len = data.len();
                     self.unexp_recycle(data);
-                    let _ = self.send_frame(
-                        u.ep,
-                        &Header::new(Kind::SyncAck).word(1, sreq),
-                        &[],
-                        &Buf::EMPTY,
-                        None,
-                    );
+                    let _ = self.send_frame(u.ep, &Header::sync_ack(sreq), &[], &Buf::EMPTY, None);
                     copied?;
                     return done_or_truncated(len, cap, u.tag);
                 }
@@ -491,13 +481,7 @@ impl State {
         };
         self.complete_slot(idx, res, info);
         if let Some(sreq) = sync_sreq {
-            let _ = self.send_frame(
-                e,
-                &Header::new(Kind::SyncAck).word(1, sreq),
-                &[],
-                &Buf::EMPTY,
-                None,
-            );
+            let _ = self.send_frame(e, &Header::sync_ack(sreq), &[], &Buf::EMPTY, None);
         }
     }
 
@@ -686,10 +670,7 @@ impl State {
         if let Some(s) = self.req(id) {
             s.rndv_push = true;
         }
-        let hdr = Header::new(Kind::RndvRtr)
-            .word(1, sreq)
-            .word(2, id)
-            .word(3, want as u64);
+        let hdr = Header::rndv_rtr(sreq, id, want as u64);
         if let Err(err) = self.send_frame(e, &hdr, &[], &Buf::EMPTY, None) {
             self.complete(id, Err(err));
             return;
@@ -733,13 +714,8 @@ impl State {
         let rest = Buf::from(rest_local.clone());
         let mut extra = Vec::with_capacity(Self::offer_capacity(0, &rest));
         let (count, shared) = self.emit_offer(e, &mut extra, &rest);
-        let hdr = Header::new(Kind::RndvSplit)
-            .word(1, sreq)
-            .word(2, id)
-            .word(3, at as u64)
-            .word(4, (want - at) as u64)
-            .aux32(count as u32)
-            .flags(shared);
+        let rest_len = (want - at) as u64;
+        let hdr = Header::rndv_split(sreq, id, at as u64, rest_len, count as u32, shared);
         if self.send_frame(e, &hdr, &extra, &Buf::EMPTY, None).is_err() {
             return false;
         }
@@ -939,7 +915,10 @@ impl State {
             Ok(()) => 0,
             Err(err) => err.status().code(),
         };
-        let hdr = Header::new(kind).word(1, id).aux32(code as u32);
+        let hdr = match kind {
+            Kind::RndvSplitDone => Header::rndv_split_done(id, code),
+            _ => Header::rndv_ats(id, code),
+        };
         let _ = self.send_frame(e, &hdr, &[], &Buf::EMPTY, None);
     }
 
@@ -1096,9 +1075,7 @@ impl State {
             while job.offset < job.total {
                 let n_bytes = (job.total - job.offset).min(chunk_max);
                 let part = job.data.part(job.offset, n_bytes);
-                let hdr = Header::new(Kind::RndvData)
-                    .word(1, job.rreq)
-                    .word(2, job.offset as u64);
+                let hdr = Header::rndv_data(job.rreq, job.offset as u64);
                 // Frames leave in order: the last one's token says the whole job is written.
                 let last = job.offset + n_bytes == job.total;
                 let token = if last { job.sreq } else { 0 };

@@ -444,9 +444,7 @@ impl State {
         peer_worker: u64,
         loc: &str,
     ) -> Result<u32> {
-        let hdr = Header::new(Kind::Wireup)
-            .word(1, conn_id)
-            .aux32(purpose::NEW);
+        let hdr = Header::wireup(conn_id, purpose::NEW);
         let addr = self.address_bytes.clone();
         send_now(&mut tx, &[hdr.as_bytes(), &addr])?;
         self.ep_install_link(e, tx, rx)?;
@@ -462,7 +460,7 @@ impl State {
     /// Connect to a listener's socket address.
     pub(crate) fn connect_sockaddr(&mut self, sa: SocketAddr, client_id: u64) -> Result<u32> {
         let (mut tx, rx) = dial::connect_socket(sa, &self.cfg)?;
-        let hdr = Header::new(Kind::ConnReq).word(1, client_id);
+        let hdr = Header::conn_req(client_id);
         let addr = self.address_bytes.clone();
         send_now(&mut tx, &[hdr.as_bytes(), &addr])?;
         let e = self.ep_alloc(sa.to_string());
@@ -513,9 +511,7 @@ impl State {
     /// The upgrade's link is set up: announce it on the link, keep the listener's link
     /// beside it, and the endpoint is connected.
     fn upgraded(&mut self, e: u32, conn_id: u64, pid: u32, loc: &str, mut tx: LinkTx, rx: LinkRx) {
-        let hdr = Header::new(Kind::Wireup)
-            .word(1, conn_id)
-            .aux32(purpose::UPGRADE);
+        let hdr = Header::wireup(conn_id, purpose::UPGRADE);
         let addr = self.address_bytes.clone();
         if let Err(err) = send_now(&mut tx, &[hdr.as_bytes(), &addr]) {
             return self.fail_ep(e, err);
@@ -537,9 +533,7 @@ impl State {
     fn stay_on_link(&mut self, e: u32, conn_id: u64, loc: &str, name: &str, why: &Error) {
         let link = self.ep_transport(e).unwrap_or("its link");
         tracing::info!("{name} to listener's worker failed ({why}); staying on {link}");
-        let hdr = Header::new(Kind::Wireup)
-            .word(1, conn_id)
-            .aux32(purpose::NO_UPGRADE);
+        let hdr = Header::wireup(conn_id, purpose::NO_UPGRADE);
         if let Some(tx) = self.ep(e).and_then(|ep| ep.tx.as_mut()) {
             if let Err(err) = send_now(tx, &[hdr.as_bytes()]) {
                 return self.fail_ep(e, err);
@@ -945,7 +939,7 @@ impl State {
         p.live = false;
         self.pending_conns.free.push(req.pending);
         let conn_id = random_u64();
-        let hdr = Header::new(Kind::ConnAccept).word(1, conn_id);
+        let hdr = Header::conn_accept(conn_id);
         let addr = self.address_bytes.clone();
         send_now(&mut tx, &[hdr.as_bytes(), &addr])?;
         let e = self.ep_alloc(peer);
@@ -982,7 +976,7 @@ impl State {
             return;
         };
         if let Some(tx) = p.tx.as_mut() {
-            let _ = send_now(tx, &[Header::new(Kind::ConnReject).as_bytes()]);
+            let _ = send_now(tx, &[Header::bare(Kind::ConnReject).as_bytes()]);
             let _ = tx.flush();
         }
         self.pending_drop(req.pending, None);

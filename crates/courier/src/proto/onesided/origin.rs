@@ -21,7 +21,7 @@ use crate::proto::request::{Callback, Info, ReqKind};
 use crate::proto::send::Pending;
 use crate::proto::tag::Started;
 use crate::transport::{Sent, TxError};
-use crate::wire::frame::{Header, Kind, RemoteRef, flags};
+use crate::wire::frame::{Header, Kind, RemoteRef};
 
 fn refused(status: i32) -> Error {
     let st = Status::from_code(status).unwrap_or(Status::IoError);
@@ -40,19 +40,6 @@ fn unacked_name(kind: u64) -> &'static str {
         k if k == Kind::Put as u64 => "put",
         _ => "put or posted atomic",
     }
-}
-
-fn hdr(kind: Kind, t: &RemoteRef, req: u64) -> Header {
-    Header::new(kind)
-        .word(1, t.region)
-        .word(2, t.secret)
-        .word(3, t.addr)
-        .word(4, req)
-}
-
-/// The `PutBegin` frame of a put of `len` bytes at `t`.
-fn begin(t: &RemoteRef, len: usize) -> Header {
-    hdr(Kind::PutBegin, t, len as u64)
 }
 
 impl State {
@@ -120,11 +107,7 @@ impl State {
                 ..target
             };
             let is_last = i + 1 == n;
-            let h = if is_last {
-                last(t)
-            } else {
-                hdr(Kind::Put, &t, 0)
-            };
+            let h = if is_last { last(t) } else { Header::put(&t, 0) };
             // Once one frame waits behind back-pressure, all later ones queue behind it.
             let r = if zc {
                 let token = if is_last { id } else { 0 };
@@ -218,12 +201,12 @@ impl State {
         target: RemoteRef,
         cb: Callback,
     ) -> Result<Started> {
-        let first = begin(&target, data.len());
+        let first = Header::put_begin(&target, data.len() as u64, None);
         self.unacked(
             e,
             data,
             target,
-            |t| hdr(Kind::Put, &t, 0),
+            |t| Header::put(&t, 0),
             first,
             Kind::Put,
             cb,
@@ -243,7 +226,7 @@ impl State {
         if let Some(s) = self.req(id) {
             s.expect = len;
         }
-        let h = hdr(Kind::GetReq, &target, id).word(5, len as u64);
+        let h = Header::get_req(&target, id, len as u64);
         if let Err(err) = self.send_frame(e, &h, &[], &Buf::EMPTY, None) {
             self.req_free(id);
             return Err(err);
@@ -268,11 +251,7 @@ impl State {
     ) -> Result<Started> {
         self.ep_limits(e)?;
         let id = self.rma_req(e, ReqKind::Rma, Buf::EMPTY, 1, cb);
-        let h = hdr(Kind::Atomic, &target, id)
-            .aux16(op as u16)
-            .flags(bits32 as u8)
-            .word(5, operand)
-            .word(6, compare);
+        let h = Header::atomic(&target, id, op as u16, bits32, operand, compare);
         if let Err(err) = self.send_frame(e, &h, &[], &Buf::EMPTY, None) {
             self.req_free(id);
             return Err(err);
@@ -295,10 +274,7 @@ impl State {
         target: RemoteRef,
     ) -> Result<()> {
         self.ep_limits(e)?;
-        let h = hdr(Kind::Atomic, &target, 0)
-            .aux16(op as u16)
-            .flags(bits32 as u8)
-            .word(5, operand);
+        let h = Header::atomic(&target, 0, op as u16, bits32, operand, 0);
         self.send_frame(e, &h, &[], &Buf::EMPTY, None)?;
         if let Some(ep) = self.ep(e) {
             ep.rma_unacked = true;
@@ -321,20 +297,8 @@ impl State {
         value: u64,
         cb: Callback,
     ) -> Result<Started> {
-        let last = move |t: RemoteRef| {
-            hdr(Kind::PutSignal, &t, 0)
-                .aux16(op as u16)
-                .word(5, signal.region)
-                .word(6, signal.secret)
-                .word(7, signal.addr)
-                .word(8, value)
-        };
-        let first = begin(&target, data.len())
-            .flags(flags::SIGNAL)
-            .aux16(op as u16)
-            .word(5, signal.region)
-            .word(6, signal.secret)
-            .word(7, signal.addr);
+        let last = move |t: RemoteRef| Header::put_signal(&t, 0, &signal, op as u16, value);
+        let first = Header::put_begin(&target, data.len() as u64, Some((&signal, op as u16)));
         self.unacked(e, data, target, last, first, Kind::PutSignal, cb)
     }
 
@@ -356,13 +320,7 @@ impl State {
         if let Some(s) = self.req(id) {
             s.detached = true; // nobody collects it: freed when the answer comes
         }
-        if let Err(err) = self.send_frame(
-            e,
-            &Header::new(Kind::FlushReq).word(1, id),
-            &[],
-            &Buf::EMPTY,
-            None,
-        ) {
+        if let Err(err) = self.send_frame(e, &Header::flush_req(id), &[], &Buf::EMPTY, None) {
             self.req_free(id);
             return Err(err);
         }
@@ -386,7 +344,7 @@ impl State {
             return Ok(None);
         }
         let id = self.rma_req(e, ReqKind::Rma, Buf::EMPTY, 1, Callback::None);
-        let h = Header::new(Kind::FlushReq).word(1, id);
+        let h = Header::flush_req(id);
         if let Err(err) = self.send_frame(e, &h, &[], &Buf::EMPTY, None) {
             self.req_free(id);
             return Err(err);

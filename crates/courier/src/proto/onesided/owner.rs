@@ -17,13 +17,7 @@ use crate::wire::rkey::access;
 
 impl State {
     pub(crate) fn on_flush_req(&mut self, e: u32, req: u64) {
-        let _ = self.send_frame(
-            e,
-            &Header::new(Kind::FlushAck).word(1, req),
-            &[],
-            &Buf::EMPTY,
-            None,
-        );
+        let _ = self.send_frame(e, &Header::flush_ack(req), &[], &Buf::EMPTY, None);
     }
 
     /// Answer operation `req` (a `what` frame) on `e`. Unacknowledged operations (`req`
@@ -42,10 +36,7 @@ impl State {
                 (err.status().code(), value)
             }
         };
-        let h = Header::new(Kind::RmaAck)
-            .word(1, req)
-            .aux32(status as u32)
-            .word(2, value);
+        let h = Header::rma_ack(req, status, value);
         let _ = self.send_frame(e, &h, &[], &Buf::EMPTY, None);
     }
 
@@ -166,9 +157,7 @@ impl State {
             Err(err) => {
                 let peer = self.ep(e).map(|ep| ep.peer.clone()).unwrap_or_default();
                 tracing::warn!("refused a remote read from {peer}: {err}");
-                let h = Header::new(Kind::GetResp)
-                    .word(1, req)
-                    .aux32(err.status().code() as u32);
+                let h = Header::get_resp(req, 0, err.status().code());
                 let _ = self.send_frame(e, &h, &[], &Buf::EMPTY, None);
                 return;
             }
@@ -180,7 +169,7 @@ impl State {
         let mut off = 0;
         loop {
             let n = chunk.min(len - off);
-            let h = Header::new(Kind::GetResp).word(1, req).word(2, off as u64);
+            let h = Header::get_resp(req, off as u64, 0);
             // Staged bytes go as the frame's own bytes (a queued frame keeps a copy of
             // them); region bytes are sent from the region. A frame that has to wait keeps
             // pointing into the region, named so that it is checked again before it leaves
@@ -250,9 +239,7 @@ impl State {
             return;
         };
         ep.pending.retain(|p| p.region.is_none_or(|r| r.req != req));
-        let h = Header::new(Kind::GetResp)
-            .word(1, req)
-            .aux32(why.status().code() as u32);
+        let h = Header::get_resp(req, 0, why.status().code());
         ep.pending.insert(
             at,
             Pending {
