@@ -954,6 +954,14 @@ courier_status_t courier_ep_create(const courier_worker_t *worker,
                                    courier_ep_t **ep_out);
 
 /**
+ * The next endpoint a peer opened to this worker by its address (passive side).
+ * `COURIER_ERR_NO_MESSAGE` if there is none now. Endpoints made through a listener go to
+ * its connection handler instead. Close it like any endpoint. It has no error handler
+ * (the library cannot attach one to an incoming endpoint yet).
+ */
+courier_status_t courier_worker_incoming_ep(const courier_worker_t *worker, courier_ep_t **ep_out);
+
+/**
  * Close gracefully: flush, tell the peer, release the handle (also on failure).
  * Bounded: after twice the keepalive timeout it closes by force (`COURIER_ERR_TIMEOUT`).
  */
@@ -1470,14 +1478,6 @@ courier_status_t courier_worker_address(const courier_worker_t *worker,
  * Release a buffer the library allocated for the caller (NULL is fine).
  */
 void courier_buffer_free(void *buffer);
-
-/**
- * The next endpoint a peer opened to this worker by its address (passive side).
- * `COURIER_ERR_NO_MESSAGE` if there is none now. Endpoints made through a listener go to
- * its connection handler instead. Close it like any endpoint. It has no error handler
- * (the library cannot attach one to an incoming endpoint yet).
- */
-courier_status_t courier_worker_incoming_ep(const courier_worker_t *worker, courier_ep_t **ep_out);
 
 #ifdef __cplusplus
 }  // extern "C"

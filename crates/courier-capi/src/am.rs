@@ -14,9 +14,9 @@ use std::ptr;
 use courier_core::{AmFlags, AmMessage, AmRndv, Error, Status};
 
 use crate::endpoint::courier_ep_t;
+use crate::ffi::*;
 use crate::request::{courier_op_params_t, courier_request_t, start};
 use crate::status::*;
-use crate::tag::{courier_iov_t, iov_buf, one};
 use crate::worker::courier_worker_t;
 
 /// Always eager (error if the message does not fit one frame).

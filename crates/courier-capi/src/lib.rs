@@ -4,6 +4,8 @@
 //! - Objects are opaque handles made by `courier_<object>_create` (or handed out by the
 //!   library: connection requests, incoming endpoints) and released by the matching
 //!   `_destroy` / `_close` / `_free`.
+//! - Helpers every export shares (the panic boundary, argument checks, buffers) live in
+//!   `ffi.rs`; each object's exports in its own file, none importing a later one.
 //! - Arguments go object first, inputs next, outputs last. Outputs are written only when the
 //!   call succeeds (`COURIER_OK`, or `COURIER_INPROGRESS` for operations that started).
 //! - Every call returns a `courier_status_t` with the same stable numbers as
@@ -23,6 +25,7 @@
 mod am;
 mod context;
 mod endpoint;
+mod ffi;
 mod listener;
 mod memory;
 mod request;
@@ -37,6 +40,7 @@ mod abi_tests;
 pub use am::*;
 pub use context::*;
 pub use endpoint::*;
+pub use ffi::courier_iov_t;
 pub use listener::*;
 pub use memory::*;
 pub use request::*;

@@ -12,15 +12,14 @@ use std::ffi::{c_char, c_void};
 use std::time::Duration;
 
 use courier_core::{
-    AtomicOp, Buf, Cmp, MemMapParams, Memory, MemoryType, RemoteKey, Semaphore, SignalOp, Status,
-    access,
+    AtomicOp, Buf, Cmp, MemMapParams, Memory, MemoryType, RemoteKey, Semaphore, SignalOp, access,
 };
 
 use crate::context::courier_context_t;
 use crate::endpoint::courier_ep_t;
+use crate::ffi::*;
 use crate::request::{courier_op_params_t, courier_request_t, start};
 use crate::status::*;
-use crate::tag::one;
 use crate::worker::courier_worker_t;
 
 // ----- memory regions -----------------------------------------------------------------
@@ -193,16 +192,6 @@ pub unsafe extern "C" fn courier_mem_query(
         };
         Ok(COURIER_OK)
     })
-}
-
-fn malloc_copy(bytes: &[u8]) -> Result<*mut c_void, courier_core::Error> {
-    // SAFETY: plain allocation; released by courier_buffer_free (free).
-    let p = unsafe { libc::malloc(bytes.len().max(1)) } as *mut u8;
-    if p.is_null() {
-        return Err(courier_core::Error::new(Status::NoMemory, "malloc failed"));
-    }
-    unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), p, bytes.len()) };
-    Ok(p as *mut c_void)
 }
 
 /// Pack the region's remote key: bytes to send to peers. Release `*buffer_out` with

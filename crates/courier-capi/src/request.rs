@@ -21,6 +21,7 @@ use std::time::Duration;
 
 use courier_core::{Callback, Error, Info, Started, Status, Worker};
 
+use crate::ffi::*;
 use crate::status::*;
 
 /// What a completed operation reports.
