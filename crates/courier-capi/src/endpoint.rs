@@ -269,15 +269,23 @@ pub unsafe extern "C" fn courier_ep_close(ep: *mut courier_ep_t) -> courier_stat
     })
 }
 
-/// Close at once without waiting for the peer and release the handle; operations in
-/// flight fail with `COURIER_ERR_ENDPOINT_CLOSED`.
+/// Release an endpoint handle: close at once, without waiting for the peer; operations in
+/// flight fail with `COURIER_ERR_ENDPOINT_CLOSED`. (`courier_ep_close` flushes and tells
+/// the peer first, then releases the handle the same way.)
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn courier_ep_close_force(ep: *mut courier_ep_t) -> courier_status_t {
+pub unsafe extern "C" fn courier_ep_destroy(ep: *mut courier_ep_t) -> courier_status_t {
     boundary(|| {
         let b = unsafe { take_owned(ep) }?;
         b.ep.clone().close_force();
         Ok(COURIER_OK)
     })
+}
+
+/// The older name of `courier_ep_destroy`, kept for callers built against it.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn courier_ep_close_force(ep: *mut courier_ep_t) -> courier_status_t {
+    // SAFETY: forwarded contract.
+    unsafe { courier_ep_destroy(ep) }
 }
 
 /// Progress until every send on the endpoint has completed and left this process.

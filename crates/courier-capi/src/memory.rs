@@ -161,16 +161,24 @@ pub unsafe extern "C" fn courier_mem_map(
     })
 }
 
-/// Unmap a region (NULL is fine). Remote keys made from it stop working; allocated memory
-/// is released.
+/// Release a region's handle, unmapping it (NULL is fine). Remote keys made from it stop
+/// working; allocated memory is released.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn courier_mem_unmap(mem: *mut courier_mem_t) {
+pub unsafe extern "C" fn courier_mem_destroy(mem: *mut courier_mem_t) {
     boundary_or((), || {
         if !mem.is_null() {
             // SAFETY: made by courier_mem_map; unmapped once.
             drop(unsafe { Box::from_raw(mem) });
         }
     })
+}
+
+/// `courier_mem_destroy` by the name that pairs with `courier_mem_map` (as UCX's
+/// `ucp_mem_unmap` does).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn courier_mem_unmap(mem: *mut courier_mem_t) {
+    // SAFETY: forwarded contract.
+    unsafe { courier_mem_destroy(mem) }
 }
 
 /// Address, length and the memory type actually given.

@@ -766,3 +766,4 @@ unsafe fn settle(
 
 mod bits;
 mod onesided;
+mod release;
