@@ -36,6 +36,6 @@ pub use proto::am::{AmFlags, AmRndv};
 pub use proto::buf::Buf;
 pub use proto::onesided;
 pub use proto::request::{Callback, Info, RawFn};
-pub use proto::tag::RndvCopies;
+pub use proto::rndv::RndvCopies;
 pub use proto::tag::{ProbeInfo, Started};
 pub use transport::{Caps, DeviceInfo, RndvMode, TransportInfo, probe_transport, transports};

@@ -10,11 +10,12 @@ use rustix::event::epoll;
 use super::State;
 use super::progress::{Deferred, token};
 use super::request::{ReqKind, make_id};
+use super::rndv::PushJob;
 use super::send::Pending;
-use super::tag::{PushJob, UnexpBody};
+use super::tag::UnexpBody;
 use crate::base::lock::StateCell;
 use crate::base::{Error, Result, Status};
-use crate::transport::{Caps, LinkRx, LinkTx};
+use crate::transport::{Caps, LinkRx, LinkTx, RndvMode};
 use crate::wire::frame::{Header, Kind};
 
 /// How many flushes with nothing to wait for pass between two looks at the clock, and how
@@ -144,6 +145,21 @@ pub(crate) fn fail_error(peer: &str, why: &Error) -> Error {
 }
 
 impl State {
+    /// (rendezvous threshold, max frame, rendezvous mode) of a usable endpoint.
+    pub(crate) fn ep_limits(&mut self, e: u32) -> Result<(usize, usize, RndvMode)> {
+        let ep = self
+            .ep(e)
+            .ok_or_else(|| Error::new(Status::EndpointClosed, "endpoint was closed"))?;
+        if let Some(err) = ep.dead_error() {
+            return Err(err);
+        }
+        match &ep.caps {
+            Some(c) => Ok((ep.rndv_thresh, c.max_frame, c.rndv)),
+            // Still connecting: eager up to a conservative size, push rendezvous above.
+            None => Ok((ep.rndv_thresh.min(8192), 8192, RndvMode::Push)),
+        }
+    }
+
     pub(crate) fn ep(&mut self, idx: u32) -> Option<&mut EpSlot> {
         self.eps.slots.get_mut(idx as usize).filter(|s| s.live)
     }

@@ -25,6 +25,7 @@ pub(crate) mod place;
 pub(crate) mod progress;
 pub(crate) mod recv;
 pub(crate) mod request;
+pub(crate) mod rndv;
 pub(crate) mod send;
 pub(crate) mod stage;
 pub(crate) mod stream;
@@ -34,7 +35,8 @@ pub mod wireup;
 use endpoint::EpSlot;
 use progress::Deferred;
 use request::ReqSlot;
-use tag::{Posted, RndvCopies, SplitWait, Unexpected};
+use rndv::{RndvCopies, SplitWait};
+use tag::{Posted, Unexpected};
 use wireup::{ListenerSlot, PendingConn};
 
 /// Slots of one kind of object (requests, endpoints, listeners), with the free ones listed.

@@ -5,7 +5,7 @@
 use super::State;
 use super::buf::Buf;
 use super::progress::Deferred;
-use crate::base::Error;
+use crate::base::{Error, Status};
 
 /// What a completed operation reports.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -144,6 +144,45 @@ pub(crate) fn split_id(id: u64) -> (u32, u32) {
 }
 
 impl State {
+    /// Cancel a request that has not started moving data. Returns whether it was canceled.
+    pub(crate) fn cancel(&mut self, id: u64) -> bool {
+        let Some(s) = self.req(id) else { return false };
+        if s.done {
+            return false;
+        }
+        match s.kind {
+            ReqKind::TagRecv if s.ep.is_none() => {
+                self.expected.retain(|p| p.id != id);
+                self.complete(id, Err(Status::Canceled.into()));
+                true
+            }
+            ReqKind::StreamRecv => {
+                let e = s.ep;
+                if let Some(ep) = e.and_then(|e| self.ep(e)) {
+                    ep.stream_reqs.retain(|&x| x != id);
+                }
+                self.complete(id, Err(Status::Canceled.into()));
+                true
+            }
+            ReqKind::Send => {
+                // Only a send still waiting in the pending queue has not started.
+                let e = s.ep;
+                let Some(ep) = e.and_then(|e| self.ep(e)) else {
+                    return false;
+                };
+                let before = ep.pending.len();
+                ep.pending.retain(|p| p.req != Some(id));
+                if ep.pending.len() != before {
+                    self.complete(id, Err(Status::Canceled.into()));
+                    true
+                } else {
+                    false
+                }
+            }
+            _ => false,
+        }
+    }
+
     /// A new request with its buffer and callback; its id.
     pub(crate) fn req_alloc(
         &mut self,

@@ -19,7 +19,7 @@ use rustix::event::epoll;
 
 use super::endpoint::EpStatus;
 use super::progress::{Deferred, token};
-use super::tag::RndvCopies;
+use super::rndv::RndvCopies;
 use super::{Slab, State};
 use crate::base::sys::{host_id, pid, random_u64};
 use crate::base::{Config, Error, Result, Status};
