@@ -160,6 +160,7 @@ impl State {
         }
     }
 
+    #[inline]
     pub(crate) fn ep(&mut self, idx: u32) -> Option<&mut EpSlot> {
         self.eps.slots.get_mut(idx as usize).filter(|s| s.live)
     }

@@ -395,8 +395,6 @@ impl State {
             .is_some_and(|rx| rx.maybe_ready())
     }
 
-    #[inline]
-
     /// Handle ready fds. Returns events handled.
     pub(crate) fn progress_events(&mut self) -> usize {
         let mut events = [epoll::Event {

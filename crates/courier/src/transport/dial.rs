@@ -197,7 +197,9 @@ impl Connecting {
     }
 }
 
-/// What one step of dialing a peer worker gave.
+/// What one step of dialing a peer worker gave. (Made once per connection and taken apart
+/// at once: the size of its variants does not matter.)
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum Dialed {
     /// The peer is this very worker: both ends of a link (this side's, the passive one).
     Pair((LinkTx, LinkRx), (LinkTx, LinkRx)),
