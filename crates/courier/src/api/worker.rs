@@ -107,7 +107,7 @@ impl Worker {
             ctx.inner.mem.clone(),
         )?;
         let epoll_raw = state.epoll_as_fd().as_raw_fd();
-        let event_raw = state.eventfd.as_raw_fd();
+        let event_raw = state.eventfd_as_fd().as_raw_fd();
         Ok(Worker {
             inner: Arc::new(WorkerInner {
                 cell: StateCell::new(params.thread_mode, state),

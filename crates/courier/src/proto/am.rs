@@ -63,6 +63,12 @@ pub struct AmDelivery<'a> {
     pub ep: (u32, u32),
 }
 
+/// The registered active-message handlers, by id.
+#[derive(Default)]
+pub(crate) struct AmHandlers {
+    pub(super) handlers: Vec<Option<AmHandlerFn>>,
+}
+
 /// A registered handler as the protocol layer sees it. The second argument is the API
 /// object that runs it (its worker), opaque to this layer: handlers get it at each call
 /// instead of keeping a reference of their own (which would cost two atomic operations
@@ -256,9 +262,9 @@ impl State {
     /// Register `handler` for active-message `id`, replacing any earlier one.
     pub(crate) fn am_set_handler(&mut self, id: u16, handler: AmHandlerFn) {
         let idx = id as usize;
-        if self.am_handlers.len() <= idx {
-            self.am_handlers.resize_with(idx + 1, || None);
+        if self.am.handlers.len() <= idx {
+            self.am.handlers.resize_with(idx + 1, || None);
         }
-        self.am_handlers[idx] = Some(handler);
+        self.am.handlers[idx] = Some(handler);
     }
 }

@@ -28,9 +28,9 @@ const FLUSH_LOOK_GAP: Duration = Duration::from_millis(1);
 /// generation when the handle was made.
 #[derive(Clone, Copy)]
 pub(crate) struct EpRef<'a> {
-    pub cell: &'a StateCell<State>,
-    pub idx: u32,
-    pub generation: u32,
+    pub(crate) cell: &'a StateCell<State>,
+    pub(crate) idx: u32,
+    pub(crate) generation: u32,
 }
 
 /// Which endpoint an `EpRef` names, as a plain value (the worker by its cell's address): what
@@ -78,46 +78,46 @@ pub(crate) enum EpStatus {
 }
 
 pub(crate) struct EpSlot {
-    pub generation: u32,
-    pub live: bool,
-    pub status: EpStatus,
-    pub tx: Option<LinkTx>,
-    pub rx: Option<LinkRx>,
+    pub(in crate::proto) generation: u32,
+    pub(in crate::proto) live: bool,
+    pub(in crate::proto) status: EpStatus,
+    pub(in crate::proto) tx: Option<LinkTx>,
+    pub(in crate::proto) rx: Option<LinkRx>,
     /// A link being replaced (listener flow: the tcp link while the shm one comes up).
-    pub old: Option<(LinkTx, LinkRx)>,
-    pub caps: Option<Caps>,
-    pub rndv_thresh: usize,
-    pub pending: VecDeque<Pending>,
-    pub push: VecDeque<PushJob>,
-    pub stream_in: VecDeque<u8>,
-    pub stream_reqs: VecDeque<u64>,
-    pub err_handler: Option<crate::proto::endpoint::ErrorHandler>,
-    pub err_reported: bool,
-    pub peer: String,
-    pub conn_id: u64,
+    pub(in crate::proto) old: Option<(LinkTx, LinkRx)>,
+    pub(in crate::proto) caps: Option<Caps>,
+    pub(in crate::proto) rndv_thresh: usize,
+    pub(in crate::proto) pending: VecDeque<Pending>,
+    pub(in crate::proto) push: VecDeque<PushJob>,
+    pub(in crate::proto) stream_in: VecDeque<u8>,
+    pub(in crate::proto) stream_reqs: VecDeque<u64>,
+    pub(in crate::proto) err_handler: Option<crate::proto::endpoint::ErrorHandler>,
+    pub(in crate::proto) err_reported: bool,
+    pub(in crate::proto) peer: String,
+    pub(in crate::proto) conn_id: u64,
     /// The peer's worker id (when known) and whether it runs in this process's worker.
-    pub peer_worker: u64,
+    pub(in crate::proto) peer_worker: u64,
     /// A handler is running on a frame of this endpoint's rx: do not drop the link now.
-    pub rx_busy: bool,
+    pub(in crate::proto) rx_busy: bool,
     /// Puts or posted atomics were sent that the target acknowledges only by refusing
     /// them: a flush must ask the target to confirm.
-    pub rma_unacked: bool,
+    pub(in crate::proto) rma_unacked: bool,
     /// The first refusal of an unacknowledged put or posted atomic, reported by the next
     /// flush.
-    pub rma_error: Option<Error>,
+    pub(in crate::proto) rma_error: Option<Error>,
     /// Operations were sent through the owner (puts, gets, atomics) that no fence or flush
     /// has waited for since.
-    pub rma_via_owner: bool,
+    pub(in crate::proto) rma_via_owner: bool,
     /// A remote key unpacked on this endpoint reaches memory without the owner (mapped
     /// here, or CMA): an operation through the owner may be overtaken by one of those.
-    pub rma_direct_keys: bool,
+    pub(in crate::proto) rma_direct_keys: bool,
     /// Target side: the rest of a put refused at its first frame (`Kind::PutBegin`), as
     /// bytes of put data still to drop unwritten on this link, and the refusal's status.
-    pub put_refused: Option<(u64, Status)>,
+    pub(in crate::proto) put_refused: Option<(u64, Status)>,
     /// Set when the endpoint fails or closes. Remote keys unpacked on it hold it, so that
     /// their direct paths (plain stores into a same-host peer's memory, which never go
     /// through the worker) see it without the worker's lock.
-    pub gone: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    pub(in crate::proto) gone: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl EpSlot {
@@ -211,11 +211,11 @@ impl State {
         if let Some(fd) = rx.fd() {
             // An fd link is read by progress itself; its fd joins the epoll set only while
             // the worker may sleep or reads through epoll (`fdpoll`).
-            if !caps.data_via_fd || self.fd_watched {
-                watch(&self.epoll, fd, e).map_err(|err| Error::io("epoll add", err))?;
+            if !caps.data_via_fd || self.progress.fd_watched {
+                watch(&self.progress.epoll, fd, e).map_err(|err| Error::io("epoll add", err))?;
             }
             if caps.data_via_fd {
-                self.fd_links += 1;
+                self.progress.fd_links += 1;
             }
         }
         let Some(ep) = self.ep(e) else {
@@ -225,10 +225,12 @@ impl State {
         ep.caps = Some(caps);
         ep.tx = Some(tx);
         ep.rx = Some(rx);
-        if !self.active.contains(&e) {
-            self.active.push(e);
+        if !self.progress.active.contains(&e) {
+            self.progress.active.push(e);
         }
-        if !self.fd_watched && self.fd_links > crate::proto::fdpoll::DIRECT_POLL_LINKS {
+        if !self.progress.fd_watched
+            && self.progress.fd_links > crate::proto::fdpoll::DIRECT_POLL_LINKS
+        {
             self.watch_fd_links()?;
         }
         Ok(())
@@ -236,17 +238,17 @@ impl State {
 
     /// Take `ep`'s link out (deregistering its fd).
     pub(crate) fn ep_take_link(&mut self, e: u32) -> Option<(LinkTx, LinkRx)> {
-        let epfd = &self.epoll;
+        let epfd = &self.progress.epoll;
         let ep = self.eps.slots.get_mut(e as usize)?;
         let (tx, rx) = (ep.tx.take(), ep.rx.take());
         let via_fd = ep.caps.take().is_some_and(|c| c.data_via_fd);
-        self.active.retain(|&x| x != e);
+        self.progress.active.retain(|&x| x != e);
         match (tx, rx) {
             (Some(tx), Some(rx)) => {
                 if let Some(fd) = rx.fd() {
                     let _ = epoll::delete(epfd, fd);
                     if via_fd {
-                        self.fd_links = self.fd_links.saturating_sub(1);
+                        self.progress.fd_links = self.progress.fd_links.saturating_sub(1);
                     }
                 }
                 Some((tx, rx))
@@ -303,20 +305,21 @@ impl State {
             .map(|(i, s)| make_id(s.generation, i as u32))
             .collect();
         for id in ids {
-            self.expected.retain(|p| p.id != id);
+            self.tag.expected.retain(|p| p.id != id);
             self.complete(id, Err(err.clone()));
         }
         // Split receives from this peer and copies with it: their requests failed above.
-        self.splits.retain(|w| w.ep != e);
-        self.copies.retain(|c| c.ep != e);
+        self.rndv.splits.retain(|w| w.ep != e);
+        self.rndv.copies.retain(|c| c.ep != e);
         // Rendezvous offers from this peer can no longer be fetched.
-        self.unexpected
+        self.tag
+            .unexpected
             .retain(|u| !(u.ep == e && matches!(u.body, UnexpBody::Rts { .. })));
         if let Some(h) = handler {
-            self.deferred.push(Deferred::EpError(h, err));
+            self.progress.deferred.push(Deferred::EpError(h, err));
         }
         if busy {
-            self.reap.push(e);
+            self.progress.reap.push(e);
         } else {
             self.ep_take_link(e);
         }
@@ -451,23 +454,24 @@ impl State {
     /// worker's events (a hung-up link among them) once a `FLUSH_LOOK_GAP`, looking at the
     /// clock every `FLUSH_LOOKS_EVERY`th time.
     pub(crate) fn ep_idle_flush_end(&mut self, e: u32) -> Result<()> {
-        self.idle_flushes = self.idle_flushes.wrapping_add(1);
-        if self.idle_flushes.is_multiple_of(FLUSH_LOOKS_EVERY) {
+        self.onesided.idle_flushes = self.onesided.idle_flushes.wrapping_add(1);
+        if self.onesided.idle_flushes.is_multiple_of(FLUSH_LOOKS_EVERY) {
             let now = Instant::now();
             if self
+                .onesided
                 .idle_flush_look
                 .is_some_and(|t| now.duration_since(t) < FLUSH_LOOK_GAP)
             {
                 return self.rma_take_error(e).map_or(Ok(()), Err);
             }
-            self.idle_flush_look = Some(now);
+            self.onesided.idle_flush_look = Some(now);
             self.progress_events();
             if let Some(err) = self.ep(e).and_then(|ep| ep.dead_error()) {
                 return Err(err);
             }
             // Failed with frames still to deliver: the endpoint fails once progress has
             // delivered them, but this flush cannot say its operations arrived.
-            if let Some((_, err)) = self.link_errors.iter().find(|(x, _)| *x == e) {
+            if let Some((_, err)) = self.progress.link_errors.iter().find(|(x, _)| *x == e) {
                 return Err(err.clone());
             }
         }
@@ -515,7 +519,8 @@ impl State {
             ep.err_handler = None;
         }
         // Error handlers are not called for a local close.
-        self.deferred
+        self.progress
+            .deferred
             .retain(|d| !matches!(d, Deferred::EpError(..)));
         if !self.ep(e).is_some_and(|ep| ep.rx_busy) {
             self.ep_free(e);
@@ -524,7 +529,7 @@ impl State {
 
     /// Every live endpoint with a link, as (index, generation).
     pub(crate) fn ep_list(&mut self) -> Vec<(u32, u32)> {
-        let ids: Vec<u32> = self.active.clone();
+        let ids: Vec<u32> = self.progress.active.clone();
         ids.into_iter()
             .filter_map(|e| self.ep(e).map(|ep| (e, ep.generation)))
             .collect()

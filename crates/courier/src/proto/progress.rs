@@ -10,7 +10,7 @@
 //! the state unlocked, so they may send and receive on the same worker.
 
 use std::any::Any;
-use std::os::fd::{AsFd, BorrowedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
 use rustix::event::epoll;
 
@@ -63,11 +63,60 @@ pub(crate) mod token {
     }
 }
 
+/// The progress loop's state.
+pub(crate) struct ProgressState {
+    /// The worker's epoll set.
+    pub(super) epoll: OwnedFd,
+    /// The event fd `Worker::signal` writes.
+    pub(super) eventfd: OwnedFd,
+    /// Progress calls so far.
+    pub(super) calls: u64,
+    /// A progress call is running (its callbacks may not progress again).
+    pub(super) in_progress: bool,
+    /// Endpoints with a link, polled by progress.
+    pub(super) active: Vec<u32>,
+    /// Links whose data arrives only through their fd (`fdpoll`).
+    pub(super) fd_links: usize,
+    /// Whether the fds of fd links are in the epoll set (`fdpoll`: only while the worker
+    /// may sleep or watches too many links to read each one).
+    pub(super) fd_watched: bool,
+    /// `calls` at the last `arm`.
+    pub(super) armed_at: u64,
+    /// Work to run outside the lock (user callbacks).
+    pub(super) deferred: Vec<Deferred>,
+    /// An emptied `deferred`, swapped in when the callbacks run.
+    pub(super) deferred_spare: Vec<Deferred>,
+    /// Endpoints whose links must be dropped once no handler runs on them.
+    pub(super) reap: Vec<u32>,
+    /// Links that failed while frames were still buffered: fail after those are handled.
+    pub(super) link_errors: Vec<(u32, Error)>,
+}
+
+impl ProgressState {
+    /// A fresh state around the worker's epoll set and event fd.
+    pub(super) fn new(epoll: OwnedFd, eventfd: OwnedFd) -> ProgressState {
+        ProgressState {
+            epoll,
+            eventfd,
+            calls: 0,
+            in_progress: false,
+            active: Vec::new(),
+            fd_links: 0,
+            fd_watched: false,
+            armed_at: 0,
+            deferred: Vec::new(),
+            deferred_spare: Vec::new(),
+            reap: Vec::new(),
+            link_errors: Vec::new(),
+        }
+    }
+}
+
 /// One worker's progress: its state, and the API object that runs it (the `Worker`), which
 /// active-message handlers get at each call.
 pub(crate) struct Progress<'a> {
-    pub cell: &'a StateCell<State>,
-    pub owner: &'a dyn Any,
+    pub(crate) cell: &'a StateCell<State>,
+    pub(crate) owner: &'a dyn Any,
 }
 
 impl<'a> Progress<'a> {
@@ -78,10 +127,10 @@ impl<'a> Progress<'a> {
         let Ok(mut g) = self.cell.lock() else {
             return 0;
         };
-        if g.in_progress {
+        if g.progress.in_progress {
             return 0;
         }
-        g.progress_calls = g.progress_calls.wrapping_add(1);
+        g.progress.calls = g.progress.calls.wrapping_add(1);
         // Spinning callers mostly find nothing: answer them without the machinery below,
         // and a frame on the one busy link that reads frames in place with only what it
         // needs.
@@ -89,7 +138,7 @@ impl<'a> Progress<'a> {
             Work::Nothing => 0,
             Work::InPlaceFrames(e) => self.progress_frames(g, e),
             Work::Other => {
-                g.copy_spent = 0;
+                g.rndv.copy_spent = 0;
                 self.progress_work(g)
             }
         }
@@ -101,10 +150,10 @@ impl<'a> Progress<'a> {
     /// queued by a handler, a copy, a failure) goes on to `progress_work`.
     #[inline(never)]
     fn progress_frames<'g>(&'g self, mut g: Guard<'g, State>, e: u32) -> usize {
-        g.in_progress = true;
+        g.progress.in_progress = true;
         // About one piece's bytes of copies per progress call, also when `progress_work`
         // follows.
-        g.copy_spent = 0;
+        g.rndv.copy_spent = 0;
         let mut n = 0;
         let mut rest = false;
         for _ in 0..32 {
@@ -124,13 +173,13 @@ impl<'a> Progress<'a> {
                 break;
             }
         }
-        g.in_progress = false;
-        if rest || g.tx_busy(e) || !g.link_errors.is_empty() || !g.copies.is_empty() {
+        g.progress.in_progress = false;
+        if rest || g.tx_busy(e) || !g.progress.link_errors.is_empty() || !g.rndv.copies.is_empty() {
             return n + self.progress_work(g);
         }
         // Callbacks of the receives completed above (a counted receive's, as in a
         // bandwidth test): run here, without a pass over everything for them.
-        if !g.deferred.is_empty() {
+        if !g.progress.deferred.is_empty() {
             n += self.run_deferred_of(g);
         }
         n
@@ -140,12 +189,12 @@ impl<'a> Progress<'a> {
     /// call, however it got here).
     #[inline(never)]
     fn progress_work<'g>(&'g self, mut g: Guard<'g, State>) -> usize {
-        g.in_progress = true;
+        g.progress.in_progress = true;
         let mut n = 0;
         let has_conns = g.conns_in_setup();
         // Coalesced sends leave before we look for their answers.
-        let direct = g.fd_links > 0 && g.fd_links <= fdpoll::DIRECT_POLL_LINKS;
-        if g.fd_links > 0 {
+        let direct = g.progress.fd_links > 0 && g.progress.fd_links <= fdpoll::DIRECT_POLL_LINKS;
+        if g.progress.fd_links > 0 {
             n += g.flush_fd_links().1;
         }
         let every = if direct {
@@ -153,7 +202,8 @@ impl<'a> Progress<'a> {
         } else {
             EPOLL_EVERY
         };
-        if (g.fd_links > 0 && !direct) || has_conns || g.progress_calls & (every - 1) == 0 {
+        if (g.progress.fd_links > 0 && !direct) || has_conns || g.progress.calls & (every - 1) == 0
+        {
             n += g.progress_events();
             n += g.progress_conns();
             if direct && g.watched_idle() {
@@ -164,8 +214,8 @@ impl<'a> Progress<'a> {
             g.read_fd_links();
         }
         let mut i = 0;
-        while i < g.active.len() {
-            let e = g.active[i];
+        while i < g.progress.active.len() {
+            let e = g.progress.active[i];
             let ready = g.rx_maybe_ready(e);
             if !ready && !g.tx_busy(e) {
                 // The common idle case: nothing in, nothing queued.
@@ -193,11 +243,11 @@ impl<'a> Progress<'a> {
             i += 1;
         }
         // About one piece's bytes per call, counting copies the frames above started.
-        if !g.copies.is_empty() {
+        if !g.rndv.copies.is_empty() {
             n += g.progress_copies();
         }
-        if !g.link_errors.is_empty() {
-            let errs = std::mem::take(&mut g.link_errors);
+        if !g.progress.link_errors.is_empty() {
+            let errs = std::mem::take(&mut g.progress.link_errors);
             for (e, err) in errs {
                 let more = g
                     .ep(e)
@@ -205,14 +255,14 @@ impl<'a> Progress<'a> {
                     .map(|rx| matches!(rx.peek(), Ok(Some(_))))
                     .unwrap_or(false);
                 if more {
-                    g.link_errors.push((e, err));
+                    g.progress.link_errors.push((e, err));
                 } else {
                     g.fail_ep(e, err);
                 }
             }
         }
-        g.in_progress = false;
-        if g.deferred.is_empty() {
+        g.progress.in_progress = false;
+        if g.progress.deferred.is_empty() {
             return n;
         }
         n + self.run_deferred_of(g)
@@ -220,15 +270,15 @@ impl<'a> Progress<'a> {
 
     /// Run the callbacks this progress call queued, with the state released; how many.
     fn run_deferred_of<'g>(&'g self, mut g: Guard<'g, State>) -> usize {
-        let spare = std::mem::take(&mut g.deferred_spare);
-        let mut deferred = std::mem::replace(&mut g.deferred, spare);
+        let spare = std::mem::take(&mut g.progress.deferred_spare);
+        let mut deferred = std::mem::replace(&mut g.progress.deferred, spare);
         drop(g);
         let n = deferred.len();
         self.run_deferred(&mut deferred);
         // The emptied vector serves a later progress call (callbacks come in every call that
         // completes operations started with one: no allocation for each).
         if let Ok(mut g) = self.cell.lock() {
-            g.deferred_spare = deferred;
+            g.progress.deferred_spare = deferred;
         }
         n
     }
@@ -242,7 +292,8 @@ impl<'a> Progress<'a> {
                 Deferred::EpError(mut h, err) => h(&err),
                 Deferred::Conn(l, req) => {
                     let handler = self.cell.lock().ok().and_then(|mut g| {
-                        g.listeners
+                        g.wireup
+                            .listeners
                             .slots
                             .get_mut(l as usize)
                             .and_then(|s| s.handler.take())
@@ -252,6 +303,7 @@ impl<'a> Progress<'a> {
                             h(req);
                             if let Ok(mut g) = self.cell.lock() {
                                 if let Some(s) = g
+                                    .wireup
                                     .listeners
                                     .slots
                                     .get_mut(l as usize)
@@ -280,7 +332,7 @@ impl<'a> Progress<'a> {
     ) -> Guard<'g, State> {
         let e = d.ep.0;
         let id = d.id;
-        let handler = g.am_handlers.get_mut(id as usize).and_then(|h| h.take());
+        let handler = g.am.handlers.get_mut(id as usize).and_then(|h| h.take());
         let Some(mut h) = handler else {
             let peer = g.ep(e).map(|ep| ep.peer.clone()).unwrap_or_default();
             tracing::warn!("active message with id {id} from {peer} has no handler; dropped");
@@ -292,7 +344,7 @@ impl<'a> Progress<'a> {
         };
         // The frame stays unconsumed (rx_busy) until finish_am below.
         let (mut g, ()) = g.unlocked(|| h(&mut d, self.owner));
-        if let Some(slot) = g.am_handlers.get_mut(id as usize) {
+        if let Some(slot) = g.am.handlers.get_mut(id as usize) {
             if slot.is_none() {
                 *slot = Some(h);
             }
@@ -309,13 +361,13 @@ impl State {
     /// Whether a progress call is running (a request dropped inside a callback cannot
     /// progress the worker itself).
     pub(crate) fn in_progress(&self) -> bool {
-        self.in_progress
+        self.progress.in_progress
     }
 
     /// Make the next progress call read epoll (it does every `EPOLL_EVERY` calls, a
     /// multiple of `fdpoll::DIRECT_EPOLL_EVERY`): after a sleep ended by an event.
     pub(crate) fn epoll_next(&mut self) {
-        self.progress_calls |= EPOLL_EVERY - 1;
+        self.progress.calls |= EPOLL_EVERY - 1;
     }
 
     /// What a progress call (already counted in `progress_calls`) has to do: nothing (no
@@ -327,17 +379,17 @@ impl State {
     /// anything else.
     #[inline]
     pub(crate) fn work(&self) -> Work {
-        if self.fd_links != 0
-            || self.progress_calls & (EPOLL_EVERY - 1) == 0
+        if self.progress.fd_links != 0
+            || self.progress.calls & (EPOLL_EVERY - 1) == 0
             || self.conns_in_setup()
-            || !self.link_errors.is_empty()
-            || !self.deferred.is_empty()
-            || !self.copies.is_empty()
+            || !self.progress.link_errors.is_empty()
+            || !self.progress.deferred.is_empty()
+            || !self.rndv.copies.is_empty()
         {
             return Work::Other;
         }
         let mut found = Work::Nothing;
-        for &e in &self.active {
+        for &e in &self.progress.active {
             let Some(ep) = self.eps.slots.get(e as usize) else {
                 continue;
             };
@@ -368,9 +420,9 @@ impl State {
     /// (their sockets wake it), so a spinning worker is not held to its periodic epoll pass.
     #[inline]
     pub(crate) fn conns_in_setup(&self) -> bool {
-        self.pending_conns.slots.len() != self.pending_conns.free.len()
-            || !self.setups.is_empty()
-            || self.acceptors.setting_up()
+        self.wireup.pending_conns.slots.len() != self.wireup.pending_conns.free.len()
+            || !self.wireup.setups.is_empty()
+            || self.wireup.acceptors.setting_up()
     }
 
     /// Whether endpoint `idx` has sends to retry or push, or its link has queued bytes or
@@ -405,7 +457,7 @@ impl State {
             tv_sec: 0,
             tv_nsec: 0,
         };
-        let n = match epoll::wait(&self.epoll, &mut events, Some(&zero)) {
+        let n = match epoll::wait(&self.progress.epoll, &mut events, Some(&zero)) {
             Ok(n) => n,
             Err(_) => return 0,
         };
@@ -432,7 +484,7 @@ impl State {
                 token::SETUP => {}
                 token::EVENT => {
                     let mut b = [0u8; 8];
-                    let _ = rustix::io::read(&self.eventfd, &mut b);
+                    let _ = rustix::io::read(&self.progress.eventfd, &mut b);
                     handled += 1;
                 }
                 _ => {}
@@ -449,7 +501,7 @@ impl State {
             .map(|rx| matches!(rx.peek(), Ok(Some(_))))
             .unwrap_or(false);
         if has_frame {
-            self.link_errors.push((e, err));
+            self.progress.link_errors.push((e, err));
         } else {
             self.fail_ep(e, err);
         }
@@ -459,14 +511,14 @@ impl State {
     pub(crate) fn arm(&mut self) -> Result<bool> {
         // A link setup's reply wakes the worker through epoll where its fd is watched; one
         // that could not be watched is polled, so no sleep then.
-        if !self.deferred.is_empty()
-            || !self.link_errors.is_empty()
-            || !self.copies.is_empty()
-            || self.setups.iter().any(|c| !c.watched)
+        if !self.progress.deferred.is_empty()
+            || !self.progress.link_errors.is_empty()
+            || !self.rndv.copies.is_empty()
+            || self.wireup.setups.iter().any(|c| !c.watched)
         {
             return Ok(false);
         }
-        for &e in &self.active.clone() {
+        for &e in &self.progress.active.clone() {
             if let Some(rx) = self.ep(e).and_then(|ep| ep.rx.as_mut()) {
                 if !rx.arm()? {
                     return Ok(false);
@@ -480,6 +532,7 @@ impl State {
             }
         }
         for p in self
+            .wireup
             .pending_conns
             .slots
             .iter_mut()
@@ -494,7 +547,13 @@ impl State {
         Ok(true)
     }
 
+    /// The event fd `Worker::signal` writes.
+    pub(crate) fn eventfd_as_fd(&self) -> BorrowedFd<'_> {
+        self.progress.eventfd.as_fd()
+    }
+
+    /// The worker's epoll set.
     pub(crate) fn epoll_as_fd(&self) -> BorrowedFd<'_> {
-        self.epoll.as_fd()
+        self.progress.epoll.as_fd()
     }
 }

@@ -213,7 +213,7 @@ impl State {
                 rx.consume();
             }
         }
-        if !self.reap.is_empty() {
+        if !self.progress.reap.is_empty() {
             self.reap_after_am(e);
         }
     }
@@ -221,8 +221,8 @@ impl State {
     /// A link kept for an active message's handler (its endpoint closed meanwhile) goes.
     #[inline(never)]
     fn reap_after_am(&mut self, e: u32) {
-        if let Some(pos) = self.reap.iter().position(|&x| x == e) {
-            self.reap.swap_remove(pos);
+        if let Some(pos) = self.progress.reap.iter().position(|&x| x == e) {
+            self.progress.reap.swap_remove(pos);
             self.ep_take_link(e);
         }
     }

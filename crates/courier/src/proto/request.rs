@@ -47,33 +47,33 @@ pub(crate) enum ReqKind {
 }
 
 pub(crate) struct ReqSlot {
-    pub generation: u32,
-    pub live: bool,
-    pub done: bool,
-    pub result: Result<Info, Error>,
-    pub kind: ReqKind,
-    pub ep: Option<u32>,
-    pub buf: Buf,
+    pub(in crate::proto) generation: u32,
+    pub(in crate::proto) live: bool,
+    pub(in crate::proto) done: bool,
+    pub(in crate::proto) result: Result<Info, Error>,
+    pub(in crate::proto) kind: ReqKind,
+    pub(in crate::proto) ep: Option<u32>,
+    pub(in crate::proto) buf: Buf,
     /// Receives: bytes expected (rendezvous) and received so far.
-    pub expect: usize,
-    pub got: usize,
-    pub tag: u64,
+    pub(in crate::proto) expect: usize,
+    pub(in crate::proto) got: usize,
+    pub(in crate::proto) tag: u64,
     /// Stream receives: complete only when the buffer is full.
-    pub waitall: bool,
+    pub(in crate::proto) waitall: bool,
     /// Receiving rendezvous data pushed by the sender.
-    pub rndv_push: bool,
+    pub(in crate::proto) rndv_push: bool,
     /// The real length of the message being received (truncation reports).
-    pub real_len: usize,
+    pub(in crate::proto) real_len: usize,
     /// What the request reports, also when it failed (a truncated receive's real length).
-    pub info: Info,
-    pub callback: Callback,
+    pub(in crate::proto) info: Info,
+    pub(in crate::proto) callback: Callback,
     /// No handle refers to the request any more: free it on completion.
-    pub detached: bool,
+    pub(in crate::proto) detached: bool,
     /// Sends: all frames are with the link, which still writes the last from the buffer;
     /// completes with `info` when the link reports the request's id as written.
-    pub zc_wait: bool,
+    pub(in crate::proto) zc_wait: bool,
     /// The host copy of device memory the request works on (`proto::stage`).
-    pub stage: Option<Box<crate::proto::stage::Stage>>,
+    pub(in crate::proto) stage: Option<Box<crate::proto::stage::Stage>>,
 }
 
 impl ReqSlot {
@@ -152,7 +152,7 @@ impl State {
         }
         match s.kind {
             ReqKind::TagRecv if s.ep.is_none() => {
-                self.expected.retain(|p| p.id != id);
+                self.tag.expected.retain(|p| p.id != id);
                 self.complete(id, Err(Status::Canceled.into()));
                 true
             }
@@ -323,7 +323,7 @@ impl State {
         let cb = std::mem::replace(&mut s.callback, Callback::None);
         s.release();
         self.reqs.free.push(idx);
-        self.deferred.push(Deferred::Req(cb, result, info));
+        self.progress.deferred.push(Deferred::Req(cb, result, info));
     }
 
     /// Complete the receive in slot `idx` (live, not done, no device copy, one host
@@ -365,19 +365,19 @@ impl State {
     /// of the narrow stores that built it, which the CPU cannot forward.
     #[inline(always)]
     fn defer_raw_ok(&mut self, f: RawFn, user: usize, info: Info) {
-        if self.deferred.len() == self.deferred.capacity() {
-            self.deferred.reserve(32);
+        if self.progress.deferred.len() == self.progress.deferred.capacity() {
+            self.progress.deferred.reserve(32);
         }
-        let at = self.deferred.len();
+        let at = self.progress.deferred.len();
         // SAFETY: there is room for one more element (reserved above); writing it past the
         // end and then counting it is what `push` does.
         unsafe {
-            self.deferred.as_mut_ptr().add(at).write(Deferred::Req(
-                Callback::Raw(f, user),
-                Ok(info),
-                info,
-            ));
-            self.deferred.set_len(at + 1);
+            self.progress
+                .deferred
+                .as_mut_ptr()
+                .add(at)
+                .write(Deferred::Req(Callback::Raw(f, user), Ok(info), info));
+            self.progress.deferred.set_len(at + 1);
         }
     }
 

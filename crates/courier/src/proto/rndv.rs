@@ -9,6 +9,8 @@
 //! receiver answers ready-to-receive (`RndvRtr`) and the sender pushes `RndvData` frames
 //! straight from the user buffer.
 
+use std::collections::VecDeque;
+
 use super::State;
 use super::buf::{Buf, Segs, seg_range};
 use super::pieces::{AfterCopy, Dir};
@@ -17,13 +19,43 @@ use crate::base::{Error, Result, Status};
 use crate::transport::{RndvMode, copy_segments};
 use crate::wire::frame::{self, Header, Kind, Segments, emit_segments};
 
+/// Rendezvous in flight, worker-wide.
+pub(crate) struct RndvState {
+    /// Split rendezvous receives waiting for the sender's part.
+    pub(super) splits: Vec<SplitWait>,
+    /// Rendezvous copies with pieces still to make, oldest first.
+    pub(super) copies: VecDeque<super::pieces::CopyJob>,
+    /// Bytes a piece of a copy takes about `pieces::PIECE_TIME` to copy (`pieces`).
+    pub(super) piece_bytes: usize,
+    /// Copies that could have sized the pieces since the last one timed (`pieces`).
+    pub(super) copies_untimed: u32,
+    /// Bytes copied since the current (or last) progress call began; `usize::MAX` after a
+    /// copy of device memory (`pieces`).
+    pub(super) copy_spent: usize,
+    /// How this worker's single-copy rendezvous copies went.
+    pub(super) stats: RndvCopies,
+}
+
+impl Default for RndvState {
+    fn default() -> Self {
+        RndvState {
+            splits: Vec::new(),
+            copies: VecDeque::new(),
+            piece_bytes: usize::MAX,
+            copies_untimed: 0,
+            copy_spent: 0,
+            stats: RndvCopies::default(),
+        }
+    }
+}
+
 /// Data to push to a peer after it said it is ready (rendezvous without remote read).
 pub(crate) struct PushJob {
-    pub sreq: u64,
-    pub rreq: u64,
-    pub data: Buf,
-    pub offset: usize,
-    pub total: usize,
+    pub(in crate::proto) sreq: u64,
+    pub(in crate::proto) rreq: u64,
+    pub(in crate::proto) data: Buf,
+    pub(in crate::proto) offset: usize,
+    pub(in crate::proto) total: usize,
 }
 
 /// How a worker's single-copy rendezvous copies (reads and writes of a same-host peer's
@@ -41,16 +73,16 @@ pub struct RndvCopies {
 /// A split rendezvous receive: this side reads the first part, the sender writes the rest;
 /// it ends when both are done.
 pub(crate) struct SplitWait {
-    pub rreq: u64,
-    pub ep: u32,
-    pub sreq: u64,
+    pub(in crate::proto) rreq: u64,
+    pub(in crate::proto) ep: u32,
+    pub(in crate::proto) sreq: u64,
     /// Result of this side's own read, once complete.
-    pub own: Option<crate::base::Result<()>>,
+    pub(in crate::proto) own: Option<crate::base::Result<()>>,
     /// The sender's answer (0 or an error code), once it came.
-    pub rest: Option<i32>,
+    pub(in crate::proto) rest: Option<i32>,
     /// The rest: where it goes here, and where it lies in the sender (for a fallback read).
-    pub rest_local: Segs<usize>,
-    pub rest_remote: Segs<u64>,
+    pub(in crate::proto) rest_local: Segs<usize>,
+    pub(in crate::proto) rest_remote: Segs<u64>,
 }
 
 impl State {
@@ -242,7 +274,7 @@ impl State {
         }
         let own_local = seg_range(local, 0, at);
         let own_remote = seg_range(remote, 0, at as u64);
-        self.splits.push(SplitWait {
+        self.rndv.splits.push(SplitWait {
             rreq: id,
             ep: e,
             sreq,
@@ -322,7 +354,7 @@ impl State {
                 ));
             }
             let (_map, there) = self.mem.device_view(key, pid, remote)?;
-            self.rndv_copies.device += u64::from(count);
+            self.rndv.stats.device += u64::from(count);
             // SAFETY: `there` lies in our live mapping of the peer's allocation (checked
             // against its owner's record and the allocation's length); `local` by the
             // caller's contract.
@@ -344,7 +376,7 @@ impl State {
         if let (Some(key), Some(pid)) = (key, pid) {
             match self.mem.shared_view(key, pid, remote) {
                 Ok((_map, there)) => {
-                    self.rndv_copies.shared += u64::from(count);
+                    self.rndv.stats.shared += u64::from(count);
                     // SAFETY: `there` lies in our live mapping of the peer's segment (checked
                     // against its owner's record and the mapping's length); `local` by the
                     // caller's contract.
@@ -364,7 +396,7 @@ impl State {
                 Err(err) => tracing::debug!("shared-segment copy refused ({err}); using CMA"),
             }
         }
-        self.rndv_copies.link += u64::from(count);
+        self.rndv.stats.link += u64::from(count);
         match self.ep(e).and_then(|ep| ep.tx.as_mut()) {
             // SAFETY: forwarded contract.
             Some(tx) if write => unsafe { tx.remote_write(local, remote) },
@@ -446,6 +478,7 @@ impl State {
     /// The sender wrote its part of a split rendezvous (or could not).
     pub(crate) fn on_rndv_split_done(&mut self, e: u32, rreq: u64, status: i32) {
         let Some(w) = self
+            .rndv
             .splits
             .iter_mut()
             .find(|w| w.rreq == rreq && w.ep == e && w.rest.is_none())
@@ -461,13 +494,14 @@ impl State {
     /// receive.
     pub(crate) fn end_split(&mut self, e: u32, rreq: u64) {
         let Some(pos) = self
+            .rndv
             .splits
             .iter()
             .position(|w| w.rreq == rreq && w.ep == e && w.own.is_some() && w.rest.is_some())
         else {
             return;
         };
-        let w = self.splits.swap_remove(pos);
+        let w = self.rndv.splits.swap_remove(pos);
         let (Some(mut res), Some(status)) = (w.own, w.rest) else {
             return;
         };

@@ -12,26 +12,26 @@ use crate::wire::frame::{Header, Kind};
 
 /// A frame that could not be sent yet (back-pressure or link not up).
 pub(crate) struct Pending {
-    pub req: Option<u64>,
-    pub hdr: Header,
+    pub(in crate::proto) req: Option<u64>,
+    pub(in crate::proto) hdr: Header,
     /// Bytes after the header owned by the pending op (segment lists, addresses).
-    pub extra: Vec<u8>,
+    pub(in crate::proto) extra: Vec<u8>,
     /// User data segments after `extra`.
-    pub data: Buf,
+    pub(in crate::proto) data: Buf,
     /// `data` lies in one of this context's regions (a get's answer): checked against the
     /// registry again before the frame leaves, so nothing is sent from a region unmapped
     /// while the frame waited.
-    pub region: Option<RegionRead>,
+    pub(in crate::proto) region: Option<RegionRead>,
 }
 
 /// Where a queued get answer's bytes lie: the region as the get named it, and the
 /// requester's get.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct RegionRead {
-    pub region: u64,
-    pub secret: u64,
-    pub addr: u64,
-    pub req: u64,
+    pub(in crate::proto) region: u64,
+    pub(in crate::proto) secret: u64,
+    pub(in crate::proto) addr: u64,
+    pub(in crate::proto) req: u64,
 }
 
 impl State {
@@ -45,7 +45,7 @@ impl State {
         extra: &[u8],
         data: &Buf,
     ) -> Result<bool> {
-        let epoch = self.progress_calls;
+        let epoch = self.progress.calls;
         let Some(ep) = self.ep(e) else {
             return Err(Error::new(Status::EndpointClosed, "endpoint was closed"));
         };
@@ -95,7 +95,7 @@ impl State {
             return None;
         }
         let data: &[u8] = seg_slice(addr, len);
-        tx.note_epoch(self.progress_calls);
+        tx.note_epoch(self.progress.calls);
         match tx.send3(hdr, extra, data) {
             Ok(()) => Some(Ok(())),
             Err(TxError::NoResource) => None,

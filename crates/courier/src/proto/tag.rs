@@ -5,6 +5,8 @@
 //! `unexpected` in arrival order. A message matches the first receive whose
 //! `(tag ^ recv_tag) & mask == 0`, so messages between two endpoints match in send order.
 
+use std::collections::VecDeque;
+
 use super::State;
 use super::buf::{Buf, Segs};
 use super::request::{Callback, Info, RawFn, ReqKind, split_id};
@@ -13,20 +15,33 @@ use crate::base::{Error, Result, Status};
 use crate::transport::RndvMode;
 use crate::wire::frame::{self, Header, Kind, Segments};
 
+/// Tag matching's queues.
+#[derive(Default)]
+pub(crate) struct TagQueues {
+    /// Posted tag receives, oldest first (every one is live: cancel and endpoint failure
+    /// remove theirs).
+    pub(super) expected: VecDeque<Posted>,
+    /// Messages no receive matched yet, in arrival order.
+    pub(super) unexpected: VecDeque<Unexpected>,
+    /// Emptied buffers of unexpected eager messages, reused for the next ones: a sender
+    /// that runs ahead of its receiver's posts otherwise costs an allocation per message.
+    pub(super) unexp_pool: Vec<Vec<u8>>,
+}
+
 /// A posted tag receive waiting for its message: the matching fields beside the request's
 /// id, so matching an arrival reads only this queue.
 #[derive(Copy, Clone)]
 pub(crate) struct Posted {
-    pub tag: u64,
-    pub mask: u64,
-    pub id: u64,
+    pub(in crate::proto) tag: u64,
+    pub(in crate::proto) mask: u64,
+    pub(in crate::proto) id: u64,
 }
 
 pub(crate) struct Unexpected {
-    pub tag: u64,
-    pub ep: u32,
-    pub len: usize,
-    pub body: UnexpBody,
+    pub(in crate::proto) tag: u64,
+    pub(in crate::proto) ep: u32,
+    pub(in crate::proto) len: usize,
+    pub(in crate::proto) body: UnexpBody,
 }
 
 pub(crate) enum UnexpBody {
@@ -204,7 +219,7 @@ impl State {
         cb: Callback,
     ) -> Result<Started> {
         // The usual case of a receiver that keeps up: nothing waiting to match, host memory.
-        if self.unexpected.is_empty() && !super::stage::has_device(&buf) {
+        if self.tag.unexpected.is_empty() && !super::stage::has_device(&buf) {
             return Ok(Started::Pending(self.post_recv(tag, mask, || (buf, cb))));
         }
         self.tag_recv_other(buf, tag, mask, cb)
@@ -221,7 +236,7 @@ impl State {
         user: usize,
     ) -> Result<Started> {
         // One host segment is device memory only with a driver loaded (`has_device`).
-        if self.unexpected.is_empty() && !crate::base::cuda::active() {
+        if self.tag.unexpected.is_empty() && !crate::base::cuda::active() {
             let parts = || (Buf::One(seg), Callback::Raw(f, user));
             return Ok(Started::Pending(self.post_recv(tag, mask, parts)));
         }
@@ -239,7 +254,7 @@ impl State {
         s.buf = buf;
         s.callback = cb;
         s.tag = tag;
-        self.expected.push_back(Posted { tag, mask, id });
+        self.tag.expected.push_back(Posted { tag, mask, id });
         id
     }
 
@@ -253,14 +268,15 @@ impl State {
         let device = super::stage::has_device(&buf);
         let stage = || device.then(|| Box::new(super::stage::Stage::deferred_recv(buf.clone())));
         let pos = self
+            .tag
             .unexpected
             .iter()
             .position(|u| (u.tag ^ tag) & mask == 0);
         if let Some(pos) = pos {
             let u = if pos == 0 {
-                self.unexpected.pop_front()
+                self.tag.unexpected.pop_front()
             } else {
-                self.unexpected.remove(pos)
+                self.tag.unexpected.remove(pos)
             };
             let Some(u) = u else {
                 return Err(Status::NoMessage.into());
@@ -301,7 +317,8 @@ impl State {
 
     /// The first unexpected message matching `tag`/`mask`, left in place.
     pub(crate) fn tag_probe(&self, tag: u64, mask: u64) -> Option<ProbeInfo> {
-        self.unexpected
+        self.tag
+            .unexpected
             .iter()
             .find(|u| (u.tag ^ tag) & mask == 0)
             .map(|u| ProbeInfo {
@@ -314,9 +331,9 @@ impl State {
     /// the oldest receive matching, is in line (and cheaper than `remove(0)`).
     #[inline]
     fn match_expected(&mut self, tag: u64) -> Option<u64> {
-        let first = self.expected.front()?;
+        let first = self.tag.expected.front()?;
         if (first.tag ^ tag) & first.mask == 0 {
-            return self.expected.pop_front().map(|p| p.id);
+            return self.tag.expected.pop_front().map(|p| p.id);
         }
         self.match_expected_later(tag)
     }
@@ -324,10 +341,11 @@ impl State {
     #[inline(never)]
     fn match_expected_later(&mut self, tag: u64) -> Option<u64> {
         let i = self
+            .tag
             .expected
             .iter()
             .position(|p| (p.tag ^ tag) & p.mask == 0)?;
-        self.expected.remove(i).map(|p| p.id)
+        self.tag.expected.remove(i).map(|p| p.id)
     }
 
     /// An eager tag message arrived on `e`. The usual case is in line: a posted receive
@@ -401,7 +419,7 @@ impl State {
             Some(sreq) => UnexpBody::EagerSync(copy, sreq),
             None => UnexpBody::Eager(copy),
         };
-        self.unexpected.push_back(Unexpected {
+        self.tag.unexpected.push_back(Unexpected {
             tag,
             ep: e,
             len: data.len(),
@@ -411,7 +429,7 @@ impl State {
 
     /// A copy of an unexpected eager payload, in a reused buffer when one is free.
     fn unexp_copy(&mut self, data: &[u8]) -> Vec<u8> {
-        match self.unexp_pool.pop() {
+        match self.tag.unexp_pool.pop() {
             Some(mut v) => {
                 v.clear();
                 v.extend_from_slice(data);
@@ -426,8 +444,8 @@ impl State {
     fn unexp_recycle(&mut self, v: Vec<u8>) {
         const KEEP_CAP: usize = 8 << 10;
         const KEEP_COUNT: usize = 128;
-        if v.capacity() <= KEEP_CAP && self.unexp_pool.len() < KEEP_COUNT {
-            self.unexp_pool.push(v);
+        if v.capacity() <= KEEP_CAP && self.tag.unexp_pool.len() < KEEP_COUNT {
+            self.tag.unexp_pool.push(v);
         }
     }
 
@@ -464,7 +482,7 @@ impl State {
             }
             self.rndv_receive(e, id, sreq, len, tag, &segs, key);
         } else {
-            self.unexpected.push_back(Unexpected {
+            self.tag.unexpected.push_back(Unexpected {
                 tag,
                 ep: e,
                 len,

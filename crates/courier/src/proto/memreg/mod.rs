@@ -58,14 +58,14 @@ impl MemoryType {
 /// The record of one region in a key table, read with atomics (the table is shared).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Record {
-    pub valid: u64,
-    pub region: u64,
-    pub secret: u64,
-    pub base: u64,
-    pub len: u64,
-    pub access: u64,
+    pub(in crate::proto) valid: u64,
+    pub(in crate::proto) region: u64,
+    pub(in crate::proto) secret: u64,
+    pub(in crate::proto) base: u64,
+    pub(in crate::proto) len: u64,
+    pub(in crate::proto) access: u64,
     /// `MemoryType::code` of the region.
-    pub mem_type: u64,
+    pub(in crate::proto) mem_type: u64,
 }
 
 #[inline]
@@ -188,9 +188,9 @@ pub(crate) enum Backing {
 /// Where a checked access lands in this process.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Place {
-    pub ptr: *mut u8,
+    pub(crate) ptr: *mut u8,
     /// CUDA device memory: only the driver may copy to and from it.
-    pub device: bool,
+    pub(crate) device: bool,
 }
 
 /// A peer's shared segment mapped here, and where the asked-for segments lie in it.

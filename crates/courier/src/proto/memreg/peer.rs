@@ -17,7 +17,7 @@ use crate::wire::rkey::{DeviceHandle, RkeyRepr};
 /// A peer process's key table and region segments, mapped here.
 pub(crate) struct PeerMaps {
     process: PeerProcess,
-    pub table: Mapping,
+    pub(in crate::proto) table: Mapping,
     /// The device of the owner's key table: its region segments are memfds on the same
     /// file system.
     table_dev: u64,

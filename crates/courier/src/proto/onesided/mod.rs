@@ -15,6 +15,8 @@
 //! does is described as data in `routes.rs` (the public `courier::onesided`), which the
 //! tests hold the operations to.
 
+use std::time::Instant;
+
 mod atomic;
 mod direct;
 mod key;
@@ -28,3 +30,13 @@ pub(crate) use direct::{Dir, copy_local};
 pub(crate) use key::Key;
 pub(crate) use ops::{SignalTarget, atomic, atomic_post, get, put, put_signal};
 pub use routes::*;
+
+/// One-sided operations' worker-wide state.
+#[derive(Default)]
+pub(crate) struct OnesidedState {
+    /// Flushes that found nothing to wait for, and when one of them last read epoll (at
+    /// most once a `FLUSH_LOOK_GAP`, looked at every `FLUSH_LOOKS_EVERY`th), so that a
+    /// caller that only puts and flushes still learns that a peer died.
+    pub(crate) idle_flushes: u32,
+    pub(crate) idle_flush_look: Option<Instant>,
+}

@@ -288,10 +288,10 @@ fn atomic_checked(
 
 /// The signal half of a put-with-signal: the word, its key, and the update.
 pub(crate) struct SignalTarget<'k> {
-    pub addr: u64,
-    pub key: &'k Key,
-    pub value: u64,
-    pub op: SignalOp,
+    pub(crate) addr: u64,
+    pub(crate) key: &'k Key,
+    pub(crate) value: u64,
+    pub(crate) op: SignalOp,
 }
 
 /// Write `data` at `raddr`, then update the signal word `sig`, as one operation.

@@ -19,25 +19,25 @@ use crate::wire::address::WorkerAddress;
 use crate::wire::frame::{Frame, Header, Kind};
 
 pub(crate) struct ListenerSlot {
-    pub live: bool,
-    pub generation: u32,
-    pub socket: SocketListener,
-    pub handler: Option<ConnHandler>,
+    pub(in crate::proto) live: bool,
+    pub(in crate::proto) generation: u32,
+    pub(in crate::proto) socket: SocketListener,
+    pub(in crate::proto) handler: Option<ConnHandler>,
 }
 
 pub(crate) struct PendingConn {
-    pub live: bool,
-    pub generation: u32,
-    pub tx: Option<LinkTx>,
-    pub rx: Option<LinkRx>,
+    pub(in crate::proto) live: bool,
+    pub(in crate::proto) generation: u32,
+    pub(in crate::proto) tx: Option<LinkTx>,
+    pub(in crate::proto) rx: Option<LinkRx>,
     /// Which user listener accepted it (None: the worker's own acceptors).
-    pub listener: Option<u32>,
-    pub peer: String,
-    pub since: Instant,
+    pub(in crate::proto) listener: Option<u32>,
+    pub(in crate::proto) peer: String,
+    pub(in crate::proto) since: Instant,
     /// The connection handler has it and has not answered yet.
-    pub offered: bool,
-    pub client_id: u64,
-    pub client_addr: Option<WorkerAddress>,
+    pub(in crate::proto) offered: bool,
+    pub(in crate::proto) client_id: u64,
+    pub(in crate::proto) client_addr: Option<WorkerAddress>,
 }
 
 /// A listener's connection handler.
@@ -73,21 +73,21 @@ impl State {
     ) -> Result<(u32, SocketAddr)> {
         let l = SocketListener::bind(sa, &self.cfg)?;
         let bound = l.local_addr();
-        let idx = match self.listeners.free.pop() {
+        let idx = match self.wireup.listeners.free.pop() {
             Some(i) => i,
             None => {
-                self.listeners.slots.push(ListenerSlot {
+                self.wireup.listeners.slots.push(ListenerSlot {
                     live: false,
                     generation: 0,
                     socket: l,
                     handler: None,
                 });
-                let i = (self.listeners.slots.len() - 1) as u32;
-                let s = &mut self.listeners.slots[i as usize];
+                let i = (self.wireup.listeners.slots.len() - 1) as u32;
+                let s = &mut self.wireup.listeners.slots[i as usize];
                 s.live = true;
                 s.handler = Some(handler);
                 epoll::add(
-                    &self.epoll,
+                    &self.progress.epoll,
                     s.socket.fd(),
                     epoll::EventData::new_u64(token::make(token::LISTENER, i)),
                     epoll::EventFlags::IN,
@@ -96,7 +96,7 @@ impl State {
                 return Ok((i, bound));
             }
         };
-        let s = &mut self.listeners.slots[idx as usize];
+        let s = &mut self.wireup.listeners.slots[idx as usize];
         *s = ListenerSlot {
             live: true,
             generation: s.generation.wrapping_add(1),
@@ -104,7 +104,7 @@ impl State {
             handler: Some(handler),
         };
         epoll::add(
-            &self.epoll,
+            &self.progress.epoll,
             s.socket.fd(),
             epoll::EventData::new_u64(token::make(token::LISTENER, idx)),
             epoll::EventFlags::IN,
@@ -114,9 +114,9 @@ impl State {
     }
 
     pub(crate) fn listener_remove(&mut self, idx: u32) {
-        if let Some(s) = self.listeners.slots.get_mut(idx as usize) {
+        if let Some(s) = self.wireup.listeners.slots.get_mut(idx as usize) {
             if s.live {
-                let _ = epoll::delete(&self.epoll, s.socket.fd());
+                let _ = epoll::delete(&self.progress.epoll, s.socket.fd());
                 s.live = false;
                 s.handler = None;
                 // Close the socket now by replacing it with a closed placeholder.
@@ -128,7 +128,7 @@ impl State {
                 ) {
                     s.socket = l;
                 }
-                self.listeners.free.push(idx);
+                self.wireup.listeners.free.push(idx);
             }
         }
     }
@@ -146,25 +146,25 @@ impl State {
             client_id: 0,
             client_addr: None,
         };
-        let idx = match self.pending_conns.free.pop() {
+        let idx = match self.wireup.pending_conns.free.pop() {
             Some(i) => {
-                let s = &mut self.pending_conns.slots[i as usize];
+                let s = &mut self.wireup.pending_conns.slots[i as usize];
                 let generation = s.generation.wrapping_add(1);
                 *s = PendingConn { generation, ..conn };
                 i
             }
             None => {
-                self.pending_conns.slots.push(conn);
-                (self.pending_conns.slots.len() - 1) as u32
+                self.wireup.pending_conns.slots.push(conn);
+                (self.wireup.pending_conns.slots.len() - 1) as u32
             }
         };
-        if let Some(fd) = self.pending_conns.slots[idx as usize]
+        if let Some(fd) = self.wireup.pending_conns.slots[idx as usize]
             .rx
             .as_ref()
             .and_then(|r| r.fd())
         {
             let _ = epoll::add(
-                &self.epoll,
+                &self.progress.epoll,
                 fd,
                 epoll::EventData::new_u64(token::make(token::PENDING, idx)),
                 epoll::EventFlags::IN | epoll::EventFlags::RDHUP,
@@ -173,8 +173,8 @@ impl State {
     }
 
     fn pending_drop(&mut self, idx: u32, why: Option<String>) {
-        let epfd = &self.epoll;
-        if let Some(p) = self.pending_conns.slots.get_mut(idx as usize) {
+        let epfd = &self.progress.epoll;
+        if let Some(p) = self.wireup.pending_conns.slots.get_mut(idx as usize) {
             if !p.live {
                 return;
             }
@@ -187,7 +187,7 @@ impl State {
             p.live = false;
             p.tx = None;
             p.rx = None;
-            self.pending_conns.free.push(idx);
+            self.wireup.pending_conns.free.push(idx);
         }
     }
 
@@ -195,11 +195,11 @@ impl State {
     /// connections. Returns how many events were handled.
     pub(crate) fn progress_conns(&mut self) -> usize {
         let mut n = 0;
-        self.acceptors.expire();
-        if !self.setups.is_empty() {
+        self.wireup.acceptors.expire();
+        if !self.wireup.setups.is_empty() {
             n += self.progress_setups();
         }
-        for i in 0..self.pending_conns.slots.len() as u32 {
+        for i in 0..self.wireup.pending_conns.slots.len() as u32 {
             n += self.pending_step(i);
         }
         n
@@ -207,7 +207,7 @@ impl State {
 
     /// Take the connections waiting on the worker's acceptor `which` (its fd was readable).
     pub(crate) fn accept_from(&mut self, which: u32) -> usize {
-        let links = self.acceptors.accept(which);
+        let links = self.wireup.acceptors.accept(which);
         let n = links.len();
         for (tx, rx, peer) in links {
             self.pending_add(tx, rx, None, peer);
@@ -217,7 +217,13 @@ impl State {
 
     /// Take the connections waiting on user listener `i`.
     pub(crate) fn accept_listener(&mut self, i: u32) -> usize {
-        let links = match self.listeners.slots.get_mut(i as usize).filter(|s| s.live) {
+        let links = match self
+            .wireup
+            .listeners
+            .slots
+            .get_mut(i as usize)
+            .filter(|s| s.live)
+        {
             Some(s) => s.socket.accept(),
             None => return 0,
         };
@@ -231,6 +237,7 @@ impl State {
     /// Look at a pending connection's first frame.
     pub(crate) fn pending_step(&mut self, i: u32) -> usize {
         let Some(p) = self
+            .wireup
             .pending_conns
             .slots
             .get_mut(i as usize)
@@ -292,7 +299,7 @@ impl State {
                         p.client_addr = Some(addr);
                         let generation = p.generation;
                         let l = listener.unwrap_or(0);
-                        self.deferred.push(Deferred::Conn(
+                        self.progress.deferred.push(Deferred::Conn(
                             l,
                             ConnRequest {
                                 pending: i,
@@ -322,19 +329,19 @@ impl State {
         purpose: u32,
         addr: WorkerAddress,
     ) -> Result<(), String> {
-        let Some(p) = self.pending_conns.slots.get_mut(i as usize) else {
+        let Some(p) = self.wireup.pending_conns.slots.get_mut(i as usize) else {
             return Ok(());
         };
         let (Some(tx), Some(rx)) = (p.tx.take(), p.rx.take()) else {
             return Ok(());
         };
         if let Some(fd) = rx.fd() {
-            let _ = epoll::delete(&self.epoll, fd);
+            let _ = epoll::delete(&self.progress.epoll, fd);
         }
         p.live = false;
         let conn_peer = std::mem::take(&mut p.peer);
-        self.pending_conns.free.push(i);
-        let loc = locality(&addr, self.worker_id);
+        self.wireup.pending_conns.free.push(i);
+        let loc = locality(&addr, self.wireup.worker_id);
         // Named by what the kernel says of the connection (the pid of a local process, the
         // address of a tcp peer); the pid a tcp peer gives for itself is only its word.
         let name = tx.caps().name;
@@ -353,7 +360,7 @@ impl State {
                     ep.peer_worker = addr.worker_id;
                 }
                 let g = self.ep(e).map(|ep| ep.generation).unwrap_or(0);
-                self.incoming.push_back((e, g));
+                self.wireup.incoming.push_back((e, g));
                 self.log_selection(e, loc);
                 Ok(())
             }
@@ -384,6 +391,7 @@ impl State {
     /// The listener's handler accepted a connection request.
     pub(crate) fn conn_accept(&mut self, req: &ConnRequest) -> Result<u32> {
         let p = self
+            .wireup
             .pending_conns
             .slots
             .get_mut(req.pending as usize)
@@ -403,20 +411,20 @@ impl State {
         let client = p.client_addr.take();
         let peer = p.peer.clone();
         if let Some(fd) = rx.fd() {
-            let _ = epoll::delete(&self.epoll, fd);
+            let _ = epoll::delete(&self.progress.epoll, fd);
         }
         p.live = false;
-        self.pending_conns.free.push(req.pending);
+        self.wireup.pending_conns.free.push(req.pending);
         let conn_id = random_u64();
         let hdr = Header::conn_accept(conn_id);
-        let addr = self.address_bytes.clone();
+        let addr = self.wireup.address_bytes.clone();
         send_now(&mut tx, &[hdr.as_bytes(), &addr])?;
         let e = self.ep_alloc(peer);
         self.ep_install_link(e, tx, rx)?;
         let (upgrade, loc) = match &client {
             Some(c) => (
-                dial::upgrade_possible(c, &self.address),
-                locality(c, self.worker_id),
+                dial::upgrade_possible(c, &self.wireup.address),
+                locality(c, self.wireup.worker_id),
             ),
             None => (false, "inter-node"),
         };
@@ -437,6 +445,7 @@ impl State {
     /// The listener's handler rejected a connection request.
     pub(crate) fn conn_reject(&mut self, req: &ConnRequest) {
         let Some(p) = self
+            .wireup
             .pending_conns
             .slots
             .get_mut(req.pending as usize)

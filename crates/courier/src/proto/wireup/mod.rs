@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 use rustix::event::epoll;
 
 use super::endpoint::EpStatus;
+use super::progress::ProgressState;
 use super::progress::token;
 use super::rndv::RndvCopies;
 use super::{Slab, State};
@@ -48,6 +49,31 @@ fn locality(peer: &WorkerAddress, me: u64) -> &'static str {
     } else {
         "inter-node"
     }
+}
+
+/// Wireup's worker-wide state.
+pub(crate) struct WireupState {
+    /// The context's name, for log lines.
+    pub(crate) ctx_name: String,
+    /// This worker's id (in its address).
+    pub(crate) worker_id: u64,
+    /// This worker's address, and packed.
+    pub(crate) address: WorkerAddress,
+    pub(crate) address_bytes: Vec<u8>,
+    /// The worker's acceptors (one per transport that peers reach by worker address).
+    pub(crate) acceptors: Acceptors,
+    /// User listeners.
+    pub(crate) listeners: Slab<ListenerSlot>,
+    /// Connections accepted and waiting for their first frame or their handler's answer.
+    pub(crate) pending_conns: Slab<PendingConn>,
+    /// Links this side is setting up over several steps (their acceptors' replies awaited).
+    pub(crate) setups: Vec<LinkSetup>,
+    /// Endpoints peers created to this worker, not yet taken by the application.
+    pub(crate) incoming: VecDeque<(u32, u32)>,
+    /// Why transports are not usable by this worker.
+    pub(crate) excluded: Vec<String>,
+    /// The endpoint configurations already logged.
+    pub(crate) ep_configs: Vec<String>,
 }
 
 /// A link this side is setting up for endpoint `e` over several steps (`Connecting`):
@@ -127,66 +153,49 @@ impl State {
         Ok(State {
             cfg,
             mem,
-            ctx_name,
-            worker_id,
-            address_bytes: address.pack(),
-            address,
             reqs: Slab::default(),
             eps: Slab::default(),
-            active: Vec::new(),
-            expected: Default::default(),
-            unexpected: Default::default(),
-            unexp_pool: Vec::new(),
-            am_handlers: Vec::new(),
-            deferred: Vec::new(),
-            deferred_spare: Vec::new(),
-            acceptors,
-            listeners: Slab::default(),
-            pending_conns: Slab::default(),
-            setups: Vec::new(),
-            epoll: epollfd,
-            eventfd,
-            ep_configs: Vec::new(),
-            progress_calls: 0,
-            idle_flushes: 0,
-            idle_flush_look: None,
-            in_progress: false,
-            fd_links: 0,
-            fd_watched: false,
-            armed_at: 0,
-            reap: Vec::new(),
-            excluded,
-            link_errors: Vec::new(),
-            incoming: VecDeque::new(),
-            splits: Vec::new(),
-            copies: VecDeque::new(),
-            piece_bytes: usize::MAX,
-            copies_untimed: 0,
-            copy_spent: 0,
-            rndv_copies: RndvCopies::default(),
-            written: Vec::new(),
             parked: None,
+            written: Vec::new(),
+            progress: ProgressState::new(epollfd, eventfd),
+            tag: Default::default(),
+            am: Default::default(),
+            rndv: Default::default(),
+            onesided: Default::default(),
+            wireup: WireupState {
+                ctx_name,
+                worker_id,
+                address_bytes: address.pack(),
+                address,
+                acceptors,
+                listeners: Slab::default(),
+                pending_conns: Slab::default(),
+                setups: Vec::new(),
+                incoming: VecDeque::new(),
+                excluded,
+                ep_configs: Vec::new(),
+            },
         })
     }
 
     /// This worker's address, packed, for peers to connect to.
     pub(crate) fn address_bytes(&self) -> &[u8] {
-        &self.address_bytes
+        &self.wireup.address_bytes
     }
 
     /// Why transports are not usable by this worker (excluded, unavailable).
     pub(crate) fn excluded(&self) -> &[String] {
-        &self.excluded
+        &self.wireup.excluded
     }
 
     /// How this worker's single-copy rendezvous copies were made so far.
     pub(crate) fn rndv_copies(&self) -> RndvCopies {
-        self.rndv_copies
+        self.rndv.stats
     }
 
     /// The next endpoint a peer opened to this worker by its address, not yet taken.
     pub(crate) fn take_incoming(&mut self) -> Option<(u32, u32)> {
-        while let Some((idx, generation)) = self.incoming.pop_front() {
+        while let Some((idx, generation)) = self.wireup.incoming.pop_front() {
             if self.ep_is(idx, generation) {
                 return Some((idx, generation));
             }
@@ -200,15 +209,15 @@ impl State {
             return;
         };
         let key = format!("{locality} {}", super::onesided::lanes_line(&caps));
-        let n = match self.ep_configs.iter().position(|k| *k == key) {
+        let n = match self.wireup.ep_configs.iter().position(|k| *k == key) {
             Some(n) => n,
             None => {
-                self.ep_configs.push(key.clone());
-                let n = self.ep_configs.len() - 1;
+                self.wireup.ep_configs.push(key.clone());
+                let n = self.wireup.ep_configs.len() - 1;
                 let (loc, rest) = key.split_once(' ').unwrap_or((&key, ""));
-                tracing::info!("{} {loc} cfg#{n} {rest}", self.ctx_name);
-                for why in &self.excluded {
-                    tracing::info!("{} cfg#{n}: {why}", self.ctx_name);
+                tracing::info!("{} {loc} cfg#{n} {rest}", self.wireup.ctx_name);
+                for why in &self.wireup.excluded {
+                    tracing::info!("{} cfg#{n}: {why}", self.wireup.ctx_name);
                 }
                 n
             }
@@ -220,8 +229,8 @@ impl State {
     pub(crate) fn connect_address(&mut self, bytes: &[u8]) -> Result<u32> {
         let peer = WorkerAddress::unpack(bytes)
             .map_err(|e| Error::msg(Status::InvalidAddress, e.to_string()))?;
-        let loc = locality(&peer, self.worker_id);
-        let same_worker = peer.worker_id == self.worker_id;
+        let loc = locality(&peer, self.wireup.worker_id);
+        let same_worker = peer.worker_id == self.wireup.worker_id;
         let dialer = Box::new(Dialer::new(peer, same_worker));
         let conn_id = random_u64();
         self.dial(dialer, conn_id, loc, None)
@@ -243,14 +252,14 @@ impl State {
                 let p = self.ep_alloc(format!("self (pid {pid})"));
                 for (e, tx, rx) in [(a, atx, arx), (p, ptx, prx)] {
                     self.ep_install_link(e, tx, rx)?;
-                    let me = self.worker_id;
+                    let me = self.wireup.worker_id;
                     if let Some(ep) = self.ep(e) {
                         ep.status = EpStatus::Connected;
                         ep.peer_worker = me;
                     }
                 }
                 let pg = self.ep(p).map(|ep| ep.generation).unwrap_or(0);
-                self.incoming.push_back((p, pg));
+                self.wireup.incoming.push_back((p, pg));
                 self.log_selection(a, "self");
                 Ok(a)
             }
@@ -301,13 +310,13 @@ impl State {
         let generation = self.ep(e).map(|ep| ep.generation).unwrap_or(0);
         // Level-triggered: a reply already there wakes the next sleep at once.
         let watched = epoll::add(
-            &self.epoll,
+            &self.progress.epoll,
             conn.fd(),
             epoll::EventData::new_u64(token::make(token::SETUP, 0)),
             epoll::EventFlags::IN | epoll::EventFlags::RDHUP,
         )
         .is_ok();
-        self.setups.push(LinkSetup {
+        self.wireup.setups.push(LinkSetup {
             e,
             generation,
             conn,
@@ -321,8 +330,8 @@ impl State {
     pub(crate) fn progress_setups(&mut self) -> usize {
         let mut n = 0;
         let mut i = 0;
-        while i < self.setups.len() {
-            let c = &mut self.setups[i];
+        while i < self.wireup.setups.len() {
+            let c = &mut self.wireup.setups[i];
             let gone = self.eps.slots.get(c.e as usize).is_none_or(|ep| {
                 !ep.live || ep.generation != c.generation || ep.status != EpStatus::Connecting
             });
@@ -331,12 +340,12 @@ impl State {
                 i += 1;
                 continue;
             }
-            let c = self.setups.swap_remove(i);
+            let c = self.wireup.setups.swap_remove(i);
             n += 1;
             if c.watched {
                 // Before the socket becomes the link's, which may watch it under its own
                 // token.
-                let _ = epoll::delete(&self.epoll, c.conn.fd());
+                let _ = epoll::delete(&self.progress.epoll, c.conn.fd());
             }
             if gone {
                 // Closed (or failed) while connecting: dropping the setup closes its
@@ -411,7 +420,7 @@ impl State {
         loc: &str,
     ) -> Result<u32> {
         let hdr = Header::wireup(conn_id, purpose::NEW);
-        let addr = self.address_bytes.clone();
+        let addr = self.wireup.address_bytes.clone();
         send_now(&mut tx, &[hdr.as_bytes(), &addr])?;
         self.ep_install_link(e, tx, rx)?;
         if let Some(ep) = self.ep(e) {
@@ -427,7 +436,7 @@ impl State {
     pub(crate) fn connect_sockaddr(&mut self, sa: SocketAddr, client_id: u64) -> Result<u32> {
         let (mut tx, rx) = dial::connect_socket(sa, &self.cfg)?;
         let hdr = Header::conn_req(client_id);
-        let addr = self.address_bytes.clone();
+        let addr = self.wireup.address_bytes.clone();
         send_now(&mut tx, &[hdr.as_bytes(), &addr])?;
         let e = self.ep_alloc(sa.to_string());
         self.ep_install_link(e, tx, rx)?;
@@ -457,8 +466,8 @@ impl State {
         }
         ep.conn_id = conn_id;
         ep.peer_worker = server.worker_id;
-        let loc = locality(&server, self.worker_id);
-        if dial::upgrade_possible(&server, &self.address) {
+        let loc = locality(&server, self.wireup.worker_id);
+        if dial::upgrade_possible(&server, &self.wireup.address) {
             match dial::upgrade_start(&server, &self.cfg) {
                 Ok(conn) => {
                     // Stays connecting on its link until the acceptor's worker answers.
@@ -478,7 +487,7 @@ impl State {
     /// beside it, and the endpoint is connected.
     fn upgraded(&mut self, e: u32, conn_id: u64, pid: u32, loc: &str, mut tx: LinkTx, rx: LinkRx) {
         let hdr = Header::wireup(conn_id, purpose::UPGRADE);
-        let addr = self.address_bytes.clone();
+        let addr = self.wireup.address_bytes.clone();
         if let Err(err) = send_now(&mut tx, &[hdr.as_bytes(), &addr]) {
             return self.fail_ep(e, err);
         }
