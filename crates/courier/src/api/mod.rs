@@ -1,5 +1,8 @@
 //! api — the objects applications use: `Context` → `Worker` → `Endpoint`, `Listener`,
-//! `Request`. Thin wrappers over the protocol layer's state; they own lifetimes and locking.
+//! `Memory` and `RemoteKey`, `Request`, `Semaphore`. Thin wrappers: they own lifetimes,
+//! borrow the caller's buffers for a request's life, take the worker's state cell, and
+//! call the protocol layer, which does the work (progress, matching, rendezvous,
+//! one-sided routes) and owns the state. No file here reads `proto::State`'s fields.
 
 mod context;
 mod endpoint;

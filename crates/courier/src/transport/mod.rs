@@ -18,6 +18,12 @@
 //! from a transport's name. Built-in transports are dispatched through enums, not trait
 //! objects, so the hot path has no virtual calls.
 //!
+//! Beside the links: `dial` holds which transport reaches a worker (acceptors, dialing a
+//! worker address in order of preference, link setups over several steps, the listener
+//! flow's sockets); `info` says what each transport can do in this process
+//! (`courier::transports`); `shm::memory` is the one interface through which the layers
+//! above reach this host's memory (segments, a peer's descriptors, CMA, doorbells).
+//!
 //! Errors: `send` returns [`TxError::NoResource`] when its queue is full (back-pressure: the
 //! caller keeps the frame in its pending queue and retries after progress); any other error
 //! means the link is dead (peer gone, protocol violation) and the endpoint fails.

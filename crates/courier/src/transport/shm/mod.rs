@@ -323,6 +323,7 @@ impl Tx {
     }
 
     /// Whether this link reads the peer's memory directly (CMA, `process_vm_readv`).
+    #[cfg(test)]
     pub fn cma(&self) -> bool {
         self.cma
     }

@@ -126,7 +126,6 @@ enum Seg {
 pub struct Tx {
     sock: Arc<OwnedFd>,
     peer: SocketAddr,
-    local: Option<SocketAddr>,
     caps: Caps,
     /// Copied bytes not yet written are `q[head..]`; `segs` says where they go in the stream.
     q: Vec<u8>,
@@ -193,7 +192,6 @@ fn halves(fd: OwnedFd, peer: SocketAddr, accepting: bool, cc: &TcpCongestion) ->
     let tx = Tx {
         sock: sock.clone(),
         peer,
-        local,
         caps: caps(local),
         q: Vec::new(),
         head: 0,

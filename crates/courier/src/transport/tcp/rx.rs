@@ -5,6 +5,7 @@ use super::*;
 
 impl Rx {
     /// The peer's address.
+    #[cfg(test)]
     pub fn peer_addr(&self) -> SocketAddr {
         self.peer
     }

@@ -5,13 +5,9 @@ use super::*;
 
 impl Tx {
     /// The peer's address.
+    #[cfg(test)]
     pub fn peer_addr(&self) -> SocketAddr {
         self.peer
-    }
-
-    /// This side's address, if known.
-    pub fn local_addr(&self) -> Option<SocketAddr> {
-        self.local
     }
 
     /// Bytes queued in user space (copied or referenced), not yet taken by the kernel.
