@@ -11,13 +11,13 @@ use crate::proto::am::AmFlags;
 use crate::proto::buf::Buf;
 use crate::proto::endpoint::EpRef;
 use crate::proto::request::Callback;
-use crate::proto::tag::Started;
+use crate::proto::request::Started;
 
 /// Parameters of a new endpoint.
 #[derive(Default)]
 pub struct EndpointParams {
     /// Called once, inside progress, when the endpoint fails (peer died, closed, lied).
-    pub error_handler: Option<crate::proto::endpoint::ErrorHandler>,
+    pub error_handler: Option<crate::proto::request::ErrorHandler>,
 }
 
 impl EndpointParams {

@@ -10,7 +10,7 @@ use crate::base::Result;
 use crate::proto::buf::Buf;
 use crate::proto::onesided::{self, AtomicOp, Key, SignalOp, SignalTarget};
 use crate::proto::request::Callback;
-use crate::proto::tag::Started;
+use crate::proto::request::Started;
 
 /// A peer's remote key, unpacked on an endpoint.
 pub struct RemoteKey {

@@ -19,8 +19,9 @@ use crate::proto::State;
 use crate::proto::am::{AmDelivery, AmRndv};
 use crate::proto::buf::Buf;
 use crate::proto::progress::Progress;
+use crate::proto::request::Started;
 use crate::proto::request::{Callback, Info, RawFn};
-use crate::proto::tag::{ProbeInfo, Started};
+use crate::proto::tag::ProbeInfo;
 
 pub(crate) struct WorkerInner {
     pub cell: StateCell<State>,

@@ -7,8 +7,8 @@
 
 use super::State;
 use super::buf::Buf;
+use super::request::Started;
 use super::request::{Callback, Info, ReqKind};
-use super::tag::Started;
 use crate::base::{Error, Result, Status};
 use crate::transport::RndvMode;
 use crate::wire::frame::{self, Header, Kind};

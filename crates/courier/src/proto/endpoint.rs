@@ -2,17 +2,16 @@
 //! one gets its link, fails, and is freed.
 
 use std::collections::VecDeque;
-use std::os::fd::OwnedFd;
 use std::time::{Duration, Instant};
 
 use rustix::event::epoll;
 
 use super::State;
-use super::progress::{Deferred, token};
+use super::fdpoll::watch;
+use super::request::ErrorHandler;
 use super::request::{ReqKind, make_id};
 use super::rndv::PushJob;
 use super::send::Pending;
-use super::tag::UnexpBody;
 use crate::base::lock::StateCell;
 use crate::base::{Error, Result, Status};
 use crate::transport::{Caps, LinkRx, LinkTx, RndvMode};
@@ -65,9 +64,6 @@ impl EpRef<'_> {
     }
 }
 
-/// An endpoint's error handler.
-pub type ErrorHandler = Box<dyn FnMut(&Error) + Send>;
-
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum EpStatus {
     /// Waiting for the peer to accept (listener flow) or for a link upgrade.
@@ -91,7 +87,7 @@ pub(crate) struct EpSlot {
     pub(in crate::proto) push: VecDeque<PushJob>,
     pub(in crate::proto) stream_in: VecDeque<u8>,
     pub(in crate::proto) stream_reqs: VecDeque<u64>,
-    pub(in crate::proto) err_handler: Option<crate::proto::endpoint::ErrorHandler>,
+    pub(in crate::proto) err_handler: Option<crate::proto::request::ErrorHandler>,
     pub(in crate::proto) err_reported: bool,
     pub(in crate::proto) peer: String,
     pub(in crate::proto) conn_id: u64,
@@ -121,6 +117,13 @@ pub(crate) struct EpSlot {
 }
 
 impl EpSlot {
+    /// Whether the endpoint is connected (its link carries the protocols' frames).
+    #[inline(always)]
+    pub(crate) fn is_connected(&self) -> bool {
+        self.status == EpStatus::Connected
+    }
+
+    #[inline]
     pub(crate) fn dead_error(&self) -> Option<Error> {
         match &self.status {
             EpStatus::Dead(e) => Some(e.clone()),
@@ -305,18 +308,15 @@ impl State {
             .map(|(i, s)| make_id(s.generation, i as u32))
             .collect();
         for id in ids {
-            self.tag.expected.retain(|p| p.id != id);
+            self.tag.forget_posted(id);
             self.complete(id, Err(err.clone()));
         }
         // Split receives from this peer and copies with it: their requests failed above.
-        self.rndv.splits.retain(|w| w.ep != e);
-        self.rndv.copies.retain(|c| c.ep != e);
+        self.rndv.forget_ep(e);
         // Rendezvous offers from this peer can no longer be fetched.
-        self.tag
-            .unexpected
-            .retain(|u| !(u.ep == e && matches!(u.body, UnexpBody::Rts { .. })));
+        self.tag.forget_offers_from(e);
         if let Some(h) = handler {
-            self.progress.deferred.push(Deferred::EpError(h, err));
+            self.defer_ep_error(h, err);
         }
         if busy {
             self.progress.reap.push(e);
@@ -348,23 +348,6 @@ impl State {
                 self.eps.free.push(e);
             }
         }
-    }
-}
-
-/// Add endpoint `e`'s link fd to the worker's epoll set (already there: fine).
-pub(crate) fn watch(
-    epfd: &OwnedFd,
-    fd: std::os::fd::BorrowedFd<'_>,
-    e: u32,
-) -> std::result::Result<(), rustix::io::Errno> {
-    match epoll::add(
-        epfd,
-        fd,
-        epoll::EventData::new_u64(token::make(token::EP, e)),
-        epoll::EventFlags::IN | epoll::EventFlags::RDHUP,
-    ) {
-        Ok(()) | Err(rustix::io::Errno::EXIST) => Ok(()),
-        Err(err) => Err(err),
     }
 }
 
@@ -519,9 +502,7 @@ impl State {
             ep.err_handler = None;
         }
         // Error handlers are not called for a local close.
-        self.progress
-            .deferred
-            .retain(|d| !matches!(d, Deferred::EpError(..)));
+        self.drop_deferred_ep_errors();
         if !self.ep(e).is_some_and(|ep| ep.rx_busy) {
             self.ep_free(e);
         }

@@ -17,9 +17,47 @@
 //! they stay in. Either way a failure or close is seen: a direct read reports it as
 //! epoll would.
 
+use std::os::fd::OwnedFd;
+
+use rustix::event::epoll;
+
 use super::State;
-use super::endpoint::watch;
 use crate::base::{Error, Result};
+
+/// Epoll token kinds.
+pub(crate) mod token {
+    /// One of the worker's acceptors (`transport::dial::Acceptors`), by index.
+    pub const ACCEPT: u64 = 1;
+    pub const LISTENER: u64 = 3;
+    pub const EP: u64 = 4;
+    pub const PENDING: u64 = 5;
+    pub const EVENT: u64 = 6;
+    /// A link setup's fd (`State::setups`): it may move on.
+    pub const SETUP: u64 = 7;
+    pub fn make(kind: u64, idx: u32) -> u64 {
+        (kind << 56) | idx as u64
+    }
+    pub fn split(t: u64) -> (u64, u32) {
+        (t >> 56, t as u32)
+    }
+}
+
+/// Add endpoint `e`'s link fd to the worker's epoll set (already there: fine).
+pub(crate) fn watch(
+    epfd: &OwnedFd,
+    fd: std::os::fd::BorrowedFd<'_>,
+    e: u32,
+) -> std::result::Result<(), rustix::io::Errno> {
+    match epoll::add(
+        epfd,
+        fd,
+        epoll::EventData::new_u64(token::make(token::EP, e)),
+        epoll::EventFlags::IN | epoll::EventFlags::RDHUP,
+    ) {
+        Ok(()) | Err(rustix::io::Errno::EXIST) => Ok(()),
+        Err(err) => Err(err),
+    }
+}
 
 /// Up to this many fd links, progress reads their sockets directly; epoll still runs
 /// every [`DIRECT_EPOLL_EVERY`] calls for listeners, new connections and the event fd.

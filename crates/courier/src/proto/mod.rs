@@ -9,7 +9,9 @@
 
 use std::sync::Arc;
 
-use crate::base::Config;
+use rustix::event::epoll;
+
+use crate::base::{Config, Error, Result};
 
 pub mod am;
 pub(crate) mod buf;
@@ -76,4 +78,43 @@ pub(crate) struct State {
     /// Wireup: this worker's address, acceptors, listeners, connections being set up
     /// (`wireup/`).
     wireup: wireup::WireupState,
+}
+
+impl State {
+    /// A fresh worker state: its epoll set and event fd, its acceptors and address.
+    pub(crate) fn new(
+        cfg: Arc<Config>,
+        ctx_name: String,
+        mem: Arc<memreg::MemRegistry>,
+    ) -> Result<State> {
+        let epollfd =
+            epoll::create(epoll::CreateFlags::CLOEXEC).map_err(|e| Error::io("epoll_create", e))?;
+        let eventfd = rustix::event::eventfd(
+            0,
+            rustix::event::EventfdFlags::CLOEXEC | rustix::event::EventfdFlags::NONBLOCK,
+        )
+        .map_err(|e| Error::io("eventfd", e))?;
+        epoll::add(
+            &epollfd,
+            &eventfd,
+            epoll::EventData::new_u64(fdpoll::token::make(fdpoll::token::EVENT, 0)),
+            epoll::EventFlags::IN,
+        )
+        .map_err(|e| Error::io("epoll add", e))?;
+        let wireup = wireup::WireupState::open(&cfg, ctx_name, &epollfd)?;
+        Ok(State {
+            cfg,
+            mem,
+            reqs: Slab::default(),
+            eps: Slab::default(),
+            parked: None,
+            written: Vec::new(),
+            progress: progress::ProgressState::new(epollfd, eventfd),
+            tag: Default::default(),
+            am: Default::default(),
+            rndv: Default::default(),
+            onesided: Default::default(),
+            wireup,
+        })
+    }
 }

@@ -16,10 +16,10 @@ use rustix::event::epoll;
 
 use super::State;
 use super::am::AmDelivery;
-use super::endpoint::ErrorHandler;
-use super::fdpoll;
+use super::fdpoll::{self, token};
 use super::recv::{Eager, PollOne};
-use super::request::{Callback, Info};
+use super::request::ErrorHandler;
+use super::request::{Callback, Info, RawFn};
 use crate::base::lock::{Guard, StateCell};
 use crate::base::{Error, Result};
 
@@ -44,24 +44,6 @@ pub(crate) enum Deferred {
 /// signal only through their fd (shared memory: wakeups and a peer's hang-up), listeners,
 /// new connections and the event fd, when nothing else makes it look.
 pub(crate) const EPOLL_EVERY: u64 = 256;
-
-/// Epoll token kinds.
-pub(crate) mod token {
-    /// One of the worker's acceptors (`transport::dial::Acceptors`), by index.
-    pub const ACCEPT: u64 = 1;
-    pub const LISTENER: u64 = 3;
-    pub const EP: u64 = 4;
-    pub const PENDING: u64 = 5;
-    pub const EVENT: u64 = 6;
-    /// A link setup's fd (`State::setups`): it may move on.
-    pub const SETUP: u64 = 7;
-    pub fn make(kind: u64, idx: u32) -> u64 {
-        (kind << 56) | idx as u64
-    }
-    pub fn split(t: u64) -> (u64, u32) {
-        (t >> 56, t as u32)
-    }
-}
 
 /// The progress loop's state.
 pub(crate) struct ProgressState {
@@ -358,6 +340,56 @@ impl<'a> Progress<'a> {
 }
 
 impl State {
+    /// Queue the completion of a request whose callback runs outside the lock.
+    #[inline(always)]
+    pub(super) fn defer_completion(
+        &mut self,
+        cb: Callback,
+        result: Result<Info, Error>,
+        info: Info,
+    ) {
+        self.progress.deferred.push(Deferred::Req(cb, result, info));
+    }
+
+    /// Queue a plain function's successful completion (`Vec::push`, in line on the
+    /// small-message path). Room is made first and the entry built in place: built before
+    /// a possible `reserve` call, it would be spilled whole and copied back in wide loads
+    /// of the narrow stores that built it, which the CPU cannot forward.
+    #[inline(always)]
+    pub(super) fn defer_raw_ok(&mut self, f: RawFn, user: usize, info: Info) {
+        if self.progress.deferred.len() == self.progress.deferred.capacity() {
+            self.progress.deferred.reserve(32);
+        }
+        let at = self.progress.deferred.len();
+        // SAFETY: there is room for one more element (reserved above); writing it past the
+        // end and then counting it is what `push` does.
+        unsafe {
+            self.progress
+                .deferred
+                .as_mut_ptr()
+                .add(at)
+                .write(Deferred::Req(Callback::Raw(f, user), Ok(info), info));
+            self.progress.deferred.set_len(at + 1);
+        }
+    }
+
+    /// Queue an endpoint's error handler (`Deferred::EpError`).
+    pub(super) fn defer_ep_error(&mut self, h: ErrorHandler, err: Error) {
+        self.progress.deferred.push(Deferred::EpError(h, err));
+    }
+
+    /// Queue a listener's handler for a connection request.
+    pub(super) fn defer_conn(&mut self, listener: u32, req: crate::proto::wireup::ConnRequest) {
+        self.progress.deferred.push(Deferred::Conn(listener, req));
+    }
+
+    /// Drop the endpoint error handlers queued so far (a local close calls none).
+    pub(super) fn drop_deferred_ep_errors(&mut self) {
+        self.progress
+            .deferred
+            .retain(|d| !matches!(d, Deferred::EpError(..)));
+    }
+
     /// Whether a progress call is running (a request dropped inside a callback cannot
     /// progress the worker itself).
     pub(crate) fn in_progress(&self) -> bool {

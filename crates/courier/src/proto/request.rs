@@ -4,7 +4,6 @@
 
 use super::State;
 use super::buf::Buf;
-use super::progress::Deferred;
 use crate::base::{Error, Status};
 
 /// What a completed operation reports.
@@ -29,9 +28,21 @@ pub enum Callback {
     Raw(RawFn, usize),
 }
 
+/// An endpoint's error handler: run once, inside progress, when the endpoint fails.
+pub type ErrorHandler = Box<dyn FnMut(&Error) + Send>;
+
 /// A plain completion function: the user word, the result, and the operation's `Info`
 /// (passed also on failure).
 pub type RawFn = fn(usize, Result<Info, Error>, Info);
+
+/// How an operation started.
+#[derive(Debug)]
+pub enum Started {
+    /// Completed at once (no request was made; no callback will run).
+    Done(Info),
+    /// In progress: a request id to poll or wait on.
+    Pending(u64),
+}
 
 /// What a request is waiting for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -323,7 +334,7 @@ impl State {
         let cb = std::mem::replace(&mut s.callback, Callback::None);
         s.release();
         self.reqs.free.push(idx);
-        self.progress.deferred.push(Deferred::Req(cb, result, info));
+        self.defer_completion(cb, result, info);
     }
 
     /// Complete the receive in slot `idx` (live, not done, no device copy, one host
@@ -356,28 +367,6 @@ impl State {
                 let info = Info { len, tag, value: 0 };
                 self.complete_slot(idx, Ok(info), info)
             }
-        }
-    }
-
-    /// Queue a plain function's successful completion (`Vec::push`, in line on the
-    /// small-message path). Room is made first and the entry built in place: built before
-    /// a possible `reserve` call, it would be spilled whole and copied back in wide loads
-    /// of the narrow stores that built it, which the CPU cannot forward.
-    #[inline(always)]
-    fn defer_raw_ok(&mut self, f: RawFn, user: usize, info: Info) {
-        if self.progress.deferred.len() == self.progress.deferred.capacity() {
-            self.progress.deferred.reserve(32);
-        }
-        let at = self.progress.deferred.len();
-        // SAFETY: there is room for one more element (reserved above); writing it past the
-        // end and then counting it is what `push` does.
-        unsafe {
-            self.progress
-                .deferred
-                .as_mut_ptr()
-                .add(at)
-                .write(Deferred::Req(Callback::Raw(f, user), Ok(info), info));
-            self.progress.deferred.set_len(at + 1);
         }
     }
 

@@ -49,6 +49,15 @@ impl Default for RndvState {
     }
 }
 
+impl RndvState {
+    /// Endpoint `e` failed: its split receives and copies are over (their requests failed
+    /// with it).
+    pub(super) fn forget_ep(&mut self, e: u32) {
+        self.splits.retain(|w| w.ep != e);
+        self.copies.retain(|c| c.ep != e);
+    }
+}
+
 /// Data to push to a peer after it said it is ready (rendezvous without remote read).
 pub(crate) struct PushJob {
     pub(in crate::proto) sreq: u64,
@@ -86,6 +95,11 @@ pub(crate) struct SplitWait {
 }
 
 impl State {
+    /// How this worker's single-copy rendezvous copies were made so far.
+    pub(crate) fn rndv_copies(&self) -> RndvCopies {
+        self.rndv.stats
+    }
+
     /// The matched tag receive `id` into device memory takes its data through host memory:
     /// make its deferred host copy (only page-locked, and only if the pool has one, when
     /// `pinned`), which becomes the request's buffer; the device buffer is filled from it

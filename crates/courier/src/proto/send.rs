@@ -4,7 +4,6 @@
 
 use super::State;
 use super::buf::Buf;
-use super::endpoint::EpStatus;
 use super::request::Info;
 use crate::base::{Error, Result, Status};
 use crate::transport::{LinkTx, Sent, TxError};
@@ -49,10 +48,10 @@ impl State {
         let Some(ep) = self.ep(e) else {
             return Err(Error::new(Status::EndpointClosed, "endpoint was closed"));
         };
-        if let EpStatus::Dead(err) = &ep.status {
-            return Err(err.clone());
+        if let Some(err) = ep.dead_error() {
+            return Err(err);
         }
-        if !(ep.pending.is_empty() && ep.status == EpStatus::Connected) {
+        if !(ep.pending.is_empty() && ep.is_connected()) {
             return Ok(false);
         }
         let Some(tx) = ep.tx.as_mut() else {
@@ -85,7 +84,7 @@ impl State {
         frame: usize,
     ) -> Option<Result<()>> {
         let ep = self.eps.slots.get_mut(e as usize)?;
-        if !(ep.live && ep.status == EpStatus::Connected && ep.pending.is_empty())
+        if !(ep.live && ep.is_connected() && ep.pending.is_empty())
             || eager_len.is_some_and(|l| l >= ep.rndv_thresh)
         {
             return None;
@@ -170,7 +169,7 @@ impl State {
         loop {
             self.check_queued_read(e);
             let Some(ep) = self.ep(e) else { return n };
-            if ep.status != EpStatus::Connected {
+            if !ep.is_connected() {
                 return n;
             }
             let Some(tx) = ep.tx.as_mut() else { return n };

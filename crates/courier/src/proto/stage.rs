@@ -29,7 +29,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use super::State;
 use super::buf::Buf;
 use super::request::Info;
-use super::tag::Started;
+use super::request::Started;
 use crate::base::cuda;
 use crate::base::{Error, Result, Status};
 

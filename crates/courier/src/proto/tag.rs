@@ -9,7 +9,7 @@ use std::collections::VecDeque;
 
 use super::State;
 use super::buf::{Buf, Segs};
-use super::request::{Callback, Info, RawFn, ReqKind, split_id};
+use super::request::{Callback, Info, RawFn, ReqKind, Started, split_id};
 use crate::base::sys::copy_small;
 use crate::base::{Error, Result, Status};
 use crate::transport::RndvMode;
@@ -26,6 +26,20 @@ pub(crate) struct TagQueues {
     /// Emptied buffers of unexpected eager messages, reused for the next ones: a sender
     /// that runs ahead of its receiver's posts otherwise costs an allocation per message.
     pub(super) unexp_pool: Vec<Vec<u8>>,
+}
+
+impl TagQueues {
+    /// Take posted receive `id` out of the queue (it is failing).
+    pub(super) fn forget_posted(&mut self, id: u64) {
+        self.expected.retain(|p| p.id != id);
+    }
+
+    /// Drop the rendezvous offers endpoint `e` sent that no receive took yet: they can no
+    /// longer be fetched.
+    pub(super) fn forget_offers_from(&mut self, e: u32) {
+        self.unexpected
+            .retain(|u| !(u.ep == e && matches!(u.body, UnexpBody::Rts { .. })));
+    }
 }
 
 /// A posted tag receive waiting for its message: the matching fields beside the request's
@@ -53,15 +67,6 @@ pub(crate) enum UnexpBody {
         /// The sender's shared-segment key for `segs`, if it offered one.
         key: Option<Box<[u8]>>,
     },
-}
-
-/// How an operation started.
-#[derive(Debug)]
-pub enum Started {
-    /// Completed at once (no request was made; no callback will run).
-    Done(Info),
-    /// In progress: a request id to poll or wait on.
-    Pending(u64),
 }
 
 /// Result of a probe.

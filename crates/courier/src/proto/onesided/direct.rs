@@ -10,8 +10,8 @@ use crate::base::sys::copy_small;
 use crate::proto::buf::Buf;
 use crate::proto::memreg::Place;
 use crate::proto::request::Info;
+use crate::proto::request::Started;
 use crate::proto::stage;
-use crate::proto::tag::Started;
 use crate::transport::shm::memory::{Doorbell, cma_read, cma_write};
 
 /// Update a signal word written directly, and ring `bell` (the owner's worker) if it may

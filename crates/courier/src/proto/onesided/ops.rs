@@ -16,9 +16,9 @@ use crate::base::{Error, Result, Status};
 use crate::proto::State;
 use crate::proto::buf::Buf;
 use crate::proto::endpoint::EpRef;
+use crate::proto::request::Started;
 use crate::proto::request::{Callback, Info};
 use crate::proto::stage;
-use crate::proto::tag::Started;
 use crate::wire::frame::RemoteRef;
 use crate::wire::rkey::access;
 

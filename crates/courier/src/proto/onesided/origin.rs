@@ -17,9 +17,9 @@ use crate::base::{Error, Result, Status};
 use crate::proto::State;
 use crate::proto::buf::Buf;
 use crate::proto::endpoint::EpStatus;
+use crate::proto::request::Started;
 use crate::proto::request::{Callback, Info, ReqKind};
 use crate::proto::send::Pending;
-use crate::proto::tag::Started;
 use crate::transport::{Sent, TxError};
 use crate::wire::frame::{Header, Kind, RemoteRef};
 

@@ -12,7 +12,7 @@ use crate::base::sys::random_u64;
 use crate::base::{Error, Result, Status};
 use crate::proto::State;
 use crate::proto::endpoint::EpStatus;
-use crate::proto::progress::{Deferred, token};
+use crate::proto::fdpoll::token;
 use crate::transport::dial::{self, SocketListener};
 use crate::transport::{LinkRx, LinkTx};
 use crate::wire::address::WorkerAddress;
@@ -299,7 +299,7 @@ impl State {
                         p.client_addr = Some(addr);
                         let generation = p.generation;
                         let l = listener.unwrap_or(0);
-                        self.progress.deferred.push(Deferred::Conn(
+                        self.defer_conn(
                             l,
                             ConnRequest {
                                 pending: i,
@@ -307,7 +307,7 @@ impl State {
                                 client_addr: peer_s,
                                 client_id,
                             },
-                        ));
+                        );
                         Ok(())
                     }
                 }

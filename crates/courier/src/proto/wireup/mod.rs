@@ -12,15 +12,13 @@
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::os::fd::OwnedFd;
 use std::time::{Duration, Instant};
 
 use rustix::event::epoll;
 
 use super::endpoint::EpStatus;
-use super::progress::ProgressState;
-use super::progress::token;
-use super::rndv::RndvCopies;
+use super::fdpoll::token;
 use super::{Slab, State};
 use crate::base::sys::{host_id, pid, random_u64};
 use crate::base::{Config, Error, Result, Status};
@@ -106,27 +104,10 @@ enum AfterSetup {
     },
 }
 
-impl State {
-    /// A fresh worker state: event fds, acceptors, address.
-    pub(crate) fn new(
-        cfg: Arc<Config>,
-        ctx_name: String,
-        mem: Arc<crate::proto::memreg::MemRegistry>,
-    ) -> Result<State> {
-        let epollfd =
-            epoll::create(epoll::CreateFlags::CLOEXEC).map_err(|e| Error::io("epoll_create", e))?;
-        let eventfd = rustix::event::eventfd(
-            0,
-            rustix::event::EventfdFlags::CLOEXEC | rustix::event::EventfdFlags::NONBLOCK,
-        )
-        .map_err(|e| Error::io("eventfd", e))?;
-        epoll::add(
-            &epollfd,
-            &eventfd,
-            epoll::EventData::new_u64(token::make(token::EVENT, 0)),
-            epoll::EventFlags::IN,
-        )
-        .map_err(|e| Error::io("epoll add", e))?;
+impl WireupState {
+    /// This worker's wireup: its id and address, and the acceptors `cfg` allows, each
+    /// registered in `epoll`; the transports left out and why.
+    pub(super) fn open(cfg: &Config, ctx_name: String, epoll: &OwnedFd) -> Result<WireupState> {
         let worker_id = random_u64();
         let mut excluded = Vec::new();
         for t in crate::base::config::TRANSPORTS {
@@ -141,43 +122,32 @@ impl State {
             uds_name: Vec::new(),
             tcp: Vec::new(),
         };
-        let acceptors = Acceptors::open(&cfg, &mut excluded, &mut address, |fd, which| {
+        let acceptors = Acceptors::open(cfg, &mut excluded, &mut address, |fd, which| {
             epoll::add(
-                &epollfd,
+                epoll,
                 fd,
                 epoll::EventData::new_u64(token::make(token::ACCEPT, which)),
                 epoll::EventFlags::IN,
             )
             .map_err(|e| Error::io("epoll add", e))
         })?;
-        Ok(State {
-            cfg,
-            mem,
-            reqs: Slab::default(),
-            eps: Slab::default(),
-            parked: None,
-            written: Vec::new(),
-            progress: ProgressState::new(epollfd, eventfd),
-            tag: Default::default(),
-            am: Default::default(),
-            rndv: Default::default(),
-            onesided: Default::default(),
-            wireup: WireupState {
-                ctx_name,
-                worker_id,
-                address_bytes: address.pack(),
-                address,
-                acceptors,
-                listeners: Slab::default(),
-                pending_conns: Slab::default(),
-                setups: Vec::new(),
-                incoming: VecDeque::new(),
-                excluded,
-                ep_configs: Vec::new(),
-            },
+        Ok(WireupState {
+            ctx_name,
+            worker_id,
+            address_bytes: address.pack(),
+            address,
+            acceptors,
+            listeners: Slab::default(),
+            pending_conns: Slab::default(),
+            setups: Vec::new(),
+            incoming: VecDeque::new(),
+            excluded,
+            ep_configs: Vec::new(),
         })
     }
+}
 
+impl State {
     /// This worker's address, packed, for peers to connect to.
     pub(crate) fn address_bytes(&self) -> &[u8] {
         &self.wireup.address_bytes
@@ -186,11 +156,6 @@ impl State {
     /// Why transports are not usable by this worker (excluded, unavailable).
     pub(crate) fn excluded(&self) -> &[String] {
         &self.wireup.excluded
-    }
-
-    /// How this worker's single-copy rendezvous copies were made so far.
-    pub(crate) fn rndv_copies(&self) -> RndvCopies {
-        self.rndv.stats
     }
 
     /// The next endpoint a peer opened to this worker by its address, not yet taken.
