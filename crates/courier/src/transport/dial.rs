@@ -333,6 +333,12 @@ impl Dialer {
 /// The transport a listener's connection moves to when it can (`upgrade_start`).
 pub(crate) const UPGRADE: &str = shm::NAME;
 
+/// Whether `COURIER_TLS` lets a connection to a same-host peer move to the link that reaches
+/// the peer's memory (a remote key unpacked before the move already routes as after it).
+pub(crate) fn upgrade_allowed(cfg: &Config) -> bool {
+    cfg.tls.allows(UPGRADE)
+}
+
 /// Whether two workers of a listener's connection (its link a socket's) can move to a
 /// better link: both offer shared memory and share a host.
 pub(crate) fn upgrade_possible(a: &WorkerAddress, b: &WorkerAddress) -> bool {

@@ -14,6 +14,7 @@ use crate::base::sys::host_id;
 use crate::base::{Error, Result, Status};
 use crate::proto::endpoint::{EpId, EpRef};
 use crate::proto::memreg::{MemRegistry, MemoryType, PeerMaps, Place, SegmentRefusal, check};
+use crate::transport::dial;
 use crate::transport::shm::memory::{Doorbell, Mapping, cma_probe};
 use crate::wire::rkey::{RkeyRepr, access};
 
@@ -364,7 +365,7 @@ impl Key {
             ep.with(|st, e| Ok(st.ep_caps(e))).ok().flatten().as_ref(),
             key.pid == std::process::id() && key.ctx_id == reg.ctx_id,
             same_host,
-            cfg.tls.allows("shm"),
+            dial::upgrade_allowed(cfg),
             cfg.shm_cma,
             || cma_probe(key.pid, key.base),
         );
