@@ -636,6 +636,7 @@ impl MemRegistry {
     }
 
     /// Check an access by a peer against this context's own records; where it lands.
+    #[inline]
     pub(crate) fn lookup_place(
         &self,
         region: u64,

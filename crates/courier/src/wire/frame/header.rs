@@ -93,6 +93,7 @@ impl Header {
         })
     }
     /// `Kind::TagRts` offering `len` bytes in `count` segments; `fl`: `SYNC`, `SHARED`.
+    #[inline]
     pub fn tag_rts(tag: u64, sreq: u64, len: u64, count: u32, fl: u8) -> Header {
         Header::new(Kind::TagRts).flags(fl).with(|h| {
             h.set64(field::tag_rts::TAG, tag);
@@ -102,6 +103,7 @@ impl Header {
         })
     }
     /// `Kind::RndvAts` with status 0 or an error code.
+    #[inline]
     pub fn rndv_ats(sreq: u64, status: i32) -> Header {
         Header::new(Kind::RndvAts).with(|h| {
             h.set64(field::rndv_ats::SREQ, sreq);
@@ -109,6 +111,7 @@ impl Header {
         })
     }
     /// `Kind::RndvRtr`.
+    #[inline]
     pub fn rndv_rtr(sreq: u64, rreq: u64, len: u64) -> Header {
         Header::new(Kind::RndvRtr).with(|h| {
             h.set64(field::rndv_rtr::SREQ, sreq);
@@ -125,11 +128,13 @@ impl Header {
         })
     }
     /// `Kind::SyncAck`.
+    #[inline]
     pub fn sync_ack(sreq: u64) -> Header {
         Header::new(Kind::SyncAck).with(|h| h.set64(field::sync_ack::SREQ, sreq))
     }
     /// `Kind::RndvSplit` asking for `len` bytes from `offset`, into `count` segments; `fl`:
     /// `SHARED`.
+    #[inline]
     pub fn rndv_split(sreq: u64, rreq: u64, offset: u64, len: u64, count: u32, fl: u8) -> Header {
         Header::new(Kind::RndvSplit).flags(fl).with(|h| {
             h.set64(field::rndv_split::SREQ, sreq);
@@ -140,6 +145,7 @@ impl Header {
         })
     }
     /// `Kind::RndvSplitDone` with status 0 or an error code.
+    #[inline]
     pub fn rndv_split_done(rreq: u64, status: i32) -> Header {
         Header::new(Kind::RndvSplitDone).with(|h| {
             h.set64(field::rndv_split_done::RREQ, rreq);
@@ -148,6 +154,7 @@ impl Header {
     }
     /// `Kind::Am` for handler `id` with a user header of `header_len` bytes; `fl`:
     /// `AM_REPLY`.
+    #[inline]
     pub fn am(id: u16, header_len: u32, fl: u8) -> Header {
         Header::new(Kind::Am).flags(fl).with(|h| {
             h.set16(field::am::ID, id);
@@ -156,6 +163,7 @@ impl Header {
     }
     /// `Kind::AmRts` for handler `id`, offering `len` bytes in `count` segments; `fl`:
     /// `AM_REPLY`, `SHARED`.
+    #[inline]
     pub fn am_rts(id: u16, header_len: u32, fl: u8, sreq: u64, len: u64, count: u64) -> Header {
         Header::new(Kind::AmRts).flags(fl).with(|h| {
             h.set16(field::am_rts::ID, id);
@@ -175,14 +183,17 @@ impl Header {
     // ----- wireup -------------------------------------------------------------------------
 
     /// `Kind::ConnReq`.
+    #[inline]
     pub fn conn_req(client_id: u64) -> Header {
         Header::new(Kind::ConnReq).with(|h| h.set64(field::conn_req::CLIENT_ID, client_id))
     }
     /// `Kind::ConnAccept`.
+    #[inline]
     pub fn conn_accept(conn_id: u64) -> Header {
         Header::new(Kind::ConnAccept).with(|h| h.set64(field::conn_accept::CONN_ID, conn_id))
     }
     /// `Kind::Wireup` for `purpose`.
+    #[inline]
     pub fn wireup(conn_id: u64, purpose: u32) -> Header {
         Header::new(Kind::Wireup).with(|h| {
             h.set64(field::wireup::CONN_ID, conn_id);
@@ -201,6 +212,7 @@ impl Header {
         })
     }
     /// `Kind::RmaAck` with status 0 or an error code.
+    #[inline]
     pub fn rma_ack(req: u64, status: i32, value: u64) -> Header {
         Header::new(Kind::RmaAck).with(|h| {
             h.set64(field::rma_ack::REQ, req);
@@ -209,6 +221,7 @@ impl Header {
         })
     }
     /// `Kind::GetReq` for `len` bytes at `t`.
+    #[inline]
     pub fn get_req(t: &RemoteRef, req: u64, len: u64) -> Header {
         Header::new(Kind::GetReq).with(|h| {
             h.set_ref(field::get_req::TARGET, t);
@@ -217,6 +230,7 @@ impl Header {
         })
     }
     /// `Kind::GetResp` with status 0 or an error code.
+    #[inline]
     pub fn get_resp(req: u64, offset: u64, status: i32) -> Header {
         Header::new(Kind::GetResp).with(|h| {
             h.set64(field::get_resp::REQ, req);
@@ -225,6 +239,7 @@ impl Header {
         })
     }
     /// `Kind::Atomic` `op` on the word at `t` (request 0: posted).
+    #[inline]
     pub fn atomic(
         t: &RemoteRef,
         req: u64,
@@ -243,6 +258,7 @@ impl Header {
         })
     }
     /// `Kind::PutSignal` at `t`, then `op` with `value` on the word at `signal`.
+    #[inline]
     pub fn put_signal(t: &RemoteRef, req: u64, signal: &RemoteRef, op: u16, value: u64) -> Header {
         Header::new(Kind::PutSignal).with(|h| {
             h.set16(field::put_signal::OP, op);
@@ -253,15 +269,18 @@ impl Header {
         })
     }
     /// `Kind::FlushReq`.
+    #[inline]
     pub fn flush_req(req: u64) -> Header {
         Header::new(Kind::FlushReq).with(|h| h.set64(field::flush_req::REQ, req))
     }
     /// `Kind::FlushAck`.
+    #[inline]
     pub fn flush_ack(req: u64) -> Header {
         Header::new(Kind::FlushAck).with(|h| h.set64(field::flush_ack::REQ, req))
     }
     /// `Kind::PutBegin` of a put of `len` bytes at `t`; with `signal`, of a put-with-signal
     /// whose signal word and op it names.
+    #[inline]
     pub fn put_begin(t: &RemoteRef, len: u64, signal: Option<(&RemoteRef, u16)>) -> Header {
         let mut h = Header::new(Kind::PutBegin);
         h.set_ref(field::put_begin::TARGET, t);
