@@ -273,6 +273,7 @@ impl Key {
     }
 
     /// Check an access against the owner's record; where it lands if mapped here.
+    #[inline]
     pub(super) fn resolve(&self, addr: u64, len: u64, need: u16) -> Result<Option<Place>> {
         let place = self.place(addr, len, need)?;
         if need == access::ATOMIC && place.is_some_and(|p| p.device) {
@@ -284,6 +285,7 @@ impl Key {
         Ok(place)
     }
 
+    #[inline]
     pub(crate) fn place(&self, addr: u64, len: u64, need: u16) -> Result<Option<Place>> {
         self.claims(addr, len, need)?;
         let direct_record = |peer: &PeerMaps| {
