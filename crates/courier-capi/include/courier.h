@@ -1,11 +1,11 @@
 /*
  * Courier C ABI.
  *
- * Conventions: opaque handles with _create/_destroy (or _close/_free) pairs; object first,
- * inputs next, outputs last, outputs written only on success; every call returns a
- * courier_status_t (stable numbers, courier_status_string, courier_last_error_detail);
- * params structs begin with field_mask; callbacks carry void *user_data and run inside
- * courier_worker_progress on the progressing thread.
+ * Conventions: opaque handles, each released by courier_<object>_destroy (older release
+ * names kept as aliases); object first, inputs next, outputs last, outputs written only on
+ * success; every call returns a courier_status_t (stable numbers, courier_status_string,
+ * courier_last_error_detail); params structs begin with field_mask; callbacks carry
+ * void *user_data and run inside courier_worker_progress on the progressing thread.
  *
  * Link: -lcourier (shared) or libcourier.a -lgcc_s -lutil -lrt -lpthread -lm -ldl -lc
  */
@@ -905,8 +905,14 @@ courier_status_t courier_worker_am_recv_data(const courier_worker_t *worker,
                                              courier_request_t **req_out);
 
 /**
- * Decline a kept rendezvous message: its data stays at the sender, whose request
- * completes. Inside the handler this is the same as returning without keeping it.
+ * Release a kept rendezvous message's descriptor, declining its data: the data stays at
+ * the sender, whose request completes. Inside the handler this is the same as returning
+ * without keeping it.
+ */
+courier_status_t courier_am_desc_destroy(const courier_worker_t *worker, courier_am_desc_t *desc);
+
+/**
+ * The older name of `courier_am_desc_destroy`, kept for callers built against it.
  */
 courier_status_t courier_worker_am_desc_release(const courier_worker_t *worker,
                                                 courier_am_desc_t *desc);
@@ -954,14 +960,28 @@ courier_status_t courier_ep_create(const courier_worker_t *worker,
                                    courier_ep_t **ep_out);
 
 /**
+ * The next endpoint a peer opened to this worker by its address (passive side).
+ * `COURIER_ERR_NO_MESSAGE` if there is none now. Endpoints made through a listener go to
+ * its connection handler instead. Close it like any endpoint. It has no error handler
+ * (the library cannot attach one to an incoming endpoint yet).
+ */
+courier_status_t courier_worker_incoming_ep(const courier_worker_t *worker, courier_ep_t **ep_out);
+
+/**
  * Close gracefully: flush, tell the peer, release the handle (also on failure).
  * Bounded: after twice the keepalive timeout it closes by force (`COURIER_ERR_TIMEOUT`).
  */
 courier_status_t courier_ep_close(courier_ep_t *ep);
 
 /**
- * Close at once without waiting for the peer and release the handle; operations in
- * flight fail with `COURIER_ERR_ENDPOINT_CLOSED`.
+ * Release an endpoint handle: close at once, without waiting for the peer; operations in
+ * flight fail with `COURIER_ERR_ENDPOINT_CLOSED`. (`courier_ep_close` flushes and tells
+ * the peer first, then releases the handle the same way.)
+ */
+courier_status_t courier_ep_destroy(courier_ep_t *ep);
+
+/**
+ * The older name of `courier_ep_destroy`, kept for callers built against it.
  */
 courier_status_t courier_ep_close_force(courier_ep_t *ep);
 
@@ -1053,8 +1073,14 @@ courier_status_t courier_mem_map(const courier_context_t *context,
                                  courier_mem_t **mem_out);
 
 /**
- * Unmap a region (NULL is fine). Remote keys made from it stop working; allocated memory
- * is released.
+ * Release a region's handle, unmapping it (NULL is fine). Remote keys made from it stop
+ * working; allocated memory is released.
+ */
+void courier_mem_destroy(courier_mem_t *mem);
+
+/**
+ * `courier_mem_destroy` by the name that pairs with `courier_mem_map` (as UCX's
+ * `ucp_mem_unmap` does).
  */
 void courier_mem_unmap(courier_mem_t *mem);
 
@@ -1293,8 +1319,13 @@ courier_status_t courier_request_info(const courier_request_t *req,
 courier_status_t courier_request_cancel(const courier_request_t *req);
 
 /**
- * Release the request handle. An operation still in flight continues (its buffer must
- * stay valid, its callback still runs).
+ * Release the request handle (NULL is fine). An operation still in flight continues (its
+ * buffer must stay valid, its callback still runs).
+ */
+void courier_request_destroy(courier_request_t *req);
+
+/**
+ * The older name of `courier_request_destroy`, kept for callers built against it.
  */
 void courier_request_free(courier_request_t *req);
 
@@ -1470,14 +1501,6 @@ courier_status_t courier_worker_address(const courier_worker_t *worker,
  * Release a buffer the library allocated for the caller (NULL is fine).
  */
 void courier_buffer_free(void *buffer);
-
-/**
- * The next endpoint a peer opened to this worker by its address (passive side).
- * `COURIER_ERR_NO_MESSAGE` if there is none now. Endpoints made through a listener go to
- * its connection handler instead. Close it like any endpoint. It has no error handler
- * (the library cannot attach one to an incoming endpoint yet).
- */
-courier_status_t courier_worker_incoming_ep(const courier_worker_t *worker, courier_ep_t **ep_out);
 
 #ifdef __cplusplus
 }  // extern "C"

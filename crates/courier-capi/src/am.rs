@@ -14,9 +14,9 @@ use std::ptr;
 use courier_core::{AmFlags, AmMessage, AmRndv, Error, Status};
 
 use crate::endpoint::courier_ep_t;
+use crate::ffi::*;
 use crate::request::{courier_op_params_t, courier_request_t, start};
 use crate::status::*;
-use crate::tag::{courier_iov_t, iov_buf, one};
 use crate::worker::courier_worker_t;
 
 /// Always eager (error if the message does not fit one frame).
@@ -293,10 +293,11 @@ unsafe fn consume(desc: *mut courier_am_desc_t) -> Result<AmRndv, Error> {
     })
 }
 
-/// Decline a kept rendezvous message: its data stays at the sender, whose request
-/// completes. Inside the handler this is the same as returning without keeping it.
+/// Release a kept rendezvous message's descriptor, declining its data: the data stays at
+/// the sender, whose request completes. Inside the handler this is the same as returning
+/// without keeping it.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn courier_worker_am_desc_release(
+pub unsafe extern "C" fn courier_am_desc_destroy(
     worker: *const courier_worker_t,
     desc: *mut courier_am_desc_t,
 ) -> courier_status_t {
@@ -312,4 +313,14 @@ pub unsafe extern "C" fn courier_worker_am_desc_release(
         w.w.am_decline(rndv)?;
         Ok(COURIER_OK)
     })
+}
+
+/// The older name of `courier_am_desc_destroy`, kept for callers built against it.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn courier_worker_am_desc_release(
+    worker: *const courier_worker_t,
+    desc: *mut courier_am_desc_t,
+) -> courier_status_t {
+    // SAFETY: forwarded contract.
+    unsafe { courier_am_desc_destroy(worker, desc) }
 }

@@ -3,9 +3,10 @@
 use std::ffi::{CString, c_char};
 use std::sync::OnceLock;
 
-use courier_core::base::config::VARS;
+use courier_core::config::VARS;
 use courier_core::{Context, ContextParams, Features};
 
+use crate::ffi::*;
 use crate::status::*;
 
 /// Tag-matched messages.

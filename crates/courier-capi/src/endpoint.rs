@@ -2,7 +2,6 @@
 //! close.
 
 use std::ffi::{c_char, c_void};
-use std::net::{SocketAddr, ToSocketAddrs};
 use std::ptr;
 use std::sync::atomic::{AtomicPtr, Ordering};
 use std::sync::{Arc, Mutex};
@@ -10,6 +9,7 @@ use std::time::Duration;
 
 use courier_core::{Endpoint, EndpointParams, Error, Status};
 
+use crate::ffi::*;
 use crate::status::*;
 use crate::worker::courier_worker_t;
 
@@ -176,21 +176,6 @@ pub(crate) unsafe fn ep_params(
     Ok((params, Some(cell)))
 }
 
-pub(crate) fn parse_sockaddr(s: &str) -> Result<SocketAddr, Error> {
-    if let Ok(a) = s.parse::<SocketAddr>() {
-        return Ok(a);
-    }
-    s.to_socket_addrs()
-        .ok()
-        .and_then(|mut it| it.next())
-        .ok_or_else(|| {
-            Error::msg(
-                Status::InvalidAddress,
-                format!("cannot resolve socket address {s:?} (expected \"ip:port\")"),
-            )
-        })
-}
-
 /// Connect to a peer: by worker address (`COURIER_EP_FIELD_REMOTE_ADDRESS`) or to a
 /// listener (`COURIER_EP_FIELD_SOCK_ADDR`, with `COURIER_EP_FIELD_CLIENT_ID`). Returns at
 /// once; operations queue until the connection is up (`courier_ep_wait_connected`).
@@ -251,6 +236,28 @@ unsafe fn take_owned(ep: *mut courier_ep_t) -> Result<Box<courier_ep_t>, Error> 
     Ok(b)
 }
 
+/// The next endpoint a peer opened to this worker by its address (passive side).
+/// `COURIER_ERR_NO_MESSAGE` if there is none now. Endpoints made through a listener go to
+/// its connection handler instead. Close it like any endpoint. It has no error handler
+/// (the library cannot attach one to an incoming endpoint yet).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn courier_worker_incoming_ep(
+    worker: *const courier_worker_t,
+    ep_out: *mut *mut courier_ep_t,
+) -> courier_status_t {
+    boundary(|| {
+        let w = unsafe { arg(worker, "worker") }?;
+        let out = out_arg(ep_out, "ep_out")?;
+        match w.w.incoming_endpoint() {
+            Some(ep) => {
+                unsafe { *out = courier_ep_t::new_owned(ep, None) };
+                Ok(COURIER_OK)
+            }
+            None => Ok(COURIER_ERR_NO_MESSAGE),
+        }
+    })
+}
+
 /// Close gracefully: flush, tell the peer, release the handle (also on failure).
 /// Bounded: after twice the keepalive timeout it closes by force (`COURIER_ERR_TIMEOUT`).
 #[unsafe(no_mangle)]
@@ -262,15 +269,23 @@ pub unsafe extern "C" fn courier_ep_close(ep: *mut courier_ep_t) -> courier_stat
     })
 }
 
-/// Close at once without waiting for the peer and release the handle; operations in
-/// flight fail with `COURIER_ERR_ENDPOINT_CLOSED`.
+/// Release an endpoint handle: close at once, without waiting for the peer; operations in
+/// flight fail with `COURIER_ERR_ENDPOINT_CLOSED`. (`courier_ep_close` flushes and tells
+/// the peer first, then releases the handle the same way.)
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn courier_ep_close_force(ep: *mut courier_ep_t) -> courier_status_t {
+pub unsafe extern "C" fn courier_ep_destroy(ep: *mut courier_ep_t) -> courier_status_t {
     boundary(|| {
         let b = unsafe { take_owned(ep) }?;
         b.ep.clone().close_force();
         Ok(COURIER_OK)
     })
+}
+
+/// The older name of `courier_ep_destroy`, kept for callers built against it.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn courier_ep_close_force(ep: *mut courier_ep_t) -> courier_status_t {
+    // SAFETY: forwarded contract.
+    unsafe { courier_ep_destroy(ep) }
 }
 
 /// Progress until every send on the endpoint has completed and left this process.
@@ -331,7 +346,7 @@ pub unsafe extern "C" fn courier_ep_local_address(
                 "the endpoint was not made over a socket",
             ));
         };
-        unsafe { crate::listener::write_cstr(&a.to_string(), out, buf_length) }?;
+        unsafe { write_cstr(&a.to_string(), out, buf_length) }?;
         Ok(COURIER_OK)
     })
 }

@@ -1,9 +1,16 @@
 //! Courier's C ABI (`libcourier.so`, `libcourier.a`, `include/courier.h`).
 //!
 //! Conventions, the same for every export:
-//! - Objects are opaque handles made by `courier_<object>_create` (or handed out by the
-//!   library: connection requests, incoming endpoints) and released by the matching
-//!   `_destroy` / `_close` / `_free`.
+//! - Objects are opaque handles made by `courier_<object>_create` (or `_map`, `_unpack`,
+//!   or handed out by the library: connection requests, incoming endpoints, descriptors)
+//!   and released by one verb, the same for every kind: `courier_<object>_destroy`.
+//!   Older names stay as aliases: `courier_ep_close_force`, `courier_request_free`,
+//!   `courier_worker_am_desc_release`, and `courier_mem_unmap` (the pair of `_map`).
+//!   `courier_ep_close` flushes and tells the peer before it destroys; a connection
+//!   request ends with `_accept` or `_reject`. Buffers the library allocates for the
+//!   caller (addresses, packed keys) are released with `courier_buffer_free`.
+//! - Helpers every export shares (the panic boundary, argument checks, buffers) live in
+//!   `ffi.rs`; each object's exports in its own file, none importing a later one.
 //! - Arguments go object first, inputs next, outputs last. Outputs are written only when the
 //!   call succeeds (`COURIER_OK`, or `COURIER_INPROGRESS` for operations that started).
 //! - Every call returns a `courier_status_t` with the same stable numbers as
@@ -23,6 +30,7 @@
 mod am;
 mod context;
 mod endpoint;
+mod ffi;
 mod listener;
 mod memory;
 mod request;
@@ -37,6 +45,7 @@ mod abi_tests;
 pub use am::*;
 pub use context::*;
 pub use endpoint::*;
+pub use ffi::courier_iov_t;
 pub use listener::*;
 pub use memory::*;
 pub use request::*;

@@ -8,7 +8,8 @@ use std::ffi::{c_char, c_void};
 
 use courier_core::{ConnRequest, Listener};
 
-use crate::endpoint::{courier_ep_params_t, courier_ep_t, ep_params, parse_sockaddr};
+use crate::endpoint::{courier_ep_params_t, courier_ep_t, ep_params};
+use crate::ffi::*;
 use crate::status::*;
 use crate::worker::courier_worker_t;
 
@@ -158,25 +159,6 @@ pub unsafe extern "C" fn courier_listener_port(
         unsafe { *out = l.l.local_addr().port() };
         Ok(COURIER_OK)
     })
-}
-
-pub(crate) unsafe fn write_cstr(
-    s: &str,
-    out: *mut c_char,
-    cap: usize,
-) -> Result<(), courier_core::Error> {
-    if s.len() + 1 > cap {
-        return Err(invalid(&format!(
-            "buffer of {cap} bytes is too small for {:?}",
-            s
-        )));
-    }
-    // SAFETY: `cap` writable bytes at `out`, checked above.
-    unsafe {
-        std::ptr::copy_nonoverlapping(s.as_ptr() as *const c_char, out, s.len());
-        *out.add(s.len()) = 0;
-    }
-    Ok(())
 }
 
 /// Who is asking: fills the fields `attr->field_mask` names. `COURIER_ERR_INVALID_PARAM`

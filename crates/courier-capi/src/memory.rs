@@ -12,15 +12,14 @@ use std::ffi::{c_char, c_void};
 use std::time::Duration;
 
 use courier_core::{
-    AtomicOp, Buf, Cmp, MemMapParams, Memory, MemoryType, RemoteKey, Semaphore, SignalOp, Status,
-    access,
+    AtomicOp, Buf, Cmp, MemMapParams, Memory, MemoryType, RemoteKey, Semaphore, SignalOp, access,
 };
 
 use crate::context::courier_context_t;
 use crate::endpoint::courier_ep_t;
+use crate::ffi::*;
 use crate::request::{courier_op_params_t, courier_request_t, start};
 use crate::status::*;
-use crate::tag::one;
 use crate::worker::courier_worker_t;
 
 // ----- memory regions -----------------------------------------------------------------
@@ -162,16 +161,24 @@ pub unsafe extern "C" fn courier_mem_map(
     })
 }
 
-/// Unmap a region (NULL is fine). Remote keys made from it stop working; allocated memory
-/// is released.
+/// Release a region's handle, unmapping it (NULL is fine). Remote keys made from it stop
+/// working; allocated memory is released.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn courier_mem_unmap(mem: *mut courier_mem_t) {
+pub unsafe extern "C" fn courier_mem_destroy(mem: *mut courier_mem_t) {
     boundary_or((), || {
         if !mem.is_null() {
             // SAFETY: made by courier_mem_map; unmapped once.
             drop(unsafe { Box::from_raw(mem) });
         }
     })
+}
+
+/// `courier_mem_destroy` by the name that pairs with `courier_mem_map` (as UCX's
+/// `ucp_mem_unmap` does).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn courier_mem_unmap(mem: *mut courier_mem_t) {
+    // SAFETY: forwarded contract.
+    unsafe { courier_mem_destroy(mem) }
 }
 
 /// Address, length and the memory type actually given.
@@ -193,16 +200,6 @@ pub unsafe extern "C" fn courier_mem_query(
         };
         Ok(COURIER_OK)
     })
-}
-
-fn malloc_copy(bytes: &[u8]) -> Result<*mut c_void, courier_core::Error> {
-    // SAFETY: plain allocation; released by courier_buffer_free (free).
-    let p = unsafe { libc::malloc(bytes.len().max(1)) } as *mut u8;
-    if p.is_null() {
-        return Err(courier_core::Error::new(Status::NoMemory, "malloc failed"));
-    }
-    unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), p, bytes.len()) };
-    Ok(p as *mut c_void)
 }
 
 /// Pack the region's remote key: bytes to send to peers. Release `*buffer_out` with

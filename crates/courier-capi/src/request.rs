@@ -21,6 +21,7 @@ use std::time::Duration;
 
 use courier_core::{Callback, Error, Info, Started, Status, Worker};
 
+use crate::ffi::*;
 use crate::status::*;
 
 /// What a completed operation reports.
@@ -364,10 +365,10 @@ pub unsafe extern "C" fn courier_request_cancel(req: *const courier_request_t) -
     })
 }
 
-/// Release the request handle. An operation still in flight continues (its buffer must
-/// stay valid, its callback still runs).
+/// Release the request handle (NULL is fine). An operation still in flight continues (its
+/// buffer must stay valid, its callback still runs).
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn courier_request_free(req: *mut courier_request_t) {
+pub unsafe extern "C" fn courier_request_destroy(req: *mut courier_request_t) {
     boundary_or((), || {
         if req.is_null() {
             return;
@@ -381,6 +382,13 @@ pub unsafe extern "C" fn courier_request_free(req: *mut courier_request_t) {
             keep_spare(r);
         }
     })
+}
+
+/// The older name of `courier_request_destroy`, kept for callers built against it.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn courier_request_free(req: *mut courier_request_t) {
+    // SAFETY: forwarded contract.
+    unsafe { courier_request_destroy(req) }
 }
 
 #[cfg(test)]

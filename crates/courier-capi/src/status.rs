@@ -1,11 +1,9 @@
 //! Status codes, the per-thread error sentence, and the panic boundary every export uses.
 
-use std::cell::{Cell, RefCell};
-use std::ffi::{CStr, CString, c_char};
-use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::ffi::{CString, c_char};
 use std::sync::OnceLock;
 
-use courier_core::{Error, Status};
+use courier_core::Status;
 
 /// A status code: `COURIER_OK` (0), `COURIER_INPROGRESS` (1), or a negative error. The
 /// numbers are those of `courier::Status` and never change meaning.
@@ -106,164 +104,9 @@ pub extern "C" fn courier_status_string(status: courier_status_t) -> *const c_ch
     }
 }
 
-thread_local! {
-    static LAST_ERROR: RefCell<Option<CString>> = const { RefCell::new(None) };
-    static CALLBACK_DEPTH: Cell<u32> = const { Cell::new(0) };
-}
-
 /// The sentence of the last failure reported on this thread ("" if none). It stays valid
 /// until the next failing call on this thread; successful calls leave it alone.
 #[unsafe(no_mangle)]
 pub extern "C" fn courier_last_error_detail() -> *const c_char {
-    LAST_ERROR.with(|e| match &*e.borrow() {
-        Some(s) => s.as_ptr(),
-        None => c"".as_ptr(),
-    })
-}
-
-pub(crate) fn set_last_error(text: &str) {
-    let c = CString::new(text.replace('\0', " ")).unwrap_or_default();
-    LAST_ERROR.with(|e| *e.borrow_mut() = Some(c));
-}
-
-pub(crate) fn record(err: &Error) -> courier_status_t {
-    set_last_error(&err.to_string());
-    err.status().code()
-}
-
-fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
-    if let Some(s) = p.downcast_ref::<&str>() {
-        s.to_string()
-    } else if let Some(s) = p.downcast_ref::<String>() {
-        s.clone()
-    } else {
-        "panic".to_string()
-    }
-}
-
-/// Run an export's body behind the panic boundary.
-pub(crate) fn boundary(f: impl FnOnce() -> Result<courier_status_t, Error>) -> courier_status_t {
-    match catch_unwind(AssertUnwindSafe(f)) {
-        Ok(Ok(s)) => s,
-        Ok(Err(e)) => record(&e),
-        Err(p) => {
-            set_last_error(&format!(
-                "panic caught at the C boundary: {}",
-                panic_text(&*p)
-            ));
-            COURIER_ERR_PANIC
-        }
-    }
-}
-
-/// Like `boundary` for exports that return a value instead of a status.
-pub(crate) fn boundary_or<T>(fallback: T, f: impl FnOnce() -> T) -> T {
-    match catch_unwind(AssertUnwindSafe(f)) {
-        Ok(v) => v,
-        Err(p) => {
-            set_last_error(&format!(
-                "panic caught at the C boundary: {}",
-                panic_text(&*p)
-            ));
-            fallback
-        }
-    }
-}
-
-/// Call into user code (a C callback) from inside the library. A panic or foreign unwind
-/// out of the callback stops here, so the library's own state is never unwound through.
-pub(crate) fn call_user<T>(fallback: T, f: impl FnOnce() -> T) -> T {
-    CALLBACK_DEPTH.with(|d| d.set(d.get() + 1));
-    let r = match catch_unwind(AssertUnwindSafe(f)) {
-        Ok(v) => v,
-        Err(p) => {
-            set_last_error(&format!(
-                "a callback panicked; the panic was stopped at the C boundary: {}",
-                panic_text(&*p)
-            ));
-            fallback
-        }
-    };
-    CALLBACK_DEPTH.with(|d| d.set(d.get() - 1));
-    r
-}
-
-/// Whether this thread is inside a user callback (where waiting cannot progress).
-pub(crate) fn in_callback() -> bool {
-    CALLBACK_DEPTH.with(|d| d.get() > 0)
-}
-
-pub(crate) fn invalid(what: &str) -> Error {
-    Error::msg(Status::InvalidParam, what.to_string())
-}
-
-/// A required pointer argument.
-pub(crate) unsafe fn arg<'a, T>(p: *const T, name: &str) -> Result<&'a T, Error> {
-    // SAFETY: non-NULL pointers are the caller's promise of a valid object.
-    unsafe { p.as_ref() }.ok_or_else(|| invalid(&format!("argument `{name}` is NULL")))
-}
-
-/// A required output pointer, checked before any work is done.
-pub(crate) fn out_arg<T>(p: *mut T, name: &str) -> Result<*mut T, Error> {
-    if p.is_null() {
-        Err(invalid(&format!("output argument `{name}` is NULL")))
-    } else {
-        Ok(p)
-    }
-}
-
-/// A required NUL-terminated UTF-8 string.
-pub(crate) unsafe fn str_arg<'a>(p: *const c_char, name: &str) -> Result<&'a str, Error> {
-    if p.is_null() {
-        return Err(invalid(&format!("string `{name}` is NULL")));
-    }
-    // SAFETY: the caller promises a NUL-terminated string.
-    unsafe { CStr::from_ptr(p) }
-        .to_str()
-        .map_err(|_| invalid(&format!("string `{name}` is not UTF-8")))
-}
-
-/// A byte buffer argument: NULL is accepted only with length 0.
-pub(crate) unsafe fn bytes_arg<'a>(
-    p: *const std::ffi::c_void,
-    len: usize,
-    name: &str,
-) -> Result<&'a [u8], Error> {
-    if len == 0 {
-        return Ok(&[]);
-    }
-    if p.is_null() {
-        return Err(invalid(&format!(
-            "buffer `{name}` is NULL with length {len}"
-        )));
-    }
-    // SAFETY: the caller promises `len` readable bytes at `p`.
-    Ok(unsafe { std::slice::from_raw_parts(p as *const u8, len) })
-}
-
-/// Whether `bit` is set in a params struct's mask.
-#[inline]
-pub(crate) fn has(mask: u64, bit: u64) -> bool {
-    mask & bit != 0
-}
-
-/// Refuse bits of a flags word or field mask that are not in `known`: a caller built
-/// against a newer header (or passing garbage) learns at once that this library ignores
-/// them, instead of getting behaviour it did not ask for. One AND and a branch; the error
-/// is built out of line.
-#[inline]
-pub(crate) fn known_bits(what: &str, value: u64, known: u64) -> Result<(), Error> {
-    if value & !known != 0 {
-        return Err(unknown_bits(what, value, known));
-    }
-    Ok(())
-}
-
-#[cold]
-#[inline(never)]
-fn unknown_bits(what: &str, value: u64, known: u64) -> Error {
-    invalid(&format!(
-        "unknown {what} bits {:#x} (known: {known:#x})",
-        value & !known
-    ))
+    crate::ffi::last_error_ptr()
 }

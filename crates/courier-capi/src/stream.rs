@@ -3,9 +3,9 @@
 use std::ffi::c_void;
 
 use crate::endpoint::courier_ep_t;
+use crate::ffi::*;
 use crate::request::{courier_op_params_t, courier_request_t, start};
 use crate::status::*;
-use crate::tag::{courier_iov_t, iov_buf, one};
 
 /// Complete a stream receive only when the whole buffer is filled.
 pub const COURIER_STREAM_RECV_FLAG_WAITALL: u32 = 1 << 0;

@@ -6,53 +6,11 @@
 
 use std::ffi::c_void;
 
-use courier_core::{Buf, Error};
-
 use crate::endpoint::courier_ep_t;
+use crate::ffi::*;
 use crate::request::{courier_op_params_t, courier_request_info_t, courier_request_t, start};
 use crate::status::*;
 use crate::worker::courier_worker_t;
-
-/// One segment of a gathered send or a scattered receive.
-#[repr(C)]
-#[derive(Clone, Copy)]
-pub struct courier_iov_t {
-    /// Start of the segment.
-    pub buffer: *mut c_void,
-    /// Its length in bytes.
-    pub length: usize,
-}
-
-pub(crate) fn one(p: *const c_void, len: usize, name: &str) -> Result<Buf, Error> {
-    if p.is_null() && len != 0 {
-        return Err(invalid(&format!(
-            "buffer `{name}` is NULL with length {len}"
-        )));
-    }
-    Ok(Buf::One((p as usize, len)))
-}
-
-pub(crate) unsafe fn iov_buf(iov: *const courier_iov_t, count: usize) -> Result<Buf, Error> {
-    if count == 0 {
-        return Ok(Buf::Many(Vec::new()));
-    }
-    if iov.is_null() {
-        return Err(invalid("argument `iov` is NULL"));
-    }
-    // SAFETY: the caller promises `count` entries.
-    let v = unsafe { std::slice::from_raw_parts(iov, count) };
-    let mut segs = Vec::with_capacity(count);
-    for (i, s) in v.iter().enumerate() {
-        if s.buffer.is_null() && s.length != 0 {
-            return Err(invalid(&format!(
-                "iov[{i}].buffer is NULL with length {}",
-                s.length
-            )));
-        }
-        segs.push((s.buffer as usize, s.length));
-    }
-    Ok(Buf::Many(segs))
-}
 
 /// Send `length` bytes with `tag`.
 #[unsafe(no_mangle)]

@@ -7,7 +7,7 @@ use std::time::Duration;
 use courier_core::{ThreadMode, Worker, WorkerParams};
 
 use crate::context::courier_context_t;
-use crate::endpoint::courier_ep_t;
+use crate::ffi::*;
 use crate::status::*;
 
 /// Used only by the thread that created it; no locking. Calls from another thread fail
@@ -186,26 +186,4 @@ pub unsafe extern "C" fn courier_worker_address(
 pub unsafe extern "C" fn courier_buffer_free(buffer: *mut c_void) {
     // SAFETY: allocated with malloc by the library, or NULL.
     unsafe { libc::free(buffer) }
-}
-
-/// The next endpoint a peer opened to this worker by its address (passive side).
-/// `COURIER_ERR_NO_MESSAGE` if there is none now. Endpoints made through a listener go to
-/// its connection handler instead. Close it like any endpoint. It has no error handler
-/// (the library cannot attach one to an incoming endpoint yet).
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn courier_worker_incoming_ep(
-    worker: *const courier_worker_t,
-    ep_out: *mut *mut courier_ep_t,
-) -> courier_status_t {
-    boundary(|| {
-        let w = unsafe { arg(worker, "worker") }?;
-        let out = out_arg(ep_out, "ep_out")?;
-        match w.w.incoming_endpoint() {
-            Some(ep) => {
-                unsafe { *out = courier_ep_t::new_owned(ep, None) };
-                Ok(COURIER_OK)
-            }
-            None => Ok(COURIER_ERR_NO_MESSAGE),
-        }
-    })
 }

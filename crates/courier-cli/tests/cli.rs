@@ -465,7 +465,7 @@ fn info_lists_config_and_rejects_bad_values() {
     let o = courier(&["info", "-c"], &[]);
     let (out, _) = text(&o);
     assert!(o.status.success());
-    for v in courier::base::config::VARS {
+    for v in courier::config::VARS {
         assert!(
             out.lines().any(|l| l.starts_with(&format!("{}=", v.name))),
             "{} missing:\n{out}",

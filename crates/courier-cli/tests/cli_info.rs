@@ -566,7 +566,7 @@ fn config_lines(out: &str) -> Vec<(String, String, bool)> {
 fn f_alone_prints_the_configuration_and_c_comments_out_unset_variables() {
     let out = info(&["-f"], &[]);
     let lines = config_lines(&out);
-    for v in courier::base::config::VARS {
+    for v in courier::config::VARS {
         assert!(
             lines.iter().any(|(k, _, c)| k == v.name && !c),
             "{}:\n{out}",
@@ -580,7 +580,7 @@ fn f_alone_prints_the_configuration_and_c_comments_out_unset_variables() {
     for args in [&["-c", "-C"][..], &["-cC"], &["-fC"]] {
         let out = info(args, &env);
         let lines = config_lines(&out);
-        assert_eq!(lines.len(), courier::base::config::VARS.len(), "{out}");
+        assert_eq!(lines.len(), courier::config::VARS.len(), "{out}");
         for (k, v, commented) in &lines {
             let set = env.iter().find(|(n, _)| n == k);
             // Set (even to the default): in force, not commented; unset: the default.

@@ -1,9 +1,17 @@
 //! Courier: one library that moves bytes between threads, processes and hosts by the
 //! fastest route it can find.
 //!
-//! Layers, each using only the ones above it: [`base`] → [`wire`] → [`transport`] →
-//! [`proto`] (protocols) → [`api`] (objects); surfaces (the C ABI and the `courier`
-//! command) live in their own crates.
+//! Layers, each using only the ones below it: base → [`wire`] → transport → proto
+//! (protocols) → api (objects); surfaces (the C ABI, the `courier` command, the Go
+//! bindings) live in their own crates and use only this public API. `ARCHITECTURE.md` at
+//! the repository's root says what each layer holds and where a new thing goes.
+//!
+//! The public API is at the crate root: the objects (`Context`, `Worker`, `Endpoint`,
+//! `Listener`, `Memory`, `RemoteKey`, `Request`, `Semaphore`), what operations take and
+//! report (`Buf`, `Callback`, `Info`, `Started`, `AmFlags`, ...), the configuration table
+//! ([`config`]), what each transport can do here ([`transports`]), how one-sided
+//! operations reach a peer's memory ([`onesided`]), and the byte layouts peers exchange
+//! ([`wire`], for fuzz targets and tests that play a hostile peer).
 //!
 //! ```no_run
 //! use courier::{Context, ContextParams, Worker, WorkerParams, EndpointParams};
@@ -21,15 +29,22 @@
 // Nested `if let` reads more plainly here than let-chains.
 #![allow(clippy::collapsible_if)]
 
-pub mod api;
-pub mod base;
-pub mod proto;
-pub mod transport;
+mod api;
+mod base;
+mod proto;
+mod transport;
 pub mod wire;
 
 pub use api::*;
+pub use base::config;
 pub use base::cuda::{Driver as CudaDriver, load as cuda_driver};
+pub use base::sys::poll_gap;
 pub use base::{Config, Error, Result, Status};
 pub use proto::am::{AmFlags, AmRndv};
-pub use proto::state::{Buf, Callback, Info, RawFn, RndvCopies};
-pub use proto::tag::{ProbeInfo, Started};
+pub use proto::buf::Buf;
+pub use proto::onesided;
+pub use proto::request::Started;
+pub use proto::request::{Callback, Info, RawFn};
+pub use proto::rndv::RndvCopies;
+pub use proto::tag::ProbeInfo;
+pub use transport::{Caps, DeviceInfo, RndvMode, TransportInfo, probe_transport, transports};

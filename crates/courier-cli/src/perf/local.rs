@@ -489,7 +489,7 @@ pub fn run(a: &PerfArgs, s: &Settings) -> CliResult<()> {
             .map_err(CliError::from)
             .and_then(|cfg| {
                 if tls == "shm" {
-                    courier::transport::shm::probe(&cfg)
+                    courier::probe_transport(&cfg, "shm")
                         .map_err(|e| CliError::run(format!("shm is not usable here: {e}")))
                 } else {
                     Ok(())

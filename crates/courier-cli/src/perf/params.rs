@@ -413,7 +413,7 @@ impl Params {
 
 /// Parse a size with an optional k/m/g suffix (binary units).
 pub fn parse_size(s: &str) -> CliResult<usize> {
-    courier::base::config::parse_size(s).ok_or_else(|| {
+    courier::config::parse_size(s).ok_or_else(|| {
         CliError::usage(format!(
             "bad size {s:?}: expected a number with an optional k, m or g suffix (e.g. 8, 4k, 1m)"
         ))
@@ -488,7 +488,7 @@ pub fn parse_thread_mode(s: &str) -> CliResult<courier::ThreadMode> {
 /// `100us`, `2m`, a bare number of seconds, or `inf` (`Duration::MAX`). None for anything
 /// else, negative or too large.
 pub fn parse_duration(s: &str) -> Option<std::time::Duration> {
-    courier::base::config::parse_duration(s)
+    courier::config::parse_duration(s)
 }
 
 /// Parse a CPU list such as `0,2-3`.

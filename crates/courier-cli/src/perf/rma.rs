@@ -9,7 +9,7 @@
 //! operations out), so its region stays mapped while the client uses it.
 
 use super::clock::Instant;
-use courier::base::sys::poll_gap;
+use courier::poll_gap;
 use std::sync::Arc;
 use std::sync::atomic::{Ordering, fence};
 

@@ -2,21 +2,22 @@
 
 use std::time::{Duration, Instant};
 
-use super::lock::Guard;
 use super::request::Request;
 use super::worker::Worker;
+use crate::base::lock::Guard;
 use crate::base::{Error, Result, Status};
+use crate::proto::State;
 use crate::proto::am::AmFlags;
-use crate::proto::core::State;
-use crate::proto::state::{Buf, Callback, EpStatus, ReqKind};
-use crate::proto::tag::Started;
-use crate::wire::frame::{Header, Kind};
+use crate::proto::buf::Buf;
+use crate::proto::endpoint::EpRef;
+use crate::proto::request::Callback;
+use crate::proto::request::Started;
 
 /// Parameters of a new endpoint.
 #[derive(Default)]
 pub struct EndpointParams {
     /// Called once, inside progress, when the endpoint fails (peer died, closed, lied).
-    pub error_handler: Option<crate::proto::core::ErrorHandler>,
+    pub error_handler: Option<crate::proto::request::ErrorHandler>,
 }
 
 impl EndpointParams {
@@ -34,12 +35,6 @@ pub struct Endpoint {
     idx: u32,
     generation: u32,
 }
-
-/// How many flushes with nothing to wait for pass between two looks at the clock, and how
-/// long between two reads of the worker's events (`Endpoint::idle_flush_end`): a read is
-/// a system call, which every flush of a put loop would pay for too dearly.
-const FLUSH_LOOKS_EVERY: u32 = 64;
-const FLUSH_LOOK_GAP: Duration = Duration::from_millis(1);
 
 fn one(b: &[u8]) -> Buf {
     Buf::One((b.as_ptr() as usize, b.len()))
@@ -60,14 +55,11 @@ impl Endpoint {
         e: u32,
         params: EndpointParams,
     ) -> Result<Endpoint> {
-        let ep = g
-            .ep(e)
-            .ok_or_else(|| Error::new(Status::EndpointClosed, "endpoint vanished"))?;
-        ep.err_handler = params.error_handler;
+        let generation = g.ep_adopt(e, params.error_handler)?;
         Ok(Endpoint {
             worker: worker.clone(),
             idx: e,
-            generation: ep.generation,
+            generation,
         })
     }
 
@@ -76,14 +68,19 @@ impl Endpoint {
         &self.worker
     }
 
+    /// The endpoint as the protocol layer names it.
+    #[inline(always)]
+    pub(crate) fn ep_ref(&self) -> EpRef<'_> {
+        EpRef {
+            cell: &self.worker.inner.cell,
+            idx: self.idx,
+            generation: self.generation,
+        }
+    }
+
     #[inline(always)]
     fn with<T>(&self, f: impl FnOnce(&mut State, u32) -> Result<T>) -> Result<T> {
-        let mut g = self.worker.lock()?;
-        match g.ep(self.idx) {
-            Some(ep) if ep.generation == self.generation => {}
-            _ => return Err(Error::new(Status::EndpointClosed, "endpoint was closed")),
-        }
-        f(&mut g, self.idx)
+        self.ep_ref().with(f)
     }
 
     pub(crate) fn with_state<T>(&self, f: impl FnOnce(&mut State, u32) -> Result<T>) -> Result<T> {
@@ -97,54 +94,30 @@ impl Endpoint {
             && std::sync::Arc::ptr_eq(&self.worker.inner, &other.worker.inner)
     }
 
-    /// What the endpoint's link can do; `None` while it connects (or once it is closed).
-    pub(crate) fn link_caps(&self) -> Option<crate::transport::Caps> {
-        self.with(|st, e| Ok(st.ep(e).and_then(|ep| ep.caps.clone())))
-            .ok()
-            .flatten()
-    }
-
     fn req<'a>(&self, s: Result<Started>) -> Result<Request<'a>> {
         s.map(|s| Request::new(&self.worker, s))
     }
 
     /// The peer, as text.
     pub fn peer(&self) -> String {
-        self.with(|st, e| Ok(st.ep(e).map(|ep| ep.peer.clone()).unwrap_or_default()))
-            .unwrap_or_default()
+        self.with(|st, e| Ok(st.ep_peer(e))).unwrap_or_default()
     }
 
     /// The transport carrying this endpoint (`self`, `shm`, `tcp`), once connected.
     pub fn transport(&self) -> Option<&'static str> {
-        self.with(|st, e| Ok(st.ep(e).and_then(|ep| ep.caps.as_ref().map(|c| c.name))))
-            .ok()
-            .flatten()
+        self.with(|st, e| Ok(st.ep_transport(e))).ok().flatten()
     }
 
     /// This side's socket address when the endpoint was made over a socket (a tcp link,
     /// or the tcp link kept beside the shared-memory one it was upgraded to); `None`
     /// otherwise.
     pub fn local_sockaddr(&self) -> Option<std::net::SocketAddr> {
-        self.with(|st, e| {
-            let ep = st.ep(e).ok_or(Status::EndpointClosed)?;
-            Ok(ep
-                .rx
-                .as_ref()
-                .and_then(|rx| rx.local_sockaddr())
-                .or_else(|| ep.old.as_ref().and_then(|(_, rx)| rx.local_sockaddr())))
-        })
-        .ok()
-        .flatten()
+        self.with(|st, e| st.ep_local_sockaddr(e)).ok().flatten()
     }
 
     /// Whether the endpoint is connected; `Err` if it failed.
     pub fn is_connected(&self) -> Result<bool> {
-        self.with(|st, e| match st.ep(e).map(|ep| ep.status.clone()) {
-            Some(EpStatus::Connected) => Ok(true),
-            Some(EpStatus::Connecting) => Ok(false),
-            Some(EpStatus::Dead(err)) => Err(err),
-            None => Err(Error::new(Status::EndpointClosed, "endpoint was closed")),
-        })
+        self.with(|st, e| st.ep_connected(e))
     }
 
     /// Progress until connected (or failed, or `timeout`).
@@ -295,75 +268,12 @@ impl Endpoint {
 
     // ----- flush and close ----------------------------------------------------------------
 
-    fn quiet(st: &mut State, e: u32) -> Result<bool> {
-        st.progress_tx(e);
-        let Some(ep) = st.ep(e) else { return Ok(true) };
-        if let Some(err) = ep.dead_error() {
-            return Err(err);
-        }
-        if !ep.pending.is_empty() || !ep.push.is_empty() || ep.status != EpStatus::Connected {
-            return Ok(false);
-        }
-        let flushed = match ep.tx.as_mut() {
-            Some(tx) => tx.flush()?,
-            None => true,
-        };
-        let sends = st.reqs.slots.iter().any(|s| {
-            s.live
-                && !s.done
-                && s.ep == Some(e)
-                && matches!(s.kind, ReqKind::Send | ReqKind::Rma | ReqKind::Get)
-        });
-        Ok(flushed && !sends)
-    }
-
-    /// The end of a flush that had nothing to wait for. Puts and atomics into a same-host
-    /// peer's memory are plain stores that never pass the worker, so a caller that only
-    /// puts and flushes would never learn that the peer died: such flushes read the
-    /// worker's events (a hung-up link among them) once a `FLUSH_LOOK_GAP`, looking at the
-    /// clock every `FLUSH_LOOKS_EVERY`th time.
-    fn idle_flush_end(st: &mut State, e: u32) -> Result<()> {
-        st.idle_flushes = st.idle_flushes.wrapping_add(1);
-        if st.idle_flushes.is_multiple_of(FLUSH_LOOKS_EVERY) {
-            let now = Instant::now();
-            if st
-                .idle_flush_look
-                .is_some_and(|t| now.duration_since(t) < FLUSH_LOOK_GAP)
-            {
-                return st.rma_take_error(e).map_or(Ok(()), Err);
-            }
-            st.idle_flush_look = Some(now);
-            st.progress_events();
-            if let Some(err) = st.ep(e).and_then(|ep| ep.dead_error()) {
-                return Err(err);
-            }
-            // Failed with frames still to deliver: the endpoint fails once progress has
-            // delivered them, but this flush cannot say its operations arrived.
-            if let Some((_, err)) = st.link_errors.iter().find(|(x, _)| *x == e) {
-                return Err(err.clone());
-            }
-        }
-        st.rma_take_error(e).map_or(Ok(()), Err)
-    }
-
-    /// What this endpoint still has to send: frames queued here, rendezvous pushes, and
-    /// bytes its link holds. While it goes down (or changes), the peer is taking data.
-    fn backlog(st: &mut State, e: u32) -> Result<(usize, usize, usize)> {
-        Ok(st.ep(e).map_or((0, 0, 0), |ep| {
-            (
-                ep.pending.len(),
-                ep.push.len(),
-                ep.tx.as_ref().map_or(0, |t| t.queued()),
-            )
-        }))
-    }
-
     /// Whether this endpoint's backlog moved since `last` (which it updates; `None`: not
     /// looked at yet, which is no move).
     #[cold]
     #[inline(never)]
     fn moved(&self, last: &mut Option<(usize, usize, usize)>) -> Result<bool> {
-        let now = Some(self.with(Self::backlog)?);
+        let now = Some(self.with(|st, e| Ok(st.ep_backlog(e)))?);
         let moved = last.is_some() && now != *last;
         *last = now;
         Ok(moved)
@@ -382,10 +292,10 @@ impl Endpoint {
         // target confirms the unacknowledged puts, and reports any it refused.
         let mut confirm: Option<u64> = None;
         loop {
-            if self.with(Self::quiet)? {
+            if self.with(|st, e| st.ep_quiet(e))? {
                 match confirm {
                     None => match self.with(|st, e| st.rma_flush_start(e))? {
-                        None => return self.with(Self::idle_flush_end),
+                        None => return self.with(|st, e| st.ep_idle_flush_end(e)),
                         Some(id) => confirm = Some(id),
                     },
                     Some(_) => return self.with(|st, e| st.rma_take_error(e).map_or(Ok(()), Err)),
@@ -410,17 +320,8 @@ impl Endpoint {
     pub fn close(self) -> Result<()> {
         let flushed = self.flush();
         let r = self.with(|st, e| {
-            let hdr = Header::new(Kind::Close);
-            if st.ep(e).is_some_and(|ep| ep.status == EpStatus::Connected) {
-                if let Some(tx) = st.ep(e).and_then(|ep| ep.tx.as_mut()) {
-                    let _ = tx.send(&[hdr.as_bytes()]);
-                    let deadline = Instant::now() + Duration::from_secs(2);
-                    while !matches!(tx.flush(), Ok(true) | Err(_)) && Instant::now() < deadline {
-                        std::thread::yield_now();
-                    }
-                }
-            }
-            Self::release(st, e);
+            st.ep_send_close(e);
+            st.ep_release(e);
             Ok(())
         });
         match (flushed, r) {
@@ -432,24 +333,8 @@ impl Endpoint {
     /// Close at once without waiting for the peer; requests in flight fail.
     pub fn close_force(self) {
         let _ = self.with(|st, e| {
-            Self::release(st, e);
+            st.ep_release(e);
             Ok(())
         });
-    }
-
-    fn release(st: &mut State, e: u32) {
-        st.fail_ep(
-            e,
-            Error::new(Status::EndpointClosed, "endpoint closed locally"),
-        );
-        if let Some(ep) = st.ep(e) {
-            ep.err_handler = None;
-        }
-        // Error handlers are not called for a local close.
-        st.deferred
-            .retain(|d| !matches!(d, crate::proto::core::Deferred::EpError(..)));
-        if !st.ep(e).is_some_and(|ep| ep.rx_busy) {
-            st.ep_free(e);
-        }
     }
 }

@@ -1,22 +1,24 @@
 //! api — the objects applications use: `Context` → `Worker` → `Endpoint`, `Listener`,
-//! `Request`. Thin wrappers over the protocol layer's state; they own lifetimes and locking.
+//! `Memory` and `RemoteKey`, `Request`, `Semaphore`. Thin wrappers: they own lifetimes,
+//! borrow the caller's buffers for a request's life, take the worker's state cell, and
+//! call the protocol layer, which does the work (progress, matching, rendezvous,
+//! one-sided routes) and owns the state. No file here reads `proto::State`'s fields.
 
-pub mod context;
-pub mod endpoint;
-pub mod listener;
-pub(crate) mod lock;
-pub mod memory;
-pub mod onesided;
-pub mod request;
-pub mod worker;
+mod context;
+mod endpoint;
+mod listener;
+mod memory;
+mod onesided;
+mod request;
+mod semaphore;
+mod worker;
 
+pub use crate::base::lock::ThreadMode;
 pub use context::{Context, ContextParams, Features};
 pub use endpoint::{Endpoint, EndpointParams};
 pub use listener::{ConnRequest, Listener};
-pub use lock::ThreadMode;
-pub use memory::{
-    AtomicOp, Cmp, MemAttr, MemMapParams, Memory, MemoryType, RemoteKey, SEM_MAX, Semaphore,
-    SignalOp, access, sem_flags,
-};
+pub use memory::{AtomicOp, Cmp, MemAttr, MemMapParams, Memory, MemoryType, SignalOp, access};
+pub use onesided::RemoteKey;
 pub use request::Request;
+pub use semaphore::{SEM_MAX, Semaphore, sem_flags};
 pub use worker::{AmMessage, Worker, WorkerParams};

@@ -1,393 +1,281 @@
-//! How one-sided operations reach a peer's memory: the choices `Endpoint::rkey_unpack` and
-//! the operations in `memory.rs` make, and the limits that apply on each route, as data for
-//! tools (`courier info`).
-//!
-//! `rkey_unpack` decides where a key's owner is with [`Reach::find`]; the operations then
-//! pick a route per call. [`key_route`] and [`op_route`] describe those per-call choices and
-//! [`OwnerLimits`] the frames used when the owner carries an operation out. The tests in
-//! `tests/onesided.rs` run every operation over self, shm (with and without CMA) and tcp, on
-//! allocated and registered memory, and check it behaves as described here, so a change to
-//! the operations that is not made here too fails them.
+//! The one-sided objects: a peer's `RemoteKey`, and `Endpoint`'s one-sided operations.
+//! Thin wrappers: the routes, the checks and the paths are the protocol layer's
+//! (`proto::onesided`); these give them borrowed buffers and `Request`s.
 
-use crate::base::config::CmaPolicy;
-use crate::transport::{Caps, RndvMode};
-use crate::wire::Kind;
+use std::sync::atomic::{Ordering, fence};
 
-/// Where a remote key's owner is, seen from the endpoint the key is unpacked on.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Reach {
-    /// This very context (a `self` peer, whatever link carries its endpoint).
-    SameContext,
-    /// This host, on a link through which the owner's memory may be mapped here: shared
-    /// memory, or a tcp link while shared memory is allowed (the endpoint may still move
-    /// to it). `cma`: registered memory is reached with CMA (`process_vm_writev`/`readv`).
-    SameHost {
-        /// Whether CMA reaches the owner's registered memory.
-        cma: bool,
-    },
-    /// Another host, or this host over tcp with shared memory excluded.
-    Elsewhere,
+use super::endpoint::Endpoint;
+use super::request::Request;
+use crate::base::Result;
+use crate::proto::buf::Buf;
+use crate::proto::onesided::{self, AtomicOp, Key, SignalOp, SignalTarget};
+use crate::proto::request::Callback;
+use crate::proto::request::Started;
+
+/// A peer's remote key, unpacked on an endpoint.
+pub struct RemoteKey {
+    key: Key,
+    /// The endpoint it was unpacked on (kept alive with the key).
+    _ep: Endpoint,
 }
 
-impl Reach {
-    /// The reach `Endpoint::rkey_unpack` works with. `link`: the endpoint's link (`None`
-    /// while it connects); `same_context`/`same_host`: the key's owner; `shm_allowed`:
-    /// `COURIER_TLS` allows shm; `cma_policy`: `COURIER_SHM_CMA`. `probe` (a one-word CMA
-    /// read of the owner's region) is called only when the link has not shown that CMA works
-    /// and the answer matters.
-    pub fn find(
-        link: Option<&Caps>,
-        same_context: bool,
-        same_host: bool,
-        shm_allowed: bool,
-        cma_policy: CmaPolicy,
-        probe: impl FnOnce() -> bool,
-    ) -> Reach {
-        if same_context {
-            return Reach::SameContext;
-        }
-        let reads_remote = link.is_some_and(|c| c.rndv == RndvMode::RemoteRead);
-        // A link that does not read the peer's memory may still be replaced by shm.
-        let upgrading = !reads_remote && shm_allowed;
-        if !same_host || !(reads_remote || upgrading) {
-            return Reach::Elsewhere;
-        }
-        let cma =
-            link.is_some_and(link_cma) || (upgrading && cma_policy != CmaPolicy::No && probe());
-        Reach::SameHost { cma }
+impl RemoteKey {
+    /// The region's start and length in the owner's process.
+    pub fn bounds(&self) -> (u64, u64) {
+        self.key.bounds()
+    }
+
+    /// A pointer valid in this process for `addr` in the owner's process, when the region
+    /// is mapped here (same host, allocated memory, or the same context) and `addr` lies
+    /// in it; `None` otherwise (`local_ptr` says why).
+    pub fn direct_ptr(&self, addr: u64) -> Option<*mut u8> {
+        self.key.direct_ptr(addr)
+    }
+
+    /// `direct_ptr` with the reason when there is none: `addr` outside the key's region
+    /// (`OutOfRange`), a region its owner no longer maps or a key that does not match its
+    /// record (`InvalidKey`), or a region not mapped in this process (`Unsupported`).
+    pub fn local_ptr(&self, addr: u64) -> Result<*mut u8> {
+        self.key.local_ptr(addr)
+    }
+
+    /// How operations reach the region: `local`, `direct`, `cma`, `cuda_ipc` or `remote`.
+    pub fn path(&self) -> &'static str {
+        self.key.path()
     }
 }
 
-/// Whether a link reaches its peer's memory with CMA (a shm link whose CMA probe passed).
-pub fn link_cma(c: &Caps) -> bool {
-    c.name == "shm" && c.rndv == RndvMode::RemoteRead
-}
-
-/// The lanes of an endpoint whose link has `caps`, by feature (`tag`, `am`, `stream`,
-/// `rma`, `amo`, in that order), each with the transports it uses (`shm/memory`,
-/// `cma/memory`, ...). Large tag and active messages of a shm link whose CMA probe passed
-/// are read with CMA; a same-host shm link stores into allocated memory directly and
-/// reaches registered memory with CMA (when the probe passed) or through the owner;
-/// elsewhere the owner carries every operation out.
-pub fn lanes(caps: &Caps) -> [(&'static str, Vec<String>); 5] {
-    let lane = format!("{}/{}", caps.name, caps.device);
-    let cma = link_cma(caps).then(|| "cma/memory".to_string());
-    let big: Vec<String> = std::iter::once(lane.clone()).chain(cma.clone()).collect();
-    let (rma, amo) = if caps.name == "shm" {
-        let direct = "direct/memory".to_string();
-        (
-            std::iter::once(direct.clone())
-                .chain(cma)
-                .chain(std::iter::once(lane.clone()))
-                .collect(),
-            vec![direct, lane.clone()],
-        )
-    } else {
-        (vec![lane.clone()], vec![lane.clone()])
-    };
-    [
-        ("tag", big.clone()),
-        ("am", big),
-        ("stream", vec![lane]),
-        ("rma", rma),
-        ("amo", amo),
-    ]
-}
-
-/// `lanes` as one line, as the selection line at `COURIER_LOG_LEVEL=info` and
-/// `courier info -e` print it: `tag(shm/memory cma/memory) am(..) stream(..) rma(..) amo(..)`.
-pub fn lanes_line(caps: &Caps) -> String {
-    let parts: Vec<String> = lanes(caps)
-        .iter()
-        .map(|(f, t)| format!("{f}({})", t.join(" ")))
-        .collect();
-    parts.join(" ")
-}
-
-/// The memory a remote key names, as far as routes depend on it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum TargetMemory {
-    /// Host memory allocated by `mem_map` (it lives in a shared segment).
-    Allocated,
-    /// Host memory the owner registered (its own buffer).
-    Registered,
-    /// CUDA device memory, allocated or registered.
-    Cuda,
-}
-
-impl TargetMemory {
-    /// Every kind.
-    pub const ALL: [TargetMemory; 3] = [
-        TargetMemory::Allocated,
-        TargetMemory::Registered,
-        TargetMemory::Cuda,
-    ];
-
-    /// Short name: `allocated`, `registered`, `cuda`.
-    pub fn name(self) -> &'static str {
-        match self {
-            TargetMemory::Allocated => "allocated",
-            TargetMemory::Registered => "registered",
-            TargetMemory::Cuda => "cuda",
-        }
-    }
-}
-
-/// A one-sided operation.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Op {
-    /// `Endpoint::put` (and `put_iov`).
-    Put,
-    /// `Endpoint::get` (and `get_iov`).
-    Get,
-    /// `Endpoint::put_signal`.
-    PutSignal,
-    /// `Endpoint::atomic`, every [`AtomicOp`](crate::AtomicOp), on 32- and 64-bit words.
-    Atomic,
-}
-
-impl Op {
-    /// Every operation.
-    pub const ALL: [Op; 4] = [Op::Put, Op::Get, Op::PutSignal, Op::Atomic];
-
-    /// Name: `put`, `get`, `put_signal`, `atomic`.
-    pub fn name(self) -> &'static str {
-        match self {
-            Op::Put => "put",
-            Op::Get => "get",
-            Op::PutSignal => "put_signal",
-            Op::Atomic => "atomic",
-        }
-    }
-}
-
-/// Word widths of atomics, in bits. Every [`AtomicOp`](crate::AtomicOp) works on both and returns the
-/// word's old value.
-pub const ATOMIC_BITS: [u32; 2] = [32, 64];
-
-/// How an operation reaches the owner's memory.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Route {
-    /// The owner is this context: copies and CPU atomics in this process.
-    Local,
-    /// Loads, stores and CPU atomics in the owner's shared segment, mapped here.
-    Direct,
-    /// `process_vm_writev` / `process_vm_readv` into the owner's memory.
-    Cma,
-    /// The owner's device allocation, opened here through its CUDA IPC handle.
-    CudaIpc,
-    /// Frames the owner's worker carries out as it progresses (answered for gets and
-    /// atomics; puts are confirmed by `flush`).
-    Remote,
-    /// Refused with `Status::Unsupported`.
-    Unsupported,
-}
-
-impl Route {
-    /// The word `RemoteKey::path()` uses (`unsupported` for refusals).
-    pub fn name(self) -> &'static str {
-        match self {
-            Route::Local => "local",
-            Route::Direct => "direct",
-            Route::Cma => "cma",
-            Route::CudaIpc => "cuda_ipc",
-            Route::Remote => "remote",
-            Route::Unsupported => "unsupported",
-        }
+impl Endpoint {
+    /// Unpack a peer's remote key for use on this endpoint.
+    pub fn rkey_unpack(&self, bytes: &[u8]) -> Result<RemoteKey> {
+        let ctx = &self.worker().context().inner;
+        Ok(RemoteKey {
+            key: Key::unpack(&self.ep_ref(), bytes, &ctx.mem, &ctx.cfg)?,
+            _ep: self.clone(),
+        })
     }
 
-    /// What it does, in words.
-    pub fn describe(self) -> &'static str {
-        match self {
-            Route::Local => "copies and CPU atomics in this process",
-            Route::Direct => "loads, stores and CPU atomics in the owner's shared segment",
-            Route::Cma => "process_vm_writev / process_vm_readv into the owner's memory",
-            Route::CudaIpc => {
-                "device copies into the owner's allocation, opened through its IPC handle"
-            }
-            Route::Remote => "frames carried out by the owner's worker as it progresses",
-            Route::Unsupported => "refused",
-        }
-    }
-
-    /// Whether the whole operation is done by this process in the call that starts it,
-    /// whatever its size.
-    pub fn in_call(self) -> bool {
-        matches!(
-            self,
-            Route::Local | Route::Direct | Route::Cma | Route::CudaIpc
-        )
-    }
-}
-
-/// What `RemoteKey::path()` says for a key naming `mem` at `reach`, when mapping what the
-/// route needs works (the owner's key table, its segment, its IPC handle); otherwise
-/// `remote`.
-pub fn key_route(reach: Reach, mem: TargetMemory) -> Route {
-    match (reach, mem) {
-        (Reach::SameContext, _) => Route::Local,
-        (Reach::SameHost { .. }, TargetMemory::Cuda) => Route::CudaIpc,
-        (Reach::SameHost { .. }, TargetMemory::Allocated) => Route::Direct,
-        (Reach::SameHost { cma: true }, TargetMemory::Registered) => Route::Cma,
-        (Reach::SameHost { cma: false }, TargetMemory::Registered) | (Reach::Elsewhere, _) => {
-            Route::Remote
-        }
-    }
-}
-
-/// How `op` on memory `mem` at `reach` goes. For `PutSignal`, the signal word lies in host
-/// memory allocated by the same owner (signal words need host memory).
-pub fn op_route(reach: Reach, mem: TargetMemory, op: Op) -> Route {
-    let key = key_route(reach, mem);
-    match op {
-        Op::Put | Op::Get => key,
-        // CPU atomics where the word is mapped here; device memory has none.
-        Op::Atomic => match (mem, key) {
-            (TargetMemory::Cuda, _) => Route::Unsupported,
-            (_, Route::Local | Route::Direct) => key,
-            _ => Route::Remote,
-        },
-        // In place only when both the data and the signal word are mapped here: the data
-        // is written, then the signal, in this process.
-        Op::PutSignal => {
-            let signal = key_route(reach, TargetMemory::Allocated);
-            let mapped = matches!(key, Route::Local | Route::Direct | Route::CudaIpc);
-            if mapped && matches!(signal, Route::Local | Route::Direct) {
-                key
-            } else {
-                Route::Remote
-            }
-        }
-    }
-}
-
-/// Sizes that apply when the owner carries operations out ([`Route::Remote`]) over a link.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct OwnerLimits {
-    /// Payload bytes of one put frame: longer puts are split into frames of this size.
-    pub put_piece: usize,
-    /// Payload bytes of one put-with-signal frame; the signal rides on the last.
-    pub put_signal_piece: usize,
-    /// Payload bytes of one frame of a get's answer.
-    pub get_piece: usize,
-    /// Puts (and puts with signal) of at least this many bytes are written from the
-    /// caller's buffer; shorter ones are copied by the link (`None`: always copied).
-    pub zcopy_from: Option<usize>,
-    /// The link's `Caps::place_min` (`None`: it never places frames).
-    place_min: Option<usize>,
-}
-
-impl OwnerLimits {
-    /// The limits on a link with `caps` (both ends of a link share its frame size).
-    pub fn of(caps: &Caps) -> OwnerLimits {
-        OwnerLimits {
-            put_piece: Kind::Put.payload_max(caps.max_frame),
-            put_signal_piece: Kind::PutSignal.payload_max(caps.max_frame),
-            get_piece: Kind::GetResp.payload_max(caps.max_frame),
-            zcopy_from: (caps.zcopy_min != usize::MAX).then_some(caps.zcopy_min),
-            place_min: (caps.place_min != usize::MAX).then_some(caps.place_min),
-        }
-    }
-
-    /// The payload size from which the frames of `op` on `mem` may be read from the link
-    /// straight into their destination instead of a receive buffer (`proto/place.rs`):
-    /// put frames into the owner's host memory, a get's answer into the caller's buffer.
-    /// `None` where that never happens: links that do not place, device memory at the
-    /// owner, atomics, and the frame that carries a put's signal (handled whole).
-    pub fn placed_from(&self, op: Op, mem: TargetMemory) -> Option<usize> {
-        let kind = match (op, mem) {
-            (Op::Put, TargetMemory::Allocated | TargetMemory::Registered) => Kind::Put,
-            (Op::Get, _) => Kind::GetResp,
-            _ => return None,
+    /// Write `data` at `raddr` in the peer's region. Completes when `data` may be reused:
+    /// at once when the region is mapped here or reached by CMA (the data is then in
+    /// place); when the owner carries the put out (tcp, or registered memory reached
+    /// without CMA), once the data has left this process. `flush` says when every earlier
+    /// put is in place, and reports one the owner refused.
+    pub fn put<'a>(&self, data: &'a [u8], raddr: u64, key: &RemoteKey) -> Result<Request<'a>> {
+        // SAFETY: the request borrows `data` for its lifetime.
+        let s = unsafe {
+            self.put_raw(
+                Buf::One((data.as_ptr() as usize, data.len())),
+                raddr,
+                key,
+                Callback::None,
+            )?
         };
-        self.place_min.map(|p| p.saturating_sub(kind.header_len()))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn routes_by_reach_and_memory() {
-        use Route::*;
-        use TargetMemory::*;
-        let near = Reach::SameHost { cma: true };
-        let near_no_cma = Reach::SameHost { cma: false };
-        let row = |r, m| Op::ALL.map(|op| op_route(r, m, op));
-        // put, get, put_signal, atomic
-        assert_eq!(row(Reach::SameContext, Allocated), [Local; 4]);
-        assert_eq!(
-            row(Reach::SameContext, Cuda),
-            [Local, Local, Local, Unsupported]
-        );
-        assert_eq!(row(near, Allocated), [Direct; 4]);
-        assert_eq!(row(near, Registered), [Cma, Cma, Remote, Remote]);
-        assert_eq!(row(near_no_cma, Registered), [Remote; 4]);
-        assert_eq!(row(near, Cuda), [CudaIpc, CudaIpc, CudaIpc, Unsupported]);
-        assert_eq!(row(Reach::Elsewhere, Allocated), [Remote; 4]);
-        assert_eq!(
-            row(Reach::Elsewhere, Cuda),
-            [Remote, Remote, Remote, Unsupported]
-        );
+        Ok(Request::new(self.worker(), s))
     }
 
-    #[test]
-    fn reach_follows_the_link() {
-        let tcp = crate::transport::tcp::pair_for_tests().0.0;
-        let tcp = crate::transport::LinkTx::Tcp(tcp);
-        let c = tcp.caps();
-        let never = || panic!("probed without need");
-        assert_eq!(
-            Reach::find(Some(c), true, false, true, CmaPolicy::Auto, never),
-            Reach::SameContext
-        );
-        assert_eq!(
-            Reach::find(Some(c), false, true, false, CmaPolicy::Auto, never),
-            Reach::Elsewhere
-        );
-        assert_eq!(
-            Reach::find(Some(c), false, false, true, CmaPolicy::Auto, never),
-            Reach::Elsewhere
-        );
-        // tcp on this host with shm allowed: may move to shm; CMA as the probe says.
-        assert_eq!(
-            Reach::find(Some(c), false, true, true, CmaPolicy::Auto, || true),
-            Reach::SameHost { cma: true }
-        );
-        assert_eq!(
-            Reach::find(Some(c), false, true, true, CmaPolicy::No, never),
-            Reach::SameHost { cma: false }
-        );
-        assert_eq!(
-            Reach::find(None, false, true, true, CmaPolicy::Auto, || false),
-            Reach::SameHost { cma: false }
-        );
+    /// Read into `buf` from `raddr` in the peer's region.
+    pub fn get<'a>(&self, buf: &'a mut [u8], raddr: u64, key: &RemoteKey) -> Result<Request<'a>> {
+        // SAFETY: the request borrows `buf` for its lifetime.
+        let s = unsafe {
+            self.get_raw(
+                Buf::One((buf.as_mut_ptr() as usize, buf.len())),
+                raddr,
+                key,
+                Callback::None,
+            )?
+        };
+        Ok(Request::new(self.worker(), s))
     }
 
-    #[test]
-    fn owner_limits_follow_the_frame_sizes() {
-        let tcp = crate::transport::tcp::pair_for_tests().0.0;
-        let c = crate::transport::LinkTx::Tcp(tcp).caps().clone();
-        let l = OwnerLimits::of(&c);
-        assert_eq!(l.put_piece, c.max_frame - Kind::Put.header_len());
-        assert_eq!(
-            l.put_signal_piece,
-            c.max_frame - Kind::PutSignal.header_len()
-        );
-        assert_eq!(l.get_piece, c.max_frame - Kind::GetResp.header_len());
-        assert_eq!(l.zcopy_from, Some(c.zcopy_min));
-        let put = l.placed_from(Op::Put, TargetMemory::Registered);
-        assert_eq!(put, Some(c.place_min - Kind::Put.header_len()));
-        assert_eq!(l.placed_from(Op::Put, TargetMemory::Cuda), None);
-        assert_eq!(l.placed_from(Op::PutSignal, TargetMemory::Allocated), None);
-        assert!(l.placed_from(Op::Get, TargetMemory::Cuda).is_some());
-        let (lb, _) = crate::transport::loopback::pair();
-        let c = crate::transport::LinkTx::Loopback(lb.0).caps().clone();
-        let l = OwnerLimits::of(&c);
-        assert_eq!(l.zcopy_from, None);
-        for op in Op::ALL {
-            assert_eq!(l.placed_from(op, TargetMemory::Allocated), None);
+    /// Write the buffers of `iov`, one after another, starting at `raddr`.
+    pub fn put_iov<'a>(
+        &self,
+        iov: &[&'a [u8]],
+        raddr: u64,
+        key: &RemoteKey,
+    ) -> Result<Request<'a>> {
+        let segs = iov.iter().map(|b| (b.as_ptr() as usize, b.len())).collect();
+        // SAFETY: the request borrows the buffers for its lifetime.
+        let s = unsafe { self.put_raw(Buf::Many(segs), raddr, key, Callback::None)? };
+        Ok(Request::new(self.worker(), s))
+    }
+
+    /// Read consecutive bytes from `raddr` into the buffers of `iov`, filling each in turn.
+    pub fn get_iov<'a>(
+        &self,
+        iov: &mut [&'a mut [u8]],
+        raddr: u64,
+        key: &RemoteKey,
+    ) -> Result<Request<'a>> {
+        let segs = iov
+            .iter_mut()
+            .map(|b| (b.as_mut_ptr() as usize, b.len()))
+            .collect();
+        // SAFETY: the request borrows the buffers for its lifetime.
+        let s = unsafe { self.get_raw(Buf::Many(segs), raddr, key, Callback::None)? };
+        Ok(Request::new(self.worker(), s))
+    }
+
+    /// Put with a raw buffer and a callback.
+    ///
+    /// # Safety
+    /// `data` must stay valid until completion.
+    #[inline(always)]
+    pub unsafe fn put_raw(
+        &self,
+        data: Buf,
+        raddr: u64,
+        key: &RemoteKey,
+        cb: Callback,
+    ) -> Result<Started> {
+        // SAFETY: forwarded contract.
+        unsafe { onesided::put(&self.ep_ref(), data, raddr, &key.key, cb) }
+    }
+
+    /// Get with a raw buffer and a callback.
+    ///
+    /// # Safety
+    /// `buf` must stay valid until completion.
+    #[inline(always)]
+    pub unsafe fn get_raw(
+        &self,
+        buf: Buf,
+        raddr: u64,
+        key: &RemoteKey,
+        cb: Callback,
+    ) -> Result<Started> {
+        // SAFETY: forwarded contract.
+        unsafe { onesided::get(&self.ep_ref(), buf, raddr, &key.key, cb) }
+    }
+
+    /// An atomic on a 64-bit (or, with `bits32`, 32-bit) word at `raddr`; the old value is
+    /// in the completion's `Info::value`. `compare` is used by `Cswap` only.
+    pub fn atomic(
+        &self,
+        op: AtomicOp,
+        value: u64,
+        compare: u64,
+        raddr: u64,
+        key: &RemoteKey,
+        bits32: bool,
+    ) -> Result<Request<'static>> {
+        let s = self.atomic_raw(op, value, compare, raddr, key, bits32, Callback::None)?;
+        Ok(Request::new(self.worker(), s))
+    }
+
+    /// Atomic with a callback.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    pub fn atomic_raw(
+        &self,
+        op: AtomicOp,
+        value: u64,
+        compare: u64,
+        raddr: u64,
+        key: &RemoteKey,
+        bits32: bool,
+        cb: Callback,
+    ) -> Result<Started> {
+        onesided::atomic(
+            &self.ep_ref(),
+            op,
+            value,
+            compare,
+            raddr,
+            &key.key,
+            bits32,
+            cb,
+        )
+    }
+
+    /// A posted (non-fetching) atomic: `op` with `value` on the 64-bit (or, with `bits32`,
+    /// 32-bit) word at `raddr`, returning nothing (`ucp_atomic_post`, OpenSHMEM's
+    /// `shmem_atomic_add` and kin). `op` is `Add`, `And`, `Or` or `Xor`; `Swap` and `Cswap`
+    /// exist for their old value, so they are refused (`InvalidParam`): use `atomic`.
+    ///
+    /// On a region mapped here it is carried out before this returns. Otherwise it goes to
+    /// the owner, which answers only if it refuses it: `flush` waits until the owner has
+    /// carried it out and reports a refusal (`fence` orders it like a put). What the key
+    /// itself shows to be wrong (alignment, range, rights) is refused at once, before
+    /// anything is sent.
+    pub fn atomic_post(
+        &self,
+        op: AtomicOp,
+        value: u64,
+        raddr: u64,
+        key: &RemoteKey,
+        bits32: bool,
+    ) -> Result<()> {
+        onesided::atomic_post(&self.ep_ref(), op, value, raddr, &key.key, bits32)
+    }
+
+    /// Write `data` at `raddr` and then update the signal word at `sig_addr` (`Set` or
+    /// `Add` `value`) as one operation: whoever sees the signal change sees the data.
+    #[allow(clippy::too_many_arguments)]
+    pub fn put_signal<'a>(
+        &self,
+        data: &'a [u8],
+        raddr: u64,
+        key: &RemoteKey,
+        sig_addr: u64,
+        sig_key: &RemoteKey,
+        value: u64,
+        op: SignalOp,
+    ) -> Result<Request<'a>> {
+        // SAFETY: the request borrows `data`.
+        let s = unsafe {
+            self.put_signal_raw(
+                Buf::One((data.as_ptr() as usize, data.len())),
+                raddr,
+                key,
+                sig_addr,
+                sig_key,
+                value,
+                op,
+                Callback::None,
+            )?
+        };
+        Ok(Request::new(self.worker(), s))
+    }
+
+    /// Put-with-signal with a raw buffer and a callback.
+    ///
+    /// # Safety
+    /// `data` must stay valid until completion.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    pub unsafe fn put_signal_raw(
+        &self,
+        data: Buf,
+        raddr: u64,
+        key: &RemoteKey,
+        sig_addr: u64,
+        sig_key: &RemoteKey,
+        value: u64,
+        op: SignalOp,
+        cb: Callback,
+    ) -> Result<Started> {
+        let sig = SignalTarget {
+            addr: sig_addr,
+            key: &sig_key.key,
+            value,
+            op,
+        };
+        // SAFETY: forwarded contract.
+        unsafe { onesided::put_signal(&self.ep_ref(), data, raddr, &key.key, sig, cb) }
+    }
+
+    /// Order: operations issued after the fence are carried out after those before it.
+    pub fn fence(&self) -> Result<()> {
+        // Operations through the owner run in order on one link, and direct ones are done
+        // when issued; but a direct one issued after the fence would overtake one still on
+        // its way to the owner. So when this endpoint has both, the fence waits until the
+        // owner has carried out everything sent before it. A full fence orders this
+        // process's own loads and stores.
+        if let Some(id) = self.with_state(|st, e| st.rma_fence_start(e))? {
+            Request::new(self.worker(), Started::Pending(id)).wait()?;
         }
+        fence(Ordering::SeqCst);
+        Ok(())
     }
 }

@@ -5,8 +5,8 @@ use std::time::{Duration, Instant};
 
 use super::worker::Worker;
 use crate::base::{Error, Result, Status};
-use crate::proto::state::Info;
-use crate::proto::tag::Started;
+use crate::proto::request::Info;
+use crate::proto::request::Started;
 
 /// An operation in flight. It borrows the buffer it reads or writes, so the buffer
 /// outlives the operation. Dropping a request that is still in flight cancels it if it has

@@ -12,15 +12,16 @@ use rustix::event::epoll;
 
 use super::context::Context;
 use super::endpoint::{Endpoint, EndpointParams};
-use super::lock::{Guard, StateCell, ThreadMode};
 use super::request::Request;
+use crate::base::lock::{Guard, StateCell, ThreadMode};
 use crate::base::{Error, Result, Status};
+use crate::proto::State;
 use crate::proto::am::{AmDelivery, AmRndv};
-use crate::proto::core::{Deferred, EPOLL_EVERY, State, Work};
-use crate::proto::fdpoll;
-use crate::proto::recv::{Eager, PollOne};
-use crate::proto::state::{Buf, Callback, Info, RawFn};
-use crate::proto::tag::{ProbeInfo, Started};
+use crate::proto::buf::Buf;
+use crate::proto::progress::Progress;
+use crate::proto::request::Started;
+use crate::proto::request::{Callback, Info, RawFn};
+use crate::proto::tag::ProbeInfo;
 
 pub(crate) struct WorkerInner {
     pub cell: StateCell<State>,
@@ -107,7 +108,7 @@ impl Worker {
             ctx.inner.mem.clone(),
         )?;
         let epoll_raw = state.epoll_as_fd().as_raw_fd();
-        let event_raw = state.eventfd.as_raw_fd();
+        let event_raw = state.eventfd_as_fd().as_raw_fd();
         Ok(Worker {
             inner: Arc::new(WorkerInner {
                 cell: StateCell::new(params.thread_mode, state),
@@ -135,7 +136,7 @@ impl Worker {
 
     /// This worker's address, for peers to connect to.
     pub fn address(&self) -> Result<Vec<u8>> {
-        Ok(self.lock()?.address_bytes.clone())
+        Ok(self.lock()?.address_bytes().to_vec())
     }
 
     /// Connect to a peer worker by its address.
@@ -161,230 +162,11 @@ impl Worker {
     /// many events were handled.
     #[inline]
     pub fn progress(&self) -> usize {
-        let Ok(mut g) = self.lock() else { return 0 };
-        if g.in_progress {
-            return 0;
+        Progress {
+            cell: &self.inner.cell,
+            owner: self,
         }
-        g.progress_calls = g.progress_calls.wrapping_add(1);
-        // Spinning callers mostly find nothing: answer them without the machinery below,
-        // and a frame on the one busy shared-memory link with only what it needs.
-        match g.work() {
-            Work::Nothing => 0,
-            Work::ShmFrames(e) => self.progress_frames(g, e),
-            Work::Other => {
-                g.copy_spent = 0;
-                self.progress_work(g)
-            }
-        }
-    }
-
-    /// `progress_work` when its only work is frames on the shared-memory link of endpoint
-    /// `e` (`State::work`): the eager tag and active messages of a latency test, handled
-    /// without the general pass. Whatever else turns up (another kind of frame, a send
-    /// queued by a handler, a copy, a failure) goes on to `progress_work`.
-    #[inline(never)]
-    fn progress_frames<'g>(&'g self, mut g: Guard<'g, State>, e: u32) -> usize {
-        g.in_progress = true;
-        // About one piece's bytes of copies per progress call, also when `progress_work`
-        // follows.
-        g.copy_spent = 0;
-        let mut n = 0;
-        let mut rest = false;
-        for _ in 0..32 {
-            match g.poll_eager(e) {
-                Eager::Done(PollOne::Empty) => break,
-                Eager::Done(PollOne::Handled) => n += 1,
-                Eager::Done(PollOne::Am(am)) => {
-                    n += 1;
-                    g = self.run_am(g, am);
-                }
-                Eager::Other => {
-                    rest = true;
-                    break;
-                }
-            }
-            if !g.rx_maybe_ready(e) {
-                break;
-            }
-        }
-        g.in_progress = false;
-        if rest || g.tx_busy(e) || !g.link_errors.is_empty() || !g.copies.is_empty() {
-            return n + self.progress_work(g);
-        }
-        // Callbacks of the receives completed above (a counted receive's, as in a
-        // bandwidth test): run here, without a pass over everything for them.
-        if !g.deferred.is_empty() {
-            n += self.run_deferred_of(g);
-        }
-        n
-    }
-
-    /// The general pass of a progress call (`copy_spent` reset by the caller: once per
-    /// call, however it got here).
-    #[inline(never)]
-    fn progress_work<'g>(&'g self, mut g: Guard<'g, State>) -> usize {
-        g.in_progress = true;
-        let mut n = 0;
-        let has_conns = g.conns_in_setup();
-        // Coalesced sends leave before we look for their answers.
-        let direct = g.fd_links > 0 && g.fd_links <= fdpoll::DIRECT_POLL_LINKS;
-        if g.fd_links > 0 {
-            n += g.flush_fd_links().1;
-        }
-        let every = if direct {
-            fdpoll::DIRECT_EPOLL_EVERY
-        } else {
-            EPOLL_EVERY
-        };
-        if (g.fd_links > 0 && !direct) || has_conns || g.progress_calls & (every - 1) == 0 {
-            n += g.progress_events();
-            n += g.progress_conns();
-            if direct && g.watched_idle() {
-                g.unwatch_fd_links();
-            }
-        }
-        if direct {
-            g.read_fd_links();
-        }
-        let mut i = 0;
-        while i < g.active.len() {
-            let e = g.active[i];
-            let ready = g.rx_maybe_ready(e);
-            if !ready && !g.tx_busy(e) {
-                // The common idle case: nothing in, nothing queued.
-                i += 1;
-                continue;
-            }
-            for _ in 0..32 {
-                match g.poll_one(e) {
-                    PollOne::Empty => break,
-                    PollOne::Handled => n += 1,
-                    PollOne::Am(am) => {
-                        n += 1;
-                        g = self.run_am(g, am);
-                    }
-                }
-                // A shared-memory link says with one load whether another frame is there.
-                if !g.rx_maybe_ready(e) {
-                    break;
-                }
-            }
-            // Handlers may have queued answers behind the first (a burst): out they go.
-            if g.tx_busy(e) {
-                n += g.progress_tx(e);
-            }
-            i += 1;
-        }
-        // About one piece's bytes per call, counting copies the frames above started.
-        if !g.copies.is_empty() {
-            n += g.progress_copies();
-        }
-        if !g.link_errors.is_empty() {
-            let errs = std::mem::take(&mut g.link_errors);
-            for (e, err) in errs {
-                let more = g
-                    .ep(e)
-                    .and_then(|ep| ep.rx.as_mut())
-                    .map(|rx| matches!(rx.peek(), Ok(Some(_))))
-                    .unwrap_or(false);
-                if more {
-                    g.link_errors.push((e, err));
-                } else {
-                    g.fail_ep(e, err);
-                }
-            }
-        }
-        g.in_progress = false;
-        if g.deferred.is_empty() {
-            return n;
-        }
-        n + self.run_deferred_of(g)
-    }
-
-    /// Run the callbacks this progress call queued, with the state released; how many.
-    fn run_deferred_of<'g>(&'g self, mut g: Guard<'g, State>) -> usize {
-        let spare = std::mem::take(&mut g.deferred_spare);
-        let mut deferred = std::mem::replace(&mut g.deferred, spare);
-        drop(g);
-        let n = deferred.len();
-        self.run_deferred(&mut deferred);
-        // The emptied vector serves a later progress call (callbacks come in every call that
-        // completes operations started with one: no allocation for each).
-        if let Ok(mut g) = self.lock() {
-            g.deferred_spare = deferred;
-        }
-        n
-    }
-
-    fn run_deferred(&self, deferred: &mut Vec<Deferred>) {
-        for d in deferred.drain(..) {
-            match d {
-                Deferred::Req(Callback::Rust(f), r, _) => f(r),
-                Deferred::Req(Callback::Raw(f, user), r, info) => f(user, r, info),
-                Deferred::Req(Callback::None, _, _) => {}
-                Deferred::EpError(mut h, err) => h(&err),
-                Deferred::Conn(l, req) => {
-                    let handler = self.lock().ok().and_then(|mut g| {
-                        g.listeners
-                            .slots
-                            .get_mut(l as usize)
-                            .and_then(|s| s.handler.take())
-                    });
-                    match handler {
-                        Some(mut h) => {
-                            h(req);
-                            if let Ok(mut g) = self.lock() {
-                                if let Some(s) = g
-                                    .listeners
-                                    .slots
-                                    .get_mut(l as usize)
-                                    .filter(|s| s.live && s.handler.is_none())
-                                {
-                                    s.handler = Some(h);
-                                }
-                            }
-                        }
-                        None => {
-                            if let Ok(mut g) = self.lock() {
-                                g.conn_reject(&req);
-                            }
-                        }
-                    }
-                }
-            }
-        }
-    }
-
-    #[inline(always)]
-    fn run_am<'g>(
-        &'g self,
-        mut g: Guard<'g, State>,
-        mut d: AmDelivery<'static>,
-    ) -> Guard<'g, State> {
-        let e = d.ep.0;
-        let id = d.id;
-        let handler = g.am_handlers.get_mut(id as usize).and_then(|h| h.take());
-        let Some(mut h) = handler else {
-            let peer = g.ep(e).map(|ep| ep.peer.clone()).unwrap_or_default();
-            tracing::warn!("active message with id {id} from {peer} has no handler; dropped");
-            if let Some(r) = d.rndv {
-                g.am_decline(*r);
-            }
-            g.finish_am(e);
-            return g;
-        };
-        // The frame stays unconsumed (rx_busy) until finish_am below.
-        let (mut g, ()) = g.unlocked(|| h(&mut d, self));
-        if let Some(slot) = g.am_handlers.get_mut(id as usize) {
-            if slot.is_none() {
-                *slot = Some(h);
-            }
-        }
-        if let Some(r) = d.rndv.take() {
-            g.am_decline(*r);
-        }
-        g.finish_am(e);
-        g
+        .progress()
     }
 
     /// Register the handler for active-message `id` (replacing any earlier one).
@@ -405,12 +187,7 @@ impl Worker {
                 user(&mut msg);
             }
         };
-        let mut g = self.lock()?;
-        let idx = id as usize;
-        if g.am_handlers.len() <= idx {
-            g.am_handlers.resize_with(idx + 1, || None);
-        }
-        g.am_handlers[idx] = Some(Box::new(wrapped));
+        self.lock()?.am_set_handler(id, Box::new(wrapped));
         Ok(())
     }
 
@@ -625,46 +402,30 @@ impl Worker {
 
     pub(crate) fn detach(&self, id: u64) {
         if let Ok(mut g) = self.lock() {
-            if let Some(s) = g.req(id) {
-                if s.done {
-                    g.req_free(id);
-                } else {
-                    s.detached = true;
-                }
-            }
+            g.req_detach(id);
         }
     }
 
     pub(crate) fn in_progress(&self) -> bool {
-        self.lock().map(|g| g.in_progress).unwrap_or(true)
+        self.lock().map(|g| g.in_progress()).unwrap_or(true)
     }
 
     /// The next endpoint a peer opened to this worker by its address (passive side), if
     /// any. Endpoints made through a `Listener` are handed to its handler instead.
     pub fn incoming_endpoint(&self) -> Option<Endpoint> {
-        let mut g = self.lock().ok()?;
-        while let Some((idx, generation)) = g.incoming.pop_front() {
-            if g.ep(idx).is_some_and(|ep| ep.generation == generation) {
-                drop(g);
-                return Some(Endpoint::from_parts(self, idx, generation));
-            }
-        }
-        None
+        let (idx, generation) = self.lock().ok()?.take_incoming()?;
+        Some(Endpoint::from_parts(self, idx, generation))
     }
 
     /// Flush every endpoint of this worker: all sends and remote operations complete.
     /// Returns the first error met (endpoints that failed report their failure).
     pub fn flush(&self) -> Result<()> {
-        let eps: Vec<Endpoint> = {
-            let mut g = self.lock()?;
-            let ids: Vec<(u32, u32)> = g.active.iter().map(|&e| (e, 0)).collect();
-            ids.into_iter()
-                .filter_map(|(e, _)| g.ep(e).map(|ep| (e, ep.generation)))
-                .collect::<Vec<_>>()
-        }
-        .into_iter()
-        .map(|(e, generation)| Endpoint::from_parts(self, e, generation))
-        .collect();
+        let eps: Vec<Endpoint> = self
+            .lock()?
+            .ep_list()
+            .into_iter()
+            .map(|(e, generation)| Endpoint::from_parts(self, e, generation))
+            .collect();
         let mut first = Ok(());
         for ep in eps {
             if let Err(e) = ep.flush() {
@@ -679,12 +440,12 @@ impl Worker {
     /// How this worker's single-copy rendezvous copies were made so far: through shared
     /// segments of allocated memory, or through the kernel. (`courier perf -v` prints it.)
     pub fn rndv_copies(&self) -> Result<crate::RndvCopies> {
-        Ok(self.lock()?.rndv_copies)
+        Ok(self.lock()?.rndv_copies())
     }
 
     /// Why transports are not usable by this worker (excluded, unavailable).
     pub fn excluded_transports(&self) -> Result<Vec<String>> {
-        Ok(self.lock()?.excluded.clone())
+        Ok(self.lock()?.excluded().to_vec())
     }
 
     /// Progress until `cond` holds or `timeout` passes. Between progress calls that find

@@ -32,9 +32,6 @@ const ATTR_IS_MANAGED: c_uint = 8;
 const MEMORYTYPE_DEVICE: c_uint = 2;
 /// `CU_STREAM_NON_BLOCKING`.
 const STREAM_NON_BLOCKING: c_uint = 1;
-/// The library loaded when `COURIER_CUDA_LIB` names none.
-pub const DEFAULT_LIB: &str = "libcuda.so.1";
-
 /// The driver entry points Courier uses (names as exported by `libcuda.so.1`).
 struct Api {
     init: unsafe extern "C" fn(c_uint) -> CuResult,
@@ -693,10 +690,4 @@ impl Drop for DeviceAlloc {
 #[inline]
 pub fn is_device(addr: usize) -> bool {
     active() && loaded().is_some_and(|d| d.is_device(addr))
-}
-
-/// How many CUDA devices the driver in `lib` sees, or why none can be used (for
-/// `courier info`; loads the driver).
-pub fn device_count(lib: &str) -> Result<i32, Error> {
-    load(lib).map(|d| d.devices)
 }

@@ -5,9 +5,10 @@
 //! later receive into a buffer of its choice with `am_recv_data`, or drop (which tells the
 //! sender its data was declined so its request completes).
 
-use super::core::State;
-use super::state::*;
-use super::tag::Started;
+use super::State;
+use super::buf::Buf;
+use super::request::Started;
+use super::request::{Callback, Info, ReqKind};
 use crate::base::{Error, Result, Status};
 use crate::transport::RndvMode;
 use crate::wire::frame::{self, Header, Kind};
@@ -30,7 +31,7 @@ pub struct AmRndv {
     pub(crate) ep_generation: u32,
     pub(crate) sreq: u64,
     pub(crate) len: usize,
-    pub(crate) segs: super::state::Segs<u64>,
+    pub(crate) segs: super::buf::Segs<u64>,
     pub(crate) key: Option<Box<[u8]>>,
 }
 
@@ -60,6 +61,12 @@ pub struct AmDelivery<'a> {
     pub reply: Option<(u32, u32)>,
     /// The endpoint it arrived on, always.
     pub ep: (u32, u32),
+}
+
+/// The registered active-message handlers, by id.
+#[derive(Default)]
+pub(crate) struct AmHandlers {
+    pub(super) handlers: Vec<Option<AmHandlerFn>>,
 }
 
 /// A registered handler as the protocol layer sees it. The second argument is the API
@@ -105,14 +112,7 @@ impl State {
             return None;
         };
         // One word (see `tag_send_now`): kind, flags, handler id, header length.
-        let reply = if flags.reply {
-            frame::flags::AM_REPLY
-        } else {
-            0
-        };
-        let word =
-            Kind::Am as u64 | u64::from(reply) << 8 | u64::from(id) << 16 | u64::from(hlen32) << 32;
-        let hdr = word.to_le_bytes();
+        let hdr = frame::am_word(id, flags.reply, hlen32);
         let total = header.len() + len;
         let eager_len = (!flags.eager).then_some(total);
         let frame = total + Kind::Am.header_len();
@@ -170,10 +170,7 @@ impl State {
             0
         };
         if fits && (flags.eager || (!flags.rndv && hlen + len < thresh)) {
-            let hdr = Header::new(Kind::Am)
-                .aux16(id)
-                .aux32(hlen as u32)
-                .flags(rfl);
+            let hdr = Header::am(id, hlen as u32, rfl);
             if self.try_send_now(e, &hdr, header, &data)? {
                 return Ok(Started::Done(Info {
                     len,
@@ -216,13 +213,7 @@ impl State {
         } else {
             (0, 0)
         };
-        let hdr = Header::new(Kind::AmRts)
-            .aux16(id)
-            .aux32(hlen as u32)
-            .flags(rfl | shared)
-            .word(1, rid)
-            .word(2, len as u64)
-            .word(3, count);
+        let hdr = Header::am_rts(id, hlen as u32, rfl | shared, rid, len as u64, count);
         if let Err(err) = self.send_frame(e, &hdr, &extra, &Buf::EMPTY, None) {
             self.req_free(rid);
             return Err(err);
@@ -263,8 +254,17 @@ impl State {
     /// The handler did not keep a rendezvous message: release the sender.
     pub(crate) fn am_decline(&mut self, desc: AmRndv) {
         if matches!(self.ep(desc.ep), Some(ep) if ep.generation == desc.ep_generation) {
-            let hdr = Header::new(Kind::RndvAts).word(1, desc.sreq).aux32(0);
+            let hdr = Header::rndv_ats(desc.sreq, 0);
             let _ = self.send_frame(desc.ep, &hdr, &[], &Buf::EMPTY, None);
         }
+    }
+
+    /// Register `handler` for active-message `id`, replacing any earlier one.
+    pub(crate) fn am_set_handler(&mut self, id: u16, handler: AmHandlerFn) {
+        let idx = id as usize;
+        if self.am.handlers.len() <= idx {
+            self.am.handlers.resize_with(idx + 1, || None);
+        }
+        self.am.handlers[idx] = Some(handler);
     }
 }

@@ -17,8 +17,47 @@
 //! they stay in. Either way a failure or close is seen: a direct read reports it as
 //! epoll would.
 
-use super::core::{State, watch};
+use std::os::fd::OwnedFd;
+
+use rustix::event::epoll;
+
+use super::State;
 use crate::base::{Error, Result};
+
+/// Epoll token kinds.
+pub(crate) mod token {
+    /// One of the worker's acceptors (`transport::dial::Acceptors`), by index.
+    pub const ACCEPT: u64 = 1;
+    pub const LISTENER: u64 = 3;
+    pub const EP: u64 = 4;
+    pub const PENDING: u64 = 5;
+    pub const EVENT: u64 = 6;
+    /// A link setup's fd (`State::setups`): it may move on.
+    pub const SETUP: u64 = 7;
+    pub fn make(kind: u64, idx: u32) -> u64 {
+        (kind << 56) | idx as u64
+    }
+    pub fn split(t: u64) -> (u64, u32) {
+        (t >> 56, t as u32)
+    }
+}
+
+/// Add endpoint `e`'s link fd to the worker's epoll set (already there: fine).
+pub(crate) fn watch(
+    epfd: &OwnedFd,
+    fd: std::os::fd::BorrowedFd<'_>,
+    e: u32,
+) -> std::result::Result<(), rustix::io::Errno> {
+    match epoll::add(
+        epfd,
+        fd,
+        epoll::EventData::new_u64(token::make(token::EP, e)),
+        epoll::EventFlags::IN | epoll::EventFlags::RDHUP,
+    ) {
+        Ok(()) | Err(rustix::io::Errno::EXIST) => Ok(()),
+        Err(err) => Err(err),
+    }
+}
 
 /// Up to this many fd links, progress reads their sockets directly; epoll still runs
 /// every [`DIRECT_EPOLL_EVERY`] calls for listeners, new connections and the event fd.
@@ -33,7 +72,7 @@ pub(crate) const UNWATCH_AFTER: u64 = 4096;
 impl State {
     /// The active endpoint at `i` if its link is an fd link.
     fn fd_link_at(&mut self, i: usize) -> Option<u32> {
-        let e = *self.active.get(i)?;
+        let e = *self.progress.active.get(i)?;
         let ep = self.ep(e)?;
         ep.caps.as_ref().filter(|c| c.data_via_fd).map(|_| e)
     }
@@ -44,7 +83,7 @@ impl State {
         let mut all = true;
         let mut completed = 0;
         let mut i = 0;
-        while i < self.active.len() {
+        while i < self.progress.active.len() {
             if let Some(e) = self.fd_link_at(i) {
                 if let Some(tx) = self.ep(e).and_then(|ep| ep.tx.as_mut()) {
                     match tx.flush() {
@@ -67,16 +106,16 @@ impl State {
     /// Read every fd link's socket without waiting for epoll.
     pub(crate) fn read_fd_links(&mut self) {
         let mut i = 0;
-        while i < self.active.len() {
+        while i < self.progress.active.len() {
             if let Some(e) = self.fd_link_at(i) {
                 let r = self
                     .ep(e)
                     .and_then(|ep| ep.rx.as_mut())
                     .map(|rx| rx.poll_read());
                 if let Some(Err(err)) = r {
-                    let before = self.active.len();
+                    let before = self.progress.active.len();
                     self.drain_then_fail(e, err);
-                    if self.active.len() < before {
+                    if self.progress.active.len() < before {
                         continue;
                     }
                 }
@@ -89,11 +128,11 @@ impl State {
     /// have just completed (its callback runs in progress, which must come first). Their
     /// fds join the epoll set, so that it wakes the worker.
     pub(crate) fn arm_fd_links(&mut self) -> Result<bool> {
-        self.armed_at = self.progress_calls;
-        if self.fd_links == 0 {
+        self.progress.armed_at = self.progress.calls;
+        if self.progress.fd_links == 0 {
             return Ok(true);
         }
-        if !self.fd_watched {
+        if !self.progress.fd_watched {
             self.watch_fd_links()?;
         }
         Ok(self.flush_fd_links() == (true, 0))
@@ -111,35 +150,36 @@ impl State {
 
     /// Put every fd link's fd in the epoll set.
     pub(crate) fn watch_fd_links(&mut self) -> Result<()> {
-        for i in 0..self.active.len() {
+        for i in 0..self.progress.active.len() {
             let Some(e) = self.fd_link_at(i) else {
                 continue;
             };
             if let Some(fd) = self.link_fd(e) {
-                watch(&self.epoll, fd, e).map_err(|err| Error::io("epoll add", err))?;
+                watch(&self.progress.epoll, fd, e).map_err(|err| Error::io("epoll add", err))?;
             }
         }
-        self.fd_watched = true;
+        self.progress.fd_watched = true;
         Ok(())
     }
 
     /// Take every fd link's fd out of the epoll set: progress reads them directly.
     pub(crate) fn unwatch_fd_links(&mut self) {
-        for i in 0..self.active.len() {
+        for i in 0..self.progress.active.len() {
             let Some(e) = self.fd_link_at(i) else {
                 continue;
             };
             if let Some(fd) = self.link_fd(e) {
-                let _ = rustix::event::epoll::delete(&self.epoll, fd);
+                let _ = rustix::event::epoll::delete(&self.progress.epoll, fd);
             }
         }
-        self.fd_watched = false;
+        self.progress.fd_watched = false;
     }
 
     /// On direct polling's epoll turn: whether fd links are watched although the worker
     /// has not armed for a while.
     #[inline]
     pub(crate) fn watched_idle(&self) -> bool {
-        self.fd_watched && self.progress_calls.wrapping_sub(self.armed_at) >= UNWATCH_AFTER
+        self.progress.fd_watched
+            && self.progress.calls.wrapping_sub(self.progress.armed_at) >= UNWATCH_AFTER
     }
 }

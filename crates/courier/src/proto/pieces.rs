@@ -20,8 +20,8 @@
 
 use std::time::{Duration, Instant};
 
-use super::core::State;
-use super::state::*;
+use super::State;
+use super::buf::{Segs, seg_range};
 use crate::base::Result;
 use crate::wire::frame::Kind;
 
@@ -58,7 +58,7 @@ pub(crate) enum Dir {
 
 /// A copy with pieces still to make.
 pub(crate) struct CopyJob {
-    pub ep: u32,
+    pub(in crate::proto) ep: u32,
     key: Option<Box<[u8]>>,
     local: Segs<usize>,
     remote: Segs<u64>,
@@ -108,10 +108,12 @@ impl State {
             after,
         };
         let piece = if device { usize::MAX } else { self.piece() };
-        if self.in_progress && (!self.copies.is_empty() || !self.fits_call(device, len, piece)) {
+        if self.progress.in_progress
+            && (!self.rndv.copies.is_empty() || !self.fits_call(device, len, piece))
+        {
             // Older copies wait, or this progress call has spent its piece: after them.
             job.key = key.map(Box::from);
-            self.copies.push_back(job);
+            self.rndv.copies.push_back(job);
             return;
         }
         if len <= piece {
@@ -125,7 +127,7 @@ impl State {
         job.key = key.map(Box::from);
         // SAFETY: forwarded contract.
         match unsafe { self.copy_piece(&mut job, piece) } {
-            Ok(()) if job.done < job.len => self.copies.push_back(job),
+            Ok(()) if job.done < job.len => self.rndv.copies.push_back(job),
             Ok(()) => self.after_copy(e, after, Ok(())),
             Err(err) => self.after_copy(e, after, Err(err)),
         }
@@ -157,7 +159,7 @@ impl State {
     /// `piece`: always as its first copy, else whole in what is left of the piece. A peer's
     /// device memory is copied whole, by the device, and only as a call's first copy.
     fn fits_call(&self, device: bool, rest: usize, piece: usize) -> bool {
-        self.copy_spent == 0 || (!device && rest <= piece.saturating_sub(self.copy_spent))
+        self.rndv.copy_spent == 0 || (!device && rest <= piece.saturating_sub(self.rndv.copy_spent))
     }
 
     /// When a copy of `n` bytes starts, if it is to be timed: one in `TIMED_EVERY` of those
@@ -167,11 +169,11 @@ impl State {
         if device || n < MIN_PIECE || self.cfg.rndv_piece.is_none() {
             return None;
         }
-        self.copies_untimed += 1;
-        if self.copies_untimed < TIMED_EVERY {
+        self.rndv.copies_untimed += 1;
+        if self.rndv.copies_untimed < TIMED_EVERY {
             return None;
         }
-        self.copies_untimed = 0;
+        self.rndv.copies_untimed = 0;
         Some(Instant::now())
     }
 
@@ -181,10 +183,10 @@ impl State {
     /// speed says nothing about the CPU's copies.
     fn copied(&mut self, device: bool, n: usize, t: Option<Instant>) {
         if device {
-            self.copy_spent = usize::MAX;
+            self.rndv.copy_spent = usize::MAX;
             return;
         }
-        self.copy_spent = self.copy_spent.saturating_add(n);
+        self.rndv.copy_spent = self.rndv.copy_spent.saturating_add(n);
         if let Some(t) = t {
             self.copy_took(n, t.elapsed());
         }
@@ -193,7 +195,7 @@ impl State {
     /// The size of the next piece.
     fn piece(&self) -> usize {
         match self.cfg.rndv_piece {
-            Some(max) => self.piece_bytes.clamp(MIN_PIECE.min(max), max),
+            Some(max) => self.rndv.piece_bytes.clamp(MIN_PIECE.min(max), max),
             None => usize::MAX,
         }
     }
@@ -203,7 +205,7 @@ impl State {
     /// does not swing it).
     fn copy_took(&mut self, n: usize, took: Duration) {
         if let Some(max) = self.cfg.rndv_piece {
-            self.piece_bytes = next_piece(self.piece_bytes, n, took, max);
+            self.rndv.piece_bytes = next_piece(self.rndv.piece_bytes, n, took, max);
         }
     }
 
@@ -212,10 +214,10 @@ impl State {
     /// Returns how many copies (or pieces) were made.
     pub(crate) fn progress_copies(&mut self) -> usize {
         let mut n = 0;
-        while let Some(mut job) = self.copies.pop_front() {
+        while let Some(mut job) = self.rndv.copies.pop_front() {
             let piece = self.piece();
             if !self.fits_call(job.device, job.len - job.done, piece) {
-                self.copies.push_front(job);
+                self.rndv.copies.push_front(job);
                 break;
             }
             n += 1;
@@ -223,7 +225,7 @@ impl State {
             // (`copy_then`); an endpoint that fails drops its jobs first.
             match unsafe { self.copy_piece(&mut job, piece) } {
                 Ok(()) if job.done < job.len => {
-                    self.copies.push_front(job);
+                    self.rndv.copies.push_front(job);
                     break;
                 }
                 res => self.after_copy(job.ep, job.after, res),
@@ -242,7 +244,12 @@ impl State {
                 }
             }
             AfterCopy::SplitOwn { rreq } => {
-                if let Some(w) = self.splits.iter_mut().find(|w| w.rreq == rreq && w.ep == e) {
+                if let Some(w) = self
+                    .rndv
+                    .splits
+                    .iter_mut()
+                    .find(|w| w.rreq == rreq && w.ep == e)
+                {
                     w.own = Some(res);
                 }
                 self.end_split(e, rreq);

@@ -19,9 +19,9 @@
 //! refused. (A read already under way when the owner unmaps on another thread still lands:
 //! that window is one read, as it is one store with shared memory.)
 
-use super::core::State;
+use super::State;
 use super::recv::PollOne;
-use super::state::ReqKind;
+use super::request::ReqKind;
 use crate::base::Error;
 use crate::transport::PlaceGuard;
 use crate::wire::frame::{Frame, Kind};

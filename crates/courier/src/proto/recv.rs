@@ -4,10 +4,9 @@
 //! can call the user's handler with the state lock released (the handler may send, even on
 //! the same endpoint), then `finish_am` consumes the frame.
 
+use super::State;
 use super::am::{AmDelivery, AmRndv};
-use super::core::State;
 use crate::base::{Error, Status};
-use crate::transport::LinkRx;
 use crate::wire::frame::Frame;
 
 /// One step of polling an endpoint.
@@ -75,12 +74,12 @@ impl State {
             return Eager::Done(PollOne::Empty);
         };
         let generation = ep.generation;
-        let Some(LinkRx::Shm(rx)) = ep.rx.as_mut() else {
+        let Some(peeked) = ep.rx.as_mut().and_then(|rx| rx.peek_in_place()) else {
             return Eager::Other;
         };
-        let raw = match rx.peek() {
+        let raw = match peeked {
             Ok(Some(raw)) => raw,
-            // Shared memory places no partial frames: nothing is there.
+            // A link that reads frames in place places no partial frames: nothing is there.
             Ok(None) => return Eager::Done(PollOne::Empty),
             Err(_) => return Eager::Other,
         };
@@ -214,7 +213,7 @@ impl State {
                 rx.consume();
             }
         }
-        if !self.reap.is_empty() {
+        if !self.progress.reap.is_empty() {
             self.reap_after_am(e);
         }
     }
@@ -222,8 +221,8 @@ impl State {
     /// A link kept for an active message's handler (its endpoint closed meanwhile) goes.
     #[inline(never)]
     fn reap_after_am(&mut self, e: u32) {
-        if let Some(pos) = self.reap.iter().position(|&x| x == e) {
-            self.reap.swap_remove(pos);
+        if let Some(pos) = self.progress.reap.iter().position(|&x| x == e) {
+            self.progress.reap.swap_remove(pos);
             self.ep_take_link(e);
         }
     }
@@ -266,7 +265,7 @@ impl State {
             Frame::ConnReject => {
                 let asked = self
                     .ep(e)
-                    .is_some_and(|ep| ep.status == crate::proto::state::EpStatus::Connecting);
+                    .is_some_and(|ep| ep.status == crate::proto::endpoint::EpStatus::Connecting);
                 self.fail_ep(
                     e,
                     if asked {

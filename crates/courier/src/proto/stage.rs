@@ -26,9 +26,10 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use super::core::State;
-use super::state::{Buf, Info};
-use super::tag::Started;
+use super::State;
+use super::buf::Buf;
+use super::request::Info;
+use super::request::Started;
 use crate::base::cuda;
 use crate::base::{Error, Result, Status};
 
@@ -422,7 +423,7 @@ pub(crate) unsafe fn to_device_bounced(
         let mut host = StageBuf::new(n);
         read(&[(host.as_mut_ptr() as usize, n)], 0, n)?;
         // SAFETY: per the contract.
-        return unsafe { scatter(&Buf::from(super::state::seg_range(local, 0, n)), &host) };
+        return unsafe { scatter(&Buf::from(super::buf::seg_range(local, 0, n)), &host) };
     };
     let piece = n.min(BOUNCE_PIECE);
     driver()?.overlapped(|c| {
@@ -434,7 +435,7 @@ pub(crate) unsafe fn to_device_bounced(
             // The piece before is in: its buffer is free for the next one.
             c.wait()?;
             let mut off = 0;
-            for &(a, l) in super::state::seg_range(local, done, len).iter() {
+            for &(a, l) in super::buf::seg_range(local, done, len).iter() {
                 let src = b[off..off + l].as_ptr();
                 if cuda::is_device(a) {
                     // SAFETY: device memory of the caller's, `l` bytes of it; the bounce
@@ -485,7 +486,7 @@ impl Stage {
 
     /// A receive's first `want` bytes of device memory, to be written directly (from a
     /// peer's device memory) instead of through the host copy; `None` for a send.
-    pub(crate) fn direct_target(&mut self, want: usize) -> Option<super::state::Segs<usize>> {
+    pub(crate) fn direct_target(&mut self, want: usize) -> Option<super::buf::Segs<usize>> {
         let fill = self.fill.as_ref()?;
         self.direct = true;
         Some(fill.slice(0, want))

@@ -3,9 +3,10 @@
 //! Arriving bytes fill posted receives in order, straight from the transport's buffer;
 //! what no receive wants yet waits in the endpoint's stream buffer.
 
-use super::core::State;
-use super::state::*;
-use super::tag::Started;
+use super::State;
+use super::buf::Buf;
+use super::request::Started;
+use super::request::{Callback, Info, ReqKind};
 use crate::base::{Error, Result, Status};
 use crate::wire::frame::{Header, Kind};
 
@@ -18,7 +19,7 @@ impl State {
         let (_, max_frame, _) = self.ep_limits(e)?;
         let len = data.len();
         let chunk = max_frame - Kind::Stream.header_len();
-        let hdr = Header::new(Kind::Stream);
+        let hdr = Header::bare(Kind::Stream);
         if len <= chunk {
             if self.try_send_now(e, &hdr, &[], &data)? {
                 return Ok(Started::Done(Info {

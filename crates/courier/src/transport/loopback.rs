@@ -37,9 +37,12 @@ pub struct Rx {
     current: Option<Vec<u8>>,
 }
 
+/// The transport's name, as `COURIER_TLS` and the selection lines say it.
+pub const NAME: &str = "self";
+
 fn caps() -> Caps {
     Caps {
-        name: "self",
+        name: NAME,
         device: "memory".into(),
         // Every frame is one copy into the peer's queue inside the call, whatever its
         // length: all of them take the inline path.
@@ -52,6 +55,8 @@ fn caps() -> Caps {
         peer_failure: true,
         wakeup: true,
         data_via_fd: false,
+        frames_in_place: false,
+        peer_memory: false,
         latency_ns: 0.0,
         bandwidth_mbs: 20000.0,
     }

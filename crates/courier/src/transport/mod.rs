@@ -18,6 +18,12 @@
 //! from a transport's name. Built-in transports are dispatched through enums, not trait
 //! objects, so the hot path has no virtual calls.
 //!
+//! Beside the links: `dial` holds which transport reaches a worker (acceptors, dialing a
+//! worker address in order of preference, link setups over several steps, the listener
+//! flow's sockets); `info` says what each transport can do in this process
+//! (`courier::transports`); `shm::memory` is the one interface through which the layers
+//! above reach this host's memory (segments, a peer's descriptors, CMA, doorbells).
+//!
 //! Errors: `send` returns [`TxError::NoResource`] when its queue is full (back-pressure: the
 //! caller keeps the frame in its pending queue and retries after progress); any other error
 //! means the link is dead (peer gone, protocol violation) and the endpoint fails.
@@ -26,8 +32,12 @@ use std::os::fd::BorrowedFd;
 
 use crate::base::{Error, Result, Status};
 
+pub use info::{DeviceInfo, TransportInfo, probe_transport, transports};
+
 #[cfg(test)]
 mod conformance;
+pub(crate) mod dial;
+mod info;
 pub mod loopback;
 pub mod shm;
 pub mod tcp;
@@ -69,6 +79,14 @@ pub struct Caps {
     /// Whether arriving data is noticed only through the link's fd (so progress must poll
     /// it each time); otherwise the fd only signals wakeups and hang-ups.
     pub data_via_fd: bool,
+    /// Whether frames are read where the peer wrote them: whether one waits is one load
+    /// (`LinkRx::in_place_ready`), and reading it (`LinkRx::peek_in_place`) makes no system
+    /// call. Progress takes its shortest path for such a link.
+    pub frames_in_place: bool,
+    /// Whether the peer is another process of this host whose memory this side may reach:
+    /// its pid is known (`LinkTx::peer_pid`), it may offer shared segments and device
+    /// memory by key, and, where `rndv` is `RemoteRead`, CMA reaches it.
+    pub peer_memory: bool,
     /// Estimated one-way latency in nanoseconds.
     pub latency_ns: f64,
     /// Estimated bandwidth in MB/s.
@@ -323,10 +341,14 @@ impl LinkTx {
 
 impl LinkRx {
     /// The link now belongs to an endpoint: it takes frames of any size the protocol
-    /// allows (before, a tcp link takes only setup-sized ones).
-    pub fn established(&mut self) {
+    /// allows (before, a tcp link takes only setup-sized ones), and a link whose peer is
+    /// noticed gone only by probing (tcp keepalive) probes as `cfg` says.
+    pub fn established(&mut self, cfg: &crate::base::Config) {
         if let Self::Tcp(r) = self {
             r.established();
+            if let Some(fd) = r.fd() {
+                tcp::set_keepalive(fd, cfg);
+            }
         }
     }
 
@@ -339,6 +361,26 @@ impl LinkRx {
             LinkRx::Shm(r) => r.ready(),
             LinkRx::Tcp(r) => r.maybe_ready(),
             LinkRx::Loopback(_) => true,
+        }
+    }
+
+    /// For a link whose frames are read in place (`Caps::frames_in_place`): whether a frame
+    /// waits (one load); `None` for other links.
+    #[inline(always)]
+    pub fn in_place_ready(&self) -> Option<bool> {
+        match self {
+            LinkRx::Shm(r) => Some(r.ready()),
+            _ => None,
+        }
+    }
+
+    /// `peek` on a link whose frames are read in place (`Caps::frames_in_place`), in line:
+    /// the receive loop's small-message path. `None` for other links.
+    #[inline(always)]
+    pub fn peek_in_place(&mut self) -> Option<Result<Option<RawFrame>>> {
+        match self {
+            LinkRx::Shm(r) => Some(r.peek()),
+            _ => None,
         }
     }
 

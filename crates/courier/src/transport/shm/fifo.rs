@@ -33,40 +33,16 @@
 //!
 //! Everything read from the segment is validated: the peer may be buggy or hostile.
 
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::*, fence};
+use std::sync::atomic::{AtomicU64, Ordering::*, fence};
 
-use super::segment::{CELL, CELL_HDR, CTL_SIZE};
 use crate::base::sys::copy_small;
 use crate::base::{Error, Result, Status};
 use crate::transport::{RawFrame, TxError};
-
-/// `len` value of a skip-to-end marker.
-const SKIP: u32 = u32::MAX;
-/// Flag in a cell header's `ncells`: the cell packs several small frames.
-pub(super) const PACKED: u32 = 1 << 31;
-/// A packed cell's word: kind (2 bits), the cell's position (46 bits), length (16 bits).
-/// Kinds: a sub-frame of that length follows; `CLOSE`: the cell ends; `PAD`: the next
-/// sub-frame starts at the next cache line. A word with another position is nothing yet.
-const KIND: u64 = 3 << 62;
-const VALID: u64 = 2 << 62;
-const CLOSE: u64 = 1 << 62;
-const PAD: u64 = 3 << 62;
-const POS_BITS: u32 = 46;
-const LEN_MASK: u64 = 0xffff;
-
-/// The position bits of a word of the packed cell at absolute position `pos`.
-#[inline(always)]
-fn pos_tag(pos: u64) -> u64 {
-    (pos & ((1 << POS_BITS) - 1)) << 16
-}
-/// Cache line size the sub-frames are laid out for.
-const LINE: usize = 64;
-/// Bytes of a sub-frame's word.
-const SUB_HDR: usize = 8;
-/// Payload bytes of a packed cell.
-const PACK_ROOM: usize = CELL - CELL_HDR;
-/// Largest frame that joins a packed cell.
-pub(super) const PACK_MAX: usize = PACK_ROOM - SUB_HDR;
+pub(super) use crate::wire::shm::PACK_MAX;
+use crate::wire::shm::{
+    CELL, CELL_HDR, CLOSE, CTL_SIZE, CellHdr, FifoCtl, KIND, LEN_MASK, LINE, PACK_ROOM, PACKED,
+    PAD, SKIP, SUB_HDR, VALID, pos_tag,
+};
 
 /// `n` rounded up to a multiple of 8.
 #[inline(always)]
@@ -108,32 +84,6 @@ fn fit(used: usize, len: usize) -> Option<usize> {
     };
     (at + need <= PACK_ROOM).then_some(at)
 }
-
-#[repr(C, align(64))]
-struct Line<T>(T);
-
-/// FIFO control block (CTL_SIZE bytes before the cells).
-#[repr(C)]
-pub(super) struct FifoCtl {
-    /// Cells consumed so far (written by the consumer only).
-    tail: Line<AtomicU64>,
-    /// Non-zero: the consumer sleeps and wants a wakeup byte.
-    armed: Line<AtomicU32>,
-    /// Non-zero: the consumer may sleep at all (its context asked for wakeup). Written by
-    /// the consumer's side during the handshake, before the producer's first frame; the
-    /// producer pays the store-load fence of the wakeup protocol only when it is set.
-    sleeper: Line<AtomicU32>,
-}
-const _: () = assert!(std::mem::size_of::<FifoCtl>() <= CTL_SIZE);
-
-/// Header at the start of a frame's first cell.
-#[repr(C)]
-struct CellHdr {
-    seq: AtomicU64,
-    len: AtomicU32,
-    ncells: AtomicU32,
-}
-const _: () = assert!(std::mem::size_of::<CellHdr>() == CELL_HDR);
 
 /// Cells a frame of `len` bytes needs.
 #[inline]

@@ -1,10 +1,5 @@
-//! The shared segment: one memfd, mapped by both processes.
-//!
-//! ```text
-//! offset 0            SegHeader (one page): magic, version, layout, sizes, pids, map bases, probe
-//! HEADER              FIFO 0 (connector -> acceptor): FifoCtl (256 B), then N cells of 256 B
-//! HEADER + FIFO       FIFO 1 (acceptor -> connector): same
-//! ```
+//! The shared segment: one memfd, mapped by both processes. Its layout (header, FIFOs,
+//! cells) is `wire::shm`'s.
 //!
 //! Every field the peer can write is an atomic, read through a shared reference to atomics
 //! (sound for memory another process mutates) or through raw pointers; nothing here hands
@@ -12,67 +7,14 @@
 
 use std::os::fd::{AsFd, OwnedFd};
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::Ordering::Relaxed;
 
 use crate::base::{Error, Result, Status};
 
-/// Bytes per FIFO cell.
-pub(super) const CELL: usize = 256;
-/// Bytes of frame header at the start of a frame's first cell.
-pub(super) const CELL_HDR: usize = 16;
-/// Segment magic.
-pub(super) const MAGIC: u64 = u64::from_le_bytes(*b"CRSHMSEG");
-/// Layout version; bump on any change of the layout below.
-pub(super) const VERSION: u32 = 2;
-/// Bytes reserved for the segment header.
-pub(super) const HEADER_SIZE: usize = 4096;
-/// Bytes reserved for each FIFO's control block (before its cells).
-pub(super) const CTL_SIZE: usize = 256;
-/// Smallest and largest cell counts accepted from a peer.
-pub(super) const MIN_CELLS: usize = 16;
-pub(super) const MAX_CELLS: usize = 65536;
-
-/// A fingerprint of the compiled layout, so two builds that disagree never talk.
-pub(super) const LAYOUT: u64 = (CELL as u64)
-    | ((CELL_HDR as u64) << 12)
-    | ((HEADER_SIZE as u64) << 20)
-    | ((CTL_SIZE as u64) << 36)
-    | ((std::mem::size_of::<SegHeader>() as u64) << 48);
-
-/// The segment header. Written by the connector at creation, except `pid[1]` and
-/// `map_base[1]`, which the acceptor fills in before it replies.
-#[repr(C, align(64))]
-pub(super) struct SegHeader {
-    pub magic: AtomicU64,
-    pub version: AtomicU32,
-    pub cell_size: AtomicU32,
-    pub ncells: AtomicU32,
-    pub _pad: AtomicU32,
-    pub seg_size: AtomicU64,
-    pub layout: AtomicU64,
-    /// Process ids as each side sees itself: `[connector, acceptor]` (informational; the
-    /// pid used for CMA comes from SO_PEERCRED, which is namespace-correct).
-    pub pid: [AtomicU32; 2],
-    /// Where each side mapped the segment, for the CMA probe: `[connector, acceptor]`.
-    pub map_base: [AtomicU64; 2],
-    /// A random word; each side reads it from the other's mapping with process_vm_readv.
-    pub probe: AtomicU64,
-}
-
-/// Offset of the probe word inside the segment.
-pub(super) const PROBE_OFFSET: usize = std::mem::offset_of!(SegHeader, probe);
-
-const _: () = assert!(std::mem::size_of::<SegHeader>() <= HEADER_SIZE);
-
-/// Bytes of one FIFO (control block and cells).
-pub(super) fn fifo_bytes(ncells: usize) -> usize {
-    CTL_SIZE + ncells * CELL
-}
-
-/// Offset of FIFO `k` (0 or 1).
-pub(super) fn fifo_offset(ncells: usize, k: usize) -> usize {
-    HEADER_SIZE + k * fifo_bytes(ncells)
-}
+pub(super) use crate::wire::shm::{
+    CELL, CELL_HDR, HEADER_SIZE, LAYOUT, MAGIC, MAX_CELLS, MIN_CELLS, PROBE_OFFSET, SegHeader,
+    VERSION, fifo_bytes, fifo_offset,
+};
 
 /// Total segment size for `ncells` cells per FIFO, a whole number of pages.
 pub(super) fn seg_size(ncells: usize) -> usize {

@@ -2,6 +2,8 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::time::Instant;
 
 use super::*;
+use crate::wire::shm::hello::TAG as HELLO_MAGIC;
+use crate::wire::shm::reply::NO as REPLY_NO;
 
 fn cfg(cells: usize, cma: &str) -> Config {
     let cells = cells.to_string();

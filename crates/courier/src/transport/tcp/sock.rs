@@ -2,7 +2,7 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use rustix::event::{PollFd, PollFlags, Timespec};
 use rustix::io::Errno;
@@ -242,4 +242,24 @@ pub(super) fn device_for(local: Option<SocketAddr>) -> String {
         .find(|(_, a)| *a == ip)
         .map(|(n, _)| n)
         .unwrap_or_else(|| ip.to_string())
+}
+
+/// Apply the keepalive settings to a TCP socket so a dead or unreachable peer is noticed by
+/// the kernel within the timeout, whether or not the peer's application makes progress.
+pub(crate) fn set_keepalive(fd: BorrowedFd<'_>, cfg: &Config) {
+    if cfg.keepalive_timeout == Duration::MAX {
+        return;
+    }
+    let iv = cfg.keepalive_interval.max(Duration::from_secs(1));
+    let cnt = (cfg.keepalive_timeout.as_secs_f64() / iv.as_secs_f64())
+        .ceil()
+        .max(1.0) as u32;
+    let _ = sockopt::set_socket_keepalive(fd, true);
+    let _ = sockopt::set_tcp_keepidle(fd, iv);
+    let _ = sockopt::set_tcp_keepintvl(fd, iv);
+    let _ = sockopt::set_tcp_keepcnt(fd, cnt);
+    let _ = sockopt::set_tcp_user_timeout(
+        fd,
+        cfg.keepalive_timeout.as_millis().min(u32::MAX as u128) as u32,
+    );
 }

@@ -1,0 +1,384 @@
+//! Requests: what an operation in flight reports, how it completes, and the slots that
+//! hold requests, with ids of (generation << 32 | slot) so that a stale or forged id from a
+//! peer is detected instead of hitting a reused slot.
+
+use super::State;
+use super::buf::Buf;
+use crate::base::{Error, Status};
+
+/// What a completed operation reports.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Info {
+    /// Bytes moved; for a truncated receive, the real length of the message.
+    pub len: usize,
+    /// The message's tag (tag receives).
+    pub tag: u64,
+    /// The old value (fetching atomics).
+    pub value: u64,
+}
+
+/// Completion notification for a request.
+pub enum Callback {
+    /// Poll or wait.
+    None,
+    /// A Rust closure, run inside progress.
+    Rust(Box<dyn FnOnce(Result<Info, Error>) + Send>),
+    /// A plain function and a user word (for the C ABI and bindings; no allocation). The
+    /// `Info` is passed also on failure (a truncated receive's real length).
+    Raw(RawFn, usize),
+}
+
+/// An endpoint's error handler: run once, inside progress, when the endpoint fails.
+pub type ErrorHandler = Box<dyn FnMut(&Error) + Send>;
+
+/// A plain completion function: the user word, the result, and the operation's `Info`
+/// (passed also on failure).
+pub type RawFn = fn(usize, Result<Info, Error>, Info);
+
+/// How an operation started.
+#[derive(Debug)]
+pub enum Started {
+    /// Completed at once (no request was made; no callback will run).
+    Done(Info),
+    /// In progress: a request id to poll or wait on.
+    Pending(u64),
+}
+
+/// What a request is waiting for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ReqKind {
+    Send,
+    TagRecv,
+    StreamRecv,
+    AmData,
+    /// Put, atomic, put-with-signal: acknowledged by the target.
+    Rma,
+    /// Get: answered with data.
+    Get,
+}
+
+pub(crate) struct ReqSlot {
+    pub(in crate::proto) generation: u32,
+    pub(in crate::proto) live: bool,
+    pub(in crate::proto) done: bool,
+    pub(in crate::proto) result: Result<Info, Error>,
+    pub(in crate::proto) kind: ReqKind,
+    pub(in crate::proto) ep: Option<u32>,
+    pub(in crate::proto) buf: Buf,
+    /// Receives: bytes expected (rendezvous) and received so far.
+    pub(in crate::proto) expect: usize,
+    pub(in crate::proto) got: usize,
+    pub(in crate::proto) tag: u64,
+    /// Stream receives: complete only when the buffer is full.
+    pub(in crate::proto) waitall: bool,
+    /// Receiving rendezvous data pushed by the sender.
+    pub(in crate::proto) rndv_push: bool,
+    /// The real length of the message being received (truncation reports).
+    pub(in crate::proto) real_len: usize,
+    /// What the request reports, also when it failed (a truncated receive's real length).
+    pub(in crate::proto) info: Info,
+    pub(in crate::proto) callback: Callback,
+    /// No handle refers to the request any more: free it on completion.
+    pub(in crate::proto) detached: bool,
+    /// Sends: all frames are with the link, which still writes the last from the buffer;
+    /// completes with `info` when the link reports the request's id as written.
+    pub(in crate::proto) zc_wait: bool,
+    /// The host copy of device memory the request works on (`proto::stage`).
+    pub(in crate::proto) stage: Option<Box<crate::proto::stage::Stage>>,
+}
+
+impl ReqSlot {
+    /// A slot never used yet (generation 0: its first request gets generation 1).
+    pub(crate) fn vacant() -> ReqSlot {
+        ReqSlot {
+            generation: 0,
+            live: false,
+            done: false,
+            result: Ok(Info::default()),
+            kind: ReqKind::Send,
+            ep: None,
+            buf: Buf::EMPTY,
+            expect: 0,
+            got: 0,
+            tag: 0,
+            waitall: false,
+            rndv_push: false,
+            real_len: 0,
+            info: Info::default(),
+            callback: Callback::None,
+            detached: false,
+            zc_wait: false,
+            stage: None,
+        }
+    }
+
+    /// Mark the slot free: it lets go of the caller's buffer and callback (the slot goes
+    /// on the free list beside this call). A polled request (no callback, one segment,
+    /// nothing staged), the common case, holds nothing that needs dropping.
+    #[inline]
+    pub(crate) fn release(&mut self) {
+        self.live = false;
+        if matches!(self.callback, Callback::None)
+            && matches!(self.buf, Buf::One(_))
+            && self.stage.is_none()
+        {
+            self.buf = Buf::EMPTY;
+            return;
+        }
+        self.release_owned();
+    }
+
+    /// `release` of a slot holding a callback, a list of segments or a staged copy.
+    #[inline(never)]
+    fn release_owned(&mut self) {
+        self.callback = Callback::None;
+        self.buf = Buf::EMPTY;
+        self.stage = None;
+    }
+
+    /// Whether this live request on endpoint `e` expects `n` bytes at `offset`.
+    pub(crate) fn takes(&self, e: u32, offset: u64, n: usize) -> bool {
+        self.ep == Some(e)
+            && !self.done
+            && offset
+                .checked_add(n as u64)
+                .is_some_and(|x| x <= self.expect as u64)
+    }
+}
+
+pub(crate) fn make_id(generation: u32, idx: u32) -> u64 {
+    ((generation as u64) << 32) | idx as u64
+}
+
+pub(crate) fn split_id(id: u64) -> (u32, u32) {
+    ((id >> 32) as u32, id as u32)
+}
+
+impl State {
+    /// Cancel a request that has not started moving data. Returns whether it was canceled.
+    pub(crate) fn cancel(&mut self, id: u64) -> bool {
+        let Some(s) = self.req(id) else { return false };
+        if s.done {
+            return false;
+        }
+        match s.kind {
+            ReqKind::TagRecv if s.ep.is_none() => {
+                self.tag.expected.retain(|p| p.id != id);
+                self.complete(id, Err(Status::Canceled.into()));
+                true
+            }
+            ReqKind::StreamRecv => {
+                let e = s.ep;
+                if let Some(ep) = e.and_then(|e| self.ep(e)) {
+                    ep.stream_reqs.retain(|&x| x != id);
+                }
+                self.complete(id, Err(Status::Canceled.into()));
+                true
+            }
+            ReqKind::Send => {
+                // Only a send still waiting in the pending queue has not started.
+                let e = s.ep;
+                let Some(ep) = e.and_then(|e| self.ep(e)) else {
+                    return false;
+                };
+                let before = ep.pending.len();
+                ep.pending.retain(|p| p.req != Some(id));
+                if ep.pending.len() != before {
+                    self.complete(id, Err(Status::Canceled.into()));
+                    true
+                } else {
+                    false
+                }
+            }
+            _ => false,
+        }
+    }
+
+    /// A new request with its buffer and callback; its id.
+    pub(crate) fn req_alloc(
+        &mut self,
+        kind: ReqKind,
+        ep: Option<u32>,
+        buf: Buf,
+        callback: Callback,
+    ) -> u64 {
+        let (id, s) = self.req_take(kind, ep);
+        s.buf = buf;
+        s.callback = callback;
+        id
+    }
+
+    /// A new request's slot with every field that is read before it completes set, but its
+    /// buffer and callback, which the caller stores (`req_alloc`, `post_recv`): a freed
+    /// slot's were released, so nothing is left to drop.
+    #[inline]
+    pub(crate) fn req_take(&mut self, kind: ReqKind, ep: Option<u32>) -> (u64, &mut ReqSlot) {
+        // A freed slot (`req_free` left its buffer and callback empty and it is not live),
+        // or a new one, made vacant first; either is then set field by field (cheaper than
+        // building and moving a whole slot).
+        let idx = match self.reqs.free.pop() {
+            Some(i) if (i as usize) < self.reqs.slots.len() => i as usize,
+            _ => {
+                self.reqs.slots.push(ReqSlot::vacant());
+                self.reqs.slots.len() - 1
+            }
+        };
+        let stage = self.parked.take();
+        // In bounds: a free index checked above, or the slot just pushed.
+        let s = &mut self.reqs.slots[idx];
+        // Generations start at 1, so no request id is 0: the wire uses 0 for "no request"
+        // (puts that are acknowledged only when refused).
+        let generation = s.generation.wrapping_add(1).max(1);
+        s.generation = generation;
+        s.live = true;
+        s.done = false;
+        s.detached = false;
+        s.zc_wait = false;
+        s.waitall = false;
+        s.rndv_push = false;
+        s.kind = kind;
+        s.ep = ep;
+        s.expect = 0;
+        s.got = 0;
+        s.tag = 0;
+        s.real_len = 0;
+        // A free slot holds no staged copy (`ReqSlot::release`): only a new one is stored,
+        // so the common case makes no call to drop the old.
+        if stage.is_some() {
+            s.stage = stage;
+        }
+        (make_id(generation, idx as u32), s)
+    }
+
+    /// The live slot for `id`, if the id is current.
+    #[inline]
+    pub(crate) fn req(&mut self, id: u64) -> Option<&mut ReqSlot> {
+        let (generation, idx) = split_id(id);
+        self.reqs
+            .slots
+            .get_mut(idx as usize)
+            .filter(|s| s.live && s.generation == generation)
+    }
+
+    pub(crate) fn req_free(&mut self, id: u64) {
+        let (_, idx) = split_id(id);
+        if let Some(s) = self.req(id) {
+            s.release();
+            self.reqs.free.push(idx);
+        }
+    }
+
+    /// The result of request `id` if it has completed, which frees its slot: one lookup
+    /// for what a `Request` polls on every test.
+    ///
+    /// Written into the caller's `done` and `info` (a `Request`'s own fields) rather than
+    /// returned: the done path of every polled request moves them once.
+    #[inline]
+    pub(crate) fn take_result(
+        &mut self,
+        id: u64,
+        done: &mut Option<Result<Info, Error>>,
+        info: &mut Info,
+    ) {
+        let Some(s) = self.req(id).filter(|s| s.done) else {
+            return;
+        };
+        *info = s.info;
+        *done = Some(std::mem::replace(&mut s.result, Ok(Info::default())));
+        s.release();
+        self.reqs.free.push(split_id(id).1);
+    }
+
+    /// Complete a request: record the result, queue its callback, free it if detached.
+    pub(crate) fn complete(&mut self, id: u64, result: Result<Info, Error>) {
+        let info = result.as_ref().copied().unwrap_or_default();
+        self.complete_info(id, result, info)
+    }
+
+    /// Complete with an explicit info (kept also on failure).
+    #[inline]
+    pub(crate) fn complete_info(&mut self, id: u64, result: Result<Info, Error>, info: Info) {
+        if self.req(id).is_some() {
+            self.complete_slot(split_id(id).1, result, info);
+        }
+    }
+
+    /// `complete_info` for the request in slot `idx`, which the caller found live and
+    /// current (a matched receive: no second lookup by id).
+    #[inline]
+    pub(crate) fn complete_slot(&mut self, idx: u32, result: Result<Info, Error>, info: Info) {
+        let Some(s) = self.reqs.slots.get_mut(idx as usize) else {
+            return;
+        };
+        if s.done {
+            return;
+        }
+
+        s.done = true;
+        s.info = info;
+        // Device memory: the host copy goes to the device before anyone hears of it.
+        let result = match s.stage.take() {
+            Some(stage) => stage.finish(result),
+            None => result,
+        };
+        if matches!(s.callback, Callback::None) {
+            s.result = result;
+            if s.detached {
+                s.release();
+                self.reqs.free.push(idx);
+            }
+            return;
+        }
+        // A request with a callback belongs to it (nobody polls it): free it now, or the
+        // slot of every operation started with a callback (the C ABI's) stays taken.
+        let cb = std::mem::replace(&mut s.callback, Callback::None);
+        s.release();
+        self.reqs.free.push(idx);
+        self.defer_completion(cb, result, info);
+    }
+
+    /// Complete the receive in slot `idx` (live, not done, no device copy, one host
+    /// segment: the caller checked) with `info`: the small-message path of
+    /// `complete_slot`, in line, for a request polled by its handle or finished by a
+    /// plain function.
+    #[inline(always)]
+    pub(crate) fn complete_small(&mut self, idx: u32, len: usize, tag: u64) {
+        let Some(s) = self.reqs.slots.get_mut(idx as usize) else {
+            return;
+        };
+        match (&s.callback, &s.buf) {
+            (Callback::None, _) if !s.detached => {
+                let info = Info { len, tag, value: 0 };
+                s.done = true;
+                s.info = info;
+                s.result = Ok(info);
+            }
+            (&Callback::Raw(f, user), Buf::One(_)) => {
+                // Neither a plain function nor one segment needs a drop: forget them.
+                s.done = true;
+                s.info = Info { len, tag, value: 0 };
+                s.live = false;
+                std::mem::forget(std::mem::replace(&mut s.callback, Callback::None));
+                std::mem::forget(std::mem::replace(&mut s.buf, Buf::EMPTY));
+                self.reqs.free.push(idx);
+                self.defer_raw_ok(f, user, Info { len, tag, value: 0 });
+            }
+            _ => {
+                let info = Info { len, tag, value: 0 };
+                self.complete_slot(idx, Ok(info), info)
+            }
+        }
+    }
+
+    /// No handle refers to request `id` any more: free it now if it completed, else when
+    /// it does.
+    pub(crate) fn req_detach(&mut self, id: u64) {
+        if let Some(s) = self.req(id) {
+            if s.done {
+                self.req_free(id);
+            } else {
+                s.detached = true;
+            }
+        }
+    }
+}

@@ -1,0 +1,263 @@
+//! The receiving half: reading frames from the socket into the receive buffer, checking
+//! their lengths, and handing them out in place.
+
+use super::*;
+
+impl Rx {
+    /// The peer's address.
+    #[cfg(test)]
+    pub fn peer_addr(&self) -> SocketAddr {
+        self.peer
+    }
+
+    fn protocol_error(&mut self, why: String) -> Error {
+        let e = Error::msg(Status::ProtocolError, why);
+        self.failed = Some(e.clone());
+        e
+    }
+
+    /// Check the preamble and the next header; the payload length of the next frame if it
+    /// is complete in the buffer. Only called when no frame is handed out.
+    fn parse(&mut self) -> Result<Option<usize>> {
+        if let Some(e) = &self.failed {
+            return Err(e.clone());
+        }
+        if self.need_preamble {
+            let have = &self.buf[self.start..self.end];
+            let n = have.len().min(PREAMBLE.len());
+            if have[..n] != PREAMBLE[..n] {
+                let why = format!(
+                    "not a Courier peer: bad preamble {} from {}",
+                    hex(&have[..n]),
+                    self.peer
+                );
+                return Err(self.protocol_error(why));
+            }
+            if n < PREAMBLE.len() {
+                return Ok(None);
+            }
+            self.start += PREAMBLE.len();
+            self.need_preamble = false;
+        }
+        let have = self.end - self.start;
+        if have < HDR {
+            return Ok(None);
+        }
+        let mut h = [0u8; HDR];
+        h.copy_from_slice(&self.buf[self.start..self.start + HDR]);
+        let len = u32::from_le_bytes(h) as usize;
+        if len == 0 {
+            return Err(self.protocol_error(format!(
+                "frame length 0 from {}: empty frames are not allowed",
+                self.peer
+            )));
+        }
+        if len > self.frame_limit {
+            let when = if self.frame_limit < MAX_FRAME {
+                " of a connection not yet set up"
+            } else {
+                ""
+            };
+            return Err(self.protocol_error(format!(
+                "frame length {len} from {} exceeds the limit{when} {}",
+                self.peer, self.frame_limit
+            )));
+        }
+        Ok(if have >= HDR + len { Some(len) } else { None })
+    }
+
+    pub(crate) fn peek(&mut self) -> Result<Option<RawFrame>> {
+        if self.place.is_some() {
+            // A placed frame is taken with `take_placed`; nothing after it comes first.
+            if self.placed_ready() {
+                return Ok(None);
+            }
+            return self.closed.as_ref().map_or(Ok(None), |e| Err(e.clone()));
+        }
+        if self.out == 0 {
+            match self.parse()? {
+                Some(len) => self.out = HDR + len,
+                None => return self.closed.as_ref().map_or(Ok(None), |e| Err(e.clone())),
+            }
+        }
+        // `as_ptr` creates no reference, so later writes past `end` leave this pointer valid.
+        let ptr = self.buf.as_ptr().wrapping_add(self.start + HDR);
+        Ok(Some(RawFrame {
+            ptr,
+            len: self.out - HDR,
+        }))
+    }
+
+    pub(crate) fn consume(&mut self) {
+        if self.out != 0 {
+            self.start += self.out;
+            self.out = 0;
+            self.place = None;
+            self.declined = false;
+            if self.start == self.end {
+                self.start = 0;
+                self.end = 0;
+            }
+        }
+    }
+
+    pub(crate) fn fd(&self) -> Option<BorrowedFd<'_>> {
+        Some(self.sock.as_fd())
+    }
+
+    /// Make room for the next frame: compact and grow. Only when no frame is handed out.
+    fn make_room(&mut self) -> Result<()> {
+        let complete = self.parse()?.is_some();
+        if complete {
+            return Ok(());
+        }
+        if self.start == self.end {
+            self.start = 0;
+            self.end = 0;
+        }
+        let have = self.end - self.start;
+        let need = if !self.need_preamble && have >= HDR {
+            let mut h = [0u8; HDR];
+            h.copy_from_slice(&self.buf[self.start..self.start + HDR]);
+            let len = u32::from_le_bytes(h) as usize;
+            if self.placeable(len) {
+                // The protocol may place its payload: room for the head is enough.
+                HDR + len.min(place::PLACE_MIN)
+            } else {
+                HDR + len
+            }
+        } else {
+            PREAMBLE.len() + HDR
+        };
+        let size = self.buf.len();
+        if self.start > 0 && (self.start + need > size || size - self.end < size / 4) {
+            self.buf.copy_within(self.start..self.end, 0);
+            self.end = have;
+            self.start = 0;
+        }
+        // Grow only a full buffer, and at most twice over: what a frame takes here follows
+        // the bytes that came, not the length its header announces.
+        if need > self.buf.len() && self.end == self.buf.len() {
+            let new = (self.buf.len() * 2).min(need);
+            self.buf.resize(new, 0);
+        }
+        Ok(())
+    }
+
+    /// The link now belongs to an endpoint: frames up to `MAX_FRAME` are taken.
+    pub(crate) fn established(&mut self) {
+        self.frame_limit = MAX_FRAME;
+    }
+
+    /// Read what the socket has, up to the budget or the end of the buffer.
+    fn read_some(&mut self) {
+        let mut budget = RX_BUDGET;
+        while budget > 0 && self.end < self.buf.len() {
+            let room = (self.buf.len() - self.end).min(budget);
+            // SAFETY: `end + room <= buf.len()`; built from `as_mut_ptr` so that no reference
+            // covers the bytes of a frame handed out by `peek` (they lie before `end`).
+            let dst = unsafe {
+                std::slice::from_raw_parts_mut(self.buf.as_mut_ptr().add(self.end), room)
+            };
+            match net::recv(&*self.sock, dst, RecvFlags::DONTWAIT) {
+                Ok((0, _)) => {
+                    self.closed = Some(Error::msg(
+                        Status::PeerFailure,
+                        format!("{} closed the connection", self.peer),
+                    ));
+                    return;
+                }
+                Ok((n, _)) => {
+                    self.end += n;
+                    budget = budget.saturating_sub(n);
+                    if n < room {
+                        // Drained for now; asking again would only answer EAGAIN.
+                        return;
+                    }
+                }
+                Err(Errno::INTR) => continue,
+                Err(Errno::AGAIN) => return,
+                Err(e) => {
+                    let why = match e {
+                        Errno::CONNRESET => format!("{} reset the connection ({e})", self.peer),
+                        _ => format!("connection to {} failed: {e}", self.peer),
+                    };
+                    self.closed = Some(Error::msg(Status::PeerFailure, why));
+                    return;
+                }
+            }
+        }
+    }
+
+    pub(crate) fn on_readable(&mut self) -> Result<()> {
+        if let Some(e) = &self.failed {
+            return Err(e.clone());
+        }
+        if self.place.is_some() {
+            return self.read_placing();
+        }
+        if self.closed.is_none() {
+            if self.out == 0 {
+                self.make_room()?;
+            }
+            self.read_some();
+        }
+        if self.out != 0 || self.parse()?.is_some() {
+            // Frames are waiting; a close is reported by `peek` once they are taken.
+            return Ok(());
+        }
+        self.closed.as_ref().map_or(Ok(()), |e| Err(e.clone()))
+    }
+
+    /// `false` only when certainly nothing is waiting to be handled: no byte buffered, no
+    /// frame being placed, no failure or close to report. (Bytes may be waiting in the
+    /// socket: `poll_read` or `on_readable` fetch them.)
+    #[inline]
+    pub(crate) fn maybe_ready(&self) -> bool {
+        self.end != self.start
+            || self.place.is_some()
+            || self.closed.is_some()
+            || self.failed.is_some()
+    }
+
+    /// Read without a readiness report (progress polls the socket itself when it watches
+    /// few links): a no-op while a complete frame is already buffered, so a busy link costs
+    /// one `recv` per buffer of frames, not per frame.
+    #[inline]
+    pub(crate) fn poll_read(&mut self) -> Result<()> {
+        if self.start == self.end
+            && self.place.is_none()
+            && self.closed.is_none()
+            && self.failed.is_none()
+        {
+            // The common case of a polled link: nothing buffered, so nothing to parse and
+            // the whole buffer free; just read.
+            self.start = 0;
+            self.end = 0;
+            self.read_some();
+            return match &self.closed {
+                Some(e) if self.end == 0 => Err(e.clone()),
+                _ => Ok(()),
+            };
+        }
+        self.poll_read_buffered()
+    }
+
+    #[inline(never)]
+    fn poll_read_buffered(&mut self) -> Result<()> {
+        if self.place.is_some() {
+            return self.on_readable();
+        }
+        if self.out != 0 || self.parse()?.is_some() {
+            return Ok(());
+        }
+        self.on_readable()
+    }
+
+    pub(crate) fn arm(&mut self) -> Result<bool> {
+        if self.placed_ready() || self.out != 0 || self.parse()?.is_some() {
+            return Ok(false);
+        }
+        self.closed.as_ref().map_or(Ok(true), |e| Err(e.clone()))
+    }
+}
