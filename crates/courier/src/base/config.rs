@@ -145,6 +145,12 @@ pub const VARS: &[Var] = &[
         accepts: "auto | run | pmix | pmi2 | pmi1 | single",
     },
     Var {
+        name: "COURIER_JOB_TIMEOUT",
+        default: "120s",
+        help: "How long Job::init waits for every rank at its start-up fence (under launchers that cannot say when a rank died before it, such as hydra), and JobWorld's default for fences and address lookups",
+        accepts: "a duration above 0 (a number with us, ms, s or m for minutes, e.g. 120s)",
+    },
+    Var {
         name: "COURIER_PMIX_LIB",
         default: "libpmix.so.2",
         help: "The PMIx client library loaded at run time when mpirun or srun --mpi=pmix started the process",

@@ -125,8 +125,21 @@ static JOB: Mutex<Option<Job>> = Mutex::new(None);
 
 /// Key under which rank 0 shares the authentication key (launchers other than courier run).
 const AUTH_KEY: &str = "courier.auth";
-/// How long `Job::init` waits for the launcher's exchange (the auth key's fence).
-const INIT_TIMEOUT: Duration = Duration::from_secs(300);
+/// How long `Job::init` waits at its start-up fence, and `JobWorld`'s default timeout:
+/// `COURIER_JOB_TIMEOUT`, 120 s unless set.
+pub fn default_timeout() -> Result<Duration> {
+    match env("COURIER_JOB_TIMEOUT") {
+        None => Ok(Duration::from_secs(120)),
+        Some(v) => crate::base::config::parse_duration(&v)
+            .filter(|d| !d.is_zero())
+            .ok_or_else(|| {
+                Error::msg(
+                    Status::BadConfig,
+                    format!("COURIER_JOB_TIMEOUT={v:?}: give a duration above 0, such as 120s"),
+                )
+            }),
+    }
+}
 
 pub(crate) fn ms(d: Duration) -> u32 {
     d.as_millis().min(u32::MAX as u128) as u32
@@ -412,6 +425,7 @@ impl Job {
 
 /// Rank 0 makes the key and publishes it; everyone fences and reads it.
 fn share_auth_key(l: &mut dyn Launcher, info: &Info) -> Result<[u8; 32]> {
+    let timeout = default_timeout()?;
     let mine = if info.rank == 0 {
         let k = new_auth_key()?;
         l.put(AUTH_KEY, &k)?;
@@ -419,11 +433,12 @@ fn share_auth_key(l: &mut dyn Launcher, info: &Info) -> Result<[u8; 32]> {
     } else {
         None
     };
-    l.fence(INIT_TIMEOUT).map_err(|e| {
+    l.fence(timeout).map_err(|e| {
         Error::msg(
             e.status(),
             format!(
-                "job start-up: sharing the authentication key: {}",
+                "job start-up under {}: the first fence (sharing the authentication key; COURIER_JOB_TIMEOUT): {}",
+                info.kind.name(),
                 e.detail()
             ),
         )
@@ -431,7 +446,7 @@ fn share_auth_key(l: &mut dyn Launcher, info: &Info) -> Result<[u8; 32]> {
     if let Some(k) = mine {
         return Ok(k);
     }
-    let v = l.get(0, AUTH_KEY, INIT_TIMEOUT)?;
+    let v = l.get(0, AUTH_KEY, timeout)?;
     v.as_slice().try_into().map_err(|_| {
         Error::msg(
             Status::ProtocolError,

@@ -32,13 +32,11 @@ impl std::fmt::Debug for JobWorld {
     }
 }
 
-/// How long lookups and the publishing fence wait by default.
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(120);
-
 impl JobWorld {
-    /// Publish `worker`'s address and fence: collective, every rank calls it.
+    /// Publish `worker`'s address and fence: collective, every rank calls it. Fences and
+    /// lookups wait at most `COURIER_JOB_TIMEOUT` (120 s by default).
     pub fn new(job: &Job, worker: &Worker) -> Result<JobWorld> {
-        JobWorld::with_name(job, worker, "worker", DEFAULT_TIMEOUT)
+        JobWorld::with_name(job, worker, "worker", super::default_timeout()?)
     }
 
     /// As `new`, for one of several workers per process (`name` tells them apart; every
