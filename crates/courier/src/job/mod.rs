@@ -401,6 +401,12 @@ impl Job {
         if let Ok(mut g) = self.inner.launcher.try_lock() {
             if let Some(l) = g.as_mut() {
                 l.abort(code, message);
+                // The launcher ends every rank, this one included. Exiting at once races
+                // its teardown (Slurm's PMI-2 then lets the other ranks' fence pass without
+                // this one), so wait a moment to be ended, and exit ourselves only after.
+                if self.launcher() != LauncherKind::Single {
+                    std::thread::sleep(Duration::from_secs(5));
+                }
             }
         }
         let status = if code == 0 { 1 } else { code };
