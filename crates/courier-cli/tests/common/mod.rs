@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod job;
+pub mod slurm;
 
 use std::process::{Command, Output, Stdio};
 
