@@ -2,6 +2,7 @@
 //! its output rows. Each test file uses part of it.
 #![allow(dead_code)]
 
+pub mod hosts;
 pub mod job;
 pub mod slurm;
 
