@@ -147,12 +147,26 @@ impl JobWorld {
                 done.store(true, std::sync::atomic::Ordering::Release);
                 r
             });
-            // The launcher enforces `timeout`; the loop only needs to see the result.
-            let _ = self
-                .worker
-                .progress_until(timeout + Duration::from_secs(10), || {
-                    done.load(std::sync::atomic::Ordering::Acquire)
-                });
+            // The launcher enforces `timeout`; this loop only serves peers until the helper
+            // is done. It sleeps between idle polls (on the worker's event fd where the
+            // context has wakeup, else briefly), so that many ranks waiting on few CPUs
+            // leave them to the ranks that still work.
+            let wakeup = self.worker.context().features().wakeup;
+            let mut idle = 0u32;
+            while !done.load(std::sync::atomic::Ordering::Acquire) {
+                if self.worker.progress() > 0 {
+                    idle = 0;
+                    continue;
+                }
+                idle = idle.wrapping_add(1);
+                if wakeup {
+                    let _ = self.worker.wait(Some(Duration::from_millis(1)));
+                } else if idle.is_multiple_of(64) {
+                    std::thread::sleep(Duration::from_micros(200));
+                } else {
+                    std::thread::yield_now();
+                }
+            }
             h.join().unwrap_or_else(|_| {
                 Err(Error::new(
                     Status::IoError,
