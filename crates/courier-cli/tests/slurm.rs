@@ -104,3 +104,88 @@ fn jobs_under_srun_pmi2_and_pmix() {
     }
     drop(cluster);
 }
+
+/// One slurmctld and one slurmd per namespace host (munge's socket is a path, reached from
+/// every namespace); srun runs on the first host. Shared memory inside a host, tcp between.
+#[test]
+fn jobs_under_srun_across_two_namespace_hosts() {
+    let hosts = match common::hosts::Hosts::new("s", 2) {
+        Ok(h) => h,
+        Err(e) => {
+            require(
+                false,
+                "srun_multihost",
+                &format!("cannot make namespace hosts: {e}"),
+            );
+            return;
+        }
+    };
+    let nodes: Vec<Node> = (0..2)
+        .map(|i| Node {
+            name: hosts.names[i].clone(),
+            addr: hosts.addrs[i].clone(),
+            netns: Some(hosts.netns[i].clone()),
+        })
+        .collect();
+    let cluster = match Cluster::start(
+        "multi",
+        &hosts.addrs[0],
+        Some(hosts.netns[0].clone()),
+        &nodes,
+    ) {
+        Ok(c) => c,
+        Err(e) => {
+            require(false, "srun_multihost", &e);
+            return;
+        }
+    };
+    for (mpi, via) in [("pmi2", "pmi2"), ("pmix", "pmix")] {
+        for n in [2usize, 4] {
+            let per = n / 2;
+            let mut cmd = hosts.command(0, "srun");
+            cmd.args([
+                &format!("--mpi={mpi}"),
+                "-N",
+                "2",
+                "-n",
+                &n.to_string(),
+                "-O",
+            ])
+            .args(["--distribution=block"])
+            .args(rank_args())
+            .env("SLURM_CONF", &cluster.conf)
+            .env("COURIER_TEST_JOB_ROLE", "ring")
+            .env("COURIER_LOG_LEVEL", "info")
+            .stdin(Stdio::null());
+            let o = cmd.output().expect("srun");
+            let (out, err) = texts(&o);
+            assert!(
+                o.status.success(),
+                "srun --mpi={mpi} -N 2 -n {n}: {:?}\n{out}\n{err}",
+                o.status
+            );
+            for r in 0..n {
+                let want = format!(
+                    "RANK {r}/{n} OK local {}/{per} host {} via {via}",
+                    r % per,
+                    r / per
+                );
+                assert!(
+                    out.contains(&want),
+                    "--mpi={mpi} -n {n}: no '{want}':\n{out}\n{err}"
+                );
+            }
+            assert!(
+                err.contains("inter-node cfg#") && err.contains("tag(tcp/"),
+                "{err}"
+            );
+            if per > 1 {
+                assert!(
+                    err.contains("intra-node cfg#") && err.contains("tag(shm/"),
+                    "{err}"
+                );
+            }
+        }
+    }
+    drop(cluster);
+}

@@ -27,11 +27,20 @@ fn have(cmd: &str) -> bool {
         .is_ok_and(|o| o.status.success())
 }
 
-fn in_ns(ns: &Option<String>, prog: &str) -> Command {
+/// `prog` in network namespace `ns` (None: here) with host name `host` and a /tmp of its
+/// own (as a real host has: Slurm's PMIx plugin keeps per-step directories there, which two
+/// nodes on one file system would share). nsenter, not `ip netns exec`, which mounts a
+/// sysfs of its own and so hides the cgroup tree slurmd needs.
+fn in_ns(ns: &Option<String>, host: &str, prog: &str) -> Command {
     match ns {
         Some(n) => {
-            let mut c = Command::new("ip");
-            c.args(["netns", "exec", n, prog]);
+            let mut c = Command::new("nsenter");
+            c.arg(format!("--net=/var/run/netns/{n}"))
+                .args(["unshare", "--uts", "--mount", "sh", "-c"])
+                .arg("mount -t tmpfs tmpfs /tmp && hostname \"$1\" && shift && exec \"$@\"")
+                .arg("sh")
+                .arg(host)
+                .arg(prog);
             c
         }
         None => Command::new(prog),
@@ -60,13 +69,23 @@ impl Cluster {
         nodes: &[Node],
     ) -> Result<Cluster, String> {
         Cluster::available()?;
-        let dir = std::env::temp_dir().join(format!("courier-slurm-{tag}-{}", std::process::id()));
+        // Namespace hosts have a /tmp of their own: their cluster lives elsewhere.
+        let base_dir = if nodes.iter().any(|n| n.netns.is_some()) {
+            PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        } else {
+            std::env::temp_dir()
+        };
+        let dir = base_dir.join(format!("courier-slurm-{tag}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
-        for d in ["state", "spool", "log"] {
+        for d in ["state", "spool", "log", "tmp"] {
             std::fs::create_dir_all(dir.join(d)).map_err(|e| format!("{}: {e}", dir.display()))?;
         }
         // Ports of our own, apart from other test runs on this machine.
-        let base = 20000 + (std::process::id() % 15000) * 2;
+        let salt = tag
+            .bytes()
+            .fold(0u32, |a, b| a.wrapping_mul(31).wrapping_add(b as u32))
+            % 4;
+        let base = 20000 + (std::process::id() % 5000) * 8 + salt * 2;
         let d = dir.display();
         let hostname = String::from_utf8_lossy(
             &Command::new("hostname")
@@ -89,8 +108,16 @@ impl Cluster {
              ProctrackType=proctrack/pgid\nTaskPlugin=task/none\nSelectType=select/linear\nSchedulerType=sched/builtin\n\
              MpiDefault=none\nReturnToService=2\nSlurmdParameters=config_overrides\n\
              AccountingStorageType=accounting_storage/none\nJobAcctGatherType=jobacct_gather/none\nJobCompType=jobcomp/none\n\
-             SlurmdTimeout=30\nInactiveLimit=0\nKillWait=2\n",
-            base + 1
+             SlurmdTimeout=30\nInactiveLimit=0\nKillWait=2\nTmpFS={}\nFirstJobId={}\n",
+            base + 1,
+            // Each namespace host mounts a /tmp of its own; here, one in our directory.
+            if nodes.iter().any(|n| n.netns.is_some()) {
+                "/tmp".to_string()
+            } else {
+                format!("{d}/tmp")
+            },
+            // Job ids of this run only: Slurm's PMIx plugin names per-step directories by them.
+            1000 + std::process::id() % 100_000 * 10
         );
         let names: Vec<&str> = nodes.iter().map(|n| n.name.as_str()).collect();
         for n in nodes {
@@ -134,7 +161,7 @@ impl Cluster {
         }
         let (o, e) = quiet();
         c.daemons.push(
-            in_ns(&ctl_ns, "slurmctld")
+            in_ns(&ctl_ns, &ctl_host, "slurmctld")
                 .args(["-D", "-i", "-f"])
                 .arg(&conf_path)
                 .env("SLURM_CONF", &conf_path)
@@ -144,9 +171,10 @@ impl Cluster {
                 .map_err(|e| format!("slurmctld: {e}"))?,
         );
         for n in nodes {
+            let _ = std::fs::create_dir_all(dir.join("spool").join(&n.name));
             let (o, e) = quiet();
             c.daemons.push(
-                in_ns(&n.netns, "slurmd")
+                in_ns(&n.netns, &n.name, "slurmd")
                     .args(["-D", "-N", &n.name, "-f"])
                     .arg(&conf_path)
                     .env("SLURM_CONF", &conf_path)
@@ -159,7 +187,7 @@ impl Cluster {
         // Ready when every node is idle.
         let t = Instant::now();
         loop {
-            let o = in_ns(&ctl_ns, "sinfo")
+            let o = in_ns(&ctl_ns, &ctl_host, "sinfo")
                 .args(["-h", "-N", "-o", "%N %t"])
                 .env("SLURM_CONF", &conf_path)
                 .output();
@@ -209,6 +237,8 @@ impl Drop for Cluster {
                 }
             }
         }
-        let _ = std::fs::remove_dir_all(&self.dir);
+        if std::env::var_os("COURIER_TEST_KEEP_SLURM").is_none() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
     }
 }
