@@ -162,6 +162,7 @@ impl Cluster {
         let (o, e) = quiet();
         c.daemons.push(
             in_ns(&ctl_ns, &ctl_host, "slurmctld")
+                .current_dir(&dir)
                 .args(["-D", "-i", "-f"])
                 .arg(&conf_path)
                 .env("SLURM_CONF", &conf_path)
@@ -175,6 +176,8 @@ impl Cluster {
             let (o, e) = quiet();
             c.daemons.push(
                 in_ns(&n.netns, &n.name, "slurmd")
+                    // A daemon's core file, if any, lands in the cluster's directory.
+                    .current_dir(&dir)
                     .args(["-D", "-N", &n.name, "-f"])
                     .arg(&conf_path)
                     .env("SLURM_CONF", &conf_path)
