@@ -29,7 +29,7 @@ build: deps
 run: build
 	./target/release/courier perf --local
 
-test: deps-test test-scripts test-rust capi-check-header capi-test capi-go-test lint
+test: deps-test test-scripts test-rust capi-check-header capi-test capi-job-test capi-go-test lint
 	@echo "make test: all suites passed"
 
 test-rust:

@@ -67,6 +67,10 @@ if [ "${1:-}" = test ] && [ "$(cbindgen --version 2>/dev/null)" != "cbindgen 0.2
   echo "deps: installing cbindgen 0.29.4 (once; a few minutes)"
   cargo install cbindgen --version 0.29.4 --locked --quiet
 fi
+# The job tests run under mpirun, hydra and Slurm: `make test` installs them.
+if [ "${1:-}" = test ]; then
+  bash "$root/scripts/launchers.sh"
+fi
 if ! command -v go >/dev/null && [ ! -x /usr/local/go/bin/go ]; then
   echo "deps: installing Go (Debian's golang)"
   export DEBIAN_FRONTEND=noninteractive

@@ -2,7 +2,7 @@
 //! fastest route it can find.
 //!
 //! Layers, each using only the ones below it: base → [`wire`] → transport → proto
-//! (protocols) → api (objects); surfaces (the C ABI, the `courier` command, the Go
+//! (protocols) → api (objects) → job (launchers and wire-up over the objects); surfaces (the C ABI, the `courier` command, the Go
 //! bindings) live in their own crates and use only this public API. `ARCHITECTURE.md` at
 //! the repository's root says what each layer holds and where a new thing goes.
 //!
@@ -31,6 +31,7 @@
 
 mod api;
 mod base;
+pub mod job;
 mod proto;
 mod transport;
 pub mod wire;
@@ -40,6 +41,7 @@ pub use base::config;
 pub use base::cuda::{Driver as CudaDriver, load as cuda_driver};
 pub use base::sys::poll_gap;
 pub use base::{Config, Error, Result, Status};
+pub use job::{Job, JobWorld, LauncherKind};
 pub use proto::am::{AmFlags, AmRndv};
 pub use proto::buf::Buf;
 pub use proto::onesided;

@@ -2,6 +2,10 @@
 //! its output rows. Each test file uses part of it.
 #![allow(dead_code)]
 
+pub mod hosts;
+pub mod job;
+pub mod slurm;
+
 use std::process::{Command, Output, Stdio};
 
 /// The environment of a run over tcp only.
