@@ -1500,6 +1500,17 @@ impl Endpoint {
                 unsafe { sig_key.signal_direct(sig.ptr, op, value) };
                 Ok(done(len))
             }
+            (None, Some(sig)) if matches!(key.path, Path::Direct { cma: true, .. }) => {
+                // Registered memory of a same-host peer reached with CMA, the signal word
+                // mapped here: the data is in place when `process_vm_writev` returns (the
+                // range was checked against the owner's record above), then the signal.
+                // SAFETY: the segments are the caller's buffer (or our host copy).
+                unsafe { copy_cma(key.key.pid, &data, raddr, Dir::ToRegion)? };
+                fence(Ordering::Release);
+                // SAFETY: checked, aligned, host memory.
+                unsafe { sig_key.signal_direct(sig.ptr, op, value) };
+                Ok(done(len))
+            }
             _ => {
                 let (t, s) = (rref(key, raddr), rref(sig_key, sig_addr));
                 self.with_state(|st, e| match host {
