@@ -23,6 +23,8 @@
 mod am;
 mod context;
 mod endpoint;
+/// cbindgen:ignore
+pub mod exs;
 mod listener;
 mod memory;
 mod request;

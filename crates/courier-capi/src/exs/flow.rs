@@ -1,0 +1,994 @@
+//! The data path of a Courier connection, one direction at a time.
+//!
+//! Receiver (`Rx`): every receive posted is advertised to the peer (ADVERT: the buffer's
+//! address and length, and a key slot; a KEY message first puts the registration's remote
+//! key into that slot of the peer's cache), at most `EXS_F_ADV_CREDITS` at once, in the
+//! order they were posted. Each advertisement has a signal word here, which the sender sets
+//! when it has written into the buffer (`wire::word`), with one put-with-signal.
+//!
+//! Sender (`Tx`): chunks (SEQPACKET: messages) are numbered. A send goes eagerly (DATA, its
+//! bytes in the message) when it is small and the receiver's credits allow; otherwise it
+//! goes into the oldest advertisement that is still good. The receiver takes chunks in
+//! number order, whichever way each came, so the two ways never overtake each other.
+//! - SEQPACKET: receive r takes message r; the advertisement says r, and is good for
+//!   message r only (a message sent eagerly makes its advertisement void).
+//! - STREAM: an advertisement says how many eager chunks the receiver had seen when it
+//!   was posted; it is good while the sender has sent no eager chunk since (an eager chunk
+//!   in flight would have to come first). The receiver, taking an eager chunk, knows every
+//!   advertisement out is void, and advertises its pending receives again. A WAITALL
+//!   receive's advertisement is filled chunk by chunk until full.
+//!
+//! Credits: the receiver grants `EXS_F_RCVBUF` bytes (STREAM) or `EXS_F_SMALL_SLOTS`
+//! messages (SEQPACKET) of eager data; it acknowledges what it freed in every message it
+//! sends (and in a CREDIT message when a quarter of the grant is owed). Everything the peer
+//! says is checked: chunk numbers, slots, keys, lengths, credits; a lie resets the
+//! connection (`EPROTO`).
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use courier_core::{AmFlags, Buf, Callback, Error, Info, RemoteKey, SignalOp, Started};
+
+use super::conn::{Conn, Opts, Phase, SockType, prefix, reset, send_ctl};
+use super::sock::{Op, SendOp, State};
+use super::wire::{self, Msg, word};
+use super::{XResult, fail};
+
+/// Sends waiting for credits or advertisements on one connection before `EAGAIN`.
+pub(crate) const SENDQ_MAX: usize = 256;
+/// How far ahead of the next expected chunk an eager chunk may be numbered.
+const CHUNK_WINDOW: u64 = 1 << 20;
+
+/// An advertisement the sender holds.
+pub(crate) struct LiveAdvert {
+    slot: u16,
+    key: u16,
+    waitall: bool,
+    addr: u64,
+    len: u64,
+    filled: u64,
+    tag: u64,
+}
+
+#[derive(Default)]
+pub(crate) struct Tx {
+    pub next_chunk: u64,
+    pub eager_sent: u64,
+    pub grant: u64,
+    pub used: u64,
+    pub freed: u64,
+    pub eager_max: usize,
+    adverts: VecDeque<LiveAdvert>,
+    last_tag: Option<u64>,
+    keys: Vec<Option<RemoteKey>>,
+    pub order: VecDeque<u64>,
+    pub fin: bool,
+}
+
+impl Tx {
+    pub fn setup(&mut self, _ty: SockType, grant: u64, eager_max: usize, slots: usize) {
+        self.grant = grant;
+        self.eager_max = eager_max;
+        self.keys = (0..slots).map(|_| None).collect();
+    }
+
+    fn credits(&self) -> u64 {
+        self.grant.saturating_sub(self.used - self.freed)
+    }
+
+    /// Drop advertisements the sender can no longer use (they are a prefix: tags only grow).
+    fn drop_stale(&mut self, ty: SockType) {
+        let floor = match ty {
+            SockType::Seqpacket => self.next_chunk,
+            SockType::Stream => self.eager_sent,
+        };
+        while self.adverts.front().is_some_and(|a| a.tag < floor) {
+            self.adverts.pop_front();
+        }
+    }
+}
+
+/// A receive's advertisement.
+#[derive(Clone, Copy)]
+pub(crate) struct RecvAdv {
+    slot: u16,
+    key: u16,
+    /// Bytes the receive had when advertised (the advertisement covers the rest).
+    base: usize,
+    /// The signal word's value last taken.
+    seen: u64,
+}
+
+pub(crate) struct RecvOp {
+    op: Op,
+    got: usize,
+    waitall: bool,
+    msgno: u64,
+    adv: Option<RecvAdv>,
+}
+
+struct Stashed {
+    chunk: u64,
+    data: Vec<u8>,
+    fin: bool,
+}
+
+pub(crate) struct Rx {
+    /// Eager credits we grant (STREAM bytes, SEQPACKET messages).
+    pub grant: u64,
+    small_max: usize,
+    recv_no: u64,
+    next_chunk: u64,
+    eager_seen: u64,
+    last_eager: Option<u64>,
+    got_units: u64,
+    pub freed: u64,
+    pub told: u64,
+    recvs: VecDeque<RecvOp>,
+    stash: VecDeque<Stashed>,
+    sbuf: VecDeque<u8>,
+    slots: Vec<bool>,
+    /// The peer's key cache, as we filled it: registration and live advertisements using it.
+    keys: Vec<Option<(u64, u32)>>,
+    live: usize,
+    eof: bool,
+    watched: bool,
+}
+
+impl Rx {
+    pub fn new(ty: SockType, o: &Opts) -> Rx {
+        let grant = match ty {
+            SockType::Stream if o.no_rcvbuf => 0,
+            SockType::Stream => o.rcvbuf as u64,
+            SockType::Seqpacket => o.slots as u64,
+        };
+        Rx {
+            grant,
+            small_max: o.small_max,
+            recv_no: 0,
+            next_chunk: 0,
+            eager_seen: 0,
+            last_eager: None,
+            got_units: 0,
+            freed: 0,
+            told: 0,
+            recvs: VecDeque::new(),
+            stash: VecDeque::new(),
+            sbuf: VecDeque::new(),
+            slots: vec![false; o.adv],
+            keys: vec![None; o.adv],
+            live: 0,
+            eof: false,
+            watched: false,
+        }
+    }
+}
+
+impl Conn {
+    /// A mark that moves whenever the receive side delivers something.
+    pub fn rx_progress(&self) -> (u64, usize) {
+        (self.rx.next_chunk, self.rx.recvs.len())
+    }
+}
+
+fn proto(what: impl Into<String>) -> super::Fail {
+    fail(libc::EPROTO, what)
+}
+
+// ----- what the peer says ------------------------------------------------------------------
+
+/// The peer's acknowledgement of our eager credits.
+pub(crate) fn on_ack(c: &mut Conn, ack: u64) -> XResult<()> {
+    if ack < c.tx.freed || ack > c.tx.used {
+        return Err(proto(format!(
+            "credit acknowledgement {ack} outside [{}, {}]",
+            c.tx.freed, c.tx.used
+        )));
+    }
+    c.tx.freed = ack;
+    Ok(())
+}
+
+pub(crate) fn on_advert(c: &mut Conn, a: wire::Advert) -> XResult<()> {
+    let slots = c.peer.as_ref().map_or(0, |p| p.slots);
+    c.tx.drop_stale(c.ty);
+    if a.slot as usize >= slots || a.key as usize >= slots {
+        return Err(proto(format!(
+            "advertisement slot {} / key {} of {slots}",
+            a.slot, a.key
+        )));
+    }
+    if c.tx.keys[a.key as usize].is_none() {
+        return Err(proto(format!(
+            "advertisement names key slot {} never filled",
+            a.key
+        )));
+    }
+    if c.tx.adverts.iter().any(|x| x.slot == a.slot) {
+        return Err(proto(format!(
+            "advertisement slot {} is still in use",
+            a.slot
+        )));
+    }
+    if a.len > word::LEN_MAX || a.addr.checked_add(a.len).is_none() {
+        return Err(proto(format!(
+            "advertisement of {} bytes at {:#x}",
+            a.len, a.addr
+        )));
+    }
+    let waitall = a.flags & wire::A_WAITALL != 0;
+    match c.ty {
+        SockType::Seqpacket => {
+            if waitall || c.tx.last_tag.is_some_and(|t| a.tag <= t) {
+                return Err(proto(format!(
+                    "SEQPACKET advertisement for message {} out of order",
+                    a.tag
+                )));
+            }
+        }
+        SockType::Stream => {
+            if a.len == 0 || a.tag > c.tx.eager_sent || c.tx.last_tag.is_some_and(|t| a.tag < t) {
+                return Err(proto(format!(
+                    "STREAM advertisement of {} bytes after {} eager chunks (we sent {})",
+                    a.len, a.tag, c.tx.eager_sent
+                )));
+            }
+        }
+    }
+    c.tx.last_tag = Some(a.tag);
+    c.tx.adverts.push_back(LiveAdvert {
+        slot: a.slot,
+        key: a.key,
+        waitall,
+        addr: a.addr,
+        len: a.len,
+        filled: 0,
+        tag: a.tag,
+    });
+    c.tx.drop_stale(c.ty);
+    Ok(())
+}
+
+pub(crate) fn on_key(c: &mut Conn, slot: u16, key: &[u8]) -> XResult<()> {
+    let slots = c.peer.as_ref().map_or(0, |p| p.slots);
+    if slot as usize >= slots {
+        return Err(proto(format!("key slot {slot} of {slots}")));
+    }
+    c.tx.drop_stale(c.ty);
+    if c.tx.adverts.iter().any(|a| a.key == slot) {
+        return Err(proto(format!(
+            "key slot {slot} replaced while an advertisement uses it"
+        )));
+    }
+    let k =
+        c.ep.rkey_unpack(key)
+            .map_err(|e| proto(format!("the peer's key for slot {slot}: {e}")))?;
+    c.tx.keys[slot as usize] = Some(k);
+    Ok(())
+}
+
+/// Eager data (or FIN) from the peer.
+pub(crate) fn on_data(
+    st: &mut State,
+    c: &mut Conn,
+    chunk: u64,
+    fin: bool,
+    data: &[u8],
+) -> XResult<()> {
+    let rx = &mut c.rx;
+    if rx.eof || rx.stash.back().is_some_and(|s| s.fin) {
+        return Err(proto("data after FIN"));
+    }
+    if chunk < rx.next_chunk
+        || chunk - rx.next_chunk >= CHUNK_WINDOW
+        || rx.last_eager.is_some_and(|l| chunk <= l)
+    {
+        return Err(proto(format!(
+            "chunk {chunk} out of order (next {}, last eager {:?})",
+            rx.next_chunk, rx.last_eager
+        )));
+    }
+    if fin {
+        if !data.is_empty() {
+            return Err(proto("FIN with data"));
+        }
+        rx.stash.push_back(Stashed {
+            chunk,
+            data: Vec::new(),
+            fin: true,
+        });
+        process(st, c);
+        return Ok(());
+    }
+    let units = match c.ty {
+        SockType::Seqpacket => 1,
+        SockType::Stream => data.len() as u64,
+    };
+    if data.len() > rx.small_max || (c.ty == SockType::Stream && data.is_empty()) {
+        return Err(proto(format!(
+            "eager chunk of {} bytes (largest {})",
+            data.len(),
+            rx.small_max
+        )));
+    }
+    if rx.got_units + units - rx.freed > rx.grant {
+        return Err(proto(format!(
+            "eager data beyond the credits granted ({} in use of {}, {units} more)",
+            rx.got_units - rx.freed,
+            rx.grant
+        )));
+    }
+    rx.got_units += units;
+    rx.last_eager = Some(chunk);
+    let now = chunk == rx.next_chunk && rx.stash.is_empty();
+    if !(now && deliver_eager(st, c, data)) {
+        c.rx.stash.push_back(Stashed {
+            chunk,
+            data: data.to_vec(),
+            fin: false,
+        });
+    }
+    process(st, c);
+    Ok(())
+}
+
+// ----- delivery, in chunk order --------------------------------------------------------------
+
+fn word_at(c: &Conn, slot: u16) -> &AtomicU64 {
+    let p = c.words.as_ptr().wrapping_add(slot as usize * 8) as *mut u64;
+    // SAFETY: the words region holds one aligned u64 per slot (slot < adv, allocated by
+    // Courier on a page), lives as long as the connection, and is only used atomically.
+    unsafe { AtomicU64::from_ptr(p) }
+}
+
+/// Give a receive's advertisement back (its slot and key reference).
+fn unadvertise(rx: &mut Rx, adv: RecvAdv) {
+    rx.slots[adv.slot as usize] = false;
+    if let Some((_, refs)) = rx.keys[adv.key as usize].as_mut() {
+        *refs = refs.saturating_sub(1);
+    }
+    rx.live -= 1;
+}
+
+fn complete_front(st: &mut State, c: &mut Conn, result: usize, flags: i32) {
+    if let Some(mut r) = c.rx.recvs.pop_front() {
+        if let Some(a) = r.adv.take() {
+            unadvertise(&mut c.rx, a);
+        }
+        st.finish(r.op, result as isize, flags);
+    }
+}
+
+fn copy_into(op: &Op, at: usize, data: &[u8]) {
+    // SAFETY: `[op.buf, op.buf + op.len)` was checked against its registration when the
+    // receive was posted and stays the caller's until its event; `at + data.len() <= len`.
+    unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), (op.buf + at) as *mut u8, data.len()) };
+}
+
+/// Take eager chunk `next_chunk`; false if it must wait (SEQPACKET: no receive yet).
+fn deliver_eager(st: &mut State, c: &mut Conn, data: &[u8]) -> bool {
+    match c.ty {
+        SockType::Seqpacket => {
+            let Some(r) = c.rx.recvs.front() else {
+                return false;
+            };
+            let n = r.op.len.min(data.len());
+            copy_into(&r.op, 0, &data[..n]);
+            let flags = if data.len() > r.op.len {
+                libc::MSG_TRUNC
+            } else {
+                0
+            };
+            complete_front(st, c, n, flags);
+            c.rx.freed += 1;
+            c.rx.next_chunk += 1;
+            true
+        }
+        SockType::Stream => {
+            let rx = &mut c.rx;
+            rx.eager_seen += 1;
+            rx.next_chunk += 1;
+            // Every advertisement out is void now: the sender sent this chunk after them.
+            for i in 0..rx.recvs.len() {
+                if let Some(a) = rx.recvs[i].adv.take() {
+                    unadvertise(rx, a);
+                }
+            }
+            let mut off = 0;
+            while off < data.len() {
+                let Some(r) = c.rx.recvs.front_mut() else {
+                    break;
+                };
+                let n = (r.op.len - r.got).min(data.len() - off);
+                copy_into(&r.op, r.got, &data[off..off + n]);
+                r.got += n;
+                off += n;
+                if !r.waitall || r.got == r.op.len {
+                    let got = r.got;
+                    complete_front(st, c, got, 0);
+                }
+            }
+            c.rx.freed += off as u64;
+            c.rx.sbuf.extend(&data[off..]);
+            true
+        }
+    }
+}
+
+/// The front receive's signal word, if the sender wrote into its buffer since we looked.
+fn direct_step(st: &mut State, c: &mut Conn) -> XResult<bool> {
+    let Some(r) = c.rx.recvs.front() else {
+        return Ok(false);
+    };
+    let Some(adv) = r.adv else { return Ok(false) };
+    let v = word_at(c, adv.slot).load(Ordering::Acquire);
+    if v == adv.seen {
+        return Ok(false);
+    }
+    let Some((low, filled, trunc)) = word::parse(v) else {
+        return Err(proto(format!("signal word {v:#x} without its valid bit")));
+    };
+    let room = (r.op.len - adv.base) as u64;
+    let next = c.rx.next_chunk;
+    match c.ty {
+        SockType::Seqpacket => {
+            if low != next & word::CHUNK_MASK || filled > room || (trunc && filled != room) {
+                return Err(proto(format!(
+                    "signal word for message {low} ({filled} bytes, truncated {trunc}) where message {next} of at most {room} bytes was due"
+                )));
+            }
+            c.rx.next_chunk += 1;
+            complete_front(
+                st,
+                c,
+                filled as usize,
+                if trunc { libc::MSG_TRUNC } else { 0 },
+            );
+        }
+        SockType::Stream => {
+            let k = word::chunks_through(next, low);
+            let prev = (r.got - adv.base) as u64;
+            let bad = trunc
+                || k.is_none()
+                || filled <= prev
+                || filled > room
+                || (!r.waitall && k != Some(1));
+            if bad {
+                return Err(proto(format!(
+                    "signal word (chunk {low}, {filled} bytes) where chunk {next} was due into {room} bytes ({prev} filled)"
+                )));
+            }
+            c.rx.next_chunk += k.unwrap_or(1);
+            let waitall = r.waitall;
+            let len = r.op.len;
+            if let Some(r) = c.rx.recvs.front_mut() {
+                r.got = adv.base + filled as usize;
+                if let Some(a) = r.adv.as_mut() {
+                    a.seen = v;
+                }
+                if !waitall || r.got == len {
+                    let got = r.got;
+                    complete_front(st, c, got, 0);
+                }
+            }
+        }
+    }
+    Ok(true)
+}
+
+/// Deliver whatever has arrived, in chunk order, then advertise and acknowledge.
+pub(crate) fn process(st: &mut State, c: &mut Conn) {
+    if c.dead_slot || c.err.is_some() {
+        return;
+    }
+    loop {
+        let due =
+            c.rx.stash
+                .front()
+                .is_some_and(|s| s.chunk == c.rx.next_chunk);
+        if due {
+            if c.rx.stash.front().is_some_and(|s| s.fin) {
+                c.rx.stash.pop_front();
+                c.rx.eof = true;
+                break;
+            }
+            if c.ty == SockType::Seqpacket && c.rx.recvs.is_empty() {
+                break;
+            }
+            let Some(s) = c.rx.stash.pop_front() else {
+                break;
+            };
+            deliver_eager(st, c, &s.data);
+            continue;
+        }
+        match direct_step(st, c) {
+            Ok(true) => continue,
+            Ok(false) => break,
+            Err(e) => {
+                reset(st, c, e);
+                return;
+            }
+        }
+    }
+    if c.rx.eof {
+        // End of the peer's data: what is pending completes with what it got (0: end).
+        while let Some(r) = c.rx.recvs.front() {
+            let got = r.got;
+            complete_front(st, c, got, 0);
+        }
+    }
+    if let Err(e) = advertise(st, c) {
+        reset(st, c, e);
+        return;
+    }
+    if let Err(e) = flush_credits(c) {
+        reset(st, c, e);
+        return;
+    }
+    let live = c.rx.live > 0;
+    if live != c.rx.watched {
+        c.rx.watched = live;
+        if live {
+            st.watch.push(c.r);
+        } else {
+            st.watch.retain(|&r| r != c.r);
+        }
+    }
+}
+
+/// Advertise the pending receives not advertised yet, in order.
+fn advertise(st: &mut State, c: &mut Conn) -> XResult<()> {
+    if !matches!(c.phase, Phase::Open) || c.peer_closed || c.rx.eof {
+        return Ok(());
+    }
+    for i in 0..c.rx.recvs.len() {
+        if c.rx.recvs[i].adv.is_some() {
+            continue;
+        }
+        let Some(slot) = c.rx.slots.iter().position(|u| !u) else {
+            break;
+        };
+        let mh = c.rx.recvs[i].op.mh;
+        let Some(key) = ensure_key(st, c, mh)? else {
+            break;
+        };
+        let r = &c.rx.recvs[i];
+        let a = wire::Advert {
+            slot: slot as u16,
+            key,
+            flags: if r.waitall { wire::A_WAITALL } else { 0 },
+            addr: (r.op.buf + r.got) as u64,
+            len: (r.op.len - r.got) as u64,
+            tag: match c.ty {
+                SockType::Seqpacket => r.msgno,
+                SockType::Stream => c.rx.eager_seen,
+            },
+        };
+        let base = r.got;
+        word_at(c, slot as u16).store(0, Ordering::Relaxed);
+        c.rx.slots[slot] = true;
+        c.rx.live += 1;
+        if let Some((_, refs)) = c.rx.keys[key as usize].as_mut() {
+            *refs += 1;
+        }
+        c.rx.recvs[i].adv = Some(RecvAdv {
+            slot: slot as u16,
+            key,
+            base,
+            seen: 0,
+        });
+        send_ctl(c, wire::K_ADVERT, &Msg::Advert(a))?;
+    }
+    Ok(())
+}
+
+/// The peer's key-cache slot holding registration `mh`'s key (sent now if it is not there);
+/// `None` if every slot is in use.
+fn ensure_key(st: &mut State, c: &mut Conn, mh: u64) -> XResult<Option<u16>> {
+    let keys = &c.rx.keys;
+    if let Some(i) = keys.iter().position(|k| k.is_some_and(|(m, _)| m == mh)) {
+        return Ok(Some(i as u16));
+    }
+    let free = keys.iter().position(|k| k.is_none()).or_else(|| {
+        keys.iter()
+            .position(|k| k.is_some_and(|(_, refs)| refs == 0))
+    });
+    let Some(i) = free else { return Ok(None) };
+    let m = st
+        .mems
+        .get(&mh)
+        .ok_or_else(|| fail(libc::EINVAL, format!("registration {mh} is gone")))?;
+    let key = m.mem.pack_rkey()?;
+    c.rx.keys[i] = Some((mh, 0));
+    send_ctl(
+        c,
+        wire::K_KEY,
+        &Msg::Key {
+            slot: i as u16,
+            key,
+        },
+    )?;
+    Ok(Some(i as u16))
+}
+
+/// Tell the peer what we freed, when a quarter of the grant is owed (other messages carry
+/// it too).
+fn flush_credits(c: &mut Conn) -> XResult<()> {
+    let owed = c.rx.freed - c.rx.told;
+    if owed == 0
+        || owed < (c.rx.grant / 4).max(1)
+        || c.peer_closed
+        || !matches!(c.phase, Phase::Open)
+    {
+        return Ok(());
+    }
+    send_ctl(c, wire::K_CREDIT, &Msg::Credit)
+}
+
+// ----- the calls ---------------------------------------------------------------------------
+
+/// `exs_recv` on a Courier connection.
+pub(crate) fn post_recv(st: &mut State, c: &mut Conn, op: Op, waitall: bool) -> XResult<()> {
+    if let Err(e) = c.usable(false) {
+        op.q.unreserve();
+        if op.mh != 0
+            && let Some(m) = st.mems.get_mut(&op.mh)
+        {
+            m.busy -= 1;
+        }
+        return Err(e);
+    }
+    let mut got = 0;
+    if c.ty == SockType::Stream {
+        if op.len == 0 {
+            st.finish(op, 0, 0);
+            return Ok(());
+        }
+        if c.rx.recvs.is_empty() && !c.rx.sbuf.is_empty() {
+            let n = op.len.min(c.rx.sbuf.len());
+            let (a, b) = c.rx.sbuf.as_slices();
+            let na = n.min(a.len());
+            copy_into(&op, 0, &a[..na]);
+            copy_into(&op, na, &b[..n - na]);
+            c.rx.sbuf.drain(..n);
+            c.rx.freed += n as u64;
+            got = n;
+            if !waitall || got == op.len {
+                st.finish(op, got as isize, 0);
+                process(st, c);
+                return Ok(());
+            }
+        }
+    }
+    let msgno = c.rx.recv_no;
+    c.rx.recv_no += 1;
+    c.rx.recvs.push_back(RecvOp {
+        op,
+        got,
+        waitall: waitall && c.ty == SockType::Stream,
+        msgno,
+        adv: None,
+    });
+    process(st, c);
+    Ok(())
+}
+
+/// `exs_send` on a Courier connection.
+pub(crate) fn post_send(st: &mut State, c: &mut Conn, mut op: Op) -> XResult<()> {
+    let refuse = |st: &mut State, op: &Op, e: super::Fail| {
+        op.q.unreserve();
+        if op.mh != 0
+            && let Some(m) = st.mems.get_mut(&op.mh)
+        {
+            m.busy -= 1;
+        }
+        Err(e)
+    };
+    if let Err(e) = c.usable(true) {
+        return refuse(st, &op, e);
+    }
+    if c.tx.order.len() >= SENDQ_MAX {
+        let e = fail(
+            libc::EAGAIN,
+            format!("{SENDQ_MAX} sends already wait for the peer's credits or advertisements"),
+        );
+        return refuse(st, &op, e);
+    }
+    if c.ty == SockType::Stream && op.len == 0 {
+        st.finish(op, 0, 0);
+        return Ok(());
+    }
+    let mut inline = None;
+    let mut posted = false;
+    if op.len <= c.opts.inline_max && op.len > 0 {
+        // SAFETY: checked against its registration; the caller's until this call returns.
+        let data = unsafe { std::slice::from_raw_parts(op.buf as *const u8, op.len) };
+        inline = Some(data.to_vec());
+        // The copy is ours: the event now, the registration free now.
+        let now = Op {
+            q: op.q.clone(),
+            ..op
+        };
+        st.finish(now, op.len as isize, 0);
+        op.mh = 0;
+        posted = true;
+    }
+    st.next_send += 1;
+    let id = st.next_send;
+    st.sends.insert(
+        id,
+        SendOp {
+            op,
+            off: 0,
+            inflight: 0,
+            inline,
+            posted,
+            issued: false,
+            error: None,
+        },
+    );
+    c.tx.order.push_back(id);
+    pump(st, c);
+    Ok(())
+}
+
+/// Issue what can be issued of the waiting sends, in order.
+pub(crate) fn pump(st: &mut State, c: &mut Conn) {
+    if !matches!(c.phase, Phase::Open) || c.err.is_some() || c.peer.is_none() || c.peer_closed {
+        return;
+    }
+    while let Some(&id) = c.tx.order.front() {
+        let step = match c.ty {
+            SockType::Seqpacket => step_msg(st, c, id),
+            SockType::Stream => step_stream(st, c, id),
+        };
+        match step {
+            Ok(true) => {
+                c.tx.order.pop_front();
+                if let Some(s) = st.sends.get_mut(&id) {
+                    s.issued = true;
+                }
+                st.send_settle(id);
+            }
+            Ok(false) => break,
+            Err(e) => {
+                reset(st, c, e);
+                return;
+            }
+        }
+    }
+}
+
+fn send_of(st: &State, id: u64) -> XResult<(usize, usize, usize)> {
+    let s = st
+        .sends
+        .get(&id)
+        .ok_or_else(|| fail(libc::EIO, "a waiting send vanished"))?;
+    Ok((s.src(), s.op.len, s.off))
+}
+
+/// SEQPACKET: the whole message eagerly, or into its advertisement; `false`: wait.
+fn step_msg(st: &mut State, c: &mut Conn, id: u64) -> XResult<bool> {
+    let (src, len, _) = send_of(st, id)?;
+    let m = c.tx.next_chunk;
+    c.tx.drop_stale(SockType::Seqpacket);
+    if len <= c.tx.eager_max && c.tx.credits() >= 1 {
+        eager(st, c, id, src, len, m)?;
+        c.tx.used += 1;
+        c.tx.next_chunk += 1;
+        return Ok(true);
+    }
+    let Some(a) = c.tx.adverts.front().filter(|a| a.tag == m) else {
+        return Ok(false);
+    };
+    let n = (len as u64).min(a.len);
+    let value = word::make(m, n, len as u64 > a.len);
+    let (slot, key, addr) = (a.slot, a.key, a.addr);
+    c.tx.adverts.pop_front();
+    direct(st, c, id, src, n as usize, addr, key, slot, value)?;
+    c.tx.next_chunk += 1;
+    Ok(true)
+}
+
+/// STREAM: as many chunks as can go now; `true` once every byte is issued.
+fn step_stream(st: &mut State, c: &mut Conn, id: u64) -> XResult<bool> {
+    loop {
+        let (src, len, off) = send_of(st, id)?;
+        if off == len {
+            return Ok(true);
+        }
+        c.tx.drop_stale(SockType::Stream);
+        let rem = len - off;
+        let credits = c.tx.credits();
+        let small = rem <= c.tx.eager_max;
+        let n = if small && credits >= rem as u64 {
+            rem
+        } else if let Some(a) = c.tx.adverts.front_mut() {
+            let n = (rem as u64).min(a.len - a.filled);
+            let at = a.addr + a.filled;
+            a.filled += n;
+            let value = word::make(c.tx.next_chunk, a.filled, false);
+            let (slot, key) = (a.slot, a.key);
+            if !a.waitall || a.filled == a.len {
+                c.tx.adverts.pop_front();
+            }
+            let chunk = c.tx.next_chunk;
+            c.tx.next_chunk = chunk + 1;
+            direct(st, c, id, src + off, n as usize, at, key, slot, value)?;
+            if let Some(s) = st.sends.get_mut(&id) {
+                s.off += n as usize;
+            }
+            continue;
+        } else if small && credits > 0 {
+            credits as usize
+        } else {
+            return Ok(false);
+        };
+        let chunk = c.tx.next_chunk;
+        eager(st, c, id, src + off, n, chunk)?;
+        c.tx.next_chunk += 1;
+        c.tx.eager_sent += 1;
+        c.tx.used += n as u64;
+        if let Some(s) = st.sends.get_mut(&id) {
+            s.off += n;
+        }
+    }
+}
+
+/// A Courier operation of send `id` completed (inside progress).
+fn piece_done(token: usize, r: Result<Info, Error>, _: Info) {
+    let Some(l) = super::lib_opt() else { return };
+    let mut st = l.st();
+    let Some(id) = st.tokens.remove(&token) else {
+        return;
+    };
+    if let Some(s) = st.sends.get_mut(&id) {
+        s.inflight = s.inflight.saturating_sub(1);
+        if let Err(e) = r {
+            s.error.get_or_insert(e.into());
+        }
+    }
+    st.send_settle(id);
+}
+
+fn started(st: &mut State, id: u64, token: usize, r: Result<Started, Error>) -> XResult<()> {
+    match r {
+        Ok(Started::Done(_)) => {
+            st.tokens.remove(&token);
+            Ok(())
+        }
+        Ok(Started::Pending(_)) => {
+            if let Some(s) = st.sends.get_mut(&id) {
+                s.inflight += 1;
+            }
+            Ok(())
+        }
+        Err(e) => {
+            st.tokens.remove(&token);
+            Err(e.into())
+        }
+    }
+}
+
+fn eager(st: &mut State, c: &mut Conn, id: u64, src: usize, n: usize, chunk: u64) -> XResult<()> {
+    let hdr = wire::encode(prefix(c, wire::K_DATA, 0), &Msg::Data { chunk });
+    let token = st.token(id);
+    let flags = AmFlags {
+        eager: true,
+        ..AmFlags::default()
+    };
+    // SAFETY: the bytes are the caller's registered buffer or our inline copy, both kept
+    // until this send's event (the send stays in `st.sends` while Courier holds them).
+    let r = unsafe {
+        c.ep.am_send_raw(
+            wire::AM_ID,
+            &hdr,
+            Buf::One((src, n)),
+            flags,
+            Callback::Raw(piece_done, token),
+        )
+    };
+    started(st, id, token, r)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn direct(
+    st: &mut State,
+    c: &mut Conn,
+    id: u64,
+    src: usize,
+    n: usize,
+    addr: u64,
+    key: u16,
+    slot: u16,
+    value: u64,
+) -> XResult<()> {
+    let Some(peer) = c.peer.as_ref() else {
+        return Err(fail(libc::ENOTCONN, "no peer"));
+    };
+    let Some(k) = c.tx.keys.get(key as usize).and_then(|k| k.as_ref()) else {
+        return Err(proto(format!("key slot {key} empty")));
+    };
+    let sig = peer.words + slot as u64 * 8;
+    let token = st.token(id);
+    // SAFETY: as `eager`: the source stays valid until the send's event.
+    let r = unsafe {
+        c.ep.put_signal_raw(
+            Buf::One((src, n)),
+            addr,
+            k,
+            sig,
+            &peer.words_key,
+            value,
+            SignalOp::Set,
+            Callback::Raw(piece_done, token),
+        )
+    };
+    started(st, id, token, r)
+}
+
+// ----- the end ----------------------------------------------------------------------------
+
+/// Sends not issued whole end with `ECANCELED` (exs_close).
+pub(crate) fn cancel_sends(st: &mut State, c: &mut Conn) {
+    end_sends(st, c, libc::ECANCELED);
+}
+
+fn end_sends(st: &mut State, c: &mut Conn, errno: i32) {
+    for id in c.tx.order.drain(..) {
+        if let Some(s) = st.sends.get_mut(&id) {
+            s.issued = true;
+            s.error.get_or_insert(fail(errno, "connection ended"));
+        }
+        st.send_settle(id);
+    }
+}
+
+/// The peer closed: its advertisements are void and our waiting sends go nowhere.
+pub(crate) fn peer_gone(st: &mut State, c: &mut Conn, errno: i32) {
+    c.tx.adverts.clear();
+    end_sends(st, c, errno);
+}
+
+/// Our end of the stream, in order after every chunk.
+pub(crate) fn send_fin(c: &mut Conn) -> XResult<()> {
+    if c.tx.fin {
+        return Ok(());
+    }
+    c.tx.fin = true;
+    let p = prefix(c, wire::K_DATA, wire::F_FIN);
+    let hdr = wire::encode(
+        p,
+        &Msg::Data {
+            chunk: c.tx.next_chunk,
+        },
+    );
+    // SAFETY: no data; the header is copied during the call.
+    unsafe {
+        c.ep.am_send_raw(
+            wire::AM_ID,
+            &hdr,
+            Buf::One((0, 0)),
+            AmFlags::default(),
+            Callback::Raw(|_, _, _| {}, 0),
+        )
+    }?;
+    Ok(())
+}
+
+/// Every pending operation fails with `errno`; advertisements are dropped.
+pub(crate) fn fail_all(st: &mut State, c: &mut Conn, errno: i32) {
+    end_sends(st, c, errno);
+    c.tx.adverts.clear();
+    while let Some(mut r) = c.rx.recvs.pop_front() {
+        if let Some(a) = r.adv.take() {
+            unadvertise(&mut c.rx, a);
+        }
+        st.fail_op(r.op, errno);
+    }
+    c.rx.stash.clear();
+    if c.rx.watched {
+        c.rx.watched = false;
+        st.watch.retain(|&r| r != c.r);
+    }
+}
