@@ -254,7 +254,8 @@ pub(crate) fn close(l: &Lib, st: &mut State, fd: RawFd, close_op: Option<Op>) ->
     if unsafe { libc::close(fd) } != 0 {
         let e = errno();
         if let Some(op) = close_op {
-            st.finish(op, -(e as isize), 0);
+            // The call fails: no event.
+            op.q.unreserve();
         }
         return Err(fail(e, format!("close({fd})")));
     }

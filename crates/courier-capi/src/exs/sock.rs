@@ -147,11 +147,27 @@ fn ino_of(fd: RawFd) -> Option<(u64, u64)> {
 
 impl State {
     /// Whether `fd` is one of ours (still the descriptor we made) or a kernel one.
-    pub fn target(&self, fd: RawFd) -> Target {
+    pub fn target(&mut self, fd: RawFd) -> Target {
         match self.socks.get(&fd) {
             Some(s) if ino_of(fd) == Some(s.ino) => Target::Exs,
-            _ => Target::Kernel,
+            Some(_) => {
+                self.drop_stale(fd);
+                Target::Kernel
+            }
+            None => Target::Kernel,
         }
+    }
+
+    /// The program closed our descriptor `fd` behind our back (its number may already
+    /// name something else): forget the descriptor without closing it, and end the socket
+    /// as `exs_close` would, with no CLOSE event.
+    fn drop_stale(&mut self, fd: RawFd) {
+        let Some(s) = self.socks.remove(&fd) else {
+            return;
+        };
+        tracing::info!("EXS socket {fd} was closed with close(2), not exs_close; ending it");
+        std::mem::forget(s.memfd);
+        end_sock(self, s.state, None);
     }
 
     pub fn sock(&mut self, fd: RawFd) -> XResult<&mut Sock> {
@@ -190,6 +206,8 @@ impl State {
         // SAFETY: `raw` was just opened and is owned by nothing else.
         let memfd = unsafe { OwnedFd::from_raw_fd(raw) };
         let ino = ino_of(raw).ok_or_else(|| fail(libc::EIO, "fstat of a new memfd failed"))?;
+        // An entry under this number is stale: its descriptor was closed behind our back.
+        self.drop_stale(raw);
         self.socks.insert(
             raw,
             Sock {
@@ -679,7 +697,15 @@ pub(crate) fn close(l: &Lib, fd: RawFd, close_op: Option<Op>) -> XResult<()> {
     let Some(s) = st.socks.remove(&fd) else {
         return Err(fail(libc::EBADF, format!("{fd} is not an EXS socket")));
     };
-    match s.state {
+    end_sock(&mut st, s.state, close_op);
+    // The memfd closes here: the number is free for the kernel to hand out again.
+    drop(s.memfd);
+    Ok(())
+}
+
+/// End what a socket in `state` holds (see `close`).
+fn end_sock(st: &mut State, state: SockState, close_op: Option<Op>) {
+    match state {
         SockState::Fresh => {
             if let Some(op) = close_op {
                 st.finish(op, 0, 0);
@@ -706,7 +732,4 @@ pub(crate) fn close(l: &Lib, fd: RawFd, close_op: Option<Op>) -> XResult<()> {
             }
         }
     }
-    // The memfd closes here: the number is free for the kernel to hand out again.
-    drop(s.memfd);
-    Ok(())
 }
