@@ -235,6 +235,14 @@ pub(crate) fn on_advert(c: &mut Conn, a: wire::Advert) -> XResult<()> {
             }
         }
     }
+    tracing::debug!(
+        "EXS advert in: slot {} len {} tag {} waitall {waitall} (sent eager {}, next chunk {})",
+        a.slot,
+        a.len,
+        a.tag,
+        c.tx.eager_sent,
+        c.tx.next_chunk
+    );
     c.tx.last_tag = Some(a.tag);
     c.tx.adverts.push_back(LiveAdvert {
         slot: a.slot,
@@ -577,6 +585,12 @@ fn advertise(st: &mut State, c: &mut Conn) -> XResult<()> {
             base,
             seen: 0,
         });
+        tracing::debug!(
+            "EXS advert out: slot {slot} len {} tag {} waitall {}",
+            a.len,
+            a.tag,
+            a.flags
+        );
         send_ctl(c, wire::K_ADVERT, &Msg::Advert(a))?;
     }
     Ok(())
@@ -871,6 +885,10 @@ fn started(st: &mut State, id: u64, token: usize, r: Result<Started, Error>) -> 
 }
 
 fn eager(st: &mut State, c: &mut Conn, id: u64, src: usize, n: usize, chunk: u64) -> XResult<()> {
+    tracing::debug!(
+        "EXS eager out: chunk {chunk} {n} bytes (credits {})",
+        c.tx.credits()
+    );
     let hdr = wire::encode(prefix(c, wire::K_DATA, 0), &Msg::Data { chunk });
     let token = st.token(id);
     let flags = AmFlags {
@@ -910,6 +928,7 @@ fn direct(
         return Err(proto(format!("key slot {key} empty")));
     };
     let sig = peer.words + slot as u64 * 8;
+    tracing::debug!("EXS direct out: {n} bytes at {addr:#x} slot {slot} word {value:#x}");
     let token = st.token(id);
     // SAFETY: as `eager`: the source stays valid until the send's event.
     let r = unsafe {

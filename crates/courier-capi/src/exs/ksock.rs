@@ -406,7 +406,9 @@ pub(crate) fn run(l: &Lib, st: &mut State, fd: RawFd, ready: u32) -> usize {
                     }
                 }
                 rv.done += r as usize;
-                let eof = r == 0 && left > 0;
+                // 0 is the end of the stream; on SEQPACKET it may be an empty message too
+                // (each later receive then sees 0 again at the end).
+                let eof = r == 0 && left > 0 && !k.seqpacket;
                 if !rv.waitall || rv.done == rv.op.len || eof || k.seqpacket {
                     if let Some(rv) = k.recvs.pop_front() {
                         let got = rv.done as isize;
