@@ -8,7 +8,7 @@ use super::abi::*;
 use super::conn::{ADV_LIMIT, INLINE_MAX_LIMIT, Opts, RCVBUF_LIMIT, SLOTS_LIMIT, SMALL_MAX_LIMIT};
 use super::mem::{MEMS_MAX, Mem};
 use super::sock::{self, Op, SockState, State, Target, parse_sockaddr, sockaddr_of};
-use super::{XResult, boundary, boundary_handle, fail, flow, ksock, lib};
+use super::{XResult, boundary, boundary_handle, fail, ksock, lib, recv, send};
 
 /// Start the library (once per process; later calls only check the version).
 #[unsafe(no_mangle)]
@@ -272,9 +272,9 @@ fn data_op(
                     .take()
                     .ok_or_else(|| fail(libc::EIO, "operation taken twice"))?;
                 if send {
-                    flow::post_send(st, c, op)
+                    send::post_send(st, c, op)
                 } else {
-                    flow::post_recv(st, c, op, flags & libc::MSG_WAITALL != 0)
+                    recv::post_recv(st, c, op, flags & libc::MSG_WAITALL != 0)
                 }
             });
             match res {

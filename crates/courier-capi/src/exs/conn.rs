@@ -17,7 +17,8 @@ use courier_core::{
     Status,
 };
 
-use super::flow::{self, Rx, Tx};
+use super::recv::{self, Rx};
+use super::send::{self, Tx};
 use super::sock::{Op, State, match_accepts};
 use super::wire::{self, Hello, Msg, Prefix};
 use super::{Fail, Lib, XResult, fail};
@@ -320,12 +321,12 @@ fn handle(st: &mut State, c: &mut Conn, p: Prefix, msg: Msg, data: &[u8]) -> XRe
     if !data.is_empty() && p.kind != wire::K_DATA {
         return Err(fail(libc::EPROTO, "data on an EXS control message"));
     }
-    flow::on_ack(c, p.ack)?;
+    send::on_ack(c, p.ack)?;
     match msg {
         Msg::Hello(_) => unreachable!("handled above"),
-        Msg::Advert(a) => flow::on_advert(c, a)?,
-        Msg::Key { slot, key } => flow::on_key(c, slot, &key)?,
-        Msg::Data { chunk } => flow::on_data(st, c, chunk, p.flags & wire::F_FIN != 0, data)?,
+        Msg::Advert(a) => send::on_advert(c, a)?,
+        Msg::Key { slot, key } => send::on_key(c, slot, &key)?,
+        Msg::Data { chunk } => recv::on_data(st, c, chunk, p.flags & wire::F_FIN != 0, data)?,
         Msg::Credit => {}
         Msg::Close => on_close(st, c)?,
         Msg::CloseAck => {
@@ -336,7 +337,7 @@ fn handle(st: &mut State, c: &mut Conn, p: Prefix, msg: Msg, data: &[u8]) -> XRe
             return Err(fail(libc::EPROTO, "CLOSE_ACK without a CLOSE"));
         }
     }
-    flow::pump(st, c);
+    send::pump(st, c);
     Ok(After::Nothing)
 }
 
@@ -403,7 +404,7 @@ fn on_hello(st: &mut State, c: &mut Conn, h: Hello) -> XResult<After> {
     if let Some(op) = c.connect_op.take() {
         st.finish(op, 0, 0);
     }
-    flow::pump(st, c);
+    send::pump(st, c);
     Ok(match c.listen_fd {
         Some(fd) => After::Ready(fd),
         None => After::Nothing,
@@ -414,8 +415,8 @@ fn on_hello(st: &mut State, c: &mut Conn, h: Hello) -> XResult<After> {
 fn on_close(st: &mut State, c: &mut Conn) -> XResult<()> {
     c.peer_closed = true;
     // Deliver what it wrote before it said so (everything it wrote is in place now).
-    flow::process(st, c);
-    flow::peer_gone(st, c, libc::EPIPE);
+    recv::process(st, c);
+    send::peer_gone(st, c, libc::EPIPE);
     send_ctl(c, wire::K_CLOSE_ACK, &Msg::CloseAck)
 }
 
@@ -458,7 +459,7 @@ pub(crate) fn reset(st: &mut State, c: &mut Conn, f: Fail) {
     if let Some(op) = c.connect_op.take() {
         st.fail_op(op, errno);
     }
-    flow::fail_all(st, c, errno);
+    recv::fail_all(st, c, errno);
     st.closing_eps.push(c.ep.clone());
     if let Phase::Closing { op, .. } = &mut c.phase {
         if let Some(op) = op.take() {
@@ -497,8 +498,8 @@ pub(crate) fn close(st: &mut State, c: &mut Conn, op: Option<Op>) {
         finalize(st, c);
         return;
     }
-    flow::cancel_sends(st, c);
-    let fin = flow::send_fin(c);
+    send::cancel_sends(st, c);
+    let fin = send::send_fin(c);
     let closed = fin.and_then(|()| send_ctl(c, wire::K_CLOSE, &Msg::Close));
     let limit = crate::exs::lib_opt()
         .map(|l| l.ctx.config().give_up_after())
@@ -517,7 +518,7 @@ pub(crate) fn close(st: &mut State, c: &mut Conn, op: Option<Op>) {
 /// The end: receives still pending complete with `ECANCELED` (the peer writes into them no
 /// more), the CLOSE event is posted, the endpoint closed, the slot freed.
 pub(crate) fn finalize(st: &mut State, c: &mut Conn) {
-    flow::fail_all(st, c, libc::ECANCELED);
+    recv::fail_all(st, c, libc::ECANCELED);
     if let Phase::Closing { op, .. } = &mut c.phase
         && let Some(op) = op.take()
     {

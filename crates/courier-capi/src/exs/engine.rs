@@ -219,7 +219,7 @@ fn poll_words(l: &Lib) -> usize {
     for r in watch {
         st.with_conn(r, |st, c| {
             let before = c.rx_progress();
-            super::flow::process(st, c);
+            super::recv::process(st, c);
             if c.rx_progress() != before {
                 n += 1;
             }

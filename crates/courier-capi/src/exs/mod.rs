@@ -10,8 +10,9 @@
 //! - `queue`: event queues, their reservations and their pollable descriptor.
 //! - `mem`: memory registrations.
 //! - `sock`: the descriptor table and connection set-up (listen, accept, connect, close).
-//! - `conn`, `flow`: a Courier connection's data path (advertisements, eager data, credits,
-//!   direct placement with a put-with-signal) and its wire messages (`wire`).
+//! - `conn`: a Courier connection's set-up, dispatch and close; `recv` and `send`: its data
+//!   path (advertisements, eager data, credits, direct placement with a put-with-signal);
+//!   `wire`: the messages.
 //! - `engine`: progress, the completion thread, busy-polling.
 //! - `ksock`: the same calls on kernel sockets.
 //!
@@ -26,10 +27,11 @@ mod api;
 mod api_q;
 mod conn;
 mod engine;
-mod flow;
 mod ksock;
 mod mem;
 mod queue;
+mod recv;
+mod send;
 mod sock;
 mod wire;
 

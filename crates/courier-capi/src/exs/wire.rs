@@ -19,7 +19,7 @@
 //! CREDIT, CLOSE, CLOSE_ACK: nothing more
 //! ```
 //! Parsing checks lengths and fields; what a field means against the connection's state
-//! (slots in range, chunks in order, credits not overdrawn) is checked by `flow`.
+//! (slots in range, chunks in order, credits not overdrawn) is checked by `send` and `recv`.
 
 use super::{XResult, fail};
 
