@@ -207,12 +207,10 @@ fn wait(
     let spin_until = match mode {
         EXS_WAIT_BUSY_POLL => None,
         EXS_WAIT_ADAPTIVE => Some(Instant::now() + ADAPTIVE_SPIN),
-        _ => {
-            // Notify: one look of our own (what is already there), then the completion
-            // thread's turn.
-            engine::progress(l);
-            Some(Instant::now())
-        }
+        // Notify: only the completion thread progresses. (A progress here would take the
+        // transport's wake-up request from under the sleeping completion thread: the
+        // peer then sees nobody asleep and rings no one.)
+        _ => Some(Instant::now()),
     };
     if mode != EXS_WAIT_NOTIFY {
         // Busy-poll: progress here, spinning.

@@ -228,6 +228,18 @@ fn poll_words(l: &Lib) -> usize {
     n
 }
 
+/// Whether a watched connection's signal word changed since it was last looked at.
+fn words_changed(l: &Lib) -> bool {
+    let st = l.st();
+    st.watch.iter().any(|r| {
+        st.conns
+            .get(r.idx as usize)
+            .filter(|s| s.generation == r.generation)
+            .and_then(|s| s.conn.as_ref())
+            .is_some_and(|c| c.word_changed())
+    })
+}
+
 /// Close endpoints whose connections ended (outside the state's lock: closing progresses).
 fn close_endpoints(l: &Lib) -> usize {
     let eps = {
@@ -287,7 +299,9 @@ fn completion_thread(l: &'static Lib) {
             }
         }
         e.ct_sleeping.store(true, Ordering::SeqCst);
-        if e.pollers.load(Ordering::SeqCst) > 0 {
+        // Armed: a peer that writes a signal word from now on rings the worker. One it
+        // wrote before (and did not ring, seeing us awake) is found by this look.
+        if e.pollers.load(Ordering::SeqCst) > 0 || words_changed(l) {
             e.ct_sleeping.store(false, Ordering::SeqCst);
             continue;
         }

@@ -117,6 +117,15 @@ impl Conn {
     pub fn rx_progress(&self) -> (u64, usize) {
         (self.rx.next_chunk, self.rx.recvs.len())
     }
+
+    /// Whether the peer wrote the front receive's signal word since we last looked.
+    pub fn word_changed(&self) -> bool {
+        self.rx
+            .recvs
+            .front()
+            .and_then(|r| r.adv)
+            .is_some_and(|a| word_at(self, a.slot).load(Ordering::SeqCst) != a.seen)
+    }
 }
 
 use super::send::proto;
