@@ -246,7 +246,7 @@ fn data_op(
         len,
         mh: if hold { mh } else { 0 },
     };
-    match st.target(fd) {
+    match st.target_fast(fd) {
         Target::Kernel => {
             if send {
                 ksock::send(l, &mut st, fd, op, flags)?
@@ -255,8 +255,8 @@ fn data_op(
             }
         }
         Target::Exs => {
-            let r = match st.sock(fd).map(|s| &s.state) {
-                Ok(SockState::Conn(r)) => Some(*r),
+            let r = match st.socks.get(&fd).map(|s| &s.state) {
+                Some(SockState::Conn(r)) => Some(*r),
                 _ => None,
             };
             let Some(r) = r else {

@@ -10,7 +10,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
-use std::os::fd::{FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::Arc;
 
 use courier_core::{ConnRequest, Endpoint, EndpointParams, Error, Listener};
@@ -135,6 +135,19 @@ const BACKLOG_MAX: usize = 4096;
 /// Most EXS sockets at once.
 const SOCKS_MAX: usize = 65536;
 
+/// Where our descriptors start: half the soft limit on open files, within [64, 8192].
+fn high_fd_base() -> libc::c_int {
+    // SAFETY: `r` is a plain struct the call fills; the result is checked.
+    let mut r: libc::rlimit = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    let soft = if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) } == 0 {
+        r.rlim_cur
+    } else {
+        1024
+    };
+    (soft / 2).clamp(64, 8192) as libc::c_int
+}
+
 fn ino_of(fd: RawFd) -> Option<(u64, u64)> {
     // SAFETY: `st` is a plain struct the call fills; the result is checked.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
@@ -146,6 +159,19 @@ fn ino_of(fd: RawFd) -> Option<(u64, u64)> {
 }
 
 impl State {
+    /// `target` for the data calls (exs_send, exs_recv), without the system call that
+    /// checks the descriptor is still the one we made: the table says. Our descriptors
+    /// live at high numbers, which socket(2) (lowest free number) does not reach while
+    /// a program holds fewer descriptors than that; every other call checks in full.
+    #[inline]
+    pub fn target_fast(&mut self, fd: RawFd) -> Target {
+        if self.socks.contains_key(&fd) {
+            Target::Exs
+        } else {
+            Target::Kernel
+        }
+    }
+
     /// Whether `fd` is one of ours (still the descriptor we made) or a kernel one.
     pub fn target(&mut self, fd: RawFd) -> Target {
         match self.socks.get(&fd) {
@@ -204,7 +230,18 @@ impl State {
             ));
         }
         // SAFETY: `raw` was just opened and is owned by nothing else.
-        let memfd = unsafe { OwnedFd::from_raw_fd(raw) };
+        let low = unsafe { OwnedFd::from_raw_fd(raw) };
+        // Moved up, away from the numbers socket(2) hands out (the lowest free one).
+        // SAFETY: duplicates our own descriptor; the result is checked.
+        let high = unsafe { libc::fcntl(raw, libc::F_DUPFD_CLOEXEC, high_fd_base()) };
+        let memfd = if high >= 0 {
+            drop(low);
+            // SAFETY: `high` was just made and is owned by nothing else.
+            unsafe { OwnedFd::from_raw_fd(high) }
+        } else {
+            low
+        };
+        let raw = memfd.as_raw_fd();
         let ino = ino_of(raw).ok_or_else(|| fail(libc::EIO, "fstat of a new memfd failed"))?;
         // An entry under this number is stale: its descriptor was closed behind our back.
         self.drop_stale(raw);

@@ -139,15 +139,24 @@ static void sockets(void)
     close(p[1]);
     XFAILS(exs_recv(p[0], buf, 8, 0, q, NULL, mh), EBADF);
 
-    /* An EXS descriptor closed behind the library's back and reused by socket(2) is a
-     * kernel socket, not the old EXS one. */
+    /* EXS descriptors live above the numbers socket(2) hands out. One closed behind the
+     * library's back whose number comes back as a kernel socket (here forced with dup2)
+     * is that kernel socket, not the old EXS one. */
     int e1 = exs_socket(AF_INET, SOCK_STREAM, 0);
     XCHECK(e1);
-    close(e1);
+    EXPECT(e1 >= 64);
     int k = socket(AF_INET, SOCK_STREAM, 0);
-    EXPECT(k == e1);
-    EXPECT(strcmp(transport_of(k, t, sizeof(t)), "kernel") == 0);
+    EXPECT(k >= 0 && k < e1);
+    close(e1);
+    EXPECT(dup2(k, e1) == e1);
     close(k);
+    EXPECT(strcmp(transport_of(e1, t, sizeof(t)), "kernel") == 0);
+    /* A send on it goes to the kernel, which refuses an unconnected TCP socket. */
+    XCHECK(exs_send(e1, buf, 8, 0, q, (void *)3, mh));
+    exs_event_t ke = next_event(q);
+    EXPECT(ke.exs_evt_ahandle == (void *)3 && ke.exs_evt_result < 0);
+    EXPECT(ke.exs_evt_errno == EPIPE || ke.exs_evt_errno == ENOTCONN);
+    close(e1);
     XCHECK(exs_mderegister(mh));
     XCHECK(exs_qdelete(q));
 }
