@@ -313,6 +313,9 @@ fn handle(st: &mut State, c: &mut Conn, p: Prefix, msg: Msg, data: &[u8]) -> XRe
         return Ok(After::Nothing);
     }
     if let Msg::Hello(h) = msg {
+        if !matches!(c.phase, Phase::Hello) {
+            return Err(fail(libc::EPROTO, "a second HELLO"));
+        }
         return on_hello(st, c, h);
     }
     if matches!(c.phase, Phase::Hello) {
@@ -323,7 +326,7 @@ fn handle(st: &mut State, c: &mut Conn, p: Prefix, msg: Msg, data: &[u8]) -> XRe
     }
     send::on_ack(c, p.ack)?;
     match msg {
-        Msg::Hello(_) => unreachable!("handled above"),
+        Msg::Hello(_) => return Err(fail(libc::EPROTO, "a second HELLO")),
         Msg::Advert(a) => send::on_advert(c, a)?,
         Msg::Key { slot, key } => send::on_key(c, slot, &key)?,
         Msg::Data { chunk } => recv::on_data(st, c, chunk, p.flags & wire::F_FIN != 0, data)?,
