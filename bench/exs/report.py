@@ -219,6 +219,24 @@ def render(rows, outdir):
          "| --- | --- | --- | --- | --- | --- | --- |"]
     for t in target_rows(rows):
         L.append("| " + " | ".join(str(x) for x in t) + " |")
+    L += ["", "Why, and what limits each:", "",
+          "- Blast over shared memory: a receive is advertised (address, length, key of its "
+          "registered buffer); the sender writes each 512 KiB message straight into it with one "
+          "put-with-signal, which on one host is a single `process_vm_writev` copy plus a store "
+          "to the receive's signal word (the doorbell wakes the receiver's completion thread). "
+          "Kernel TCP loopback copies every byte twice (into and out of socket buffers) and runs "
+          "the TCP stack per segment, so Courier spends less CPU per byte; its throughput is "
+          "bounded by the one copy and, in wait-for-notify, by the thread wake-ups per message "
+          "(completion thread, then the waiting thread, on each side).",
+          "- Ping-pong: an 8-byte message goes eagerly through the shared-memory FIFO (no "
+          "advertisement needed) and the waiting thread busy-polls; kernel TCP pays a send and "
+          "a receive system call and the loopback stack per message. Pinned runs put each "
+          "process (and its completion thread) on its own CPU; unpinned ones share the two CPUs "
+          "with whatever else runs, which the medians show.",
+          "- Courier tcp against kernel sockets: both move the bytes through the kernel's TCP; "
+          "Courier adds its framing, the advertisement messages and their round trips; large "
+          "writes leave from the caller's buffer and are placed by the receiver straight into "
+          "the advertised buffer.", ""]
     L += ["", "### Blast (wait-for-notify): GB/s, and CPU ns per byte moved (both processes)", ""]
     sizes = sorted({r["size"] for r in sweep if r["test"] == "blast"})
     counts = sorted({r["outstanding"] for r in sweep if r["test"] == "blast"})
