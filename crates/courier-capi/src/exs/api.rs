@@ -150,6 +150,7 @@ pub unsafe extern "C" fn exs_connect(
                 let op = start_op(&mut st, qh, EXS_EVT_CONNECT, fd, ahandle)?;
                 drop(st);
                 sock::connect(l, fd, a, op)?;
+                l.engine.kick_if_sleeping();
             }
             Target::Kernel => {
                 if addr.is_null() || len as usize > std::mem::size_of::<libc::sockaddr_storage>() {
@@ -189,7 +190,8 @@ pub extern "C" fn exs_close(fd: c_int, qh: exs_qhandle_t, ahandle: exs_ahandle_t
         match st.target(fd) {
             Target::Exs => {
                 drop(st);
-                sock::close(l, fd, op)?
+                sock::close(l, fd, op)?;
+                l.engine.kick_if_sleeping();
             }
             Target::Kernel => ksock::close(l, &mut st, fd, op)?,
         }
@@ -289,6 +291,8 @@ fn data_op(
                     ));
                 }
             }
+            drop(st);
+            l.engine.kick_if_sleeping();
         }
     }
     Ok(0)

@@ -133,6 +133,15 @@ impl Engine {
         self.pollers.fetch_sub(1, Ordering::SeqCst);
     }
 
+    /// After a call that issued Courier operations from the program's thread: wake the
+    /// completion thread if it sleeps, so that it progresses (tcp coalesces small sends
+    /// until the worker progresses) and arms again.
+    pub fn kick_if_sleeping(&self) {
+        if self.ct_sleeping.load(Ordering::SeqCst) {
+            self.kick();
+        }
+    }
+
     /// Wake the completion thread.
     pub fn kick(&self) {
         let one: u64 = 1;
@@ -289,16 +298,22 @@ fn completion_thread(l: &'static Lib) {
         if progress(l) > 0 {
             continue;
         }
+        // Said before arming: a thread that issues an operation after this sees it and
+        // kicks us (`kick_if_sleeping`); one that issued before is flushed by the arm.
+        e.ct_sleeping.store(true, Ordering::SeqCst);
         match l.worker.arm() {
             Ok(true) => {}
-            Ok(false) => continue,
+            Ok(false) => {
+                e.ct_sleeping.store(false, Ordering::SeqCst);
+                continue;
+            }
             Err(err) => {
+                e.ct_sleeping.store(false, Ordering::SeqCst);
                 tracing::warn!("EXS completion thread: arm: {err}");
                 std::thread::sleep(NAP);
                 continue;
             }
         }
-        e.ct_sleeping.store(true, Ordering::SeqCst);
         // Armed: a peer that writes a signal word from now on rings the worker. One it
         // wrote before (and did not ring, seeing us awake) is found by this look.
         if e.pollers.load(Ordering::SeqCst) > 0 || words_changed(l) {
