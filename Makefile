@@ -47,6 +47,7 @@ test-gpu: deps-test capi
 test-scripts:
 	bash scripts/test-deps.sh
 	python3 bench/report.py selftest
+	python3 bench/exs/report.py selftest
 
 lint:
 	$(CARGO) fmt --all -- --check

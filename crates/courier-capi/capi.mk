@@ -4,7 +4,7 @@
 #   make capi                 cargo build --release -p courier-capi (libcourier.so, libcourier.a)
 #   make capi-check-header    regenerate include/courier.h into a temp file and diff (needs cbindgen 0.29.4)
 #   make capi-examples        build examples/c/*.c against the shared and the static library
-#   make capi-test            run every example (exit 0 = pass) with COURIER_TLS=tcp and with the default
+#   make capi-test            run every example and C test (exit 0 = pass) with COURIER_TLS=tcp and with the default
 #   make install PREFIX=...   lib/, include/, lib/pkgconfig/courier.pc (default PREFIX=/usr/local)
 #   make capi-go-test         Go bindings: gofmt, vet, tests with -race, then a GC-stress run (GOGC=1)
 #   make capi-job-test        examples/c/job_ring under courier run with 1, 2, 4 and 8 ranks
@@ -16,6 +16,8 @@ DESTDIR ?=
 
 CAPI_DIR := crates/courier-capi
 CAPI_HEADER := $(CAPI_DIR)/include/courier.h
+# Extended Sockets: written by hand (cbindgen skips src/exs/), installed beside courier.h.
+CAPI_EXS_HEADER := $(CAPI_DIR)/include/exs.h
 CAPI_LIBDIR := target/release
 CAPI_SO := $(CAPI_LIBDIR)/libcourier.so
 CAPI_A := $(CAPI_LIBDIR)/libcourier.a
@@ -26,6 +28,10 @@ CAPI_EXAMPLE_SRCS := $(wildcard examples/c/*.c)
 CAPI_EXAMPLE_DIR := target/c-examples
 CAPI_EXAMPLES_SHARED := $(patsubst examples/c/%.c,$(CAPI_EXAMPLE_DIR)/%,$(CAPI_EXAMPLE_SRCS))
 CAPI_EXAMPLES_STATIC := $(patsubst examples/c/%.c,$(CAPI_EXAMPLE_DIR)/%-static,$(CAPI_EXAMPLE_SRCS))
+# C tests (not examples): built against the shared library, run like the examples.
+CAPI_CTEST_SRCS := $(wildcard $(CAPI_DIR)/tests/c/*.c)
+CAPI_CTESTS := $(patsubst $(CAPI_DIR)/tests/c/%.c,$(CAPI_EXAMPLE_DIR)/test-%,$(CAPI_CTEST_SRCS))
+CAPI_EXAMPLE_DEPS := examples/c/common.h examples/c/exs_common.h $(CAPI_HEADER) $(CAPI_EXS_HEADER)
 # Transport selections the examples run under (shm is tried by the default, "all").
 CAPI_TEST_TLS ?= tcp all
 
@@ -38,19 +44,23 @@ capi-check-header:
 	$(CAPI_DIR)/check-header.sh
 
 # Examples are relinked on every run: cheap, and never stale against a rebuilt library.
-$(CAPI_EXAMPLE_DIR)/%: examples/c/%.c examples/c/common.h $(CAPI_HEADER) capi
+$(CAPI_EXAMPLE_DIR)/%: examples/c/%.c $(CAPI_EXAMPLE_DEPS) capi
 	@mkdir -p $(CAPI_EXAMPLE_DIR)
 	$(CC) $(CAPI_CFLAGS) -I$(CAPI_DIR)/include $< -o $@ -L$(CAPI_LIBDIR) -lcourier -Wl,-rpath,$(abspath $(CAPI_LIBDIR))
 
-$(CAPI_EXAMPLE_DIR)/%-static: examples/c/%.c examples/c/common.h $(CAPI_HEADER) capi
+$(CAPI_EXAMPLE_DIR)/%-static: examples/c/%.c $(CAPI_EXAMPLE_DEPS) capi
 	@mkdir -p $(CAPI_EXAMPLE_DIR)
 	$(CC) $(CAPI_CFLAGS) -I$(CAPI_DIR)/include $< -o $@ $(CAPI_A) $(CAPI_STATIC_LIBS)
 
-capi-examples: $(CAPI_EXAMPLES_SHARED) $(CAPI_EXAMPLES_STATIC)
+$(CAPI_EXAMPLE_DIR)/test-%: $(CAPI_DIR)/tests/c/%.c $(CAPI_EXAMPLE_DEPS) capi
+	@mkdir -p $(CAPI_EXAMPLE_DIR)
+	$(CC) $(CAPI_CFLAGS) -I$(CAPI_DIR)/include $< -o $@ -L$(CAPI_LIBDIR) -lcourier -Wl,-rpath,$(abspath $(CAPI_LIBDIR))
+
+capi-examples: $(CAPI_EXAMPLES_SHARED) $(CAPI_EXAMPLES_STATIC) $(CAPI_CTESTS)
 
 capi-test: capi-examples
 	@set -e; for tls in $(CAPI_TEST_TLS); do \
-	  for ex in $(CAPI_EXAMPLES_SHARED) $(CAPI_EXAMPLES_STATIC); do \
+	  for ex in $(CAPI_EXAMPLES_SHARED) $(CAPI_EXAMPLES_STATIC) $(CAPI_CTESTS); do \
 	    echo "== COURIER_TLS=$$tls $$ex"; \
 	    COURIER_TLS=$$tls timeout 120 $$ex || { echo "FAILED: COURIER_TLS=$$tls $$ex" >&2; exit 1; }; \
 	  done; \
@@ -81,6 +91,7 @@ install: capi capi-pc
 	install -m 0755 $(CAPI_SO) $(DESTDIR)$(PREFIX)/lib/libcourier.so
 	install -m 0644 $(CAPI_A) $(DESTDIR)$(PREFIX)/lib/libcourier.a
 	install -m 0644 $(CAPI_HEADER) $(DESTDIR)$(PREFIX)/include/courier.h
+	install -m 0644 $(CAPI_EXS_HEADER) $(DESTDIR)$(PREFIX)/include/exs.h
 	install -m 0644 $(CAPI_LIBDIR)/courier.pc $(DESTDIR)$(PREFIX)/lib/pkgconfig/courier.pc
 
 # The Go binding links target/release/libcourier.a. Go's caches do not notice a rebuilt

@@ -30,6 +30,8 @@
 mod am;
 mod context;
 mod endpoint;
+/// cbindgen:ignore
+pub mod exs;
 mod ffi;
 mod job;
 mod listener;

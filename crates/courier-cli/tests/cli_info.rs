@@ -162,11 +162,22 @@ fn e_intra_maps_allocated_memory_and_uses_cma_or_the_owner_for_registered() {
             assert!(field(&body, "atomic64").is_some_and(|a| a.starts_with("<direct>")));
             let (path, body) = memory(&out, "registered");
             assert!(path == "cma" || path == "remote", "{out}");
-            // put_signal and atomics into registered memory go through the owner.
-            assert!(field(&body, "put_signal").is_some_and(|r| r.contains("<remote")));
+            // put_signal into registered memory goes the key's way (with CMA the data in
+            // the call, the signal word set directly); atomics through the owner.
+            let signal_route = if path == "cma" { "<cma" } else { "<remote" };
+            assert!(
+                field(&body, "put_signal").is_some_and(|r| r.contains(signal_route)),
+                "{out}"
+            );
             assert!(field(&body, "atomic32").is_some_and(|a| a.starts_with("<remote>")));
             assert_eq!(memory(&out, "cuda").0, "cuda_ipc", "{out}");
-            assert!(out.contains("#   remote frames: put "), "{out}");
+            // Frame sizes are shown when puts or gets go through the owner: into registered
+            // memory without CMA (atomics, which always do, are one frame each way).
+            assert_eq!(
+                out.contains("#   remote frames: put "),
+                path == "remote",
+                "{out}"
+            );
             // Tag messages from device memory: a host copy, then from 16 KiB
             // (COURIER_CUDA_IPC_THRESH) the peer reads them through CUDA IPC; where the
             // driver loads, for there is no device memory on this host otherwise (and a
@@ -351,11 +362,17 @@ fn d_lists_one_sided_capabilities_per_transport() {
                 );
                 let reg = field(&b, "registered memory").unwrap_or("");
                 assert!(
-                    reg.contains("remote: put_signal, atomic") || reg.starts_with("remote:"),
+                    reg == "cma: put, get, put_signal; remote: atomic"
+                        || reg.starts_with("remote:"),
                     "{reg}"
                 );
                 assert!(field(&b, "get_zcopy").is_some_and(|v| v.starts_with("unlimited")));
-                assert!(field(&b, "put_signal_bcopy").is_some_and(|v| v.contains("bytes a frame")));
+                // Puts with a signal go through the owner only where CMA does not reach.
+                assert_eq!(
+                    field(&b, "put_signal_bcopy").is_some_and(|v| v.contains("bytes a frame")),
+                    reg.starts_with("remote:"),
+                    "{reg}"
+                );
                 assert!(field(&b, "remote atomics").is_some());
             }
             "tcp" => {

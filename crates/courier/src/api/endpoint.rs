@@ -12,6 +12,7 @@ use crate::proto::buf::Buf;
 use crate::proto::endpoint::EpRef;
 use crate::proto::request::Callback;
 use crate::proto::request::Started;
+use crate::wire::Kind;
 
 /// Parameters of a new endpoint.
 #[derive(Default)]
@@ -173,6 +174,14 @@ impl Endpoint {
     }
 
     // ----- active messages --------------------------------------------------------------
+
+    /// The most data bytes an active message with a `header_len`-byte header carries in one
+    /// frame on this endpoint's link, so that `AmFlags::eager` accepts it (a conservative
+    /// size while the endpoint still connects).
+    pub fn am_eager_max(&self, header_len: usize) -> Result<usize> {
+        let (_, max_frame, _) = self.with(|st, e| st.ep_limits(e))?;
+        Ok(max_frame.saturating_sub(Kind::Am.header_len() + header_len))
+    }
 
     /// Send an active message to handler `id`.
     pub fn am_send<'a>(

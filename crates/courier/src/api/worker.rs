@@ -322,7 +322,14 @@ impl Worker {
         if !g.arm_fd_links()? {
             return Ok(false);
         }
-        g.arm()
+        let armed = g.arm()?;
+        if armed {
+            // Whoever sleeps on `event_fd` in its own loop (not `wait`) progresses after
+            // the wake: that progress reads epoll, so what woke the fd is taken off it
+            // and the next sleep does not end at once.
+            g.epoll_next();
+        }
+        Ok(armed)
     }
 
     /// Sleep until something arrives, `signal` is called, or `timeout` passes.

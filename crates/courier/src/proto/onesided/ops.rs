@@ -392,8 +392,8 @@ unsafe fn put_signal_general(
     let sig = sig_key
         .resolve(sig_addr, 8, access::WRITE)?
         .filter(|s| s.device || sig_key.signal_direct_ready(ep));
-    // Unless both are mapped here, the data goes through the owner: a host copy of
-    // device memory, then.
+    // Unless both are mapped here, the data goes through the owner or CMA: a host copy
+    // of device memory, then.
     let host = match (dst, sig) {
         (Some(_), Some(_)) => None,
         _ => stage::gather(&data)?,
@@ -411,6 +411,17 @@ unsafe fn put_signal_general(
             // SAFETY: both ranges checked against the owner's records; a device copy
             // has finished when it returns.
             unsafe { copy_local(&data, dst, Dir::ToRegion)? };
+            fence(Ordering::Release);
+            // SAFETY: checked, aligned, host memory.
+            unsafe { sig_key.signal_direct(ep, sig.ptr, op, value) };
+            Ok(done(len))
+        }
+        (None, Some(sig)) if matches!(key.path, Path::Direct { cma: true, .. }) => {
+            // Registered memory of a same-host peer reached with CMA, the signal word
+            // mapped here: the data is in place when `process_vm_writev` returns (the
+            // range was checked against the owner's record by `resolve`), then the signal.
+            // SAFETY: the segments are the caller's buffer (or our host copy).
+            unsafe { copy_cma(key.key.pid, &data, raddr, Dir::ToRegion)? };
             fence(Ordering::Release);
             // SAFETY: checked, aligned, host memory.
             unsafe { sig_key.signal_direct(ep, sig.ptr, op, value) };

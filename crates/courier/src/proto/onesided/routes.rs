@@ -247,12 +247,15 @@ pub fn op_route(reach: Reach, mem: TargetMemory, op: Op) -> Route {
             (_, Route::Local | Route::Direct) => key,
             _ => Route::Remote,
         },
-        // In place only when both the data and the signal word are mapped here: the data
-        // is written, then the signal, in this process.
+        // In place only when the signal word is mapped here and the data is mapped here or
+        // reached with CMA: the data is written, then the signal, in this process.
         Op::PutSignal => {
             let signal = key_route(reach, TargetMemory::Allocated);
-            let mapped = matches!(key, Route::Local | Route::Direct | Route::CudaIpc);
-            if mapped && matches!(signal, Route::Local | Route::Direct) {
+            let reached = matches!(
+                key,
+                Route::Local | Route::Direct | Route::CudaIpc | Route::Cma
+            );
+            if reached && matches!(signal, Route::Local | Route::Direct) {
                 key
             } else {
                 Route::Remote
@@ -322,7 +325,7 @@ mod tests {
             [Local, Local, Local, Unsupported]
         );
         assert_eq!(row(near, Allocated), [Direct; 4]);
-        assert_eq!(row(near, Registered), [Cma, Cma, Remote, Remote]);
+        assert_eq!(row(near, Registered), [Cma, Cma, Cma, Remote]);
         assert_eq!(row(near_no_cma, Registered), [Remote; 4]);
         assert_eq!(row(near, Cuda), [CudaIpc, CudaIpc, CudaIpc, Unsupported]);
         assert_eq!(row(Reach::Elsewhere, Allocated), [Remote; 4]);

@@ -1,0 +1,75 @@
+//! Memory registrations: the caller's buffers, registered with Courier so that a peer may
+//! write into them (its key travels with the first advertisement that needs it). Handles
+//! are never reused, so a stale one is always recognised.
+
+use courier_core::{MemMapParams, Memory, access};
+
+use super::abi::*;
+use super::{XResult, fail};
+
+/// Most registrations at once.
+pub(crate) const MEMS_MAX: usize = 1 << 16;
+
+pub(crate) struct Mem {
+    pub addr: usize,
+    pub len: usize,
+    /// Courier's registration (remote write allowed: receives are written by the peer).
+    pub mem: Memory,
+    /// Operations in flight that use it.
+    pub busy: usize,
+}
+
+impl Mem {
+    pub fn register(
+        ctx: &courier_core::Context,
+        addr: usize,
+        len: usize,
+        flags: i32,
+    ) -> XResult<Mem> {
+        if flags & !(EXS_MREG_READ | EXS_MREG_WRITE) != 0 {
+            return Err(fail(
+                libc::EINVAL,
+                format!(
+                    "unknown exs_mregister flags {:#x} (known: EXS_MREG_READ, EXS_MREG_WRITE)",
+                    flags & !(EXS_MREG_READ | EXS_MREG_WRITE)
+                ),
+            ));
+        }
+        if addr == 0 || len == 0 {
+            return Err(fail(
+                libc::EINVAL,
+                "exs_mregister needs a non-NULL address and a non-zero length",
+            ));
+        }
+        if addr.checked_add(len).is_none() {
+            return Err(fail(
+                libc::EINVAL,
+                "the region wraps around the address space",
+            ));
+        }
+        let mem = ctx.mem_map(
+            MemMapParams::register(addr as *mut u8, len).access(access::READ | access::WRITE),
+        )?;
+        Ok(Mem {
+            addr,
+            len,
+            mem,
+            busy: 0,
+        })
+    }
+
+    /// `[buf, buf + len)` lies inside the registration; `EFAULT` otherwise.
+    pub fn covers(&self, mh: exs_mhandle_t, buf: usize, len: usize) -> XResult<()> {
+        let end = buf.checked_add(len);
+        if buf >= self.addr && end.is_some_and(|e| e <= self.addr + self.len) {
+            return Ok(());
+        }
+        Err(fail(
+            libc::EFAULT,
+            format!(
+                "buffer [{buf:#x}, +{len}) is not inside registration {mh} [{:#x}, +{})",
+                self.addr, self.len
+            ),
+        ))
+    }
+}

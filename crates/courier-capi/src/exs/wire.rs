@@ -1,0 +1,443 @@
+//! What two EXS ends send each other, as active-message headers (all little endian). Every
+//! message starts with the same 24 bytes: its kind, flags, the connection it is for (the
+//! receiver's index and generation, learned from its HELLO), and the sender's credit
+//! acknowledgement (how much of the eager credit the receiver of this message spent that
+//! the sender of it has freed, cumulative). Data bytes travel as the message's data.
+//!
+//! ```text
+//! 0    1     2      4         8         12        16           24
+//! +----+-----+------+---------+---------+---------+------------+
+//! |kind|flags| 0    | conn idx| conn gen| 0       | credit ack |
+//! +----+-----+------+---------+---------+---------+------------+
+//! HELLO   +0: magic "EXS1" u32, version u16, socket type u16, sender's conn idx u32, gen
+//!             u32, eager grant u64, largest eager message u32, advertisement slots u32,
+//!             signal words' address u64, key length u16, key bytes
+//! ADVERT  +0: slot u16, key slot u16, flags u32 (WAITALL), address u64, length u64,
+//!             tag u64 (SEQPACKET: message number; STREAM: eager chunks seen)
+//! KEY     +0: key slot u16, key length u16, key bytes
+//! DATA    +0: chunk u64 (flags: FIN)
+//! CREDIT, CLOSE, CLOSE_ACK: nothing more
+//! ```
+//! Parsing checks lengths and fields; what a field means against the connection's state
+//! (slots in range, chunks in order, credits not overdrawn) is checked by `send` and `recv`.
+
+use super::{XResult, fail};
+
+/// The active-message id of every EXS message.
+pub(crate) const AM_ID: u16 = 0x4558;
+pub(crate) const MAGIC: u32 = u32::from_le_bytes(*b"EXS1");
+pub(crate) const VERSION: u16 = 1;
+pub(crate) const PREFIX: usize = 24;
+
+pub(crate) const K_HELLO: u8 = 1;
+pub(crate) const K_ADVERT: u8 = 2;
+pub(crate) const K_KEY: u8 = 3;
+pub(crate) const K_DATA: u8 = 4;
+pub(crate) const K_CREDIT: u8 = 5;
+pub(crate) const K_CLOSE: u8 = 6;
+pub(crate) const K_CLOSE_ACK: u8 = 7;
+
+/// DATA: the sender sends nothing after this chunk number.
+pub(crate) const F_FIN: u8 = 1;
+/// ADVERT: the receive waits for all its bytes (the sender fills it, chunk by chunk).
+pub(crate) const A_WAITALL: u32 = 1;
+
+/// Connection index meaning "not known yet" (HELLO).
+pub(crate) const NO_CONN: u32 = u32::MAX;
+/// Largest packed remote key carried.
+pub(crate) const KEY_MAX: usize = 512;
+
+/// The common prefix.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Prefix {
+    pub kind: u8,
+    pub flags: u8,
+    pub conn: u32,
+    pub generation: u32,
+    pub ack: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Hello {
+    pub ty: u16,
+    pub conn: u32,
+    pub generation: u32,
+    pub grant: u64,
+    pub eager_max: u32,
+    pub slots: u32,
+    pub words: u64,
+    pub key: Vec<u8>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Advert {
+    pub slot: u16,
+    pub key: u16,
+    pub flags: u32,
+    pub addr: u64,
+    pub len: u64,
+    pub tag: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Msg {
+    Hello(Hello),
+    Advert(Advert),
+    Key { slot: u16, key: Vec<u8> },
+    Data { chunk: u64 },
+    Credit,
+    Close,
+    CloseAck,
+}
+
+fn u16_at(b: &[u8], at: usize) -> u16 {
+    u16::from_le_bytes([b[at], b[at + 1]])
+}
+fn u32_at(b: &[u8], at: usize) -> u32 {
+    let mut w = [0u8; 4];
+    w.copy_from_slice(&b[at..at + 4]);
+    u32::from_le_bytes(w)
+}
+fn u64_at(b: &[u8], at: usize) -> u64 {
+    let mut w = [0u8; 8];
+    w.copy_from_slice(&b[at..at + 8]);
+    u64::from_le_bytes(w)
+}
+
+pub(crate) fn prefix(p: Prefix) -> Vec<u8> {
+    let mut v = Vec::with_capacity(64);
+    v.push(p.kind);
+    v.push(p.flags);
+    v.extend_from_slice(&[0, 0]);
+    v.extend_from_slice(&p.conn.to_le_bytes());
+    v.extend_from_slice(&p.generation.to_le_bytes());
+    v.extend_from_slice(&[0; 4]);
+    v.extend_from_slice(&p.ack.to_le_bytes());
+    v
+}
+
+pub(crate) fn encode(p: Prefix, m: &Msg) -> Vec<u8> {
+    let mut v = prefix(p);
+    match m {
+        Msg::Hello(h) => {
+            v.extend_from_slice(&MAGIC.to_le_bytes());
+            v.extend_from_slice(&VERSION.to_le_bytes());
+            v.extend_from_slice(&h.ty.to_le_bytes());
+            v.extend_from_slice(&h.conn.to_le_bytes());
+            v.extend_from_slice(&h.generation.to_le_bytes());
+            v.extend_from_slice(&h.grant.to_le_bytes());
+            v.extend_from_slice(&h.eager_max.to_le_bytes());
+            v.extend_from_slice(&h.slots.to_le_bytes());
+            v.extend_from_slice(&h.words.to_le_bytes());
+            v.extend_from_slice(&(h.key.len() as u16).to_le_bytes());
+            v.extend_from_slice(&h.key);
+        }
+        Msg::Advert(a) => {
+            v.extend_from_slice(&a.slot.to_le_bytes());
+            v.extend_from_slice(&a.key.to_le_bytes());
+            v.extend_from_slice(&a.flags.to_le_bytes());
+            v.extend_from_slice(&a.addr.to_le_bytes());
+            v.extend_from_slice(&a.len.to_le_bytes());
+            v.extend_from_slice(&a.tag.to_le_bytes());
+        }
+        Msg::Key { slot, key } => {
+            v.extend_from_slice(&slot.to_le_bytes());
+            v.extend_from_slice(&(key.len() as u16).to_le_bytes());
+            v.extend_from_slice(key);
+        }
+        Msg::Data { chunk } => v.extend_from_slice(&chunk.to_le_bytes()),
+        Msg::Credit | Msg::Close | Msg::CloseAck => {}
+    }
+    v
+}
+
+fn bad(what: impl Into<String>) -> super::Fail {
+    fail(libc::EPROTO, what)
+}
+
+fn exact(b: &[u8], n: usize, what: &str) -> XResult<()> {
+    if b.len() != n {
+        return Err(bad(format!(
+            "{what} message of {} header bytes (expected {n})",
+            b.len() + PREFIX
+        )));
+    }
+    Ok(())
+}
+
+/// Parse one message header (everything but the data).
+pub(crate) fn decode(b: &[u8]) -> XResult<(Prefix, Msg)> {
+    if b.len() < PREFIX {
+        return Err(bad(format!("EXS message header of {} bytes", b.len())));
+    }
+    let p = Prefix {
+        kind: b[0],
+        flags: b[1],
+        conn: u32_at(b, 4),
+        generation: u32_at(b, 8),
+        ack: u64_at(b, 16),
+    };
+    if b[2] != 0 || b[3] != 0 || u32_at(b, 12) != 0 {
+        return Err(bad("reserved bytes of an EXS message are not zero"));
+    }
+    let known_flags = if p.kind == K_DATA { F_FIN } else { 0 };
+    if p.flags & !known_flags != 0 {
+        return Err(bad(format!(
+            "unknown flags {:#x} on EXS message kind {}",
+            p.flags, p.kind
+        )));
+    }
+    let r = &b[PREFIX..];
+    let m = match p.kind {
+        K_HELLO => {
+            if r.len() < 42 {
+                return Err(bad("short HELLO"));
+            }
+            if u32_at(r, 0) != MAGIC {
+                return Err(bad("HELLO without the EXS magic"));
+            }
+            let version = u16_at(r, 4);
+            if version != VERSION {
+                return Err(bad(format!(
+                    "peer speaks EXS protocol version {version}, this library {VERSION}"
+                )));
+            }
+            let klen = u16_at(r, 40) as usize;
+            if klen > KEY_MAX {
+                return Err(bad(format!("HELLO key of {klen} bytes")));
+            }
+            exact(r, 42 + klen, "HELLO")?;
+            Msg::Hello(Hello {
+                ty: u16_at(r, 6),
+                conn: u32_at(r, 8),
+                generation: u32_at(r, 12),
+                grant: u64_at(r, 16),
+                eager_max: u32_at(r, 24),
+                slots: u32_at(r, 28),
+                words: u64_at(r, 32),
+                key: r[42..].to_vec(),
+            })
+        }
+        K_ADVERT => {
+            exact(r, 32, "ADVERT")?;
+            let flags = u32_at(r, 4);
+            if flags & !A_WAITALL != 0 {
+                return Err(bad(format!("unknown ADVERT flags {flags:#x}")));
+            }
+            Msg::Advert(Advert {
+                slot: u16_at(r, 0),
+                key: u16_at(r, 2),
+                flags,
+                addr: u64_at(r, 8),
+                len: u64_at(r, 16),
+                tag: u64_at(r, 24),
+            })
+        }
+        K_KEY => {
+            if r.len() < 4 {
+                return Err(bad("short KEY"));
+            }
+            let klen = u16_at(r, 2) as usize;
+            if klen > KEY_MAX {
+                return Err(bad(format!("KEY of {klen} bytes")));
+            }
+            exact(r, 4 + klen, "KEY")?;
+            Msg::Key {
+                slot: u16_at(r, 0),
+                key: r[4..].to_vec(),
+            }
+        }
+        K_DATA => {
+            exact(r, 8, "DATA")?;
+            Msg::Data {
+                chunk: u64_at(r, 0),
+            }
+        }
+        K_CREDIT => {
+            exact(r, 0, "CREDIT")?;
+            Msg::Credit
+        }
+        K_CLOSE => {
+            exact(r, 0, "CLOSE")?;
+            Msg::Close
+        }
+        K_CLOSE_ACK => {
+            exact(r, 0, "CLOSE_ACK")?;
+            Msg::CloseAck
+        }
+        k => return Err(bad(format!("unknown EXS message kind {k}"))),
+    };
+    Ok((p, m))
+}
+
+/// The value a sender sets in a receive's signal word when it has written into the
+/// advertised buffer: bit 63 truncated (SEQPACKET), bit 62 always set, bits 40..62 the low
+/// 22 bits of the last chunk number written there, bits 0..40 the bytes written there in
+/// all (one chunk, or several for a WAITALL receive filled chunk by chunk).
+pub(crate) mod word {
+    pub const TRUNC: u64 = 1 << 63;
+    pub const VALID: u64 = 1 << 62;
+    pub const CHUNK_BITS: u32 = 22;
+    pub const CHUNK_MASK: u64 = (1 << CHUNK_BITS) - 1;
+    pub const LEN_BITS: u32 = 40;
+    pub const LEN_MAX: u64 = (1 << LEN_BITS) - 1;
+
+    pub fn make(chunk: u64, filled: u64, trunc: bool) -> u64 {
+        VALID
+            | if trunc { TRUNC } else { 0 }
+            | (chunk & CHUNK_MASK) << LEN_BITS
+            | (filled & LEN_MAX)
+    }
+
+    /// (chunk low bits, bytes, truncated), or `None` for a word with the valid bit clear.
+    pub fn parse(v: u64) -> Option<(u64, u64, bool)> {
+        if v & VALID == 0 {
+            return None;
+        }
+        Some(((v >> LEN_BITS) & CHUNK_MASK, v & LEN_MAX, v & TRUNC != 0))
+    }
+
+    /// How far `low` (22 bits) is past the chunk number `next`: the count of chunks from
+    /// `next` to it, inclusive, if it lies within half the window.
+    pub fn chunks_through(next: u64, low: u64) -> Option<u64> {
+        let d = low.wrapping_sub(next) & CHUNK_MASK;
+        (d < (1 << (CHUNK_BITS - 1))).then_some(d + 1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(kind: u8) -> Prefix {
+        Prefix {
+            kind,
+            flags: 0,
+            conn: 3,
+            generation: 9,
+            ack: 77,
+        }
+    }
+
+    #[test]
+    fn every_message_round_trips() {
+        let msgs = [
+            Msg::Hello(Hello {
+                ty: 5,
+                conn: 1,
+                generation: 2,
+                grant: 1 << 20,
+                eager_max: 8192,
+                slots: 64,
+                words: 0xdead_0000,
+                key: vec![7; 76],
+            }),
+            Msg::Advert(Advert {
+                slot: 3,
+                key: 4,
+                flags: A_WAITALL,
+                addr: 0x1000,
+                len: 4096,
+                tag: 99,
+            }),
+            Msg::Key {
+                slot: 2,
+                key: vec![1; 76],
+            },
+            Msg::Data { chunk: 12345 },
+            Msg::Credit,
+            Msg::Close,
+            Msg::CloseAck,
+        ];
+        for m in msgs {
+            let kind = match &m {
+                Msg::Hello(_) => K_HELLO,
+                Msg::Advert(_) => K_ADVERT,
+                Msg::Key { .. } => K_KEY,
+                Msg::Data { .. } => K_DATA,
+                Msg::Credit => K_CREDIT,
+                Msg::Close => K_CLOSE,
+                Msg::CloseAck => K_CLOSE_ACK,
+            };
+            let b = encode(p(kind), &m);
+            assert_eq!(decode(&b).expect("decode"), (p(kind), m));
+        }
+    }
+
+    #[test]
+    fn malformed_messages_are_refused() {
+        let good = encode(p(K_DATA), &Msg::Data { chunk: 1 });
+        // Every truncation and every extension is refused.
+        for n in 0..good.len() {
+            assert!(decode(&good[..n]).is_err(), "{n} bytes");
+        }
+        let mut long = good.clone();
+        long.push(0);
+        assert!(decode(&long).is_err());
+        // Unknown kind, flags, reserved bytes.
+        let mut b = good.clone();
+        b[0] = 99;
+        assert!(decode(&b).is_err());
+        let mut b = good.clone();
+        b[1] = 0x80;
+        assert!(decode(&b).is_err());
+        let mut b = good.clone();
+        b[2] = 1;
+        assert!(decode(&b).is_err());
+        let mut b = encode(p(K_CREDIT), &Msg::Credit);
+        b[1] = F_FIN;
+        assert!(decode(&b).is_err(), "FIN only on DATA");
+        // A HELLO whose key length lies, or without the magic.
+        let h = encode(
+            p(K_HELLO),
+            &Msg::Hello(Hello {
+                ty: 1,
+                conn: 0,
+                generation: 0,
+                grant: 0,
+                eager_max: 0,
+                slots: 1,
+                words: 0,
+                key: vec![0; 10],
+            }),
+        );
+        let mut b = h.clone();
+        b[PREFIX + 40] = 11;
+        assert!(decode(&b).is_err());
+        let mut b = h.clone();
+        b[PREFIX] ^= 1;
+        assert!(decode(&b).is_err());
+        let mut b = h;
+        b[PREFIX + 4] = 2;
+        assert!(decode(&b).is_err(), "other protocol version");
+        // Unknown advertisement flags.
+        let mut a = encode(
+            p(K_ADVERT),
+            &Msg::Advert(Advert {
+                slot: 0,
+                key: 0,
+                flags: 0,
+                addr: 0,
+                len: 0,
+                tag: 0,
+            }),
+        );
+        a[PREFIX + 4] = 2;
+        assert!(decode(&a).is_err());
+    }
+
+    #[test]
+    fn signal_words() {
+        let v = word::make(0x0001_2345_6789, 4096, true);
+        let (c, n, t) = word::parse(v).expect("valid");
+        assert_eq!((c, n, t), (0x0001_2345_6789 & word::CHUNK_MASK, 4096, true));
+        assert_eq!(word::parse(0), None);
+        // A zero-length message into chunk 0 is still a valid word.
+        assert!(word::parse(word::make(0, 0, false)).is_some());
+        assert_eq!(word::chunks_through(10, 10), Some(1));
+        assert_eq!(word::chunks_through(10, 12), Some(3));
+        assert_eq!(word::chunks_through(10, 9), None, "behind");
+        let wrap = word::CHUNK_MASK;
+        assert_eq!(word::chunks_through(wrap, 0), Some(2), "across the wrap");
+    }
+}
