@@ -205,3 +205,51 @@ fn odd_values_are_usage_errors_that_say_why() {
         assert!(out.is_empty(), "{extra:?}: {out}");
     }
 }
+
+/// The warm-up that runs is ucx_perftest's: `min(-w, ceil(-n / 10))`, whatever `-w` says
+/// (10,000 by default), so `-n 10` of 16 MiB messages warms up once. The count is the one
+/// the test loop made before it started measuring (`warmup_iterations` of `--json`), for a
+/// streaming, a ping-pong and a one-sided loop.
+#[test]
+fn warm_up_is_at_most_a_tenth_of_the_iterations_as_in_ucx_perftest() {
+    let cases: &[(&str, &str, u64, Option<u64>)] = &[
+        ("tag_bw", "16m", 10, None),
+        ("tag_bw", "64", 25, None),
+        ("tag_bw", "64", 1000, Some(5)),
+        ("tag_bw", "64", 100, Some(0)),
+        ("tag_lat", "8", 1, None),
+        ("tag_lat", "8", 200, Some(50)),
+        ("ucp_put_lat", "8", 95, None),
+    ];
+    for &(t, size, n, w) in cases {
+        let n_text = n.to_string();
+        let mut args = vec!["perf", "-l", "-t", t, "-s", size, "-n", &n_text, "--json"];
+        let w_text = w.map(|w| w.to_string());
+        if let Some(w) = &w_text {
+            args.extend_from_slice(&["-w", w]);
+        }
+        let o = courier(&args, TCP);
+        let v = json_of(&o, &format!("{args:?}"));
+        let want = w.unwrap_or(10_000).min(n.div_ceil(10));
+        assert_eq!(v["warmup_iterations"], want, "{args:?}: {v}");
+        assert_eq!(v["iterations"], n, "{args:?}: {v}");
+    }
+    // --local: -w replaces each test's warm-up under the same rule.
+    let o = courier(
+        &[
+            "perf", "--local", "-t", "tag_lat", "-n", "30", "-w", "1000", "--json",
+        ],
+        TCP,
+    );
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{out}{err}");
+    let rows: Vec<serde_json::Value> = out
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|v| v["test"] == "tag_lat")
+        .collect();
+    assert_eq!(rows.len(), 2, "{out}");
+    for r in &rows {
+        assert_eq!(r["warmup_iterations"], 3, "{r}");
+    }
+}

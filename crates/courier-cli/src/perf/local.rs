@@ -383,7 +383,7 @@ fn plan(a: &PerfArgs) -> CliResult<Vec<Case>> {
             c.iters = n;
         }
         if let Some(w) = warmup {
-            c.warmup = w;
+            c.warmup = params::warmup_run(w, c.iters);
         }
         if c.iters.checked_add(c.warmup).is_none() {
             return Err(CliError::usage(format!(
@@ -809,7 +809,13 @@ mod tests {
             "ucp_put_bw",
         ]))
         .unwrap();
-        assert_eq!((p[0].iters, p[0].warmup), (3, 7));
+        // -w as in ucx_perftest: at most a tenth of -n, rounded up, is run.
+        assert_eq!((p[0].iters, p[0].warmup), (3, 1));
+        let p = plan(&args(&[
+            "--local", "-n", "1000", "-w", "7", "-t", "tag_lat",
+        ]))
+        .unwrap();
+        assert_eq!(p.iter().map(|c| c.warmup).collect::<Vec<_>>(), [7, 7]);
         let p = plan(&args(&["--local", "-n", "1", "-t", "ucp_put_bw"])).unwrap();
         assert_eq!((p[0].iters, p[0].warmup), (1, 1));
         let p = plan(&args(&["--local", "-w", "0", "-t", "ucp_am_lat"])).unwrap();

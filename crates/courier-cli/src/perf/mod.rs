@@ -55,7 +55,8 @@ pub struct PerfArgs {
     /// Measured iterations (with --local: replaces every test's own count)
     #[arg(short = 'n', long = "iters", default_value = "1000000")]
     pub iters: String,
-    /// Warm-up iterations (with --local: replaces every test's own count)
+    /// Warm-up iterations; as in ucx_perftest, at most a tenth of -n (rounded up) are run
+    /// (with --local: replaces every test's own count, under the same rule)
     #[arg(short = 'w', long = "warmup", default_value = "10000")]
     pub warmup: String,
     /// Outstanding operations (default 32 for tag_bw, tag_sync_bw, ucp_am_bw, ucp_put_bw,
@@ -473,7 +474,7 @@ fn params_from_args(a: &PerfArgs) -> CliResult<Params> {
         test,
         sizes,
         iters,
-        warmup: params::parse_count("-w", &a.warmup)?,
+        warmup: params::warmup_run(params::parse_count("-w", &a.warmup)?, iters),
         window,
         check: a.check,
         mem: params::parse_mem(&a.mem)?,

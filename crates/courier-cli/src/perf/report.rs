@@ -39,6 +39,8 @@ impl Output {
 pub struct Row {
     /// Iterations so far.
     pub iters: u64,
+    /// Warm-up iterations run before the measured ones, as the test loop counted them.
+    pub warmup: u64,
     /// Percentile latency (usec).
     pub lat_pct: f64,
     /// Average latency since the previous row (usec).
@@ -282,6 +284,7 @@ pub fn json(p: &Params, percentile: f64, r: &Row, transport: Option<&str>) -> se
         "window": p.window,
         "check": p.check,
         "iterations": r.iters,
+        "warmup_iterations": r.warmup,
         "percentile": percentile,
         "latency_percentile_us": r.lat_pct,
         "latency_avg_us": r.lat_avg,
@@ -314,6 +317,8 @@ pub struct Meter<'w> {
     next: Instant,
     last_iters: u64,
     iters: u64,
+    /// Warm-up iterations the loop ran before `begin`.
+    warmup: u64,
     out: Output,
     thousands: bool,
     period: Duration,
@@ -351,6 +356,7 @@ impl<'w> Meter<'w> {
             next: now + Duration::from_secs(1),
             last_iters: 0,
             iters: 0,
+            warmup: 0,
             out,
             thousands,
             period: Duration::from_secs(1),
@@ -367,8 +373,10 @@ impl<'w> Meter<'w> {
         self
     }
 
-    /// Start measuring at `now` (after warm-up).
-    pub fn begin(&mut self, now: Instant) {
+    /// Start measuring at `now`, after `warmup` warm-up iterations (the loop's own count,
+    /// reported in the row).
+    pub fn begin(&mut self, now: Instant, warmup: u64) {
+        self.warmup = warmup;
         self.start = now;
         self.last = now;
         self.next = now + self.period;
@@ -400,6 +408,7 @@ impl<'w> Meter<'w> {
         };
         Row {
             iters: self.iters,
+            warmup: self.warmup,
             lat_pct: ticks_to_ns(h.quantile(self.quantile)) / 1000.0 / self.lat_div,
             lat_avg: per(dt, di),
             lat_overall: per(total, ti),
@@ -724,6 +733,7 @@ mod tests {
             bw_overall: 11.95,
             mr_avg: 201543.0,
             mr_overall: 195742.0,
+            ..Row::default()
         };
         assert_eq!(
             format_row(Some("Final:"), &r, Output::Table, false),
@@ -738,6 +748,7 @@ mod tests {
             bw_overall: 11.82,
             mr_avg: 193615.0,
             mr_overall: 193615.0,
+            ..Row::default()
         };
         assert_eq!(
             format_row(Some("[thread 0]"), &r, Output::Table, false),

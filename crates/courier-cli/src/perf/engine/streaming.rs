@@ -195,7 +195,7 @@ pub(super) fn counted_sends(
         for i in 0..total {
             if i == warm {
                 t = Instant::now();
-                meter.begin(t);
+                meter.begin(t, i);
             }
             while posted - (count.finished() + at_once) >= w {
                 link.poll(&mut idle)?;

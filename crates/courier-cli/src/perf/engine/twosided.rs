@@ -427,7 +427,7 @@ pub fn run_client(
             for i in 0..total {
                 if i == warm {
                     t = Instant::now();
-                    meter.begin(t);
+                    meter.begin(t, i);
                 }
                 // SAFETY: slot 0 of b.recv; the request is dropped within the iteration.
                 let rb = unsafe { slot(rbase, 0, size) };
@@ -479,7 +479,7 @@ pub fn run_client(
             for i in 0..total {
                 if i == warm {
                     t = Instant::now();
-                    meter.begin(t);
+                    meter.begin(t, i);
                 }
                 send_and_wait(link, Outgoing::new(p.test, data, &iov).am(AM_PING))?;
                 am.wait_count(link, i + 1, rb, p.check)?;
@@ -517,7 +517,7 @@ pub fn run_client(
             for i in 0..total {
                 if i == warm {
                     t = Instant::now();
-                    meter.begin(t);
+                    meter.begin(t, i);
                 }
                 if p.test == TestKind::TagWinBw {
                     win_round_send(link, p, data, &iov, &mut sends)?;
