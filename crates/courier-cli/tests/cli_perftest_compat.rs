@@ -253,3 +253,52 @@ fn warm_up_is_at_most_a_tenth_of_the_iterations_as_in_ucx_perftest() {
         assert_eq!(r["warmup_iterations"], 3, "{r}");
     }
 }
+
+/// Peak resident memory (KiB) of `courier ARGS` over tcp, from the kernel's accounting of
+/// the finished child (`wait4`).
+fn peak_rss_kib(args: &[&str]) -> (i64, String) {
+    let child = piped(args, TCP)
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn courier");
+    let pid = child.id() as libc::pid_t;
+    let mut err = child.stderr.expect("piped");
+    let reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = std::io::Read::read_to_string(&mut err, &mut s);
+        s
+    });
+    let mut status = 0;
+    // SAFETY: an all-zero rusage is a valid value for wait4 to fill.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: waits for our own child, whose pid we hold; the pointers are to live locals.
+    let r = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
+    assert_eq!(r, pid, "wait4: {}", std::io::Error::last_os_error());
+    let err = reader.join().unwrap_or_default();
+    assert!(
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        "{args:?} failed: {err}"
+    );
+    (usage.ru_maxrss, err)
+}
+
+/// As ucx_perftest, the receiver of `tag_bw` maps one receive buffer, into which every
+/// receive of the window lands, and nothing writes the buffers before the run: 32 MiB
+/// messages with 32 outstanding (the default window) take about one message on each side,
+/// not a window's worth (1 GiB) zeroed before the first message. With `--check` every
+/// receive of the window has a slot of its own, as it must to be checked.
+#[test]
+fn a_window_of_large_messages_maps_one_receive_buffer() {
+    let mib = 1024;
+    let (one, err) = peak_rss_kib(&["perf", "-l", "-t", "tag_bw", "-s", "32m", "-n", "4"]);
+    // Client and server in one process: a 32 MiB send buffer, a 32 MiB receive buffer,
+    // the library and the tool.
+    assert!(one < 160 * mib, "peak RSS {one} KiB: {err}");
+    let (checked, err) = peak_rss_kib(&[
+        "perf", "-l", "-t", "tag_bw", "-s", "1m", "-n", "64", "-O", "32", "--check",
+    ]);
+    assert!(
+        checked > 32 * mib,
+        "peak RSS {checked} KiB with -check: {err}"
+    );
+}

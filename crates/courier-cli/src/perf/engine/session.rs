@@ -8,7 +8,7 @@ use std::time::Duration;
 use courier::Worker;
 
 use super::link::{Link, accept};
-use super::twosided::{Buffers, run_server, setup_am};
+use super::twosided::{Buffers, recv_slots, run_server, setup_am};
 use super::{AM_ALIVE, AM_PING, CTRL_MAX, TAG_ACK, TAG_CTRL};
 use crate::error::{CliError, CliResult};
 use crate::perf::params::Params;
@@ -377,7 +377,7 @@ fn serve_link(
         }
         // A test this side cannot set up (buffers it cannot allocate) is refused with the
         // reason, which the client reports; the server goes on serving.
-        let (b, am) = match Buffers::new(link, &p, p.window.max(1))
+        let (b, am) = match Buffers::new(link, &p, recv_slots(&p, true))
             .and_then(|b| setup_am(link, &p, AM_PING).map(|am| (b, am)))
         {
             Ok(x) => x,

@@ -63,7 +63,11 @@ impl Drop for Buffers {
 }
 
 impl Buffers {
-    /// The buffers of `p`, with `recv_slots` receive buffers (1 or `p`'s window).
+    /// The buffers of `p`, with `recv_slots` receive buffers (see `recv_slots`).
+    ///
+    /// As ucx_perftest's, they are mapped and left as they are: the warm-up's first
+    /// message takes their pages. Only a run that checks the data (`--check`) writes the
+    /// pattern into the send buffer and zeroes the receive buffers first.
     pub(super) fn new(link: &Link, p: &Params, recv_slots: usize) -> CliResult<Buffers> {
         let what = || buffers_what(p);
         let size = p.msg_size();
@@ -75,16 +79,22 @@ impl Buffers {
         })?;
         // The send pattern first: a size the allocator refuses ends here, before anything
         // is mapped.
-        let mut data: Vec<u8> = try_vec(size, what)?;
-        data.extend((0..size).map(pattern));
+        let data: Option<Vec<u8>> = if p.check {
+            let mut d: Vec<u8> = try_vec(size, what)?;
+            d.extend((0..size).map(pattern));
+            Some(d)
+        } else {
+            None
+        };
         let ctx = link.worker.context();
         let send = rma::map_buffer(ctx, p.mem[0], size, what)?;
         let recv = rma::map_buffer(ctx, p.mem[1], recv_len, what)?;
-        // Through the library: the buffers may be device memory (then the library stages
-        // every message through host memory, and `-check` is refused).
-        rma::fill(&send, 0, &data)?;
-        drop(data);
-        rma::zero(&recv, recv_len)?;
+        if let Some(data) = data {
+            // Through the library, as device memory would need (`--check` refuses it).
+            rma::fill(&send, 0, &data)?;
+            drop(data);
+            rma::zero(&recv, recv_len)?;
+        }
         let mut bounds = try_vec(p.sizes.len(), what)?;
         let mut off = 0;
         for &s in &p.sizes {
@@ -102,8 +112,9 @@ impl Buffers {
     }
 
     fn data(&self) -> &[u8] {
-        // SAFETY: the send region holds `size` initialized bytes and lives as long as self;
-        // nothing writes it after `new`.
+        // SAFETY: the send region holds `size` initialized bytes (mapped memory is zeroed
+        // by the system, or written by `new`) and lives as long as self; nothing writes it
+        // after `new`.
         unsafe { std::slice::from_raw_parts(self.send.as_ptr(), self.size) }
     }
 
@@ -122,6 +133,21 @@ impl Buffers {
     fn iov(&self) -> Vec<&[u8]> {
         let data = self.data();
         self.bounds.iter().map(|&(o, l)| &data[o..o + l]).collect()
+    }
+}
+
+/// The receive buffers a side of `p` maps, as ucx_perftest and OSU map them: one, into
+/// which every receive of a window lands (their contents are not looked at), unless the
+/// data is checked or the receives of a window go to slots of their own (`tag_bibw` and
+/// `tag_win_bw`, whose windows are bounded by the sweep); the client receives only in
+/// `tag_bibw`.
+pub(super) fn recv_slots(p: &Params, server: bool) -> usize {
+    let w = p.window.max(1);
+    match p.test {
+        TestKind::TagBibw => w,
+        TestKind::TagWinBw if server => w,
+        TestKind::TagBw | TestKind::TagSyncBw if server && p.check => w,
+        _ => 1,
     }
 }
 
@@ -402,14 +428,7 @@ pub fn run_client(
     if let Some(side) = side {
         return rma::run_client(link, p, meter, side);
     }
-    // The client receives a window of messages at once only in tag_bibw; otherwise one at
-    // a time (a ping-pong's reply) or none (it only sends).
-    let slots = if p.test == TestKind::TagBibw {
-        p.window.max(1)
-    } else {
-        1
-    };
-    let b = Buffers::new(link, p, slots)?;
+    let b = Buffers::new(link, p, recv_slots(p, false))?;
     let am = setup_am(link, p, AM_PONG)?;
     let total = p.total();
     let warm = p.warmup;
@@ -553,7 +572,8 @@ pub(super) fn run_server(
     let total = p.total();
     let size = b.size;
     let w = p.window.max(1);
-    let rbase = b.recv_base(w)?;
+    // The receive slots the server of `p` mapped: each arm below stays inside them.
+    let rbase = b.recv_base(recv_slots(p, true))?;
     let iov = b.iov();
     let data = b.data();
     match p.test {
