@@ -10,6 +10,13 @@
 //! buffer, reused), which `flush` writes out, many small frames in one system call. Beyond
 //! [`HIGH_WATER`] queued bytes, `send` answers `NoResource` (back-pressure).
 //!
+//! A full socket is not written to again until the kernel says it is writable: once it
+//! took less than it was offered, the next write first asks `poll` for `POLLOUT`, which
+//! the kernel reports once about a third of the send buffer is free. Retrying `sendmsg`
+//! at every progress call instead took the socket's lock for nothing tens of thousands of
+//! times a second, and the few calls that did get in wrote whatever had just drained
+//! (128 KiB at a time where a free third is megabytes); bench/analysis.md has the profile.
+//!
 //! Zero copy: `send_zc` queues the unwritten rest of a large frame (at least
 //! [`DIRECT_SEND`] bytes) as references to the caller's memory instead of copying it, and
 //! answers `Sent::Later`; the frame's token comes out of `take_completed` once its last
@@ -34,6 +41,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::Arc;
 
+use rustix::event::{PollFd, PollFlags, Timespec, poll};
 use rustix::io::Errno;
 use rustix::net::{self, RecvFlags, SendAncillaryBuffer, SendFlags, SocketFlags};
 
@@ -134,6 +142,9 @@ pub struct Tx {
     burst: bool,
     /// Queued bytes at which `send` writes out without waiting for `flush`.
     next_flush: usize,
+    /// The kernel took less than it was offered: the socket's send buffer is full, and the
+    /// next write waits for `POLLOUT` (`writable`). Only set while bytes are queued.
+    full: bool,
     failed: Option<Error>,
 }
 
@@ -195,6 +206,7 @@ fn halves(fd: OwnedFd, peer: SocketAddr, accepting: bool, cc: &TcpCongestion) ->
         high_water: HIGH_WATER,
         burst: false,
         next_flush: COALESCE,
+        full: false,
         failed: None,
     };
     let rx = Rx {
@@ -424,6 +436,8 @@ impl Tx {
     /// iovec (about 40 ns per call on loopback).
     fn write(sock: &OwnedFd, iov: &[IoSlice<'_>]) -> std::result::Result<usize, Errno> {
         let flags = SendFlags::NOSIGNAL | SendFlags::DONTWAIT;
+        #[cfg(test)]
+        tests::WRITE_CALLS.with(|c| c.set(c.get() + 1));
         loop {
             let r = match iov {
                 [one] => net::send(sock, one, flags),
@@ -434,6 +448,31 @@ impl Tx {
                 Err(Errno::INTR) => continue,
                 Err(Errno::AGAIN) | Err(Errno::NOBUFS) | Err(Errno::NOMEM) => return Ok(0),
                 Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Whether a write may take bytes now: always, unless the kernel refused bytes since
+    /// the last write that it took whole (`full`); then only once `poll` reports the
+    /// socket writable (about a third of its send buffer free), an error or a hang-up
+    /// (which the write then reports). `poll` takes no socket lock and imports no iovec,
+    /// where a refused `sendmsg` does both.
+    fn writable(&mut self) -> bool {
+        if !self.full {
+            return true;
+        }
+        let mut fds = [PollFd::from_borrowed_fd(self.sock.as_fd(), PollFlags::OUT)];
+        let now = Timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        match poll(&mut fds, Some(&now)) {
+            Ok(0) => false,
+            // Writable, failed or closed; or poll itself failed (EINTR, ENOMEM): let the
+            // write find out, as it did before this check.
+            _ => {
+                self.full = false;
+                true
             }
         }
     }
@@ -486,6 +525,7 @@ impl Tx {
         self.q.clear();
         self.head = 0;
         self.ref_bytes = 0;
+        self.full = false;
         self.completed.clear();
         if self.failed.is_none() {
             self.failed = Some(why.clone());
@@ -607,6 +647,7 @@ impl Tx {
         if wrote < len {
             self.compact();
             self.push_copy(&frame[wrote..]);
+            self.full = true;
         }
         self.next_flush = self.queued() + COALESCE;
         Ok(Sent::Done)
@@ -626,8 +667,12 @@ impl Tx {
         let want = HDR + total;
         let mut skip = 0usize;
         // A large frame may need a few calls: the kernel takes what fits its buffer, and on
-        // a fast link (loopback) room opens again at once. Stop at the first refusal.
+        // a fast link (loopback) room opens again soon. Stop at the first refusal, and after
+        // a partial write go on only once the socket is writable again.
         for _ in 0..WRITE_TRIES {
+            if !self.writable() {
+                break;
+            }
             let mut iov = [IoSlice::new(&[]); MAX_IOV];
             let mut n = 0;
             let mut off = skip;
@@ -645,7 +690,11 @@ impl Tx {
                 Err(e) => return Err(TxError::Failed(self.fail("tcp send", e))),
             };
             skip += wrote;
-            if skip == want || wrote == 0 {
+            if skip == want {
+                break;
+            }
+            self.full = true;
+            if wrote == 0 {
                 break;
             }
         }
@@ -757,9 +806,10 @@ impl Tx {
     fn write_queue(&mut self, calls: usize) -> Result<()> {
         for _ in 0..calls {
             self.pop_markers();
-            if self.segs.is_empty() {
+            if self.segs.is_empty() || !self.writable() {
                 break;
             }
+            let mut offered = 0;
             let r = {
                 let mut iov = [IoSlice::new(&[]); FLUSH_IOV];
                 let mut n = 0;
@@ -782,19 +832,27 @@ impl Tx {
                             std::slice::from_raw_parts(addr as *const u8, len)
                         }),
                     };
+                    offered += iov[n].len();
                     n += 1;
                 }
                 Self::write(&self.sock, &iov[..n])
             };
             match r {
-                Ok(0) => break,
-                Ok(wrote) => self.advance(wrote),
+                Ok(wrote) => {
+                    self.advance(wrote);
+                    if wrote < offered {
+                        // The socket is full: the next call would be refused.
+                        self.full = true;
+                        break;
+                    }
+                }
                 Err(e) => return Err(self.fail("tcp send", e)),
             }
         }
         if self.segs.is_empty() {
             self.q.clear();
             self.head = 0;
+            self.full = false;
         }
         Ok(())
     }
