@@ -692,3 +692,44 @@ fn perf_with_device_memory() {
         }
     }
 }
+
+/// A free TCP port on 127.0.0.1 (nothing listens on it once this returns).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+/// Wait up to `limit` for `child` to end; kill it (a hang) if it does not.
+fn wait_or_kill(child: &mut std::process::Child, limit: Duration) -> std::process::ExitStatus {
+    let end = Instant::now() + limit;
+    loop {
+        if let Some(st) = child.try_wait().expect("try_wait") {
+            return st;
+        }
+        if Instant::now() > end {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("courier (pid {}) still runs after {limit:?}", child.id());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A server given a test it does not know says so and exits with a usage error, as
+/// ucx_perftest's does, instead of waiting for a client; a known one is the client's to
+/// drive, as before.
+#[test]
+fn a_server_refuses_an_unknown_test() {
+    let port = free_port().to_string();
+    let mut c = common::piped(&["perf", "-p", &port, "-t", "tag_lattt"], TCP)
+        .spawn()
+        .expect("spawn courier");
+    let st = wait_or_kill(&mut c, Duration::from_secs(60));
+    let mut err = String::new();
+    let _ = std::io::Read::read_to_string(&mut c.stderr.take().expect("piped"), &mut err);
+    assert_eq!(st.code(), Some(2), "{err}");
+    assert!(err.contains("unknown test \"tag_lattt\""), "{err}");
+    assert!(err.contains("supported tests: tag_lat, tag_bw"), "{err}");
+}

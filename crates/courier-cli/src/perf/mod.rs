@@ -697,6 +697,11 @@ pub fn main(a: PerfArgs) -> CliResult<()> {
             Ok(())
         }
         None => {
+            // The client's parameters drive each test, but a test the server does not know
+            // is a mistake to say at once, as ucx_perftest's server says it.
+            if let Some(t) = &a.test {
+                TestKind::parse(t)?;
+            }
             if let Some(cpus) = &a.affinity {
                 params::set_affinity(&params::parse_cpus(cpus)?)?;
             }
