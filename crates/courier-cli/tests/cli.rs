@@ -733,3 +733,38 @@ fn a_server_refuses_an_unknown_test() {
     assert!(err.contains("unknown test \"tag_lattt\""), "{err}");
     assert!(err.contains("supported tests: tag_lat, tag_bw"), "{err}");
 }
+
+/// `courier perf --help` states each option's default once: an option whose text says its
+/// default (`--pairs`, `-O`) shows no second one in clap's `[default: ...]`.
+#[test]
+fn help_states_each_default_once() {
+    let o = courier(&["perf", "--help"], &[]);
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{err}");
+    // One entry per option: its first line starts with a dash, continuations do not.
+    let mut entries: Vec<String> = Vec::new();
+    for l in out.lines() {
+        let t = l.trim_start();
+        if t.starts_with('-') {
+            entries.push(t.to_string());
+        } else if let Some(e) = entries.last_mut() {
+            e.push(' ');
+            e.push_str(t);
+        }
+    }
+    assert!(entries.len() > 20, "{out}");
+    for e in &entries {
+        let said = e.matches("[default:").count();
+        let prose = e
+            .split("[default:")
+            .next()
+            .unwrap_or("")
+            .contains("default");
+        assert!(said <= 1 && !(said == 1 && prose), "two defaults: {e}");
+    }
+    let pairs = entries
+        .iter()
+        .find(|e| e.starts_with("--pairs"))
+        .expect("--pairs");
+    assert!(pairs.contains("default: half the CPUs"), "{pairs}");
+}

@@ -130,7 +130,7 @@ pub struct PerfArgs {
     pub max_size: String,
     /// Pairs for the --sweep multi-pair message rate (with --local; 1 to 64; default: half
     /// the CPUs this process may run on, so that every process has a CPU to poll on)
-    #[arg(long, default_value_t = sweep::default_pairs())]
+    #[arg(long, default_value_t = sweep::default_pairs(), hide_default_value = true)]
     pub pairs: usize,
     /// --sweep: a tenth of the iterations (for tests)
     #[arg(long, hide = true)]
