@@ -768,3 +768,92 @@ fn help_states_each_default_once() {
         .expect("--pairs");
     assert!(pairs.contains("default: half the CPUs"), "{pairs}");
 }
+
+/// The README's benchmark block, as a user types it: every client has a server of its own
+/// (a server answers one client, then exits), and each server/client pair runs (on a free
+/// port instead of 13337, over tcp).
+#[test]
+fn the_readme_benchmark_block_gives_each_client_a_server() {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md"))
+        .expect("README.md");
+    let block: Vec<Vec<String>> = readme
+        .split("## Benchmarks")
+        .nth(1)
+        .and_then(|s| s.split("```sh").nth(1))
+        .and_then(|s| s.split("```").next())
+        .expect("a sh block under ## Benchmarks")
+        .lines()
+        .map(|l| l.split(" #").next().unwrap_or("").split_whitespace())
+        .map(|w| w.map(str::to_string).collect::<Vec<_>>())
+        .filter(|w| w.len() > 2 && w[0] == "courier" && w[1] == "perf")
+        .collect();
+    let port_of = |w: &[String]| {
+        w.iter()
+            .position(|x| x == "-p")
+            .and_then(|i| w.get(i + 1).cloned())
+    };
+    let is_server = |w: &[String]| w.len() == 4 && w[2] == "-p";
+    let is_client = |w: &[String]| !w[2].starts_with('-');
+    // Sessions open per port: a server line opens one, its client takes it.
+    let mut open: std::collections::HashMap<String, usize> = Default::default();
+    let mut pairs: Vec<(Vec<String>, Vec<String>)> = Vec::new();
+    let mut waiting: Vec<Vec<String>> = Vec::new();
+    for w in &block {
+        let port = port_of(w).unwrap_or_else(|| "13337".to_string());
+        if is_server(w) {
+            *open.entry(port).or_default() += 1;
+            waiting.push(w.clone());
+        } else if is_client(w) {
+            let n = open.entry(port.clone()).or_default();
+            assert!(
+                *n > 0,
+                "{w:?}: no server left on port {port} (each answers one client)"
+            );
+            *n -= 1;
+            let srv = waiting
+                .iter()
+                .position(|s| port_of(s).as_deref() == Some(port.as_str()))
+                .map(|i| waiting.remove(i))
+                .expect("its server");
+            pairs.push((srv, w.clone()));
+        }
+    }
+    assert!(pairs.len() >= 2, "{block:?}");
+    assert!(
+        open.values().all(|&n| n == 0),
+        "servers with no client: {block:?}"
+    );
+    for (srv, cli) in pairs {
+        let port = free_port().to_string();
+        let on = |w: &[String]| -> Vec<String> {
+            let mut w = w[1..].to_vec();
+            if let Some(i) = w.iter().position(|x| x == "-p") {
+                w[i + 1] = port.clone();
+            }
+            w
+        };
+        let srv_args = on(&srv);
+        let mut s = common::piped(
+            &srv_args.iter().map(String::as_str).collect::<Vec<_>>(),
+            TCP,
+        )
+        .spawn()
+        .expect("spawn the server");
+        let mut lines =
+            std::io::BufRead::lines(std::io::BufReader::new(s.stdout.take().expect("piped")));
+        let first = lines.next().and_then(Result::ok).unwrap_or_default();
+        assert_eq!(first, "Waiting for connection...", "{srv:?}");
+        let drain = std::thread::spawn(move || lines.map_while(Result::ok).count());
+        let cli_args = on(&cli);
+        let o = courier(
+            &cli_args.iter().map(String::as_str).collect::<Vec<_>>(),
+            TCP,
+        );
+        let (out, err) = text(&o);
+        assert!(o.status.success(), "{cli:?}: {out}{err}");
+        assert!(out.contains("Final:"), "{cli:?}: {out}");
+        let st = wait_or_kill(&mut s, Duration::from_secs(60));
+        assert!(st.success(), "{srv:?} after {cli:?}");
+        let _ = drain.join();
+    }
+}
