@@ -6,8 +6,9 @@ from __future__ import annotations
 import json
 import statistics
 
-from report import (MIB, metric_value, one_speed, paired_ratios, parse_courier_json, parse_fi,
-                    parse_row8, plan, target_rows)
+from report import (FLOOR_TEST, MIB, SWEEP_SIZES, load_summary, metric_value, one_speed,
+                    paired_ratios, parse_courier_json, parse_fi, parse_floor, parse_row8, plan,
+                    sweep_rows, target_rows)
 from sections import render_ceilings, render_go, render_signal
 
 
@@ -87,6 +88,45 @@ def selftest() -> None:
         r["probe_us"] = [None, None]
     row = next(r for r in target_rows(runs) if r["test"] == "tag_lat" and r["tls"] == "shm")
     assert row["pairs_same"] == 0 and row["judged_on"] == "all pairs", row
+
+    # tcp ucp_fadd is judged against the kernel's round trip measured next to it (the
+    # floor), not against UCX: 8.4 us against an 8.9 us floor is 0.94 <= 1.1 whatever UCX did.
+    assert parse_floor('noise\n{"what": "tcp_pingpong", "conns": 1, "rtt_us": 8.890, '
+                       '"oneway_us": 4.445}\n') == {"lat_p50_us": 8.89, "oneway_us": 4.445}
+    assert parse_floor('{"what": "shm_pingpong", "rtt_us": 0.1}') is None
+    assert any(l.split()[:3] == ["target", "tcp", FLOOR_TEST] and l.endswith(" floor")
+               for l in plan(False))
+    def fadd_runs(tool, test, lats):
+        return [dict(run(tool, i + 1, lat), kind="target", transport="tcp", test=test, size=8)
+                for i, lat in enumerate(lats)]
+    runs = (fadd_runs("courier", "ucp_fadd", [8.4, 8.3, 8.5]) + fadd_runs("ucx", "ucp_fadd", [4.0] * 3)
+            + fadd_runs("floor", FLOOR_TEST, [8.9, 8.8, 9.0]))
+    row = next(r for r in target_rows(runs) if r["test"] == "ucp_fadd" and r["tls"] == "tcp")
+    assert row["verdict"] == "PASS" and round(row["judged"], 3) == 0.944, row
+    assert row["floor"]["median"] == 8.9 and row["ucx"]["median"] == 4.0, row
+    row = next(r for r in target_rows(runs[:6]) if r["test"] == "ucp_fadd" and r["tls"] == "tcp")
+    assert row["verdict"] == "no floor measured", row
+
+    # Sweep points: judged like the targets, against parity (lat <= 1.0, bw >= 1.0), the
+    # sizes reaching 64 MiB.
+    assert SWEEP_SIZES[-2:] == [32 * MIB, 64 * MIB] and SWEEP_SIZES[0] == 1
+    def sweep_runs(tool, test, size, vals, speeds):
+        key = "lat_p50_us" if test.endswith("_lat") else "bw_overall_mbs"
+        return [dict(run(tool, i + 1, 0, probes=sp), kind="sweep", transport="shm", test=test,
+                     size=size, numbers={key: v}) for i, (v, sp) in enumerate(zip(vals, speeds))]
+    one = [fast] * 4
+    runs = (sweep_runs("courier", "tag_bw", 16, [200.0, 210.0, 90.0, 205.0], one[:2] + [slow] + [fast])
+            + sweep_runs("ucx", "tag_bw", 16, [190.0, 200.0, 100.0, 200.0], one)
+            + sweep_runs("courier", "tag_lat", 64, [0.20, 0.21, 0.19], one)
+            + sweep_runs("ucx", "tag_lat", 64, [0.18, 0.18, 0.18], one))
+    sw = sweep_rows(runs)
+    bw = sw[("shm", "tag_bw", 16)]
+    assert bw["verdict"] == "PASS" and bw["judged_on"] == "one-speed pairs" and bw["pairs_same"] == 3, bw
+    lat = sw[("shm", "tag_lat", 64)]
+    assert lat["verdict"] == "MISS" and round(lat["judged"], 3) == 1.111, lat
+    assert sw[("shm", "tag_lat", 64 * MIB)]["courier"]["runs"] == 0
+    assert "median was" not in load_summary([dict(load1=x) for x in (1.0, 3.0, 2.0)])
+    assert "was 2.0 in the median" in load_summary([dict(load1=x) for x in (1.0, 3.0, 2.0)])
 
     # The Go section: judged on the repetitions at one speed (the second ran in a slow
     # stretch, and its ratio is the odd one out); latency as Go - native.
