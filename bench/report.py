@@ -14,6 +14,8 @@ Python 3.11, standard library only.  Sub-commands:
                                       bindings/go/bench.sh's JSON lines in FILE
   report.py signal FILE               print the signaling-put section (Markdown) from
                                       bench/put_signal.sh's JSON lines in FILE
+  report.py large FILE                print the large-message section (Markdown) from
+                                      bench/large.py's JSON lines in FILE
   report.py selftest                  check the parsers on canned outputs
 
 Metric conventions (same as ucx_perftest's -f row):
@@ -849,7 +851,7 @@ def main(argv: list[str]) -> int:
     # The sections rendered from one file of JSON lines.
     import sections
     renderers = {"signal": sections.render_signal, "go": sections.render_go,
-                 "ceilings": sections.render_ceilings}
+                 "ceilings": sections.render_ceilings, "large": sections.render_large}
     if cmd in renderers:
         if not args:
             print(f"{cmd} needs FILE", file=sys.stderr)

@@ -9,7 +9,7 @@ import statistics
 from report import (FLOOR_TEST, MIB, SWEEP_SIZES, load_summary, metric_value, one_speed,
                     paired_ratios, parse_courier_json, parse_fi, parse_floor, parse_row8, plan,
                     sweep_rows, target_rows)
-from sections import render_ceilings, render_go, render_signal
+from sections import render_ceilings, render_go, render_large, render_signal
 
 
 def selftest() -> None:
@@ -167,4 +167,18 @@ def selftest() -> None:
     assert "| shm | put_signal_lat / put_flush_signal_lat | 0.47 (3) | 0.46 | 0.47 | 0.47 | one-speed pairs | <= 0.50 | PASS |" in sg, sg
     assert "| tcp | put_signal_lat / ucp_put_lat | 1.44 (1) | 1.44 | 1.44 | 1.44 | medians | <= 1.10 (for reference) | MISS |" in sg, sg
     assert "| shm | ucp_put_lat | 0.035 | 0.041 | 0.0400, 0.0410, 0.1200, 0.0400 |" in sg, sg
+    # Large messages: wall time judged on the repetitions' own ratios (at most 1.5), RSS
+    # medians in MiB; a failed run is said, not judged.
+    def big(tool, rep, wall, crss, srss, rc=0, probes=(0.05, 0.05)):
+        return json.dumps({"command": "64 MiB, -n 10", "options": "-t tag_bw -s 67108864 -n 10",
+                           "tool": tool, "rep": rep, "rc": rc, "wall_s": wall,
+                           "client_rss_kib": crss, "server_rss_kib": srss,
+                           "probe_us": list(probes)})
+    lg = render_large([big("courier", 1, 1.2, 71 << 10, 72 << 10), big("ucx", 1, 1.0, 6 << 10, 72 << 10),
+                       big("courier", 2, 1.4, 71 << 10, 70 << 10), big("ucx", 2, 1.0, 6 << 10, 72 << 10),
+                       big("courier", 3, 9.0, 71 << 10, 70 << 10, probes=(0.2, 0.2)),
+                       big("ucx", 3, 1.0, 6 << 10, 72 << 10),
+                       big("courier", 4, 1.3, 0, 0, rc=None), big("ucx", 4, 1.0, 6 << 10, 72 << 10),
+                       "not json"])
+    assert "| `-t tag_bw -s 67108864 -n 10` | 1.40 | 1.00 | 1.40 (3) | all pairs | <= 1.5 | MISS (1 runs failed or timed out) | 71 / 70 | 6 / 72 |" in lg, lg
     print("selftest ok")

@@ -16,6 +16,8 @@
 #   BENCH_KEEP_LOGS=1     keep the per-run stdout/stderr directory
 #   BENCH_SKIP_SIGNAL=1   skip the signaling-put section (bench/put_signal.sh)
 #   BENCH_SKIP_GO=1       skip the Go-against-native section (bindings/go/bench.sh)
+#   BENCH_SKIP_LARGE=1    skip the large-message section (bench/large.py)
+#   BENCH_LARGE_REPS=3    repetitions of each large-message command
 #   COURIER=path          courier binary (default target/release/courier)
 set -u -o pipefail
 
@@ -330,6 +332,18 @@ if [ "$status" = 0 ] && [ "${BENCH_SKIP_SIGNAL:-0}" != 1 ]; then
         "$PY" "$HERE/report.py" signal "$HERE/results/put_signal.jsonl" >> "$HERE/RESULTS.md"
     else
         log "signaling put runs failed"
+    fi
+fi
+# Large messages as a ucx_perftest user first types them (issue 31): wall time against
+# ucx_perftest's and both tools' peak RSS.
+if [ "$status" = 0 ] && [ "${BENCH_SKIP_LARGE:-0}" != 1 ] && [ "$HAVE_UCX" = 1 ]; then
+    log "large messages: wall time and peak RSS against ucx_perftest (tcp)"
+    if COURIER="$COURIER" SERVER_CPU="$SERVER_CPU" CLIENT_CPU="$CLIENT_CPU" PROBE="$PROBE" \
+        LARGE_TIMEOUT="$RUN_TIMEOUT" "$PY" "$HERE/large.py" "${BENCH_LARGE_REPS:-3}" \
+        > "$HERE/results/large.jsonl" 2> "$HERE/results/large.log"; then
+        "$PY" "$HERE/report.py" large "$HERE/results/large.jsonl" >> "$HERE/RESULTS.md"
+    else
+        log "large-message runs failed; see $HERE/results/large.log"
     fi
 fi
 # What the machine allows without any library (bench/ceilings.c): the TCP loopback stream

@@ -208,3 +208,67 @@ def render_signal(lines: list[str]) -> str:
 # ---------------------------------------------------------------------------------------------
 # Self test of the parsers
 # ---------------------------------------------------------------------------------------------
+
+
+def render_large(lines: list[str]) -> str:
+    """The large-message section from bench/large.py's JSON lines: each command's wall time,
+    Courier against ucx_perftest (judged as the targets are, on the repetitions' own ratios:
+    at most LARGE_TARGET), and the peak RSS of both processes of both tools."""
+    runs: dict[str, dict[str, dict[int, dict]]] = {}
+    order: list[str] = []
+    for line in lines:
+        try:
+            d = json.loads(line)
+        except ValueError:
+            continue
+        if not isinstance(d, dict) or "command" not in d:
+            continue
+        if d["command"] not in runs:
+            order.append(d["command"])
+        runs.setdefault(d["command"], {}).setdefault(d["tool"], {})[d["rep"]] = d
+    out = ["", "## Large messages: wall time and memory (issue 31's commands, tcp)", ""]
+    out.append("What a ucx_perftest user first types for large messages, over tcp "
+               "(`COURIER_TLS=tcp` / `UCX_TLS=tcp`, same options for both tools, server and "
+               "client pinned as above; `bench/large.py`): the client's wall time from its start "
+               "to its exit (set-up, warm-up, measured iterations, teardown), and the peak "
+               "resident memory (RSS, from the kernel's accounting of each finished process) of "
+               "client and server. Courier and ucx_perftest alternate run by run; the ratio is "
+               f"judged as the targets are, against at most {LARGE_TARGET}.")
+    out += ["", "| command | Courier wall (s) | UCX wall (s) | paired ratio (n) | judged on | target "
+            "| result | Courier RSS client / server (MiB) | UCX RSS client / server (MiB) |",
+            "|---|---|---|---|---|---|---|---|---|"]
+
+    def med(xs):
+        xs = [x for x in xs if x is not None]
+        return statistics.median(xs) if xs else None
+
+    for cmd in order:
+        c, u = runs[cmd].get("courier", {}), runs[cmd].get("ucx", {})
+        ok = lambda r: r.get("rc") == 0
+        cw = med([r["wall_s"] for r in c.values() if ok(r)])
+        uw = med([r["wall_s"] for r in u.values() if ok(r)])
+        pairs = [(c[k]["wall_s"] / u[k]["wall_s"], probes_agree(c[k]["probe_us"] + u[k]["probe_us"]))
+                 for k in sorted(c) if k in u and ok(c[k]) and ok(u[k]) and u[k]["wall_s"]]
+        same = [x for x, one in pairs if one]
+        judged, on = judge(same, [x for x, _ in pairs], cw / uw if cw and uw else None)
+        n = {"one-speed pairs": len(same), "all pairs": len(pairs)}.get(on, 0)
+        verdict = "—" if judged is None else ("PASS" if judged <= LARGE_TARGET else "MISS")
+        failed = [r for r in list(c.values()) + list(u.values()) if not ok(r)]
+        if any(not ok(r) for r in c.values()):
+            verdict = "MISS"  # a Courier run that failed or ran out of time is not at parity
+
+        def mib(runs_, key):
+            v = med([r[key] for r in runs_.values() if ok(r)])
+            return f"{v / 1024:.0f}" if v is not None else "—"
+
+        fmt = lambda v: f"{v:.2f}" if v is not None else "—"
+        out.append(f"| `{c.get(1, u.get(1, {})).get('options', cmd)}` | {fmt(cw)} | {fmt(uw)} | "
+                   f"{fmt(judged)} ({n}) | {on} | <= {LARGE_TARGET} | {verdict}"
+                   f"{f' ({len(failed)} runs failed or timed out)' if failed else ''} | "
+                   f"{mib(c, 'client_rss_kib')} / {mib(c, 'server_rss_kib')} | "
+                   f"{mib(u, 'client_rss_kib')} / {mib(u, 'server_rss_kib')} |")
+    return "\n".join(out) + "\n"
+
+
+# The most a command may take against ucx_perftest (issue 31: within 1.5 times its wall time).
+LARGE_TARGET = 1.5
