@@ -201,8 +201,11 @@ pub fn format_row(label: Option<&str>, r: &Row, out: Output, thousands: bool) ->
             r.mr_overall
         ),
         _ => {
+            // As ucx_perftest's row: each number after a space, so that one wider than its
+            // column (a 64 MiB message's latency in usec) pushes the row right instead of
+            // running into its neighbour.
             let nums = format!(
-                "{:>14}{:>11.3}{:>10.3}{:>10.3}{:>12.2}{:>11.2}{:>12}{:>12}",
+                " {:>13} {:>10.3} {:>9.3} {:>9.3} {:>11.2} {:>10.2} {:>11} {:>11}",
                 group(r.iters as f64, thousands),
                 r.lat_pct,
                 r.lat_avg,
@@ -753,6 +756,23 @@ mod tests {
         assert_eq!(
             format_row(Some("[thread 0]"), &r, Output::Table, false),
             "[thread 0]             96737      4.908     5.165     5.165       11.82      11.82      193615      193615\n"
+        );
+        // A number wider than its column keeps a space before it, as in ucx_perftest's
+        // row for 10 × 64 MiB over tcp: `Final:  10  8.373 128773.999 128773.999 ...`.
+        let r = Row {
+            iters: 10,
+            lat_pct: 0.821,
+            lat_avg: 219792.915,
+            lat_overall: 219792.915,
+            bw_avg: 291.18,
+            bw_overall: 291.18,
+            mr_avg: 5.0,
+            mr_overall: 5.0,
+            ..Row::default()
+        };
+        assert_eq!(
+            format_row(Some("Final:"), &r, Output::Table, false),
+            "Final:                    10      0.821 219792.915 219792.915      291.18     291.18           5           5\n"
         );
         assert_eq!(group(1234567.0, true), "1,234,567");
         assert_eq!(group(123.0, true), "123");
