@@ -285,8 +285,9 @@ fn peak_rss_kib(args: &[&str]) -> (i64, String) {
 /// As ucx_perftest, the receiver of `tag_bw` maps one receive buffer, into which every
 /// receive of the window lands, and nothing writes the buffers before the run: 32 MiB
 /// messages with 32 outstanding (the default window) take about one message on each side,
-/// not a window's worth (1 GiB) zeroed before the first message. With `--check` every
-/// receive of the window has a slot of its own, as it must to be checked.
+/// not a window's worth (1 GiB) zeroed before the first message, and a client over tcp
+/// less than one. With `--check` every receive of the window has a slot of its own, as it
+/// must to be checked.
 #[test]
 fn a_window_of_large_messages_maps_one_receive_buffer() {
     let mib = 1024;
@@ -294,6 +295,35 @@ fn a_window_of_large_messages_maps_one_receive_buffer() {
     // Client and server in one process: a 32 MiB send buffer, a 32 MiB receive buffer,
     // the library and the tool.
     assert!(one < 160 * mib, "peak RSS {one} KiB: {err}");
+    // A client process over tcp sends from memory it never writes, as ucx_perftest's
+    // does (its pages read as the kernel's zero page): less than one message.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+        .to_string();
+    let mut srv = piped(&["perf", "-p", &port], TCP).spawn().expect("server");
+    let mut lines = BufReader::new(srv.stdout.take().expect("piped")).lines();
+    assert_eq!(
+        lines.next().and_then(Result::ok).as_deref(),
+        Some("Waiting for connection...")
+    );
+    let drain = std::thread::spawn(move || lines.map_while(Result::ok).count());
+    let (client, err) = peak_rss_kib(&[
+        "perf",
+        "127.0.0.1",
+        "-p",
+        &port,
+        "-t",
+        "tag_bw",
+        "-s",
+        "32m",
+        "-n",
+        "4",
+    ]);
+    assert!(client < 24 * mib, "client peak RSS {client} KiB: {err}");
+    assert!(srv.wait().expect("server").success());
+    let _ = drain.join();
     let (checked, err) = peak_rss_kib(&[
         "perf", "-l", "-t", "tag_bw", "-s", "1m", "-n", "64", "-O", "32", "--check",
     ]);

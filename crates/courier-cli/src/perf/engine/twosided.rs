@@ -16,7 +16,7 @@ use super::link::{Idle, Link};
 use super::streaming::{bibw_round, counted_recvs, counted_sends, win_round_recv, win_round_send};
 use super::{AM_PING, AM_PONG, TAG_FIN, TAG_PING, TAG_PONG};
 use crate::error::{CliError, CliResult};
-use crate::perf::params::{Params, TestKind};
+use crate::perf::params::{MemKind, Params, TestKind};
 use crate::perf::report::Meter;
 use crate::perf::rma;
 
@@ -33,9 +33,10 @@ pub(in crate::perf) fn verify(buf: &[u8]) -> bool {
     buf.iter().enumerate().all(|(i, &b)| b == pattern(i))
 }
 
-/// The message buffers of a two-sided test, mapped by the library (allocated, as
-/// ucx_perftest allocates them with `ucp_mem_map`): the send buffer in the first `-m`
-/// memory type, the receive buffers in the second.
+/// The message buffers of a two-sided test, as ucx_perftest maps them with `ucp_mem_map`:
+/// the send buffer in the first `-m` memory type, the receive buffers in the second,
+/// allocated by the library (shared segments for host memory), except a host send buffer
+/// over tcp, which is never-written private memory registered with it (`map_unwritten`).
 pub(super) struct Buffers {
     send: ManuallyDrop<Memory>,
     /// One receive buffer per slot: a window's on the receiving side, one on a client that
@@ -48,6 +49,9 @@ pub(super) struct Buffers {
     /// A failed run left operations that may still read or write the buffers (sends in
     /// flight, receives still posted): they stay mapped for the rest of the process.
     keep: Cell<bool>,
+    /// The send buffer lies in this never-written private mapping (address, length; see
+    /// `map_unwritten`), registered with the library; unmapped after `send` is dropped.
+    unwritten: Option<(usize, usize)>,
 }
 
 impl Drop for Buffers {
@@ -58,6 +62,66 @@ impl Drop for Buffers {
                 ManuallyDrop::drop(&mut self.send);
                 ManuallyDrop::drop(&mut self.recv);
             }
+            if let Some((addr, len)) = self.unwritten {
+                // SAFETY: our own mapping, whose registration was dropped just above;
+                // nothing refers to it any more.
+                unsafe { libc::munmap(addr as *mut libc::c_void, len) };
+            }
+        }
+    }
+}
+
+/// Huge pages: ucx_perftest's allocation of a large buffer is aligned to one and advised
+/// to use them.
+const HUGE: usize = 2 << 20;
+
+/// A send buffer as ucx_perftest allocates it over tcp (`ucp_mem_map` with its "thp"
+/// method, once a huge-page SysV segment is refused): private anonymous memory, aligned to
+/// 2 MiB and advised to use huge pages when it is that large, and never written, so that
+/// its pages read as the kernel's zero page and take no memory. Registered with the
+/// library; returns the registration and the mapping to unmap after it.
+fn map_unwritten(
+    ctx: &courier::Context,
+    len: usize,
+    what: impl FnOnce() -> String,
+) -> CliResult<(Memory, (usize, usize))> {
+    let len = len.max(8);
+    let huge = len >= HUGE;
+    let span = if huge { len.saturating_add(HUGE) } else { len };
+    // SAFETY: a fresh private anonymous mapping; no Rust reference points into it.
+    let base = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            span,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    if base == libc::MAP_FAILED {
+        return Err(CliError::run(format!(
+            "cannot allocate {len} bytes of host memory for the {}: {}",
+            what(),
+            std::io::Error::last_os_error()
+        )));
+    }
+    let mut addr = base as usize;
+    if huge {
+        addr = addr.next_multiple_of(HUGE);
+        // SAFETY: [addr, addr + len) lies inside our mapping (`span` has a huge page of
+        // room for the alignment). Advice only: a kernel without huge pages ignores it.
+        unsafe { libc::madvise(addr as *mut libc::c_void, len, libc::MADV_HUGEPAGE) };
+    }
+    match ctx.mem_map(courier::MemMapParams::register(addr as *mut u8, len)) {
+        Ok(m) => Ok((m, (base as usize, span))),
+        Err(e) => {
+            // SAFETY: our mapping, registered nowhere.
+            unsafe { libc::munmap(base, span) };
+            Err(CliError::run(format!(
+                "cannot register the {}: {e}",
+                what()
+            )))
         }
     }
 }
@@ -66,8 +130,9 @@ impl Buffers {
     /// The buffers of `p`, with `recv_slots` receive buffers (see `recv_slots`).
     ///
     /// As ucx_perftest's, they are mapped and left as they are: the warm-up's first
-    /// message takes their pages. Only a run that checks the data (`--check`) writes the
-    /// pattern into the send buffer and zeroes the receive buffers first.
+    /// message takes their pages (a never-written send buffer takes none). Only a run that
+    /// checks the data (`--check`) writes the pattern into the send buffer and zeroes the
+    /// receive buffers first.
     pub(super) fn new(link: &Link, p: &Params, recv_slots: usize) -> CliResult<Buffers> {
         let what = || buffers_what(p);
         let size = p.msg_size();
@@ -87,7 +152,16 @@ impl Buffers {
             None
         };
         let ctx = link.worker.context();
-        let send = rma::map_buffer(ctx, p.mem[0], size, what)?;
+        // Over tcp, the send buffer is ucx_perftest's (`map_unwritten`). On shared memory
+        // ucx_perftest's is a shared segment, as the library allocates it here (and a peer
+        // on this host copies straight out of it).
+        let tcp = link.ep.transport() == Some("tcp");
+        let (send, unwritten) = if data.is_none() && p.mem[0] == MemKind::Host && tcp {
+            let (m, u) = map_unwritten(ctx, size, what)?;
+            (m, Some(u))
+        } else {
+            (rma::map_buffer(ctx, p.mem[0], size, what)?, None)
+        };
         let recv = rma::map_buffer(ctx, p.mem[1], recv_len, what)?;
         if let Some(data) = data {
             // Through the library, as device memory would need (`--check` refuses it).
@@ -108,6 +182,7 @@ impl Buffers {
             slots: recv_slots.max(1),
             bounds,
             keep: Cell::new(false),
+            unwritten,
         })
     }
 
