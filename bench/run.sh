@@ -5,7 +5,7 @@
 #
 # Environment:
 #   BENCH_REPS=5          repetitions of each target test (medians are reported)
-#   BENCH_SWEEP_REPS=1    repetitions of each size-sweep point
+#   BENCH_SWEEP_REPS=5    repetitions of each size-sweep point (judged on their pairs, as the targets)
 #   BENCH_QUICK=1         ~10x fewer iterations (smoke run)
 #   BENCH_NO_SWEEP=1      skip the size sweeps
 #   BENCH_NO_INSTALL=1    do not apt-get install ucx-utils / libfabric-bin
@@ -16,6 +16,8 @@
 #   BENCH_KEEP_LOGS=1     keep the per-run stdout/stderr directory
 #   BENCH_SKIP_SIGNAL=1   skip the signaling-put section (bench/put_signal.sh)
 #   BENCH_SKIP_GO=1       skip the Go-against-native section (bindings/go/bench.sh)
+#   BENCH_SKIP_LARGE=1    skip the large-message section (bench/large.py)
+#   BENCH_LARGE_REPS=3    repetitions of each large-message command
 #   COURIER=path          courier binary (default target/release/courier)
 set -u -o pipefail
 
@@ -23,7 +25,7 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(dirname "$HERE")
 COURIER=${COURIER:-$ROOT/target/release/courier}
 REPS=${BENCH_REPS:-5}
-SWEEP_REPS=${BENCH_SWEEP_REPS:-1}
+SWEEP_REPS=${BENCH_SWEEP_REPS:-5}
 QUICK=${BENCH_QUICK:-0}
 RUN_TIMEOUT=${BENCH_RUN_TIMEOUT:-120}
 PY=${PYTHON:-python3}
@@ -193,6 +195,13 @@ run_one() {
         # ucx_perftest's default window (32 for *_bw) is used: no -O
         cli=(ucx_perftest 127.0.0.1 -p "$PORT" -t "$test" -s "$size" -n "$iters" -w "$warmup" -f)
         ;;
+    floor)
+        # The kernel's TCP round trip (bench/ceilings.c pingpong, which pins its two
+        # processes to CPUs 0 and 1 itself): the floor tcp ucp_fadd is judged against.
+        envs=(-u COURIER_TLS)
+        srv=()
+        cli=("$PROBE" pingpong)
+        ;;
     fi)
         envs=(-u FI_PROVIDER)
         local fargs=(-p "$tls" -e rdm)
@@ -201,19 +210,28 @@ run_one() {
         cli=(fi_pingpong "${fargs[@]}" -P "$PORT" -I "$iters" -S "$size" 127.0.0.1)
         ;;
     esac
+    load1=$(cut -d' ' -f1 /proc/loadavg 2>/dev/null)
     probe_before=$(probe_us)
-    env "${envs[@]}" timeout -k 5 $((RUN_TIMEOUT + 20)) taskset -c "$SERVER_CPU" "${srv[@]}" \
-        >"$pfx.srv.out" 2>"$pfx.srv.err" </dev/null &
-    SERVER_PID=$!
-    t0=$(date +%s.%N)
-    if wait_listen "$PORT" "$SERVER_PID"; then
-        env "${envs[@]}" timeout -k 5 "$RUN_TIMEOUT" taskset -c "$CLIENT_CPU" "${cli[@]}" \
-            >"$pfx.out" 2>"$pfx.err" </dev/null
+    if [ "${#srv[@]}" -eq 0 ]; then
+        # No server (the floor): the client alone.
+        : >"$pfx.srv.out"; : >"$pfx.srv.err"
+        t0=$(date +%s.%N)
+        env "${envs[@]}" timeout -k 5 "$RUN_TIMEOUT" "${cli[@]}" >"$pfx.out" 2>"$pfx.err" </dev/null
         rc=$?
     else
-        echo "server did not listen on port $PORT" >"$pfx.err"
-        : >"$pfx.out"
-        rc=99
+        env "${envs[@]}" timeout -k 5 $((RUN_TIMEOUT + 20)) taskset -c "$SERVER_CPU" "${srv[@]}" \
+            >"$pfx.srv.out" 2>"$pfx.srv.err" </dev/null &
+        SERVER_PID=$!
+        t0=$(date +%s.%N)
+        if wait_listen "$PORT" "$SERVER_PID"; then
+            env "${envs[@]}" timeout -k 5 "$RUN_TIMEOUT" taskset -c "$CLIENT_CPU" "${cli[@]}" \
+                >"$pfx.out" 2>"$pfx.err" </dev/null
+            rc=$?
+        else
+            echo "server did not listen on port $PORT" >"$pfx.err"
+            : >"$pfx.out"
+            rc=99
+        fi
     fi
     t1=$(date +%s.%N)
     # a finished pair leaves no server; an unsupported/failed client leaves it waiting
@@ -228,10 +246,10 @@ run_one() {
     fi
     elapsed=$(awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.3f", b-a}')
     local envtxt="${envs[*]}"
-    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' \
+    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' \
         "$id" "$kind" "$tool" "$tls" "$test" "$size" "$rep" "$iters" "$warmup" "$window" \
         "$rc" "$elapsed" "$PORT" "${cli[*]}" "$pfx.out" "$pfx.err" "$pfx.srv.out" "$pfx.srv.err" \
-        "${envtxt//-u /unset }" "$probe_before" "$probe_after" >>"$RUNS"
+        "${envtxt//-u /unset }" "$probe_before" "$probe_after" "$load1" >>"$RUNS"
     local brief
     if [ "$tool" = courier ]; then
         brief=$(grep -o '"\(latency_percentile_us\|bandwidth_overall_mbs\|msgrate_overall\|transport\)":[^,}]*' \
@@ -255,6 +273,7 @@ tool_ok() {
     case "$1" in
     ucx) [ "$HAVE_UCX" = 1 ] ;;
     fi) [ "$HAVE_FI" = 1 ] ;;
+    floor) [ -n "$PROBE" ] ;;
     *) return 0 ;;
     esac
 }
@@ -313,6 +332,18 @@ if [ "$status" = 0 ] && [ "${BENCH_SKIP_SIGNAL:-0}" != 1 ]; then
         "$PY" "$HERE/report.py" signal "$HERE/results/put_signal.jsonl" >> "$HERE/RESULTS.md"
     else
         log "signaling put runs failed"
+    fi
+fi
+# Large messages as a ucx_perftest user first types them (issue 31): wall time against
+# ucx_perftest's and both tools' peak RSS.
+if [ "$status" = 0 ] && [ "${BENCH_SKIP_LARGE:-0}" != 1 ] && [ "$HAVE_UCX" = 1 ]; then
+    log "large messages: wall time and peak RSS against ucx_perftest (tcp)"
+    if COURIER="$COURIER" SERVER_CPU="$SERVER_CPU" CLIENT_CPU="$CLIENT_CPU" PROBE="$PROBE" \
+        LARGE_TIMEOUT="$RUN_TIMEOUT" "$PY" "$HERE/large.py" "${BENCH_LARGE_REPS:-3}" \
+        > "$HERE/results/large.jsonl" 2> "$HERE/results/large.log"; then
+        "$PY" "$HERE/report.py" large "$HERE/results/large.jsonl" >> "$HERE/RESULTS.md"
+    else
+        log "large-message runs failed; see $HERE/results/large.log"
     fi
 fi
 # What the machine allows without any library (bench/ceilings.c): the TCP loopback stream

@@ -692,3 +692,168 @@ fn perf_with_device_memory() {
         }
     }
 }
+
+/// A free TCP port on 127.0.0.1 (nothing listens on it once this returns).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+/// Wait up to `limit` for `child` to end; kill it (a hang) if it does not.
+fn wait_or_kill(child: &mut std::process::Child, limit: Duration) -> std::process::ExitStatus {
+    let end = Instant::now() + limit;
+    loop {
+        if let Some(st) = child.try_wait().expect("try_wait") {
+            return st;
+        }
+        if Instant::now() > end {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("courier (pid {}) still runs after {limit:?}", child.id());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A server given a test it does not know says so and exits with a usage error, as
+/// ucx_perftest's does, instead of waiting for a client; a known one is the client's to
+/// drive, as before.
+#[test]
+fn a_server_refuses_an_unknown_test() {
+    let port = free_port().to_string();
+    let mut c = common::piped(&["perf", "-p", &port, "-t", "tag_lattt"], TCP)
+        .spawn()
+        .expect("spawn courier");
+    let st = wait_or_kill(&mut c, Duration::from_secs(60));
+    let mut err = String::new();
+    let _ = std::io::Read::read_to_string(&mut c.stderr.take().expect("piped"), &mut err);
+    assert_eq!(st.code(), Some(2), "{err}");
+    assert!(err.contains("unknown test \"tag_lattt\""), "{err}");
+    assert!(err.contains("supported tests: tag_lat, tag_bw"), "{err}");
+}
+
+/// `courier perf --help` states each option's default once: an option whose text says its
+/// default (`--pairs`, `-O`) shows no second one in clap's `[default: ...]`.
+#[test]
+fn help_states_each_default_once() {
+    let o = courier(&["perf", "--help"], &[]);
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{err}");
+    // One entry per option: its first line starts with a dash, continuations do not.
+    let mut entries: Vec<String> = Vec::new();
+    for l in out.lines() {
+        let t = l.trim_start();
+        if t.starts_with('-') {
+            entries.push(t.to_string());
+        } else if let Some(e) = entries.last_mut() {
+            e.push(' ');
+            e.push_str(t);
+        }
+    }
+    assert!(entries.len() > 20, "{out}");
+    for e in &entries {
+        let said = e.matches("[default:").count();
+        let prose = e
+            .split("[default:")
+            .next()
+            .unwrap_or("")
+            .contains("default");
+        assert!(said <= 1 && !(said == 1 && prose), "two defaults: {e}");
+    }
+    let pairs = entries
+        .iter()
+        .find(|e| e.starts_with("--pairs"))
+        .expect("--pairs");
+    assert!(pairs.contains("default: half the CPUs"), "{pairs}");
+}
+
+/// The README's benchmark block, as a user types it: every client has a server of its own
+/// (a server answers one client, then exits), and each server/client pair runs (on a free
+/// port instead of 13337, over tcp).
+#[test]
+fn the_readme_benchmark_block_gives_each_client_a_server() {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md"))
+        .expect("README.md");
+    let block: Vec<Vec<String>> = readme
+        .split("## Benchmarks")
+        .nth(1)
+        .and_then(|s| s.split("```sh").nth(1))
+        .and_then(|s| s.split("```").next())
+        .expect("a sh block under ## Benchmarks")
+        .lines()
+        .map(|l| l.split(" #").next().unwrap_or("").split_whitespace())
+        .map(|w| w.map(str::to_string).collect::<Vec<_>>())
+        .filter(|w| w.len() > 2 && w[0] == "courier" && w[1] == "perf")
+        .collect();
+    let port_of = |w: &[String]| {
+        w.iter()
+            .position(|x| x == "-p")
+            .and_then(|i| w.get(i + 1).cloned())
+    };
+    let is_server = |w: &[String]| w.len() == 4 && w[2] == "-p";
+    let is_client = |w: &[String]| !w[2].starts_with('-');
+    // Sessions open per port: a server line opens one, its client takes it.
+    let mut open: std::collections::HashMap<String, usize> = Default::default();
+    let mut pairs: Vec<(Vec<String>, Vec<String>)> = Vec::new();
+    let mut waiting: Vec<Vec<String>> = Vec::new();
+    for w in &block {
+        let port = port_of(w).unwrap_or_else(|| "13337".to_string());
+        if is_server(w) {
+            *open.entry(port).or_default() += 1;
+            waiting.push(w.clone());
+        } else if is_client(w) {
+            let n = open.entry(port.clone()).or_default();
+            assert!(
+                *n > 0,
+                "{w:?}: no server left on port {port} (each answers one client)"
+            );
+            *n -= 1;
+            let srv = waiting
+                .iter()
+                .position(|s| port_of(s).as_deref() == Some(port.as_str()))
+                .map(|i| waiting.remove(i))
+                .expect("its server");
+            pairs.push((srv, w.clone()));
+        }
+    }
+    assert!(pairs.len() >= 2, "{block:?}");
+    assert!(
+        open.values().all(|&n| n == 0),
+        "servers with no client: {block:?}"
+    );
+    for (srv, cli) in pairs {
+        let port = free_port().to_string();
+        let on = |w: &[String]| -> Vec<String> {
+            let mut w = w[1..].to_vec();
+            if let Some(i) = w.iter().position(|x| x == "-p") {
+                w[i + 1] = port.clone();
+            }
+            w
+        };
+        let srv_args = on(&srv);
+        let mut s = common::piped(
+            &srv_args.iter().map(String::as_str).collect::<Vec<_>>(),
+            TCP,
+        )
+        .spawn()
+        .expect("spawn the server");
+        let mut lines =
+            std::io::BufRead::lines(std::io::BufReader::new(s.stdout.take().expect("piped")));
+        let first = lines.next().and_then(Result::ok).unwrap_or_default();
+        assert_eq!(first, "Waiting for connection...", "{srv:?}");
+        let drain = std::thread::spawn(move || lines.map_while(Result::ok).count());
+        let cli_args = on(&cli);
+        let o = courier(
+            &cli_args.iter().map(String::as_str).collect::<Vec<_>>(),
+            TCP,
+        );
+        let (out, err) = text(&o);
+        assert!(o.status.success(), "{cli:?}: {out}{err}");
+        assert!(out.contains("Final:"), "{cli:?}: {out}");
+        let st = wait_or_kill(&mut s, Duration::from_secs(60));
+        assert!(st.success(), "{srv:?} after {cli:?}");
+        let _ = drain.join();
+    }
+}

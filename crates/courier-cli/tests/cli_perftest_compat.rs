@@ -205,3 +205,130 @@ fn odd_values_are_usage_errors_that_say_why() {
         assert!(out.is_empty(), "{extra:?}: {out}");
     }
 }
+
+/// The warm-up that runs is ucx_perftest's: `min(-w, ceil(-n / 10))`, whatever `-w` says
+/// (10,000 by default), so `-n 10` of 16 MiB messages warms up once. The count is the one
+/// the test loop made before it started measuring (`warmup_iterations` of `--json`), for a
+/// streaming, a ping-pong and a one-sided loop.
+#[test]
+fn warm_up_is_at_most_a_tenth_of_the_iterations_as_in_ucx_perftest() {
+    let cases: &[(&str, &str, u64, Option<u64>)] = &[
+        ("tag_bw", "16m", 10, None),
+        ("tag_bw", "64", 25, None),
+        ("tag_bw", "64", 1000, Some(5)),
+        ("tag_bw", "64", 100, Some(0)),
+        ("tag_lat", "8", 1, None),
+        ("tag_lat", "8", 200, Some(50)),
+        ("ucp_put_lat", "8", 95, None),
+    ];
+    for &(t, size, n, w) in cases {
+        let n_text = n.to_string();
+        let mut args = vec!["perf", "-l", "-t", t, "-s", size, "-n", &n_text, "--json"];
+        let w_text = w.map(|w| w.to_string());
+        if let Some(w) = &w_text {
+            args.extend_from_slice(&["-w", w]);
+        }
+        let o = courier(&args, TCP);
+        let v = json_of(&o, &format!("{args:?}"));
+        let want = w.unwrap_or(10_000).min(n.div_ceil(10));
+        assert_eq!(v["warmup_iterations"], want, "{args:?}: {v}");
+        assert_eq!(v["iterations"], n, "{args:?}: {v}");
+    }
+    // --local: -w replaces each test's warm-up under the same rule.
+    let o = courier(
+        &[
+            "perf", "--local", "-t", "tag_lat", "-n", "30", "-w", "1000", "--json",
+        ],
+        TCP,
+    );
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{out}{err}");
+    let rows: Vec<serde_json::Value> = out
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|v| v["test"] == "tag_lat")
+        .collect();
+    assert_eq!(rows.len(), 2, "{out}");
+    for r in &rows {
+        assert_eq!(r["warmup_iterations"], 3, "{r}");
+    }
+}
+
+/// Peak resident memory (KiB) of `courier ARGS` over tcp, from the kernel's accounting of
+/// the finished child (`wait4`).
+fn peak_rss_kib(args: &[&str]) -> (i64, String) {
+    let child = piped(args, TCP)
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn courier");
+    let pid = child.id() as libc::pid_t;
+    let mut err = child.stderr.expect("piped");
+    let reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = std::io::Read::read_to_string(&mut err, &mut s);
+        s
+    });
+    let mut status = 0;
+    // SAFETY: an all-zero rusage is a valid value for wait4 to fill.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: waits for our own child, whose pid we hold; the pointers are to live locals.
+    let r = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
+    assert_eq!(r, pid, "wait4: {}", std::io::Error::last_os_error());
+    let err = reader.join().unwrap_or_default();
+    assert!(
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        "{args:?} failed: {err}"
+    );
+    (usage.ru_maxrss, err)
+}
+
+/// As ucx_perftest, the receiver of `tag_bw` maps one receive buffer, into which every
+/// receive of the window lands, and nothing writes the buffers before the run: 32 MiB
+/// messages with 32 outstanding (the default window) take about one message on each side,
+/// not a window's worth (1 GiB) zeroed before the first message, and a client over tcp
+/// less than one. With `--check` every receive of the window has a slot of its own, as it
+/// must to be checked.
+#[test]
+fn a_window_of_large_messages_maps_one_receive_buffer() {
+    let mib = 1024;
+    let (one, err) = peak_rss_kib(&["perf", "-l", "-t", "tag_bw", "-s", "32m", "-n", "4"]);
+    // Client and server in one process: a 32 MiB send buffer, a 32 MiB receive buffer,
+    // the library and the tool.
+    assert!(one < 160 * mib, "peak RSS {one} KiB: {err}");
+    // A client process over tcp sends from memory it never writes, as ucx_perftest's
+    // does (its pages read as the kernel's zero page): less than one message.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+        .to_string();
+    let mut srv = piped(&["perf", "-p", &port], TCP).spawn().expect("server");
+    let mut lines = BufReader::new(srv.stdout.take().expect("piped")).lines();
+    assert_eq!(
+        lines.next().and_then(Result::ok).as_deref(),
+        Some("Waiting for connection...")
+    );
+    let drain = std::thread::spawn(move || lines.map_while(Result::ok).count());
+    let (client, err) = peak_rss_kib(&[
+        "perf",
+        "127.0.0.1",
+        "-p",
+        &port,
+        "-t",
+        "tag_bw",
+        "-s",
+        "32m",
+        "-n",
+        "4",
+    ]);
+    assert!(client < 24 * mib, "client peak RSS {client} KiB: {err}");
+    assert!(srv.wait().expect("server").success());
+    let _ = drain.join();
+    let (checked, err) = peak_rss_kib(&[
+        "perf", "-l", "-t", "tag_bw", "-s", "1m", "-n", "64", "-O", "32", "--check",
+    ]);
+    assert!(
+        checked > 32 * mib,
+        "peak RSS {checked} KiB with -check: {err}"
+    );
+}

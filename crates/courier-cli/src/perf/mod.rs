@@ -55,7 +55,8 @@ pub struct PerfArgs {
     /// Measured iterations (with --local: replaces every test's own count)
     #[arg(short = 'n', long = "iters", default_value = "1000000")]
     pub iters: String,
-    /// Warm-up iterations (with --local: replaces every test's own count)
+    /// Warm-up iterations; as in ucx_perftest, at most a tenth of -n (rounded up) are run
+    /// (with --local: replaces every test's own count, under the same rule)
     #[arg(short = 'w', long = "warmup", default_value = "10000")]
     pub warmup: String,
     /// Outstanding operations (default 32 for tag_bw, tag_sync_bw, ucp_am_bw, ucp_put_bw,
@@ -129,7 +130,7 @@ pub struct PerfArgs {
     pub max_size: String,
     /// Pairs for the --sweep multi-pair message rate (with --local; 1 to 64; default: half
     /// the CPUs this process may run on, so that every process has a CPU to poll on)
-    #[arg(long, default_value_t = sweep::default_pairs())]
+    #[arg(long, default_value_t = sweep::default_pairs(), hide_default_value = true)]
     pub pairs: usize,
     /// --sweep: a tenth of the iterations (for tests)
     #[arg(long, hide = true)]
@@ -473,7 +474,7 @@ fn params_from_args(a: &PerfArgs) -> CliResult<Params> {
         test,
         sizes,
         iters,
-        warmup: params::parse_count("-w", &a.warmup)?,
+        warmup: params::warmup_run(params::parse_count("-w", &a.warmup)?, iters),
         window,
         check: a.check,
         mem: params::parse_mem(&a.mem)?,
@@ -696,6 +697,11 @@ pub fn main(a: PerfArgs) -> CliResult<()> {
             Ok(())
         }
         None => {
+            // The client's parameters drive each test, but a test the server does not know
+            // is a mistake to say at once, as ucx_perftest's server says it.
+            if let Some(t) = &a.test {
+                TestKind::parse(t)?;
+            }
             if let Some(cpus) = &a.affinity {
                 params::set_affinity(&params::parse_cpus(cpus)?)?;
             }

@@ -452,6 +452,13 @@ pub fn parse_count(opt: &str, s: &str) -> CliResult<u64> {
         })
 }
 
+/// The warm-up iterations run for `-w w -n n`, as ucx_perftest runs them: at most a tenth
+/// of the measured iterations, rounded up (`min(w, ceil(n / 10))`), so that `-n 10` of a
+/// large message warms up once, not ten thousand times (the default `-w`).
+pub fn warmup_run(w: u64, n: u64) -> u64 {
+    w.min(n.div_ceil(10))
+}
+
 /// Parse `-m SEND[,RECV]` (RECV defaults to SEND, as in ucx_perftest).
 pub fn parse_mem(s: &str) -> CliResult<[MemKind; 2]> {
     let parts: Vec<&str> = s.split(',').map(str::trim).collect();
@@ -658,6 +665,21 @@ pub fn thread_mode_name(m: courier::ThreadMode) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn warm_up_is_at_most_a_tenth_of_the_iterations_rounded_up() {
+        for (w, n, run) in [
+            (10_000, 10, 1),
+            (10_000, 11, 2),
+            (10_000, 1_000_000, 10_000),
+            (5, 1000, 5),
+            (0, 100, 0),
+            (10_000, 1, 1),
+            (u64::MAX, u64::MAX, u64::MAX.div_ceil(10)),
+        ] {
+            assert_eq!(warmup_run(w, n), run, "-w {w} -n {n}");
+        }
+    }
 
     #[test]
     fn sizes_and_iov() {

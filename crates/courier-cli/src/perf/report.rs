@@ -39,6 +39,8 @@ impl Output {
 pub struct Row {
     /// Iterations so far.
     pub iters: u64,
+    /// Warm-up iterations run before the measured ones, as the test loop counted them.
+    pub warmup: u64,
     /// Percentile latency (usec).
     pub lat_pct: f64,
     /// Average latency since the previous row (usec).
@@ -199,8 +201,11 @@ pub fn format_row(label: Option<&str>, r: &Row, out: Output, thousands: bool) ->
             r.mr_overall
         ),
         _ => {
+            // As ucx_perftest's row: each number after a space, so that one wider than its
+            // column (a 64 MiB message's latency in usec) pushes the row right instead of
+            // running into its neighbour.
             let nums = format!(
-                "{:>14}{:>11.3}{:>10.3}{:>10.3}{:>12.2}{:>11.2}{:>12}{:>12}",
+                " {:>13} {:>10.3} {:>9.3} {:>9.3} {:>11.2} {:>10.2} {:>11} {:>11}",
                 group(r.iters as f64, thousands),
                 r.lat_pct,
                 r.lat_avg,
@@ -282,6 +287,7 @@ pub fn json(p: &Params, percentile: f64, r: &Row, transport: Option<&str>) -> se
         "window": p.window,
         "check": p.check,
         "iterations": r.iters,
+        "warmup_iterations": r.warmup,
         "percentile": percentile,
         "latency_percentile_us": r.lat_pct,
         "latency_avg_us": r.lat_avg,
@@ -314,6 +320,8 @@ pub struct Meter<'w> {
     next: Instant,
     last_iters: u64,
     iters: u64,
+    /// Warm-up iterations the loop ran before `begin`.
+    warmup: u64,
     out: Output,
     thousands: bool,
     period: Duration,
@@ -351,6 +359,7 @@ impl<'w> Meter<'w> {
             next: now + Duration::from_secs(1),
             last_iters: 0,
             iters: 0,
+            warmup: 0,
             out,
             thousands,
             period: Duration::from_secs(1),
@@ -367,8 +376,10 @@ impl<'w> Meter<'w> {
         self
     }
 
-    /// Start measuring at `now` (after warm-up).
-    pub fn begin(&mut self, now: Instant) {
+    /// Start measuring at `now`, after `warmup` warm-up iterations (the loop's own count,
+    /// reported in the row).
+    pub fn begin(&mut self, now: Instant, warmup: u64) {
+        self.warmup = warmup;
         self.start = now;
         self.last = now;
         self.next = now + self.period;
@@ -400,6 +411,7 @@ impl<'w> Meter<'w> {
         };
         Row {
             iters: self.iters,
+            warmup: self.warmup,
             lat_pct: ticks_to_ns(h.quantile(self.quantile)) / 1000.0 / self.lat_div,
             lat_avg: per(dt, di),
             lat_overall: per(total, ti),
@@ -724,6 +736,7 @@ mod tests {
             bw_overall: 11.95,
             mr_avg: 201543.0,
             mr_overall: 195742.0,
+            ..Row::default()
         };
         assert_eq!(
             format_row(Some("Final:"), &r, Output::Table, false),
@@ -738,10 +751,28 @@ mod tests {
             bw_overall: 11.82,
             mr_avg: 193615.0,
             mr_overall: 193615.0,
+            ..Row::default()
         };
         assert_eq!(
             format_row(Some("[thread 0]"), &r, Output::Table, false),
             "[thread 0]             96737      4.908     5.165     5.165       11.82      11.82      193615      193615\n"
+        );
+        // A number wider than its column keeps a space before it, as in ucx_perftest's
+        // row for 10 × 64 MiB over tcp: `Final:  10  8.373 128773.999 128773.999 ...`.
+        let r = Row {
+            iters: 10,
+            lat_pct: 0.821,
+            lat_avg: 219792.915,
+            lat_overall: 219792.915,
+            bw_avg: 291.18,
+            bw_overall: 291.18,
+            mr_avg: 5.0,
+            mr_overall: 5.0,
+            ..Row::default()
+        };
+        assert_eq!(
+            format_row(Some("Final:"), &r, Output::Table, false),
+            "Final:                    10      0.821 219792.915 219792.915      291.18     291.18           5           5\n"
         );
         assert_eq!(group(1234567.0, true), "1,234,567");
         assert_eq!(group(123.0, true), "123");

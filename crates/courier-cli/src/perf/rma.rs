@@ -413,7 +413,7 @@ fn timed(
     for i in 0..total {
         if i == warm {
             t = Instant::now();
-            meter.begin(t);
+            meter.begin(t, i);
         }
         body(i)?;
         let now = Instant::now();

@@ -10,6 +10,13 @@
 //! buffer, reused), which `flush` writes out, many small frames in one system call. Beyond
 //! [`HIGH_WATER`] queued bytes, `send` answers `NoResource` (back-pressure).
 //!
+//! A full socket is not written to again until the kernel says it is writable: once it
+//! took less than it was offered, the next write first asks `poll` for `POLLOUT`, which
+//! the kernel reports once about a third of the send buffer is free. Retrying `sendmsg`
+//! at every progress call instead took the socket's lock for nothing tens of thousands of
+//! times a second, and the few calls that did get in wrote whatever had just drained
+//! (128 KiB at a time where a free third is megabytes); bench/analysis.md has the profile.
+//!
 //! Zero copy: `send_zc` queues the unwritten rest of a large frame (at least
 //! [`DIRECT_SEND`] bytes) as references to the caller's memory instead of copying it, and
 //! answers `Sent::Later`; the frame's token comes out of `take_completed` once its last
@@ -141,6 +148,9 @@ pub struct Tx {
     burst: bool,
     /// Queued bytes at which `send` writes out without waiting for `flush`.
     next_flush: usize,
+    /// The kernel took less than it was offered: the socket's send buffer is full, and the
+    /// next write waits for `POLLOUT` (`writable`). Only set while bytes are queued.
+    full: bool,
     failed: Option<Error>,
 }
 
@@ -201,6 +211,7 @@ fn halves(fd: OwnedFd, peer: SocketAddr, accepting: bool, cc: &TcpCongestion) ->
         high_water: HIGH_WATER,
         burst: false,
         next_flush: COALESCE,
+        full: false,
         failed: None,
     };
     let rx = Rx {

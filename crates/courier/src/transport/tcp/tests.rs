@@ -723,6 +723,60 @@ fn zero_copy_frames_report_their_tokens_only_when_written() {
     check(&frames, &got);
 }
 
+thread_local! {
+    /// `Tx::write` calls (sendmsg or send) made by this thread.
+    pub(in crate::transport::tcp) static WRITE_CALLS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+fn write_calls() -> u64 {
+    WRITE_CALLS.with(|c| c.get())
+}
+
+/// A socket whose send buffer is full is not written to again until the kernel says it
+/// is writable: flushing it over and over makes no `sendmsg` (the old code made one per
+/// flush, each refused), and once the receiver reads, everything arrives whole and in
+/// order.
+#[test]
+fn a_full_socket_is_left_alone_until_it_is_writable() {
+    let cfg = cfg(&[("COURIER_TCP_SNDBUF", "64k"), ("COURIER_TCP_RCVBUF", "64k")]);
+    let ((mut tx, _crx), (_atx, mut rx)) = pair_on(LO4, &cfg).unwrap();
+    let big: Vec<Vec<u8>> = (0..3).map(|i| pattern(i, 1 << 20)).collect();
+    for (i, b) in big.iter().enumerate() {
+        tx.send_zc(&[&b[..7], &b[7..]], 1, 1 + i as u64).unwrap();
+    }
+    assert!(tx.full, "3 MiB cannot fit 64 KiB kernel buffers");
+    // The kernel moves what the receiver's window allows within the first flushes; then
+    // nothing moves until the receiver reads.
+    for _ in 0..10 {
+        let _ = tx.flush().unwrap();
+    }
+    let (queued, calls) = (tx.queued(), write_calls());
+    for _ in 0..1000 {
+        assert!(!tx.flush().unwrap(), "a full socket took everything");
+    }
+    assert_eq!(
+        tx.queued(),
+        queued,
+        "bytes left while the receiver read nothing"
+    );
+    let made = write_calls() - calls;
+    assert!(
+        made < 50,
+        "{made} writes in 1000 flushes of a socket that stayed full"
+    );
+    assert!(tx.full);
+    let got = receive_all(&mut tx, &mut rx, big.len());
+    check(&big, &got);
+    assert!(tx.flush().unwrap());
+    assert!(!tx.full, "an empty queue leaves the socket writable");
+    let mut done = Vec::new();
+    tx.take_completed(&mut done);
+    assert!(
+        done.contains(&3),
+        "the last frame's token is reported: {done:?}"
+    );
+}
+
 /// The congestion control the kernel reports for a socket.
 fn congestion_of(fd: BorrowedFd<'_>) -> String {
     use std::os::fd::AsRawFd;

@@ -1,6 +1,8 @@
 //! The sending half: the send queue, coalescing, sends from the caller's buffer, and
 //! their completion reports.
 
+use rustix::event::{PollFd, PollFlags, Timespec, poll};
+
 use super::*;
 
 impl Tx {
@@ -35,6 +37,8 @@ impl Tx {
     /// iovec (about 40 ns per call on loopback).
     fn write(sock: &OwnedFd, iov: &[IoSlice<'_>]) -> std::result::Result<usize, Errno> {
         let flags = SendFlags::NOSIGNAL | SendFlags::DONTWAIT;
+        #[cfg(test)]
+        super::tests::WRITE_CALLS.with(|c| c.set(c.get() + 1));
         loop {
             let r = match iov {
                 [one] => net::send(sock, one, flags),
@@ -45,6 +49,31 @@ impl Tx {
                 Err(Errno::INTR) => continue,
                 Err(Errno::AGAIN) | Err(Errno::NOBUFS) | Err(Errno::NOMEM) => return Ok(0),
                 Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Whether a write may take bytes now: always, unless the kernel refused bytes since
+    /// the last write that it took whole (`full`); then only once `poll` reports the
+    /// socket writable (about a third of its send buffer free), an error or a hang-up
+    /// (which the write then reports). `poll` takes no socket lock and imports no iovec,
+    /// where a refused `sendmsg` does both.
+    fn writable(&mut self) -> bool {
+        if !self.full {
+            return true;
+        }
+        let mut fds = [PollFd::from_borrowed_fd(self.sock.as_fd(), PollFlags::OUT)];
+        let now = Timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        match poll(&mut fds, Some(&now)) {
+            Ok(0) => false,
+            // Writable, failed or closed; or poll itself failed (EINTR, ENOMEM): let the
+            // write find out, as it did before this check.
+            _ => {
+                self.full = false;
+                true
             }
         }
     }
@@ -97,6 +126,7 @@ impl Tx {
         self.q.clear();
         self.head = 0;
         self.ref_bytes = 0;
+        self.full = false;
         self.completed.clear();
         if self.failed.is_none() {
             self.failed = Some(why.clone());
@@ -218,6 +248,7 @@ impl Tx {
         if wrote < len {
             self.compact();
             self.push_copy(&frame[wrote..]);
+            self.full = true;
         }
         self.next_flush = self.queued() + COALESCE;
         Ok(Sent::Done)
@@ -237,8 +268,12 @@ impl Tx {
         let want = HDR + total;
         let mut skip = 0usize;
         // A large frame may need a few calls: the kernel takes what fits its buffer, and on
-        // a fast link (loopback) room opens again at once. Stop at the first refusal.
+        // a fast link (loopback) room opens again soon. Stop at the first refusal, and after
+        // a partial write go on only once the socket is writable again.
         for _ in 0..WRITE_TRIES {
+            if !self.writable() {
+                break;
+            }
             let mut iov = [IoSlice::new(&[]); MAX_IOV];
             let mut n = 0;
             let mut off = skip;
@@ -256,7 +291,11 @@ impl Tx {
                 Err(e) => return Err(TxError::Failed(self.fail("tcp send", e))),
             };
             skip += wrote;
-            if skip == want || wrote == 0 {
+            if skip == want {
+                break;
+            }
+            self.full = true;
+            if wrote == 0 {
                 break;
             }
         }
@@ -368,9 +407,10 @@ impl Tx {
     fn write_queue(&mut self, calls: usize) -> Result<()> {
         for _ in 0..calls {
             self.pop_markers();
-            if self.segs.is_empty() {
+            if self.segs.is_empty() || !self.writable() {
                 break;
             }
+            let mut offered = 0;
             let r = {
                 let mut iov = [IoSlice::new(&[]); FLUSH_IOV];
                 let mut n = 0;
@@ -393,19 +433,27 @@ impl Tx {
                             std::slice::from_raw_parts(addr as *const u8, len)
                         }),
                     };
+                    offered += iov[n].len();
                     n += 1;
                 }
                 Self::write(&self.sock, &iov[..n])
             };
             match r {
-                Ok(0) => break,
-                Ok(wrote) => self.advance(wrote),
+                Ok(wrote) => {
+                    self.advance(wrote);
+                    if wrote < offered {
+                        // The socket is full: the next call would be refused.
+                        self.full = true;
+                        break;
+                    }
+                }
                 Err(e) => return Err(self.fail("tcp send", e)),
             }
         }
         if self.segs.is_empty() {
             self.q.clear();
             self.head = 0;
+            self.full = false;
         }
         Ok(())
     }
