@@ -14,6 +14,7 @@ export PATH := $(PATH):$(HOME)/.cargo/bin:/usr/local/go/bin
 .PHONY: all build run test test-rust test-gpu test-scripts lint fmt bench clean deps deps-test
 
 include crates/courier-capi/capi.mk
+include crates/courier-shmem/shmem.mk
 
 all: build
 

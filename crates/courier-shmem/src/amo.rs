@@ -35,7 +35,7 @@ macro_rules! amo_int {
         }
     )*};
 }
-amo_int!(i32, u32, false; u32, u32, false; i64, u64, true; u64, u64, true);
+amo_int!(i32, u32, false; u32, u32, false; i64, u64, true; u64, u64, true; isize, u64, true; usize, u64, true);
 
 impl Amo for f32 {
     const WIDE: bool = false;

@@ -26,7 +26,8 @@ pub struct Ctx {
     pub team: Option<&'static TeamData>,
     /// The handle of that team.
     pub team_handle: Option<TeamHandle>,
-    /// `SHMEM_CTX_*` options.
+    /// `SHMEM_CTX_*` options (hints: every context is safe for any use).
+    #[allow(dead_code)]
     pub options: i64,
 }
 

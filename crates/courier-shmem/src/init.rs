@@ -14,10 +14,6 @@ use crate::symmetric::{self, Local, Peer, Seg};
 
 /// `SHMEM_THREAD_*`.
 pub const THREAD_SINGLE: i32 = 0;
-/// `SHMEM_THREAD_FUNNELED`.
-pub const THREAD_FUNNELED: i32 = 1;
-/// `SHMEM_THREAD_SERIALIZED`.
-pub const THREAD_SERIALIZED: i32 = 2;
 /// `SHMEM_THREAD_MULTIPLE`.
 pub const THREAD_MULTIPLE: i32 = 3;
 
@@ -39,7 +35,8 @@ pub struct WaitCfg {
 pub struct World {
     /// The job.
     pub rt: Runtime,
-    /// Courier's context.
+    /// Courier's context (kept for the life of the process, with its mappings).
+    #[allow(dead_code)]
     pub ctx: Context,
     /// The worker every operation goes through.
     pub worker: Worker,

@@ -49,7 +49,7 @@ macro_rules! ints {
         }
     )*};
 }
-ints!(i8, i16, i32, i64, u8, u16, u32, u64);
+ints!(i8, i16, i32, i64, isize, u8, u16, u32, u64, usize);
 
 macro_rules! reals {
     ($($t:ty),*) => {$(

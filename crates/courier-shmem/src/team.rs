@@ -152,11 +152,6 @@ pub fn lookup(call: &'static str, h: TeamHandle) -> Option<&'static TeamData> {
     Some(d)
 }
 
-/// The team behind `h`; `SHMEM_TEAM_INVALID` is a fatal error too.
-pub fn expect(call: &'static str, h: TeamHandle) -> &'static TeamData {
-    lookup(call, h).unwrap_or_else(|| fatal(call, "team=SHMEM_TEAM_INVALID"))
-}
-
 /// The world team.
 pub fn world_team() -> &'static TeamData {
     WORLD_TEAM
@@ -327,9 +322,4 @@ pub fn translate(call: &'static str, src: TeamHandle, pe: i32, dst: TeamHandle) 
 /// The world handles, for the C statics.
 pub fn world_handle() -> TeamHandle {
     TeamHandle::of(&WORLD_TEAM)
-}
-
-/// `SHMEM_TEAM_SHARED`'s handle.
-pub fn shared_handle() -> TeamHandle {
-    TeamHandle::of(&SHARED_TEAM)
 }

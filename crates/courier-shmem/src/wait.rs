@@ -7,7 +7,8 @@
 //! directly by a same-host peer is seen at the next look (at most 1 ms later).
 
 use std::sync::atomic::{
-    AtomicI16, AtomicI32, AtomicI64, AtomicU16, AtomicU32, AtomicU64, Ordering,
+    AtomicI16, AtomicI32, AtomicI64, AtomicIsize, AtomicU16, AtomicU32, AtomicU64, AtomicUsize,
+    Ordering,
 };
 use std::time::Instant;
 
@@ -47,7 +48,7 @@ macro_rules! word {
         }
     )*};
 }
-word!(i16, AtomicI16; u16, AtomicU16; i32, AtomicI32; u32, AtomicU32; i64, AtomicI64; u64, AtomicU64);
+word!(i16, AtomicI16; u16, AtomicU16; i32, AtomicI32; u32, AtomicU32; i64, AtomicI64; u64, AtomicU64; isize, AtomicIsize; usize, AtomicUsize);
 
 /// Check a comparison code.
 #[inline(always)]
