@@ -42,9 +42,12 @@ int main(void) {
                 break;
             }
         }
-        shmem_char_get(back, gl_bytes, len, left);
-        CHECK(memcmp(back, heap, len) == 0, "get from the data segment, len %zu", len);
+        /* The left neighbour's global copy holds the same bytes as its heap copy. */
+        char *back2 = malloc(len);
+        shmem_char_get(back2, gl_bytes, len, left);
+        CHECK(memcmp(back, back2, len) == 0, "get from the data segment, len %zu", len);
         free(back);
+        free(back2);
         shmem_barrier_all();
     }
 
