@@ -390,8 +390,11 @@ fn take_async_error(call: &str) {
 
 /// `shmem_quiet`: every operation issued so far is complete and visible.
 pub fn quiet_all(w: &World, call: &str) {
-    if let Err(e) = w.worker.flush() {
-        fatal(call, e)
+    // Only the endpoints this PE opened carry its operations (not those peers opened to it).
+    for p in w.connected() {
+        if let Err(e) = p.ep.flush() {
+            fatal(call, e)
+        }
     }
     take_async_error(call);
     fence(Ordering::SeqCst);
