@@ -149,11 +149,13 @@ fn take(w: &World, call: &'static str, from: usize) {
         t[from] += 1;
         t[from]
     };
-    if let Err(e) = w
-        .heap
-        .mem
-        .signal_wait_until(&w.worker, from * 8, Cmp::Ge, want, w.wait.sleep)
-    {
+    if let Err(e) = w.heap.mem.signal_wait_until(
+        &w.worker,
+        w.heap.mem_offset(from * 8),
+        Cmp::Ge,
+        want,
+        w.wait.sleep,
+    ) {
         fatal(call, e)
     }
 }

@@ -25,7 +25,7 @@ pub struct Heap {
 pub enum AllocError {
     /// No free range is large enough; the largest free one has this many bytes.
     Exhausted { largest: usize },
-    /// The alignment is not a power of two.
+    /// The alignment is not a power of two, or larger than the heap's own (`HEAP_ALIGN`).
     BadAlign,
 }
 
@@ -56,7 +56,7 @@ impl Heap {
 
     /// Allocate `len` bytes (at least one) at a multiple of `align`.
     pub fn alloc(&mut self, len: usize, align: usize) -> Result<usize, AllocError> {
-        if !align.is_power_of_two() {
+        if !align.is_power_of_two() || align > crate::init::HEAP_ALIGN {
             return Err(AllocError::BadAlign);
         }
         let align = align.max(MIN_ALIGN);

@@ -20,6 +20,11 @@ pub const THREAD_MULTIPLE: i32 = 3;
 /// The heap size when `SHMEM_SYMMETRIC_SIZE` is not set.
 pub const DEFAULT_HEAP: usize = 512 << 20;
 
+/// Every PE's heap starts at a multiple of this, so that a block at one offset has the same
+/// alignment everywhere (`shmem_align` up to this much; the mapping is this much larger,
+/// which costs address space only).
+pub const HEAP_ALIGN: usize = 32 << 20;
+
 /// How waits behave (`SHMEM_WAIT`, `SHMEM_WAIT_SPIN`).
 #[derive(Clone, Copy, Debug)]
 pub struct WaitCfg {
@@ -233,11 +238,13 @@ fn setup(requested: i32) -> Result<World, String> {
             "SHMEM_SYMMETRIC_SIZE={size} is too small: {npes} PEs need {internal} bytes of the heap for the library"
         ));
     }
-    let heap_mem = ctx.mem_map(MemMapParams::allocate(size)).map_err(|e| {
-        format!("mapping a symmetric heap of {size} bytes (SHMEM_SYMMETRIC_SIZE): {e}")
-    })?;
+    let heap_mem = ctx
+        .mem_map(MemMapParams::allocate(size + HEAP_ALIGN))
+        .map_err(|e| {
+            format!("mapping a symmetric heap of {size} bytes (SHMEM_SYMMETRIC_SIZE): {e}")
+        })?;
     let heap = Local {
-        base: heap_mem.as_ptr() as usize,
+        base: (heap_mem.as_ptr() as usize).next_multiple_of(HEAP_ALIGN),
         len: size,
         mem: heap_mem,
     };

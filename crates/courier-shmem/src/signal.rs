@@ -158,8 +158,8 @@ pub fn wait_until(call: &'static str, sig_addr: *mut u64, cmp: i32, value: u64) 
         CMP_LE => Cmp::Le,
         _ => unreachable!("checked"),
     };
-    w.local(seg)
-        .mem
-        .signal_wait_until(&w.worker, off, c, value, w.wait.sleep)
+    let l = w.local(seg);
+    l.mem
+        .signal_wait_until(&w.worker, l.mem_offset(off), c, value, w.wait.sleep)
         .unwrap_or_else(|e| fatal(call, e))
 }

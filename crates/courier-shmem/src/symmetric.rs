@@ -42,6 +42,11 @@ pub struct Local {
 }
 
 impl Local {
+    /// The offset in `mem` of offset `off` of the segment.
+    pub fn mem_offset(&self, off: usize) -> usize {
+        self.base - self.mem.as_ptr() as usize + off
+    }
+
     /// Whether `[addr, addr + len)` lies inside; its offset if so.
     #[inline(always)]
     pub fn offset(&self, addr: usize, len: usize) -> Option<usize> {

@@ -20,16 +20,37 @@ const OMPI_HINTS: c_long = 0b1_1111 | (0b111 << 16);
 const HINT_NIC: c_long = 1 << 4;
 
 fn alloc(w: &World, call: &'static str, size: usize, align: usize) -> *mut c_void {
+    alloc_zeroed(w, call, size, align, false)
+}
+
+/// Allocate (zeroing the local block when `zero`, before the barrier: after it, peers may
+/// already write into it).
+fn alloc_zeroed(
+    w: &World,
+    call: &'static str,
+    size: usize,
+    align: usize,
+    zero: bool,
+) -> *mut c_void {
     let got = if size == 0 {
         None
     } else {
         let mut a = w.alloc.lock().unwrap_or_else(|p| p.into_inner());
         match a.alloc(size, align) {
-            Ok(off) => Some(off),
+            Ok(off) => {
+                if zero {
+                    // SAFETY: a fresh block of `size` bytes of this PE's heap; nobody else
+                    // knows of it before the barrier below.
+                    unsafe { std::ptr::write_bytes((w.heap.base + off) as *mut u8, 0, size) };
+                }
+                Some(off)
+            }
             Err(AllocError::BadAlign) => {
                 warn(
                     call,
-                    format_args!("alignment={align}: not a power of two; returning NULL"),
+                    format_args!(
+                        "alignment={align}: not a power of two of at most 32 MiB (the heap's own alignment); returning NULL"
+                    ),
                 );
                 None
             }
@@ -103,13 +124,7 @@ pub extern "C" fn shmem_calloc(count: usize, size: usize) -> *mut c_void {
             barrier_world(w, "shmem_calloc");
             return std::ptr::null_mut();
         };
-        let p = alloc(w, "shmem_calloc", total, MIN_ALIGN);
-        if !p.is_null() {
-            // SAFETY: a fresh block of `total` bytes here. Peers write it only after the
-            // next synchronization, which the program must do before it.
-            unsafe { std::ptr::write_bytes(p as *mut u8, 0, total) };
-        }
-        p
+        alloc_zeroed(w, "shmem_calloc", total, MIN_ALIGN, true)
     })
 }
 
