@@ -30,7 +30,7 @@ build: deps
 run: build
 	./target/release/courier perf --local
 
-test: deps-test test-scripts test-rust capi-check-header capi-test capi-go-test shmem-check-gen lint
+test: deps-test test-scripts test-rust capi-check-header capi-test capi-job-test capi-go-test shmem-check-gen shmem-test lint
 	@echo "make test: all suites passed"
 
 test-rust:

@@ -7,6 +7,7 @@
 #   make capi-test            run every example (exit 0 = pass) with COURIER_TLS=tcp and with the default
 #   make install PREFIX=...   lib/, include/, lib/pkgconfig/courier.pc (default PREFIX=/usr/local)
 #   make capi-go-test         Go bindings: gofmt, vet, tests with -race, then a GC-stress run (GOGC=1)
+#   make capi-job-test        examples/c/job_ring under courier run with 1, 2, 4 and 8 ranks
 
 CARGO ?= cargo
 CC ?= cc
@@ -28,7 +29,7 @@ CAPI_EXAMPLES_STATIC := $(patsubst examples/c/%.c,$(CAPI_EXAMPLE_DIR)/%-static,$
 # Transport selections the examples run under (shm is tried by the default, "all").
 CAPI_TEST_TLS ?= tcp all
 
-.PHONY: capi capi-check-header capi-examples capi-test capi-go-test install capi-pc
+.PHONY: capi capi-check-header capi-examples capi-test capi-job-test capi-go-test install capi-pc
 
 capi:
 	$(CARGO) build --release -p courier-capi
@@ -54,6 +55,20 @@ capi-test: capi-examples
 	    COURIER_TLS=$$tls timeout 120 $$ex || { echo "FAILED: COURIER_TLS=$$tls $$ex" >&2; exit 1; }; \
 	  done; \
 	done; echo "capi-test: all C examples passed"
+
+# The job example as a job: courier run's exchange, lazy and eager wire-up, every byte checked.
+CAPI_JOB_RANKS ?= 1 2 4 8
+capi-job-test: $(CAPI_EXAMPLE_DIR)/job_ring $(CAPI_EXAMPLE_DIR)/job_ring-static
+	$(CARGO) build --release -p courier-cli
+	@set -e; for ex in $(CAPI_EXAMPLE_DIR)/job_ring $(CAPI_EXAMPLE_DIR)/job_ring-static; do \
+	  for n in $(CAPI_JOB_RANKS); do \
+	    echo "== courier run -n $$n $$ex"; \
+	    timeout 120 target/release/courier run -n $$n $$ex > target/c-examples/job_ring.out \
+	      || { cat target/c-examples/job_ring.out; echo "FAILED: courier run -n $$n $$ex" >&2; exit 1; }; \
+	    test "$$(grep -c 'ring and all-to-all OK' target/c-examples/job_ring.out)" = "$$n" \
+	      || { cat target/c-examples/job_ring.out; echo "FAILED: not $$n ranks OK" >&2; exit 1; }; \
+	  done; \
+	done; echo "capi-job-test: job_ring passed under courier run"
 
 $(CAPI_LIBDIR)/courier.pc: $(CAPI_DIR)/courier.pc.in Cargo.toml
 	@mkdir -p $(CAPI_LIBDIR)

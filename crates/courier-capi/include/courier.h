@@ -115,6 +115,11 @@
 #define COURIER_EP_FIELD_USER_DATA (1 << 4)
 
 /**
+ * Length of the job's authentication key.
+ */
+#define COURIER_JOB_AUTH_KEY_LEN 32
+
+/**
  * `courier_listener_params_t.sockaddr` is set (otherwise "0.0.0.0:0").
  */
 #define COURIER_LISTENER_FIELD_SOCK_ADDR (1 << 0)
@@ -378,6 +383,16 @@ typedef struct courier_context_t courier_context_t;
  * A connection to one peer worker.
  */
 typedef struct courier_ep_t courier_ep_t;
+
+/**
+ * The job this process belongs to (one per process; handles share it).
+ */
+typedef struct courier_job_t courier_job_t;
+
+/**
+ * A worker's view of the job: rank to endpoint, connected on first use.
+ */
+typedef struct courier_job_world_t courier_job_world_t;
 
 /**
  * A listening socket of a worker.
@@ -993,6 +1008,141 @@ courier_status_t courier_ep_local_address(const courier_ep_t *ep, char *buf, siz
  * The transport carrying the endpoint ("self", "shm", "tcp"), or "" before it connects.
  */
 const char *courier_ep_transport(const courier_ep_t *ep);
+
+/**
+ * Join the job: detect the launcher from the environment (see docs/scale.md and the
+ * README). The first call in a process connects to the launcher; later calls return a new
+ * handle to the same job. Without a launcher the process is a job of one (rank 0 of 1).
+ */
+courier_status_t courier_job_init(courier_job_t **job_out);
+
+/**
+ * Release a handle. The job itself leaves its launcher's exchange at process exit (or at
+ * `courier_job_finalize`).
+ */
+void courier_job_destroy(courier_job_t *job);
+
+/**
+ * Leave the launcher's exchange now (later exchange calls fail).
+ */
+courier_status_t courier_job_finalize(const courier_job_t *job);
+
+/**
+ * This process's rank (0 to size - 1), into `out`.
+ */
+courier_status_t courier_job_rank(const courier_job_t *job, uint32_t *out);
+
+/**
+ * Ranks in the job, into `out`.
+ */
+courier_status_t courier_job_size(const courier_job_t *job, uint32_t *out);
+
+/**
+ * Rank among the job's processes on this host, into `out`.
+ */
+courier_status_t courier_job_local_rank(const courier_job_t *job, uint32_t *out);
+
+/**
+ * The job's processes on this host, into `out`.
+ */
+courier_status_t courier_job_local_size(const courier_job_t *job, uint32_t *out);
+
+/**
+ * This host's index in the job (0 under courier run), into `out`.
+ */
+courier_status_t courier_job_host_id(const courier_job_t *job, uint32_t *out);
+
+/**
+ * The launcher's name: "courier run", "pmix", "pmi2", "pmi1" or "single" (static string).
+ */
+const char *courier_job_launcher(const courier_job_t *job);
+
+/**
+ * The job's random authentication key (`COURIER_JOB_AUTH_KEY_LEN` bytes into `key_out`),
+ * the same in every rank.
+ */
+courier_status_t courier_job_auth_key(const courier_job_t *job, uint8_t *key_out);
+
+/**
+ * Publish `length` bytes under `key` (NUL-terminated) for this rank; others see it after
+ * `courier_job_commit` or `courier_job_fence`.
+ */
+courier_status_t courier_job_put(const courier_job_t *job,
+                                 const char *key,
+                                 const void *value,
+                                 size_t length);
+
+/**
+ * Make this rank's puts visible.
+ */
+courier_status_t courier_job_commit(const courier_job_t *job);
+
+/**
+ * Commit, then wait (at most `timeout_ms`) until every rank has reached this fence.
+ * `COURIER_ERR_TIMEOUT` names the missing ranks where the launcher can tell.
+ */
+courier_status_t courier_job_fence(const courier_job_t *job, uint64_t timeout_ms);
+
+/**
+ * Wait (at most `timeout_ms`) until every rank has reached this barrier.
+ */
+courier_status_t courier_job_barrier(const courier_job_t *job, uint64_t timeout_ms);
+
+/**
+ * `rank`'s value for `key`, waiting at most `timeout_ms` for it to be committed. The value
+ * is allocated: release it with `courier_buffer_free`.
+ */
+courier_status_t courier_job_get(const courier_job_t *job,
+                                 uint32_t rank,
+                                 const char *key,
+                                 uint64_t timeout_ms,
+                                 void **value_out,
+                                 size_t *length_out);
+
+/**
+ * End the whole job, every rank, with exit code `code`; does not return.
+ */
+void courier_job_abort(const courier_job_t *job, int code, const char *message);
+
+/**
+ * Publish `worker`'s address and fence (collective: every rank calls it). Endpoints are
+ * then made on first use (`courier_job_world_endpoint`) or all at once
+ * (`courier_job_world_connect_all`).
+ */
+courier_status_t courier_job_world_create(const courier_job_t *job,
+                                          const courier_worker_t *worker,
+                                          courier_job_world_t **world_out);
+
+/**
+ * Release a world and the endpoint handles it gave out (the connections stay with the
+ * worker).
+ */
+void courier_job_world_destroy(courier_job_world_t *world);
+
+/**
+ * The endpoint to `rank`, connecting on first use. The handle belongs to the world: use
+ * it until `courier_job_world_destroy`, and do not close or destroy it yourself.
+ */
+courier_status_t courier_job_world_endpoint(const courier_job_world_t *world,
+                                            uint32_t rank,
+                                            courier_ep_t **ep_out);
+
+/**
+ * Eager mode: connect to every rank now and wait until each connection is up.
+ */
+courier_status_t courier_job_world_connect_all(const courier_job_world_t *world);
+
+/**
+ * A job barrier during which the world's worker keeps progressing (so that peers waiting
+ * on this rank's connections are served); prefer it to `courier_job_barrier` once
+ * endpoints are in use.
+ */
+courier_status_t courier_job_world_barrier(const courier_job_world_t *world, uint64_t timeout_ms);
+
+/**
+ * How many endpoints the world has made so far (into `count_out`).
+ */
+courier_status_t courier_job_world_connected(const courier_job_world_t *world, size_t *count_out);
 
 /**
  * Listen for clients (`conn_handler` required). `COURIER_ERR_INVALID_PARAM` for unknown

@@ -23,6 +23,7 @@
 mod am;
 mod context;
 mod endpoint;
+mod job;
 mod listener;
 mod memory;
 mod request;
@@ -37,6 +38,7 @@ mod abi_tests;
 pub use am::*;
 pub use context::*;
 pub use endpoint::*;
+pub use job::*;
 pub use listener::*;
 pub use memory::*;
 pub use request::*;

@@ -2,8 +2,8 @@
 //! fastest route it can find.
 //!
 //! Layers, each using only the ones above it: [`base`] → [`wire`] → [`transport`] →
-//! [`proto`] (protocols) → [`api`] (objects); surfaces (the C ABI and the `courier`
-//! command) live in their own crates.
+//! [`proto`] (protocols) → [`api`] (objects) → [`job`] (launchers and wire-up over the
+//! objects); surfaces (the C ABI and the `courier` command) live in their own crates.
 //!
 //! ```no_run
 //! use courier::{Context, ContextParams, Worker, WorkerParams, EndpointParams};
@@ -23,6 +23,7 @@
 
 pub mod api;
 pub mod base;
+pub mod job;
 pub mod proto;
 pub mod transport;
 pub mod wire;
@@ -30,6 +31,7 @@ pub mod wire;
 pub use api::*;
 pub use base::cuda::{Driver as CudaDriver, load as cuda_driver};
 pub use base::{Config, Error, Result, Status};
+pub use job::{Job, JobWorld, LauncherKind};
 pub use proto::am::{AmFlags, AmRndv};
 pub use proto::state::{Buf, Callback, Info, RawFn, RndvCopies};
 pub use proto::tag::{ProbeInfo, Started};

@@ -2,6 +2,8 @@
 //! its output rows. Each test file uses part of it.
 #![allow(dead_code)]
 
+pub mod job;
+
 use std::process::{Command, Output, Stdio};
 
 /// The environment of a run over tcp only.

@@ -138,6 +138,36 @@ pub const VARS: &[Var] = &[
         help: "TCP congestion control: auto (reno for connections within this host, where no network is shared; the system's otherwise), system, or an algorithm for every connection",
         accepts: "auto | system | an algorithm name (reno, cubic, bbr, ...)",
     },
+    Var {
+        name: "COURIER_JOB_LAUNCHER",
+        default: "auto",
+        help: "Which launcher Job::init talks to: auto (courier run, then PMIx, PMI-2, PMI-1, else a job of one), run, pmix, pmi2, pmi1 or single",
+        accepts: "auto | run | pmix | pmi2 | pmi1 | single",
+    },
+    Var {
+        name: "COURIER_PMIX_LIB",
+        default: "libpmix.so.2",
+        help: "The PMIx client library loaded at run time when mpirun or srun --mpi=pmix started the process",
+        accepts: "a library name or path",
+    },
+    Var {
+        name: "COURIER_RUN_FD",
+        default: "none",
+        help: "Set by courier run in each rank: the descriptor of the rank's socket to the launcher (not set by users)",
+        accepts: "a descriptor number",
+    },
+    Var {
+        name: "COURIER_RUN_RANK",
+        default: "none",
+        help: "Set by courier run in each rank: its rank, for scripts (programs use Job::rank)",
+        accepts: "a number",
+    },
+    Var {
+        name: "COURIER_RUN_SIZE",
+        default: "none",
+        help: "Set by courier run in each rank: the number of ranks, for scripts (programs use Job::size)",
+        accepts: "a number",
+    },
 ];
 
 /// Parsed configuration.

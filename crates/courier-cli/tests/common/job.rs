@@ -1,0 +1,240 @@
+//! What the job tests share: a rank program (this test binary, re-entered with a role in
+//! `COURIER_TEST_JOB_ROLE`), its checks, and the process-table check for orphans.
+#![allow(dead_code)]
+
+use std::io::Write;
+use std::time::{Duration, Instant};
+
+use courier::{Context, ContextParams, Job, JobWorld, Worker, WorkerParams};
+
+/// The arguments that re-enter this test binary as a rank.
+pub fn rank_args() -> Vec<String> {
+    vec![
+        std::env::current_exe()
+            .expect("test binary path")
+            .to_string_lossy()
+            .into_owned(),
+        "--exact".into(),
+        "rank_entry".into(),
+        "--nocapture".into(),
+        "--test-threads=1".into(),
+    ]
+}
+
+fn say(line: &str) {
+    let mut o = std::io::stdout().lock();
+    let _ = writeln!(o, "{line}");
+    let _ = o.flush();
+}
+
+const T: Duration = Duration::from_secs(60);
+
+fn seed(src: u32, dst: u32, i: usize) -> u8 {
+    (src as usize * 131 + dst as usize * 7 + i * 31) as u8
+}
+
+/// Ring and all-to-all with every byte checked, lazily then eagerly; the auth key compared
+/// across ranks. Prints `RANK r/n OK` and exits 0.
+fn ring(job: &Job) {
+    let (r, n) = (job.rank(), job.size());
+    let key = job.auth_key().expect("auth key");
+    if r == 0 {
+        job.put("test.key", &key).expect("put key");
+    }
+    let ctx = Context::new(ContextParams::default()).expect("context");
+    let w = Worker::new(&ctx, WorkerParams::default()).expect("worker");
+    let world = JobWorld::new(job, &w).expect("world");
+    let k0 = job.get(0, "test.key", T).expect("get key");
+    assert_eq!(k0, key, "rank {r}: the auth key differs from rank 0's");
+    let (right, left) = ((r + 1) % n, (r + n - 1) % n);
+    let len = 5000;
+    let out: Vec<u8> = (0..len).map(|i| seed(r, right, i)).collect();
+    let mut inb = vec![0u8; len];
+    let rx = w
+        .tag_recv(&mut inb, 100 + left as u64, u64::MAX)
+        .expect("recv");
+    let ep = world.endpoint(right).expect("endpoint");
+    ep.tag_send(&out, 100 + r as u64)
+        .expect("send")
+        .wait()
+        .expect("send wait");
+    rx.wait().expect("ring recv");
+    assert!(
+        inb.iter().enumerate().all(|(i, &b)| b == seed(left, r, i)),
+        "rank {r}: ring data from {left} differs"
+    );
+    assert_eq!(
+        world.connected(),
+        1,
+        "lazy wire-up made more than one endpoint"
+    );
+    world.barrier(T).expect("barrier after ring");
+    world.connect_all().expect("connect all");
+    assert_eq!(world.connected(), n as usize);
+    let mut bufs: Vec<Vec<u8>> = (0..n).map(|_| vec![0u8; len]).collect();
+    let mut rxs = Vec::new();
+    for (p, b) in bufs.iter_mut().enumerate() {
+        rxs.push(w.tag_recv(b, 200 + p as u64, u64::MAX).expect("recv"));
+    }
+    let outs: Vec<Vec<u8>> = (0..n)
+        .map(|p| (0..len).map(|i| seed(r, p, i) ^ 0x5a).collect())
+        .collect();
+    let mut sends = Vec::new();
+    for p in 0..n {
+        let ep = world.endpoint(p).expect("endpoint");
+        sends.push(
+            ep.tag_send(&outs[p as usize], 200 + r as u64)
+                .expect("send"),
+        );
+    }
+    for s in sends {
+        s.wait().expect("all-to-all send");
+    }
+    for rx in rxs {
+        rx.wait().expect("all-to-all recv");
+    }
+    for (p, b) in bufs.iter().enumerate() {
+        assert!(
+            b.iter()
+                .enumerate()
+                .all(|(i, &x)| x == seed(p as u32, r, i) ^ 0x5a),
+            "rank {r}: all-to-all data from {p} differs"
+        );
+    }
+    world.barrier(T).expect("final barrier");
+    say(&format!(
+        "RANK {r}/{n} OK local {}/{} host {} via {}",
+        job.local_rank(),
+        job.local_size(),
+        job.host_id(),
+        job.launcher().name()
+    ));
+}
+
+/// The rank side of every job test; returns without doing anything outside a job test.
+pub fn rank_main() {
+    let Ok(role) = std::env::var("COURIER_TEST_JOB_ROLE") else {
+        return;
+    };
+    say(&format!("PID {}", std::process::id()));
+    let victim: u32 = std::env::var("COURIER_TEST_JOB_VICTIM")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1);
+    let env_rank: Option<u32> = [
+        "PMI_RANK",
+        "PMIX_RANK",
+        "SLURM_PROCID",
+        "OMPI_COMM_WORLD_RANK",
+    ]
+    .iter()
+    .find_map(|v| std::env::var(v).ok()?.parse().ok());
+    match role.as_str() {
+        "die-before-init" if env_rank == Some(victim) => std::process::exit(5),
+        "kill-before-init" if env_rank == Some(victim) => {
+            // SAFETY: raise has no memory arguments.
+            unsafe { libc::raise(libc::SIGKILL) };
+        }
+        _ => {}
+    }
+    let job = Job::init().unwrap_or_else(|e| {
+        say(&format!("INIT FAILED {e}"));
+        std::process::exit(3);
+    });
+    let r = job.rank();
+    match role.as_str() {
+        "ring" | "die-before-init" | "kill-before-init" => ring(&job),
+        "abort" => {
+            job.barrier(T).expect("barrier");
+            if r == victim {
+                job.abort(7, "the test's abort");
+            }
+            // The others wait in a fence the victim never joins; the abort ends them.
+            let e = job.fence(Duration::from_secs(120));
+            say(&format!("SURVIVED ABORT {e:?}"));
+            std::process::exit(0);
+        }
+        "fence-missing" => {
+            if r == victim {
+                // Never joins: sleeps until the launcher ends it.
+                std::thread::sleep(Duration::from_secs(300));
+                std::process::exit(0);
+            }
+            let t = Instant::now();
+            match job.fence(Duration::from_secs(2)) {
+                Ok(()) => say("FENCE PASSED"),
+                Err(e) => say(&format!("FENCE FAILED after {:?}: {e}", t.elapsed())),
+            }
+            std::process::exit(4);
+        }
+        "exit-early" => {
+            // The victim leaves with status 0 before the fence: the others must not hang.
+            if r == victim {
+                std::process::exit(0);
+            }
+            match job.fence(Duration::from_secs(60)) {
+                Ok(()) => say("FENCE PASSED"),
+                Err(e) => say(&format!("FENCE FAILED: {e}")),
+            }
+            std::process::exit(4);
+        }
+        "info" => {
+            say(&format!(
+                "INFO rank {r} size {} local {}/{} host {} via {}",
+                job.size(),
+                job.local_rank(),
+                job.local_size(),
+                job.host_id(),
+                job.launcher().name()
+            ));
+            job.barrier(T).expect("barrier");
+        }
+        other => panic!("unknown job role {other}"),
+    }
+    std::process::exit(0);
+}
+
+/// The PIDs ranks printed (`PID n` lines).
+pub fn pids(out: &str) -> Vec<i32> {
+    out.lines()
+        .filter_map(|l| l.split("PID ").nth(1)?.trim().parse().ok())
+        .collect()
+}
+
+/// Processes of `pids` still alive (not zombies), after waiting up to `limit` for them to
+/// go: what a launcher left behind.
+pub fn survivors(pids: &[i32], limit: Duration) -> Vec<i32> {
+    let t = Instant::now();
+    loop {
+        let alive: Vec<i32> = pids
+            .iter()
+            .copied()
+            .filter(|p| {
+                std::fs::read_to_string(format!("/proc/{p}/stat"))
+                    .ok()
+                    .and_then(|s| {
+                        let state = s.rsplit(')').next()?.split_whitespace().next()?.to_string();
+                        Some(state != "Z")
+                    })
+                    .unwrap_or(false)
+            })
+            .collect();
+        if alive.is_empty() || t.elapsed() > limit {
+            return alive;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Whether the environment can run a test that needs `what`: in CI a missing piece fails
+/// the test; elsewhere it prints SKIPPED and the test returns.
+pub fn require(ok: bool, test: &str, why: &str) -> bool {
+    if ok {
+        return true;
+    }
+    if std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "0" && v != "false") {
+        panic!("{test}: cannot run in CI: {why}");
+    }
+    eprintln!("SKIPPED: {test}: {why}");
+    false
+}
