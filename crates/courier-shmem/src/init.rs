@@ -255,6 +255,7 @@ fn setup(requested: i32) -> Result<World, String> {
         },
     )
     .map_err(|e| format!("creating the Courier worker: {e}"))?;
+    rt.attach(&worker)?;
     let blob = symmetric::publish(&heap, data.as_ref())?;
     rt.put("shmem-seg", &blob)?;
     rt.exchange().map_err(|e| format!("exchanging keys: {e}"))?;

@@ -1,103 +1,91 @@
-//! The job layer as OpenSHMEM needs it: rank and size, a key-value exchange (put, commit
-//! with fence, get), a barrier, an abort of the whole job, and an endpoint to each PE.
+//! The job layer as OpenSHMEM needs it (Courier's `Job` and `JobWorld`): rank and size, a
+//! key-value exchange (put, then a fence, then get), a barrier, an abort of the whole job,
+//! and an endpoint to each PE, made the first time it is needed.
 //!
-//! A program started without a launcher is a job of one PE (the specification's
-//! "singleton"), which needs none of these beyond itself.
+//! Whatever started the process (`courier run`/`oshrun`, mpirun, srun, or nothing: a job
+//! of one PE) is the job layer's business.
 
-use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::OnceLock;
+use std::time::Duration;
 
-use courier::{Endpoint, Worker};
+use courier::{Endpoint, Job, JobWorld, Worker};
+
+/// How long the launcher's exchange and barriers may take (the job's start-up included).
+const TIMEOUT: Duration = Duration::from_secs(300);
 
 /// The job this process belongs to.
 pub struct Runtime {
-    kind: Kind,
-}
-
-enum Kind {
-    /// One PE, no launcher.
-    Single { kv: Mutex<HashMap<String, Vec<u8>>> },
+    job: Job,
+    world: OnceLock<JobWorld>,
 }
 
 impl Runtime {
     /// Join the job the launcher started, or become a job of one.
     pub fn init() -> Result<Runtime, String> {
+        let job = Job::init().map_err(|e| e.to_string())?;
         Ok(Runtime {
-            kind: Kind::Single {
-                kv: Mutex::new(HashMap::new()),
-            },
+            job,
+            world: OnceLock::new(),
         })
+    }
+
+    /// Publish `worker`'s address so that peers can connect to it (collective).
+    pub fn attach(&self, worker: &Worker) -> Result<(), String> {
+        let w =
+            JobWorld::with_name(&self.job, worker, "shmem", TIMEOUT).map_err(|e| e.to_string())?;
+        let _ = self.world.set(w);
+        Ok(())
     }
 
     /// This PE's rank in the job.
     pub fn rank(&self) -> usize {
-        match &self.kind {
-            Kind::Single { .. } => 0,
-        }
+        self.job.rank() as usize
     }
 
     /// The number of PEs.
     pub fn size(&self) -> usize {
-        match &self.kind {
-            Kind::Single { .. } => 1,
-        }
+        self.job.size() as usize
     }
 
     /// Publish `value` under `key` (visible to others after `exchange`).
     pub fn put(&self, key: &str, value: &[u8]) -> Result<(), String> {
-        match &self.kind {
-            Kind::Single { kv } => {
-                lock(kv).insert(key.to_string(), value.to_vec());
-                Ok(())
-            }
-        }
+        self.job.put(key, value).map_err(|e| e.to_string())
     }
 
     /// Commit what this PE put and wait until every PE has (collective).
     pub fn exchange(&self) -> Result<(), String> {
-        match &self.kind {
-            Kind::Single { .. } => Ok(()),
-        }
+        self.job.fence(TIMEOUT).map_err(|e| e.to_string())
     }
 
     /// What PE `rank` put under `key` before the last `exchange`.
     pub fn get(&self, rank: usize, key: &str) -> Result<Vec<u8>, String> {
-        match &self.kind {
-            Kind::Single { kv } => lock(kv)
-                .get(key)
-                .filter(|_| rank == 0)
-                .cloned()
-                .ok_or_else(|| format!("PE {rank} published no '{key}'")),
-        }
+        self.job
+            .get(rank as u32, key, TIMEOUT)
+            .map_err(|e| e.to_string())
     }
 
-    /// Wait until every PE is here (the launcher's barrier: slow, for init and finalize).
+    /// Wait until every PE is here (the launcher's barrier: for init and finalize).
     pub fn barrier(&self) -> Result<(), String> {
-        match &self.kind {
-            Kind::Single { .. } => Ok(()),
-        }
+        self.job.barrier(TIMEOUT).map_err(|e| e.to_string())
     }
 
-    /// An endpoint of `worker` to PE `rank` (never this PE: its memory is reached in place).
+    /// An endpoint of the worker to PE `rank` (never this PE: its memory is reached in place).
     pub fn endpoint(&self, _worker: &Worker, rank: usize) -> Result<Endpoint, String> {
-        match &self.kind {
-            Kind::Single { .. } => Err(format!("PE {rank} is not in this job of one PE")),
-        }
+        self.world
+            .get()
+            .ok_or_else(|| "the worker's address was never published".to_string())?
+            .endpoint(rank as u32)
+            .map_err(|e| e.to_string())
     }
 
     /// End the whole job with `code`, saying why.
-    pub fn abort(&self, code: i32, _why: &str) -> ! {
-        match &self.kind {
-            Kind::Single { .. } => std::process::exit(code),
-        }
+    pub fn abort(&self, code: i32, why: &str) -> ! {
+        self.job.abort(code, why)
     }
 
-    /// Leave the job (collective).
+    /// Leave the job (after the library's own final barrier).
     pub fn finalize(&self) -> Result<(), String> {
-        self.barrier()
+        self.job.finalize();
+        Ok(())
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
