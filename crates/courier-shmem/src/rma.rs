@@ -370,9 +370,7 @@ fn strided(
                     failed(call, pe, e)
                 }
             }
-            if let Err(e) = ep.flush() {
-                failed(call, pe, e)
-            }
+            complete(w, call, w.peer(call, pe));
             take_async_error(call);
         }
     }
