@@ -370,7 +370,7 @@ fn strided(
                     failed(call, pe, e)
                 }
             }
-            complete(w, call, w.peer(call, pe));
+            complete(call, w.peer(call, pe));
             take_async_error(call);
         }
     }
@@ -398,21 +398,27 @@ fn take_async_error(call: &str) {
 /// is sent, so a refusal cannot happen here.)
 pub fn quiet_all(w: &World, call: &str) {
     for p in w.connected() {
-        let Some(part) = p.parts[0].as_ref() else {
-            continue;
-        };
-        if !part.direct.is_null() {
-            continue;
-        }
-        let r =
-            p.ep.atomic(courier::AtomicOp::Add, 0, 0, part.base, &part.key, false)
-                .and_then(|r| r.wait());
-        if let Err(e) = r {
-            fatal(call, e)
-        }
+        complete(call, p);
     }
     take_async_error(call);
     fence(Ordering::SeqCst);
+}
+
+/// Wait until the owner has carried out every operation sent to `p` so far (see
+/// `quiet_all`); nothing to do for a peer whose heap is mapped here.
+fn complete(call: &str, p: &crate::symmetric::Peer) {
+    let Some(part) = p.parts[0].as_ref() else {
+        return;
+    };
+    if !part.direct.is_null() {
+        return;
+    }
+    let r =
+        p.ep.atomic(courier::AtomicOp::Add, 0, 0, part.base, &part.key, false)
+            .and_then(|r| r.wait());
+    if let Err(e) = r {
+        fatal(call, e)
+    }
 }
 
 /// `shmem_fence`: operations to each PE issued before are delivered before those after.
