@@ -25,6 +25,9 @@ pub const DEFAULT_HEAP: usize = 512 << 20;
 /// which costs address space only).
 pub const HEAP_ALIGN: usize = 32 << 20;
 
+/// Jobs up to this many PEs connect every pair at `shmem_init`.
+pub const EAGER_MAX: usize = 64;
+
 /// How waits behave (`SHMEM_WAIT`, `SHMEM_WAIT_SPIN`).
 #[derive(Clone, Copy, Debug)]
 pub struct WaitCfg {
@@ -196,8 +199,28 @@ pub fn init(call: &'static str, requested: i32) -> i32 {
     let w: &'static World = Box::leak(Box::new(world));
     WORLD.store(w as *const World as *mut World, Ordering::Release);
     crate::team::init_predefined(w);
-    // Everyone has mapped and published before anyone returns.
-    if let Err(e) = w.rt.barrier() {
+    // Small jobs connect every pair now, while every PE progresses: a PE that later spins
+    // on its memory without calling the library cannot hold up a peer's first access.
+    // (`SHMEM_CONNECT=lazy` connects at first use instead; larger jobs always do.)
+    let eager = match std::env::var("SHMEM_CONNECT").as_deref() {
+        Ok("lazy") => false,
+        Ok("eager") => true,
+        _ => w.npes <= EAGER_MAX,
+    };
+    let r = if eager {
+        w.rt.connect_all().map(|()| {
+            for pe in (0..w.npes).filter(|&p| p != w.me) {
+                w.peer(call, pe);
+            }
+        })
+    } else {
+        Ok(())
+    };
+    if let Err(e) = r {
+        fatal(call, format_args!("connecting the PEs: {e}"))
+    }
+    // Everyone has mapped, published (and connected) before anyone returns.
+    if let Err(e) = w.rt.barrier_progressing() {
         fatal(call, format_args!("the job's barrier failed: {e}"))
     }
     if w.me == 0 {

@@ -37,6 +37,25 @@ impl Runtime {
         Ok(())
     }
 
+    /// Connect to every PE now, then wait (progressing) until every PE has: afterwards no
+    /// PE needs another's progress to reach it.
+    pub fn connect_all(&self) -> Result<(), String> {
+        let w = self
+            .world
+            .get()
+            .ok_or("the worker's address was never published")?;
+        w.connect_all().map_err(|e| e.to_string())?;
+        w.barrier(TIMEOUT).map_err(|e| e.to_string())
+    }
+
+    /// A barrier of the job during which this PE's worker keeps progressing.
+    pub fn barrier_progressing(&self) -> Result<(), String> {
+        match self.world.get() {
+            Some(w) => w.barrier(TIMEOUT).map_err(|e| e.to_string()),
+            None => self.barrier(),
+        }
+    }
+
     /// This PE's rank in the job.
     pub fn rank(&self) -> usize {
         self.job.rank() as usize

@@ -81,6 +81,10 @@ fn holds<T: PartialOrd>(cmp: i32, a: T, b: T) -> bool {
 
 /// Progress and look until `done` holds: spin, then sleep (see the module doc).
 pub fn block_until(w: &World, mut done: impl FnMut() -> bool) {
+    // One progress call even when the condition already holds: a program that spins on
+    // `wait_until`/`test` calls still serves its peers (their tcp operations, their
+    // connections) through them.
+    w.worker.progress();
     if done() {
         return;
     }
