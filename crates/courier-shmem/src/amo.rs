@@ -153,6 +153,11 @@ fn run<T: Amo>(
     }
     match target(w, call, "dest", dest as usize, width, pe) {
         Where::Here(p) => {
+            if op == Op::Fetch && pe == w.me {
+                // A read of one's own word is how programs spin while peers reached through
+                // the worker (tcp) update it: serve them meanwhile.
+                w.worker.progress();
+            }
             // SAFETY: checked inside a mapped segment and aligned; symmetric words are
             // touched by everyone only through atomics.
             let old = unsafe { local(p, T::WIDE, op, v.bits(), cmp.bits()) };

@@ -225,8 +225,14 @@ pub fn g<T: Copy + Default>(call: &'static str, ctx: &Ctx, src: *const T, pe: i3
     let pe = ctx.pe(w, call, pe);
     let n = size_of::<T>();
     match target(w, call, "source", src as usize, n, pe) {
-        // SAFETY: checked range.
-        Where::Here(p) => unsafe { std::ptr::read_unaligned(p as *const T) },
+        Where::Here(p) => {
+            if pe == w.me {
+                // Spinning on one's own copy: serve peers reached through the worker.
+                w.worker.progress();
+            }
+            // SAFETY: checked range.
+            unsafe { std::ptr::read_unaligned(p as *const T) }
+        }
         Where::Remote { ep, key, raddr } => {
             let mut v = T::default();
             // SAFETY: `v` lives until the wait below returns.

@@ -1,6 +1,8 @@
 /* Error cases: each mode makes one mistake, which must end the job with a message naming
  * the call, the argument and why (tests/run.sh checks the exit status and the message).
- *   errors pe | nonsym | before_init | team | cmp | align | sigop | free */
+ *   errors pe | nonsym | before_init | team | cmp | align | sigop | free
+ * and one that is no mistake: `exit`, where PE 0 calls shmem_global_exit(3) while the
+ * others wait in a barrier that never completes: the job must end with status 3. */
 #include <shmem.h>
 #include <stdio.h>
 #include <string.h>
@@ -33,6 +35,9 @@ int main(int argc, char **argv) {
         shmem_putmem_signal(&target, &local, 8, &sig, 1, 7, 0);
     } else if (strcmp(mode, "free") == 0) {
         shmem_free(&target);
+    } else if (strcmp(mode, "exit") == 0) {
+        if (shmem_my_pe() == 0) shmem_global_exit(3);
+        shmem_barrier_all();
     }
     shmem_finalize();
     return 0; /* reaching here is the failure: the mistake went unnoticed */
