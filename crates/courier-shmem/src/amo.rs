@@ -153,9 +153,10 @@ fn run<T: Amo>(
     }
     match target(w, call, "dest", dest as usize, width, pe) {
         Where::Here(p) => {
-            if op == Op::Fetch && pe == w.me {
-                // A read of one's own word is how programs spin while peers reached through
-                // the worker (tcp) update it: serve them meanwhile.
+            if pe == w.me && !matches!(out, Out::Drop) {
+                // Fetching atomics on one's own word are how programs spin (a read, a
+                // compare-and-swap on a lock) while peers reached through the worker (tcp)
+                // wait to update it: serve them meanwhile.
                 w.worker.progress();
             }
             // SAFETY: checked inside a mapped segment and aligned; symmetric words are

@@ -335,6 +335,10 @@ fn print_info(w: &World) {
             "SHMEM_WAIT_SPIN",
             "how long a wait spins before it sleeps; default 50us",
         ),
+        (
+            "SHMEM_CONNECT",
+            "eager: connect every pair at init (default up to 64 PEs); lazy: at first use",
+        ),
     ] {
         let v = std::env::var(name).unwrap_or_else(|_| "(not set)".into());
         println!("  {name:22} = {v:12} {what}");

@@ -17,6 +17,7 @@ int main(void) {
         int pe = shmem_team_translate_pe(SHMEM_TEAM_SHARED, i, SHMEM_TEAM_WORLD);
         static int probe;
         CHECK(shmem_ptr(&probe, pe) != NULL, "shmem_ptr to shared-team PE %d", pe);
+        CHECK(shmem_team_ptr(SHMEM_TEAM_SHARED, &probe, i) == shmem_ptr(&probe, pe), "shmem_team_ptr %d", i);
     }
 
     /* Evens, by a strided split; odds by a negative stride from the top. */

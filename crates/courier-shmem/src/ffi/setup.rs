@@ -103,26 +103,48 @@ pub extern "C" fn shmem_addr_accessible(addr: *const c_void, pe: c_int) -> c_int
     })
 }
 
+/// A pointer to `dest` on world PE `pe` usable here, or null.
+fn ptr_to(call: &'static str, w: &init::World, dest: *const c_void, pe: usize) -> *mut c_void {
+    let Some((seg, off)) = w.locate(dest as usize, 1) else {
+        return std::ptr::null_mut();
+    };
+    if pe == w.me {
+        return dest as *mut c_void;
+    }
+    if !w.same_host(pe) {
+        return std::ptr::null_mut();
+    }
+    match w.peer(call, pe).parts[seg as usize].as_ref() {
+        // SAFETY: inside the peer's segment mapped here.
+        Some(p) if !p.direct.is_null() && (off as u64) < p.len => unsafe {
+            p.direct.add(off) as *mut c_void
+        },
+        _ => std::ptr::null_mut(),
+    }
+}
+
 #[unsafe(no_mangle)]
 pub extern "C" fn shmem_ptr(dest: *const c_void, pe: c_int) -> *mut c_void {
     guard("shmem_ptr", || {
         let w = init::world("shmem_ptr");
         let pe = w.check_pe("shmem_ptr", pe);
-        let Some((seg, off)) = w.locate(dest as usize, 1) else {
-            return std::ptr::null_mut();
-        };
-        if pe == w.me {
-            return dest as *mut c_void;
-        }
-        if !w.same_host(pe) {
-            return std::ptr::null_mut();
-        }
-        match w.peer("shmem_ptr", pe).parts[seg as usize].as_ref() {
-            // SAFETY: inside the peer's segment mapped here.
-            Some(p) if !p.direct.is_null() && (off as u64) < p.len => unsafe {
-                p.direct.add(off) as *mut c_void
-            },
-            _ => std::ptr::null_mut(),
+        ptr_to("shmem_ptr", w, dest, pe)
+    })
+}
+
+/// `shmem_team_ptr` (OpenSHMEM 1.6): `pe` is a PE of `team`.
+#[unsafe(no_mangle)]
+pub extern "C" fn shmem_team_ptr(
+    team: crate::team::TeamHandle,
+    dest: *const c_void,
+    pe: c_int,
+) -> *mut c_void {
+    const CALL: &str = "shmem_team_ptr";
+    guard(CALL, || {
+        let w = init::world(CALL);
+        match crate::team::lookup(CALL, team) {
+            Some(t) => ptr_to(CALL, w, dest, t.world_pe(CALL, pe)),
+            None => std::ptr::null_mut(),
         }
     })
 }
