@@ -14,6 +14,7 @@ export PATH := $(PATH):$(HOME)/.cargo/bin:/usr/local/go/bin
 .PHONY: all build run test test-rust test-gpu test-scripts lint fmt bench clean deps deps-test
 
 include crates/courier-capi/capi.mk
+include crates/courier-shmem/shmem.mk
 
 all: build
 
@@ -29,7 +30,7 @@ build: deps
 run: build
 	./target/release/courier perf --local
 
-test: deps-test test-scripts test-rust capi-check-header capi-test capi-job-test capi-go-test lint
+test: deps-test test-scripts test-rust capi-check-header capi-test capi-job-test capi-go-test shmem-check-gen shmem-test lint
 	@echo "make test: all suites passed"
 
 test-rust:

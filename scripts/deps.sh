@@ -71,6 +71,19 @@ fi
 if [ "${1:-}" = test ]; then
   bash "$root/scripts/launchers.sh"
 fi
+# `make conformance` builds a peer's autotools test suite (Sandia OpenSHMEM's).
+if [ "${1:-}" = conformance ]; then
+  need=()
+  command -v autoreconf >/dev/null || need+=(autoconf)
+  command -v automake >/dev/null || need+=(automake)
+  command -v libtoolize >/dev/null || need+=(libtool)
+  command -v c++ >/dev/null || need+=(g++)
+  if [ ${#need[@]} -gt 0 ]; then
+    echo "deps: installing ${need[*]} (for make conformance)"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq && apt-get install -y -qq "${need[@]}" >/dev/null
+  fi
+fi
 if ! command -v go >/dev/null && [ ! -x /usr/local/go/bin/go ]; then
   echo "deps: installing Go (Debian's golang)"
   export DEBIAN_FRONTEND=noninteractive

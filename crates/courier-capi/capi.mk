@@ -86,7 +86,7 @@ $(CAPI_LIBDIR)/courier.pc: $(CAPI_DIR)/courier.pc.in Cargo.toml
 
 capi-pc: $(CAPI_LIBDIR)/courier.pc
 
-install: capi capi-pc
+install: capi capi-pc shmem-install
 	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig
 	install -m 0755 $(CAPI_SO) $(DESTDIR)$(PREFIX)/lib/libcourier.so
 	install -m 0644 $(CAPI_A) $(DESTDIR)$(PREFIX)/lib/libcourier.a

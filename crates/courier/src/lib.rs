@@ -39,7 +39,7 @@ pub mod wire;
 pub use api::*;
 pub use base::config;
 pub use base::cuda::{Driver as CudaDriver, load as cuda_driver};
-pub use base::sys::poll_gap;
+pub use base::sys::{host_id, poll_gap};
 pub use base::{Config, Error, Result, Status};
 pub use job::{Job, JobWorld, LauncherKind};
 pub use proto::am::{AmFlags, AmRndv};

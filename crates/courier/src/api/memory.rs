@@ -37,6 +37,10 @@ pub struct MemMapParams {
     pub memory_type: MemoryType,
     /// Remote rights: `access::READ | WRITE | ATOMIC`.
     pub access: u16,
+    /// With `address`: move the pages `[address, address + length)` (page-aligned) into a
+    /// shared segment in place, keeping their addresses and contents, so that same-host
+    /// peers reach them directly as they reach allocated memory (`share_in_place`).
+    pub in_place: bool,
 }
 
 impl Default for MemMapParams {
@@ -47,6 +51,7 @@ impl Default for MemMapParams {
             allocate: false,
             memory_type: MemoryType::Host,
             access: access::ALL,
+            in_place: false,
         }
     }
 }
@@ -65,6 +70,23 @@ impl MemMapParams {
         MemMapParams {
             address: Some(ptr),
             length,
+            ..Default::default()
+        }
+    }
+    /// Share existing pages in place: `[ptr, ptr + length)`, page-aligned host memory that
+    /// this process owns privately (a program's data and bss, say), is moved into a shared
+    /// segment at the same addresses with the same contents, and registered. Same-host
+    /// peers then reach it with loads, stores and CPU atomics, as allocated memory, where
+    /// registered memory would be reached only by CMA or through this process. Unmapping
+    /// the region leaves the pages where they are, shared with no one.
+    ///
+    /// The move copies the pages and then maps the segment over them: a store another
+    /// thread makes to them meanwhile is lost, so call it before such threads start.
+    pub fn share_in_place(ptr: *mut u8, length: usize) -> Self {
+        MemMapParams {
+            address: Some(ptr),
+            length,
+            in_place: true,
             ..Default::default()
         }
     }
@@ -112,6 +134,25 @@ impl Context {
         }
         if p.access & !access::ALL != 0 {
             return Err(Error::new(Status::InvalidParam, "unknown access bits"));
+        }
+        if p.in_place {
+            let ptr = p.address.ok_or_else(|| {
+                Error::new(Status::InvalidParam, "sharing in place needs an address")
+            })?;
+            if p.allocate || mem_type != MemoryType::Host {
+                return Err(Error::new(
+                    Status::InvalidParam,
+                    "only existing host memory can be shared in place",
+                ));
+            }
+            let id = reg.share_in_place(ptr, p.length, p.access)?;
+            return Ok(Memory {
+                reg,
+                id,
+                ptr,
+                len: p.length,
+                mem_type,
+            });
         }
         if p.allocate {
             if p.address.is_some() {

@@ -432,6 +432,62 @@ impl MemRegistry {
         Ok((id, secret, ptr))
     }
 
+    /// Move the private pages `[ptr, ptr + len)` into a shared segment at the same
+    /// addresses, contents kept, and record them like allocated memory (peers map the
+    /// segment). The pages stay mapped when the region is removed.
+    pub(crate) fn share_in_place(&self, ptr: *mut u8, len: usize, acc: u16) -> Result<u64> {
+        use rustix::mm::{MapFlags, ProtFlags, mmap};
+        let page = rustix::param::page_size();
+        if len == 0 || !(ptr as usize).is_multiple_of(page) || !len.is_multiple_of(page) {
+            return Err(Error::msg(
+                Status::InvalidParam,
+                format!(
+                    "sharing in place needs whole pages: [{ptr:p}, +{len}) is not a non-empty multiple of {page} bytes at a page boundary"
+                ),
+            ));
+        }
+        let fd = memfd("courier-in-place", len)?;
+        // Copy what is there; pages of zeros stay holes of the segment (a large bss costs
+        // nothing until it is written).
+        for off in (0..len).step_by(page) {
+            // SAFETY: the caller's pages, readable (they are about to be shared); read as
+            // bytes through a raw slice that lives only for this copy.
+            let bytes = unsafe { std::slice::from_raw_parts(ptr.add(off), page) };
+            if bytes.iter().all(|&b| b == 0) {
+                continue;
+            }
+            let mut done = 0;
+            while done < page {
+                let n = rustix::io::pwrite(&fd, &bytes[done..], (off + done) as u64)
+                    .map_err(|e| Error::io("pwrite", e))?;
+                done += n;
+            }
+        }
+        // SAFETY: replaces the caller's pages by the segment holding the same bytes, at the
+        // same addresses (MAP_FIXED swaps the mappings in one step, so no other mapping can
+        // land in between); the caller vouches that nothing writes them meanwhile.
+        unsafe {
+            mmap(
+                ptr.cast(),
+                len,
+                ProtFlags::READ | ProtFlags::WRITE,
+                MapFlags::SHARED | MapFlags::FIXED,
+                &fd,
+                0,
+            )
+        }
+        .map_err(|e| Error::io("mmap (in place)", e))?;
+        let (id, _) = self.add(
+            ptr as u64,
+            len as u64,
+            acc,
+            MemoryType::Host,
+            Some(fd),
+            None,
+        )?;
+        Ok(id)
+    }
+
     /// Allocate `len` bytes of CUDA device memory and record them.
     pub(crate) fn allocate_device(
         &self,

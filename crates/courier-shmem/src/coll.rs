@@ -1,0 +1,405 @@
+//! Collectives: sync and barrier, broadcast, collect and fcollect, alltoall(s), reductions;
+//! team-based and the deprecated active-set forms (whose `pSync` and `pWrk` are not
+//! needed, and left untouched).
+//!
+//! **Sync** is a dissemination algorithm (⌈log₂ n⌉ rounds; in round k each member signals
+//! the member 2ᵏ after it and waits for the one 2ᵏ before it) on *pairwise counters*: in
+//! the heap's internal area every PE has one 64-bit word per peer, which that peer raises
+//! by one with a put-with-signal (so a sleeping waiter is woken), and a private count of
+//! what it has taken from each. Any subset of PEs (a team, an active set) synchronizes
+//! on the same words with no per-team state; two PEs that share several teams meet in
+//! the same order in each, which the specification requires of programs anyway.
+//!
+//! **Data** moves after an entry sync by each member *pulling* what it needs from its
+//! peers' symmetric source buffers (plain copies from a same-host peer's mapped segment,
+//! gets elsewhere); an exit sync then lets sources be reused. Reductions combine in team
+//! order, so every member computes the same bits.
+
+use std::sync::Mutex;
+
+use courier::{Buf, Callback, Cmp, SignalOp, Started};
+
+use crate::ctx::DEFAULT;
+use crate::error::fatal;
+use crate::init::World;
+use crate::reduce::ReduceFn;
+use crate::rma::{self, Where};
+use crate::team::TeamData;
+
+/// Bytes of the heap's internal area: the pairwise counters and a scratch line.
+pub fn internal_bytes(npes: usize) -> usize {
+    scratch_offset(npes) + 64
+}
+
+fn scratch_offset(npes: usize) -> usize {
+    (npes * 8).div_ceil(64) * 64
+}
+
+/// Signals taken so far from each peer.
+static TAKEN: Mutex<Vec<u64>> = Mutex::new(Vec::new());
+
+/// A set of PEs taking part in a collective: world PE numbers, in order, and this PE's
+/// place among them.
+pub struct Members<'a> {
+    /// World PEs.
+    pub pes: std::borrow::Cow<'a, [usize]>,
+    /// This PE's index.
+    pub me: usize,
+}
+
+impl<'a> Members<'a> {
+    /// A team's members.
+    pub fn of(t: &'a TeamData) -> Members<'a> {
+        Members {
+            pes: std::borrow::Cow::Borrowed(&t.members),
+            me: t.me,
+        }
+    }
+
+    /// The deprecated active set `PE_start + k * 2^logPE_stride`, `k < PE_size`.
+    pub fn active_set(
+        w: &World,
+        call: &'static str,
+        start: i32,
+        log_stride: i32,
+        size: i32,
+    ) -> Members<'static> {
+        if start < 0 || !(0..31).contains(&log_stride) || size < 1 {
+            fatal(
+                call,
+                format_args!(
+                    "PE_start={start}, logPE_stride={log_stride}, PE_size={size}: not an active set"
+                ),
+            )
+        }
+        let stride = 1i64 << log_stride;
+        let last = start as i64 + stride * (size as i64 - 1);
+        if last >= w.npes as i64 {
+            fatal(
+                call,
+                format_args!(
+                    "PE_start={start}, logPE_stride={log_stride}, PE_size={size}: the set ends at PE {last}, past the job's {} PEs",
+                    w.npes
+                ),
+            )
+        }
+        let pes: Vec<usize> = (0..size as i64)
+            .map(|k| (start as i64 + stride * k) as usize)
+            .collect();
+        let Some(me) = pes.iter().position(|&p| p == w.me) else {
+            fatal(
+                call,
+                format_args!("PE {} is not in the active set it was called with", w.me),
+            )
+        };
+        Members {
+            pes: std::borrow::Cow::Owned(pes),
+            me,
+        }
+    }
+
+    fn n(&self) -> usize {
+        self.pes.len()
+    }
+}
+
+/// Raise our counter at `to` by one (waking it if it sleeps).
+fn signal(w: &World, call: &'static str, to: usize) {
+    let word = w.heap.base + w.me * 8;
+    if to == w.me {
+        return;
+    }
+    let peer = w.peer(call, to);
+    let Some(part) = peer.parts[0].as_ref() else {
+        fatal(call, format_args!("PE {to} has no symmetric heap"))
+    };
+    let raddr = part.base + (word - w.heap.base) as u64;
+    // SAFETY: an empty buffer; nothing to keep alive.
+    let s = unsafe {
+        peer.ep.put_signal_raw(
+            Buf::One((0, 0)),
+            raddr,
+            &part.key,
+            raddr,
+            &part.key,
+            1,
+            SignalOp::Add,
+            Callback::None,
+        )
+    };
+    match s {
+        Ok(Started::Done(_)) => {}
+        Ok(s) => {
+            // SAFETY: no buffer.
+            if let Err(e) = unsafe { w.worker.request_for(s) }.wait() {
+                fatal(call, format_args!("PE {to}: {e}"))
+            }
+        }
+        Err(e) => fatal(call, format_args!("PE {to}: {e}")),
+    }
+}
+
+/// Wait for the next signal from `from`.
+fn take(w: &World, call: &'static str, from: usize) {
+    let want = {
+        let mut t = TAKEN.lock().unwrap_or_else(|p| p.into_inner());
+        if t.len() < w.npes {
+            t.resize(w.npes, 0);
+        }
+        t[from] += 1;
+        t[from]
+    };
+    if let Err(e) = w.heap.mem.signal_wait_until(
+        &w.worker,
+        w.heap.mem_offset(from * 8),
+        Cmp::Ge,
+        want,
+        w.wait.sleep,
+    ) {
+        fatal(call, e)
+    }
+}
+
+/// Dissemination sync among `m` (no completion of earlier operations).
+pub fn sync(w: &World, call: &'static str, m: &Members) {
+    let n = m.n();
+    let mut d = 1;
+    while d < n {
+        signal(w, call, m.pes[(m.me + d) % n]);
+        take(w, call, m.pes[(m.me + n - d) % n]);
+        d *= 2;
+    }
+}
+
+/// `shmem_team_sync` (and the split routines' synchronization).
+pub fn sync_team(w: &World, call: &'static str, t: &TeamData) {
+    sync(w, call, &Members::of(t))
+}
+
+/// `shmem_barrier_all`: complete everything, then sync the world.
+pub fn barrier_world(w: &World, call: &'static str) {
+    rma::quiet_all(w, call);
+    sync_team(w, call, crate::team::world_team());
+}
+
+/// A barrier over `m`: quiet, then sync.
+pub fn barrier(w: &World, call: &'static str, m: &Members) {
+    rma::quiet_all(w, call);
+    sync(w, call, m);
+}
+
+/// Copy `len` bytes of the symmetric `src` on world PE `pe` into `dst` (here).
+fn pull(w: &World, call: &'static str, dst: *mut u8, src: *const u8, len: usize, pe: usize) {
+    if len == 0 {
+        return;
+    }
+    match rma::target(w, call, "source", src as usize, len, pe) {
+        // SAFETY: checked range; `dst` is the caller's buffer of `len` bytes.
+        Where::Here(p) => unsafe { std::ptr::copy(p, dst, len) },
+        Where::Remote { .. } => rma::get(call, &DEFAULT, dst, src, len, pe as i32, false),
+    }
+}
+
+fn check_sym(w: &World, call: &'static str, arg: &'static str, p: *const u8, len: usize) {
+    if len > 0 && w.locate(p as usize, len).is_none() {
+        rma::not_symmetric(w, call, arg, p as usize, len)
+    }
+}
+
+/// Broadcast `len` bytes of `src` at member `root` into `dest` on the others (and on the
+/// root too when `root_too`, as the team form does).
+#[allow(clippy::too_many_arguments)]
+pub fn broadcast(
+    w: &World,
+    call: &'static str,
+    m: &Members,
+    dest: *mut u8,
+    src: *const u8,
+    len: usize,
+    root: i32,
+    root_too: bool,
+) {
+    if root < 0 || root as usize >= m.n() {
+        fatal(
+            call,
+            format_args!("PE_root={root}: out of range for {} PEs", m.n()),
+        )
+    }
+    check_sym(w, call, "dest", dest, len);
+    check_sym(w, call, "source", src, len);
+    let root = root as usize;
+    sync(w, call, m);
+    if m.me != root {
+        pull(w, call, dest, src, len, m.pes[root]);
+    } else if root_too && !std::ptr::eq(dest, src) {
+        // SAFETY: both checked symmetric ranges of `len` bytes here.
+        unsafe { std::ptr::copy(src, dest, len) };
+    }
+    sync(w, call, m);
+}
+
+/// `fcollect`: every member's `len` bytes, in member order, into `dest` everywhere.
+pub fn fcollect(
+    w: &World,
+    call: &'static str,
+    m: &Members,
+    dest: *mut u8,
+    src: *const u8,
+    len: usize,
+) {
+    let n = m.n();
+    check_sym(w, call, "dest", dest, len * n);
+    check_sym(w, call, "source", src, len);
+    sync(w, call, m);
+    for (j, &pe) in m.pes.iter().enumerate() {
+        // SAFETY: block j of `dest`, checked above.
+        pull(w, call, unsafe { dest.add(j * len) }, src, len, pe);
+    }
+    sync(w, call, m);
+}
+
+/// `collect`: every member's own `len` bytes (lengths may differ), concatenated in
+/// member order.
+pub fn collect(
+    w: &World,
+    call: &'static str,
+    m: &Members,
+    dest: *mut u8,
+    src: *const u8,
+    len: usize,
+) {
+    check_sym(w, call, "source", src, len);
+    let scratch = w.heap.base + scratch_offset(w.npes);
+    // SAFETY: this PE's scratch word in the heap's internal area; peers read it only
+    // between the two syncs below.
+    unsafe { std::ptr::write_volatile(scratch as *mut u64, len as u64) };
+    sync(w, call, m);
+    let mut lens = Vec::with_capacity(m.n());
+    for &pe in m.pes.iter() {
+        let mut v = 0u64;
+        pull(
+            w,
+            call,
+            &mut v as *mut u64 as *mut u8,
+            scratch as *const u8,
+            8,
+            pe,
+        );
+        lens.push(v as usize);
+    }
+    let total: usize = lens.iter().sum();
+    check_sym(w, call, "dest", dest, total);
+    let mut off = 0;
+    for (j, &pe) in m.pes.iter().enumerate() {
+        // SAFETY: within `dest`'s checked `total` bytes.
+        pull(w, call, unsafe { dest.add(off) }, src, lens[j], pe);
+        off += lens[j];
+    }
+    sync(w, call, m);
+}
+
+/// `alltoall`: block `j` of `src` (of `len` bytes) goes to member `j`, into its block `me`.
+pub fn alltoall(
+    w: &World,
+    call: &'static str,
+    m: &Members,
+    dest: *mut u8,
+    src: *const u8,
+    len: usize,
+) {
+    let n = m.n();
+    check_sym(w, call, "dest", dest, len * n);
+    check_sym(w, call, "source", src, len * n);
+    sync(w, call, m);
+    for (j, &pe) in m.pes.iter().enumerate() {
+        // SAFETY: block j of dest, block me of the peer's source; checked above.
+        pull(
+            w,
+            call,
+            unsafe { dest.add(j * len) },
+            unsafe { src.add(m.me * len) },
+            len,
+            pe,
+        );
+    }
+    sync(w, call, m);
+}
+
+/// `alltoalls`: strided blocks of `nelems` elements of `size` bytes.
+#[allow(clippy::too_many_arguments)]
+pub fn alltoalls(
+    w: &World,
+    call: &'static str,
+    m: &Members,
+    dest: *mut u8,
+    src: *const u8,
+    dst: isize,
+    sst: isize,
+    nelems: usize,
+    size: usize,
+) {
+    if dst < 1 || sst < 1 {
+        fatal(
+            call,
+            format_args!("dst={dst}, sst={sst}: strides must be at least 1"),
+        )
+    }
+    let n = m.n();
+    let span = |st: isize| (n * nelems).saturating_sub(1) * st as usize * size + size;
+    if nelems > 0 {
+        check_sym(w, call, "dest", dest, span(dst));
+        check_sym(w, call, "source", src, span(sst));
+    }
+    sync(w, call, m);
+    for (j, &pe) in m.pes.iter().enumerate() {
+        for k in 0..nelems {
+            let d = (j * nelems + k) * dst as usize * size;
+            let s = (m.me * nelems + k) * sst as usize * size;
+            // SAFETY: inside the checked spans.
+            pull(
+                w,
+                call,
+                unsafe { dest.add(d) },
+                unsafe { src.add(s) },
+                size,
+                pe,
+            );
+        }
+    }
+    sync(w, call, m);
+}
+
+/// A reduction of `count` elements of `size` bytes with `op`, in member order.
+#[allow(clippy::too_many_arguments)]
+pub fn reduce(
+    w: &World,
+    call: &'static str,
+    m: &Members,
+    dest: *mut u8,
+    src: *const u8,
+    count: usize,
+    size: usize,
+    op: ReduceFn,
+) {
+    let len = count * size;
+    check_sym(w, call, "dest", dest, len);
+    check_sym(w, call, "source", src, len);
+    sync(w, call, m);
+    let mut acc = vec![0u8; len];
+    let mut tmp = vec![0u8; len];
+    for (j, &pe) in m.pes.iter().enumerate() {
+        let into = if j == 0 {
+            acc.as_mut_ptr()
+        } else {
+            tmp.as_mut_ptr()
+        };
+        pull(w, call, into, src, len, pe);
+        if j > 0 {
+            // SAFETY: both buffers hold `count` elements.
+            unsafe { op(acc.as_mut_ptr(), tmp.as_ptr(), count) };
+        }
+    }
+    sync(w, call, m);
+    // SAFETY: `dest` checked for `len` bytes.
+    unsafe { std::ptr::copy_nonoverlapping(acc.as_ptr(), dest, len) };
+}

@@ -1,0 +1,43 @@
+//! OpenSHMEM 1.5 on Courier (`libcourier_shmem.so`, `.a`, `include/shmem.h`).
+//!
+//! Every processing element (PE) is one process of a job started by `courier run` (or
+//! `oshrun`, mpirun, srun); the job layer gives rank, size, a key-value exchange and
+//! endpoints. On top of Courier's one-sided operations:
+//!
+//! - `init`: the job, one context and worker, the symmetric heap and the program's static
+//!   data, their keys exchanged; `shmem_finalize` and `shmem_global_exit`.
+//! - `symmetric`: the heap (`SHMEM_SYMMETRIC_SIZE`, one mapping per PE, a deterministic
+//!   allocator so that every PE's block sits at the same offset) and the data segment
+//!   (the executable's writable ELF segment shared in place), and the translation of a
+//!   local symmetric address into a peer's.
+//! - `rma`, `amo`, `signal`, `wait`: the data path. Same-host peers are reached with
+//!   plain loads, stores and CPU atomics through their mapped segments; others through
+//!   Courier endpoints.
+//! - `coll`, `team`: teams and collectives (dissemination sync on pairwise counters,
+//!   data pulled from peers' symmetric buffers).
+//! - `ctx`, `lock`: communication contexts and distributed locks.
+//! - `error`: the messages that name the call, the argument and why, then the abort.
+//! - `ffi`: the hand-written C entry points; `typed`: the typed ones, generated with
+//!   `include/shmem.h` by `gen/generate.py`. Every entry point is thin and runs its body
+//!   behind a panic boundary (`error::guard`).
+#![allow(non_camel_case_types)]
+#![allow(clippy::missing_safety_doc)]
+// Nested `if let` reads more plainly here than let-chains.
+#![allow(clippy::collapsible_if)]
+
+mod amo;
+mod coll;
+mod ctx;
+mod error;
+pub mod ffi;
+mod heap;
+mod init;
+mod lock;
+mod reduce;
+mod rma;
+mod runtime;
+mod signal;
+mod symmetric;
+mod team;
+pub mod typed;
+mod wait;

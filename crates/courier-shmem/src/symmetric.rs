@@ -1,0 +1,307 @@
+//! Symmetric memory: the heap segment and the program's data segment, what each PE
+//! publishes about them, and where a local symmetric address lies on a peer.
+//!
+//! Both segments are addressed by offset: PE `p`'s copy of a symmetric object at offset
+//! `o` of segment `s` is at `p`'s base of `s` plus `o` (bases differ between processes:
+//! ASLR, and the heap is mapped wherever the kernel puts it).
+//!
+//! The data segment is the executable's writable ELF load segment after its RELRO part
+//! (`.data` and `.bss`: global and static variables), found with `dl_iterate_phdr`. It is
+//! moved in place into a shared segment (`MemMapParams::share_in_place`), so same-host
+//! peers reach globals exactly as they reach the heap: loads, stores, CPU atomics.
+
+use courier::{Context, Endpoint, MemMapParams, Memory, RemoteKey};
+
+/// One of the two symmetric segments.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Seg {
+    /// The symmetric heap (`shmem_malloc`).
+    Heap = 0,
+    /// Global and static variables.
+    Data = 1,
+}
+
+impl Seg {
+    /// A name for messages.
+    pub fn name(self) -> &'static str {
+        match self {
+            Seg::Heap => "symmetric heap",
+            Seg::Data => "data segment",
+        }
+    }
+}
+
+/// A segment of this PE.
+pub struct Local {
+    /// Where it starts here.
+    pub base: usize,
+    /// Its length.
+    pub len: usize,
+    /// Its Courier mapping.
+    pub mem: Memory,
+}
+
+impl Local {
+    /// The offset in `mem` of offset `off` of the segment.
+    pub fn mem_offset(&self, off: usize) -> usize {
+        self.base - self.mem.as_ptr() as usize + off
+    }
+
+    /// Whether `[addr, addr + len)` lies inside; its offset if so.
+    #[inline(always)]
+    pub fn offset(&self, addr: usize, len: usize) -> Option<usize> {
+        let off = addr.wrapping_sub(self.base);
+        (off < self.len && len <= self.len - off).then_some(off)
+    }
+}
+
+/// A segment of a peer, as reached from here.
+pub struct Part {
+    /// Its start in the peer's process.
+    pub base: u64,
+    /// Its length.
+    pub len: u64,
+    /// Its key, unpacked on the endpoint to the peer.
+    pub key: RemoteKey,
+    /// Where the whole segment is mapped here (a same-host peer), or null.
+    pub direct: *mut u8,
+}
+
+/// A peer PE: its endpoint and segments.
+pub struct Peer {
+    /// The endpoint to it.
+    pub ep: Endpoint,
+    /// Its heap and (if it has one) data segment, indexed by `Seg`.
+    pub parts: [Option<Part>; 2],
+}
+
+// SAFETY: `direct` points into mappings the keys keep alive; all access through it is by
+// raw copies and atomics, as in Courier's own direct paths.
+unsafe impl Send for Peer {}
+// SAFETY: as above.
+unsafe impl Sync for Peer {}
+
+/// What a PE publishes: for each segment its base, length and packed key (length 0 and
+/// no key for a missing data segment), and its host.
+pub fn publish(heap: &Local, data: Option<&Local>) -> Result<Vec<u8>, String> {
+    let mut out = Vec::new();
+    out.extend_from_slice(&courier::host_id());
+    for seg in [Some(heap), data] {
+        match seg {
+            Some(s) => {
+                let key = s
+                    .mem
+                    .pack_rkey()
+                    .map_err(|e| format!("packing a key: {e}"))?;
+                out.extend_from_slice(&(s.base as u64).to_le_bytes());
+                out.extend_from_slice(&(s.len as u64).to_le_bytes());
+                out.extend_from_slice(&(key.len() as u32).to_le_bytes());
+                out.extend_from_slice(&key);
+            }
+            None => {
+                out.extend_from_slice(&[0u8; 20]);
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// A peer's published blob, parsed (every length checked).
+pub struct Published<'a> {
+    /// Its host id.
+    pub host: [u8; 16],
+    /// (base, len, key) per segment; len 0 = none.
+    pub segs: [(u64, u64, &'a [u8]); 2],
+}
+
+/// Parse what `publish` wrote.
+pub fn parse(blob: &[u8]) -> Result<Published<'_>, String> {
+    let bad = || format!("a malformed segment record of {} bytes", blob.len());
+    let host: [u8; 16] = blob
+        .get(..16)
+        .ok_or_else(bad)?
+        .try_into()
+        .map_err(|_| bad())?;
+    let mut at = 16;
+    let mut segs = [(0u64, 0u64, &blob[..0]); 2];
+    for s in segs.iter_mut() {
+        let word = |at: usize, n: usize| blob.get(at..at + n).ok_or_else(bad);
+        let base = u64::from_le_bytes(word(at, 8)?.try_into().map_err(|_| bad())?);
+        let len = u64::from_le_bytes(word(at + 8, 8)?.try_into().map_err(|_| bad())?);
+        let klen = u32::from_le_bytes(word(at + 16, 4)?.try_into().map_err(|_| bad())?) as usize;
+        let key = word(at + 20, klen)?;
+        *s = (base, len, key);
+        at += 20 + klen;
+    }
+    if at != blob.len() {
+        return Err(bad());
+    }
+    Ok(Published { host, segs })
+}
+
+/// Unpack a peer's published segments on `ep`.
+pub fn connect(ep: Endpoint, blob: &[u8]) -> Result<Peer, String> {
+    let p = parse(blob)?;
+    let mut parts = [None, None];
+    for (i, (base, len, key)) in p.segs.iter().enumerate() {
+        if *len == 0 {
+            continue;
+        }
+        let key = ep
+            .rkey_unpack(key)
+            .map_err(|e| format!("its {} key: {e}", [Seg::Heap, Seg::Data][i].name()))?;
+        let direct = key.direct_ptr(*base).unwrap_or(std::ptr::null_mut());
+        parts[i] = Some(Part {
+            base: *base,
+            len: *len,
+            key,
+            direct,
+        });
+    }
+    Ok(Peer { ep, parts })
+}
+
+/// The executable's data and bss, page-aligned: `(start, len)`, or `None` when there is
+/// no writable segment after RELRO.
+pub fn data_range() -> Option<(usize, usize)> {
+    struct Found {
+        range: Option<(usize, usize)>,
+        first: bool,
+    }
+    unsafe extern "C" fn each(
+        info: *mut libc::dl_phdr_info,
+        _size: libc::size_t,
+        data: *mut libc::c_void,
+    ) -> libc::c_int {
+        // SAFETY: `data` is the `Found` passed below; `info` is valid during the callback.
+        let (found, info) = unsafe { (&mut *(data as *mut Found), &*info) };
+        if !found.first {
+            return 1;
+        }
+        found.first = false; // the first object is the executable
+        // SAFETY: dlpi_phdr points at dlpi_phnum headers.
+        let phdrs = unsafe { std::slice::from_raw_parts(info.dlpi_phdr, info.dlpi_phnum as usize) };
+        let base = info.dlpi_addr as usize;
+        let relro_end = phdrs
+            .iter()
+            .filter(|p| p.p_type == libc::PT_GNU_RELRO)
+            .map(|p| base + (p.p_vaddr + p.p_memsz) as usize)
+            .max()
+            .unwrap_or(0);
+        let page = rustix::param::page_size();
+        for p in phdrs {
+            if p.p_type == libc::PT_LOAD && p.p_flags & libc::PF_W != 0 {
+                let start = base + p.p_vaddr as usize;
+                let end = start + p.p_memsz as usize;
+                let s = start.max(relro_end);
+                let s = s & !(page - 1);
+                let s = if s < relro_end { s + page } else { s };
+                let e = (end + page - 1) & !(page - 1);
+                if e > s {
+                    found.range = Some((s, e - s));
+                }
+            }
+        }
+        1
+    }
+    let mut found = Found {
+        range: None,
+        first: true,
+    };
+    // SAFETY: the callback only reads the headers and writes `found`, which outlives the call.
+    unsafe { libc::dl_iterate_phdr(Some(each), &mut found as *mut Found as *mut libc::c_void) };
+    found.range
+}
+
+/// Share the data segment in place and map it in Courier; `None` when the executable has
+/// none, or when it cannot be moved (then globals are not symmetric, and saying so).
+pub fn share_data(ctx: &Context) -> Option<Local> {
+    let (base, len) = data_range()?;
+    match ctx.mem_map(MemMapParams::share_in_place(base as *mut u8, len)) {
+        Ok(mem) => {
+            install_fork_handler(base, len);
+            Some(Local { base, len, mem })
+        }
+        Err(e) => {
+            crate::error::warn(
+                "shmem_init",
+                format_args!(
+                    "the data segment [{base:#x}, +{len}) could not be shared ({e}); global and static variables are not remotely accessible"
+                ),
+            );
+            None
+        }
+    }
+}
+
+static FORK_RANGE: std::sync::OnceLock<(usize, usize)> = std::sync::OnceLock::new();
+
+/// A child made by `fork` after `shmem_init` would otherwise share the parent's globals
+/// (the data segment is a shared mapping now): it gets a private copy instead.
+fn install_fork_handler(base: usize, len: usize) {
+    extern "C" fn child() {
+        let Some(&(base, len)) = FORK_RANGE.get() else {
+            return;
+        };
+        // SAFETY: runs in the single thread of a fresh child. The pages are copied to a
+        // temporary private mapping, a private anonymous mapping replaces the shared one
+        // at the same addresses, and the bytes are copied back; nothing else runs between.
+        unsafe {
+            let tmp = libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            );
+            if tmp == libc::MAP_FAILED {
+                return;
+            }
+            std::ptr::copy_nonoverlapping(base as *const u8, tmp as *mut u8, len);
+            let p = libc::mmap(
+                base as *mut libc::c_void,
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED,
+                -1,
+                0,
+            );
+            if p != libc::MAP_FAILED {
+                std::ptr::copy_nonoverlapping(tmp as *const u8, base as *mut u8, len);
+            }
+            libc::munmap(tmp, len);
+        }
+    }
+    if FORK_RANGE.set((base, len)).is_ok() {
+        // SAFETY: registers a plain function with no preconditions.
+        unsafe { libc::pthread_atfork(None, None, Some(child)) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    static mut PROBE: u64 = 7;
+
+    #[test]
+    fn data_range_covers_globals() {
+        let (s, l) = data_range().expect("the test binary has data");
+        let a = &raw const PROBE as usize;
+        assert!(a >= s && a < s + l, "{a:#x} not in [{s:#x}, +{l})");
+        assert_eq!(s % rustix::param::page_size(), 0);
+    }
+
+    #[test]
+    fn parse_rejects_short_and_long_blobs() {
+        assert!(parse(&[0u8; 10]).is_err());
+        let mut ok = vec![0u8; 16 + 20 + 20];
+        assert!(parse(&ok).is_ok());
+        ok.push(1);
+        assert!(parse(&ok).is_err());
+        let mut lying = vec![0u8; 16 + 20 + 20];
+        lying[32] = 200; // a key length past the end
+        assert!(parse(&lying).is_err());
+    }
+}

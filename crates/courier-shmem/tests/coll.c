@@ -1,0 +1,121 @@
+/* Collectives: barrier and sync, broadcast (team and 32/64 active set), collect, fcollect,
+ * alltoall(s), every reduction on representative types, _to_all on active sets. */
+#include "common.h"
+#include <complex.h>
+
+static long pSync[SHMEM_REDUCE_SYNC_SIZE];
+static long pWrk[SHMEM_REDUCE_MIN_WRKDATA_SIZE + 64];
+
+int main(void) {
+    shmem_init();
+    int me = shmem_my_pe(), n = shmem_n_pes();
+    for (int i = 0; i < SHMEM_REDUCE_SYNC_SIZE; i++) pSync[i] = SHMEM_SYNC_VALUE;
+    static int counter;
+
+    /* Barrier: nobody passes before everyone has written. */
+    for (int r = 1; r <= 20; r++) {
+        shmem_int_atomic_inc(&counter, 0);
+        shmem_barrier_all();
+        if (me == 0) CHECK(counter == r * n, "barrier round %d: %d", r, counter);
+        shmem_barrier_all();
+    }
+    for (int r = 0; r < 50; r++) shmem_sync_all();
+
+    /* Broadcast from every root, small and large. */
+    size_t sizes[] = {1, 7, 1024, 1 << 18};
+    long *src = shmem_malloc(sizeof(long) * (1 << 18));
+    long *dst = shmem_malloc(sizeof(long) * (1 << 18) * (n > 4 ? n : 4));
+    for (int root = 0; root < n; root++) {
+        for (int s = 0; s < 4; s++) {
+            size_t len = sizes[s];
+            for (size_t i = 0; i < len; i++) src[i] = root * 1000000 + (long)i;
+            dst[len - 1] = -1;
+            CHECK(shmem_long_broadcast(SHMEM_TEAM_WORLD, dst, src, len, root) == 0, "broadcast rc");
+            CHECK(dst[0] == root * 1000000 && dst[len - 1] == root * 1000000 + (long)len - 1,
+                  "broadcast root %d len %zu: %ld %ld", root, len, dst[0], dst[len - 1]);
+        }
+    }
+    /* Active-set broadcast64 over the odd PEs: the root's dest is not written. */
+    if (n >= 2) {
+        int size = n / 2;
+        if (me % 2 == 1) {
+            src[0] = 4242 + me;
+            dst[0] = -7;
+            shmem_broadcast64(dst, src, 1, 0, 1, 1, size, pSync);
+            if (me == 1) CHECK(dst[0] == -7, "active-set root's dest untouched");
+            else CHECK(dst[0] == 4243, "broadcast64: %ld", dst[0]);
+        }
+        shmem_barrier_all();
+    }
+
+    /* fcollect and collect (different lengths per PE). */
+    for (int i = 0; i < 4; i++) src[i] = me * 10 + i;
+    shmem_long_fcollect(SHMEM_TEAM_WORLD, dst, src, 4);
+    for (int pe = 0; pe < n; pe++)
+        for (int i = 0; i < 4; i++) CHECK(dst[4 * pe + i] == pe * 10 + i, "fcollect %d.%d: %ld", pe, i, dst[4 * pe + i]);
+    shmem_long_collect(SHMEM_TEAM_WORLD, dst, src, (size_t)me + 1);
+    {
+        size_t at = 0;
+        for (int pe = 0; pe < n; pe++)
+            for (int i = 0; i <= pe; i++, at++) CHECK(dst[at] == pe * 10 + i, "collect %d.%d: %ld", pe, i, dst[at]);
+    }
+    shmem_fcollect64(dst, src, 2, 0, 0, n, pSync);
+    CHECK(dst[2 * (n - 1) + 1] == (n - 1) * 10 + 1, "fcollect64");
+
+    /* alltoall and alltoalls. */
+    for (int pe = 0; pe < n; pe++) { src[2 * pe] = me * 100 + pe; src[2 * pe + 1] = -1; }
+    shmem_long_alltoall(SHMEM_TEAM_WORLD, dst, src, 2);
+    for (int pe = 0; pe < n; pe++) CHECK(dst[2 * pe] == pe * 100 + me, "alltoall from %d: %ld", pe, dst[2 * pe]);
+    shmem_long_alltoalls(SHMEM_TEAM_WORLD, dst, src, 1, 2, 1);
+    for (int pe = 0; pe < n; pe++) CHECK(dst[pe] == pe * 100 + me, "alltoalls from %d: %ld", pe, dst[pe]);
+
+    /* Reductions. */
+    int *ia = shmem_malloc(8 * sizeof(int)), *ib = shmem_malloc(8 * sizeof(int));
+    double *da = shmem_malloc(8 * sizeof(double)), *db = shmem_malloc(8 * sizeof(double));
+    for (int i = 0; i < 8; i++) { ia[i] = me + i; da[i] = me * 0.5 + i; }
+    shmem_int_sum_reduce(SHMEM_TEAM_WORLD, ib, ia, 8);
+    CHECK(ib[3] == n * (n - 1) / 2 + 3 * n, "int sum %d", ib[3]);
+    shmem_int_max_reduce(SHMEM_TEAM_WORLD, ib, ia, 8);
+    CHECK(ib[0] == n - 1, "int max %d", ib[0]);
+    shmem_int_min_reduce(SHMEM_TEAM_WORLD, ib, ia, 8);
+    CHECK(ib[5] == 5, "int min %d", ib[5]);
+    shmem_double_prod_reduce(SHMEM_TEAM_WORLD, db, da, 8);
+    { double p = 1; for (int pe = 0; pe < n; pe++) p *= pe * 0.5 + 2; CHECK(db[2] == p, "double prod %f vs %f", db[2], p); }
+    unsigned *ua = shmem_malloc(sizeof(unsigned) * 2), *ub = shmem_malloc(sizeof(unsigned) * 2);
+    ua[0] = 1u << me; ua[1] = ~(1u << me);
+    shmem_uint_or_reduce(SHMEM_TEAM_WORLD, ub, ua, 1);
+    CHECK(ub[0] == (n >= 32 ? ~0u : (1u << n) - 1), "or %x", ub[0]);
+    shmem_uint_and_reduce(SHMEM_TEAM_WORLD, ub + 1, ua + 1, 1);
+    CHECK(ub[1] == ~(n >= 32 ? ~0u : (1u << n) - 1), "and %x", ub[1]);
+    shmem_uint_xor_reduce(SHMEM_TEAM_WORLD, ub, ua, 1);
+    CHECK(ub[0] == (n >= 32 ? ~0u : (1u << n) - 1), "xor %x", ub[0]);
+    /* In place. */
+    for (int i = 0; i < 8; i++) ia[i] = 1;
+    shmem_int_sum_reduce(SHMEM_TEAM_WORLD, ia, ia, 8);
+    CHECK(ia[7] == n, "in-place sum %d", ia[7]);
+    double _Complex *ca = shmem_malloc(sizeof(double _Complex)), *cb = shmem_malloc(sizeof(double _Complex));
+    *ca = 1.0 + 1.0 * I;
+    shmem_complexd_prod_reduce(SHMEM_TEAM_WORLD, cb, ca, 1);
+    { double _Complex p = 1; for (int pe = 0; pe < n; pe++) p *= 1.0 + 1.0 * I; CHECK(*cb == p, "complex prod"); }
+    long double *la = shmem_malloc(sizeof(long double)), *lb = shmem_malloc(sizeof(long double));
+    *la = 1.25L + me;
+    shmem_longdouble_sum_reduce(SHMEM_TEAM_WORLD, lb, la, 1);
+    CHECK(*lb == 1.25L * n + n * (n - 1) / 2, "long double sum %Lf", *lb);
+    shmem_longdouble_max_reduce(SHMEM_TEAM_WORLD, lb, la, 1);
+    CHECK(*lb == 1.25L + n - 1, "long double max %Lf", *lb);
+
+    /* _to_all over the even PEs. */
+    static int ta[4], tb[4], twrk[SHMEM_REDUCE_MIN_WRKDATA_SIZE + 4];
+    for (int i = 0; i < 4; i++) ta[i] = me;
+    if (me % 2 == 0) {
+        int size = (n + 1) / 2;
+        shmem_int_sum_to_all(tb, ta, 4, 0, 1, size, twrk, pSync);
+        CHECK(tb[0] == size * (size - 1), "sum_to_all over evens: %d", tb[0]);
+    }
+    shmem_barrier_all();
+    shmem_long_max_to_all(dst, src, 1, 0, 0, n, pWrk, pSync);
+    CHECK(dst[0] == (n - 1) * 100L, "max_to_all %ld", dst[0]);
+    shmem_free(src); shmem_free(dst); shmem_free(ia); shmem_free(ib); shmem_free(da); shmem_free(db);
+    shmem_free(ua); shmem_free(ub); shmem_free(ca); shmem_free(cb); shmem_free(la); shmem_free(lb);
+    return test_end("coll");
+}

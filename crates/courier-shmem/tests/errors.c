@@ -1,0 +1,44 @@
+/* Error cases: each mode makes one mistake, which must end the job with a message naming
+ * the call, the argument and why (tests/run.sh checks the exit status and the message).
+ *   errors pe | nonsym | before_init | team | cmp | align | sigop | free
+ * and one that is no mistake: `exit`, where PE 0 calls shmem_global_exit(3) while the
+ * others wait in a barrier that never completes: the job must end with status 3. */
+#include <shmem.h>
+#include <stdio.h>
+#include <string.h>
+
+static long target;
+
+int main(int argc, char **argv) {
+    const char *mode = argc > 1 ? argv[1] : "";
+    if (strcmp(mode, "before_init") == 0) {
+        printf("%d\n", shmem_my_pe());
+        return 0;
+    }
+    shmem_init();
+    int n = shmem_n_pes();
+    long local = 1;
+    if (strcmp(mode, "pe") == 0) {
+        shmem_long_p(&target, 1, n);
+    } else if (strcmp(mode, "nonsym") == 0) {
+        shmem_long_put(&local, &target, 1, 0);
+    } else if (strcmp(mode, "team") == 0) {
+        shmem_team_t bogus = (shmem_team_t)&local;
+        shmem_team_sync(bogus);
+    } else if (strcmp(mode, "cmp") == 0) {
+        shmem_long_wait_until(&target, 42, 0);
+    } else if (strcmp(mode, "align") == 0) {
+        static long pair[2];
+        shmem_long_atomic_inc((long *)((char *)pair + 4), 0);
+    } else if (strcmp(mode, "sigop") == 0) {
+        static uint64_t sig;
+        shmem_putmem_signal(&target, &local, 8, &sig, 1, 7, 0);
+    } else if (strcmp(mode, "free") == 0) {
+        shmem_free(&target);
+    } else if (strcmp(mode, "exit") == 0) {
+        if (shmem_my_pe() == 0) shmem_global_exit(3);
+        shmem_barrier_all();
+    }
+    shmem_finalize();
+    return 0; /* reaching here is the failure: the mistake went unnoticed */
+}

@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# Courier's own OpenSHMEM tests: every C program here, compiled with oshcc (the C++ one
+# with oshc++), run with 2 and 4 PEs under oshrun, on shared memory and with
+# COURIER_TLS=tcp; then the error cases, each of which must end the job with its message.
+# Prints "N passed, M failed"; exits 1 if any failed.
+set -uo pipefail
+root="$(cd "$(dirname "$0")/../../.." && pwd)"
+here="$root/crates/courier-shmem/tests"
+bin="$root/target/release"
+out="$root/target/shmem-tests"
+mkdir -p "$out"
+limit="${SHMEM_TEST_TIMEOUT:-180}"
+pass=0; fail=0; failed=()
+
+build() {  # build SRC OUT
+  case "$1" in
+    *.cpp) "$bin/oshc++" -O2 -g -Wall -Werror "$1" -o "$2" ;;
+    *) "$bin/oshcc" -O2 -g -std=gnu11 -Wall -Werror "$1" -o "$2" -lpthread ;;
+  esac
+}
+
+result() {  # result OK NAME [DETAIL]
+  if [ "$1" = 0 ]; then echo "PASS $2"; pass=$((pass + 1))
+  else echo "FAIL $2${3:+: $3}"; fail=$((fail + 1)); failed+=("$2"); fi
+}
+
+for src in "$here"/*.c "$here"/*.cpp; do
+  name="$(basename "${src%.*}")"
+  exe="$out/$name"
+  if ! build "$src" "$exe" 2>"$out/$name.build.log"; then
+    result 1 "$name (build)" "$(head -5 "$out/$name.build.log")"; continue
+  fi
+  [ "$name" = errors ] && continue
+  for tls in all tcp; do
+    for np in 2 4; do
+      log="$out/$name.$np.$tls.log"
+      COURIER_TLS=$tls timeout -k 10 "$limit" "$bin/oshrun" -np "$np" "$exe" >"$log" 2>&1
+      rc=$?
+      result $rc "$name np=$np tls=$tls" "exit $rc; $(grep -m3 -i 'fail\|error\|courier-shmem' "$log")"
+    done
+  done
+done
+
+# mode: the words the message must hold
+declare -A want=(
+  [pe]="shmem_long_p: pe=[0-9]*: out of range"
+  [nonsym]="shmem_long_put: dest=.*is not symmetric"
+  [before_init]="shmem_my_pe: called before shmem_init"
+  [team]="shmem_team_sync: team=.*not a team of this job"
+  [cmp]="shmem_long_wait_until: cmp=42: not a comparison"
+  [align]="shmem_long_atomic_inc: dest=.*not aligned"
+  [sigop]="shmem_putmem_signal: sig_op=7"
+  [free]="shmem_free: ptr=.*not a block of the symmetric heap"
+  [exit]="shmem_global_exit(3)"
+)
+for mode in "${!want[@]}"; do
+  log="$out/errors.$mode.log"
+  if [ "$mode" = before_init ]; then
+    timeout -k 10 60 "$out/errors" "$mode" >"$log" 2>&1
+  else
+    timeout -k 10 "$limit" "$bin/oshrun" -np 2 "$out/errors" "$mode" >"$log" 2>&1
+  fi
+  rc=$?
+  ok=$([ $rc -ne 0 ] && [ $rc -ne 124 ] && echo yes)
+  [ "$mode" = exit ] && ok=$([ $rc -eq 3 ] && echo yes)
+  if [ "$ok" = yes ] && grep -q -- "${want[$mode]}" "$log"; then
+    result 0 "errors $mode"
+  else
+    result 1 "errors $mode" "exit $rc, expected '${want[$mode]}' in: $(head -c 400 "$log")"
+  fi
+done
+
+echo
+[ $fail -gt 0 ] && { echo "failed:"; printf '  %s\n' "${failed[@]}"; }
+echo "shmem tests: $pass passed, $fail failed"
+[ $fail -eq 0 ]
