@@ -256,6 +256,8 @@ fn warm_up_is_at_most_a_tenth_of_the_iterations_as_in_ucx_perftest() {
 
 /// Peak resident memory (KiB) of `courier ARGS` over tcp, from the kernel's accounting of
 /// the finished child (`wait4`).
+// The child is reaped by `wait4`, which clippy cannot see.
+#[allow(clippy::zombie_processes)]
 fn peak_rss_kib(args: &[&str]) -> (i64, String) {
     let child = piped(args, TCP)
         .stdout(std::process::Stdio::null())
