@@ -149,9 +149,15 @@ pub fn rank_main() {
             if r == victim {
                 job.abort(7, "the test's abort");
             }
-            // The others wait in a fence the victim never joins; the abort ends them.
-            let e = job.fence(Duration::from_secs(120));
-            say(&format!("SURVIVED ABORT {e:?}"));
+            // The others stay busy (as ranks computing or blocked in communication
+            // would) until the abort ends them. Not in a launcher fence: Open MPI 4.1's
+            // mpirun crashes or hangs finalizing its PMIx server when an abort meets a
+            // fence in flight (its own MPI_Abort, whose ranks wait in the BTL, does not).
+            let t = Instant::now();
+            while t.elapsed() < Duration::from_secs(120) {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            say("SURVIVED ABORT: not ended within 120 s");
             std::process::exit(0);
         }
         "fence-missing" => {
