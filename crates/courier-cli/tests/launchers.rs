@@ -5,11 +5,10 @@
 
 mod common;
 
-use std::os::unix::process::CommandExt;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use common::job::{pids, rank_args, rank_main, require, survivors};
+use common::job::{output_within, pids, rank_args, rank_main, require, survivors};
 
 #[test]
 fn rank_entry() {
@@ -34,59 +33,10 @@ fn launch(launcher: &[&str], role: &str, env: &[(&str, &str)]) -> (Output, Durat
     for (k, v) in env {
         c.env(k, v);
     }
-    // The launcher leads its own process group, so that a hung one is ended with
-    // everything it started instead of holding the test (and CI) forever.
-    c.process_group(0)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
     let t = Instant::now();
-    let mut child = c.spawn().expect("run the launcher");
-    let pid = child.id() as libc::pid_t;
-    let (mut so, mut se) = (
-        child.stdout.take().expect("piped"),
-        child.stderr.take().expect("piped"),
-    );
-    let out = std::thread::spawn(move || {
-        let mut b = Vec::new();
-        let _ = std::io::Read::read_to_end(&mut so, &mut b);
-        b
-    });
-    let err = std::thread::spawn(move || {
-        let mut b = Vec::new();
-        let _ = std::io::Read::read_to_end(&mut se, &mut b);
-        b
-    });
-    let status = loop {
-        if let Some(s) = child.try_wait().expect("wait for the launcher") {
-            break s;
-        }
-        if t.elapsed() > LAUNCH_DEADLINE {
-            // SAFETY: signals the process group this test made (the launcher's pid).
-            unsafe { libc::kill(-pid, libc::SIGKILL) };
-            break child.wait().expect("wait for the killed launcher");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let mut stderr = err.join().unwrap_or_default();
-    if t.elapsed() > LAUNCH_DEADLINE {
-        stderr.extend_from_slice(
-            format!(
-                "\n[test: {} hung for {LAUNCH_DEADLINE:?}; killed]\n",
-                launcher[0]
-            )
-            .as_bytes(),
-        );
-    }
-    let o = Output {
-        status,
-        stdout: out.join().unwrap_or_default(),
-        stderr,
-    };
+    let o = output_within(&mut c, launcher[0]);
     (o, t.elapsed())
 }
-
-/// How long a launcher may run before the test ends it (a hang, not a slow machine).
-const LAUNCH_DEADLINE: Duration = Duration::from_secs(180);
 
 fn texts(o: &Output) -> (String, String) {
     (

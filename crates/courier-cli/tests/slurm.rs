@@ -8,7 +8,7 @@ mod common;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use common::job::{pids, rank_args, rank_main, require, survivors};
+use common::job::{output_within, pids, rank_args, rank_main, require, survivors};
 use common::slurm::{Cluster, Node};
 
 #[test]
@@ -26,7 +26,7 @@ fn srun(c: &Cluster, args: &[&str], role: &str, env: &[(&str, &str)]) -> (Output
         cmd.env(k, v);
     }
     let t = Instant::now();
-    let o = cmd.output().expect("run srun");
+    let o = output_within(&mut cmd, "srun");
     (o, t.elapsed())
 }
 
@@ -157,7 +157,7 @@ fn jobs_under_srun_across_two_namespace_hosts() {
             .env("COURIER_TEST_JOB_ROLE", "ring")
             .env("COURIER_LOG_LEVEL", "info")
             .stdin(Stdio::null());
-            let o = cmd.output().expect("srun");
+            let o = output_within(&mut cmd, "srun");
             let (out, err) = texts(&o);
             assert!(
                 o.status.success(),

@@ -3,6 +3,8 @@
 #![allow(dead_code)]
 
 use std::io::Write;
+use std::os::unix::process::CommandExt;
+use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use courier::{Context, ContextParams, Job, JobWorld, Worker, WorkerParams};
@@ -244,3 +246,58 @@ pub fn require(ok: bool, test: &str, why: &str) -> bool {
     eprintln!("SKIPPED: {test}: {why}");
     false
 }
+
+/// Run a launcher (`what` names it in messages) and collect its output, as
+/// `Command::output` does, but end it if it runs past [`LAUNCH_DEADLINE`]: the launcher
+/// leads its own process group, and a hung one is killed with everything it started in
+/// that group instead of holding the test (and CI) forever. The output then ends with a
+/// line saying so, and the status is the kill's.
+pub fn output_within(c: &mut Command, what: &str) -> Output {
+    c.process_group(0)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let t = Instant::now();
+    let mut child = c.spawn().expect("run the launcher");
+    let pid = child.id() as libc::pid_t;
+    let (mut so, mut se) = (
+        child.stdout.take().expect("piped"),
+        child.stderr.take().expect("piped"),
+    );
+    let out = std::thread::spawn(move || {
+        let mut b = Vec::new();
+        let _ = std::io::Read::read_to_end(&mut so, &mut b);
+        b
+    });
+    let err = std::thread::spawn(move || {
+        let mut b = Vec::new();
+        let _ = std::io::Read::read_to_end(&mut se, &mut b);
+        b
+    });
+    let mut hung = false;
+    let status = loop {
+        if let Some(s) = child.try_wait().expect("wait for the launcher") {
+            break s;
+        }
+        if t.elapsed() > LAUNCH_DEADLINE {
+            hung = true;
+            // SAFETY: signals the process group this function made (the launcher's pid).
+            unsafe { libc::kill(-pid, libc::SIGKILL) };
+            break child.wait().expect("wait for the killed launcher");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut stderr = err.join().unwrap_or_default();
+    if hung {
+        stderr.extend_from_slice(
+            format!("\n[test: {what} hung for {LAUNCH_DEADLINE:?}; killed]\n").as_bytes(),
+        );
+    }
+    Output {
+        status,
+        stdout: out.join().unwrap_or_default(),
+        stderr,
+    }
+}
+
+/// How long a launcher may run before the test ends it (a hang, not a slow machine).
+pub const LAUNCH_DEADLINE: Duration = Duration::from_secs(180);
