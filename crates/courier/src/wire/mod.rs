@@ -11,6 +11,7 @@
 //! fuzz targets and tests that play a hostile peer can build and parse these bytes.
 
 pub mod address;
+pub mod auth;
 pub mod frame;
 pub mod keytable;
 pub mod rkey;
