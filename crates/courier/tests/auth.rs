@@ -387,7 +387,7 @@ fn garbage_and_truncated_frames_before_and_after_authentication() {
         // A protocol frame without authenticating.
         (
             "a tag message",
-            frame(&Header::new(Kind::TagEager).word(1, MSG).as_bytes()),
+            frame(Header::new(Kind::TagEager).word(1, MSG).as_bytes()),
         ),
     ];
     // A length longer than the frame, then the connection half-closed: truncated.
