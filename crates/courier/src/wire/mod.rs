@@ -1,5 +1,5 @@
 //! wire — every layout a peer can read or write, as data: frames (`frame`), worker
-//! addresses (`address`), remote keys (`rkey`), the key table same-host peers read
+//! addresses (`address`), the authentication handshake (`auth`), remote keys (`rkey`), the key table same-host peers read
 //! (`keytable`), and the shared-memory transport's setup messages, segment and FIFO cells
 //! (`shm`).
 //!
