@@ -453,7 +453,8 @@ fn worker_address_across_hosts_needs_a_key() {
     let k = key.to_str().unwrap().to_string();
     let with_key = [("COURIER_AUTH_KEY_FILE", k.as_str())];
     // (server's settings, client's, what the client must say, what the server's log must say)
-    let cases: [(&[(&str, &str)], &[(&str, &str)], &str, &str); 3] = [
+    type Env<'a> = &'a [(&'a str, &'a str)];
+    let cases: [(Env, Env, &str, &str); 3] = [
         (&[], &[], "FAILED", ""),
         (
             &[],
