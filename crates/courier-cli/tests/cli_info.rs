@@ -709,3 +709,39 @@ fn d_t_keeps_one_transport_and_lists_each_device_once() {
         assert!(r.starts_with(&want), "{op}: {r}, want {want}");
     }
 }
+
+/// `-c` lists the authentication settings and says what is in force: no key, a key file,
+/// a key file refused for its permissions (with what to do).
+#[test]
+fn c_shows_the_authentication_in_force() {
+    use std::os::unix::fs::PermissionsExt;
+    let out = info(&["-c"], &[]);
+    assert!(out.contains("\nCOURIER_AUTH=auto\n"), "{out}");
+    assert!(out.contains("\nCOURIER_AUTH_KEY_FILE=\n"), "{out}");
+    assert!(
+        out.contains("# authentication in force: auto, no key: only this host's peers"),
+        "{out}"
+    );
+    let dir = std::env::temp_dir().join(format!("courier-info-auth-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let key = dir.join("key");
+    std::fs::write(&key, [7u8; 32]).unwrap();
+    let k = key.to_str().unwrap();
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let out = info(&["-c"], &[("COURIER_AUTH_KEY_FILE", k)]);
+    assert!(
+        out.contains(&format!(
+            "# authentication in force: auto: every peer proves it holds COURIER_AUTH_KEY_FILE={k}"
+        )),
+        "{out}"
+    );
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let out = info(&["-c"], &[("COURIER_AUTH_KEY_FILE", k)]);
+    assert!(
+        out.contains("# authentication in force: error:") && out.contains("chmod 600"),
+        "{out}"
+    );
+    let out = info(&["-c"], &[("COURIER_AUTH", "off")]);
+    assert!(out.contains("# authentication in force: off"), "{out}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -73,6 +73,20 @@ fn ring_and_all_to_all_under_courier_run() {
     }
 }
 
+/// A job under courier run is authenticated with no configuration: a process outside it
+/// (no key) that connects to a rank is refused, and the rank's log says why.
+#[test]
+fn a_process_outside_the_job_is_refused() {
+    let (o, _) = run_ranks(&["-n", "1"], "refuse-outsider", &[]);
+    let (out, err) = texts(&o);
+    assert!(o.status.success(), "{out}\n{err}");
+    assert!(out.contains("OUTSIDER REFUSED"), "{out}\n{err}");
+    assert!(
+        err.contains("dropped connection from") && err.contains("did not authenticate"),
+        "{err}"
+    );
+}
+
 /// The same program speaking PMI-1 to courier run (as MPICH programs do).
 #[test]
 fn ring_and_all_to_all_over_pmi1() {

@@ -37,6 +37,7 @@ mod transport;
 pub mod wire;
 
 pub use api::*;
+pub use base::auth;
 pub use base::config;
 pub use base::cuda::{Driver as CudaDriver, load as cuda_driver};
 pub use base::sys::{host_id, poll_gap};

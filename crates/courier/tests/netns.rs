@@ -138,6 +138,60 @@ fn child_main() {
     let ctx = Context::new(ContextParams::default()).unwrap();
     let w = Worker::new(&ctx, WorkerParams::default()).unwrap();
     match role.as_str() {
+        "addr_server" => {
+            let a: String = w
+                .address()
+                .unwrap()
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect();
+            println!("ADDR {a}");
+            let mut b = [0u8; 8];
+            let r = w.tag_recv(&mut b, 1, u64::MAX).unwrap();
+            r.wait().unwrap();
+            let ep = loop {
+                if let Some(ep) = w.incoming_endpoint() {
+                    break ep;
+                }
+                w.progress();
+            };
+            ep.tag_send(&b, 3).unwrap().wait().unwrap();
+            ep.flush().unwrap();
+            std::process::exit(0);
+        }
+        "addr_client" => {
+            let a = std::env::var("COURIER_TEST_ADDR").unwrap();
+            let addr: Vec<u8> = (0..a.len())
+                .step_by(2)
+                .map(|i| u8::from_str_radix(&a[i..i + 2], 16).unwrap())
+                .collect();
+            let failed = std::sync::Arc::new(std::sync::Mutex::new(None::<String>));
+            let f2 = failed.clone();
+            let params = EndpointParams::default().error_handler(move |e: &Error| {
+                *f2.lock().unwrap() = Some(e.to_string());
+            });
+            let mut back = [0u8; 8];
+            let mut r = w.tag_recv(&mut back, 3, u64::MAX).unwrap();
+            match w.connect(&addr, params) {
+                Err(e) => println!("SAID FAILED {e}"),
+                Ok(ep) => {
+                    let b = 7u64.to_le_bytes();
+                    let s = ep.tag_send(&b, 1).unwrap();
+                    w.progress_until(Duration::from_secs(60), || {
+                        failed.lock().unwrap().is_some() || r.test().is_some()
+                    })
+                    .unwrap();
+                    drop(s);
+                    let f = failed.lock().unwrap().clone();
+                    drop(r);
+                    match f {
+                        Some(e) => println!("SAID FAILED {e}"),
+                        None => println!("SAID REPLY {}", u64::from_le_bytes(back)),
+                    }
+                }
+            }
+            std::process::exit(0);
+        }
         "server" => {
             let slot = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
             let s2 = slot.clone();
@@ -371,4 +425,67 @@ fn a_flush_over_a_slow_link_waits_while_data_moves() {
     );
     let (ok, err) = finish(srv, Duration::from_secs(20));
     assert!(ok, "server failed:\n{err}");
+}
+
+/// Connections by worker address between two hosts: without a key, refused on both sides
+/// (`COURIER_AUTH=auto`) with how to give one; with the same key file, connected.
+#[test]
+fn worker_address_across_hosts_needs_a_key() {
+    let net = match Net::new("k") {
+        Ok(n) => n,
+        Err(e) => {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "cannot make network namespaces under CI: {e}"
+            );
+            eprintln!(
+                "SKIPPED worker_address_across_hosts_needs_a_key: cannot make network namespaces here: {e}"
+            );
+            return;
+        }
+    };
+    let dir = std::env::temp_dir().join(format!("courier-netns-key-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let key = dir.join("key");
+    std::fs::write(&key, [0x42u8; 32]).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let k = key.to_str().unwrap().to_string();
+    let with_key = [("COURIER_AUTH_KEY_FILE", k.as_str())];
+    // (server's settings, client's, what the client must say, what the server's log must say)
+    type Env<'a> = &'a [(&'a str, &'a str)];
+    let cases: [(Env, Env, &str, &str); 3] = [
+        (&[], &[], "FAILED", ""),
+        (
+            &[],
+            &[("COURIER_AUTH", "off")],
+            "FAILED",
+            "it is on another host and did not authenticate",
+        ),
+        (&with_key, &with_key, "REPLY 7", ""),
+    ];
+    for (srv_env, cli_env, cli_says, srv_says) in cases {
+        let mut srv = net.spawn(&net.a, "addr_server", srv_env);
+        let addr = wait_line(&mut srv, "ADDR ");
+        let mut env = vec![("COURIER_TEST_ADDR", addr.as_str())];
+        env.extend_from_slice(cli_env);
+        let mut cli = net.spawn(&net.b, "addr_client", &env);
+        let said = wait_line(&mut cli, "SAID ");
+        let (ok, cerr) = finish(cli, Duration::from_secs(60));
+        assert!(ok, "client failed:\n{cerr}");
+        assert!(
+            said.starts_with(cli_says),
+            "client said {said:?}; its log:\n{cerr}"
+        );
+        if cli_says == "FAILED" {
+            assert!(
+                said.contains("COURIER_AUTH_KEY_FILE"),
+                "the refusal does not say how to give a key: {said}"
+            );
+            let _ = srv.kill();
+        }
+        let (_, serr) = finish(srv, Duration::from_secs(20));
+        assert!(serr.contains(srv_says), "server's log:\n{serr}");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -138,6 +138,10 @@ fn config_text(cfg: &Config, full: bool, comment_defaults: bool) -> String {
         let hash = if comment_defaults && unset { "# " } else { "" };
         let value = used.map_or(given, |(u, _)| u);
         s.push_str(&format!("{hash}{}={value}\n", v.name));
+        if v.name == "COURIER_AUTH_KEY_FILE" {
+            let line = courier::auth::in_force(cfg.auth, cfg.auth_key_file.as_deref());
+            s.push_str(&format!("# authentication in force: {line}\n"));
+        }
     }
     s
 }

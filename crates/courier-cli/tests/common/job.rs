@@ -35,6 +35,75 @@ fn seed(src: u32, dst: u32, i: usize) -> u8 {
     (src as usize * 131 + dst as usize * 7 + i * 31) as u8
 }
 
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// A rank of a job under `courier run` (so with the job's key, and no configuration):
+/// a process outside the job, on this host, without the key, connects to this rank's
+/// worker and sends it a message. The rank must refuse it: the message never arrives, the
+/// outsider's endpoint fails. Prints `OUTSIDER REFUSED` and exits 0.
+fn refuse_outsider(job: &Job) {
+    let ctx = Context::new(ContextParams::default()).expect("context");
+    let w = Worker::new(&ctx, WorkerParams::default()).expect("worker");
+    let mut b = [0u8; 8];
+    let mut rx = w.tag_recv(&mut b, 0x0b5, u64::MAX).expect("recv");
+    let args = rank_args();
+    let mut c = std::process::Command::new(&args[0]);
+    c.args(&args[1..])
+        .env("COURIER_TEST_JOB_ROLE", "outsider")
+        .env("COURIER_TEST_ADDR", hex(&w.address().expect("address")))
+        .env_remove(courier::job::runwire::ENV_FD)
+        .stdout(std::process::Stdio::piped());
+    let mut child = c.spawn().expect("spawn the outsider");
+    let mut status = None;
+    w.progress_until(T, || {
+        status = child.try_wait().expect("wait for the outsider");
+        status.is_some() || rx.test().is_some()
+    })
+    .expect("the outsider did not end in time");
+    assert!(
+        rx.test().is_none(),
+        "the outsider's message reached rank {}",
+        job.rank()
+    );
+    let out = child.wait_with_output().expect("outsider output");
+    let out = String::from_utf8_lossy(&out.stdout);
+    assert!(status.is_some_and(|s| s.success()), "outsider: {out}");
+    assert!(out.contains("OUTSIDER FAILED"), "outsider: {out}");
+    say("OUTSIDER REFUSED");
+    std::process::exit(0);
+}
+
+/// The outsider: no launcher, no key (`COURIER_AUTH=auto`); connects to the address in
+/// `COURIER_TEST_ADDR`, sends, and prints how its endpoint failed.
+fn outsider() -> ! {
+    let a = std::env::var("COURIER_TEST_ADDR").expect("COURIER_TEST_ADDR");
+    let addr: Vec<u8> = (0..a.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&a[i..i + 2], 16).expect("hex"))
+        .collect();
+    let ctx = Context::new(ContextParams::default()).expect("context");
+    let w = Worker::new(&ctx, WorkerParams::default()).expect("worker");
+    let failed = std::sync::Arc::new(std::sync::Mutex::new(None::<String>));
+    let f2 = failed.clone();
+    let params = courier::EndpointParams::default().error_handler(move |e: &courier::Error| {
+        *f2.lock().unwrap_or_else(|p| p.into_inner()) = Some(e.to_string());
+    });
+    let ep = w.connect(&addr, params).expect("connect");
+    let b = 1u64.to_le_bytes();
+    let r = ep.tag_send(&b, 0x0b5).expect("send");
+    let _ = w.progress_until(T, || {
+        failed.lock().unwrap_or_else(|p| p.into_inner()).is_some()
+    });
+    drop(r);
+    match failed.lock().unwrap_or_else(|p| p.into_inner()).clone() {
+        Some(e) => say(&format!("OUTSIDER FAILED {e}")),
+        None => say("OUTSIDER CONNECTED"),
+    }
+    std::process::exit(0);
+}
+
 /// Ring and all-to-all with every byte checked, lazily then eagerly; the auth key compared
 /// across ranks. Prints `RANK r/n OK` and exits 0.
 fn ring(job: &Job) {
@@ -132,6 +201,7 @@ pub fn rank_main() {
     .iter()
     .find_map(|v| std::env::var(v).ok()?.parse().ok());
     match role.as_str() {
+        "outsider" => outsider(),
         "die-before-init" if env_rank == Some(victim) => std::process::exit(5),
         "kill-before-init" if env_rank == Some(victim) => {
             // SAFETY: raise has no memory arguments.
@@ -146,6 +216,7 @@ pub fn rank_main() {
     let r = job.rank();
     match role.as_str() {
         "ring" | "die-before-init" | "kill-before-init" => ring(&job),
+        "refuse-outsider" => refuse_outsider(&job),
         "abort" => {
             job.barrier(T).expect("barrier");
             if r == victim {

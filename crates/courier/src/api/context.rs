@@ -87,6 +87,7 @@ impl Context {
         let mut cfg = Config::from_env_with(&over)?;
         cfg.wakeup = params.features.wakeup;
         log::init(cfg.log_level);
+        cfg.auth_key = crate::base::auth::resolve(cfg.auth, cfg.auth_key_file.as_deref())?;
         let name = params
             .name
             .unwrap_or_else(|| format!("courier-{}", std::process::id()));

@@ -37,6 +37,18 @@ pub const VARS: &[Var] = &[
         accepts: "all | comma list of interface names",
     },
     Var {
+        name: "COURIER_AUTH",
+        default: "auto",
+        help: "Who may connect: 'auto' (with a key every peer must prove it holds it; without one only this host's peers are accepted), 'required' (a key is needed and every peer proves it), 'off' (any peer that reaches the worker; trusted networks only)",
+        accepts: "auto | required | off",
+    },
+    Var {
+        name: "COURIER_AUTH_KEY_FILE",
+        default: "",
+        help: "File holding the shared authentication key (at least 16 bytes; the user's own, mode 0600, as ssh wants its keys); unset: the job's key under `courier run`, else none",
+        accepts: "a path, or empty",
+    },
+    Var {
         name: "COURIER_LOG_LEVEL",
         default: "warn",
         help: "Logging level: error, warn, info, debug, trace (any case; fatal = error, warning = warn)",
@@ -184,6 +196,13 @@ pub struct Config {
     pub tls: TlsSelection,
     /// Interfaces tcp may use; `None` = all.
     pub net_devices: Option<Vec<String>>,
+    /// Who may connect (`COURIER_AUTH`).
+    pub auth: super::auth::AuthMode,
+    /// The key file named by `COURIER_AUTH_KEY_FILE`.
+    pub auth_key_file: Option<std::path::PathBuf>,
+    /// The authentication key in force (the key file's or the job's), resolved when the
+    /// context is made (`auth::resolve`); not an environment variable itself.
+    pub auth_key: Option<std::sync::Arc<super::auth::Key>>,
     /// Logging level.
     pub log_level: LogLevel,
     /// Rendezvous threshold; `None` = per transport.
@@ -487,6 +506,10 @@ impl Config {
             }
             Some(list)
         };
+        let auth = super::auth::AuthMode::parse(get("COURIER_AUTH"))
+            .ok_or_else(|| bad("COURIER_AUTH", get("COURIER_AUTH"), "unknown mode"))?;
+        let kf = get("COURIER_AUTH_KEY_FILE").trim();
+        let auth_key_file = (!kf.is_empty()).then(|| std::path::PathBuf::from(kf));
         let log_level = match get("COURIER_LOG_LEVEL")
             .trim()
             .to_ascii_lowercase()
@@ -603,6 +626,9 @@ impl Config {
         Ok(Config {
             tls,
             net_devices,
+            auth,
+            auth_key_file,
+            auth_key: None,
             log_level,
             rndv_thresh: auto_size("COURIER_RNDV_THRESH")?,
             cma_split: match get("COURIER_CMA_SPLIT").trim() {

@@ -2,6 +2,7 @@
 //! worker's state cell (a lock that costs nothing in single-thread mode), and small system
 //! helpers. Every other layer uses this one; it uses none of them.
 
+pub mod auth;
 pub mod config;
 pub mod cuda;
 pub mod lock;

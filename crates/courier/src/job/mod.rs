@@ -19,8 +19,11 @@
 //! barrier, `abort`, and a per-job random authentication key (`auth_key`): `courier run`
 //! makes it from the OS's random source and hands it to each rank over its private socket;
 //! under other launchers rank 0 makes it and shares it through the launcher's exchange at
-//! `Job::init`. Contexts will use it to authenticate job traffic (the trust-boundary issue);
-//! today it is only made and handed over. [`JobWorld`] publishes a worker's address and
+//! `Job::init`. The key `courier run` hands over authenticates the job's connections: every
+//! context the process makes after `Job::init` uses it (`COURIER_AUTH`; a key file named by
+//! `COURIER_AUTH_KEY_FILE` wins). The key shared through another launcher's exchange is not
+//! used for that (the exchange is only as private as the launcher makes it): there the
+//! contexts work as `COURIER_AUTH=auto` does without a key. [`JobWorld`] publishes a worker's address and
 //! connects to other ranks lazily, on first use, or all at once (`connect_all`).
 
 mod crun;
@@ -243,6 +246,9 @@ impl Job {
                     )
                 })?;
                 let (c, info, key) = crun::connect(&fd)?;
+                // `courier run` handed it over its private socket: contexts of this process
+                // authenticate their peers with it (unless a key file is named).
+                crate::base::auth::set_job_key(&key, "the job's key (courier run)")?;
                 (Box::new(c), info, Some(key))
             }
             LauncherKind::Pmix => {
@@ -334,7 +340,8 @@ impl Job {
     }
 
     /// The job's random 32-byte authentication key, the same in every rank and unknown
-    /// outside the job. Contexts will use it to authenticate job traffic.
+    /// outside the job. Under `courier run`, contexts made after `Job::init` authenticate
+    /// their peers with it.
     pub fn auth_key(&self) -> Option<[u8; 32]> {
         Some(self.inner.auth_key)
     }

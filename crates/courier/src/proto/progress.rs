@@ -454,6 +454,7 @@ impl State {
     pub(crate) fn conns_in_setup(&self) -> bool {
         self.wireup.pending_conns.slots.len() != self.wireup.pending_conns.free.len()
             || !self.wireup.setups.is_empty()
+            || !self.wireup.auths.is_empty()
             || self.wireup.acceptors.setting_up()
     }
 
@@ -547,6 +548,7 @@ impl State {
             || !self.progress.link_errors.is_empty()
             || !self.rndv.copies.is_empty()
             || self.wireup.setups.iter().any(|c| !c.watched)
+            || !self.arm_auths()?
         {
             return Ok(false);
         }

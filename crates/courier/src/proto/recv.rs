@@ -135,10 +135,18 @@ impl State {
         let frame = match Frame::parse(bytes) {
             Ok(f) => f,
             Err(err) => {
-                self.fail_ep(
-                    e,
-                    Error::msg(Status::ProtocolError, format!("malformed frame: {err}")),
-                );
+                // A peer that refuses this side's link says why in the handshake's layout.
+                let why = match crate::wire::auth::AuthMsg::parse(bytes) {
+                    Ok(crate::wire::auth::AuthMsg::Reject { text, .. }) => Error::msg(
+                        Status::Rejected,
+                        format!(
+                            "the peer refused the connection: {}",
+                            String::from_utf8_lossy(text).escape_debug()
+                        ),
+                    ),
+                    _ => Error::msg(Status::ProtocolError, format!("malformed frame: {err}")),
+                };
+                self.fail_ep(e, why);
                 return PollOne::Handled;
             }
         };

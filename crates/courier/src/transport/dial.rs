@@ -10,16 +10,19 @@ use std::os::fd::BorrowedFd;
 
 use super::{LinkRx, LinkTx, loopback, shm, tcp};
 use crate::base::sys::host_id;
-use crate::base::{Config, Error, Result, Status};
+use crate::base::{Config, Error, Result};
 use crate::wire::address::WorkerAddress;
 
 /// The acceptors of a worker: one per transport that peers reach by worker address.
 pub(crate) struct Acceptors {
     shm: Option<shm::Acceptor>,
-    tcp: Option<tcp::Listener>,
+    /// One socket on all addresses when every interface is selected, else one per
+    /// address of the interfaces `COURIER_NET_DEVICES` selects.
+    tcp: Vec<tcp::Listener>,
 }
 
-/// Acceptor indices, as `Acceptors::open` registers them and `Acceptors::accept` takes them.
+/// Acceptor indices, as `Acceptors::open` registers them and `Acceptors::accept` takes them:
+/// shared memory, then the tcp sockets from `TCP` on.
 const SHM: u32 = 0;
 const TCP: u32 = 1;
 
@@ -48,7 +51,8 @@ impl Acceptors {
             None
         };
         let mut tcp_addrs = Vec::new();
-        let tcp_acceptor = if cfg.tls.allows(tcp::NAME) {
+        let mut tcp_acceptors = Vec::new();
+        if cfg.tls.allows(tcp::NAME) {
             let ifaces = tcp::interfaces(cfg);
             if ifaces.is_empty() {
                 let why = match &cfg.net_devices {
@@ -61,11 +65,9 @@ impl Acceptors {
                 excluded.push(format!(
                     "tcp: {why}: the worker's address has none for tcp (a connection to a listener's socket address still goes over tcp)"
                 ));
-                None
-            } else {
-                let any: SocketAddr = "0.0.0.0:0"
-                    .parse()
-                    .map_err(|_| Error::new(Status::InvalidAddress, "bad wildcard"))?;
+            } else if cfg.net_devices.is_none() {
+                // Every interface is selected: one socket on all of them.
+                let any = SocketAddr::from(([0, 0, 0, 0], 0));
                 match tcp::Listener::bind(any, cfg) {
                     Ok(l) => {
                         let port = l.local_addr().port();
@@ -75,17 +77,27 @@ impl Acceptors {
                             }
                         }
                         watch(l.fd(), TCP)?;
-                        Some(l)
+                        tcp_acceptors.push(l);
                     }
-                    Err(e) => {
-                        excluded.push(format!("tcp: cannot listen: {e}"));
-                        None
+                    Err(e) => excluded.push(format!("tcp: cannot listen: {e}")),
+                }
+            } else {
+                // Only the selected interfaces: a socket bound to each of their addresses,
+                // so that nothing arriving on another interface reaches the worker.
+                for (name, ip) in ifaces.iter().filter(|(_, ip)| ip.is_ipv4()) {
+                    match tcp::Listener::bind(SocketAddr::new(*ip, 0), cfg) {
+                        Ok(l) => {
+                            tcp_addrs.push(l.local_addr());
+                            watch(l.fd(), TCP + tcp_acceptors.len() as u32)?;
+                            tcp_acceptors.push(l);
+                        }
+                        Err(e) => {
+                            excluded.push(format!("tcp: cannot listen on {name} ({ip}): {e}"))
+                        }
                     }
                 }
             }
-        } else {
-            None
-        };
+        }
         address.uds_name = shm_acceptor
             .as_ref()
             .map(|a| a.name().to_vec())
@@ -93,7 +105,7 @@ impl Acceptors {
         address.tcp = tcp_addrs;
         Ok(Acceptors {
             shm: shm_acceptor,
-            tcp: tcp_acceptor,
+            tcp: tcp_acceptors,
         })
     }
 
@@ -117,12 +129,14 @@ impl Acceptors {
                     break;
                 }
             }
-            TCP => {
-                if let Some(l) = self.tcp.as_mut() {
+            _ => {
+                if let Some(l) = which
+                    .checked_sub(TCP)
+                    .and_then(|k| self.tcp.get_mut(k as usize))
+                {
                     accept_tcp(l, &mut out);
                 }
             }
-            _ => {}
         }
         out
     }

@@ -431,6 +431,43 @@ impl LinkRx {
         }
     }
 
+    /// The peer's socket address, for a tcp link.
+    pub fn peer_sockaddr(&self) -> Option<std::net::SocketAddr> {
+        match self {
+            LinkRx::Tcp(r) => {
+                let fd = r.fd()?;
+                let a = rustix::net::getpeername(fd).ok()??;
+                std::net::SocketAddr::try_from(a).ok()
+            }
+            _ => None,
+        }
+    }
+
+    /// Whether the peer is certainly a process of this host: a link inside one worker, a
+    /// same-host memory link (whose acceptor checked the peer's user), or a tcp connection
+    /// from a loopback address or from this side's own address (the kernel refuses packets
+    /// from outside that carry one of this host's addresses as their source).
+    pub fn peer_on_this_host(&self, tx: &LinkTx) -> bool {
+        match self {
+            LinkRx::Loopback(_) => true,
+            _ if tx.caps().peer_memory => true,
+            LinkRx::Tcp(_) => {
+                let (Some(peer), Some(me)) = (self.peer_sockaddr(), self.local_sockaddr()) else {
+                    return false;
+                };
+                let ip = match peer.ip() {
+                    std::net::IpAddr::V6(v6) => v6
+                        .to_ipv4_mapped()
+                        .map(std::net::IpAddr::V4)
+                        .unwrap_or(std::net::IpAddr::V6(v6)),
+                    v4 => v4,
+                };
+                ip.is_loopback() || ip == me.ip()
+            }
+            LinkRx::Shm(_) => false,
+        }
+    }
+
     /// The fd was reported readable or hung up: read what is there. An error means the
     /// link is dead (peer closed or died, or sent bytes that are not frames).
     pub fn on_readable(&mut self) -> Result<()> {

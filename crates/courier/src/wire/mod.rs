@@ -1,5 +1,5 @@
 //! wire — every layout a peer can read or write, as data: frames (`frame`), worker
-//! addresses (`address`), remote keys (`rkey`), the key table same-host peers read
+//! addresses (`address`), the authentication handshake (`auth`), remote keys (`rkey`), the key table same-host peers read
 //! (`keytable`), and the shared-memory transport's setup messages, segment and FIFO cells
 //! (`shm`).
 //!
@@ -11,6 +11,7 @@
 //! fuzz targets and tests that play a hostile peer can build and parse these bytes.
 
 pub mod address;
+pub mod auth;
 pub mod frame;
 pub mod keytable;
 pub mod rkey;

@@ -115,6 +115,8 @@ pub(crate) fn check(
         && addr
             .checked_add(len)
             .is_some_and(|e| rec.base.checked_add(rec.len).is_some_and(|lim| e <= lim));
+    // The secret is compared as one 64-bit word: one instruction whose time does not
+    // depend on which bits differ (no byte-by-byte early exit to time).
     if rec.valid == 1
         && rec.region == region
         && rec.secret == secret
@@ -368,7 +370,11 @@ impl MemRegistry {
             })?;
         g.generations[slot] += 1;
         let id = (g.generations[slot] << 12) | slot as u64;
-        let secret = random_u64() | 1;
+        // From the kernel's random source only: if it fails, so does the mapping (a
+        // guessable secret would let any connected peer forge keys).
+        let mut sb = [0u8; 8];
+        crate::base::auth::fill_random(&mut sb, "a memory region's secret")?;
+        let secret = u64::from_le_bytes(sb) | 1;
         let offered = memfd.is_some() && self.table.is_some();
         // What same-host peers check a key's segment fd against.
         let segment = match &memfd {

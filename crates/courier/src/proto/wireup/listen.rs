@@ -38,6 +38,8 @@ pub(crate) struct PendingConn {
     pub(in crate::proto) offered: bool,
     pub(in crate::proto) client_id: u64,
     pub(in crate::proto) client_addr: Option<WorkerAddress>,
+    /// Where its authentication stands: no frame reaches the protocol before it passed.
+    pub(in crate::proto) auth: super::PendingAuth,
 }
 
 /// A listener's connection handler.
@@ -145,6 +147,7 @@ impl State {
             offered: false,
             client_id: 0,
             client_addr: None,
+            auth: super::PendingAuth::Fresh,
         };
         let idx = match self.wireup.pending_conns.free.pop() {
             Some(i) => {
@@ -198,6 +201,9 @@ impl State {
         self.wireup.acceptors.expire();
         if !self.wireup.setups.is_empty() {
             n += self.progress_setups();
+        }
+        if !self.wireup.auths.is_empty() {
+            n += self.progress_auths();
         }
         for i in 0..self.wireup.pending_conns.slots.len() as u32 {
             n += self.pending_step(i);
@@ -270,6 +276,25 @@ impl State {
         };
         // SAFETY: valid until consume.
         let bytes = unsafe { raw.bytes() };
+        match self.pending_auth(i, bytes) {
+            // The handshake took it: the next frame may be waiting already.
+            Ok(true) => return 1 + self.pending_step(i),
+            Ok(false) => {}
+            Err(why) => {
+                self.pending_drop(i, Some(why));
+                return 1;
+            }
+        }
+        let Some(p) = self
+            .wireup
+            .pending_conns
+            .slots
+            .get_mut(i as usize)
+            .filter(|p| p.live && !p.offered)
+        else {
+            return 1;
+        };
+        let Some(rx) = p.rx.as_mut() else { return 1 };
         let listener = p.listener;
         let peer_s = p.peer.clone();
         let parsed = Frame::parse(bytes);

@@ -27,8 +27,11 @@ use crate::transport::{LinkRx, LinkTx};
 use crate::wire::address::WorkerAddress;
 use crate::wire::frame::Header;
 
+mod auth;
 mod listen;
 
+use auth::AfterAuth;
+pub(crate) use auth::{AuthSetup, PendingAuth};
 pub use listen::ConnRequest;
 pub(crate) use listen::{ListenerSlot, PendingConn};
 
@@ -66,6 +69,8 @@ pub(crate) struct WireupState {
     pub(crate) pending_conns: Slab<PendingConn>,
     /// Links this side is setting up over several steps (their acceptors' replies awaited).
     pub(crate) setups: Vec<LinkSetup>,
+    /// Links this side opened whose authentication handshake is under way.
+    pub(crate) auths: Vec<AuthSetup>,
     /// Endpoints peers created to this worker, not yet taken by the application.
     pub(crate) incoming: VecDeque<(u32, u32)>,
     /// Why transports are not usable by this worker.
@@ -109,6 +114,11 @@ impl WireupState {
     /// registered in `epoll`; the transports left out and why.
     pub(super) fn open(cfg: &Config, ctx_name: String, epoll: &OwnedFd) -> Result<WireupState> {
         let worker_id = random_u64();
+        if cfg.auth == crate::base::auth::AuthMode::Off {
+            tracing::warn!(
+                "{ctx_name}: COURIER_AUTH=off: this worker accepts unauthenticated connections from any host that can reach it; use it on trusted networks only"
+            );
+        }
         let mut excluded = Vec::new();
         for t in crate::base::config::TRANSPORTS {
             if !cfg.tls.allows(t) {
@@ -140,6 +150,7 @@ impl WireupState {
             listeners: Slab::default(),
             pending_conns: Slab::default(),
             setups: Vec::new(),
+            auths: Vec::new(),
             incoming: VecDeque::new(),
             excluded,
             ep_configs: Vec::new(),
@@ -250,14 +261,19 @@ impl State {
                 let e = match existing {
                     Some(e) => {
                         if let Some(ep) = self.ep(e) {
-                            ep.peer = reached;
+                            ep.peer = reached.clone();
                         }
                         e
                     }
-                    None => self.ep_alloc(reached),
+                    None => self.ep_alloc(reached.clone()),
                 };
-                let worker = dialer.peer().worker_id;
-                self.finish_connect(e, (tx, rx), conn_id, worker, loc)
+                let then = AfterAuth::New {
+                    conn_id,
+                    peer_worker: dialer.peer().worker_id,
+                    loc,
+                };
+                self.auth_link(e, (tx, rx), then, format!("worker pid {pid} at {reached}"))?;
+                Ok(e)
             }
             Dialed::Unreachable => Err(Error::msg(
                 Status::Unreachable,
@@ -344,8 +360,14 @@ impl State {
             ) => {
                 let r = match link {
                     Ok(link) => {
-                        let worker = dialer.peer().worker_id;
-                        self.finish_connect(e, link, conn_id, worker, loc)
+                        let pid = dialer.peer().pid;
+                        let then = AfterAuth::New {
+                            conn_id,
+                            peer_worker: dialer.peer().worker_id,
+                            loc,
+                        };
+                        let peer = format!("worker pid {pid} ({name})");
+                        self.auth_link(e, link, then, peer).map(|_| e)
                     }
                     Err(err) => {
                         tracing::info!(
@@ -365,8 +387,12 @@ impl State {
                     Err(err) => self.fail_ep(e, err),
                 }
             }
-            (AfterSetup::Upgrade { conn_id, pid, loc }, Ok((tx, rx))) => {
-                self.upgraded(e, conn_id, pid, loc, tx, rx)
+            (AfterSetup::Upgrade { conn_id, pid, loc }, Ok(link)) => {
+                let then = AfterAuth::Upgrade { conn_id, pid, loc };
+                let peer = format!("worker pid {pid} ({name})");
+                if let Err(err) = self.auth_link(e, link, then, peer) {
+                    self.stay_on_link(e, conn_id, loc, name, &err);
+                }
             }
             (AfterSetup::Upgrade { conn_id, loc, .. }, Err(err)) => {
                 self.stay_on_link(e, conn_id, loc, name, &err);
@@ -399,12 +425,10 @@ impl State {
 
     /// Connect to a listener's socket address.
     pub(crate) fn connect_sockaddr(&mut self, sa: SocketAddr, client_id: u64) -> Result<u32> {
-        let (mut tx, rx) = dial::connect_socket(sa, &self.cfg)?;
-        let hdr = Header::conn_req(client_id);
-        let addr = self.wireup.address_bytes.clone();
-        send_now(&mut tx, &[hdr.as_bytes(), &addr])?;
+        let link = dial::connect_socket(sa, &self.cfg)?;
         let e = self.ep_alloc(sa.to_string());
-        self.ep_install_link(e, tx, rx)?;
+        let then = AfterAuth::Listener { client_id };
+        self.auth_link(e, link, then, format!("listener {sa}"))?;
         Ok(e)
     }
 

@@ -39,6 +39,23 @@ fn send_all(sock: &OwnedFd, buf: &[u8], what: &str) -> Result<()> {
     Ok(())
 }
 
+/// Why the process at the other end of `sock` may not use shared memory with this one:
+/// only processes of the same user may (the kernel's `SO_PEERCRED`, which the peer cannot
+/// forge; an abstract socket name is reachable by every user of the host).
+fn foreign_user(sock: &OwnedFd) -> Option<String> {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let me = unsafe { libc::geteuid() };
+    match rustix::net::sockopt::socket_peercred(sock) {
+        Ok(c) if c.uid.as_raw() == me => None,
+        Ok(c) => Some(format!(
+            "pid {} runs as uid {}, not as this process's user (uid {me}): shared memory is only for processes of the same user",
+            c.pid.as_raw_nonzero().get(),
+            c.uid.as_raw()
+        )),
+        Err(e) => Some(format!("cannot tell the peer's user (SO_PEERCRED: {e})")),
+    }
+}
+
 fn peer_pid(sock: &OwnedFd) -> u32 {
     rustix::net::sockopt::socket_peercred(sock)
         .map(|c| c.pid.as_raw_nonzero().get() as u32)
@@ -107,6 +124,12 @@ pub fn connect_start(name: &[u8], cfg: &Config) -> Result<Connecting> {
                 ));
             }
         }
+    }
+    if let Some(why) = foreign_user(&sock) {
+        return Err(Error::msg(
+            Status::AccessDenied,
+            format!("shm: acceptor {shown:?}: {why}"),
+        ));
     }
     let acc_pid = peer_pid(&sock);
 
@@ -514,6 +537,13 @@ impl Acceptor {
                 "shm: too many connections being set up; dropping the oldest (pid {})",
                 p.pid
             );
+        }
+        if let Some(why) = foreign_user(&sock) {
+            tracing::warn!(
+                "shm: refusing a connection on {:?}: {why}",
+                name_text(&self.name)
+            );
+            return;
         }
         let pid = peer_pid(&sock);
         let flags = epoll::EventFlags::IN | epoll::EventFlags::RDHUP;
