@@ -13,6 +13,9 @@ use std::time::{Duration, Instant};
 
 use courier::*;
 
+/// Pings waiting for their answer: the endpoint and the data.
+type Replies = Arc<Mutex<Vec<(Endpoint, Vec<u8>)>>>;
+
 const AM_PING: u16 = 1;
 const AM_PONG: u16 = 2;
 const FLOOD_TAG: u64 = 0x99;
@@ -69,7 +72,7 @@ fn child_main() -> bool {
 fn run_victim() -> i32 {
     let ctx = Context::new(ContextParams::default().features(all_features())).unwrap();
     let w = Worker::new(&ctx, WorkerParams::default()).unwrap();
-    let queue: Arc<Mutex<Vec<(Endpoint, Vec<u8>)>>> = Arc::default();
+    let queue: Replies = Arc::default();
     let q2 = queue.clone();
     w.am_set_handler(AM_PING, move |m: &mut AmMessage| {
         if let Some(ep) = m.reply_ep() {
@@ -122,66 +125,85 @@ fn run_victim() -> i32 {
 /// sent or its endpoint fails; prints `SENT <bytes>`.
 fn run_flood() -> i32 {
     let kind = std::env::var("COURIER_TEST_FLOOD").unwrap();
-    let total: usize = std::env::var("COURIER_TEST_FLOOD_BYTES")
-        .unwrap()
-        .parse()
-        .unwrap();
-    let addr = unhex(&std::env::var("COURIER_TEST_ADDR").unwrap());
+    let var = |k: &str| std::env::var(k).unwrap();
+    let total: usize = var("COURIER_TEST_FLOOD_BYTES").parse().unwrap();
+    let secs: u64 = var("COURIER_TEST_FLOOD_SECS").parse().unwrap();
+    let rounds: usize = var("COURIER_TEST_FLOOD_ROUNDS").parse().unwrap();
+    let addr = unhex(&var("COURIER_TEST_ADDR"));
     let ctx = Context::new(ContextParams::default().features(all_features())).unwrap();
     let w = Worker::new(&ctx, WorkerParams::default()).unwrap();
-    let ep = w.connect(&addr, EndpointParams::default()).unwrap();
-    let t0 = Instant::now();
-    while !ep.is_connected().unwrap() {
-        w.progress();
-        assert!(t0.elapsed() < Duration::from_secs(60), "no connection");
-    }
-    let chunk = vec![0x5au8; 32 << 10];
+    // Tag messages small enough to go eagerly on every transport; gets of 32 KiB.
+    let chunk = vec![0x5au8; if kind == "tag" { 2 << 10 } else { 32 << 10 }];
+    let mut buf = vec![0u8; 32 << 10];
     let mut sent = 0usize;
-    let deadline = Instant::now() + Duration::from_secs(60);
-    match kind.as_str() {
-        "tag" | "stream" => {
-            while sent < total && Instant::now() < deadline {
-                let r = if kind == "tag" {
-                    ep.tag_send(&chunk, FLOOD_TAG)
-                } else {
-                    ep.stream_send(&chunk)
-                };
-                let Ok(mut r) = r else { break };
-                // Waiting for the send to leave progresses the worker, and a worker
-                // that progresses reads nothing of the victim but failures.
-                if r.wait_timeout(Duration::from_secs(30)).is_err() {
-                    break;
-                }
-                sent += chunk.len();
-            }
+    let mut failed = 0usize;
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    // Each round a new connection, flooded until the victim fails it.
+    while failed < rounds && sent < total && Instant::now() < deadline {
+        let ep = w.connect(&addr, EndpointParams::default()).unwrap();
+        if ep.wait_connected(Duration::from_secs(60)).is_err() {
+            failed += 1;
+            continue;
         }
-        "get" => {
-            let key = ep
-                .rkey_unpack(&unhex(&std::env::var("COURIER_TEST_RKEY").unwrap()))
-                .unwrap();
-            let base: u64 = std::env::var("COURIER_TEST_BASE").unwrap().parse().unwrap();
-            let mut buf = vec![0u8; 32 << 10];
-            // Gets whose answers are never read: no progress, requests leaked (the
-            // process exits without waiting for them).
-            while sent < total && Instant::now() < deadline {
-                let b = Buf::One((buf.as_mut_ptr() as usize, buf.len()));
-                // SAFETY: `buf` lives until the process exits; the answers are never read.
-                let r = unsafe { ep.get_raw(b, base, &key, Callback::None) };
-                match r {
-                    Ok(_) => sent += buf.len(),
-                    Err(_) => break,
-                }
-                if ep.is_connected().is_err() {
-                    break;
+        match kind.as_str() {
+            "tag" | "stream" => {
+                while sent < total && Instant::now() < deadline {
+                    let r = if kind == "tag" {
+                        ep.tag_send(&chunk, FLOOD_TAG)
+                    } else {
+                        ep.stream_send(&chunk)
+                    };
+                    let Ok(mut r) = r else { break };
+                    // Waiting for the send to leave progresses the worker, which reads
+                    // nothing of the victim but its failure.
+                    if r.wait_timeout(Duration::from_secs(30)).is_err() {
+                        break;
+                    }
+                    sent += chunk.len();
                 }
             }
-            std::mem::forget(buf);
+            "get" => {
+                let key = ep.rkey_unpack(&unhex(&var("COURIER_TEST_RKEY"))).unwrap();
+                let base: u64 = var("COURIER_TEST_BASE").parse().unwrap();
+                // Through the victim's worker (no single-copy read of its memory).
+                assert_eq!(key.path(), "remote", "the gets would not reach the victim");
+                // Gets whose answers are never read: no progress while they go out.
+                let mut n = 0u32;
+                while sent < total && Instant::now() < deadline {
+                    let b = Buf::One((buf.as_mut_ptr() as usize, buf.len()));
+                    // SAFETY: `buf` lives until the process exits; the answers land in it
+                    // only while this process progresses.
+                    let r = unsafe { ep.get_raw(b, base, &key, Callback::None) };
+                    if r.is_err() {
+                        break;
+                    }
+                    sent += buf.len();
+                    n = n.wrapping_add(1);
+                    // Progress pushes the requests out (a link coalesces small frames
+                    // until then); it also reads some answers, far slower than they are
+                    // asked for.
+                    if n.is_multiple_of(64) {
+                        w.progress();
+                        if ep.is_connected().is_err() {
+                            break;
+                        }
+                    }
+                }
+                // Then no reading at all for a while: the victim answers what it has.
+                let t0 = Instant::now();
+                while ep.is_connected().is_ok() && t0.elapsed() < Duration::from_secs(10) {
+                    std::thread::sleep(Duration::from_millis(500));
+                    w.progress();
+                }
+            }
+            other => panic!("unknown flood {other}"),
         }
-        other => panic!("unknown flood {other}"),
+        failed += 1;
+        ep.close_force();
     }
-    println!("SENT {sent}");
+    println!("SENT {sent} ROUNDS {failed}");
     std::io::stdout().flush().unwrap();
-    // Leave without closing (the requests in flight are not waited for).
+    // Leave without waiting for requests in flight.
     std::process::exit(0);
 }
 
@@ -272,6 +294,8 @@ impl Proc {
 
     /// End it (closing stdin, then by pid) and return its stderr.
     fn finish(mut self) -> String {
+        // SAFETY: signals our own child, by pid (a stopped one goes on, to see stdin close).
+        unsafe { libc::kill(self.pid(), libc::SIGCONT) };
         drop(self.child.stdin.take());
         let t0 = Instant::now();
         while t0.elapsed() < Duration::from_secs(10) {
@@ -385,10 +409,13 @@ fn flood(kind: &str, tls: &str, var: &str, bound_mib: usize) {
     let base = victim.read("BASE");
     let client = Client::connect(&unhex(&addr), tls);
     let idle = vm(victim.pid(), "VmRSS:");
-    // A flood of 512 MiB: without limits the victim would keep most of it.
+    // A flood of up to 512 MiB over 3 connections in turn: without limits the victim
+    // would keep most of it.
     let mut env = vec![
         ("COURIER_TEST_FLOOD", kind.to_string()),
         ("COURIER_TEST_FLOOD_BYTES", (512usize << 20).to_string()),
+        ("COURIER_TEST_FLOOD_SECS", "60".to_string()),
+        ("COURIER_TEST_FLOOD_ROUNDS", "3".to_string()),
         ("COURIER_TEST_ADDR", addr),
         ("COURIER_TEST_RKEY", rkey),
         ("COURIER_TEST_BASE", base),
@@ -541,8 +568,9 @@ fn silent_peer(tls: &str, sigstop: bool) {
     let err = peer.finish();
     let e = r.expect_err("a send to a peer that does not progress completed");
     assert_eq!(e.status(), Status::PeerFailure, "{e}");
+    let name = ep.peer();
     assert!(
-        e.detail().contains("not progressing") && e.detail().contains("pid"),
+        e.detail().contains("not progressing") && e.detail().contains(&name),
         "the error does not name the peer and say it is not progressing: {e}"
     );
     assert!(

@@ -71,9 +71,7 @@ impl State {
                 continue;
             }
             // A same-host peer that exited (its pidfd says so), whoever holds its socket.
-            if ep.rx.as_ref().is_some_and(|rx| rx.peer_exited())
-                && !failing
-            {
+            if ep.rx.as_ref().is_some_and(|rx| rx.peer_exited()) && !failing {
                 let why = Error::msg(Status::PeerFailure, format!("{} exited", ep.peer));
                 self.drain_then_fail(e, why);
                 continue;
@@ -104,7 +102,12 @@ impl State {
                 self.fail_ep(e, why);
                 continue;
             }
-            if silent >= every && ep.spent.pinged.is_none_or(|t| now.duration_since(t) >= every) {
+            if silent >= every
+                && ep
+                    .spent
+                    .pinged
+                    .is_none_or(|t| now.duration_since(t) >= every)
+            {
                 ep.spent.pinged = Some(now);
                 let _ = self.send_frame(e, &Header::keepalive(true), &[], &Buf::EMPTY, None);
             }
