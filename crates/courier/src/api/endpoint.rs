@@ -316,9 +316,13 @@ impl Endpoint {
                 deadline = Instant::now() + limit;
             }
             if Instant::now() > deadline {
+                let peer = self.with(|st, e| Ok(st.ep_peer(e)))?;
+                let (frames, pushes, bytes) = self.with(|st, e| Ok(st.ep_backlog(e)))?;
                 return Err(Error::msg(
                     Status::Timeout,
-                    format!("flush made no progress for {limit:?}"),
+                    format!(
+                        "flush to {peer} made no progress for {limit:?} (twice COURIER_KEEPALIVE_TIMEOUT, 5 s to 60 s): {frames} frames and {pushes} rendezvous pushes still queued here, {bytes} bytes in the link, or answers still awaited; the peer takes nothing and answers nothing"
+                    ),
                 ));
             }
         }

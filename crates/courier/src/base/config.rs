@@ -81,13 +81,13 @@ pub const VARS: &[Var] = &[
     Var {
         name: "COURIER_KEEPALIVE_INTERVAL",
         default: "1s",
-        help: "How often an idle tcp connection checks that its peer is alive (TCP keepalive, which counts whole seconds: rounded up, at least 1s; shared memory sees a peer's exit at once and needs none)",
+        help: "How often a link checks that its peer is alive: TCP keepalive probes on an idle tcp connection (whole seconds: rounded up, at least 1s), and, on every transport, a keepalive frame to a peer this side waits on that has said nothing for this long",
         accepts: "a duration above 0: a number with us, ms, s or m (minutes), e.g. 1s, 2.5s",
     },
     Var {
         name: "COURIER_KEEPALIVE_TIMEOUT",
         default: "2s",
-        help: "Silence after which a tcp peer is declared failed (TCP_USER_TIMEOUT and keepalive probes; 'inf': no keepalive); a flush waits on a peer twice this, 5 s to 60 s",
+        help: "Silence after which a peer is declared failed: a tcp peer whose host stops answering (TCP_USER_TIMEOUT, keepalive probes), and on every transport a peer this side waits on (a request, a flush) that does not answer keepalive frames because it is stopped or no longer progresses ('inf': never); a flush waits on a peer twice this, 5 s to 60 s",
         accepts: "a duration no shorter than COURIER_KEEPALIVE_INTERVAL (a number with us, ms, s or m for minutes, e.g. 2s, 1500ms), or inf",
     },
     Var {
@@ -186,6 +186,48 @@ pub const VARS: &[Var] = &[
         help: "Set by courier run in each rank: the number of ranks, for scripts (programs use Job::size)",
         accepts: "a number",
     },
+    Var {
+        name: "COURIER_MAX_UNEXPECTED_EP",
+        default: "32m",
+        help: "Most bytes of tag messages (and rendezvous offers) one endpoint's peer may have waiting for a receive; a peer that sends more fails its endpoint with an error naming this limit",
+        accepts: "a size of at least 64k, such as 32m",
+    },
+    Var {
+        name: "COURIER_MAX_UNEXPECTED",
+        default: "128m",
+        help: "Most bytes that all peers of a worker together may have waiting for the application (unexpected tag messages and stream bytes not yet received); the endpoint whose message would pass it fails with an error naming this limit",
+        accepts: "a size of at least 64k, such as 128m",
+    },
+    Var {
+        name: "COURIER_MAX_STREAM_EP",
+        default: "16m",
+        help: "Most stream bytes one endpoint's peer may have sent that the application has not received yet; a peer that sends more fails its endpoint with an error naming this limit",
+        accepts: "a size of at least 64k, such as 16m",
+    },
+    Var {
+        name: "COURIER_MAX_REPLY_QUEUE",
+        default: "16m",
+        help: "Most memory of answers (one-sided get data copies, acknowledgements) queued for one peer that does not read them; past it the endpoint fails with an error naming this limit",
+        accepts: "a size of at least 64k, such as 16m",
+    },
+    Var {
+        name: "COURIER_MAX_CONNECTING",
+        default: "256",
+        help: "Most accepted connections of a worker still in setup (not yet introduced); a new one beyond it pushes out the oldest",
+        accepts: "a number from 1 to 1000000",
+    },
+    Var {
+        name: "COURIER_MAX_ACCEPTED",
+        default: "4096",
+        help: "Most endpoints peers' connections may have made in one worker (through its address or its listeners); connections beyond it are refused",
+        accepts: "a number from 1 to 1000000",
+    },
+    Var {
+        name: "COURIER_MAX_ACCEPTED_LISTENER",
+        default: "1024",
+        help: "Most endpoints the connections accepted by one listener may have made; connections beyond it are refused",
+        accepts: "a number from 1 to 1000000",
+    },
 ];
 
 /// Parsed configuration.
@@ -237,9 +279,30 @@ pub struct Config {
     pub cuda_staging: usize,
     /// Tag messages from device memory from this size are offered through CUDA IPC.
     pub cuda_ipc_thresh: usize,
+    /// Resource limits: what peers may make a worker spend (`COURIER_MAX_*`).
+    pub limits: Limits,
     /// Whether this process may sleep on its event fd (the context's `wakeup` feature; not
     /// an environment variable). Without it, shared-memory peers skip the wakeup protocol.
     pub wakeup: bool,
+}
+
+/// What peers may make a worker spend (`COURIER_MAX_*`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// Bytes of unexpected tag messages from one endpoint's peer.
+    pub unexpected_ep: usize,
+    /// Bytes waiting for the application in a worker: unexpected messages and stream bytes.
+    pub unexpected: usize,
+    /// Stream bytes of one endpoint not yet received.
+    pub stream_ep: usize,
+    /// Memory of answers queued for one peer.
+    pub reply_queue: usize,
+    /// Accepted connections in setup per worker.
+    pub connecting: usize,
+    /// Endpoints made by peers' connections per worker.
+    pub accepted: usize,
+    /// Endpoints made by one listener's connections.
+    pub accepted_listener: usize,
 }
 
 /// Which congestion control tcp connections use (`COURIER_TCP_CONGESTION`).
@@ -623,7 +686,34 @@ impl Config {
                 "zero: no connection could be made",
             ));
         }
+        let limit_size = |n: &str| {
+            size(n).and_then(|v| {
+                if v < 64 << 10 {
+                    Err(bad(n, get(n), "below 64k"))
+                } else {
+                    Ok(v)
+                }
+            })
+        };
+        let count = |n: &str| {
+            get(n)
+                .trim()
+                .parse::<usize>()
+                .ok()
+                .filter(|v| (1..=1_000_000).contains(v))
+                .ok_or_else(|| bad(n, get(n), "not a number in range"))
+        };
+        let limits = Limits {
+            unexpected_ep: limit_size("COURIER_MAX_UNEXPECTED_EP")?,
+            unexpected: limit_size("COURIER_MAX_UNEXPECTED")?,
+            stream_ep: limit_size("COURIER_MAX_STREAM_EP")?,
+            reply_queue: limit_size("COURIER_MAX_REPLY_QUEUE")?,
+            connecting: count("COURIER_MAX_CONNECTING")?,
+            accepted: count("COURIER_MAX_ACCEPTED")?,
+            accepted_listener: count("COURIER_MAX_ACCEPTED_LISTENER")?,
+        };
         Ok(Config {
+            limits,
             tls,
             net_devices,
             auth,

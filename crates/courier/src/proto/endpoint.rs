@@ -114,6 +114,9 @@ pub(crate) struct EpSlot {
     /// their direct paths (plain stores into a same-host peer's memory, which never go
     /// through the worker) see it without the worker's lock.
     pub(in crate::proto) gone: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    /// What this endpoint's peer makes the worker keep, and its liveness (`limits.rs`,
+    /// `keepalive.rs`).
+    pub(in crate::proto) spent: super::limits::Spent,
 }
 
 impl EpSlot {
@@ -194,6 +197,7 @@ impl State {
             rma_direct_keys: false,
             put_refused: None,
             gone: Default::default(),
+            spent: Default::default(),
         };
         if let Some(idx) = self.eps.free.pop() {
             let s = &mut self.eps.slots[idx as usize];
@@ -279,6 +283,7 @@ impl State {
             tx.abandon(&err);
         }
         let pending: Vec<u64> = ep.pending.drain(..).filter_map(|p| p.req).collect();
+        ep.spent.replies = 0;
         ep.push.clear();
         let stream_reqs: Vec<u64> = ep.stream_reqs.drain(..).collect();
         let handler = if ep.err_reported {
@@ -313,8 +318,11 @@ impl State {
         }
         // Split receives from this peer and copies with it: their requests failed above.
         self.rndv.forget_ep(e);
-        // Rendezvous offers from this peer can no longer be fetched.
-        self.tag.forget_offers_from(e);
+        // Rendezvous offers from this peer can no longer be fetched; what else it sent
+        // and no one received goes too, unless it closed gracefully (`limits.rs`).
+        self.forget_unexpected_from(e);
+        // A same-host peer that died leaves the mappings this process cached of it.
+        self.mem.forget_exited_peers();
         if let Some(h) = handler {
             self.defer_ep_error(h, err);
         }
@@ -322,6 +330,8 @@ impl State {
             self.progress.reap.push(e);
         } else {
             self.ep_take_link(e);
+            // An endpoint a peer made that the application never took is freed with it.
+            self.free_if_unowned(e);
         }
     }
 
@@ -343,6 +353,11 @@ impl State {
             if ep.live {
                 ep.live = false;
                 ep.err_handler = None;
+                let held = ep.stream_in.len();
+                self.limits.held = self.limits.held.saturating_sub(held);
+                let Some(ep) = self.eps.slots.get_mut(e as usize) else {
+                    return;
+                };
                 ep.stream_in = VecDeque::new();
                 ep.old = None;
                 self.eps.free.push(e);
@@ -366,6 +381,7 @@ impl State {
             .ep(e)
             .ok_or_else(|| Error::new(Status::EndpointClosed, "endpoint vanished"))?;
         ep.err_handler = handler;
+        ep.spent.owned = true;
         Ok(ep.generation)
     }
 

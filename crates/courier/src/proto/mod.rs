@@ -17,6 +17,8 @@ pub mod am;
 pub(crate) mod buf;
 pub(crate) mod endpoint;
 pub(crate) mod fdpoll;
+pub(crate) mod keepalive;
+pub(crate) mod limits;
 pub mod memreg;
 pub mod onesided;
 pub(crate) mod pieces;
@@ -78,6 +80,8 @@ pub(crate) struct State {
     /// Wireup: this worker's address, acceptors, listeners, connections being set up
     /// (`wireup/`).
     wireup: wireup::WireupState,
+    /// What peers make the worker hold (`limits.rs`).
+    limits: limits::LimitState,
 }
 
 impl State {
@@ -115,6 +119,7 @@ impl State {
             rndv: Default::default(),
             onesided: Default::default(),
             wireup,
+            limits: Default::default(),
         })
     }
 }

@@ -188,6 +188,7 @@ impl<'a> Progress<'a> {
         {
             n += g.progress_events();
             n += g.progress_conns();
+            g.keepalive_tick();
             if direct && g.watched_idle() {
                 g.unwatch_fd_links();
             }
@@ -446,13 +447,16 @@ impl State {
         found
     }
 
-    /// Whether connections are being set up: accepted ones waiting for their first frame,
-    /// links this side is setting up over several steps, and ones an acceptor is in the
-    /// middle of. Until each is done, every progress call reads epoll and moves them on
-    /// (their sockets wake it), so a spinning worker is not held to its periodic epoll pass.
+    /// Whether connections are being set up that need looking at: accepted ones on links
+    /// whose data does not come through their socket (shared memory, polled while the
+    /// worker spins), links this side is setting up over several steps, and ones an
+    /// acceptor is in the middle of. Until each is done, every progress call reads epoll
+    /// and moves them on, so a spinning worker is not held to its periodic epoll pass.
+    /// Accepted tcp connections waiting for their first frame are looked at only when
+    /// epoll says their socket is readable (`limits.rs`): idle ones cost nothing.
     #[inline]
     pub(crate) fn conns_in_setup(&self) -> bool {
-        self.wireup.pending_conns.slots.len() != self.wireup.pending_conns.free.len()
+        self.limits.polled_conns != 0
             || !self.wireup.setups.is_empty()
             || !self.wireup.auths.is_empty()
             || self.wireup.acceptors.setting_up()

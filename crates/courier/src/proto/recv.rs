@@ -259,8 +259,12 @@ impl State {
             Frame::RndvData { rreq, offset, data } => self.on_rndv_data(e, rreq, offset, data),
             Frame::SyncAck { sreq } => self.on_sync_ack(e, sreq),
             Frame::Stream { data } => self.on_stream(e, data),
-            Frame::Keepalive => {}
+            Frame::Keepalive { ping } => self.on_keepalive(e, ping),
             Frame::Close => {
+                // What it sent before stays receivable (`limits.rs`).
+                if let Some(ep) = self.ep(e) {
+                    ep.spent.closed_by_peer = true;
+                }
                 let peer = self.ep(e).map(|ep| ep.peer.clone()).unwrap_or_default();
                 self.fail_ep(
                     e,

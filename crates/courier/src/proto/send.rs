@@ -23,6 +23,17 @@ pub(crate) struct Pending {
     pub(in crate::proto) region: Option<RegionRead>,
 }
 
+/// What a frame queued without a request costs against `COURIER_MAX_REPLY_QUEUE`: the
+/// queue entry and the bytes it copied (a request's frames are the application's, held
+/// by its request; a get answer's data stays in its region).
+pub(crate) fn reply_cost(p: &Pending) -> usize {
+    if p.req.is_some() {
+        0
+    } else {
+        std::mem::size_of::<Pending>() + p.extra.len()
+    }
+}
+
 /// Where a queued get answer's bytes lie: the region as the get named it, and the
 /// requester's get.
 #[derive(Clone, Copy, Debug)]
@@ -156,6 +167,13 @@ impl State {
 
     /// Queue a frame on `e` behind the ones already waiting (`progress_tx` sends them).
     pub(crate) fn enqueue(&mut self, e: u32, p: Pending) -> Result<()> {
+        let cost = reply_cost(&p);
+        if cost > 0 && !self.charge_reply(e, cost) {
+            return Err(self
+                .ep(e)
+                .and_then(|ep| ep.dead_error())
+                .unwrap_or_else(|| Error::new(Status::EndpointClosed, "endpoint was closed")));
+        }
         let ep = self
             .ep(e)
             .ok_or_else(|| Error::new(Status::EndpointClosed, "endpoint was closed"))?;
@@ -182,6 +200,10 @@ impl State {
             match sent {
                 Ok(sent) => {
                     let p = ep.pending.pop_front();
+                    if let Some(p) = &p {
+                        let cost = reply_cost(p);
+                        ep.spent.replies = ep.spent.replies.saturating_sub(cost);
+                    }
                     n += 1;
                     // A queued eager send completes when its last frame is written.
                     if let Some(Pending {

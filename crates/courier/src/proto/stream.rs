@@ -88,6 +88,7 @@ impl State {
         }
         if ep.stream_reqs.is_empty() {
             got = drain_into(&mut ep.stream_in, &buf, 0);
+            self.release_stream(got);
             if got == cap && cap > 0 || (!waitall && got > 0) {
                 return Ok(Started::Done(Info {
                     len: got,
@@ -96,7 +97,7 @@ impl State {
                 }));
             }
         }
-        if let Some(err) = ep.dead_error() {
+        if let Some(err) = self.ep(e).and_then(|ep| ep.dead_error()) {
             return if got > 0 {
                 Ok(Started::Done(Info {
                     len: got,
@@ -154,6 +155,10 @@ impl State {
             }
         }
         if !data.is_empty() {
+            let queued = self.ep(e).map_or(0, |ep| ep.stream_in.len());
+            if !self.charge_unexpected(e, data.len(), Some(queued)) {
+                return;
+            }
             if let Some(ep) = self.ep(e) {
                 ep.stream_in.extend(data);
             }

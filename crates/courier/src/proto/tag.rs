@@ -33,13 +33,6 @@ impl TagQueues {
     pub(super) fn forget_posted(&mut self, id: u64) {
         self.expected.retain(|p| p.id != id);
     }
-
-    /// Drop the rendezvous offers endpoint `e` sent that no receive took yet: they can no
-    /// longer be fetched.
-    pub(super) fn forget_offers_from(&mut self, e: u32) {
-        self.unexpected
-            .retain(|u| !(u.ep == e && matches!(u.body, UnexpBody::Rts { .. })));
-    }
 }
 
 /// A posted tag receive waiting for its message: the matching fields beside the request's
@@ -54,6 +47,8 @@ pub(crate) struct Posted {
 pub(crate) struct Unexpected {
     pub(in crate::proto) tag: u64,
     pub(in crate::proto) ep: u32,
+    /// The endpoint's generation when it arrived (its slot may be reused later).
+    pub(in crate::proto) generation: u32,
     pub(in crate::proto) len: usize,
     pub(in crate::proto) body: UnexpBody,
 }
@@ -286,6 +281,7 @@ impl State {
             let Some(u) = u else {
                 return Err(Status::NoMessage.into());
             };
+            self.release_unexpected(u.ep, u.generation, super::limits::unexpected_cost(&u.body));
             let cap = buf.len();
             match u.body {
                 UnexpBody::Eager(data) => {
@@ -419,6 +415,12 @@ impl State {
     /// An eager tag message no posted receive matches: it waits in the unexpected queue.
     #[inline(never)]
     fn unexpected_eager(&mut self, e: u32, tag: u64, data: &[u8], sync_sreq: Option<u64>) {
+        // Charged before the copy is made: a peer past its limit costs no copy.
+        let cost = super::limits::unexpected_cost(&UnexpBody::Eager(Vec::new())) + data.len();
+        if !self.charge_unexpected(e, cost, None) {
+            return;
+        }
+        let generation = self.ep(e).map_or(0, |ep| ep.generation);
         let copy = self.unexp_copy(data);
         let body = match sync_sreq {
             Some(sreq) => UnexpBody::EagerSync(copy, sreq),
@@ -427,6 +429,7 @@ impl State {
         self.tag.unexpected.push_back(Unexpected {
             tag,
             ep: e,
+            generation,
             len: data.len(),
             body,
         });
@@ -487,15 +490,21 @@ impl State {
             }
             self.rndv_receive(e, id, sreq, len, tag, &segs, key);
         } else {
+            let body = UnexpBody::Rts {
+                sreq,
+                segs,
+                key: key.map(Box::from),
+            };
+            if !self.charge_unexpected(e, super::limits::unexpected_cost(&body), None) {
+                return;
+            }
+            let generation = self.ep(e).map_or(0, |ep| ep.generation);
             self.tag.unexpected.push_back(Unexpected {
                 tag,
                 ep: e,
+                generation,
                 len,
-                body: UnexpBody::Rts {
-                    sreq,
-                    segs,
-                    key: key.map(Box::from),
-                },
+                body,
             });
         }
     }

@@ -344,11 +344,24 @@ impl LinkRx {
     /// allows (before, a tcp link takes only setup-sized ones), and a link whose peer is
     /// noticed gone only by probing (tcp keepalive) probes as `cfg` says.
     pub fn established(&mut self, cfg: &crate::base::Config) {
-        if let Self::Tcp(r) = self {
-            r.established();
-            if let Some(fd) = r.fd() {
-                tcp::set_keepalive(fd, cfg);
+        match self {
+            Self::Tcp(r) => {
+                r.established();
+                if let Some(fd) = r.fd() {
+                    tcp::set_keepalive(fd, cfg);
+                }
             }
+            Self::Shm(r) => r.established(),
+            _ => {}
+        }
+    }
+
+    /// Whether the peer is known to have exited by other means than the link (a shared
+    /// memory peer's pidfd, polled).
+    pub fn peer_exited(&self) -> bool {
+        match self {
+            Self::Shm(r) => r.peer_exited(),
+            _ => false,
         }
     }
 

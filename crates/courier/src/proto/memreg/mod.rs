@@ -326,24 +326,24 @@ impl MemRegistry {
 
     /// Write a record (and the inode of the region's segment, 0 for none) into the table.
     fn publish(&self, g: &mut RegInner, slot: usize, rec: Record, segment: u64) {
-        match &self.table {
-            Some(t) => {
-                word(t.ptr, slot, entry::VALID).store(0, Ordering::Release);
-                for (w, v) in [
-                    (entry::REGION, rec.region),
-                    (entry::SECRET, rec.secret),
-                    (entry::BASE, rec.base),
-                    (entry::LEN, rec.len),
-                    (entry::ACCESS, rec.access),
-                    (entry::MEM_TYPE, rec.mem_type),
-                    (SEGMENT_WORD, segment),
-                ] {
-                    word(t.ptr, slot, w).store(v, Ordering::Relaxed);
-                }
-                word(t.ptr, slot, entry::VALID).store(rec.valid, Ordering::Release);
+        if let Some(t) = &self.table {
+            word(t.ptr, slot, entry::VALID).store(0, Ordering::Release);
+            for (w, v) in [
+                (entry::REGION, rec.region),
+                (entry::SECRET, rec.secret),
+                (entry::BASE, rec.base),
+                (entry::LEN, rec.len),
+                (entry::ACCESS, rec.access),
+                (entry::MEM_TYPE, rec.mem_type),
+                (SEGMENT_WORD, segment),
+            ] {
+                word(t.ptr, slot, w).store(v, Ordering::Relaxed);
             }
-            None => g.private[slot] = rec,
+            word(t.ptr, slot, entry::VALID).store(rec.valid, Ordering::Release);
         }
+        // The owner checks peers' operations against this copy: the shared table is
+        // memory a peer can map writable (it can take the table's descriptor).
+        g.private[slot] = rec;
     }
 
     /// Record a region; returns its id. `alloc` keeps an allocated segment alive.
@@ -697,7 +697,8 @@ impl MemRegistry {
         .pack()
     }
 
-    /// Check an access by a peer against this context's own records; where it lands.
+    /// Check an access by a peer against this context's own private records (never the
+    /// key table peers map); where it lands.
     #[inline]
     pub(crate) fn lookup_place(
         &self,
@@ -713,10 +714,8 @@ impl MemRegistry {
                 format!("region {region:#x} does not exist (forged key)"),
             ));
         };
-        let rec = match &self.table {
-            Some(t) => read_record(t.ptr, slot),
-            None => self.lock().private[slot],
-        };
+        // This process's own record, never the shared table (which a peer can write).
+        let rec = self.lock().private[slot];
         check(&rec, region, secret, addr, len, need)?;
         Ok(Place {
             ptr: addr as *mut u8,

@@ -184,7 +184,7 @@ impl PeerMaps {
                 "peer's memory segment is smaller than the key claims",
             )));
         }
-        let m = Arc::new(Mapping::map(&local, size).map_err(Unavailable)?);
+        let m = Arc::new(Mapping::map_peer(&local, size, true).map_err(Unavailable)?);
         g.insert(region, (fd, m.clone()));
         Ok(m)
     }
@@ -226,7 +226,8 @@ impl MemRegistry {
                 "the key names something that is not a Courier key table",
             ));
         }
-        let table = Mapping::map(&fd, TABLE_BYTES)?;
+        // Read-only: a peer's table is read here, never written.
+        let table = Mapping::map_peer(&fd, TABLE_BYTES, false)?;
         if word(table.ptr, 0, header::MAGIC).load(Ordering::Acquire) != keytable::MAGIC
             || word(table.ptr, 0, header::CTX_ID).load(Ordering::Acquire) != key.ctx_id
         {
@@ -242,7 +243,17 @@ impl MemRegistry {
             regions: Mutex::new(HashMap::new()),
             devices: Mutex::new(HashMap::new()),
         });
+        // Peers that exited meanwhile leave the cache with their mappings (remote keys
+        // still unpacked from them keep theirs until dropped).
+        g.retain(|_, m| !m.process.exited());
         g.insert((key.pid, key.ctx_id), p.clone());
         Ok(p)
+    }
+
+    /// Release the cached mappings of peers that exited (when a peer fails): their key
+    /// tables and segments, so that peer churn grows neither descriptors nor maps.
+    pub(crate) fn forget_exited_peers(&self) {
+        let mut g = self.peers.lock().unwrap_or_else(|p| p.into_inner());
+        g.retain(|_, m| !m.process.exited());
     }
 }

@@ -250,6 +250,7 @@ impl State {
                 region: None,
             },
         );
+        ep.spent.replies = ep.pending.iter().map(crate::proto::send::reply_cost).sum();
     }
 
     #[allow(clippy::too_many_arguments)]

@@ -136,6 +136,15 @@ impl State {
     }
 
     fn pending_add(&mut self, tx: LinkTx, rx: LinkRx, listener: Option<u32>, peer: String) {
+        // Limits (`limits.rs`): endpoints peers' connections made, connections in setup.
+        if let Err(why) = self.accept_allowed(listener) {
+            self.warn_peer(&format!("refused a connection from {peer}: {why}"));
+            return;
+        }
+        self.make_room_for_conn();
+        if !tx.caps().data_via_fd {
+            self.limits.polled_conns += 1;
+        }
         let conn = PendingConn {
             live: true,
             generation: 0,
@@ -175,7 +184,7 @@ impl State {
         }
     }
 
-    fn pending_drop(&mut self, idx: u32, why: Option<String>) {
+    pub(crate) fn pending_drop(&mut self, idx: u32, why: Option<String>) {
         let epfd = &self.progress.epoll;
         if let Some(p) = self.wireup.pending_conns.slots.get_mut(idx as usize) {
             if !p.live {
@@ -184,13 +193,14 @@ impl State {
             if let Some(fd) = p.rx.as_ref().and_then(|r| r.fd()) {
                 let _ = epoll::delete(epfd, fd);
             }
-            if let Some(why) = why {
-                tracing::warn!("dropped connection from {}: {why}", p.peer);
-            }
+            let what = why.map(|why| format!("dropped connection from {}: {why}", p.peer));
             p.live = false;
             p.tx = None;
             p.rx = None;
             self.wireup.pending_conns.free.push(idx);
+            if let Some(what) = what {
+                self.warn_peer(&what);
+            }
         }
     }
 
@@ -205,10 +215,7 @@ impl State {
         if !self.wireup.auths.is_empty() {
             n += self.progress_auths();
         }
-        for i in 0..self.wireup.pending_conns.slots.len() as u32 {
-            n += self.pending_step(i);
-        }
-        n
+        n + self.step_conns_in_setup()
     }
 
     /// Take the connections waiting on the worker's acceptor `which` (its fd was readable).
@@ -380,6 +387,8 @@ impl State {
                 let e = self.ep_alloc(peer);
                 self.ep_install_link(e, tx, rx).map_err(|e| e.to_string())?;
                 if let Some(ep) = self.ep(e) {
+                    ep.spent.accepted = Some(None);
+                    ep.spent.owned = false;
                     ep.status = EpStatus::Connected;
                     ep.conn_id = conn_id;
                     ep.peer_worker = addr.worker_id;
@@ -435,6 +444,7 @@ impl State {
         };
         let client = p.client_addr.take();
         let peer = p.peer.clone();
+        let listener = p.listener;
         if let Some(fd) = rx.fd() {
             let _ = epoll::delete(&self.progress.epoll, fd);
         }
@@ -454,6 +464,7 @@ impl State {
             None => (false, "inter-node"),
         };
         if let Some(ep) = self.ep(e) {
+            ep.spent.accepted = Some(listener);
             ep.conn_id = conn_id;
             ep.peer_worker = client.as_ref().map(|c| c.worker_id).unwrap_or(0);
         }

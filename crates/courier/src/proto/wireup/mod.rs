@@ -173,6 +173,9 @@ impl State {
     pub(crate) fn take_incoming(&mut self) -> Option<(u32, u32)> {
         while let Some((idx, generation)) = self.wireup.incoming.pop_front() {
             if self.ep_is(idx, generation) {
+                if let Some(ep) = self.ep(idx) {
+                    ep.spent.owned = true;
+                }
                 return Some((idx, generation));
             }
         }

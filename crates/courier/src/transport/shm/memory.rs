@@ -46,13 +46,22 @@ unsafe impl Sync for Mapping {}
 impl Mapping {
     /// Map `len` bytes (at least one) of `fd`, shared, readable and writable.
     pub(crate) fn map(fd: impl AsFd, len: usize) -> Result<Mapping> {
+        Mapping::map_prot(fd, len, true)
+    }
+
+    fn map_prot(fd: impl AsFd, len: usize, writable: bool) -> Result<Mapping> {
         use rustix::mm::{MapFlags, ProtFlags, mmap};
+        let prot = if writable {
+            ProtFlags::READ | ProtFlags::WRITE
+        } else {
+            ProtFlags::READ
+        };
         // SAFETY: a fresh shared mapping of a memfd we hold; no Rust references alias it.
         let p = unsafe {
             mmap(
                 std::ptr::null_mut(),
                 len.max(1),
-                ProtFlags::READ | ProtFlags::WRITE,
+                prot,
                 MapFlags::SHARED,
                 fd,
                 0,
@@ -64,6 +73,41 @@ impl Mapping {
             len: len.max(1),
         })
     }
+
+    /// Map `len` bytes of a peer's memory file `fd` (read-only unless `writable`), after
+    /// checking that the file cannot shrink or grow under the mapping any more (sealed, as
+    /// `memfd` seals every file it makes) and holds `len` bytes: a peer must not be able
+    /// to make a load or store here fault (SIGBUS) by truncating its file.
+    pub(crate) fn map_peer(fd: impl AsFd, len: usize, writable: bool) -> Result<Mapping> {
+        use rustix::fs::SealFlags;
+        let fd = fd.as_fd();
+        let seals = rustix::fs::fcntl_get_seals(fd).map_err(|e| {
+            Error::msg(
+                Status::InvalidKey,
+                format!("the peer's memory file cannot be sealed ({e}): not mapped"),
+            )
+        })?;
+        let need = SealFlags::SHRINK | SealFlags::GROW | SealFlags::SEAL;
+        if !seals.contains(need) {
+            return Err(Error::msg(
+                Status::InvalidKey,
+                format!(
+                    "the peer's memory file is not sealed against resizing (seals {seals:?}): not mapped"
+                ),
+            ));
+        }
+        let st = rustix::fs::fstat(fd).map_err(|e| Error::io("fstat", e))?;
+        if st.st_size < 0 || (st.st_size as u64) < len as u64 {
+            return Err(Error::msg(
+                Status::InvalidKey,
+                format!(
+                    "the peer's memory file holds {} bytes, fewer than the {len} to map",
+                    st.st_size
+                ),
+            ));
+        }
+        Mapping::map_prot(fd, len, writable)
+    }
 }
 
 impl Drop for Mapping {
@@ -73,11 +117,16 @@ impl Drop for Mapping {
     }
 }
 
-/// A new memory file of `len` bytes (close-on-exec), for a segment peers may map.
+/// A new memory file of `len` bytes (close-on-exec), for a segment peers may map: sealed
+/// against shrinking and growing (and against changing its seals), so that no one, this
+/// process included, can make a peer's mapping of it fault.
 pub(crate) fn memfd(name: &str, len: usize) -> Result<OwnedFd> {
-    use rustix::fs::{MemfdFlags, ftruncate, memfd_create};
-    let fd = memfd_create(name, MemfdFlags::CLOEXEC).map_err(|e| Error::io("memfd_create", e))?;
+    use rustix::fs::{MemfdFlags, SealFlags, fcntl_add_seals, ftruncate, memfd_create};
+    let fd = memfd_create(name, MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING)
+        .map_err(|e| Error::io("memfd_create", e))?;
     ftruncate(&fd, len as u64).map_err(|e| Error::io("ftruncate", e))?;
+    fcntl_add_seals(&fd, SealFlags::SHRINK | SealFlags::GROW | SealFlags::SEAL)
+        .map_err(|e| Error::io("sealing a memory file", e))?;
     Ok(fd)
 }
 
@@ -95,6 +144,17 @@ impl PeerProcess {
         let pidfd = rustix::process::pidfd_open(p, rustix::process::PidfdFlags::empty())
             .map_err(|e| Error::msg(Status::Unreachable, format!("pidfd_open({pid}): {e}")))?;
         Ok(PeerProcess { pidfd })
+    }
+
+    /// Whether the process has exited (its pidfd is readable then).
+    pub(crate) fn exited(&self) -> bool {
+        use rustix::event::{PollFd, PollFlags, poll};
+        let mut fds = [PollFd::new(&self.pidfd, PollFlags::IN)];
+        let zero = rustix::time::Timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        matches!(poll(&mut fds, Some(&zero)), Ok(n) if n > 0)
     }
 
     /// A copy of the process's descriptor `fd` (refused by the kernel's ptrace policy, or

@@ -241,6 +241,7 @@ fn make_link(
             cons: Consumer::new(in_f),
             link,
             eof: false,
+            process: None,
         },
     ))
 }
@@ -267,6 +268,9 @@ pub struct Rx {
     cons: Consumer,
     link: Arc<Link>,
     eof: bool,
+    /// The peer process, held by a pidfd once the link belongs to an endpoint: its exit
+    /// is seen by polling it, even where another process holds the link's socket open.
+    process: Option<memory::PeerProcess>,
 }
 
 // SAFETY: Tx owns its producer position exclusively (one producer per FIFO); the raw pointers
@@ -371,6 +375,18 @@ impl Tx {
 }
 
 impl Rx {
+    /// The link belongs to an endpoint: hold the peer process by its pidfd.
+    pub(crate) fn established(&mut self) {
+        if self.process.is_none() {
+            self.process = memory::PeerProcess::open(self.link.peer_pid).ok();
+        }
+    }
+
+    /// Whether the peer process has exited (its pidfd polled; `false` without one).
+    pub(crate) fn peer_exited(&self) -> bool {
+        self.process.as_ref().is_some_and(|p| p.exited())
+    }
+
     /// Whether a frame is waiting (one load; no validation, `peek` does that).
     #[inline]
     pub(crate) fn ready(&self) -> bool {

@@ -149,8 +149,8 @@ pub(super) fn open(
     }
     let seals = rustix::fs::fcntl_get_seals(fd)
         .map_err(|e| format!("passed fd is not a sealable memfd ({e})"))?;
-    if !seals.contains(SealFlags::SHRINK) {
-        return Err("passed memfd is not sealed against shrinking".into());
+    if !seals.contains(SealFlags::SHRINK | SealFlags::GROW | SealFlags::SEAL) {
+        return Err("passed memfd is not sealed against resizing".into());
     }
     let map = Mapping::map(fd, want).map_err(|e| e.to_string())?;
     let h = map.header();

@@ -173,6 +173,11 @@ impl Header {
             h.set64(field::am_rts::COUNT, count);
         })
     }
+    /// `Kind::Keepalive`: a question (`ping`) or its answer.
+    #[inline]
+    pub fn keepalive(ping: bool) -> Header {
+        Header::new(Kind::Keepalive).flags(if ping { flags::PING } else { 0 })
+    }
     /// A frame of a kind without fields of its own (`Stream`, `Close`, `Keepalive`,
     /// `ConnReject`).
     #[inline]

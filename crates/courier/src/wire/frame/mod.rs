@@ -311,7 +311,9 @@ pub enum Kind {
     Stream = 10,
     /// The peer closes its endpoint gracefully.
     Close = 11,
-    /// Liveness.
+    /// Liveness: with `flags::PING`, a question the peer answers with a `Keepalive`
+    /// without it, from its progress (so that a peer that is alive but no longer
+    /// progresses is told from one that is slow).
     Keepalive = 12,
     /// Connection request through a listener (`field::conn_req`); payload the client's
     /// worker address.
@@ -429,6 +431,8 @@ pub mod flags {
     pub const SIGNAL: u8 = 1 << 3;
     /// `Atomic`: the word is 32 bits wide (else 64).
     pub const BITS32: u8 = 1 << 0;
+    /// `Keepalive`: a question, to be answered with a `Keepalive` without this flag.
+    pub const PING: u8 = 1 << 0;
 }
 
 /// Why a frame was refused.
@@ -530,8 +534,8 @@ pub enum Frame<'a> {
     Stream { data: &'a [u8] },
     /// See [`Kind::Close`].
     Close,
-    /// See [`Kind::Keepalive`].
-    Keepalive,
+    /// See [`Kind::Keepalive`]: `ping` asks for an answer.
+    Keepalive { ping: bool },
     /// See [`Kind::ConnReq`].
     ConnReq { client_id: u64, address: &'a [u8] },
     /// See [`Kind::ConnAccept`].
@@ -827,7 +831,9 @@ impl<'a> Frame<'a> {
             }
             Kind::Stream => Frame::Stream { data: rest },
             Kind::Close => Frame::Close,
-            Kind::Keepalive => Frame::Keepalive,
+            Kind::Keepalive => Frame::Keepalive {
+                ping: fl & flags::PING != 0,
+            },
             Kind::ConnReq => Frame::ConnReq {
                 client_id: u64_at(b, field::conn_req::CLIENT_ID),
                 address: rest,

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Issue 30's numbers at full size (not in `make test`, which runs the same floods in
+# seconds with a small budget): 60 s floods of unexpected tag messages, stream bytes and
+# unanswered gets against a victim with the default budget, over shm and tcp (the victim's
+# peak RSS over its idle RSS, a legitimate client's round trips meanwhile); 500 idle
+# connections in setup (the victim's CPU, the client's round trips meanwhile).
+#   bench/hostile.sh            # 60 s floods (about 7 minutes in all)
+#   COURIER_BENCH_SECS=10 bench/hostile.sh
+# Prints one BENCH line per case; bench/analysis.md records the last run.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PATH="$PATH:$HOME/.cargo/bin"
+cargo test --release -p courier --test hostile --no-run
+cargo test --release -p courier --test hostile -- --ignored --exact bench_hostile \
+    --nocapture --test-threads=1 2>&1 | grep -E '^BENCH|test result|panicked' || true

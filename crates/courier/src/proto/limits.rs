@@ -1,0 +1,340 @@
+//! What a peer may make a worker spend (`COURIER_MAX_*`, `base::config::Limits`): the
+//! accounting of memory its messages take before the application asks for them, of the
+//! answers queued for it, and of the endpoints its connections make; and what is dropped
+//! when it departs.
+//!
+//! A limit reached fails that one endpoint with an error naming the limit and its
+//! variable; every other endpoint goes on. Memory held for a departed peer (its
+//! unexpected messages, unless it closed gracefully) is dropped with its endpoint.
+
+use std::time::Instant;
+
+use super::State;
+use super::tag::UnexpBody;
+use crate::base::{Error, Status};
+
+/// The worker's part: bytes held for the application, and the gate of warnings about
+/// peers.
+#[derive(Default)]
+pub(crate) struct LimitState {
+    /// Bytes of unexpected messages and stream bytes of every endpoint.
+    pub(in crate::proto) held: usize,
+    /// When a warning about a peer was last written, and how many were held back since.
+    warned: Option<Instant>,
+    held_back: u64,
+    /// Accepted connections in setup whose link must be polled (at most: recounted by
+    /// each pass over them), and when all of them were last looked at for their timeout.
+    pub(in crate::proto) polled_conns: usize,
+    conns_swept: Option<Instant>,
+    /// When the keepalive pass last looked at the endpoints (`keepalive.rs`).
+    pub(in crate::proto) keepalive_looked: Option<Instant>,
+}
+
+/// How often connections in setup that say nothing are looked at for their timeout.
+const SWEEP_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Warnings about peers (refused connections, limits reached): at most one per this
+/// interval, with a count of those held back, so that a peer cannot fill the log.
+const WARN_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// One endpoint's part of the accounting, and its keepalive state (`keepalive.rs`).
+pub(crate) struct Spent {
+    /// Bytes of this endpoint's unexpected messages waiting in the tag queue.
+    pub(in crate::proto) unexpected: usize,
+    /// Memory of frames queued here without a request (answers, acknowledgements).
+    pub(in crate::proto) replies: usize,
+    /// Made by a peer's connection: `Some(None)` through the worker's address,
+    /// `Some(Some(l))` through listener `l`.
+    pub(in crate::proto) accepted: Option<Option<u32>>,
+    /// A handle may name it: the application has it (or this side made it).
+    pub(in crate::proto) owned: bool,
+    /// The peer said it closes (a `Close` frame): what it sent before stays receivable.
+    pub(in crate::proto) closed_by_peer: bool,
+    /// Keepalive: the last time the peer was known to progress (an answer to a keepalive,
+    /// or the last look that found nothing to wait for), and when the last keepalive was
+    /// sent since then.
+    pub(in crate::proto) heard: Option<Instant>,
+    pub(in crate::proto) pinged: Option<Instant>,
+}
+
+impl Default for Spent {
+    fn default() -> Self {
+        Spent {
+            unexpected: 0,
+            replies: 0,
+            accepted: None,
+            owned: true,
+            closed_by_peer: false,
+            heard: None,
+            pinged: None,
+        }
+    }
+}
+
+/// The error of a limit reached: which limit, its variable and value, and what to do.
+pub(crate) fn limit_error(peer: &str, what: &str, var: &str, limit: usize) -> Error {
+    Error::msg(
+        Status::NoResource,
+        format!(
+            "{peer} passed the limit on {what} ({var}={}); the endpoint is failed, every other goes on (raise {var} if the peer is trusted)",
+            human(limit)
+        ),
+    )
+}
+
+/// A size as `courier info -c` would write it.
+pub(crate) fn human(n: usize) -> String {
+    if n >= 1 << 20 && n.is_multiple_of(1 << 20) {
+        format!("{}m", n >> 20)
+    } else if n >= 1 << 10 && n.is_multiple_of(1 << 10) {
+        format!("{}k", n >> 10)
+    } else {
+        n.to_string()
+    }
+}
+
+/// What an unexpected message costs to keep: its bytes and the queue entry.
+pub(crate) fn unexpected_cost(body: &UnexpBody) -> usize {
+    const ENTRY: usize = 64;
+    ENTRY
+        + match body {
+            UnexpBody::Eager(v) | UnexpBody::EagerSync(v, _) => v.len(),
+            UnexpBody::Rts { segs, key, .. } => {
+                segs.len() * 16 + key.as_ref().map_or(0, |k| k.len())
+            }
+        }
+}
+
+impl State {
+    /// Charge `cost` bytes of an unexpected message (or stream bytes, `stream`) to endpoint
+    /// `e` and the worker. `false`: a limit would be passed, and `e` has failed.
+    pub(crate) fn charge_unexpected(&mut self, e: u32, cost: usize, stream: Option<usize>) -> bool {
+        let lim = self.cfg.limits;
+        let total = self.limits.held.saturating_add(cost);
+        let Some(ep) = self.ep(e) else { return false };
+        let peer = ep.peer.clone();
+        let why = if let Some(queued) = stream {
+            (queued.saturating_add(cost) > lim.stream_ep).then(|| {
+                limit_error(
+                    &peer,
+                    "stream bytes not yet received",
+                    "COURIER_MAX_STREAM_EP",
+                    lim.stream_ep,
+                )
+            })
+        } else {
+            (ep.spent.unexpected.saturating_add(cost) > lim.unexpected_ep).then(|| {
+                limit_error(
+                    &peer,
+                    "unexpected messages of one endpoint",
+                    "COURIER_MAX_UNEXPECTED_EP",
+                    lim.unexpected_ep,
+                )
+            })
+        };
+        let why = why.or_else(|| {
+            (total > lim.unexpected).then(|| {
+                limit_error(
+                    &peer,
+                    "bytes waiting for the application in this worker",
+                    "COURIER_MAX_UNEXPECTED",
+                    lim.unexpected,
+                )
+            })
+        });
+        if let Some(why) = why {
+            self.limit_reached(e, why);
+            return false;
+        }
+        if stream.is_none() {
+            ep.spent.unexpected += cost;
+        }
+        self.limits.held = total;
+        true
+    }
+
+    /// Give back what a message of endpoint `e` (of generation `generation`) cost, now
+    /// that it is received or dropped (`e` may be gone: only the worker's part then).
+    pub(crate) fn release_unexpected(&mut self, e: u32, generation: u32, cost: usize) {
+        self.limits.held = self.limits.held.saturating_sub(cost);
+        if let Some(ep) = self.ep(e).filter(|ep| ep.generation == generation) {
+            ep.spent.unexpected = ep.spent.unexpected.saturating_sub(cost);
+        }
+    }
+
+    /// Stream bytes were taken by the application (or dropped with their endpoint).
+    pub(crate) fn release_stream(&mut self, n: usize) {
+        self.limits.held = self.limits.held.saturating_sub(n);
+    }
+
+    /// A limit was reached on `e`: say so and fail it.
+    pub(crate) fn limit_reached(&mut self, e: u32, why: Error) {
+        self.warn_peer(why.detail());
+        self.fail_ep(e, why);
+    }
+
+    /// Write a warning about a peer, rate-limited (`WARN_EVERY`).
+    pub(crate) fn warn_peer(&mut self, what: &str) {
+        let now = Instant::now();
+        let l = &mut self.limits;
+        if l.warned.is_some_and(|t| now.duration_since(t) < WARN_EVERY) {
+            l.held_back += 1;
+            return;
+        }
+        l.warned = Some(now);
+        match std::mem::take(&mut l.held_back) {
+            0 => tracing::warn!("{what}"),
+            n => tracing::warn!("{what} ({n} more such warnings held back in the last second)"),
+        }
+    }
+
+    /// Charge a frame queued on `e` without a request (an answer): `false` when the peer
+    /// does not read and the queue passed `COURIER_MAX_REPLY_QUEUE` (`e` has failed).
+    pub(crate) fn charge_reply(&mut self, e: u32, cost: usize) -> bool {
+        let lim = self.cfg.limits.reply_queue;
+        let Some(ep) = self.ep(e) else { return false };
+        if ep.spent.replies.saturating_add(cost) > lim {
+            let why = limit_error(
+                &ep.peer.clone(),
+                "answers queued for a peer that does not read them",
+                "COURIER_MAX_REPLY_QUEUE",
+                lim,
+            );
+            self.limit_reached(e, why);
+            return false;
+        }
+        ep.spent.replies += cost;
+        true
+    }
+
+    /// Endpoint `e` failed: drop what its peer sent that no one received (rendezvous
+    /// offers can no longer be fetched; eager messages and stream bytes go too unless the
+    /// peer closed gracefully, which keeps its eager messages receivable, as sent).
+    pub(crate) fn forget_unexpected_from(&mut self, e: u32) {
+        let Some(ep) = self.ep(e) else { return };
+        let keep_eager = ep.spent.closed_by_peer;
+        let generation = ep.generation;
+        let stream = if keep_eager {
+            0
+        } else {
+            let n = ep.stream_in.len();
+            ep.stream_in = Default::default();
+            n
+        };
+        self.release_stream(stream);
+        let mut freed = Vec::new();
+        self.tag.unexpected.retain(|u| {
+            let drop = u.ep == e
+                && u.generation == generation
+                && (!keep_eager || !matches!(u.body, UnexpBody::Eager(_)));
+            if drop {
+                freed.push(unexpected_cost(&u.body));
+            }
+            !drop
+        });
+        for cost in freed {
+            self.release_unexpected(e, generation, cost);
+        }
+    }
+
+    /// Free `e` if a peer's connection made it and the application never took it (it
+    /// failed: nothing can use it any more).
+    pub(crate) fn free_if_unowned(&mut self, e: u32) {
+        let Some(ep) = self.ep(e) else { return };
+        if ep.spent.owned || ep.rx_busy {
+            return;
+        }
+        let generation = ep.generation;
+        self.wireup
+            .incoming
+            .retain(|&(i, g)| !(i == e && g == generation));
+        self.ep_free(e);
+    }
+
+    /// Whether a new connection may be accepted: by the worker's address (`listener`
+    /// `None`) or by listener `listener`. The refusal's reason otherwise.
+    pub(crate) fn accept_allowed(&mut self, listener: Option<u32>) -> Result<(), String> {
+        let lim = self.cfg.limits;
+        let mut worker = 0usize;
+        let mut this = 0usize;
+        for ep in self.eps.slots.iter().filter(|s| s.live) {
+            if let Some(origin) = ep.spent.accepted {
+                worker += 1;
+                if listener.is_some() && origin == listener {
+                    this += 1;
+                }
+            }
+        }
+        if worker >= lim.accepted {
+            return Err(format!(
+                "this worker has {worker} endpoints made by peers' connections (COURIER_MAX_ACCEPTED={})",
+                lim.accepted
+            ));
+        }
+        if listener.is_some() && this >= lim.accepted_listener {
+            return Err(format!(
+                "the listener has {this} accepted endpoints (COURIER_MAX_ACCEPTED_LISTENER={})",
+                lim.accepted_listener
+            ));
+        }
+        Ok(())
+    }
+
+    /// Room for one more accepted connection in setup: past `COURIER_MAX_CONNECTING`, the
+    /// oldest one that has not introduced itself is dropped (an idle flood pushes out
+    /// itself, not a client that introduces itself at once).
+    pub(crate) fn make_room_for_conn(&mut self) {
+        let lim = self.cfg.limits.connecting;
+        let conns = &self.wireup.pending_conns;
+        let live = conns.slots.len() - conns.free.len();
+        if live < lim {
+            return;
+        }
+        let oldest = conns
+            .slots
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| p.live && !p.offered)
+            .min_by_key(|(_, p)| p.since)
+            .map(|(i, _)| i as u32);
+        if let Some(i) = oldest {
+            self.pending_drop(
+                i,
+                Some(format!(
+                    "it said nothing, and more than COURIER_MAX_CONNECTING={lim} connections are in setup"
+                )),
+            );
+        }
+    }
+
+    /// Look at accepted connections in setup: those whose link must be polled, every
+    /// call; the others (their socket wakes epoll, `token::PENDING`) only once a
+    /// `SWEEP_EVERY`, for their timeout.
+    pub(crate) fn step_conns_in_setup(&mut self) -> usize {
+        let now = Instant::now();
+        let sweep = self
+            .limits
+            .conns_swept
+            .is_none_or(|t| now.duration_since(t) >= SWEEP_EVERY);
+        if sweep {
+            self.limits.conns_swept = Some(now);
+        }
+        let mut n = 0;
+        let mut polled = 0;
+        for i in 0..self.wireup.pending_conns.slots.len() {
+            let p = &self.wireup.pending_conns.slots[i];
+            if !p.live || p.offered {
+                continue;
+            }
+            let by_fd = p.tx.as_ref().is_some_and(|t| t.caps().data_via_fd);
+            if !by_fd {
+                polled += 1;
+            }
+            if !by_fd || sweep {
+                n += self.pending_step(i as u32);
+            }
+        }
+        self.limits.polled_conns = polled;
+        n
+    }
+}
