@@ -1452,6 +1452,31 @@ courier_status_t courier_request_test(const courier_request_t *req);
 courier_status_t courier_request_wait(const courier_request_t *req);
 
 /**
+ * `courier_request_wait` for at most `timeout_ms` milliseconds: the request's final status,
+ * or `COURIER_ERR_TIMEOUT` with the request still in flight (wait again, cancel it, or
+ * free it; its buffer stays in use until it completes).
+ */
+courier_status_t courier_request_wait_timeout(const courier_request_t *req, uint64_t timeout_ms);
+
+/**
+ * Finish an operation whichever way it started, so its result is read in one place. Pass
+ * the operation's return value, its request, and the `info` the operation's params pointed
+ * to (`COURIER_OP_FIELD_INFO`; NULL if not wanted):
+ *
+ * - `COURIER_OK`: the operation already wrote `*info`; returns `COURIER_OK`.
+ * - `COURIER_INPROGRESS`: waits for `req` (progressing its worker), writes `*info` (also on
+ *   failure: a truncated receive's real length), frees `req`, and returns the final status.
+ * - an error: returned as it is (`req` was not made).
+ *
+ * If the wait itself cannot run (inside a callback, on the wrong thread), that error is
+ * returned and `req` stays the caller's. `status` and `req` come from separate statements:
+ * `s = op(..., &req); s = courier_request_finish(s, req, &info);`.
+ */
+courier_status_t courier_request_finish(courier_status_t status,
+                                        courier_request_t *req,
+                                        courier_request_info_t *info);
+
+/**
  * What the completed request reported. `COURIER_INPROGRESS` (nothing written) while in
  * flight.
  */
