@@ -11,7 +11,7 @@ export CARGO_TERM_COLOR ?= never
 # PATH, so tools already on PATH keep coming first.
 export PATH := $(PATH):$(HOME)/.cargo/bin:/usr/local/go/bin
 
-.PHONY: all build run test test-rust test-gpu test-scripts lint fmt bench clean deps deps-test
+.PHONY: all build run test test-rust test-gpu test-scripts test-hello test-snippets lint fmt bench clean deps deps-test
 
 include crates/courier-capi/capi.mk
 include crates/courier-shmem/shmem.mk
@@ -30,11 +30,22 @@ build: deps
 run: build
 	./target/release/courier perf --local
 
-test: deps-test test-scripts test-rust capi-check-header capi-test capi-job-test capi-go-test shmem-check-gen shmem-test lint
+test: deps-test test-scripts test-snippets test-rust capi-check-header capi-test capi-job-test capi-go-test test-hello shmem-check-gen shmem-test lint
 	@echo "make test: all suites passed"
 
 test-rust:
 	$(CARGO) test --workspace --release -- --test-threads=2
+
+# Every Rust, C and Go block of the Markdown files is a doctest or a copy of a compiled source.
+test-snippets:
+	python3 scripts/check-snippets.py
+
+# The hello programs (examples/hello.rs, examples/c/hello.c, bindings/go/cmd/hello) as two
+# processes, every server with every client, over shm and tcp.
+test-hello: $(CAPI_EXAMPLE_DIR)/hello
+	$(CARGO) build --release -p courier --example hello
+	cd bindings/go && go build $(GO_LIBFLAGS) -o ../../target/go-hello ./cmd/hello
+	bash scripts/hello-test.sh target/release/examples/hello $(CAPI_EXAMPLE_DIR)/hello target/go-hello
 
 # On a machine with an NVIDIA GPU and its driver: the CUDA tests (a stand-in driver in
 # `make test`) against the real driver and device, one test at a time.
