@@ -55,6 +55,7 @@ static void on_ep_error(courier_ep_t *ep, courier_status_t status, void *user_da
             courier_last_error_detail());
 }
 
+// snippet: helpers
 /* Send on `ep` and wait until the buffer may be reused. */
 static void tag_send(courier_ep_t *ep, const char *text, uint64_t tag)
 {
@@ -87,6 +88,7 @@ static void wait_am(courier_worker_t *w, struct state *st)
         courier_worker_progress(w);
     st->am_seen = 0;
 }
+// snippet-end
 
 static courier_context_t *context(void)
 {
@@ -98,6 +100,7 @@ static courier_context_t *context(void)
     return ctx;
 }
 
+// snippet: server
 static int server(const char *addr)
 {
     struct state st = {0};
@@ -138,7 +141,9 @@ static int server(const char *addr)
     printf("server: done\n");
     return 0;
 }
+// snippet-end
 
+// snippet: client
 static int client(const char *addr)
 {
     struct state st = {0};
@@ -180,6 +185,7 @@ static int client(const char *addr)
     printf("client: done\n");
     return 0;
 }
+// snippet-end
 
 int main(int argc, char **argv)
 {

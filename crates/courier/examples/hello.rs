@@ -70,6 +70,7 @@ fn on_error(e: &Error) {
     eprintln!("hello: peer failed: {e}");
 }
 
+// snippet: server
 fn server(addr: SocketAddr) -> courier::Result<()> {
     let ctx = Context::new(ContextParams::default())?;
     let worker = Worker::new(&ctx, WorkerParams::default())?;
@@ -109,7 +110,9 @@ fn server(addr: SocketAddr) -> courier::Result<()> {
     println!("server: done");
     Ok(())
 }
+// snippet-end
 
+// snippet: client
 fn client(addr: SocketAddr) -> courier::Result<()> {
     let ctx = Context::new(ContextParams::default())?;
     let worker = Worker::new(&ctx, WorkerParams::default())?;
@@ -134,6 +137,7 @@ fn client(addr: SocketAddr) -> courier::Result<()> {
     println!("client: done");
     Ok(())
 }
+// snippet-end
 
 fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()

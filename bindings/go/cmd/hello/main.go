@@ -100,6 +100,7 @@ func nextAM(w *courier.Worker, ams chan string) (string, error) {
 	return "", errors.New("no active message within 30 s")
 }
 
+// snippet: server
 func server(w *courier.Worker, addr string, ams chan string) error {
 	accepted := make(chan *courier.Endpoint, 1)
 	l, err := w.NewListener((&courier.ListenerParams{Address: addr}).SetConnectionHandler(
@@ -153,6 +154,9 @@ func server(w *courier.Worker, addr string, ams chan string) error {
 	return nil
 }
 
+// snippet-end
+
+// snippet: client
 func client(w *courier.Worker, addr string, ams chan string) error {
 	ep, err := w.NewEndpoint((&courier.EndpointParams{SocketAddress: addr}).SetClientID(7).
 		SetErrorHandler(onError))
@@ -193,3 +197,5 @@ func client(w *courier.Worker, addr string, ams chan string) error {
 	fmt.Println("client: done")
 	return nil
 }
+
+// snippet-end
