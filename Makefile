@@ -64,6 +64,9 @@ test-scripts:
 lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets --release -- -D warnings
+	RUSTDOCFLAGS="-D warnings" $(CARGO) doc -p courier --no-deps
+	cd bindings/go && test -z "$$(gofmt -l .)" || { gofmt -l .; echo "gofmt: files above need formatting" >&2; exit 1; }
+	cd bindings/go && go vet ./...
 
 bench: build
 	bash bench/run.sh
