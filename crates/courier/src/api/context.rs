@@ -106,6 +106,7 @@ impl Context {
         let mut cfg = Config::from_env_with(&over)?;
         cfg.wakeup = params.features.wakeup;
         log::init(cfg.log_level);
+        crate::base::config::warn_unknown_vars_once();
         let name = params
             .name
             .unwrap_or_else(|| format!("courier-{}", std::process::id()));
