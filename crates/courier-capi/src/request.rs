@@ -39,7 +39,7 @@ pub struct courier_request_info_t {
 impl From<Info> for courier_request_info_t {
     fn from(i: Info) -> Self {
         courier_request_info_t {
-            length: i.len,
+            length: i.length,
             tag: i.tag,
             value: i.value,
         }

@@ -96,7 +96,7 @@ fn server(addr: SocketAddr) -> courier::Result<()> {
     // Tag: receive the client's message, answer on the accepted endpoint.
     let mut buf = [0u8; 64];
     let info = worker.tag_recv(&mut buf, TAG_TO_SERVER, u64::MAX)?.wait()?;
-    println!("server: tag: {}", text(&buf[..info.len]));
+    println!("server: tag: {}", text(&buf[..info.length]));
     ep.tag_send(b"hello, client", TAG_TO_CLIENT)?.wait()?;
 
     // Active message: the client's, then one back.
@@ -126,7 +126,7 @@ fn client(addr: SocketAddr) -> courier::Result<()> {
     let recv = worker.tag_recv(&mut buf, TAG_TO_CLIENT, u64::MAX)?;
     ep.tag_send(b"hello, server", TAG_TO_SERVER)?.wait()?;
     let info = recv.wait()?;
-    println!("client: tag: {}", text(&buf[..info.len]));
+    println!("client: tag: {}", text(&buf[..info.length]));
 
     ep.am_send(AM_TO_SERVER, b"", b"hello, server (am)", AmFlags::default())?
         .wait()?;

@@ -28,7 +28,7 @@ use crate::proto::request::Started;
 /// assert_eq!(e.status(), Status::Timeout);
 /// ep.tag_send(b"late", 5)?.wait()?;
 /// let info = recv.wait()?; // progresses the worker until done
-/// assert_eq!((info.len, info.tag), (4, 5));
+/// assert_eq!((info.length, info.tag), (4, 5));
 /// # Ok::<(), courier::Error>(())
 /// ```
 #[must_use = "a request completes only while the worker progresses; wait() or test() it"]

@@ -23,7 +23,7 @@ impl State {
         if len <= chunk {
             if self.try_send_now(e, &hdr, &[], &data)? {
                 return Ok(Started::Done(Info {
-                    len,
+                    length: len,
                     tag: 0,
                     value: 0,
                 }));
@@ -52,7 +52,7 @@ impl State {
             self.complete(
                 id,
                 Ok(Info {
-                    len,
+                    length: len,
                     tag: 0,
                     value: 0,
                 }),
@@ -90,7 +90,7 @@ impl State {
             got = drain_into(&mut ep.stream_in, &buf, 0);
             if got == cap && cap > 0 || (!waitall && got > 0) {
                 return Ok(Started::Done(Info {
-                    len: got,
+                    length: got,
                     tag: 0,
                     value: 0,
                 }));
@@ -99,7 +99,7 @@ impl State {
         if let Some(err) = ep.dead_error() {
             return if got > 0 {
                 Ok(Started::Done(Info {
-                    len: got,
+                    length: got,
                     tag: 0,
                     value: 0,
                 }))
@@ -146,7 +146,7 @@ impl State {
                 self.complete(
                     id,
                     Ok(Info {
-                        len,
+                        length: len,
                         tag: 0,
                         value: 0,
                     }),
