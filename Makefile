@@ -5,13 +5,18 @@
 #   make bench    side-by-side benchmarks against UCX and libfabric (installs them if missing)
 
 CARGO ?= cargo
+# One build for every target (make, make capi, make shmem, make install): cargo builds a
+# library with or without object code depending on what else the command builds (an LTO'd
+# cdylib alone needs only bitcode), so `-p courier-capi` after `--workspace` rebuilt
+# libcourier and everything above it. The whole workspace every time rebuilds nothing.
+CARGO_BUILD = $(CARGO) build --release --workspace
 export CARGO_TERM_COLOR ?= never
 # rustup installs cargo into ~/.cargo/bin and the Go tarball lives in /usr/local/go/bin; neither
 # is on a fresh shell's PATH, and scripts/deps.sh's PATH does not reach make. Look there after
 # PATH, so tools already on PATH keep coming first.
 export PATH := $(PATH):$(HOME)/.cargo/bin:/usr/local/go/bin
 
-.PHONY: all build run test test-rust test-gpu test-scripts lint fmt bench clean deps deps-test
+.PHONY: all build run test test-rust test-gpu test-scripts test-hello test-snippets test-install lint fmt bench clean deps deps-test
 
 include crates/courier-capi/capi.mk
 include crates/courier-shmem/shmem.mk
@@ -25,16 +30,33 @@ deps-test:
 	@bash scripts/deps.sh test
 
 build: deps
-	$(CARGO) build --release --workspace
+	$(CARGO_BUILD)
 
 run: build
 	./target/release/courier perf --local
 
-test: deps-test test-scripts test-rust capi-check-header capi-test capi-job-test capi-go-test shmem-check-gen shmem-test lint
+test: deps-test test-scripts test-snippets test-rust capi-check-header capi-test capi-job-test capi-go-test test-hello test-install shmem-check-gen shmem-test lint
 	@echo "make test: all suites passed"
 
 test-rust:
 	$(CARGO) test --workspace --release -- --test-threads=2
+
+# Every Rust, C and Go block of the Markdown files is a doctest or a copy of a compiled source.
+test-snippets:
+	python3 scripts/check-snippets.py
+
+# The hello programs (examples/hello.rs, examples/c/hello.c, bindings/go/cmd/hello) as two
+# processes, every server with every client, over shm and tcp.
+test-hello: $(CAPI_EXAMPLE_DIR)/hello
+	$(CARGO) test --workspace --release --no-run   # builds the examples, as test-rust does
+	cd bindings/go && go build $(GO_LIBFLAGS) -o ../../target/go-hello ./cmd/hello
+	bash scripts/hello-test.sh target/release/examples/hello $(CAPI_EXAMPLE_DIR)/hello target/go-hello
+
+# make install into a fresh prefix; C (pkg-config courier and courier-static) and Go (its own
+# module, -tags courier_system) programs built from it run without LD_LIBRARY_PATH; make
+# uninstall removes every file.
+test-install:
+	MAKE="$(MAKE)" bash scripts/install-test.sh
 
 # On a machine with an NVIDIA GPU and its driver: the CUDA tests (a stand-in driver in
 # `make test`) against the real driver and device, one test at a time.
@@ -53,6 +75,9 @@ test-scripts:
 lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets --release -- -D warnings
+	RUSTDOCFLAGS="-D warnings" $(CARGO) doc -p courier --no-deps
+	cd bindings/go && test -z "$$(gofmt -l .)" || { gofmt -l .; echo "gofmt: files above need formatting" >&2; exit 1; }
+	cd bindings/go && go vet ./...
 
 bench: build
 	bash bench/run.sh

@@ -20,9 +20,11 @@
 // returns a nil *Request, which every Request method treats as completed.
 package courier
 
+// Where the library comes from: link_repo.go (the default: this checkout's
+// target/release/libcourier.a, built by `make capi`) or link_system.go (-tags
+// courier_system: the installed library, through `pkg-config courier`).
+
 /*
-#cgo CFLAGS: -I${SRCDIR}/../../crates/courier-capi/include
-#cgo LDFLAGS: ${SRCDIR}/../../target/release/libcourier.a -lgcc_s -lutil -lrt -lpthread -lm -ldl -lc
 #include <stdlib.h>
 #include <courier.h>
 

@@ -56,7 +56,7 @@ func (e *Error) Error() string {
 	if e.Detail == "" {
 		return "courier: " + e.Status.Error()
 	}
-	return fmt.Sprintf("courier: %s", e.Detail)
+	return fmt.Sprintf("courier: %s: %s", e.Status.Error(), e.Detail)
 }
 
 // Unwrap makes errors.Is(err, courier.ErrX) work.

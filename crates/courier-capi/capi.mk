@@ -1,11 +1,12 @@
 # Courier C ABI: build, header check, C examples as tests, install.
 # Included from the top-level Makefile; every path is relative to the repository root.
 #
-#   make capi                 cargo build --release -p courier-capi (libcourier.so, libcourier.a)
+#   make capi                 libcourier.so, libcourier.a (the workspace's one build: $(CARGO_BUILD))
 #   make capi-check-header    regenerate include/courier.h into a temp file and diff (needs cbindgen 0.29.4)
 #   make capi-examples        build examples/c/*.c against the shared and the static library
 #   make capi-test            run every example and C test (exit 0 = pass) with COURIER_TLS=tcp and with the default
-#   make install PREFIX=...   lib/, include/, lib/pkgconfig/courier.pc (default PREFIX=/usr/local)
+#   make install PREFIX=...   lib/, include/, lib/pkgconfig/courier{,-static}.pc, bin/courier (default PREFIX=/usr/local)
+#   make uninstall PREFIX=... removes them
 #   make capi-go-test         Go bindings: gofmt, vet, tests with -race, then a GC-stress run (GOGC=1)
 #   make capi-job-test        examples/c/job_ring under courier run with 1, 2, 4 and 8 ranks
 
@@ -35,10 +36,10 @@ CAPI_EXAMPLE_DEPS := examples/c/common.h examples/c/exs_common.h $(CAPI_HEADER) 
 # Transport selections the examples run under (shm is tried by the default, "all").
 CAPI_TEST_TLS ?= tcp all
 
-.PHONY: capi capi-check-header capi-examples capi-test capi-job-test capi-go-test install capi-pc
+.PHONY: capi capi-check-header capi-examples capi-test capi-job-test capi-go-test install uninstall capi-pc
 
 capi:
-	$(CARGO) build --release -p courier-capi
+	$(CARGO_BUILD)
 
 capi-check-header:
 	$(CAPI_DIR)/check-header.sh
@@ -58,9 +59,12 @@ $(CAPI_EXAMPLE_DIR)/test-%: $(CAPI_DIR)/tests/c/%.c $(CAPI_EXAMPLE_DEPS) capi
 
 capi-examples: $(CAPI_EXAMPLES_SHARED) $(CAPI_EXAMPLES_STATIC) $(CAPI_CTESTS)
 
+# hello takes a role and an address: scripts/hello-test.sh runs it as two processes.
+CAPI_SELF_RUNNING := $(filter-out $(CAPI_EXAMPLE_DIR)/hello $(CAPI_EXAMPLE_DIR)/hello-static,$(CAPI_EXAMPLES_SHARED) $(CAPI_EXAMPLES_STATIC))
+
 capi-test: capi-examples
 	@set -e; for tls in $(CAPI_TEST_TLS); do \
-	  for ex in $(CAPI_EXAMPLES_SHARED) $(CAPI_EXAMPLES_STATIC) $(CAPI_CTESTS); do \
+	  for ex in $(CAPI_SELF_RUNNING) $(CAPI_CTESTS); do \
 	    echo "== COURIER_TLS=$$tls $$ex"; \
 	    COURIER_TLS=$$tls timeout 120 $$ex || { echo "FAILED: COURIER_TLS=$$tls $$ex" >&2; exit 1; }; \
 	  done; \
@@ -69,7 +73,7 @@ capi-test: capi-examples
 # The job example as a job: courier run's exchange, lazy and eager wire-up, every byte checked.
 CAPI_JOB_RANKS ?= 1 2 4 8
 capi-job-test: $(CAPI_EXAMPLE_DIR)/job_ring $(CAPI_EXAMPLE_DIR)/job_ring-static
-	$(CARGO) build --release -p courier-cli
+	$(CARGO_BUILD)
 	@set -e; for ex in $(CAPI_EXAMPLE_DIR)/job_ring $(CAPI_EXAMPLE_DIR)/job_ring-static; do \
 	  for n in $(CAPI_JOB_RANKS); do \
 	    echo "== courier run -n $$n $$ex"; \
@@ -80,19 +84,32 @@ capi-job-test: $(CAPI_EXAMPLE_DIR)/job_ring $(CAPI_EXAMPLE_DIR)/job_ring-static
 	  done; \
 	done; echo "capi-job-test: job_ring passed under courier run"
 
-$(CAPI_LIBDIR)/courier.pc: $(CAPI_DIR)/courier.pc.in Cargo.toml
+# courier.pc and courier-static.pc for PREFIX: $(1) template, $(2) output.
+define capi_pc
+	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(CAPI_VERSION)|g' $(1) > $(2)
+endef
+
+# Always rewritten: the prefix is baked in, and PREFIX may differ from the last run.
+capi-pc:
 	@mkdir -p $(CAPI_LIBDIR)
-	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(CAPI_VERSION)|g' $< > $@
+	$(call capi_pc,$(CAPI_DIR)/courier.pc.in,$(CAPI_LIBDIR)/courier.pc)
+	$(call capi_pc,$(CAPI_DIR)/courier-static.pc.in,$(CAPI_LIBDIR)/courier-static.pc)
 
-capi-pc: $(CAPI_LIBDIR)/courier.pc
-
+# Installs the library, its headers (courier.h, exs.h) and .pc files; shmem-install adds the
+# `courier` command, libcourier_shmem, shmem.h, shmemx.h, oshcc, oshc++ and oshrun.
 install: capi capi-pc shmem-install
 	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig
 	install -m 0755 $(CAPI_SO) $(DESTDIR)$(PREFIX)/lib/libcourier.so
 	install -m 0644 $(CAPI_A) $(DESTDIR)$(PREFIX)/lib/libcourier.a
 	install -m 0644 $(CAPI_HEADER) $(DESTDIR)$(PREFIX)/include/courier.h
 	install -m 0644 $(CAPI_EXS_HEADER) $(DESTDIR)$(PREFIX)/include/exs.h
-	install -m 0644 $(CAPI_LIBDIR)/courier.pc $(DESTDIR)$(PREFIX)/lib/pkgconfig/courier.pc
+	install -m 0644 $(CAPI_LIBDIR)/courier.pc $(CAPI_LIBDIR)/courier-static.pc $(DESTDIR)$(PREFIX)/lib/pkgconfig/
+
+# Removes what install installed (and nothing else: directories stay).
+CAPI_INSTALLED := lib/libcourier.so lib/libcourier.a include/courier.h include/exs.h \
+	lib/pkgconfig/courier.pc lib/pkgconfig/courier-static.pc
+uninstall: shmem-uninstall
+	rm -f $(addprefix $(DESTDIR)$(PREFIX)/,$(CAPI_INSTALLED))
 
 # The Go binding links target/release/libcourier.a. Go's caches do not notice a rebuilt
 # Rust library: -count=1 reruns the tests, and GO_LIBFLAGS (the library's digest in

@@ -19,3 +19,18 @@ else
   echo "check-header: include/courier.h differs from what cbindgen generates; regenerate it" >&2
   exit 1
 fi
+
+# The header's minimal example compiles (against the header alone).
+ex="$(mktemp --suffix=.c)"
+trap 'rm -f "$tmp" "$ex" "$ex.o"' EXIT
+{
+  printf '#include <courier.h>\n#include <stdio.h>\nint main(void) {\n'
+  sed -n '/^ \*     courier_context_t \*ctx;/,/^ \*     courier_context_destroy(ctx);/p' "$here/include/courier.h" | cut -c4-
+  printf 'return s < 0;\n}\n'
+} > "$ex"
+grep -q courier_context_destroy "$ex" || { echo "check-header: the header's example is missing" >&2; exit 1; }
+if ! "${CC:-cc}" -std=c11 -Wall -Wextra -Werror -I"$here/include" -c "$ex" -o "$ex.o"; then
+  echo "check-header: the example at the top of courier.h does not compile" >&2
+  exit 1
+fi
+echo "check-header: the header's example compiles"

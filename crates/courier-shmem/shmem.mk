@@ -12,7 +12,7 @@ SHMEM_LIBDIR := $(abspath target/release)
 SHMEM_VERSION := $(CAPI_VERSION)
 SHMEM_WRAPPERS := target/release/oshcc target/release/oshc++ target/release/oshrun
 
-.PHONY: shmem shmem-check-gen shmem-test conformance shmem-install
+.PHONY: shmem shmem-check-gen shmem-test conformance shmem-install shmem-uninstall
 
 # oshcc / oshc++ / oshrun from their templates: $(1) output, $(2) template, $(3) name,
 # $(4) compiler variable, $(5) default-compiler variable, $(6) default compiler,
@@ -24,7 +24,7 @@ define shmem_wrapper
 endef
 
 shmem:
-	$(CARGO) build --release -p courier-shmem -p courier-cli
+	$(CARGO_BUILD)
 	$(call shmem_wrapper,target/release/oshcc,$(SHMEM_DIR)/scripts/oshcc.in,oshcc,COURIER_SHMEM_CC,CC,cc,$(abspath $(SHMEM_DIR)/include),$(SHMEM_LIBDIR),)
 	$(call shmem_wrapper,target/release/oshc++,$(SHMEM_DIR)/scripts/oshcc.in,oshc++,COURIER_SHMEM_CXX,CXX,c++,$(abspath $(SHMEM_DIR)/include),$(SHMEM_LIBDIR),)
 	$(call shmem_wrapper,target/release/oshrun,$(SHMEM_DIR)/scripts/oshrun.in,oshrun,,,,,,$(SHMEM_LIBDIR)/courier)
@@ -52,3 +52,8 @@ shmem-install: shmem
 	$(call shmem_wrapper,$(DESTDIR)$(PREFIX)/bin/oshc++,$(SHMEM_DIR)/scripts/oshcc.in,oshc++,COURIER_SHMEM_CXX,CXX,c++,$(PREFIX)/include,$(PREFIX)/lib,)
 	install -m 0755 target/release/courier $(DESTDIR)$(PREFIX)/bin/courier
 	$(call shmem_wrapper,$(DESTDIR)$(PREFIX)/bin/oshrun,$(SHMEM_DIR)/scripts/oshrun.in,oshrun,,,,,,$(PREFIX)/bin/courier)
+
+SHMEM_INSTALLED := lib/libcourier_shmem.so lib/libcourier_shmem.a include/shmem.h include/shmemx.h \
+	lib/pkgconfig/courier-shmem.pc bin/oshcc bin/oshc++ bin/oshrun bin/courier
+shmem-uninstall:
+	rm -f $(addprefix $(DESTDIR)$(PREFIX)/,$(SHMEM_INSTALLED))

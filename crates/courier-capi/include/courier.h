@@ -1,13 +1,58 @@
 /*
  * Courier C ABI.
  *
- * Conventions: opaque handles, each released by courier_<object>_destroy (older release
- * names kept as aliases); object first, inputs next, outputs last, outputs written only on
- * success; every call returns a courier_status_t (stable numbers, courier_status_string,
- * courier_last_error_detail); params structs begin with field_mask; callbacks carry
- * void *user_data and run inside courier_worker_progress on the progressing thread.
+ * Objects. A context (courier_context_create) holds the features asked for and the
+ * configuration (COURIER_* environment variables, or params). A worker (one per thread, or
+ * shared in COURIER_THREAD_MODE_MULTI) is a progress engine with an address. An endpoint
+ * connects a worker to a peer worker: by the peer's address, or by a listener's socket
+ * address ("ip:port"). A listener (courier_listener_create) hands each client to its
+ * connection handler, which accepts (keep the endpoint: it is how the server answers) or
+ * rejects it. Memory (courier_mem_map) and remote keys serve one-sided operations.
+ * Every handle is released by courier_<object>_destroy (older names kept as aliases).
  *
- * Link: -lcourier (shared) or libcourier.a -lgcc_s -lutil -lrt -lpthread -lm -ldl -lc
+ * Calls. Object first, inputs next, outputs last; outputs are written only on success.
+ * Every call returns a courier_status_t: negative is an error (courier_status_string names
+ * it, courier_last_error_detail() on the same thread says what and why). params structs
+ * begin with field_mask: only fields whose bit is set are read.
+ *
+ * Operations. A send, receive or one-sided operation returns COURIER_OK when it completed
+ * at once (no request; params->info written, no callback), COURIER_INPROGRESS with a
+ * request (its callback runs once inside progress; wait, test or free it), or an error
+ * (nothing started, no callback). Buffers stay untouched by the caller until completion.
+ * courier_request_finish(status, req, &info) handles all three in one place.
+ *
+ * Progress. Nothing moves unless the worker progresses: courier_worker_progress in a loop,
+ * courier_request_wait (or _wait_timeout), or courier_worker_wait to sleep until something
+ * arrives. Callbacks and handlers run inside progress, on the progressing thread.
+ *
+ * Threads. A COURIER_THREAD_MODE_SINGLE worker (the default) is used from the thread that
+ * created it; a COURIER_THREAD_MODE_MULTI worker from any thread. Contexts are shared.
+ *
+ * A minimal client (examples/c/hello.c is a whole server and client):
+ *
+ *     courier_context_t *ctx;
+ *     courier_worker_t *w;
+ *     courier_ep_t *ep;
+ *     courier_request_t *req;
+ *     courier_request_info_t info;
+ *     courier_op_params_t op = {.field_mask = COURIER_OP_FIELD_INFO, .info = &info};
+ *     courier_ep_params_t ep_p = {.field_mask = COURIER_EP_FIELD_SOCK_ADDR,
+ *                                 .sockaddr = "127.0.0.1:13337"};
+ *     char buf[64];
+ *     if (courier_context_create(NULL, &ctx) < 0 || courier_worker_create(ctx, NULL, &w) < 0 ||
+ *         courier_ep_create(w, &ep_p, &ep) < 0)
+ *         return fputs(courier_last_error_detail(), stderr), 1;
+ *     courier_status_t s = courier_ep_tag_send(ep, "hello", 5, 1, NULL, &req);
+ *     s = courier_request_finish(s, req, NULL);
+ *     s = courier_worker_tag_recv(w, buf, sizeof(buf), 2, UINT64_MAX, &op, &req);
+ *     s = courier_request_finish(s, req, &info);      // info.length bytes in buf
+ *     courier_ep_close(ep);
+ *     courier_worker_destroy(w);
+ *     courier_context_destroy(ctx);
+ *
+ * Link: $(pkg-config --cflags --libs courier) (shared, with an rpath to the library), or
+ * $(pkg-config --cflags --libs courier-static) (libcourier.a and the system libraries it
+ * needs).
  */
 
 #ifndef COURIER_H
@@ -1450,6 +1495,31 @@ courier_status_t courier_request_test(const courier_request_t *req);
  * Must run on a thread allowed to progress the worker, never inside a callback.
  */
 courier_status_t courier_request_wait(const courier_request_t *req);
+
+/**
+ * `courier_request_wait` for at most `timeout_ms` milliseconds: the request's final status,
+ * or `COURIER_ERR_TIMEOUT` with the request still in flight (wait again, cancel it, or
+ * free it; its buffer stays in use until it completes).
+ */
+courier_status_t courier_request_wait_timeout(const courier_request_t *req, uint64_t timeout_ms);
+
+/**
+ * Finish an operation whichever way it started, so its result is read in one place. Pass
+ * the operation's return value, its request, and the `info` the operation's params pointed
+ * to (`COURIER_OP_FIELD_INFO`; NULL if not wanted):
+ *
+ * - `COURIER_OK`: the operation already wrote `*info`; returns `COURIER_OK`.
+ * - `COURIER_INPROGRESS`: waits for `req` (progressing its worker), writes `*info` (also on
+ *   failure: a truncated receive's real length), frees `req`, and returns the final status.
+ * - an error: returned as it is (`req` was not made).
+ *
+ * If the wait itself cannot run (inside a callback, on the wrong thread), that error is
+ * returned and `req` stays the caller's. `status` and `req` come from separate statements:
+ * `s = op(..., &req); s = courier_request_finish(s, req, &info);`.
+ */
+courier_status_t courier_request_finish(courier_status_t status,
+                                        courier_request_t *req,
+                                        courier_request_info_t *info);
 
 /**
  * What the completed request reported. `COURIER_INPROGRESS` (nothing written) while in

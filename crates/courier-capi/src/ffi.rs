@@ -30,8 +30,16 @@ pub(crate) fn set_last_error(text: &str) {
     LAST_ERROR.with(|e| *e.borrow_mut() = Some(c));
 }
 
+/// Keep `err`'s sentence for `courier_last_error_detail`: the detail alone, since the status
+/// is the call's result and `courier_status_string` names it (the status's name when there
+/// is no sentence).
 pub(crate) fn record(err: &Error) -> courier_status_t {
-    set_last_error(&err.to_string());
+    let detail = err.detail();
+    set_last_error(if detail.is_empty() {
+        err.status().as_str()
+    } else {
+        detail
+    });
     err.status().code()
 }
 

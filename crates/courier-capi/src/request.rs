@@ -17,7 +17,7 @@ use std::cell::RefCell;
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use courier_core::{Callback, Error, Info, Started, Status, Worker};
 
@@ -39,7 +39,7 @@ pub struct courier_request_info_t {
 impl From<Info> for courier_request_info_t {
     fn from(i: Info) -> Self {
         courier_request_info_t {
-            length: i.len,
+            length: i.length,
             tag: i.tag,
             value: i.value,
         }
@@ -221,11 +221,21 @@ impl courier_request_t {
         }
     }
 
-    fn wait(&self) -> Result<courier_status_t, Error> {
+    /// Progress until complete, or until `deadline` (then `Timeout`, the request still in
+    /// flight).
+    fn wait(&self, deadline: Option<Instant>) -> Result<courier_status_t, Error> {
         let mut idle = 0u32;
         loop {
             if self.poll().is_some() {
                 return Ok(self.report());
+            }
+            if let Some(d) = deadline
+                && Instant::now() >= d
+            {
+                return Err(Error::new(
+                    Status::Timeout,
+                    "the request did not complete within the timeout; it is still in flight",
+                ));
             }
             if in_callback() {
                 return Err(invalid(
@@ -309,7 +319,58 @@ pub unsafe extern "C" fn courier_request_test(req: *const courier_request_t) -> 
 /// Must run on a thread allowed to progress the worker, never inside a callback.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn courier_request_wait(req: *const courier_request_t) -> courier_status_t {
-    boundary(|| unsafe { arg(req, "req") }?.wait())
+    boundary(|| unsafe { arg(req, "req") }?.wait(None))
+}
+
+/// `courier_request_wait` for at most `timeout_ms` milliseconds: the request's final status,
+/// or `COURIER_ERR_TIMEOUT` with the request still in flight (wait again, cancel it, or
+/// free it; its buffer stays in use until it completes).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn courier_request_wait_timeout(
+    req: *const courier_request_t,
+    timeout_ms: u64,
+) -> courier_status_t {
+    boundary(|| {
+        let r = unsafe { arg(req, "req") }?;
+        r.wait(Instant::now().checked_add(Duration::from_millis(timeout_ms)))
+    })
+}
+
+/// Finish an operation whichever way it started, so its result is read in one place. Pass
+/// the operation's return value, its request, and the `info` the operation's params pointed
+/// to (`COURIER_OP_FIELD_INFO`; NULL if not wanted):
+///
+/// - `COURIER_OK`: the operation already wrote `*info`; returns `COURIER_OK`.
+/// - `COURIER_INPROGRESS`: waits for `req` (progressing its worker), writes `*info` (also on
+///   failure: a truncated receive's real length), frees `req`, and returns the final status.
+/// - an error: returned as it is (`req` was not made).
+///
+/// If the wait itself cannot run (inside a callback, on the wrong thread), that error is
+/// returned and `req` stays the caller's. `status` and `req` come from separate statements:
+/// `s = op(..., &req); s = courier_request_finish(s, req, &info);`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn courier_request_finish(
+    status: courier_status_t,
+    req: *mut courier_request_t,
+    info: *mut courier_request_info_t,
+) -> courier_status_t {
+    boundary(|| {
+        if status != COURIER_INPROGRESS {
+            return Ok(status);
+        }
+        let final_status = {
+            let r = unsafe { arg(req as *const courier_request_t, "req") }?;
+            let s = r.wait(None)?;
+            if let (Some((_, i, _)), false) = (r.result.get(), info.is_null()) {
+                // SAFETY: the caller's info struct (checked non-NULL).
+                unsafe { *info = *i };
+            }
+            s
+        };
+        // SAFETY: made by `start`, finished here; the caller gave it up by calling us.
+        unsafe { courier_request_destroy(req) };
+        Ok(final_status)
+    })
 }
 
 /// What the completed request reported. `COURIER_INPROGRESS` (nothing written) while in

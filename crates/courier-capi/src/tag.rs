@@ -138,7 +138,7 @@ pub unsafe extern "C" fn courier_worker_tag_probe(
             Some(p) => {
                 unsafe {
                     *out = courier_request_info_t {
-                        length: p.len,
+                        length: p.length,
                         tag: p.tag,
                         value: 0,
                     }

@@ -52,7 +52,7 @@ fn step_tag_complete(w: &Worker, reqs: Vec<Request<'_>>) -> Result<usize> {
         while !r.is_done() {
             w.progress();
         }
-        got += r.wait()?.len;
+        got += r.wait()?.length;
     }
     Ok(got)
 }
@@ -67,7 +67,7 @@ fn step_tag_unexpected(w: &Worker, n: usize) -> Result<usize> {
         while !r.is_done() {
             w.progress();
         }
-        got += r.wait()?.len;
+        got += r.wait()?.length;
     }
     Ok(got)
 }

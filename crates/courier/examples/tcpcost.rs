@@ -67,7 +67,7 @@ fn step_tag_recv(w: &Worker, buf: &mut [u8]) -> Result<usize> {
     let mut r = w.tag_recv(buf, TAG, u64::MAX)?;
     loop {
         if let Some(done) = r.test() {
-            return done.as_ref().map(|i| i.len).map_err(|e| e.clone());
+            return done.as_ref().map(|i| i.length).map_err(|e| e.clone());
         }
         w.progress();
     }

@@ -38,6 +38,12 @@ pub mod wire;
 
 pub use api::*;
 pub use base::auth;
+
+/// The README's Rust blocks, compiled and run as doctests (`cargo test --doc`), so that the
+/// README cannot drift from the API.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+pub struct ReadmeDoctests;
 pub use base::config;
 pub use base::cuda::{Driver as CudaDriver, load as cuda_driver};
 pub use base::sys::{host_id, poll_gap};

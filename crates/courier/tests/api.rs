@@ -135,7 +135,7 @@ fn unexpected_messages_probe_truncation_order() {
             );
         }
         assert_eq!(
-            p.a.tag_probe(0x20, u64::MAX).unwrap().unwrap().len,
+            p.a.tag_probe(0x20, u64::MAX).unwrap().unwrap().length,
             3 << 20,
             "{tls}"
         );
@@ -156,14 +156,14 @@ fn unexpected_messages_probe_truncation_order() {
         assert_eq!(&tiny, b"small");
         let mut got = vec![0u8; 3 << 20];
         let mut r = p.a.tag_recv(&mut got, 0x20, u64::MAX).unwrap();
-        assert_eq!(wait_on(&p.a, &mut r).unwrap().len, 3 << 20);
+        assert_eq!(wait_on(&p.a, &mut r).unwrap().length, 3 << 20);
         drop(r);
         assert!(got == big, "{tls}: unexpected rendezvous message differs");
         // Same tag: matched in send order.
         for (i, m) in ordered.iter().enumerate() {
             let mut buf = vec![0u8; 200];
             let mut r = p.a.tag_recv(&mut buf, 0x30, u64::MAX).unwrap();
-            let n = wait_on(&p.a, &mut r).unwrap().len;
+            let n = wait_on(&p.a, &mut r).unwrap().length;
             drop(r);
             assert_eq!(&buf[..n], &m[..], "{tls}: message {i} out of order");
         }
@@ -185,7 +185,7 @@ fn truncated_rendezvous_and_posted_truncation() {
         let mut s = p.ba.tag_send(&big, 7).unwrap();
         let e = wait_on(&p.a, &mut r).expect_err("truncated");
         assert_eq!(e.status(), Status::MessageTruncated, "{tls}");
-        assert_eq!(r.info().len, 200_000, "{tls}: real length reported");
+        assert_eq!(r.info().length, 200_000, "{tls}: real length reported");
         drop(r);
         assert!(small.iter().all(|&b| b == 9));
         wait_on(&p.b, &mut s).unwrap();
@@ -338,7 +338,7 @@ fn rendezvous_active_messages_received_inside_their_handler() {
             receive_into_slot(m, &sl, move |k, r| {
                 d3.lock()
                     .unwrap()
-                    .push((k, r.map(|i| i.len).map_err(|e| e.status())));
+                    .push((k, r.map(|i| i.length).map_err(|e| e.status())));
             });
         })
         .unwrap();
@@ -412,7 +412,7 @@ fn rendezvous_copies_in_pieces() {
                 // The receive copied its first piece; the others wait for progress.
                 assert!(!r.is_done(), "{tls}: {size} bytes received in one call");
             }
-            assert_eq!(wait_on(&p.a, &mut r).unwrap().len, size, "{tls}");
+            assert_eq!(wait_on(&p.a, &mut r).unwrap().length, size, "{tls}");
             drop(r);
             assert!(got == data, "{tls}: {size}-byte message differs");
             wait_on(&p.b, &mut s).unwrap();
@@ -425,7 +425,7 @@ fn rendezvous_copies_in_pieces() {
                 let mut iov: [&mut [u8]; 2] = [&mut x, &mut y];
                 p.a.tag_recv_iov(&mut iov, tag, u64::MAX).unwrap()
             };
-            assert_eq!(wait_on(&p.a, &mut r).unwrap().len, size, "{tls}");
+            assert_eq!(wait_on(&p.a, &mut r).unwrap().length, size, "{tls}");
             drop(r);
             assert!(
                 x == data[..5000] && y == data[5000..],
@@ -460,7 +460,7 @@ fn rendezvous_pieces_move_on_every_progress_call() {
         calls += 1;
         assert!(calls <= 15, "16 pieces not copied in 15 progress calls");
     }
-    assert_eq!(r.test().unwrap().clone().unwrap().len, size);
+    assert_eq!(r.test().unwrap().clone().unwrap().length, size);
     drop(r);
     assert!(got == data, "message differs");
     wait_on(&p.b, &mut s).unwrap();
@@ -537,7 +537,7 @@ fn small_rendezvous_copies_share_a_progress_call() {
         h2.fetch_add(1, Ordering::SeqCst);
         let d3 = d2.clone();
         receive_into_slot(m, &sl, move |k, r| {
-            assert_eq!(r.map(|i| i.len).ok(), Some(SIZE), "message {k}");
+            assert_eq!(r.map(|i| i.length).ok(), Some(SIZE), "message {k}");
             d3.fetch_add(1, Ordering::SeqCst);
         });
     })
@@ -612,7 +612,7 @@ fn kept_rendezvous_message_declined_later() {
         // Declined after the handler returned: the sender's request completes, nothing moves.
         p.a.am_decline(d1).unwrap();
         let info = wait_on(&p.b, &mut first).unwrap();
-        assert_eq!(info.len, big.len(), "{tls}");
+        assert_eq!(info.length, big.len(), "{tls}");
         // The endpoint goes on: the other kept message is still received whole.
         let mut into = vec![0u8; d2.len()];
         let mut r = p.a.am_recv_data(d2, &mut into).unwrap();
@@ -630,7 +630,7 @@ fn streams_partial_and_exact() {
         p.ba.stream_send(b"abc").unwrap().wait().ok();
         let mut buf = [0u8; 10];
         let mut r = p.ab.stream_recv(&mut buf).unwrap();
-        let n = wait_on(&p.a, &mut r).unwrap().len;
+        let n = wait_on(&p.a, &mut r).unwrap().length;
         drop(r);
         assert!(
             (1..=3).contains(&n),
@@ -650,7 +650,7 @@ fn streams_partial_and_exact() {
         let mut none = [0u8; 0];
         let mut r = p.ab.stream_recv(&mut none).unwrap();
         assert_eq!(
-            r.test().map(|x| x.clone().map(|i| i.len)),
+            r.test().map(|x| x.clone().map(|i| i.length)),
             Some(Ok(0)),
             "{tls}"
         );
@@ -945,7 +945,7 @@ fn record_completion(user: usize, r: Result<Info>, info: Info) {
     let st = r.as_ref().err().map(|e| e.status());
     SEEN.lock()
         .unwrap_or_else(|p| p.into_inner())
-        .push((user, st, info.len, info.tag));
+        .push((user, st, info.length, info.tag));
 }
 
 #[test]
@@ -997,7 +997,11 @@ fn posted_receives_with_callbacks_match_by_mask_in_order_and_report_truncation()
         }
         let info = wait_on(&p.a, &mut r3).unwrap();
         drop(r3);
-        assert_eq!((info.len, info.tag, &polled), (8, 9, b"polled.."), "{tls}");
+        assert_eq!(
+            (info.length, info.tag, &polled),
+            (8, 9, b"polled.."),
+            "{tls}"
+        );
         let deadline = Instant::now() + Duration::from_secs(20);
         while SEEN.lock().unwrap_or_else(|p| p.into_inner()).len() < 4 {
             p.a.progress();
@@ -1033,7 +1037,7 @@ fn posted_receives_with_callbacks_match_by_mask_in_order_and_report_truncation()
         let seg = (late.as_mut_ptr() as usize, late.len());
         // SAFETY: `late` outlives the receive, which finishes inside the call.
         match unsafe { p.a.tag_recv_fn(seg, 11, u64::MAX, record_completion, 5) }.unwrap() {
-            Started::Done(info) => assert_eq!((info.len, info.tag), (8, 11), "{tls}"),
+            Started::Done(info) => assert_eq!((info.length, info.tag), (8, 11), "{tls}"),
             Started::Pending(_) => panic!("{tls}: an arrived small message waits"),
         }
         assert_eq!(
@@ -1075,7 +1079,7 @@ fn an_active_message_header_too_large_for_the_link_is_refused_and_the_endpoint_l
         assert!(Instant::now() < deadline, "the message did not arrive");
     };
     drop(r);
-    assert_eq!((info.len, &buf), (5, b"alive"));
+    assert_eq!((info.length, &buf), (5, b"alive"));
 }
 
 /// A forced close of one side of an endpoint pair ends the other side's waiting operations

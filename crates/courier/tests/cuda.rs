@@ -260,7 +260,7 @@ fn child_two_sided(c: &Context, w: &Worker, ep: &Endpoint) {
         let d2h = (!real()).then(|| thread_count(1));
         let into = Buf::One((host.as_mut_ptr() as usize, n));
         let got = recv(w, into, 200 + i).unwrap();
-        assert_eq!(got.len, n);
+        assert_eq!(got.length, n);
         assert!(
             host == a,
             "{n} bytes from the owner's device came back different"
@@ -284,7 +284,7 @@ fn child_two_sided(c: &Context, w: &Worker, ep: &Endpoint) {
         // The owner's host to device.
         let dev2 = device(c, n);
         let got = recv(w, buf(&dev2, n), 400 + i).unwrap();
-        assert_eq!(got.len, n);
+        assert_eq!(got.length, n);
         assert!(
             contents(&dev2, n) == b,
             "{n} bytes into device memory differ"
@@ -361,7 +361,7 @@ fn child_deferred(c: &Context, w: &Worker, ep: &Endpoint) {
         let reqs = post_into(w, &dst, n, p * 100, |_| true);
         ready(p);
         for r in reqs {
-            assert_eq!(wait(w, r).unwrap().len, n);
+            assert_eq!(wait(w, r).unwrap().length, n);
         }
         let after = counts();
         check(&dst, n, 10 * p as u8, what);
@@ -436,7 +436,7 @@ fn child_deferred(c: &Context, w: &Worker, ep: &Endpoint) {
     }
     reqs.extend(post_into(w, &dst, n, 300, |i| i < half));
     for r in reqs {
-        assert_eq!(wait(w, r).unwrap().len, n);
+        assert_eq!(wait(w, r).unwrap().length, n);
     }
     let after = counts();
     check(&dst, n, 30, "eager");
@@ -620,7 +620,7 @@ fn two_sided(tls: &str, child_env: &[(&str, &str)]) {
         let reads = o.w.rndv_copies().unwrap().device;
         let d2d = (!real()).then(|| thread_count(2));
         let got = recv(&o.w, buf(&dev, n), 100 + i).unwrap();
-        assert_eq!(got.len, n);
+        assert_eq!(got.length, n);
         assert!(contents(&dev, n) == a, "{n} device-to-device bytes differ");
         assert_eq!(
             o.w.rndv_copies().unwrap().device > reads,
@@ -678,7 +678,7 @@ fn two_sided(tls: &str, child_env: &[(&str, &str)]) {
     // SAFETY: the region outlives the wait.
     let s = unsafe { ep.stream_recv_raw(buf(&sdev, 300_000), true, Callback::None) }.unwrap();
     let got = wait(&o.w, s).unwrap();
-    assert_eq!(got.len, 300_000);
+    assert_eq!(got.length, 300_000);
     assert!(
         contents(&sdev, 300_000) == pattern(300_000, 3),
         "stream into device memory"

@@ -160,7 +160,7 @@ fn run_echo() -> i32 {
                         Err(_) => None,
                     };
                     if let Some(Ok(info)) = got {
-                        let _ = ep.stream_send(&sbuf[..info.len]).and_then(|r| r.wait());
+                        let _ = ep.stream_send(&sbuf[..info.length]).and_then(|r| r.wait());
                     }
                 }
                 if Instant::now() > deadline {
@@ -189,7 +189,7 @@ fn run_echo() -> i32 {
         match ep {
             Some(ep) => {
                 if let Err(e) = ep
-                    .tag_send(&buf[..info.len], info.tag)
+                    .tag_send(&buf[..info.length], info.tag)
                     .and_then(|r| r.wait())
                 {
                     eprintln!("echo: send back failed: {e}");
@@ -324,7 +324,7 @@ fn tag_echo(w: &Worker, ep: &Endpoint, id: u64, size: usize, seed: usize) {
     let r = w.tag_recv(&mut back, tag, u64::MAX).unwrap();
     ep.tag_send(&data, tag).unwrap().wait().unwrap();
     let info = r.wait().unwrap();
-    assert_eq!(info.len, size);
+    assert_eq!(info.length, size);
     assert!(back == data, "echo of {size} bytes differs");
 }
 
@@ -392,7 +392,7 @@ fn sizes_case(tls: &str, expect: &str, split: Option<&str>) {
             .unwrap()
             .wait()
             .unwrap();
-        assert_eq!(r.wait().unwrap().len, 70_103);
+        assert_eq!(r.wait().unwrap().length, 70_103);
     }
     let all: Vec<u8> = parts.concat();
     assert_eq!(&a[..], &all[..50]);
@@ -469,7 +469,7 @@ fn mapped_case(echo_mapped: bool) {
             .unwrap()
             .wait()
             .unwrap();
-        assert_eq!(r.wait().unwrap().len, size);
+        assert_eq!(r.wait().unwrap().length, size);
         assert!(rbuf[..size] == data[..], "{size}-byte echo differs");
         assert_eq!(rbuf[size], 0, "{size}-byte echo wrote past its end");
     }
@@ -484,7 +484,7 @@ fn mapped_case(echo_mapped: bool) {
             .unwrap()
             .wait()
             .unwrap();
-        assert_eq!(r.wait().unwrap().len, 570_000);
+        assert_eq!(r.wait().unwrap().length, 570_000);
         assert!(rbuf[..70_000] == pattern(70_000, 7)[..]);
         assert!(rbuf[70_000..570_000] == pattern(500_000, 8)[..]);
     }
@@ -600,7 +600,7 @@ fn burst_case(tls: &str) {
             r.wait().unwrap();
         }
         for (k, r) in recvs.into_iter().enumerate() {
-            assert_eq!(r.wait().unwrap().len, sent[k].len(), "message {k}");
+            assert_eq!(r.wait().unwrap().length, sent[k].len(), "message {k}");
         }
         for (k, (a, b)) in sent.iter().zip(&back).enumerate() {
             assert!(

@@ -219,7 +219,7 @@ fn child_main() {
                 }
                 let ep = slot.lock().unwrap()[0].clone();
                 let _ = ep
-                    .tag_send(&buf[..info.len], info.tag)
+                    .tag_send(&buf[..info.length], info.tag)
                     .and_then(|r| r.wait());
             }
         }

@@ -246,7 +246,7 @@ fn child_entry_main() -> bool {
                 .unwrap()
                 .wait()
                 .unwrap()
-                .len;
+                .length;
             let k2 = ep.rkey_unpack(&kb[..n]).unwrap();
             let (b, blen) = k2.bounds();
             ep.put(&vec![0x22u8; blen as usize], b, &k2)

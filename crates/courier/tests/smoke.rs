@@ -19,7 +19,7 @@ fn self_tag_roundtrip() {
         let r = w.tag_recv(&mut buf, 42, u64::MAX).unwrap();
         ep.tag_send(&data, 42).unwrap().wait().unwrap();
         let info = r.wait().unwrap();
-        assert_eq!(info.len, size);
+        assert_eq!(info.length, size);
         assert!(buf == data, "size {size}");
     }
 }
@@ -44,7 +44,7 @@ fn tcp_two_workers_tag_am_stream() {
             b.progress();
             assert!(std::time::Instant::now() < deadline, "stuck at size {size}");
         }
-        assert_eq!(r.test().unwrap().as_ref().unwrap().len, size);
+        assert_eq!(r.test().unwrap().as_ref().unwrap().length, size);
         drop(r);
         assert!(buf == data, "size {size}");
     }

@@ -92,7 +92,7 @@ fn large_send_completes_only_when_written_and_sends_the_callers_bytes() {
         assert!(Instant::now() < deadline, "transfer stalled");
     }
     send.test().unwrap().clone().unwrap();
-    assert_eq!(recv.test().unwrap().clone().unwrap().len, BIG);
+    assert_eq!(recv.test().unwrap().clone().unwrap().length, BIG);
     drop(recv);
     assert!(back == data, "received bytes differ");
 }

@@ -765,5 +765,6 @@ unsafe fn settle(
 }
 
 mod bits;
+mod finish;
 mod onesided;
 mod release;

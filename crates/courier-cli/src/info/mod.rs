@@ -169,7 +169,8 @@ pub fn main(a: InfoArgs) -> CliResult<()> {
     // the command users run to check their configuration.
     for k in courier::config::unknown_vars() {
         eprintln!(
-            "courier: warning: {k} is not a Courier variable (see `courier info -c`); ignored"
+            "courier: warning: {}",
+            courier::config::unknown_var_message(&k)
         );
     }
     if let Some(d) = &a.device_types {

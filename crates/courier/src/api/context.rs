@@ -71,6 +71,25 @@ pub(crate) struct ContextInner {
 }
 
 /// The root object: configuration and features shared by workers.
+///
+/// Its configuration comes from the `COURIER_*` environment variables, with the
+/// `ContextParams::config` values taking precedence; an invalid value is an error that
+/// names the variable.
+///
+/// ```
+/// use courier::{Context, ContextParams, Features};
+///
+/// let ctx = Context::new(
+///     ContextParams::default()
+///         .name("my-app")
+///         .features(Features { rma: true, atomics: true, ..Features::default() })
+///         .config("COURIER_TLS", "self,shm"),
+/// )?;
+/// assert!(ctx.features().rma);
+/// assert_eq!(ctx.name(), "my-app");
+/// assert!(Context::new(ContextParams::default().config("COURIER_TLS", "pigeon")).is_err());
+/// # Ok::<(), courier::Error>(())
+/// ```
 #[derive(Clone)]
 pub struct Context {
     pub(crate) inner: Arc<ContextInner>,
@@ -87,6 +106,7 @@ impl Context {
         let mut cfg = Config::from_env_with(&over)?;
         cfg.wakeup = params.features.wakeup;
         log::init(cfg.log_level);
+        crate::base::config::warn_unknown_vars_once();
         cfg.auth_key = crate::base::auth::resolve(cfg.auth, cfg.auth_key_file.as_deref())?;
         let name = params
             .name

@@ -30,6 +30,31 @@ impl EndpointParams {
 }
 
 /// A connection to one peer worker. Cheap to clone; `close` ends it for every clone.
+///
+/// Made by [`Worker::connect`] (a peer's worker address), [`Worker::connect_sockaddr`] (a
+/// [`Listener`](crate::Listener)'s socket address), or [`ConnRequest::accept`](crate::ConnRequest::accept).
+/// When the peer fails, its requests complete with the error and its error handler runs
+/// once.
+///
+/// ```
+/// use std::sync::{Arc, Mutex};
+/// use courier::{AmFlags, Context, ContextParams, EndpointParams, Worker, WorkerParams};
+///
+/// let ctx = Context::new(ContextParams::default())?;
+/// let worker = Worker::new(&ctx, WorkerParams::default())?;
+/// let got = Arc::new(Mutex::new(Vec::new()));
+/// let into = got.clone();
+/// worker.am_set_handler(3, move |m| into.lock().unwrap().extend_from_slice(m.data()))?;
+/// let ep = worker.connect(
+///     &worker.address()?,
+///     EndpointParams::default().error_handler(|e| eprintln!("peer failed: {e}")),
+/// )?;
+/// ep.am_send(3, b"header", b"data", AmFlags::default())?.wait()?;
+/// worker.progress_until(std::time::Duration::from_secs(10), || !got.lock().unwrap().is_empty())?;
+/// assert_eq!(&got.lock().unwrap()[..], b"data");
+/// ep.close()?;
+/// # Ok::<(), courier::Error>(())
+/// ```
 #[derive(Clone)]
 pub struct Endpoint {
     worker: Worker,

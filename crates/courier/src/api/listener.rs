@@ -54,6 +54,32 @@ impl Drop for ConnRequest {
 }
 
 /// Listens on a socket address; closed when dropped.
+///
+/// The handler runs inside progress for each client, with a [`ConnRequest`] to accept
+/// (keep the endpoint to answer on it) or reject. Clients connect with
+/// [`Worker::connect_sockaddr`].
+///
+/// ```
+/// use std::sync::mpsc;
+/// use std::time::Duration;
+/// use courier::{Context, ContextParams, EndpointParams, Listener, Worker, WorkerParams};
+///
+/// let ctx = Context::new(ContextParams::default())?;
+/// let worker = Worker::new(&ctx, WorkerParams::default())?;
+/// let (tx, accepted) = mpsc::channel();
+/// let listener = Listener::new(&worker, ([127, 0, 0, 1], 0).into(), move |req| {
+///     if req.client_id() == 7 {
+///         let _ = tx.send(req.accept(EndpointParams::default()));
+///     } else {
+///         req.reject(); // the client's endpoint fails with `Rejected`
+///     }
+/// })?;
+/// let client = worker.connect_sockaddr(listener.local_addr(), 7, EndpointParams::default())?;
+/// client.wait_connected(Duration::from_secs(10))?;
+/// let server_side = accepted.try_recv().expect("accepted during progress")?;
+/// server_side.tag_send(b"welcome", 1)?.wait()?;
+/// # Ok::<(), courier::Error>(())
+/// ```
 pub struct Listener {
     worker: Worker,
     idx: u32,

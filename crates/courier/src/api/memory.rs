@@ -103,6 +103,31 @@ impl MemMapParams {
 }
 
 /// A mapped region. Unmapped on drop; every remote key made from it stops working.
+///
+/// The owner maps it ([`Context::mem_map`](crate::Context::mem_map)) and sends its packed
+/// key and address; a peer unpacks the key on its endpoint and puts, gets and atomics
+/// into it.
+///
+/// ```
+/// use courier::{Context, ContextParams, EndpointParams, Features, MemMapParams, Worker, WorkerParams};
+///
+/// let features = Features { rma: true, atomics: true, ..Features::default() };
+/// let ctx = Context::new(ContextParams::default().features(features))?;
+/// let worker = Worker::new(&ctx, WorkerParams::default())?;
+/// let mem = ctx.mem_map(MemMapParams::allocate(4096))?;
+/// let (key, base) = (mem.pack_rkey()?, mem.query().address as u64); // to the peer
+///
+/// // The peer (here: an endpoint to the same worker).
+/// let ep = worker.connect(&worker.address()?, EndpointParams::default())?;
+/// let rkey = ep.rkey_unpack(&key)?;
+/// ep.put(b"one-sided", base + 8, &rkey)?.wait()?;
+/// ep.flush()?; // every earlier put is in place
+///
+/// let mut out = [0u8; 9];
+/// mem.read(8, &mut out)?;
+/// assert_eq!(&out, b"one-sided");
+/// # Ok::<(), courier::Error>(())
+/// ```
 pub struct Memory {
     reg: Arc<MemRegistry>,
     id: u64,

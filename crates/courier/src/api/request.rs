@@ -13,6 +13,24 @@ use crate::proto::request::Started;
 /// not started, otherwise waits for it: at most twice the keepalive timeout (5 to 60 s),
 /// after which the endpoint it waits on is failed, with the reason, so that nothing
 /// touches the buffer any more.
+///
+/// ```
+/// use std::time::Duration;
+/// use courier::{Context, ContextParams, EndpointParams, Status, Worker, WorkerParams};
+///
+/// let ctx = Context::new(ContextParams::default())?;
+/// let worker = Worker::new(&ctx, WorkerParams::default())?;
+/// let ep = worker.connect(&worker.address()?, EndpointParams::default())?;
+/// let mut buf = [0u8; 16];
+/// let mut recv = worker.tag_recv(&mut buf, 5, u64::MAX)?;
+/// // Nothing sent yet: a bounded wait gives up, the request stays in flight.
+/// let e = recv.wait_timeout(Duration::from_millis(10)).unwrap_err();
+/// assert_eq!(e.status(), Status::Timeout);
+/// ep.tag_send(b"late", 5)?.wait()?;
+/// let info = recv.wait()?; // progresses the worker until done
+/// assert_eq!((info.length, info.tag), (4, 5));
+/// # Ok::<(), courier::Error>(())
+/// ```
 #[must_use = "a request completes only while the worker progresses; wait() or test() it"]
 pub struct Request<'a> {
     /// Only requests still in flight need their worker; completed ones skip the clone.

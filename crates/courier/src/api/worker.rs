@@ -40,6 +40,29 @@ pub struct WorkerParams {
 }
 
 /// A progress engine with its own address and connections.
+///
+/// Nothing moves unless it progresses: call [`Worker::progress`] in a loop, or wait on a
+/// request (which progresses). Handlers and callbacks run inside progress, on the thread
+/// that progresses. A worker made in [`ThreadMode::Single`] (the default) is used from
+/// the thread that made it; [`ThreadMode::Multi`] shares it between threads.
+///
+/// ```
+/// use courier::{Context, ContextParams, EndpointParams, ThreadMode, Worker, WorkerParams};
+///
+/// let ctx = Context::new(ContextParams::default())?;
+/// let worker = Worker::new(&ctx, WorkerParams { thread_mode: ThreadMode::Multi })?;
+/// // Peers connect to the worker's address (here: the worker itself).
+/// let ep = worker.connect(&worker.address()?, EndpointParams::default())?;
+/// let mut buf = [0u8; 4];
+/// let mut recv = worker.tag_recv(&mut buf, 1, u64::MAX)?;
+/// ep.tag_send(b"ping", 1)?.wait()?;
+/// while !recv.is_done() {
+///     worker.progress(); // or recv.wait()
+/// }
+/// drop(recv);
+/// assert_eq!(&buf, b"ping");
+/// # Ok::<(), courier::Error>(())
+/// ```
 #[derive(Clone)]
 pub struct Worker {
     pub(crate) inner: Arc<WorkerInner>,

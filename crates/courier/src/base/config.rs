@@ -506,6 +506,69 @@ pub fn unknown_vars() -> Vec<String> {
         .collect()
 }
 
+/// The known variable closest to `name` (a typo's likely intent), if one is near enough:
+/// at most 3 single-character edits (insert, delete, replace, swap two neighbours) and
+/// fewer than a third of the name.
+pub fn closest_var(name: &str) -> Option<&'static str> {
+    let a: Vec<char> = name.chars().collect();
+    VARS.iter()
+        .map(|v| {
+            (
+                edit_distance(&a, &v.name.chars().collect::<Vec<_>>()),
+                v.name,
+            )
+        })
+        .filter(|&(d, _)| d <= 3 && d * 3 < a.len().max(1))
+        .min_by_key(|&(d, _)| d)
+        .map(|(_, n)| n)
+}
+
+/// Optimal string alignment distance (Levenshtein with transpositions).
+fn edit_distance(a: &[char], b: &[char]) -> usize {
+    let mut d = vec![vec![0usize; b.len() + 1]; a.len() + 1];
+    for (i, row) in d.iter_mut().enumerate() {
+        row[0] = i;
+    }
+    for (j, cell) in d[0].iter_mut().enumerate() {
+        *cell = j;
+    }
+    for i in 1..=a.len() {
+        for j in 1..=b.len() {
+            let cost = usize::from(a[i - 1] != b[j - 1]);
+            let mut v = (d[i - 1][j] + 1)
+                .min(d[i][j - 1] + 1)
+                .min(d[i - 1][j - 1] + cost);
+            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
+                v = v.min(d[i - 2][j - 2] + 1);
+            }
+            d[i][j] = v;
+        }
+    }
+    d[a.len()][b.len()]
+}
+
+/// What to say about an unknown `COURIER_*` variable: that it is ignored, and the known
+/// name it most likely meant.
+pub fn unknown_var_message(name: &str) -> String {
+    match closest_var(name) {
+        Some(near) => format!(
+            "{name} is not a Courier variable (did you mean {near}?); ignored (`courier info -c` lists them)"
+        ),
+        None => format!("{name} is not a Courier variable; ignored (`courier info -c` lists them)"),
+    }
+}
+
+/// Warn once per process (at the first context) about each unknown `COURIER_*` variable in
+/// the environment, as UCX does for `UCX_*`: a misspelt name is otherwise silently ignored.
+pub fn warn_unknown_vars_once() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        for k in unknown_vars() {
+            tracing::warn!("{}", unknown_var_message(&k));
+        }
+    });
+}
+
 impl Config {
     /// Read every variable from the environment, then apply `overrides` (name → value).
     pub fn from_env_with(overrides: &[(&str, &str)]) -> Result<Config> {
@@ -519,10 +582,6 @@ impl Config {
                 }
             };
             raw.insert(v.name, val);
-        }
-        // Variables that look like ours but are not in the table are almost always typos.
-        for k in unknown_vars() {
-            tracing::warn!("{k} is not a Courier variable (see `courier info -c`); ignored");
         }
         for (k, val) in overrides {
             let v = VARS.iter().find(|v| v.name == *k).ok_or_else(|| {
@@ -847,6 +906,19 @@ mod tests {
 
     /// COURIER_BCOPY_THRESH was listed and parsed but never read; it is gone, and setting it
     /// in code is refused (in the environment it is warned about like any unknown name).
+    #[test]
+    fn closest_names_for_typos() {
+        assert_eq!(closest_var("COURIER_TSL"), Some("COURIER_TLS"));
+        assert_eq!(closest_var("COURIER_LOG_LEVL"), Some("COURIER_LOG_LEVEL"));
+        assert_eq!(
+            closest_var("COURIER_RNDV_TRESH"),
+            Some("COURIER_RNDV_THRESH")
+        );
+        assert_eq!(closest_var("COURIER_SOMETHING_ELSE_ENTIRELY"), None);
+        assert!(unknown_var_message("COURIER_TSL").contains("did you mean COURIER_TLS?"));
+        assert!(!unknown_var_message("COURIER_ZZZZZZZZZZZZZZZ").contains("did you mean"));
+    }
+
     #[test]
     fn bcopy_thresh_is_not_a_variable() {
         assert!(VARS.iter().all(|v| v.name != "COURIER_BCOPY_THRESH"));

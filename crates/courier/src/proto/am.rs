@@ -120,7 +120,7 @@ impl State {
         let len = *len;
         Some(r.map(|()| {
             Started::Done(Info {
-                len,
+                length: len,
                 tag: 0,
                 value: 0,
             })
@@ -173,7 +173,7 @@ impl State {
             let hdr = Header::am(id, hlen as u32, rfl);
             if self.try_send_now(e, &hdr, header, &data)? {
                 return Ok(Started::Done(Info {
-                    len,
+                    length: len,
                     tag: 0,
                     value: 0,
                 }));
@@ -183,7 +183,7 @@ impl State {
                 self.complete(
                     rid,
                     Ok(Info {
-                        len,
+                        length: len,
                         tag: 0,
                         value: 0,
                     }),

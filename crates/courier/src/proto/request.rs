@@ -9,8 +9,9 @@ use crate::base::{Error, Status};
 /// What a completed operation reports.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Info {
-    /// Bytes moved; for a truncated receive, the real length of the message.
-    pub len: usize,
+    /// Bytes moved; for a truncated receive, the real length of the message. (Called
+    /// `length` in C's `courier_request_info_t` and Go's `Info` too.)
+    pub length: usize,
     /// The message's tag (tag receives).
     pub tag: u64,
     /// The old value (fetching atomics).
@@ -348,7 +349,11 @@ impl State {
         };
         match (&s.callback, &s.buf) {
             (Callback::None, _) if !s.detached => {
-                let info = Info { len, tag, value: 0 };
+                let info = Info {
+                    length: len,
+                    tag,
+                    value: 0,
+                };
                 s.done = true;
                 s.info = info;
                 s.result = Ok(info);
@@ -356,15 +361,31 @@ impl State {
             (&Callback::Raw(f, user), Buf::One(_)) => {
                 // Neither a plain function nor one segment needs a drop: forget them.
                 s.done = true;
-                s.info = Info { len, tag, value: 0 };
+                s.info = Info {
+                    length: len,
+                    tag,
+                    value: 0,
+                };
                 s.live = false;
                 std::mem::forget(std::mem::replace(&mut s.callback, Callback::None));
                 std::mem::forget(std::mem::replace(&mut s.buf, Buf::EMPTY));
                 self.reqs.free.push(idx);
-                self.defer_raw_ok(f, user, Info { len, tag, value: 0 });
+                self.defer_raw_ok(
+                    f,
+                    user,
+                    Info {
+                        length: len,
+                        tag,
+                        value: 0,
+                    },
+                );
             }
             _ => {
-                let info = Info { len, tag, value: 0 };
+                let info = Info {
+                    length: len,
+                    tag,
+                    value: 0,
+                };
                 self.complete_slot(idx, Ok(info), info)
             }
         }

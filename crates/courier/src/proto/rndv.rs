@@ -668,7 +668,7 @@ impl State {
                 sreq,
                 sent,
                 Info {
-                    len,
+                    length: len,
                     tag: 0,
                     value: 0,
                 },
@@ -686,7 +686,7 @@ impl State {
         let len = self.req(sreq).map(|s| s.expect).unwrap_or(0);
         let res = if status == 0 {
             Ok(Info {
-                len,
+                length: len,
                 tag: 0,
                 value: 0,
             })

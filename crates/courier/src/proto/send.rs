@@ -224,7 +224,7 @@ impl State {
                                 id,
                                 sent,
                                 Info {
-                                    len,
+                                    length: len,
                                     tag: 0,
                                     value: 0,
                                 },

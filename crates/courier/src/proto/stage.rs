@@ -525,7 +525,7 @@ impl Stage {
             return result;
         };
         let filled = match &result {
-            Ok(i) => i.len.min(host.len()),
+            Ok(i) => i.length.min(host.len()),
             Err(e) if e.status() == Status::MessageTruncated => host.len(),
             Err(_) => return result,
         };

@@ -23,7 +23,7 @@ impl State {
         if len <= chunk {
             if self.try_send_now(e, &hdr, &[], &data)? {
                 return Ok(Started::Done(Info {
-                    len,
+                    length: len,
                     tag: 0,
                     value: 0,
                 }));
@@ -52,7 +52,7 @@ impl State {
             self.complete(
                 id,
                 Ok(Info {
-                    len,
+                    length: len,
                     tag: 0,
                     value: 0,
                 }),
@@ -91,7 +91,7 @@ impl State {
             self.release_stream(got);
             if got == cap && cap > 0 || (!waitall && got > 0) {
                 return Ok(Started::Done(Info {
-                    len: got,
+                    length: got,
                     tag: 0,
                     value: 0,
                 }));
@@ -100,7 +100,7 @@ impl State {
         if let Some(err) = self.ep(e).and_then(|ep| ep.dead_error()) {
             return if got > 0 {
                 Ok(Started::Done(Info {
-                    len: got,
+                    length: got,
                     tag: 0,
                     value: 0,
                 }))
@@ -147,7 +147,7 @@ impl State {
                 self.complete(
                     id,
                     Ok(Info {
-                        len,
+                        length: len,
                         tag: 0,
                         value: 0,
                     }),

@@ -70,7 +70,7 @@ pub struct ProbeInfo {
     /// Tag of the first matching message.
     pub tag: u64,
     /// Its length.
-    pub len: usize,
+    pub length: usize,
 }
 
 /// An immediate receive: done, or truncated (the error names both lengths).
@@ -78,7 +78,11 @@ fn done_or_truncated(len: usize, cap: usize, tag: u64) -> Result<Started> {
     if len > cap {
         Err(truncated(len, cap))
     } else {
-        Ok(Started::Done(Info { len, tag, value: 0 }))
+        Ok(Started::Done(Info {
+            length: len,
+            tag,
+            value: 0,
+        }))
     }
 }
 
@@ -137,7 +141,13 @@ impl State {
         let hdr = words.as_flattened();
         let frame = len + Kind::TagEagerSync.header_len();
         let r = self.send_now_fast(e, hdr, &[], (addr, len), Some(len), frame)?;
-        Some(r.map(|()| Started::Done(Info { len, tag, value: 0 })))
+        Some(r.map(|()| {
+            Started::Done(Info {
+                length: len,
+                tag,
+                value: 0,
+            })
+        }))
     }
 
     /// `tag_send` for every other case.
@@ -170,11 +180,22 @@ impl State {
                 let hdr = Header::tag_eager(tag);
                 // Fast path: no request unless the frame has to wait.
                 if self.try_send_now(e, &hdr, &[], &data)? {
-                    return Ok(Started::Done(Info { len, tag, value: 0 }));
+                    return Ok(Started::Done(Info {
+                        length: len,
+                        tag,
+                        value: 0,
+                    }));
                 }
                 let id = self.req_alloc(ReqKind::Send, Some(e), data.clone(), cb);
                 if self.send_frame(e, &hdr, &[], &data, Some(id))? {
-                    self.complete(id, Ok(Info { len, tag, value: 0 }));
+                    self.complete(
+                        id,
+                        Ok(Info {
+                            length: len,
+                            tag,
+                            value: 0,
+                        }),
+                    );
                 }
                 return Ok(Started::Pending(id));
             }
@@ -324,7 +345,7 @@ impl State {
             .find(|u| (u.tag ^ tag) & mask == 0)
             .map(|u| ProbeInfo {
                 tag: u.tag,
-                len: u.len,
+                length: u.len,
             })
     }
 
@@ -370,7 +391,7 @@ impl State {
             }
         }
         let info = Info {
-            len: data.len(),
+            length: data.len(),
             tag,
             value: 0,
         };
@@ -403,7 +424,7 @@ impl State {
         }
         let res = match copied {
             Err(e) => Err(e),
-            Ok(()) if info.len > cap => Err(truncated(info.len, cap)),
+            Ok(()) if info.length > cap => Err(truncated(info.length, cap)),
             Ok(()) => Ok(info),
         };
         self.complete_slot(idx, res, info);
@@ -460,7 +481,11 @@ impl State {
     /// Complete a receive of a `len`-byte message into a `cap`-byte buffer; a truncated one
     /// fails with `MessageTruncated` and keeps the real length in its info.
     pub(crate) fn complete_recv(&mut self, id: u64, len: usize, cap: usize, tag: u64) {
-        let info = Info { len, tag, value: 0 };
+        let info = Info {
+            length: len,
+            tag,
+            value: 0,
+        };
         let res = if len > cap {
             Err(truncated(len, cap))
         } else {
@@ -517,7 +542,7 @@ impl State {
             self.complete(
                 sreq,
                 Ok(Info {
-                    len,
+                    length: len,
                     tag: 0,
                     value: 0,
                 }),

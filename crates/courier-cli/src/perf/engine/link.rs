@@ -236,7 +236,7 @@ impl Link {
 
     pub(in crate::perf) fn recv_ctrl(&self, tag: u64, buf: &mut [u8]) -> CliResult<usize> {
         let mut r = self.check(self.worker.tag_recv(buf, tag, u64::MAX))?;
-        let n = self.wait(&mut r)?.len;
+        let n = self.wait(&mut r)?.length;
         Ok(n)
     }
 }

@@ -96,8 +96,8 @@ fn op_counted(user: usize, r: courier::Result<Info>, _info: Info) {
     let c = unsafe { &*(user as *const OpCount) };
     let failure = match r {
         Err(e) => Some(OpFailed::Op(e)),
-        Ok(i) if c.size.is_some_and(|s| s != i.len) => {
-            Some(OpFailed::Size(i.len, c.size.unwrap_or_default()))
+        Ok(i) if c.size.is_some_and(|s| s != i.length) => {
+            Some(OpFailed::Size(i.length, c.size.unwrap_or_default()))
         }
         Ok(_) => None,
     };
@@ -149,10 +149,10 @@ pub(super) fn counted_recvs(
                     .tag_recv_fn(buf, TAG_PING, u64::MAX, op_counted, user)
             };
             match link.check(started) {
-                Ok(courier::Started::Done(info)) if info.len != size => {
+                Ok(courier::Started::Done(info)) if info.length != size => {
                     break Err(CliError::run(format!(
                         "message from {} has {} bytes, expected {size}",
-                        link.peer, info.len
+                        link.peer, info.length
                     )));
                 }
                 Ok(courier::Started::Done(_)) => at_once += 1,

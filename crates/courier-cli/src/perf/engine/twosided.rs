@@ -472,11 +472,11 @@ fn send_and_wait(link: &Link, m: Outgoing<'_, '_>) -> CliResult<()> {
 }
 
 pub(super) fn check_tag(link: &Link, p: &Params, buf: &[u8], info: &Info) -> CliResult<()> {
-    if info.len != buf.len() {
+    if info.length != buf.len() {
         return Err(CliError::run(format!(
             "message from {} has {} bytes, expected {}",
             link.peer,
-            info.len,
+            info.length,
             buf.len()
         )));
     }
@@ -549,7 +549,7 @@ pub fn run_client(
                         unsafe { slot(rbase, 0, size) },
                         &if stream {
                             Info {
-                                len: size,
+                                length: size,
                                 ..Info::default()
                             }
                         } else {
@@ -675,7 +675,7 @@ pub(super) fn run_server(
                         unsafe { slot(rbase, 0, size) },
                         &if stream {
                             Info {
-                                len: size,
+                                length: size,
                                 ..Info::default()
                             }
                         } else {

@@ -45,7 +45,7 @@ pub(crate) enum Dir {
 
 pub(super) fn done(len: usize) -> Started {
     Started::Done(Info {
-        len,
+        length: len,
         ..Info::default()
     })
 }

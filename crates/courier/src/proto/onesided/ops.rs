@@ -201,7 +201,7 @@ pub(crate) fn atomic(
 ) -> Result<Started> {
     match atomic_target(ep, raddr, key, bits32)? {
         (width, Some(p)) => Ok(Started::Done(Info {
-            len: width as usize,
+            length: width as usize,
             tag: 0,
             // SAFETY: checked in range and aligned, in host memory (`atomic_target`);
             // shared memory is touched only atomically.

@@ -128,7 +128,7 @@ impl State {
             }
         }
         let info = Info {
-            len,
+            length: len,
             ..Info::default()
         };
         if !queued && sent == Sent::Done {
@@ -405,7 +405,7 @@ impl State {
             self.complete(
                 req,
                 Ok(Info {
-                    len,
+                    length: len,
                     ..Info::default()
                 }),
             );
@@ -447,7 +447,14 @@ impl State {
         s.info.value = value;
         if s.got >= s.expect {
             let len = s.real_len;
-            self.complete(req, Ok(Info { len, tag: 0, value }));
+            self.complete(
+                req,
+                Ok(Info {
+                    length: len,
+                    tag: 0,
+                    value,
+                }),
+            );
         }
     }
 }
