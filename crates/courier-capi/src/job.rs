@@ -30,6 +30,7 @@ impl Drop for courier_job_world_t {
         for (_, p) in h.drain() {
             // SAFETY: made by courier_ep_t::new_owned below and never released elsewhere
             // (callers are told not to close them); the connection stays with its worker.
+            // SAFETY: made by Box::into_raw here and released only once.
             drop(unsafe { Box::from_raw(p as *mut courier_ep_t) });
         }
     }
@@ -50,6 +51,7 @@ pub unsafe extern "C" fn courier_job_init(job_out: *mut *mut courier_job_t) -> c
     boundary(|| {
         let out = out_arg(job_out, "job_out")?;
         let job = Job::init()?;
+        // SAFETY: the out-pointer was checked non-null by out_arg above; written once.
         unsafe { *out = Box::into_raw(Box::new(courier_job_t { job })) };
         Ok(COURIER_OK)
     })
@@ -71,6 +73,7 @@ pub unsafe extern "C" fn courier_job_destroy(job: *mut courier_job_t) {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn courier_job_finalize(job: *const courier_job_t) -> courier_status_t {
     boundary(|| {
+        // SAFETY: the caller's pointer, as courier.h documents it; the helper checks it for null.
         let j = unsafe { arg(job, "job") }?;
         j.job.finalize();
         Ok(COURIER_OK)
@@ -79,8 +82,10 @@ pub unsafe extern "C" fn courier_job_finalize(job: *const courier_job_t) -> cour
 
 fn number(job: *const courier_job_t, out: *mut u32, f: fn(&Job) -> u32) -> courier_status_t {
     boundary(|| {
+        // SAFETY: the caller's pointer, as courier.h documents it; the helper checks it for null.
         let j = unsafe { arg(job, "job") }?;
         let o = out_arg(out, "out")?;
+        // SAFETY: the out-pointer was checked non-null by out_arg above; written once.
         unsafe { *o = f(&j.job) };
         Ok(COURIER_OK)
     })
@@ -135,6 +140,7 @@ pub unsafe extern "C" fn courier_job_host_id(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn courier_job_launcher(job: *const courier_job_t) -> *const c_char {
     boundary_or(c"".as_ptr(), || {
+        // SAFETY: a handle from courier_job_init or null, as courier.h documents it.
         let Some(j) = (unsafe { job.as_ref() }) else {
             return c"".as_ptr();
         };
@@ -156,6 +162,7 @@ pub unsafe extern "C" fn courier_job_auth_key(
     key_out: *mut u8,
 ) -> courier_status_t {
     boundary(|| {
+        // SAFETY: the caller's pointer, as courier.h documents it; the helper checks it for null.
         let j = unsafe { arg(job, "job") }?;
         let o = out_arg(key_out, "key_out")?;
         let k = j.job.auth_key().ok_or_else(|| {
@@ -180,8 +187,11 @@ pub unsafe extern "C" fn courier_job_put(
     length: usize,
 ) -> courier_status_t {
     boundary(|| {
+        // SAFETY: the caller's pointer, as courier.h documents it; the helper checks it for null.
         let j = unsafe { arg(job, "job") }?;
+        // SAFETY: the caller's pointer, as courier.h documents it; the helper checks it for null.
         let k = unsafe { str_arg(key, "key") }?;
+        // SAFETY: the caller's pointer, as courier.h documents it; the helper checks it for null.
         let v = unsafe { bytes_arg(value, length, "value") }?;
         j.job.put(k, v)?;
         Ok(COURIER_OK)
@@ -192,6 +202,7 @@ pub unsafe extern "C" fn courier_job_put(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn courier_job_commit(job: *const courier_job_t) -> courier_status_t {
     boundary(|| {
+        // SAFETY: the caller's pointer, as courier.h documents it; the helper checks it for null.
         let j = unsafe { arg(job, "job") }?;
         j.job.commit()?;
         Ok(COURIER_OK)
@@ -206,6 +217,7 @@ pub unsafe extern "C" fn courier_job_fence(
     timeout_ms: u64,
 ) -> courier_status_t {
     boundary(|| {
+        // SAFETY: the caller's pointer, as courier.h documents it; the helper checks it for null.
         let j = unsafe { arg(job, "job") }?;
         j.job.fence(ms(timeout_ms))?;
         Ok(COURIER_OK)
@@ -219,6 +231,7 @@ pub unsafe extern "C" fn courier_job_barrier(
     timeout_ms: u64,
 ) -> courier_status_t {
     boundary(|| {
+        // SAFETY: the caller's pointer, as courier.h documents it; the helper checks it for null.
         let j = unsafe { arg(job, "job") }?;
         j.job.barrier(ms(timeout_ms))?;
         Ok(COURIER_OK)
@@ -237,7 +250,9 @@ pub unsafe extern "C" fn courier_job_get(
     length_out: *mut usize,
 ) -> courier_status_t {
     boundary(|| {
+        // SAFETY: the caller's pointer, as courier.h documents it; the helper checks it for null.
         let j = unsafe { arg(job, "job") }?;
+        // SAFETY: the caller's pointer, as courier.h documents it; the helper checks it for null.
         let k = unsafe { str_arg(key, "key") }?;
         let out = out_arg(value_out, "value_out")?;
         let len_out = out_arg(length_out, "length_out")?;
@@ -250,6 +265,8 @@ pub unsafe extern "C" fn courier_job_get(
                 "malloc failed",
             ));
         }
+        // SAFETY: p was just allocated with room for v.len() bytes; out and len_out were
+        // checked non-null by out_arg above.
         unsafe {
             std::ptr::copy_nonoverlapping(v.as_ptr(), p, v.len());
             *out = p as *mut c_void;
@@ -267,7 +284,9 @@ pub unsafe extern "C" fn courier_job_abort(
     message: *const c_char,
 ) {
     boundary_or((), || {
+        // SAFETY: the caller's pointer, as courier.h documents it; the helper checks it for null.
         let msg = unsafe { str_arg(message, "message") }.unwrap_or("(no message)");
+        // SAFETY: a handle from courier_job_init or null, as courier.h documents it.
         match unsafe { job.as_ref() } {
             Some(j) => j.job.abort(code, msg),
             None => {
@@ -289,7 +308,9 @@ pub unsafe extern "C" fn courier_job_world_create(
     world_out: *mut *mut courier_job_world_t,
 ) -> courier_status_t {
     boundary(|| {
+        // SAFETY: the caller's pointer, as courier.h documents it; the helper checks it for null.
         let j = unsafe { arg(job, "job") }?;
+        // SAFETY: the caller's pointer, as courier.h documents it; the helper checks it for null.
         let w = unsafe { arg(worker, "worker") }?;
         let out = out_arg(world_out, "world_out")?;
         let world = JobWorld::new(&j.job, &w.w)?;
@@ -297,6 +318,7 @@ pub unsafe extern "C" fn courier_job_world_create(
             world,
             handles: Default::default(),
         };
+        // SAFETY: the out-pointer was checked non-null by out_arg above; written once.
         unsafe { *out = Box::into_raw(Box::new(h)) };
         Ok(COURIER_OK)
     })
@@ -323,16 +345,19 @@ pub unsafe extern "C" fn courier_job_world_endpoint(
     ep_out: *mut *mut courier_ep_t,
 ) -> courier_status_t {
     boundary(|| {
+        // SAFETY: the caller's pointer, as courier.h documents it; the helper checks it for null.
         let w = unsafe { arg(world, "world") }?;
         let out = out_arg(ep_out, "ep_out")?;
         let mut handles = w.handles.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(&p) = handles.get(&rank) {
+            // SAFETY: the out-pointer was checked non-null by out_arg above; written once.
             unsafe { *out = p as *mut courier_ep_t };
             return Ok(COURIER_OK);
         }
         let ep = w.world.endpoint(rank)?;
         let p = courier_ep_t::new_owned(ep, None);
         handles.insert(rank, p as usize);
+        // SAFETY: the out-pointer was checked non-null by out_arg above; written once.
         unsafe { *out = p };
         Ok(COURIER_OK)
     })
@@ -344,6 +369,7 @@ pub unsafe extern "C" fn courier_job_world_connect_all(
     world: *const courier_job_world_t,
 ) -> courier_status_t {
     boundary(|| {
+        // SAFETY: the caller's pointer, as courier.h documents it; the helper checks it for null.
         let w = unsafe { arg(world, "world") }?;
         w.world.connect_all()?;
         Ok(COURIER_OK)
@@ -359,6 +385,7 @@ pub unsafe extern "C" fn courier_job_world_barrier(
     timeout_ms: u64,
 ) -> courier_status_t {
     boundary(|| {
+        // SAFETY: the caller's pointer, as courier.h documents it; the helper checks it for null.
         let w = unsafe { arg(world, "world") }?;
         w.world.barrier(ms(timeout_ms))?;
         Ok(COURIER_OK)
@@ -372,8 +399,10 @@ pub unsafe extern "C" fn courier_job_world_connected(
     count_out: *mut usize,
 ) -> courier_status_t {
     boundary(|| {
+        // SAFETY: the caller's pointer, as courier.h documents it; the helper checks it for null.
         let w = unsafe { arg(world, "world") }?;
         let o = out_arg(count_out, "count_out")?;
+        // SAFETY: the out-pointer was checked non-null by out_arg above; written once.
         unsafe { *o = w.world.connected() };
         Ok(COURIER_OK)
     })
