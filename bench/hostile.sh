@@ -5,7 +5,7 @@
 # peak RSS over its idle RSS, a legitimate client's round trips meanwhile); 500 idle
 # connections in setup (the victim's CPU, the client's round trips meanwhile).
 #   bench/hostile.sh            # 60 s floods (about 7 minutes in all)
-#   COURIER_BENCH_SECS=10 bench/hostile.sh
+#   COURIER_TEST_BENCH_SECS=10 bench/hostile.sh
 # Prints one BENCH line per case; bench/analysis.md records the last run.
 set -euo pipefail
 cd "$(dirname "$0")/.."

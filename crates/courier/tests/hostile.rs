@@ -716,14 +716,14 @@ fn median_p99(v: &mut [Duration]) -> (Duration, Duration) {
 }
 
 /// The numbers at full size, with the default budget (`bench/hostile.sh`; not in
-/// `make test`): floods of each kind for `COURIER_BENCH_SECS` (60) seconds by a peer that
+/// `make test`): floods of each kind for `COURIER_TEST_BENCH_SECS` (60) seconds by a peer that
 /// reconnects each time the victim fails it, the victim's peak RSS over its idle RSS and a
 /// legitimate client's round trips meanwhile; then 500 idle connections in setup, the
 /// victim's CPU over 10 s and the client's round trips meanwhile.
 #[test]
 #[ignore]
 fn bench_hostile() {
-    let secs: u64 = std::env::var("COURIER_BENCH_SECS")
+    let secs: u64 = std::env::var("COURIER_TEST_BENCH_SECS")
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(60);

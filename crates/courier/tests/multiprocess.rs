@@ -840,9 +840,10 @@ fn peer_killed_mid_transfer_tcp() {
 }
 
 /// A send to a peer that is alive but stopped (SIGSTOP) cannot finish, and cannot be
-/// canceled once started. Dropping it waits as long as a flush would (twice the keepalive
-/// timeout, at least 5 s), then fails its endpoint with the reason, so the drop returns
-/// instead of hanging; the worker's other endpoint goes on.
+/// canceled once started. Dropping it waits for it; the keepalive (no answer within
+/// `COURIER_KEEPALIVE_TIMEOUT`, 1 s here) fails the endpoint as not progressing, so the
+/// drop returns instead of hanging (long before the 5 s a drop gives up after on its
+/// own); the worker's other endpoint goes on.
 fn dropped_to_stopped_case(tls: &str) {
     let sink = Peer::spawn("sink", tls, &[]);
     let mut echo = Peer::spawn("echo", tls, &[]);
@@ -879,15 +880,15 @@ fn dropped_to_stopped_case(tls: &str) {
     let _ = tx.send(());
     watchdog.join().unwrap();
     assert!(
-        took >= Duration::from_secs(4),
-        "the drop gave up after {took:?}, before the limit"
+        took < Duration::from_secs(30),
+        "the drop took {took:?} with COURIER_KEEPALIVE_TIMEOUT=1s"
     );
     let e = ep
         .tag_send(b"x", 1)
         .err()
         .expect("the endpoint of the abandoned request must have failed");
-    assert_eq!(e.status(), Status::Timeout, "{e}");
-    assert!(e.detail().contains("dropped while in flight"), "{e}");
+    assert_eq!(e.status(), Status::PeerFailure, "{e}");
+    assert!(e.detail().contains("not progressing"), "{e}");
     // The worker and its other endpoint go on.
     tag_echo(&w, &other, 3, 100_000, 2);
     ep.close_force();
