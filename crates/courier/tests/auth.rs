@@ -356,7 +356,12 @@ fn closed(s: &mut TcpStream) -> bool {
 #[test]
 fn garbage_and_truncated_frames_before_and_after_authentication() {
     let k = KeyFile::new("garbage", KEY_A, 0o600);
-    let mut kid = Kid::spawn("server", Net::Tcp, &[k.env()]);
+    // Every drop's reason must show, so warnings held back by the rate limit too (debug).
+    let mut kid = Kid::spawn(
+        "server",
+        Net::Tcp,
+        &[k.env(), ("COURIER_LOG_LEVEL", "debug".to_string())],
+    );
     let addr = unhex(&kid.line("ADDR"));
     let to: SocketAddr = kid.line("TCP").parse().unwrap();
     let (_c, w) = parent(Net::Tcp, &[k.env()]);

@@ -173,12 +173,14 @@ impl State {
         self.fail_ep(e, why);
     }
 
-    /// Write a warning about a peer, rate-limited (`WARN_EVERY`).
+    /// Write a warning about a peer, rate-limited (`WARN_EVERY`): one held back is still
+    /// written at `COURIER_LOG_LEVEL=debug`, so nothing is lost to someone looking for it.
     pub(crate) fn warn_peer(&mut self, what: &str) {
         let now = Instant::now();
         let l = &mut self.limits;
         if l.warned.is_some_and(|t| now.duration_since(t) < WARN_EVERY) {
             l.held_back += 1;
+            tracing::debug!("{what} (a warning held back)");
             return;
         }
         l.warned = Some(now);
