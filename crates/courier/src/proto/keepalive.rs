@@ -7,7 +7,8 @@
 //! waits on an endpoint (a request in flight on it, frames or bytes still to leave), and
 //! its peer has said nothing for a keepalive interval, it sends a `Keepalive` question,
 //! which the peer answers from its progress. A peer that answers nothing for the
-//! keepalive timeout while waited on fails its endpoint with an error that names it and
+//! keepalive timeout while waited on (and takes none of the data queued for it, behind
+//! which the question waits) fails its endpoint with an error that names it and
 //! says it is not progressing: its requests, flushes and waits end with that error. An
 //! endpoint nothing waits on is not asked (a peer may compute for as long as it likes
 //! while no one needs it), and a wait that finishes in time never sends a keepalive.
@@ -87,6 +88,13 @@ impl State {
                 ep.spent.heard = Some(now);
                 ep.spent.pinged = None;
                 continue;
+            }
+            // Queued data leaving on a slow link: the peer takes it, and a keepalive
+            // question waits behind it.
+            let drained = ep.tx.as_ref().map_or(0, |t| t.drained());
+            if drained != ep.spent.drained {
+                ep.spent.drained = drained;
+                ep.spent.heard = Some(now);
             }
             let heard = *ep.spent.heard.get_or_insert(now);
             let silent = now.duration_since(heard);

@@ -55,6 +55,9 @@ pub(crate) struct Spent {
     /// sent since then.
     pub(in crate::proto) heard: Option<Instant>,
     pub(in crate::proto) pinged: Option<Instant>,
+    /// The link's `drained` count at the last look: queued data that leaves is progress
+    /// too (a keepalive question waits behind it on a slow link).
+    pub(in crate::proto) drained: u64,
 }
 
 impl Default for Spent {
@@ -67,6 +70,7 @@ impl Default for Spent {
             closed_by_peer: false,
             heard: None,
             pinged: None,
+            drained: 0,
         }
     }
 }

@@ -184,6 +184,15 @@ impl LinkTx {
         }
     }
 
+    /// Queued bytes the kernel has taken so far (tcp; 0 for the links without a queue):
+    /// while it grows, the peer takes data.
+    pub fn drained(&self) -> u64 {
+        match self {
+            Self::Tcp(t) => t.drained(),
+            _ => 0,
+        }
+    }
+
     /// Queue one frame made of `parts` concatenated. All or nothing.
     #[inline]
     pub fn send(&mut self, parts: &[&[u8]]) -> Result<(), TxError> {

@@ -141,6 +141,9 @@ pub struct Tx {
     segs: VecDeque<Seg>,
     /// Bytes queued by reference (in `Seg::Ref`s).
     ref_bytes: usize,
+    /// Queued bytes the kernel has taken since the link was made: while it grows, the
+    /// peer's side takes data (a stopped peer's receive window closes, and it stops).
+    drained: u64,
     /// Tokens of zero-copy frames fully written since the last `take_completed`.
     completed: Vec<u64>,
     high_water: usize,
@@ -207,6 +210,7 @@ fn halves(fd: OwnedFd, peer: SocketAddr, accepting: bool, cc: &TcpCongestion) ->
         head: 0,
         segs: VecDeque::new(),
         ref_bytes: 0,
+        drained: 0,
         completed: Vec::new(),
         high_water: HIGH_WATER,
         burst: false,

@@ -17,6 +17,11 @@ impl Tx {
         self.q.len() - self.head + self.ref_bytes
     }
 
+    /// Queued bytes the kernel has taken so far (a count that only grows, modulo 2^64).
+    pub fn drained(&self) -> u64 {
+        self.drained
+    }
+
     fn fail(&mut self, what: &str, e: Errno) -> Error {
         let err = match e {
             Errno::PIPE | Errno::CONNRESET | Errno::NOTCONN | Errno::SHUTDOWN => Error::msg(
@@ -470,6 +475,7 @@ impl Tx {
 
     /// `wrote` bytes from the front of the queue left.
     fn advance(&mut self, mut wrote: usize) {
+        self.drained = self.drained.wrapping_add(wrote as u64);
         self.pop_markers();
         while wrote > 0 {
             let Some(front) = self.segs.front_mut() else {
