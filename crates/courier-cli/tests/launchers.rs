@@ -225,3 +225,24 @@ fn a_missing_pmix_library_is_named() {
         "{out}\n{err}"
     );
 }
+
+/// A job under mpirun is authenticated with no configuration too (rank 0's key, shared
+/// through PMIx): a process outside it, on this host, without the key, is refused.
+#[test]
+fn a_process_outside_the_job_is_refused_under_mpirun() {
+    let test = "outsider_under_mpirun";
+    if !require(
+        have("mpirun.openmpi"),
+        test,
+        "mpirun.openmpi is not installed",
+    ) {
+        return;
+    }
+    let args = mpirun(1);
+    let a: Vec<&str> = args.iter().map(String::as_str).collect();
+    let (o, _) = launch(&a, "refuse-outsider", &[]);
+    let (out, err) = texts(&o);
+    assert!(o.status.success(), "{out}\n{err}");
+    assert!(out.contains("OUTSIDER REFUSED"), "{out}\n{err}");
+    assert!(err.contains("did not authenticate"), "{err}");
+}

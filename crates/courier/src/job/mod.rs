@@ -19,11 +19,13 @@
 //! barrier, `abort`, and a per-job random authentication key (`auth_key`): `courier run`
 //! makes it from the OS's random source and hands it to each rank over its private socket;
 //! under other launchers rank 0 makes it and shares it through the launcher's exchange at
-//! `Job::init`. The key `courier run` hands over authenticates the job's connections: every
-//! context the process makes after `Job::init` uses it (`COURIER_AUTH`; a key file named by
-//! `COURIER_AUTH_KEY_FILE` wins). The key shared through another launcher's exchange is not
-//! used for that (the exchange is only as private as the launcher makes it): there the
-//! contexts work as `COURIER_AUTH=auto` does without a key. [`JobWorld`] publishes a worker's address and
+//! `Job::init`. The job's key authenticates the job's connections: every context the
+//! process makes after `Job::init` uses it (`COURIER_AUTH`; a key file named by
+//! `COURIER_AUTH_KEY_FILE` wins). A key shared through another launcher's exchange is as
+//! private as that exchange (PMIx and PMI serve each rank on a local socket; between
+//! hosts it travels in the launcher's daemons' own traffic): it keeps out every process
+//! outside the job that cannot read that traffic, and a key file is there for those who
+//! want more. [`JobWorld`] publishes a worker's address and
 //! connects to other ranks lazily, on first use, or all at once (`connect_all`).
 
 mod crun;
@@ -275,7 +277,17 @@ impl Job {
         let mut launcher = launcher;
         let auth_key = match key {
             Some(k) => k,
-            None => share_auth_key(launcher.as_mut(), &info)?,
+            None => {
+                let k = share_auth_key(launcher.as_mut(), &info)?;
+                // Contexts of this process authenticate their peers with it too: a job
+                // across hosts needs no configuration under any launcher.
+                let source = format!(
+                    "the job's key (made by rank 0, shared through {}'s exchange)",
+                    info.kind.name()
+                );
+                crate::base::auth::set_job_key(&k, &source)?;
+                k
+            }
         };
         tracing::debug!(
             "job: rank {} of {} (local {} of {}, host {}) under {}",
