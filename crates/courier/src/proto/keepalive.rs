@@ -7,8 +7,8 @@
 //! waits on an endpoint (a request in flight on it, frames or bytes still to leave), and
 //! its peer has said nothing for a keepalive interval, it sends a `Keepalive` question,
 //! which the peer answers from its progress. A peer that answers nothing for the
-//! keepalive timeout while waited on (and takes none of the data queued for it, behind
-//! which the question waits) fails its endpoint with an error that names it and
+//! keepalive timeout while waited on (and neither takes the data queued for it nor sends
+//! any, behind which question and answer wait) fails its endpoint with an error that names it and
 //! says it is not progressing: its requests, flushes and waits end with that error. An
 //! endpoint nothing waits on is not asked (a peer may compute for as long as it likes
 //! while no one needs it), and a wait that finishes in time never sends a keepalive.
@@ -89,11 +89,13 @@ impl State {
                 ep.spent.pinged = None;
                 continue;
             }
-            // Queued data leaving on a slow link: the peer takes it, and a keepalive
-            // question waits behind it.
+            // Data moving on the link: queued data the peer takes (a keepalive question
+            // waits behind it), or data the peer sends (its answer waits behind that).
             let drained = ep.tx.as_ref().map_or(0, |t| t.drained());
-            if drained != ep.spent.drained {
+            let received = ep.rx.as_ref().map_or(0, |r| r.received());
+            if drained != ep.spent.drained || received != ep.spent.received {
                 ep.spent.drained = drained;
+                ep.spent.received = received;
                 ep.spent.heard = Some(now);
             }
             let heard = *ep.spent.heard.get_or_insert(now);

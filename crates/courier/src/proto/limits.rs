@@ -58,6 +58,9 @@ pub(crate) struct Spent {
     /// The link's `drained` count at the last look: queued data that leaves is progress
     /// too (a keepalive question waits behind it on a slow link).
     pub(in crate::proto) drained: u64,
+    /// The link's `received` count at the last look: what the peer sends is progress too
+    /// (its keepalive answer waits behind it).
+    pub(in crate::proto) received: u64,
 }
 
 impl Default for Spent {
@@ -71,6 +74,7 @@ impl Default for Spent {
             heard: None,
             pinged: None,
             drained: 0,
+            received: 0,
         }
     }
 }

@@ -184,12 +184,13 @@ impl LinkTx {
         }
     }
 
-    /// Queued bytes the kernel has taken so far (tcp; 0 for the links without a queue):
-    /// while it grows, the peer takes data.
+    /// A count that grows while the peer takes our data: queued bytes the kernel has
+    /// taken (tcp), how far the peer has read our FIFO (shm); 0 on loopback.
     pub fn drained(&self) -> u64 {
         match self {
             Self::Tcp(t) => t.drained(),
-            _ => 0,
+            Self::Shm(t) => t.drained(),
+            Self::Loopback(_) => 0,
         }
     }
 
@@ -362,6 +363,16 @@ impl LinkRx {
             }
             Self::Shm(r) => r.established(),
             _ => {}
+        }
+    }
+
+    /// A count that grows while the peer sends: bytes read (tcp), FIFO cells read (shm);
+    /// 0 on loopback.
+    pub fn received(&self) -> u64 {
+        match self {
+            Self::Tcp(r) => r.received(),
+            Self::Shm(r) => r.received(),
+            Self::Loopback(_) => 0,
         }
     }
 

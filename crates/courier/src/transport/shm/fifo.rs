@@ -189,6 +189,12 @@ struct Open {
 }
 
 impl Producer {
+    /// How far the consumer says it has read (a position it writes, not trusted for
+    /// anything but "it moves": a liveness hint).
+    pub fn peer_tail(&self) -> u64 {
+        self.f.ctl().tail.0.load(Relaxed)
+    }
+
     pub fn new(f: FifoRef) -> Producer {
         Producer {
             f,
@@ -493,6 +499,11 @@ pub(super) struct Consumer {
 }
 
 impl Consumer {
+    /// Cells read so far (a count that only grows).
+    pub fn consumed(&self) -> u64 {
+        self.head
+    }
+
     pub fn new(f: FifoRef) -> Consumer {
         Consumer {
             f,

@@ -281,6 +281,11 @@ unsafe impl Send for Tx {}
 unsafe impl Send for Rx {}
 
 impl Tx {
+    /// How far the peer has read our FIFO (its word: a liveness hint only).
+    pub fn drained(&self) -> u64 {
+        self.prod.peer_tail()
+    }
+
     pub(crate) fn send(&mut self, parts: &[&[u8]]) -> Result<(), TxError> {
         if self.prod.push(parts)? && self.prod.take_armed() {
             self.wake()?;
@@ -375,6 +380,11 @@ impl Tx {
 }
 
 impl Rx {
+    /// Cells of the peer's FIFO read so far.
+    pub fn received(&self) -> u64 {
+        self.cons.consumed()
+    }
+
     /// The link belongs to an endpoint: hold the peer process by its pidfd.
     pub(crate) fn established(&mut self) {
         if self.process.is_none() {

@@ -175,6 +175,9 @@ pub struct Rx {
     failed: Option<Error>,
     /// The frame at `start` whose payload is read into the protocol's memory.
     place: Option<place::Placing>,
+    /// Bytes read from the socket since the link was made: while it grows, the peer sends
+    /// (a keepalive answer may wait behind what it sends).
+    received: u64,
     /// Where a placed payload whose destination went away is read and dropped.
     scratch: Vec<u8>,
     /// The protocol declined to place the (large) frame at `start`: buffer it whole.
@@ -229,6 +232,7 @@ fn halves(fd: OwnedFd, peer: SocketAddr, accepting: bool, cc: &TcpCongestion) ->
         closed: None,
         failed: None,
         place: None,
+        received: 0,
         declined: false,
         scratch: Vec::new(),
         placing_user: false,

@@ -237,6 +237,7 @@ impl Rx {
                     ));
                 }
                 Ok(n) => {
+                    self.received = self.received.wrapping_add(n as u64);
                     let to_dst = n.min(dst);
                     if p.lost {
                         p.left -= to_dst;

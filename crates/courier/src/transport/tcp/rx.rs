@@ -10,6 +10,11 @@ impl Rx {
         self.peer
     }
 
+    /// Bytes read from the socket so far (a count that only grows, modulo 2^64).
+    pub fn received(&self) -> u64 {
+        self.received
+    }
+
     fn protocol_error(&mut self, why: String) -> Error {
         let e = Error::msg(Status::ProtocolError, why);
         self.failed = Some(e.clone());
@@ -169,6 +174,7 @@ impl Rx {
                 }
                 Ok((n, _)) => {
                     self.end += n;
+                    self.received = self.received.wrapping_add(n as u64);
                     budget = budget.saturating_sub(n);
                     if n < room {
                         // Drained for now; asking again would only answer EAGAIN.
