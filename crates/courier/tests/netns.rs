@@ -90,7 +90,22 @@ impl Net {
 }
 
 impl Drop for Net {
+    /// A test that fails leaves its children running: end every process still inside the
+    /// test's namespaces (their pids, from `ip netns pids`), then remove the namespaces.
     fn drop(&mut self) {
+        for ns in [&self.a, &self.b] {
+            let Ok(o) = Command::new("ip").args(["netns", "pids", ns]).output() else {
+                continue;
+            };
+            for pid in String::from_utf8_lossy(&o.stdout)
+                .split_whitespace()
+                .filter_map(|p| p.parse::<i32>().ok())
+            {
+                // SAFETY: kill has no memory arguments; the pid is a process in this
+                // test's own namespace.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+            }
+        }
         let _ = ip(&["netns", "del", &self.a]);
         let _ = ip(&["netns", "del", &self.b]);
     }

@@ -120,8 +120,23 @@ impl Hosts {
 }
 
 impl Drop for Hosts {
+    /// A failed test leaves its ranks and daemons running: end every process still inside
+    /// the test's namespaces (`ip netns pids`), then remove the namespaces.
     fn drop(&mut self) {
         for ns in &self.netns {
+            let pids = std::process::Command::new("ip")
+                .args(["netns", "pids", ns])
+                .output()
+                .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+                .unwrap_or_default();
+            for pid in pids
+                .split_whitespace()
+                .filter_map(|p| p.parse::<i32>().ok())
+            {
+                // SAFETY: kill has no memory arguments; the pid is a process in this
+                // test's own namespace.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+            }
             let _ = ip(&["netns", "del", ns]);
             let _ = std::fs::remove_dir_all(format!("/etc/netns/{ns}"));
         }
