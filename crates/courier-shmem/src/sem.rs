@@ -129,9 +129,10 @@ fn own(w: &'static World, call: &'static str, h: u64) -> (Handle, SemaphoreAt<'s
 /// `shmemx_sem_alloc`: a semaphore at 0 owned by this PE, or 0 when every slot is taken.
 pub fn alloc(call: &'static str, flags: i32) -> u64 {
     let w = crate::init::world(call);
-    let flags = match u32::try_from(flags).map_err(|_| ()).and_then(|f| {
-        sem_flags::check(f).map_err(|_| ())
-    }) {
+    let flags = match u32::try_from(flags)
+        .map_err(|_| ())
+        .and_then(|f| sem_flags::check(f).map_err(|_| ()))
+    {
         Ok(f) => f,
         Err(()) => fatal(
             call,
@@ -146,8 +147,13 @@ pub fn alloc(call: &'static str, flags: i32) -> u64 {
             continue;
         }
         let generation = (st >> 8) & 0xff;
-        if s.compare_exchange(st, LIVE | (generation << 8) | flags, Ordering::AcqRel, Ordering::Relaxed)
-            .is_err()
+        if s.compare_exchange(
+            st,
+            LIVE | (generation << 8) | flags,
+            Ordering::AcqRel,
+            Ordering::Relaxed,
+        )
+        .is_err()
         {
             continue;
         }

@@ -16,7 +16,9 @@ pub extern "C" fn shmemx_sem_alloc(flags: c_int) -> SemHandle {
 
 #[unsafe(no_mangle)]
 pub extern "C" fn shmemx_sem_free(sem: SemHandle) {
-    guard("shmemx_sem_free", || crate::sem::free("shmemx_sem_free", sem))
+    guard("shmemx_sem_free", || {
+        crate::sem::free("shmemx_sem_free", sem)
+    })
 }
 
 #[unsafe(no_mangle)]
