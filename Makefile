@@ -3,6 +3,7 @@
 #   make run      build and run the main job: the local benchmark suite, both processes started for you
 #   make test     every test: scripts, Rust (unit, conformance, multi-process), C examples, Go bindings
 #   make bench    side-by-side benchmarks against UCX and libfabric (installs them if missing)
+#   make experiments  the seeds' experiments on Courier (apps/): writes apps/RESULTS.md
 
 CARGO ?= cargo
 export CARGO_TERM_COLOR ?= never
@@ -15,6 +16,7 @@ export PATH := $(PATH):$(HOME)/.cargo/bin:/usr/local/go/bin
 
 include crates/courier-capi/capi.mk
 include crates/courier-shmem/shmem.mk
+include apps/apps.mk
 
 all: build
 
@@ -30,7 +32,7 @@ build: deps
 run: build
 	./target/release/courier perf --local
 
-test: deps-test test-scripts test-rust capi-check-header capi-test capi-job-test capi-go-test shmem-check-gen shmem-test lint
+test: deps-test test-scripts test-rust capi-check-header capi-test capi-job-test capi-go-test shmem-check-gen shmem-test apps-test lint
 	@echo "make test: all suites passed"
 
 test-rust:
