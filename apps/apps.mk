@@ -19,6 +19,7 @@ apps: shmem
 	$(MAKE) --no-print-directory $(APPS_BINS)
 
 apps-test: apps
+	python3 $(APPS_DIR)/report.py selftest
 	bash $(APPS_DIR)/test.sh
 
 experiments: apps
