@@ -7,8 +7,8 @@
 //! block), so a peer reaches any PE's semaphore through the heap's key it already holds:
 //! allocation is local (not collective), and the handle, a 64-bit value the program may
 //! send to other PEs, names the owner, the slot, the flags and the slot's generation. The
-//! owner waits and tries (Courier's `SemaphoreAt` on the word: a boolean one saturates, a
-//! wait spins, then sleeps on the worker's event fd); anyone posts: the owner with an add
+//! owner waits and tries (Courier's `SemaphoreAt` on the word: a boolean one saturates;
+//! a wait spins, yielding, then sleeps on the worker's event fd); anyone posts: the owner with an add
 //! (and a wakeup of its own sleeping threads), a peer with Courier's put-with-signal of no
 //! data, `SignalOp::Add` — one operation, which wakes the owner's worker. The signalling
 //! put is that same put-with-signal carrying the data: whoever sees the semaphore rise
@@ -282,9 +282,10 @@ pub fn wait(call: &'static str, h: u64, n: usize) {
         )
     }
     check_overflow(call, h, d, &s);
-    if let Err(e) = s.wait_timeout(&w.worker, n, w.wait.sleep, None) {
-        fatal(call, format_args!("sem={h:#x}: {e}"))
-    }
+    // The library's wait (`wait::block_until`), as `wait_until`'s: it yields the CPU while
+    // it spins, which matters when the PEs outnumber the cores (the poster may need this
+    // one), then sleeps on the worker, which a peer's post wakes.
+    crate::wait::block_until(w, || s.try_wait(n));
     fence(Ordering::SeqCst);
 }
 
