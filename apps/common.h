@@ -43,7 +43,7 @@ static inline void usage(const char *prog, const char *size_help) {
 }
 
 static inline struct opts parse_opts(int argc, char **argv, long size, int iters, const char *size_help) {
-    struct opts o = {V_SIGNAL, size, iters, iters / 10 > 0 ? iters / 10 : 1, 0};
+    struct opts o = {V_SIGNAL, size, iters, -1, 0};
     int c;
     while ((c = getopt(argc, argv, "v:n:i:w:xh")) != -1) {
         switch (c) {
@@ -76,6 +76,7 @@ static inline struct opts parse_opts(int argc, char **argv, long size, int iters
             usage(argv[0], size_help);
         }
     }
+    if (o.warmup < 0) o.warmup = o.iters / 10 > 0 ? o.iters / 10 : 1;
     return o;
 }
 
@@ -123,6 +124,9 @@ static inline int finish(const char *app, const struct opts *o, double us_per_op
                *extra ? " " : "", extra, errors ? "FAILED" : "ok");
     if (errors && shmem_my_pe() == 0)
         fprintf(stderr, "%s: %ld wrong values (see above)\n", app, errors);
+    /* Out before anyone can exit: the launcher ends the job at the first failed exit. */
+    fflush(stdout);
+    fflush(stderr);
     shmem_finalize();
     return errors ? 1 : 0;
 }
