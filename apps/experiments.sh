@@ -160,6 +160,14 @@ app_run() { # app_run SECTION TLS REP NP APP VARIANT SIZE ITERS [launcher...]
   local line
   if [ $# -gt 0 ]; then
     line=$(timeout 600 "$@" "$bin/$app" -v "$v" -n "$sz" -i "$it" 2>>"$log" | grep '^RESULT')
+    # Ranks that mpirun's agent started can outlive a launcher the time limit ended: end
+    # them, by pid (only this command line of this build's binary: ours).
+    local left
+    left=$(pgrep -f "^$bin/$app -v $v -n $sz -i $it\$")
+    if [ -n "$left" ]; then
+      note "ending ranks left behind by a timed-out launcher: $left"
+      for p in $left; do kill -KILL "$p" 2>/dev/null; done
+    fi
   else
     line=$(env "$(tlsenv "$tls")" timeout 600 "$oshrun" -np "$np" "$bin/$app" -v "$v" -n "$sz" -i "$it" 2>>"$log" | grep '^RESULT')
   fi
