@@ -3,6 +3,7 @@
 #   make run      build and run the main job: the local benchmark suite, both processes started for you
 #   make test     every test: scripts, Rust (unit, conformance, multi-process), C examples, Go bindings
 #   make bench    side-by-side benchmarks against UCX and libfabric (installs them if missing)
+#   make experiments  the seeds' experiments on Courier (apps/): writes apps/RESULTS.md
 
 CARGO ?= cargo
 # One build for every target (make, make capi, make shmem, make install): cargo builds a
@@ -20,6 +21,7 @@ export PATH := $(PATH):$(HOME)/.cargo/bin:/usr/local/go/bin
 
 include crates/courier-capi/capi.mk
 include crates/courier-shmem/shmem.mk
+include apps/apps.mk
 
 all: build
 
@@ -35,7 +37,7 @@ build: deps
 run: build
 	./target/release/courier perf --local
 
-test: deps-test test-scripts test-snippets test-rust capi-check-header capi-test capi-job-test capi-go-test test-hello test-install shmem-check-gen shmem-test lint
+test: deps-test test-scripts test-snippets test-rust capi-check-header capi-test capi-job-test capi-go-test test-hello test-install shmem-check-gen shmem-test apps-test lint
 	@echo "make test: all suites passed"
 
 test-rust:

@@ -26,7 +26,53 @@ extern "C" {
 /* Open MPI's name for shmem_malloc_with_hints. */
 void *shmemx_malloc_with_hint(size_t size, long hint);
 
-/* Further extensions (semaphores, signalling puts into them) come here. */
+/* Semaphores in the style of Berkeley UPC's bupc_sem_t, and a put that signals one.
+ *
+ * A semaphore belongs to the PE that allocates it (shmemx_sem_alloc is not collective)
+ * and lives in that PE's symmetric heap (up to SHMEMX_SEM_MAX per PE). Its handle is a
+ * plain 64-bit value: send it to the PEs that will post to it (shmem_uint64_put, a
+ * broadcast...). Any PE posts; only the owner waits, tries, reads and frees. Flags: one of
+ * SHMEMX_SEM_BOOLEAN (0 or 1: a post sets it, a wait takes it) and SHMEMX_SEM_INTEGER
+ * (counts up to SHMEMX_SEM_VALUE_MAX), and optionally one producer and one consumer kind
+ * (single or many; hints); 0 means INTEGER | MPRODUCER | MCONSUMER. Waits sleep after a
+ * short spin (SHMEM_WAIT), so jobs of more PEs than cores move. post, wait and try each
+ * imply a fence. Misuse (a freed or foreign handle, a wait on another PE's semaphore, an
+ * integer semaphore posted past its maximum) ends the job with a message naming it. */
+#define SHMEMX_SEM_BOOLEAN (1 << 0)
+#define SHMEMX_SEM_INTEGER (1 << 1)
+#define SHMEMX_SEM_SPRODUCER (1 << 2)
+#define SHMEMX_SEM_MPRODUCER (1 << 3)
+#define SHMEMX_SEM_SCONSUMER (1 << 4)
+#define SHMEMX_SEM_MCONSUMER (1 << 5)
+#define SHMEMX_SEM_VALUE_MAX 65535
+#define SHMEMX_SEM_MAX 1024
+typedef uint64_t shmemx_sem_t;
+#define SHMEMX_SEM_NULL ((shmemx_sem_t)0)
+
+/* A semaphore at 0 owned by this PE; SHMEMX_SEM_NULL when all SHMEMX_SEM_MAX are taken. */
+shmemx_sem_t shmemx_sem_alloc(int flags);
+/* Give it back (the owner; no post may be in flight to it). */
+void shmemx_sem_free(shmemx_sem_t sem);
+/* The PE that owns it. */
+int shmemx_sem_pe(shmemx_sem_t sem);
+/* Raise it by n (a boolean one: set it), from any PE: one operation to the owner that
+ * wakes it, ordered after this PE's earlier puts to the owner. */
+void shmemx_sem_post(shmemx_sem_t sem, size_t n);
+/* Wait until it holds n, then take n (the owner). */
+void shmemx_sem_wait(shmemx_sem_t sem, size_t n);
+/* Take n if it holds n now: 1, else 0 (the owner). */
+int shmemx_sem_try(shmemx_sem_t sem, size_t n);
+/* Its value now (the owner). */
+size_t shmemx_sem_value(shmemx_sem_t sem);
+/* Put nbytes from source to the symmetric dest on the semaphore's owner and post n to it,
+ * as one operation: whoever sees the post sees the data (bupc_memput_signal). Returns
+ * when source may be reused (local completion, not delivery). */
+void shmemx_putmem_signal_sem(void *dest, const void *source, size_t nbytes,
+                              shmemx_sem_t sem, size_t n);
+/* The same without waiting for local completion: source stays untouched until
+ * shmem_quiet (bupc_memput_signal_async). */
+void shmemx_putmem_signal_sem_nbi(void *dest, const void *source, size_t nbytes,
+                                  shmemx_sem_t sem, size_t n);
 
 #ifdef __cplusplus
 }

@@ -164,11 +164,11 @@ fn wait_cfg(ctx: &Context) -> Result<WaitCfg, String> {
     Ok(WaitCfg { sleep, spin, nap })
 }
 
-/// The size of the heap's internal area (pairwise sync counters and scratch), before the
-/// first user block.
+/// The size of the heap's internal area (pairwise sync counters and scratch, then the
+/// semaphores), before the first user block.
 pub fn internal_len(npes: usize) -> usize {
     let page = rustix::param::page_size();
-    (crate::coll::internal_bytes(npes) + page - 1) & !(page - 1)
+    (crate::sem::area_offset(npes) + crate::sem::AREA_BYTES + page - 1) & !(page - 1)
 }
 
 /// `shmem_init_thread`: set everything up (once; later calls only report the level).

@@ -16,6 +16,7 @@
 //! - `coll`, `team`: teams and collectives (dissemination sync on pairwise counters,
 //!   data pulled from peers' symmetric buffers).
 //! - `ctx`, `lock`: communication contexts and distributed locks.
+//! - `sem`: Berkeley UPC-style semaphores and the put that signals one (`shmemx.h`).
 //! - `error`: the messages that name the call, the argument and why, then the abort.
 //! - `ffi`: the hand-written C entry points; `typed`: the typed ones, generated with
 //!   `include/shmem.h` by `gen/generate.py`. Every entry point is thin and runs its body
@@ -36,6 +37,7 @@ mod lock;
 mod reduce;
 mod rma;
 mod runtime;
+mod sem;
 mod signal;
 mod symmetric;
 mod team;

@@ -68,6 +68,7 @@ pub fn target<'w>(
         // SAFETY: inside the peer's segment, which is mapped here whole.
         return Where::Here(unsafe { part.direct.add(off) });
     }
+    peer.sent.store(true, Ordering::Relaxed);
     Where::Remote {
         ep: &peer.ep,
         key: &part.key,
@@ -401,10 +402,16 @@ fn take_async_error(call: &str) {
 /// and report a refused put, but with four or more processes on two cores over tcp its
 /// confirmation after a flood of unacknowledged puts sometimes never comes; see the
 /// report of the OpenSHMEM branch. Every put is checked against the peer's key before it
-/// is sent, so a refusal cannot happen here.)
+/// is sent, so a refusal cannot happen here.) Only the peers that operations went to
+/// since the last quiet are asked (`Peer::sent`), unless the program runs threads
+/// (`SHMEM_THREAD_MULTIPLE`), where one thread's quiet may clear the mark of another's
+/// operation still being sent: then every peer reached through its worker is.
 pub fn quiet_all(w: &World, call: &str) {
+    let every = w.thread_level == crate::init::THREAD_MULTIPLE;
     for p in w.connected() {
-        complete(call, p);
+        if p.sent.swap(false, Ordering::AcqRel) || every {
+            complete(call, p);
+        }
     }
     take_async_error(call);
     fence(Ordering::SeqCst);

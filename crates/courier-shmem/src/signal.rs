@@ -92,6 +92,7 @@ pub fn put_signal(
             .unwrap_or_else(|| fatal(call, format_args!("{arg}: PE {pe} has no {}", s.name())))
     };
     let (dp, sp) = (part(dseg, "dest"), part(sseg, "sig_addr"));
+    peer.sent.store(true, std::sync::atomic::Ordering::Relaxed);
     let cb = if nbi {
         Callback::Raw(crate::rma::nbi_done, 0)
     } else {

@@ -73,6 +73,9 @@ pub struct Peer {
     pub ep: Endpoint,
     /// Its heap and (if it has one) data segment, indexed by `Seg`.
     pub parts: [Option<Part>; 2],
+    /// Set when an operation goes to it through its worker (not directly): what `quiet`
+    /// must wait for. Cleared by `quiet`.
+    pub sent: std::sync::atomic::AtomicBool,
 }
 
 // SAFETY: `direct` points into mappings the keys keep alive; all access through it is by
@@ -158,7 +161,11 @@ pub fn connect(ep: Endpoint, blob: &[u8]) -> Result<Peer, String> {
             direct,
         });
     }
-    Ok(Peer { ep, parts })
+    Ok(Peer {
+        ep,
+        parts,
+        sent: std::sync::atomic::AtomicBool::new(false),
+    })
 }
 
 /// The executable's data and bss, page-aligned: `(start, len)`, or `None` when there is

@@ -1,9 +1,10 @@
 /* Error cases: each mode makes one mistake, which must end the job with a message naming
  * the call, the argument and why (tests/run.sh checks the exit status and the message).
- *   errors pe | nonsym | before_init | team | cmp | align | sigop | free
+ *   errors pe | nonsym | before_init | team | cmp | align | sigop | free | semowner | semfreed
  * and one that is no mistake: `exit`, where PE 0 calls shmem_global_exit(3) while the
  * others wait in a barrier that never completes: the job must end with status 3. */
 #include <shmem.h>
+#include <shmemx.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -35,6 +36,17 @@ int main(int argc, char **argv) {
         shmem_putmem_signal(&target, &local, 8, &sig, 1, 7, 0);
     } else if (strcmp(mode, "free") == 0) {
         shmem_free(&target);
+    } else if (strcmp(mode, "semowner") == 0) {
+        /* Only the owner waits on a semaphore: PE 1 waits on PE 0's. */
+        static shmemx_sem_t s;
+        if (shmem_my_pe() == 0) s = shmemx_sem_alloc(0);
+        shmem_uint64_broadcast(SHMEM_TEAM_WORLD, (uint64_t *)&s, (uint64_t *)&s, 1, 0);
+        if (shmem_my_pe() == 1) shmemx_sem_wait(s, 1);
+        shmem_barrier_all();
+    } else if (strcmp(mode, "semfreed") == 0) {
+        shmemx_sem_t s = shmemx_sem_alloc(SHMEMX_SEM_BOOLEAN);
+        shmemx_sem_free(s);
+        shmemx_sem_try(s, 1);
     } else if (strcmp(mode, "exit") == 0) {
         if (shmem_my_pe() == 0) shmem_global_exit(3);
         shmem_barrier_all();

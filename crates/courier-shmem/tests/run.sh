@@ -51,6 +51,8 @@ declare -A want=(
   [align]="shmem_long_atomic_inc: dest=.*not aligned"
   [sigop]="shmem_putmem_signal: sig_op=7"
   [free]="shmem_free: ptr=.*not a block of the symmetric heap"
+  [semowner]="shmemx_sem_wait: sem=.*belongs to PE 0; only its owner waits"
+  [semfreed]="shmemx_sem_try: sem=.*this semaphore was freed"
   [exit]="shmem_global_exit(3)"
 )
 for mode in "${!want[@]}"; do

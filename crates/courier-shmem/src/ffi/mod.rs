@@ -4,5 +4,6 @@
 
 pub mod memory;
 pub mod order;
+pub mod sem;
 pub mod setup;
 pub mod teams;

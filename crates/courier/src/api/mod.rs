@@ -20,5 +20,5 @@ pub use listener::{ConnRequest, Listener};
 pub use memory::{AtomicOp, Cmp, MemAttr, MemMapParams, Memory, MemoryType, SignalOp, access};
 pub use onesided::RemoteKey;
 pub use request::Request;
-pub use semaphore::{SEM_MAX, Semaphore, sem_flags};
+pub use semaphore::{SEM_MAX, Semaphore, SemaphoreAt, sem_flags};
 pub use worker::{AmMessage, Worker, WorkerParams};

@@ -1,7 +1,8 @@
 //! `Semaphore`: a Berkeley UPC-style counting (or boolean) semaphore in this process's
-//! memory, posted locally or by peers (atomic adds and signalling puts on its word).
+//! memory, posted locally or by peers (atomic adds and signalling puts on its word);
+//! `SemaphoreAt`: the same at a word of a region the caller already maps.
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use super::context::Context;
@@ -17,6 +18,8 @@ pub struct Semaphore {
 
 /// Semaphore flags (`bupc_sem_alloc`).
 pub mod sem_flags {
+    use crate::base::{Error, Result, Status};
+
     /// Value is 0 or 1.
     pub const BOOLEAN: u32 = 1;
     /// Value counts up to 65535.
@@ -29,15 +32,11 @@ pub mod sem_flags {
     pub const SCONSUMER: u32 = 16;
     /// Many consumers.
     pub const MCONSUMER: u32 = 32;
-}
 
-/// The largest value a semaphore holds.
-pub const SEM_MAX: u64 = 65535;
-
-impl Semaphore {
-    /// Allocate a semaphore at 0 (flags 0 = INTEGER | MPRODUCER | MCONSUMER).
-    pub fn new(ctx: &Context, flags: u32) -> Result<Semaphore> {
-        use sem_flags::*;
+    /// The flags in force for `flags` (0 = INTEGER | MPRODUCER | MCONSUMER), or
+    /// `InvalidParam` when they are not a valid set: exactly one of BOOLEAN and INTEGER, at
+    /// most one producer kind and at most one consumer kind, nothing else.
+    pub fn check(flags: u32) -> Result<u32> {
         let flags = if flags == 0 {
             INTEGER | MPRODUCER | MCONSUMER
         } else {
@@ -53,15 +52,26 @@ impl Semaphore {
                 "semaphore flags: exactly one of BOOLEAN/INTEGER, at most one of each producer and consumer kind",
             ));
         }
+        Ok(flags)
+    }
+}
+
+/// The largest value a semaphore holds.
+pub const SEM_MAX: u64 = 65535;
+
+impl Semaphore {
+    /// Allocate a semaphore at 0 (flags 0 = INTEGER | MPRODUCER | MCONSUMER).
+    pub fn new(ctx: &Context, flags: u32) -> Result<Semaphore> {
+        let flags = sem_flags::check(flags)?;
         let mem = ctx.mem_map(MemMapParams::allocate(64))?;
         Ok(Semaphore { mem, flags })
     }
 
-    fn limit(&self) -> u64 {
-        if self.flags & sem_flags::BOOLEAN != 0 {
-            1
-        } else {
-            SEM_MAX
+    fn at(&self) -> SemaphoreAt<'_> {
+        SemaphoreAt {
+            mem: &self.mem,
+            offset: 0,
+            flags: self.flags,
         }
     }
 
@@ -73,19 +83,88 @@ impl Semaphore {
         Ok((self.mem.pack_rkey()?, self.mem.as_ptr() as u64))
     }
 
+    /// The current value (for a boolean semaphore, 0 or 1).
+    pub fn value(&self) -> u64 {
+        self.at().value()
+    }
+
+    /// Add `n`; fails if that would pass the maximum.
+    pub fn post(&self, n: u64) -> Result<()> {
+        self.at().post(n)
+    }
+
+    /// Take `n` if available now. A boolean semaphore holds at most 1: taking 1 empties
+    /// it (also when peers' adds took the word past 1), and more than 1 is never there.
+    pub fn try_wait(&self, n: u64) -> bool {
+        self.at().try_wait(n)
+    }
+
+    /// Wait until at least `n` is there, then take it (progressing `worker`, spinning;
+    /// `bupc_sem_wait`). See `wait_timeout`.
+    pub fn wait(&self, worker: &Worker, n: u64) -> Result<()> {
+        self.at().wait_timeout(worker, n, false, None)
+    }
+
+    /// `wait`, sleeping when asked and with a time limit: see `SemaphoreAt::wait_timeout`.
+    pub fn wait_timeout(
+        &self,
+        worker: &Worker,
+        n: u64,
+        sleep: bool,
+        timeout: Option<Duration>,
+    ) -> Result<()> {
+        self.at().wait_timeout(worker, n, sleep, timeout)
+    }
+}
+
+/// A semaphore at an aligned word of a host region mapped here, for a library that keeps
+/// many semaphores in a region whose key its peers already hold (an OpenSHMEM library's
+/// symmetric heap, say) instead of one region each. It borrows the region; the word's
+/// value is the semaphore's, and peers post to it as to a `Semaphore` (see
+/// `Semaphore::remote`: an add, or a put-with-signal with `SignalOp::Add`).
+pub struct SemaphoreAt<'a> {
+    mem: &'a Memory,
+    offset: usize,
+    flags: u32,
+}
+
+impl<'a> SemaphoreAt<'a> {
+    /// The semaphore at `offset` of `mem` with `flags` (as `Semaphore::new`'s); the word
+    /// keeps its value. `InvalidParam` for bad flags, `OutOfRange` for an offset that is not
+    /// an aligned word inside the region, `Unsupported` for device memory.
+    pub fn new(mem: &'a Memory, offset: usize, flags: u32) -> Result<SemaphoreAt<'a>> {
+        let flags = sem_flags::check(flags)?;
+        mem.word(offset)?;
+        Ok(SemaphoreAt { mem, offset, flags })
+    }
+
+    fn word(&self) -> Result<&AtomicU64> {
+        self.mem.word(self.offset)
+    }
+
+    fn limit(&self) -> u64 {
+        if self.boolean() { 1 } else { SEM_MAX }
+    }
+
     fn boolean(&self) -> bool {
         self.flags & sem_flags::BOOLEAN != 0
     }
 
     /// The current value (for a boolean semaphore, 0 or 1).
     pub fn value(&self) -> u64 {
-        let v = self.mem.signal_fetch(0).unwrap_or(0);
+        let v = self.mem.signal_fetch(self.offset).unwrap_or(0);
         if self.boolean() { v.min(1) } else { v }
+    }
+
+    /// The word itself, unsaturated: for an integer semaphore, more than `SEM_MAX` means
+    /// peers' adds took it past what it may hold.
+    pub fn raw_value(&self) -> u64 {
+        self.mem.signal_fetch(self.offset).unwrap_or(0)
     }
 
     /// Add `n`; fails if that would pass the maximum.
     pub fn post(&self, n: u64) -> Result<()> {
-        let w = self.mem.word(0)?;
+        let w = self.word()?;
         let lim = self.limit();
         w.fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| {
             v.checked_add(n).filter(|x| *x <= lim)
@@ -106,8 +185,7 @@ impl Semaphore {
         if boolean && n > 1 {
             return false;
         }
-        self.mem
-            .word(0)
+        self.word()
             .map(|w| {
                 w.fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| {
                     if boolean && n == 1 {
@@ -121,17 +199,12 @@ impl Semaphore {
             .unwrap_or(false)
     }
 
-    /// Wait until at least `n` is there, then take it (progressing `worker`, spinning;
-    /// `bupc_sem_wait`). See `wait_timeout`.
-    pub fn wait(&self, worker: &Worker, n: u64) -> Result<()> {
-        self.wait_timeout(worker, n, false, None)
-    }
-
-    /// `wait`, sleeping when asked and with a time limit (`Timeout` when it passes; `None`:
-    /// none). With `sleep` it waits as `Memory::signal_wait_until` does: a short spin, then
-    /// sleeps on the worker's event fd, from which a peer's signalling put to this worker
-    /// wakes it (framed, or written directly by a same-host peer). Waiting for more than a
-    /// boolean semaphore can hold is refused.
+    /// Wait until at least `n` is there, then take it, progressing `worker`; sleeping when
+    /// asked and with a time limit (`Timeout` when it passes; `None`: none). With `sleep`
+    /// it waits as `Memory::signal_wait_until` does: a short spin, then sleeps on the
+    /// worker's event fd, from which a peer's signalling put to this worker wakes it
+    /// (framed, or written directly by a same-host peer). Waiting for more than a boolean
+    /// semaphore can hold is refused.
     pub fn wait_timeout(
         &self,
         worker: &Worker,
@@ -172,10 +245,14 @@ impl Semaphore {
             };
             // Until the word holds enough; another consumer may take it first, and then
             // this waits again.
-            match self
-                .mem
-                .signal_wait_until_timeout(Some(worker), 0, Cmp::Ge, want, sleep, left)
-            {
+            match self.mem.signal_wait_until_timeout(
+                Some(worker),
+                self.offset,
+                Cmp::Ge,
+                want,
+                sleep,
+                left,
+            ) {
                 Ok(_) => {}
                 Err(e) if e.status() == Status::Timeout => continue,
                 Err(e) => return Err(e),
@@ -254,5 +331,38 @@ mod tests {
             .expect("posted by the other thread");
         poster.join().expect("poster").expect("post");
         assert_eq!(sem.value(), 0);
+    }
+
+    /// A semaphore at a word of a larger region: flags and offset checked, its value the
+    /// word's, the neighbouring words untouched.
+    #[test]
+    fn semaphore_at_a_word_of_a_region() {
+        let ctx = Context::new(ContextParams::default()).expect("context");
+        let w = Worker::new(&ctx, Default::default()).expect("worker");
+        let mem = ctx.mem_map(MemMapParams::allocate(4096)).expect("map");
+        let e = SemaphoreAt::new(&mem, 12, 0).err().expect("unaligned");
+        assert_eq!(e.status(), Status::OutOfRange);
+        let e = SemaphoreAt::new(&mem, 4096, 0).err().expect("past the end");
+        assert_eq!(e.status(), Status::OutOfRange);
+        let e = SemaphoreAt::new(&mem, 64, sem_flags::BOOLEAN | sem_flags::INTEGER)
+            .err()
+            .expect("both kinds");
+        assert_eq!(e.status(), Status::InvalidParam);
+        let int = SemaphoreAt::new(&mem, 64, 0).expect("integer");
+        let boolean = SemaphoreAt::new(&mem, 128, sem_flags::BOOLEAN).expect("boolean");
+        int.post(5).expect("post");
+        assert!(int.post(SEM_MAX).is_err(), "past the maximum");
+        assert_eq!(int.value(), 5);
+        assert_eq!(mem.signal_fetch(64).expect("word"), 5);
+        assert_eq!(mem.signal_fetch(56).expect("word"), 0);
+        assert_eq!(mem.signal_fetch(72).expect("word"), 0);
+        int.wait_timeout(&w, 4, true, Some(Duration::from_secs(20)))
+            .expect("4 of 5");
+        assert!(!int.try_wait(2));
+        assert!(int.try_wait(1));
+        mem.word(128).expect("word").fetch_add(2, Ordering::AcqRel);
+        assert_eq!((boolean.value(), boolean.raw_value()), (1, 2));
+        assert!(boolean.try_wait(1));
+        assert_eq!(boolean.raw_value(), 0);
     }
 }
