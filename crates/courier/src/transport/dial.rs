@@ -321,7 +321,16 @@ impl Dialer {
 
     fn try_tcp(&mut self, cfg: &Config) -> Option<Dialed> {
         if cfg.tls.allows(tcp::NAME) {
+            let elsewhere = self.peer.host_id != host_id();
             for sa in &self.peer.tcp {
+                // A loopback address of a peer on another host (another machine, or another
+                // network namespace of this one) would reach a process here, not the peer.
+                if elsewhere && sa.ip().to_canonical().is_loopback() {
+                    self.reasons.push(format!(
+                        "tcp: {sa} is a loopback address of a peer on another host"
+                    ));
+                    continue;
+                }
                 match tcp::connect(*sa, cfg) {
                     Ok((tx, rx)) => {
                         return Some(Dialed::Link(
@@ -400,5 +409,48 @@ impl SocketListener {
         let mut out = Vec::new();
         accept_tcp(&mut self.l, &mut out);
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A peer on another host that lists a loopback address (as a worker listening on
+    /// every interface does) is never dialed there: that would reach a process of this
+    /// host, listening on the same port in this network namespace.
+    #[test]
+    fn a_loopback_address_of_another_host_is_not_dialed() {
+        let here = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = here.local_addr().unwrap().port();
+        let mut other = host_id();
+        other[0] ^= 0xff;
+        let peer = WorkerAddress {
+            worker_id: 1,
+            host_id: other,
+            pid: 1,
+            uds_name: vec![],
+            tcp: vec![
+                format!("127.0.0.1:{port}").parse().unwrap(),
+                format!("[::ffff:127.0.0.1]:{port}").parse().unwrap(),
+            ],
+        };
+        let cfg = Config::from_env_with(&[("COURIER_TLS", "tcp")]).unwrap();
+        let mut d = Dialer::new(peer.clone(), false);
+        assert!(matches!(d.next(&cfg), Dialed::Unreachable));
+        assert_eq!(
+            d.reasons
+                .iter()
+                .filter(|r| r.contains("loopback address of a peer on another host"))
+                .count(),
+            2,
+            "{:?}",
+            d.reasons
+        );
+        // The same address of a peer on this host is dialed.
+        let mut same = peer;
+        same.host_id = host_id();
+        let mut d = Dialer::new(same, false);
+        assert!(matches!(d.next(&cfg), Dialed::Link(..)), "{:?}", d.reasons);
     }
 }
