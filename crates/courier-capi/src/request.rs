@@ -319,6 +319,7 @@ pub unsafe extern "C" fn courier_request_test(req: *const courier_request_t) -> 
 /// Must run on a thread allowed to progress the worker, never inside a callback.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn courier_request_wait(req: *const courier_request_t) -> courier_status_t {
+    // SAFETY: `req` is NULL (refused by `arg`) or a request handle the caller holds.
     boundary(|| unsafe { arg(req, "req") }?.wait(None))
 }
 
@@ -331,6 +332,7 @@ pub unsafe extern "C" fn courier_request_wait_timeout(
     timeout_ms: u64,
 ) -> courier_status_t {
     boundary(|| {
+        // SAFETY: `req` is NULL (refused by `arg`) or a request handle the caller holds.
         let r = unsafe { arg(req, "req") }?;
         r.wait(Instant::now().checked_add(Duration::from_millis(timeout_ms)))
     })
@@ -359,6 +361,8 @@ pub unsafe extern "C" fn courier_request_finish(
             return Ok(status);
         }
         let final_status = {
+            // SAFETY: with INPROGRESS, `req` is NULL (refused by `arg`) or the request the
+            // operation made.
             let r = unsafe { arg(req as *const courier_request_t, "req") }?;
             let s = r.wait(None)?;
             if let (Some((_, i, _)), false) = (r.result.get(), info.is_null()) {

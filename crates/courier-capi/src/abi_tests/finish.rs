@@ -15,6 +15,8 @@ unsafe fn recv(
         info,
     };
     let mut req = null_mut();
+    // SAFETY: the worker lives in `s`; `buf` and `info` outlive the request (the tests
+    // finish it before they go).
     let st = unsafe {
         courier_worker_tag_recv(
             s.w,
@@ -30,6 +32,7 @@ unsafe fn recv(
 }
 
 unsafe fn send(s: &Setup, msg: &[u8], tag: u64) {
+    // SAFETY: the endpoint lives in `s`; `msg` outlives the send, finished here.
     unsafe {
         let mut req = null_mut();
         let st = courier_ep_tag_send(s.ep, msg.as_ptr().cast(), msg.len(), tag, null(), &mut req);
@@ -40,6 +43,7 @@ unsafe fn send(s: &Setup, msg: &[u8], tag: u64) {
 #[test]
 fn finish_gives_the_info_whichever_way_the_operation_completed() {
     let s = Setup::new();
+    // SAFETY: every handle lives in `s`, and every buffer outlives its request.
     unsafe {
         // Posted before the message: INPROGRESS; finish waits, writes info, frees.
         let mut buf = [0u8; 16];
@@ -88,6 +92,7 @@ fn finish_gives_the_info_whichever_way_the_operation_completed() {
 #[test]
 fn wait_timeout_returns_with_the_request_in_flight() {
     let s = Setup::new();
+    // SAFETY: every handle lives in `s`, and every buffer outlives its request.
     unsafe {
         let mut buf = [0u8; 8];
         let mut info = courier_request_info_t::default();
