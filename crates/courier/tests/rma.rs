@@ -455,7 +455,8 @@ fn child_liar(ep: &Endpoint, rk: &[RemoteKey], raw: &[Vec<u8>]) {
 /// knows only what the key claims.
 fn through_owner(ep: &Endpoint, key: &[u8]) -> RemoteKey {
     let mut k = key.to_vec();
-    k[48] ^= 0xff; // the host id
+    k[courier::wire::rkey::field::HOST_ID.start] ^= 0xff;
+    courier::wire::rkey::reseal(&mut k);
     let rk = ep.rkey_unpack(&k).unwrap();
     assert_eq!(rk.path(), "remote");
     rk
@@ -497,12 +498,13 @@ fn child_partial(ep: &Endpoint, raw: &[Vec<u8>], liar: bool) {
         // A key that claims four times its region passes the sender's check: the owner
         // refuses the whole put at its first frame.
         let mut big = raw[0].clone();
-        big[32..40].copy_from_slice(&(4 * len as u64).to_le_bytes());
+        big[courier::wire::rkey::field::LENGTH].copy_from_slice(&(4 * len as u64).to_le_bytes());
+        courier::wire::rkey::reseal(&mut big);
         let bk = through_owner(ep, &big);
         expect_err(ep, ep.put(&over, base, &bk), Status::OutOfRange);
         // A forged signal key: nothing of the data is written either.
         let mut forged = raw[3].clone();
-        forged[16] ^= 0x55;
+        forged[courier::wire::rkey::field::SECRET.start] ^= 0x55;
         let fs = through_owner(ep, &forged);
         expect_err(
             ep,
@@ -821,7 +823,8 @@ fn shortened(tls: &str) {
     // SAFETY: our own fresh region.
     unsafe { std::ptr::write_bytes(target.as_ptr(), 0x11, len) };
     let mut key = target.pack_rkey().unwrap();
-    key[32..40].copy_from_slice(&8u64.to_le_bytes());
+    key[courier::wire::rkey::field::LENGTH].copy_from_slice(&8u64.to_le_bytes());
+    courier::wire::rkey::reseal(&mut key);
     let child = spawn(tls, "shortened", o.port, &[key], &[]);
     serve_until_done(&o, vec![child], || {});
     // SAFETY: our own region.
