@@ -4,6 +4,7 @@
 #   make test     every test: scripts, Rust (unit, conformance, multi-process), C examples, Go bindings
 #   make bench    side-by-side benchmarks against UCX and libfabric (installs them if missing)
 #   make experiments  the seeds' experiments on Courier (apps/): writes apps/RESULTS.md
+#   make fuzz     every fuzz target under libFuzzer for FUZZ_SECONDS each (docs/fuzzing.md)
 
 CARGO ?= cargo
 # One build for every target (make, make capi, make shmem, make install): cargo builds a
@@ -17,7 +18,7 @@ export CARGO_TERM_COLOR ?= never
 # PATH, so tools already on PATH keep coming first.
 export PATH := $(PATH):$(HOME)/.cargo/bin:/usr/local/go/bin
 
-.PHONY: all build run test test-rust test-gpu test-scripts test-hello test-snippets test-install lint fmt bench clean deps deps-test
+.PHONY: all build run test test-rust test-gpu test-scripts test-hello test-snippets test-install lint fmt bench clean deps deps-test fuzz fuzz-seeds
 
 include crates/courier-capi/capi.mk
 include crates/courier-shmem/shmem.mk
@@ -83,6 +84,19 @@ lint:
 
 bench: build
 	bash bench/run.sh
+
+# Every fuzz target (fuzz/) under libFuzzer for FUZZ_SECONDS each, one at a time, niced
+# (not in make test, which replays the corpus); numbers in target/fuzz/report.md, for
+# docs/fuzzing.md. FUZZ_TARGETS picks some.
+FUZZ_SECONDS ?= 60
+fuzz:
+	@bash scripts/deps.sh fuzz
+	bash scripts/fuzz.sh $(FUZZ_SECONDS) $(FUZZ_TARGETS)
+
+# Write every fuzz target's seeds (well-formed messages from the library's emitters) into
+# its corpus.
+fuzz-seeds:
+	$(CARGO) test --release -p courier-fuzz --test corpus -- --ignored write_seeds
 
 clean:
 	$(CARGO) clean

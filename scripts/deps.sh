@@ -71,6 +71,19 @@ fi
 if [ "${1:-}" = test ]; then
   bash "$root/scripts/launchers.sh"
 fi
+# `make fuzz` runs every fuzz target under libFuzzer through cargo-fuzz (`-s none` on the
+# stable toolchain; the engine is C++, so it needs a C++ compiler).
+if [ "${1:-}" = fuzz ]; then
+  command -v c++ >/dev/null || {
+    echo "deps: installing g++ (for make fuzz)"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq && apt-get install -y -qq g++ >/dev/null
+  }
+  if ! cargo fuzz --version 2>/dev/null | grep -q '^cargo-fuzz 0\.13\.'; then
+    echo "deps: installing cargo-fuzz 0.13 (once; a few minutes)"
+    cargo install cargo-fuzz --version '~0.13' --locked --quiet
+  fi
+fi
 # `make conformance` builds a peer's autotools test suite (Sandia OpenSHMEM's).
 if [ "${1:-}" = conformance ]; then
   need=()

@@ -5,7 +5,7 @@
 //! - `courier info`: a drop-in for ucx_info.
 //! - `courier run`: a launcher for jobs on one host (mpirun's options; also as `oshrun`).
 
-mod error;
+use courier_cli::error;
 mod info;
 mod perf;
 mod run;

@@ -36,6 +36,16 @@ mod proto;
 mod transport;
 pub mod wire;
 
+/// The transports' readers of peer bytes that are state, not a plain layout (a tcp
+/// connection's framing, a shared-memory FIFO's cells), run on bytes, for the fuzz
+/// targets in `fuzz/`. Not part of the API.
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzzing {
+    pub use crate::transport::shm::fuzz_consumer;
+    pub use crate::transport::tcp::{MAX_FRAME, PREAMBLE, fuzz_framing};
+}
+
 pub use api::*;
 pub use base::auth;
 

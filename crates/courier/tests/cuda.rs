@@ -506,7 +506,8 @@ fn child_rma(c: &Context, w: &Worker, ep: &Endpoint, keys: &[Vec<u8>]) {
     assert_eq!(e.status(), Status::Unsupported, "{e}");
     // A forged secret is refused before a byte moves, on either path.
     let mut forged = keys[0].clone();
-    forged[16] ^= 0x40;
+    forged[courier::wire::rkey::field::SECRET.start] ^= 0x40;
+    courier::wire::rkey::reseal(&mut forged);
     let fk = ep.rkey_unpack(&forged).unwrap();
     let e = ep
         .put(&[9u8; 64], base, &fk)

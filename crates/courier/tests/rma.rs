@@ -146,7 +146,9 @@ fn child_entry_main() -> bool {
             // Region a's key with region b's segment fd: refused when unpacked, naming why;
             // whatever happens, nothing lands in b (the owner checks).
             let mut forged = keys[0].clone();
-            forged[72..76].copy_from_slice(&keys[1][72..76]);
+            let fd = courier::wire::rkey::field::REGION_FD;
+            forged[fd.clone()].copy_from_slice(&keys[1][fd]);
+            courier::wire::rkey::reseal(&mut forged);
             assert_ne!(forged, keys[0], "the regions have different segment fds");
             let (base, len) = rk[0].bounds();
             let r = ep.rkey_unpack(&forged);
@@ -381,12 +383,14 @@ fn expect_err(ep: &Endpoint, r: Result<Request<'_>>, st: Status) {
 }
 
 fn child_liar(ep: &Endpoint, rk: &[RemoteKey], raw: &[Vec<u8>]) {
+    use courier::wire::rkey;
     // rk[0]: writable region of 4096, rk[1]: read-only region, rk[2]: unmapped before we ran.
     let (base, len) = rk[0].bounds();
     let junk = [0xeeu8; 64];
     // Forged secret.
     let mut forged = raw[0].clone();
-    forged[16] ^= 0x55;
+    forged[rkey::field::SECRET.start] ^= 0x55;
+    rkey::reseal(&mut forged);
     let fk = ep.rkey_unpack(&forged).unwrap();
     expect_err(ep, ep.put(&junk, base, &fk), Status::InvalidKey);
     expect_err(
@@ -396,7 +400,8 @@ fn child_liar(ep: &Endpoint, rk: &[RemoteKey], raw: &[Vec<u8>]) {
     );
     // Forged bounds: claims 1 MiB on a 4 KiB region.
     let mut big = raw[0].clone();
-    big[32..40].copy_from_slice(&(1u64 << 20).to_le_bytes());
+    big[rkey::field::LENGTH].copy_from_slice(&(1u64 << 20).to_le_bytes());
+    rkey::reseal(&mut big);
     let bk = ep.rkey_unpack(&big).unwrap();
     expect_err(ep, ep.put(&junk, base + len, &bk), Status::OutOfRange);
     // Out of range with an honest key.
@@ -412,7 +417,8 @@ fn child_liar(ep: &Endpoint, rk: &[RemoteKey], raw: &[Vec<u8>]) {
     // sender itself refuses a put its key does not cover.)
     let big_junk = vec![0xeeu8; 300_000];
     let mut both = big.clone();
-    both[16] ^= 0x55;
+    both[rkey::field::SECRET.start] ^= 0x55;
+    rkey::reseal(&mut both);
     let fbk = ep.rkey_unpack(&both).unwrap();
     expect_err(ep, ep.put(&big_junk, base, &fbk), Status::InvalidKey);
     expect_err(ep, ep.put(&big_junk, base, &fk), Status::OutOfRange);
@@ -449,7 +455,8 @@ fn child_liar(ep: &Endpoint, rk: &[RemoteKey], raw: &[Vec<u8>]) {
 /// knows only what the key claims.
 fn through_owner(ep: &Endpoint, key: &[u8]) -> RemoteKey {
     let mut k = key.to_vec();
-    k[48] ^= 0xff; // the host id
+    k[courier::wire::rkey::field::HOST_ID.start] ^= 0xff;
+    courier::wire::rkey::reseal(&mut k);
     let rk = ep.rkey_unpack(&k).unwrap();
     assert_eq!(rk.path(), "remote");
     rk
@@ -491,12 +498,13 @@ fn child_partial(ep: &Endpoint, raw: &[Vec<u8>], liar: bool) {
         // A key that claims four times its region passes the sender's check: the owner
         // refuses the whole put at its first frame.
         let mut big = raw[0].clone();
-        big[32..40].copy_from_slice(&(4 * len as u64).to_le_bytes());
+        big[courier::wire::rkey::field::LENGTH].copy_from_slice(&(4 * len as u64).to_le_bytes());
+        courier::wire::rkey::reseal(&mut big);
         let bk = through_owner(ep, &big);
         expect_err(ep, ep.put(&over, base, &bk), Status::OutOfRange);
         // A forged signal key: nothing of the data is written either.
         let mut forged = raw[3].clone();
-        forged[16] ^= 0x55;
+        forged[courier::wire::rkey::field::SECRET.start] ^= 0x55;
         let fs = through_owner(ep, &forged);
         expect_err(
             ep,
@@ -815,7 +823,8 @@ fn shortened(tls: &str) {
     // SAFETY: our own fresh region.
     unsafe { std::ptr::write_bytes(target.as_ptr(), 0x11, len) };
     let mut key = target.pack_rkey().unwrap();
-    key[32..40].copy_from_slice(&8u64.to_le_bytes());
+    key[courier::wire::rkey::field::LENGTH].copy_from_slice(&8u64.to_le_bytes());
+    courier::wire::rkey::reseal(&mut key);
     let child = spawn(tls, "shortened", o.port, &[key], &[]);
     serve_until_done(&o, vec![child], || {});
     // SAFETY: our own region.

@@ -5,7 +5,7 @@ pub mod clock;
 pub mod engine;
 pub mod hist;
 pub mod local;
-pub mod params;
+pub use courier_cli::perf_params as params;
 pub mod report;
 pub mod rma;
 pub mod sweep;

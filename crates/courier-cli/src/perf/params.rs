@@ -361,7 +361,6 @@ impl Params {
     }
 
     /// The wire form (JSON text).
-    #[cfg(test)]
     pub fn encode(&self) -> Vec<u8> {
         self.to_json().to_string().into_bytes()
     }

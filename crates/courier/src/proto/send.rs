@@ -39,7 +39,7 @@ pub(crate) fn reply_cost(p: &Pending) -> usize {
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct RegionRead {
     pub(in crate::proto) region: u64,
-    pub(in crate::proto) secret: u64,
+    pub(in crate::proto) secret: crate::wire::rkey::Secret,
     pub(in crate::proto) addr: u64,
     pub(in crate::proto) req: u64,
 }

@@ -273,6 +273,102 @@ pub struct SegHeader {
     pub probe: AtomicU64,
 }
 
+/// What a connector wrote in a segment header that the acceptor checks, as read from the
+/// segment (`SegInfo::read`) or from a copy of its bytes (`SegInfo::parse`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SegInfo {
+    /// `MAGIC`.
+    pub magic: u64,
+    /// `VERSION`.
+    pub version: u32,
+    /// `CELL`.
+    pub cell_size: u32,
+    /// Cells per FIFO.
+    pub ncells: u32,
+    /// The segment's size in bytes.
+    pub seg_size: u64,
+    /// `LAYOUT`.
+    pub layout: u64,
+}
+
+impl SegInfo {
+    /// The fields of a header in shared memory (each read once, atomically).
+    pub fn read(h: &SegHeader) -> SegInfo {
+        use std::sync::atomic::Ordering::Relaxed;
+        SegInfo {
+            magic: h.magic.load(Relaxed),
+            version: h.version.load(Relaxed),
+            cell_size: h.cell_size.load(Relaxed),
+            ncells: h.ncells.load(Relaxed),
+            seg_size: h.seg_size.load(Relaxed),
+            layout: h.layout.load(Relaxed),
+        }
+    }
+
+    /// The fields of a copy of a header's bytes; `None` when shorter than a header.
+    pub fn parse(b: &[u8]) -> Option<SegInfo> {
+        use std::mem::offset_of;
+        let f = |off: usize, n: usize| off..off + n;
+        if b.len() < std::mem::size_of::<SegHeader>() {
+            return None;
+        }
+        Some(SegInfo {
+            magic: u64_at(b, f(offset_of!(SegHeader, magic), 8)),
+            version: u32_at(b, f(offset_of!(SegHeader, version), 4)),
+            cell_size: u32_at(b, f(offset_of!(SegHeader, cell_size), 4)),
+            ncells: u32_at(b, f(offset_of!(SegHeader, ncells), 4)),
+            seg_size: u64_at(b, f(offset_of!(SegHeader, seg_size), 8)),
+            layout: u64_at(b, f(offset_of!(SegHeader, layout), 8)),
+        })
+    }
+
+    /// The header's bytes (the fields not here are zero), as `parse` reads them.
+    pub fn emit(&self) -> [u8; std::mem::size_of::<SegHeader>()] {
+        use std::mem::offset_of;
+        let mut b = [0u8; std::mem::size_of::<SegHeader>()];
+        let mut put = |off: usize, v: &[u8]| b[off..off + v.len()].copy_from_slice(v);
+        put(offset_of!(SegHeader, magic), &self.magic.to_ne_bytes());
+        put(offset_of!(SegHeader, version), &self.version.to_ne_bytes());
+        put(
+            offset_of!(SegHeader, cell_size),
+            &self.cell_size.to_ne_bytes(),
+        );
+        put(offset_of!(SegHeader, ncells), &self.ncells.to_ne_bytes());
+        put(
+            offset_of!(SegHeader, seg_size),
+            &self.seg_size.to_ne_bytes(),
+        );
+        put(offset_of!(SegHeader, layout), &self.layout.to_ne_bytes());
+        b
+    }
+
+    /// Check the header against what the hello announced (`ncells`, and `size`, the
+    /// segment's size for that many cells); why not, for a log line.
+    pub fn check(&self, ncells: usize, size: u64) -> Result<(), &'static str> {
+        let checks = [
+            (self.magic == MAGIC, "bad magic"),
+            (self.version == VERSION, "layout version mismatch"),
+            (
+                self.layout == LAYOUT,
+                "layout hash mismatch (different Courier build)",
+            ),
+            (self.cell_size as usize == CELL, "cell size mismatch"),
+            (
+                self.ncells as usize == ncells,
+                "cell count in header differs from hello",
+            ),
+            (
+                self.seg_size == size,
+                "segment size in header differs from hello",
+            ),
+        ];
+        match checks.iter().find(|(ok, _)| !ok) {
+            Some((_, why)) => Err(why),
+            None => Ok(()),
+        }
+    }
+}
+
 /// Offset of the probe word inside the segment.
 pub const PROBE_OFFSET: usize = std::mem::offset_of!(SegHeader, probe);
 
@@ -389,5 +485,61 @@ mod tests {
             Some(confirm::CMA)
         );
         assert_eq!(parse_confirm(&[0u8; confirm::LEN]), None);
+    }
+
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Every hello, reply, confirmation and segment header reads back as it was
+        /// written, and whatever bytes parse emit back to a message that parses the same.
+        #[test]
+        fn setup_messages_emit_then_parse(v in any::<u32>(), p in any::<u32>(), n in any::<u32>(),
+                                          c in any::<u32>(), size in any::<u64>(), ok in any::<bool>()) {
+            let h = Hello { version: v, policy: p, ncells: n, cell: c, size };
+            prop_assert_eq!(Hello::parse(&h.emit()), Some(h));
+            let r = if ok { Reply::Ok { flags: p, pid: n } } else { Reply::No { pid: n, reason: c } };
+            prop_assert_eq!(Reply::parse(&r.emit()), Some(r));
+            prop_assert_eq!(parse_confirm(&emit_confirm(p)), Some(p));
+            let s = SegInfo { magic: size, version: v, cell_size: c, ncells: n, seg_size: size ^ 1, layout: size.rotate_left(7) };
+            prop_assert_eq!(SegInfo::parse(&s.emit()), Some(s));
+        }
+
+        #[test]
+        fn parsed_messages_emit_back(h in any::<[u8; hello::LEN]>(), r in any::<[u8; reply::LEN]>(), ok in any::<bool>()) {
+            let mut h = h;
+            h[hello::MAGIC].copy_from_slice(&hello::TAG);
+            let got = Hello::parse(&h).unwrap();
+            prop_assert_eq!(got.emit(), h);
+            let mut r = r;
+            r[reply::MAGIC].copy_from_slice(if ok { &reply::OK } else { &reply::NO });
+            let got = Reply::parse(&r).unwrap();
+            prop_assert_eq!(Reply::parse(&got.emit()), Some(got));
+        }
+    }
+
+    #[test]
+    fn segment_header_checks() {
+        let good = SegInfo {
+            magic: MAGIC,
+            version: VERSION,
+            cell_size: CELL as u32,
+            ncells: 64,
+            seg_size: 1 << 20,
+            layout: LAYOUT,
+        };
+        assert_eq!(good.check(64, 1 << 20), Ok(()));
+        assert_eq!(
+            good.check(32, 1 << 20),
+            Err("cell count in header differs from hello")
+        );
+        assert_eq!(
+            SegInfo { layout: 0, ..good }.check(64, 1 << 20),
+            Err("layout hash mismatch (different Courier build)")
+        );
+        assert_eq!(
+            SegInfo { magic: 1, ..good }.check(64, 1 << 20),
+            Err("bad magic")
+        );
+        assert_eq!(SegInfo::parse(&[0; 8]), None);
     }
 }

@@ -105,22 +105,28 @@ pub fn keys_unhex(s: &str) -> Vec<Vec<u8>> {
     s.split(',').filter(|s| !s.is_empty()).map(unhex).collect()
 }
 
-/// `key` with a random secret in place of its own (bytes 16..24 of the packed key).
+/// `key` with a random secret in place of its own (`courier::wire::rkey::field::SECRET`),
+/// resealed as a forger who knows the layout would.
 pub fn forge_secret(key: &[u8]) -> Vec<u8> {
+    use courier::wire::rkey::field::SECRET;
     let mut k = key.to_vec();
-    let old = u64::from_le_bytes(k[16..24].try_into().unwrap());
-    let mut new = RandomState::new().build_hasher().finish();
-    if new == old {
-        new ^= 1;
+    let old = k[SECRET].to_vec();
+    let mut new = [0u8; 16];
+    new[..8].copy_from_slice(&RandomState::new().build_hasher().finish().to_le_bytes());
+    new[8..].copy_from_slice(&RandomState::new().build_hasher().finish().to_le_bytes());
+    if new[..] == old[..] {
+        new[0] ^= 1;
     }
-    k[16..24].copy_from_slice(&new.to_le_bytes());
+    k[SECRET].copy_from_slice(&new);
+    courier::wire::rkey::reseal(&mut k);
     k
 }
 
 /// `key` claiming `len` bytes.
 pub fn forge_length(key: &[u8], len: u64) -> Vec<u8> {
     let mut k = key.to_vec();
-    k[32..40].copy_from_slice(&len.to_le_bytes());
+    k[courier::wire::rkey::field::LENGTH].copy_from_slice(&len.to_le_bytes());
+    courier::wire::rkey::reseal(&mut k);
     k
 }
 

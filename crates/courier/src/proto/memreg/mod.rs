@@ -1,7 +1,7 @@
 //! Memory regions of a context, and the key table that same-host peers check keys against.
 //!
 //! Every mapped region gets a slot in a shared *key table* (a memfd, 64-byte entries) that
-//! holds the owner's record: region id, secret, bounds, rights, the identity of the
+//! holds the owner's record: region id, 128-bit secret, bounds, rights, the identity of the
 //! region's shared segment, and a valid word. A peer on the same host maps the table (and,
 //! for allocated regions, the region's own memfd) through `pidfd_getfd`, then checks every
 //! access against the owner's record before it loads, stores or runs a CPU atomic: forged
@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex};
 use crate::base::sys::{host_id, pid, random_u64};
 use crate::base::{Error, Result, Status};
 use crate::transport::shm::memory::{Mapping, memfd};
-use crate::wire::rkey::{DeviceHandle, RkeyRepr, access};
+use crate::wire::rkey::{DeviceHandle, RkeyRepr, Secret, access, secret_eq};
 
 use crate::wire::keytable::{self, entry, header};
 
@@ -60,7 +60,7 @@ impl MemoryType {
 pub(crate) struct Record {
     pub(in crate::proto) valid: u64,
     pub(in crate::proto) region: u64,
-    pub(in crate::proto) secret: u64,
+    pub(in crate::proto) secret: Secret,
     pub(in crate::proto) base: u64,
     pub(in crate::proto) len: u64,
     pub(in crate::proto) access: u64,
@@ -87,14 +87,17 @@ fn table_slot(region: u64) -> Option<usize> {
 
 #[inline]
 fn read_record(table: *mut u8, slot: usize) -> Record {
+    let valid = word(table, slot, entry::VALID).load(Ordering::Acquire);
+    let load = |w| word(table, slot, w).load(Ordering::Relaxed);
+    let (access, mem_type) = keytable::kind_of(load(entry::KIND));
     Record {
-        valid: word(table, slot, entry::VALID).load(Ordering::Acquire),
-        region: word(table, slot, entry::REGION).load(Ordering::Relaxed),
-        secret: word(table, slot, entry::SECRET).load(Ordering::Relaxed),
-        base: word(table, slot, entry::BASE).load(Ordering::Relaxed),
-        len: word(table, slot, entry::LEN).load(Ordering::Relaxed),
-        access: word(table, slot, entry::ACCESS).load(Ordering::Relaxed),
-        mem_type: word(table, slot, entry::MEM_TYPE).load(Ordering::Relaxed),
+        valid,
+        region: load(entry::REGION),
+        secret: keytable::secret_of(load(entry::SECRET_LO), load(entry::SECRET_HI)),
+        base: load(entry::BASE),
+        len: load(entry::LEN),
+        access: access as u64,
+        mem_type: mem_type as u64,
     }
 }
 
@@ -105,7 +108,7 @@ fn read_record(table: *mut u8, slot: usize) -> Record {
 pub(crate) fn check(
     rec: &Record,
     region: u64,
-    secret: u64,
+    secret: Secret,
     addr: u64,
     len: u64,
     need: u16,
@@ -115,13 +118,10 @@ pub(crate) fn check(
         && addr
             .checked_add(len)
             .is_some_and(|e| rec.base.checked_add(rec.len).is_some_and(|lim| e <= lim));
-    // The secret is compared as one 64-bit word: one instruction whose time does not
-    // depend on which bits differ (no byte-by-byte early exit to time).
-    if rec.valid == 1
-        && rec.region == region
-        && rec.secret == secret
-        && rec.access & need64 == need64
-        && fits
+    // The secret's 128 bits are compared whole (both halves, no early exit): the time
+    // does not depend on which bits differ.
+    let secret_ok = secret_eq(rec.secret, secret);
+    if rec.valid == 1 && rec.region == region && secret_ok && rec.access & need64 == need64 && fits
     {
         return Ok(());
     }
@@ -131,14 +131,14 @@ pub(crate) fn check(
 /// Why `check` refused an access.
 #[cold]
 #[inline(never)]
-fn refusal(rec: &Record, region: u64, secret: u64, addr: u64, len: u64, need: u16) -> Error {
+fn refusal(rec: &Record, region: u64, secret: Secret, addr: u64, len: u64, need: u16) -> Error {
     if rec.valid != 1 || rec.region != region {
         return Error::msg(
             Status::InvalidKey,
             format!("region {region:#x} is not mapped (stale key, or unmapped)"),
         );
     }
-    if rec.secret != secret {
+    if !secret_eq(rec.secret, secret) {
         return Error::msg(
             Status::InvalidKey,
             format!("remote key for region {region:#x} has a wrong secret (forged key)"),
@@ -166,7 +166,7 @@ fn refusal(rec: &Record, region: u64, secret: u64, addr: u64, len: u64, need: u1
 }
 
 struct Region {
-    secret: u64,
+    secret: Secret,
     base: u64,
     len: u64,
     access: u16,
@@ -328,16 +328,19 @@ impl MemRegistry {
     fn publish(&self, g: &mut RegInner, slot: usize, rec: Record, segment: u64) {
         if let Some(t) = &self.table {
             word(t.ptr, slot, entry::VALID).store(0, Ordering::Release);
-            for (w, v) in [
-                (entry::REGION, rec.region),
-                (entry::SECRET, rec.secret),
-                (entry::BASE, rec.base),
-                (entry::LEN, rec.len),
-                (entry::ACCESS, rec.access),
-                (entry::MEM_TYPE, rec.mem_type),
-                (SEGMENT_WORD, segment),
-            ] {
-                word(t.ptr, slot, w).store(v, Ordering::Relaxed);
+            let words = keytable::Entry {
+                valid: rec.valid,
+                region: rec.region,
+                secret: rec.secret,
+                base: rec.base,
+                len: rec.len,
+                access: rec.access as u16,
+                mem_type: rec.mem_type as u8,
+                segment,
+            }
+            .words();
+            for (w, v) in words.iter().enumerate().skip(entry::VALID + 1) {
+                word(t.ptr, slot, w).store(*v, Ordering::Relaxed);
             }
             word(t.ptr, slot, entry::VALID).store(rec.valid, Ordering::Release);
         }
@@ -355,7 +358,7 @@ impl MemRegistry {
         mem_type: MemoryType,
         memfd: Option<OwnedFd>,
         alloc: Option<Backing>,
-    ) -> Result<(u64, u64)> {
+    ) -> Result<(u64, Secret)> {
         let mut g = self.lock();
         let slot = (1..TABLE_SLOTS)
             .find(|&i| g.slots[i].is_none())
@@ -372,9 +375,9 @@ impl MemRegistry {
         let id = (g.generations[slot] << 12) | slot as u64;
         // From the kernel's random source only: if it fails, so does the mapping (a
         // guessable secret would let any connected peer forge keys).
-        let mut sb = [0u8; 8];
+        let mut sb = [0u8; 16];
         crate::base::auth::fill_random(&mut sb, "a memory region's secret")?;
-        let secret = u64::from_le_bytes(sb) | 1;
+        let secret = Secret::from_le_bytes(sb);
         let offered = memfd.is_some() && self.table.is_some();
         // What same-host peers check a key's segment fd against.
         let segment = match &memfd {
@@ -423,7 +426,7 @@ impl MemRegistry {
         len: usize,
         acc: u16,
         mem_type: MemoryType,
-    ) -> Result<(u64, u64, *mut u8)> {
+    ) -> Result<(u64, Secret, *mut u8)> {
         let fd = memfd("courier-mem", len.max(1))?;
         let m = Mapping::map(&fd, len.max(1))?;
         let ptr = m.ptr;
@@ -500,7 +503,7 @@ impl MemRegistry {
         driver: &'static crate::base::cuda::Driver,
         len: usize,
         acc: u16,
-    ) -> Result<(u64, u64, *mut u8)> {
+    ) -> Result<(u64, Secret, *mut u8)> {
         let a = driver.alloc(len)?;
         let ptr = a.ptr as *mut u8;
         let (id, secret) = self.add(
@@ -703,7 +706,7 @@ impl MemRegistry {
     pub(crate) fn lookup_place(
         &self,
         region: u64,
-        secret: u64,
+        secret: Secret,
         addr: u64,
         len: u64,
         need: u16,
@@ -728,7 +731,7 @@ impl MemRegistry {
     pub(crate) fn lookup(
         &self,
         region: u64,
-        secret: u64,
+        secret: Secret,
         addr: u64,
         len: u64,
         need: u16,

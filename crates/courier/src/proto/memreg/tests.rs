@@ -196,3 +196,39 @@ fn shared_segment_offers() {
     assert!(none.is_empty());
     assert_eq!(refused(&key, me, &segs), Status::InvalidKey);
 }
+
+/// A region's secret is 128 bits, published whole in the key table, and a key whose
+/// secret differs in any one bit of either half is refused.
+#[test]
+fn secrets_are_128_bits_checked_whole() {
+    let r = MemRegistry::new();
+    let mut buf = vec![0u8; 64];
+    let base = buf.as_mut_ptr() as u64;
+    let (id, secret) = r
+        .add(base, 64, access::ALL, MemoryType::Host, None, None)
+        .unwrap();
+    let (_, other) = r
+        .add(base, 64, access::ALL, MemoryType::Host, None, None)
+        .unwrap();
+    // Both halves random (each is 0, or equal to another region's, with chance 2^-64).
+    assert_ne!(secret as u64, 0);
+    assert_ne!((secret >> 64) as u64, 0);
+    assert_ne!(secret as u64, other as u64);
+    assert_ne!((secret >> 64) as u64, (other >> 64) as u64);
+    assert!(r.lookup(id, secret, base, 8, access::ATOMIC).is_ok());
+    for bit in 0..128 {
+        let e = r
+            .lookup(id, secret ^ (1u128 << bit), base, 8, access::ATOMIC)
+            .unwrap_err();
+        assert_eq!(e.status(), Status::InvalidKey, "bit {bit}: {e}");
+    }
+    let key = RkeyRepr::unpack(&r.pack(id).unwrap()).unwrap();
+    assert_eq!(key.secret, secret);
+    if let Some(t) = &r.table {
+        let rec = read_record(t.ptr, table_slot(id).unwrap());
+        assert_eq!(rec.secret, secret);
+        assert_eq!(rec.access, access::ALL as u64);
+        assert_eq!(rec.mem_type, MemoryType::Host.code() as u64);
+        assert_eq!(rec, r.lock().private[table_slot(id).unwrap()]);
+    }
+}

@@ -71,7 +71,7 @@ impl DirectView {
         let host = MemoryType::Host.code() as u64;
         let matches = rec.valid == 1
             && rec.region == key.region
-            && rec.secret == key.secret
+            && crate::wire::rkey::secret_eq(rec.secret, key.secret)
             && rec.base == key.base
             && rec.mem_type == host
             && key.mem_type as u64 == host;

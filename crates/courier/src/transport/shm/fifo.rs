@@ -817,3 +817,52 @@ impl FifoRef {
         self.ctl().tail.0.store(t, Release);
     }
 }
+
+/// Read the frames a peer could have published in a FIFO of `MIN_CELLS` cells whose cells
+/// hold `bytes` (repeated to fill them), as a link's consumer does, for fuzzing. A cell's
+/// `seq` is made that of a published cell unless its lowest bit is set (then it stays as
+/// the bytes say), so that the fuzzer reaches the cell checks. Every frame handed out lies
+/// inside the cells and within the FIFO's largest frame. The frames read, until the FIFO
+/// has nothing more or refuses a cell.
+#[cfg(any(test, feature = "fuzzing"))]
+pub fn fuzz_consumer(bytes: &[u8]) -> usize {
+    #[repr(C, align(64))]
+    #[derive(Clone, Copy)]
+    struct Block([u8; 64]);
+    const N: usize = crate::wire::shm::MIN_CELLS;
+    let size = CTL_SIZE + N * CELL;
+    let mut mem = vec![Block([0; 64]); size / 64];
+    let base = mem.as_mut_ptr().cast::<u8>();
+    if !bytes.is_empty() {
+        // SAFETY: `mem` is `size` bytes; the cells start at CTL_SIZE < size.
+        let cells = unsafe { std::slice::from_raw_parts_mut(base.add(CTL_SIZE), N * CELL) };
+        for (d, s) in cells.iter_mut().zip(bytes.iter().cycle()) {
+            *d = *s;
+        }
+        for (i, c) in cells.chunks_exact_mut(CELL).enumerate() {
+            let mut seq = [0u8; 8];
+            seq.copy_from_slice(&c[..8]);
+            if u64::from_ne_bytes(seq) & 1 == 0 {
+                c[..8].copy_from_slice(&(i as u64 + 1).to_ne_bytes());
+            }
+        }
+    }
+    // SAFETY: `mem` holds a FIFO of N cells, 64-aligned, and outlives the consumer.
+    let mut c = Consumer::new(unsafe { FifoRef::new(base, N) });
+    let (lo, hi) = (base as usize + CTL_SIZE, base as usize + size);
+    let mut read = 0;
+    // A lap and more: the consumer must stop (nothing more, or a refusal) in any case.
+    for _ in 0..4 * N * (PACK_ROOM / SUB_HDR) {
+        match c.peek() {
+            Ok(Some(f)) => {
+                let at = f.ptr as usize;
+                assert!(at >= lo && at + f.len <= hi, "a frame outside the cells");
+                assert!(f.len <= c.max_frame, "a frame over the largest");
+                read += 1;
+                c.consume();
+            }
+            Ok(None) | Err(_) => return read,
+        }
+    }
+    panic!("the consumer read {read} frames from {N} cells and did not stop");
+}

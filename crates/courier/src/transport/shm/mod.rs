@@ -18,6 +18,8 @@
 
 mod cma;
 mod fifo;
+#[cfg(any(test, feature = "fuzzing"))]
+pub use fifo::fuzz_consumer;
 pub(crate) mod memory;
 mod segment;
 mod setup;

@@ -13,7 +13,7 @@ use crate::base::{Error, Result, Status};
 
 pub(super) use crate::wire::shm::{
     CELL, CELL_HDR, HEADER_SIZE, LAYOUT, MAGIC, MAX_CELLS, MIN_CELLS, PROBE_OFFSET, SegHeader,
-    VERSION, fifo_bytes, fifo_offset,
+    SegInfo, VERSION, fifo_bytes, fifo_offset,
 };
 
 /// Total segment size for `ncells` cells per FIFO, a whole number of pages.
@@ -153,34 +153,8 @@ pub(super) fn open(
         return Err("passed memfd is not sealed against resizing".into());
     }
     let map = Mapping::map(fd, want).map_err(|e| e.to_string())?;
-    let h = map.header();
-    let checks = [
-        (h.magic.load(Relaxed) == MAGIC, "bad magic"),
-        (
-            h.version.load(Relaxed) == VERSION,
-            "layout version mismatch",
-        ),
-        (
-            h.layout.load(Relaxed) == LAYOUT,
-            "layout hash mismatch (different Courier build)",
-        ),
-        (
-            h.cell_size.load(Relaxed) as usize == CELL,
-            "cell size mismatch",
-        ),
-        (
-            h.ncells.load(Relaxed) as usize == ncells,
-            "cell count in header differs from hello",
-        ),
-        (
-            h.seg_size.load(Relaxed) == want as u64,
-            "segment size in header differs from hello",
-        ),
-    ];
-    for (ok, why) in checks {
-        if !ok {
-            return Err(format!("segment header: {why}"));
-        }
-    }
+    SegInfo::read(map.header())
+        .check(ncells, want as u64)
+        .map_err(|why| format!("segment header: {why}"))?;
     Ok(map)
 }

@@ -798,3 +798,35 @@ fn a_silent_peer_is_dropped_after_the_setup_timeout() {
         Ok(0)
     );
 }
+
+/// What a producer writes into a FIFO, the fuzz entry point's consumer reads back, frame
+/// for frame; zeroed or garbled cells give no frame.
+#[test]
+fn fuzz_consumer_reads_what_a_producer_wrote() {
+    #[repr(C, align(64))]
+    #[derive(Clone, Copy)]
+    struct Block([u8; 64]);
+    let n = crate::wire::shm::MIN_CELLS;
+    let size = crate::wire::shm::CTL_SIZE + n * crate::wire::shm::CELL;
+    let mut mem = vec![Block([0; 64]); size / 64];
+    let base = mem.as_mut_ptr().cast::<u8>();
+    // SAFETY: `mem` holds a FIFO of n cells, 64-aligned, and outlives the producer.
+    let mut p = fifo::Producer::new(unsafe { fifo::FifoRef::new(base, n) });
+    let lens = [1usize, 100, 240, 700];
+    for (i, len) in lens.iter().enumerate() {
+        p.push(&[&vec![i as u8; *len]]).unwrap();
+    }
+    let cell = crate::wire::shm::CELL;
+    // SAFETY: the cells of `mem`, read after the producer is done.
+    let mut cells =
+        unsafe { std::slice::from_raw_parts(base.add(crate::wire::shm::CTL_SIZE), n * cell) }
+            .to_vec();
+    // The cells after the frames: never published (an odd `seq` is left as it is).
+    let used: usize = lens.iter().map(|&l| fifo::cells_for(l)).sum();
+    for c in cells.chunks_exact_mut(cell).skip(used) {
+        c[..8].copy_from_slice(&u64::MAX.to_ne_bytes());
+    }
+    assert_eq!(fuzz_consumer(&cells), lens.len());
+    assert_eq!(fuzz_consumer(&[0xff; 64]), 0);
+    assert_eq!(fuzz_consumer(&[]), 0);
+}

@@ -50,6 +50,8 @@ use crate::base::{Config, Error, Result, Status};
 
 mod place;
 mod rx;
+#[cfg(any(test, feature = "fuzzing"))]
+pub use rx::fuzz_framing;
 mod sock;
 mod tx;
 pub(crate) use sock::set_keepalive;

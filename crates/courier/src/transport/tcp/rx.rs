@@ -27,48 +27,19 @@ impl Rx {
         if let Some(e) = &self.failed {
             return Err(e.clone());
         }
-        if self.need_preamble {
-            let have = &self.buf[self.start..self.end];
-            let n = have.len().min(PREAMBLE.len());
-            if have[..n] != PREAMBLE[..n] {
-                let why = format!(
-                    "not a Courier peer: bad preamble {} from {}",
-                    hex(&have[..n]),
-                    self.peer
-                );
-                return Err(self.protocol_error(why));
+        let have = &self.buf[self.start..self.end];
+        match next_frame(have, self.need_preamble, self.frame_limit, &self.peer) {
+            Ok(Framing::Preamble { complete }) => {
+                if complete {
+                    self.start += PREAMBLE.len();
+                    self.need_preamble = false;
+                    return self.parse();
+                }
+                Ok(None)
             }
-            if n < PREAMBLE.len() {
-                return Ok(None);
-            }
-            self.start += PREAMBLE.len();
-            self.need_preamble = false;
+            Ok(Framing::Frame(len)) => Ok(len),
+            Err(why) => Err(self.protocol_error(why)),
         }
-        let have = self.end - self.start;
-        if have < HDR {
-            return Ok(None);
-        }
-        let mut h = [0u8; HDR];
-        h.copy_from_slice(&self.buf[self.start..self.start + HDR]);
-        let len = u32::from_le_bytes(h) as usize;
-        if len == 0 {
-            return Err(self.protocol_error(format!(
-                "frame length 0 from {}: empty frames are not allowed",
-                self.peer
-            )));
-        }
-        if len > self.frame_limit {
-            let when = if self.frame_limit < MAX_FRAME {
-                " of a connection not yet set up"
-            } else {
-                ""
-            };
-            return Err(self.protocol_error(format!(
-                "frame length {len} from {} exceeds the limit{when} {}",
-                self.peer, self.frame_limit
-            )));
-        }
-        Ok(if have >= HDR + len { Some(len) } else { None })
     }
 
     pub(crate) fn peek(&mut self) -> Result<Option<RawFrame>> {
@@ -265,5 +236,85 @@ impl Rx {
             return Ok(false);
         }
         self.closed.as_ref().map_or(Ok(true), |e| Err(e.clone()))
+    }
+}
+
+/// What the start of a connection's unread bytes holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Framing {
+    /// The preamble, whole (`complete`: skip it) or so far as it came.
+    Preamble {
+        /// All of it is there.
+        complete: bool,
+    },
+    /// A frame: its length once all of it is there (after its `HDR`-byte header).
+    Frame(Option<usize>),
+}
+
+/// Read the start of `have` (the unread bytes of a connection from `peer`, whose preamble
+/// is still expected if `need_preamble`): the preamble, or the next frame's header checked
+/// against `limit`. A peer that is not a Courier peer, or announces an empty frame or one
+/// over the limit, is refused with a sentence naming it.
+pub(crate) fn next_frame(
+    have: &[u8],
+    need_preamble: bool,
+    limit: usize,
+    peer: &dyn std::fmt::Display,
+) -> std::result::Result<Framing, String> {
+    if need_preamble {
+        let n = have.len().min(PREAMBLE.len());
+        if have[..n] != PREAMBLE[..n] {
+            return Err(format!(
+                "not a Courier peer: bad preamble {} from {peer}",
+                hex(&have[..n])
+            ));
+        }
+        return Ok(Framing::Preamble {
+            complete: n == PREAMBLE.len(),
+        });
+    }
+    let Some(h) = have.first_chunk::<HDR>() else {
+        return Ok(Framing::Frame(None));
+    };
+    let len = u32::from_le_bytes(*h) as usize;
+    if len == 0 {
+        return Err(format!(
+            "frame length 0 from {peer}: empty frames are not allowed"
+        ));
+    }
+    if len > limit {
+        let when = if limit < MAX_FRAME {
+            " of a connection not yet set up"
+        } else {
+            ""
+        };
+        return Err(format!(
+            "frame length {len} from {peer} exceeds the limit{when} {limit}"
+        ));
+    }
+    Ok(Framing::Frame((have.len() >= HDR + len).then_some(len)))
+}
+
+/// Split `bytes` (all a peer sent on a connection, preamble first) into frames as a
+/// receiving link does, for fuzzing: every frame lies inside `bytes`, within `limit`. The
+/// frames read, until the bytes end or the peer is refused.
+#[cfg(any(test, feature = "fuzzing"))]
+pub fn fuzz_framing(bytes: &[u8], limit: usize) -> std::result::Result<Vec<&[u8]>, String> {
+    let mut at = 0;
+    let mut need_preamble = true;
+    let mut frames = Vec::new();
+    loop {
+        match next_frame(&bytes[at..], need_preamble, limit, &"the fuzzer")? {
+            Framing::Preamble { complete: true } => {
+                at += PREAMBLE.len();
+                need_preamble = false;
+            }
+            Framing::Preamble { complete: false } | Framing::Frame(None) => return Ok(frames),
+            Framing::Frame(Some(len)) => {
+                assert!((1..=limit).contains(&len), "a frame of {len} bytes");
+                frames.push(&bytes[at + HDR..at + HDR + len]);
+                at += HDR + len;
+            }
+        }
     }
 }

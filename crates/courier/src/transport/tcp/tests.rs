@@ -911,3 +911,45 @@ fn a_small_frame_meeting_a_full_socket_is_queued_and_arrives_whole() {
     );
     check(&frames, &receive_all(&mut tx, &mut rx, frames.len()));
 }
+
+proptest::proptest! {
+    /// The framer splits what a sender writes (the preamble, then each frame after its
+    /// length) into exactly the frames written; a cut stream gives the whole frames before
+    /// the cut.
+    #[test]
+    fn framing_splits_what_was_written(frames in proptest::collection::vec(proptest::collection::vec(proptest::prelude::any::<u8>(), 1..300), 0..8),
+                                       cut in 0usize..4000) {
+        let mut wire = PREAMBLE.to_vec();
+        for f in &frames {
+            wire.extend_from_slice(&(f.len() as u32).to_le_bytes());
+            wire.extend_from_slice(f);
+        }
+        let got = fuzz_framing(&wire, MAX_FRAME).unwrap();
+        proptest::prop_assert_eq!(got.len(), frames.len());
+        for (g, f) in got.iter().zip(&frames) {
+            proptest::prop_assert_eq!(*g, &f[..]);
+        }
+        let cut = cut.min(wire.len());
+        let part = fuzz_framing(&wire[..cut], MAX_FRAME).unwrap();
+        proptest::prop_assert!(part.len() <= frames.len());
+        for (g, f) in part.iter().zip(&frames) {
+            proptest::prop_assert_eq!(*g, &f[..]);
+        }
+        // A limit below a frame's length refuses the peer, naming the limit.
+        if let Some(big) = frames.iter().map(Vec::len).max() {
+            let e = fuzz_framing(&wire, big - 1).unwrap_err();
+            proptest::prop_assert!(e.contains("exceeds the limit"), "{}", e);
+        }
+    }
+}
+
+#[test]
+fn framing_refuses_strangers_and_empty_frames() {
+    let e = fuzz_framing(b"GET / HTTP/1.1\r\n", MAX_FRAME).unwrap_err();
+    assert!(e.contains("not a Courier peer"), "{e}");
+    let mut wire = PREAMBLE.to_vec();
+    wire.extend_from_slice(&0u32.to_le_bytes());
+    let e = fuzz_framing(&wire, MAX_FRAME).unwrap_err();
+    assert!(e.contains("empty frames are not allowed"), "{e}");
+    assert_eq!(fuzz_framing(&PREAMBLE[..3], MAX_FRAME), Ok(vec![]));
+}

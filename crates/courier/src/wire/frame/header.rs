@@ -3,10 +3,13 @@
 
 use super::{Field, Kind, RemoteRef, field, flags};
 
+/// The longest fixed header of any kind (`Kind::PutSignal`'s).
+pub const MAX_HEADER_LEN: usize = 88;
+
 /// A fixed header being built; `as_bytes` gives exactly the kind's header length.
 #[derive(Clone, Copy)]
 pub struct Header {
-    buf: [u8; 72],
+    buf: [u8; MAX_HEADER_LEN],
     len: usize,
 }
 
@@ -14,7 +17,7 @@ impl Header {
     /// A header of `kind` with zeroed fields.
     #[inline]
     pub fn new(kind: Kind) -> Header {
-        let mut buf = [0u8; 72];
+        let mut buf = [0u8; MAX_HEADER_LEN];
         buf[field::KIND] = kind as u8;
         Header {
             buf,
@@ -68,7 +71,7 @@ impl Header {
     #[inline(always)]
     fn set_ref(&mut self, f: field::RefFields, t: &RemoteRef) {
         self.set64(f.region, t.region);
-        self.set64(f.secret, t.secret);
+        self.buf[f.secret].copy_from_slice(&t.secret.to_le_bytes());
         self.set64(f.addr, t.addr);
     }
     #[inline(always)]

@@ -17,7 +17,7 @@
 use std::ops::Range;
 
 mod header;
-pub use header::{Header, am_word, tag_eager_words};
+pub use header::{Header, MAX_HEADER_LEN, am_word, tag_eager_words};
 
 /// A field: a byte range of the header.
 pub type Field = Range<usize>;
@@ -40,23 +40,28 @@ pub mod field {
         8 * n..8 * n + 8
     }
 
-    /// Where a frame names a remote location (region, secret, address): three words.
+    /// Where a frame names a remote location (region, 128-bit secret, address): four
+    /// words.
     #[derive(Clone, Debug, PartialEq, Eq)]
     pub struct RefFields {
         /// The region's id.
         pub region: Field,
-        /// The region's secret.
+        /// The region's secret: 16 bytes, one little-endian 128-bit integer.
         pub secret: Field,
         /// The address in the target's process.
         pub addr: Field,
     }
 
-    /// A remote location in words `n`, `n + 1`, `n + 2`.
+    /// Words a remote location takes.
+    pub const REF_WORDS: usize = 4;
+
+    /// A remote location in words `n` (region), `n + 1` and `n + 2` (secret), `n + 3`
+    /// (address).
     const fn at(n: usize) -> RefFields {
         RefFields {
             region: word(n),
-            secret: word(n + 1),
-            addr: word(n + 2),
+            secret: 8 * (n + 1)..8 * (n + 3),
+            addr: word(n + 3),
         }
     }
 
@@ -185,10 +190,10 @@ pub mod field {
     /// `Kind::Put`.
     pub mod put {
         use super::{Field, RefFields, at, word};
-        /// Where the data goes.
+        /// Where the data goes (words 1-4).
         pub const TARGET: RefFields = at(1);
         /// The origin's request (0: unacknowledged).
-        pub const REQ: Field = word(4);
+        pub const REQ: Field = word(5);
     }
     /// `Kind::RmaAck`.
     pub mod rma_ack {
@@ -204,12 +209,12 @@ pub mod field {
     /// `Kind::GetReq`.
     pub mod get_req {
         use super::{Field, RefFields, at, word};
-        /// Where the data is.
+        /// Where the data is (words 1-4).
         pub const TARGET: RefFields = at(1);
         /// The origin's request.
-        pub const REQ: Field = word(4);
+        pub const REQ: Field = word(5);
         /// Bytes wanted.
-        pub const LEN: Field = word(5);
+        pub const LEN: Field = word(6);
     }
     /// `Kind::GetResp`.
     pub mod get_resp {
@@ -226,28 +231,28 @@ pub mod field {
         use super::{AUX16, Field, RefFields, at, word};
         /// The operation.
         pub const OP: Field = AUX16;
-        /// The word.
+        /// The word (words 1-4).
         pub const TARGET: RefFields = at(1);
         /// The origin's request (0: a posted atomic).
-        pub const REQ: Field = word(4);
+        pub const REQ: Field = word(5);
         /// The operand.
-        pub const OPERAND: Field = word(5);
+        pub const OPERAND: Field = word(6);
         /// The compare value (`Cswap`).
-        pub const COMPARE: Field = word(6);
+        pub const COMPARE: Field = word(7);
     }
     /// `Kind::PutSignal`.
     pub mod put_signal {
         use super::{AUX16, Field, RefFields, at, word};
         /// The signal update.
         pub const OP: Field = AUX16;
-        /// Where the data goes.
+        /// Where the data goes (words 1-4).
         pub const TARGET: RefFields = at(1);
         /// The origin's request (0: unacknowledged).
-        pub const REQ: Field = word(4);
-        /// The signal word.
-        pub const SIGNAL: RefFields = at(5);
+        pub const REQ: Field = word(5);
+        /// The signal word (words 6-9).
+        pub const SIGNAL: RefFields = at(6);
         /// The signal value.
-        pub const VALUE: Field = word(8);
+        pub const VALUE: Field = word(10);
     }
     /// `Kind::FlushReq`.
     pub mod flush_req {
@@ -264,12 +269,12 @@ pub mod field {
     /// `Kind::PutBegin`; flag `SIGNAL`.
     pub mod put_begin {
         use super::{AUX16, Field, RefFields, at, word};
-        /// Where the data goes.
+        /// Where the data goes (words 1-4).
         pub const TARGET: RefFields = at(1);
         /// The whole operation's data length.
-        pub const LEN: Field = word(4);
-        /// With `SIGNAL`: the signal word.
-        pub const SIGNAL: RefFields = at(5);
+        pub const LEN: Field = word(5);
+        /// With `SIGNAL`: the signal word (words 6-9).
+        pub const SIGNAL: RefFields = at(6);
         /// With `SIGNAL`: the signal update.
         pub const OP: Field = AUX16;
     }
@@ -402,11 +407,11 @@ impl Kind {
             TagRts => 32,
             RmaAck | GetResp => 24,
             FlushReq | FlushAck => 16,
-            Put => 40,
-            GetReq => 48,
-            Atomic => 56,
-            PutSignal => 72,
-            PutBegin => 64,
+            Put => 48,
+            GetReq => 56,
+            Atomic => 64,
+            PutSignal => 88,
+            PutBegin => 80,
         }
     }
 
@@ -605,8 +610,8 @@ pub enum Frame<'a> {
 pub struct RemoteRef {
     /// Region id.
     pub region: u64,
-    /// Region secret.
-    pub secret: u64,
+    /// Region secret (128 bits).
+    pub secret: super::rkey::Secret,
     /// Address in the target process.
     pub addr: u64,
 }
@@ -906,9 +911,11 @@ impl<'a> Frame<'a> {
 }
 
 fn rref(b: &[u8], f: field::RefFields) -> RemoteRef {
+    let mut secret = [0u8; 16];
+    secret.copy_from_slice(&b[f.secret]);
     RemoteRef {
         region: u64_at(b, f.region),
-        secret: u64_at(b, f.secret),
+        secret: u128::from_le_bytes(secret),
         addr: u64_at(b, f.addr),
     }
 }

@@ -66,14 +66,16 @@ fn round_trips() {
 
     let t = RemoteRef {
         region: 0x1001,
-        secret: 77,
+        secret: 77 | 88 << 64,
         addr: 0x4000,
     };
+    // The secret is two words, low half first.
     let put = Header::new(Kind::PutBegin)
         .word(1, t.region)
-        .word(2, t.secret)
-        .word(3, t.addr)
-        .word(4, 1 << 30);
+        .word(2, 77)
+        .word(3, 88)
+        .word(4, t.addr)
+        .word(5, 1 << 30);
     assert_eq!(
         Frame::parse(put.as_bytes()).unwrap(),
         Frame::PutBegin {
@@ -84,15 +86,16 @@ fn round_trips() {
     );
     let s = RemoteRef {
         region: 0x2002,
-        secret: 5,
+        secret: 5 << 64 | 6,
         addr: 0x8008,
     };
     let b = put
         .flags(flags::SIGNAL)
         .aux16(1)
-        .word(5, s.region)
-        .word(6, s.secret)
-        .word(7, s.addr);
+        .word(6, s.region)
+        .word(7, 6)
+        .word(8, 5)
+        .word(9, s.addr);
     assert_eq!(
         Frame::parse(b.as_bytes()).unwrap(),
         Frame::PutBegin {
@@ -245,9 +248,9 @@ proptest! {
     #[test]
     fn typed_headers_parse_back(a in any::<u64>(), b in any::<u64>(), c in any::<u64>(),
                                 d in any::<u64>(), op in any::<u16>(), st in any::<i32>(),
-                                n in 0u32..4) {
-        let t = RemoteRef { region: a, secret: b, addr: c };
-        let s = RemoteRef { region: d, secret: a ^ 1, addr: b ^ 2 };
+                                n in 0u32..4, k in any::<u128>(), k2 in any::<u128>()) {
+        let t = RemoteRef { region: a, secret: k, addr: c };
+        let s = RemoteRef { region: d, secret: k2, addr: b ^ 2 };
         let check = |h: Header, want: Frame<'static>| -> Result<(), TestCaseError> {
             prop_assert_eq!(Frame::parse(h.as_bytes()), Ok(want));
             Ok(())
@@ -282,5 +285,140 @@ proptest! {
         let word = am_word(op, n == 1, n);
         let am = Header::am(op, n, if n == 1 { flags::AM_REPLY } else { 0 });
         prop_assert_eq!(&word[..], am.as_bytes());
+    }
+}
+
+/// Every kind's field map lies inside its header, without overlaps, and its header ends
+/// where its last field does: the header-length table and the field maps agree.
+#[test]
+fn field_maps_fill_their_headers() {
+    use field::*;
+    let r = |f: &RefFields| vec![f.region.clone(), f.secret.clone(), f.addr.clone()];
+    let common = |v: Vec<Field>| {
+        let mut all = vec![KIND..KIND + 1, FLAGS..FLAGS + 1];
+        all.extend(v);
+        all
+    };
+    let kinds: Vec<(Kind, Vec<Field>)> = vec![
+        (Kind::TagEager, vec![tag_eager::TAG]),
+        (
+            Kind::TagEagerSync,
+            vec![tag_eager_sync::TAG, tag_eager_sync::SREQ],
+        ),
+        (
+            Kind::TagRts,
+            vec![tag_rts::TAG, tag_rts::SREQ, tag_rts::LEN, tag_rts::COUNT],
+        ),
+        (Kind::RndvAts, vec![rndv_ats::SREQ, rndv_ats::STATUS]),
+        (
+            Kind::RndvRtr,
+            vec![rndv_rtr::SREQ, rndv_rtr::RREQ, rndv_rtr::LEN],
+        ),
+        (Kind::RndvData, vec![rndv_data::RREQ, rndv_data::OFFSET]),
+        (Kind::SyncAck, vec![sync_ack::SREQ]),
+        (
+            Kind::RndvSplit,
+            vec![
+                rndv_split::SREQ,
+                rndv_split::RREQ,
+                rndv_split::OFFSET,
+                rndv_split::LEN,
+                rndv_split::COUNT,
+            ],
+        ),
+        (
+            Kind::RndvSplitDone,
+            vec![rndv_split_done::RREQ, rndv_split_done::STATUS],
+        ),
+        (Kind::Am, vec![am::ID, am::HEADER_LEN]),
+        (
+            Kind::AmRts,
+            vec![
+                am_rts::ID,
+                am_rts::HEADER_LEN,
+                am_rts::SREQ,
+                am_rts::LEN,
+                am_rts::COUNT,
+            ],
+        ),
+        (Kind::ConnReq, vec![conn_req::CLIENT_ID]),
+        (Kind::ConnAccept, vec![conn_accept::CONN_ID]),
+        (Kind::Wireup, vec![wireup::CONN_ID, wireup::PURPOSE]),
+        (Kind::Put, [r(&put::TARGET), vec![put::REQ]].concat()),
+        (
+            Kind::RmaAck,
+            vec![rma_ack::REQ, rma_ack::STATUS, rma_ack::VALUE],
+        ),
+        (
+            Kind::GetReq,
+            [r(&get_req::TARGET), vec![get_req::REQ, get_req::LEN]].concat(),
+        ),
+        (
+            Kind::GetResp,
+            vec![get_resp::REQ, get_resp::OFFSET, get_resp::STATUS],
+        ),
+        (
+            Kind::Atomic,
+            [
+                r(&atomic::TARGET),
+                vec![atomic::OP, atomic::REQ, atomic::OPERAND, atomic::COMPARE],
+            ]
+            .concat(),
+        ),
+        (
+            Kind::PutSignal,
+            [
+                r(&put_signal::TARGET),
+                r(&put_signal::SIGNAL),
+                vec![put_signal::OP, put_signal::REQ, put_signal::VALUE],
+            ]
+            .concat(),
+        ),
+        (Kind::FlushReq, vec![flush_req::REQ]),
+        (Kind::FlushAck, vec![flush_ack::REQ]),
+        (
+            Kind::PutBegin,
+            [
+                r(&put_begin::TARGET),
+                r(&put_begin::SIGNAL),
+                vec![put_begin::LEN, put_begin::OP],
+            ]
+            .concat(),
+        ),
+        (Kind::Stream, vec![]),
+        (Kind::Close, vec![]),
+        (Kind::Keepalive, vec![]),
+        (Kind::ConnReject, vec![]),
+    ];
+    for (kind, fields) in kinds {
+        let mut fields = common(fields);
+        fields.sort_by_key(|f| f.start);
+        for w in fields.windows(2) {
+            assert!(
+                w[0].end <= w[1].start,
+                "{kind:?}: {:?} overlaps {:?}",
+                w[0],
+                w[1]
+            );
+        }
+        let end = fields.iter().map(|f| f.end).max().unwrap_or(0).max(8);
+        assert_eq!(
+            kind.header_len(),
+            end,
+            "{kind:?}: header length vs field map"
+        );
+        assert!(kind.header_len() <= MAX_HEADER_LEN, "{kind:?}");
+        assert_eq!(Kind::from_u8(kind as u8), Some(kind));
+    }
+    for f in [
+        put::TARGET,
+        get_req::TARGET,
+        atomic::TARGET,
+        put_signal::TARGET,
+        put_signal::SIGNAL,
+        put_begin::TARGET,
+        put_begin::SIGNAL,
+    ] {
+        assert_eq!(f.secret.len(), 16, "a secret is 128 bits");
     }
 }

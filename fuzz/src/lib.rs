@@ -1,0 +1,704 @@
+//! One fuzz target per parser of peer input. Each function takes the bytes a peer could
+//! send (or write into shared memory) and runs Courier's own parser over them, asserting
+//! what must hold whatever the bytes: no panic, every length checked, and, where the
+//! format has an emitter, that what parses emits back to bytes that parse the same (the
+//! round trip), so a parser that accepts what it would never write, or loses a field, is
+//! found too.
+//!
+//! `fuzz_targets/` runs each under libFuzzer (`make fuzz`); `tests/corpus.rs` replays the
+//! checked-in corpus (`corpus/<target>/`) and random inputs through them in `make test`.
+
+use std::hint::black_box;
+
+use courier::auth::{Key, Role};
+use courier::wire::address::WorkerAddress;
+use courier::wire::auth::{AuthMsg, is_auth};
+use courier::wire::frame::{Frame, Header, Kind, Segments, emit_segments, flags};
+use courier::wire::keytable::{self, Entry};
+use courier::wire::rkey::{self, RkeyRepr};
+use courier::wire::shm::{self, Hello, Reply, SegInfo};
+
+/// A fuzz target: the bytes a peer sent.
+pub type Target = fn(&[u8]);
+
+/// The targets by name, as `fuzz_targets/` and `corpus/` name them.
+pub const TARGETS: &[(&str, Target)] = &[
+    ("frame", frame),
+    ("rndv_segments", rndv_segments),
+    ("worker_address", worker_address),
+    ("remote_key", remote_key),
+    ("auth_handshake", auth_handshake),
+    ("conn_setup", conn_setup),
+    ("tcp_framing", tcp_framing),
+    ("shm_setup", shm_setup),
+    ("shm_segment_header", shm_segment_header),
+    ("shm_fifo", shm_fifo),
+    ("key_table", key_table),
+    ("perf_control", perf_control),
+];
+
+// ----- frames ---------------------------------------------------------------------------
+
+fn segs_flags(segs: &Segments<'_>) -> u8 {
+    if segs.shared_key().is_some() {
+        flags::SHARED
+    } else {
+        0
+    }
+}
+
+fn push_segs(v: &mut Vec<u8>, segs: &Segments<'_>) {
+    emit_segments(v, segs.iter());
+    if let Some(k) = segs.shared_key() {
+        v.extend_from_slice(k);
+    }
+}
+
+/// The bytes of a frame, written with the typed header constructors the library uses.
+pub fn emit(f: &Frame<'_>) -> Vec<u8> {
+    let with = |h: Header, parts: &[&[u8]]| {
+        let mut v = h.as_bytes().to_vec();
+        for p in parts {
+            v.extend_from_slice(p);
+        }
+        v
+    };
+    match *f {
+        Frame::TagEager { tag, data } => with(Header::tag_eager(tag), &[data]),
+        Frame::TagEagerSync { tag, sreq, data } => with(Header::tag_eager_sync(tag, sreq), &[data]),
+        Frame::TagRts {
+            tag,
+            sreq,
+            len,
+            sync,
+            segs,
+        } => {
+            let fl = segs_flags(&segs) | if sync { flags::SYNC } else { 0 };
+            let mut v = with(Header::tag_rts(tag, sreq, len, segs.len() as u32, fl), &[]);
+            push_segs(&mut v, &segs);
+            v
+        }
+        Frame::RndvAts { sreq, status } => with(Header::rndv_ats(sreq, status), &[]),
+        Frame::RndvRtr { sreq, rreq, len } => with(Header::rndv_rtr(sreq, rreq, len), &[]),
+        Frame::RndvSplit {
+            sreq,
+            rreq,
+            offset,
+            len,
+            segs,
+        } => {
+            let h = Header::rndv_split(
+                sreq,
+                rreq,
+                offset,
+                len,
+                segs.len() as u32,
+                segs_flags(&segs),
+            );
+            let mut v = with(h, &[]);
+            push_segs(&mut v, &segs);
+            v
+        }
+        Frame::RndvSplitDone { rreq, status } => with(Header::rndv_split_done(rreq, status), &[]),
+        Frame::RndvData { rreq, offset, data } => with(Header::rndv_data(rreq, offset), &[data]),
+        Frame::SyncAck { sreq } => with(Header::sync_ack(sreq), &[]),
+        Frame::Am {
+            id,
+            reply,
+            header,
+            data,
+        } => {
+            let fl = if reply { flags::AM_REPLY } else { 0 };
+            with(Header::am(id, header.len() as u32, fl), &[header, data])
+        }
+        Frame::AmRts {
+            id,
+            reply,
+            sreq,
+            len,
+            header,
+            segs,
+        } => {
+            let fl = segs_flags(&segs) | if reply { flags::AM_REPLY } else { 0 };
+            let h = Header::am_rts(id, header.len() as u32, fl, sreq, len, segs.len() as u64);
+            let mut v = with(h, &[header]);
+            push_segs(&mut v, &segs);
+            v
+        }
+        Frame::Stream { data } => with(Header::bare(Kind::Stream), &[data]),
+        Frame::Close => with(Header::bare(Kind::Close), &[]),
+        Frame::Keepalive { ping } => with(Header::keepalive(ping), &[]),
+        Frame::ConnReq { client_id, address } => with(Header::conn_req(client_id), &[address]),
+        Frame::ConnAccept { conn_id, address } => with(Header::conn_accept(conn_id), &[address]),
+        Frame::ConnReject => with(Header::bare(Kind::ConnReject), &[]),
+        Frame::Wireup {
+            conn_id,
+            purpose,
+            address,
+        } => with(Header::wireup(conn_id, purpose), &[address]),
+        Frame::Put { target, req, data } => with(Header::put(&target, req), &[data]),
+        Frame::RmaAck { req, status, value } => with(Header::rma_ack(req, status, value), &[]),
+        Frame::GetReq { target, req, len } => with(Header::get_req(&target, req, len), &[]),
+        Frame::GetResp {
+            req,
+            offset,
+            status,
+            data,
+        } => with(Header::get_resp(req, offset, status), &[data]),
+        Frame::Atomic {
+            target,
+            req,
+            op,
+            bits32,
+            operand,
+            compare,
+        } => with(
+            Header::atomic(&target, req, op, bits32, operand, compare),
+            &[],
+        ),
+        Frame::FlushReq { req } => with(Header::flush_req(req), &[]),
+        Frame::FlushAck { req } => with(Header::flush_ack(req), &[]),
+        Frame::PutSignal {
+            target,
+            req,
+            signal,
+            op,
+            value,
+            data,
+        } => with(
+            Header::put_signal(&target, req, &signal, op, value),
+            &[data],
+        ),
+        Frame::PutBegin {
+            target,
+            len,
+            signal,
+        } => with(
+            Header::put_begin(&target, len, signal.as_ref().map(|(s, op)| (s, *op))),
+            &[],
+        ),
+    }
+}
+
+/// Check a parsed frame: its segments add up, and it emits back to bytes that parse to
+/// the same frame.
+fn check_frame(f: &Frame<'_>) {
+    let segs = match f {
+        Frame::TagRts { segs, len, .. }
+        | Frame::RndvSplit { segs, len, .. }
+        | Frame::AmRts { segs, len, .. } => Some((segs, *len)),
+        _ => None,
+    };
+    if let Some((segs, len)) = segs {
+        let sum = segs
+            .iter()
+            .try_fold(0u64, |s, (_, n)| s.checked_add(n))
+            .expect("segment lengths that overflow were accepted");
+        assert!(segs.is_empty() || sum == len, "segments do not add up");
+        if let Some(k) = segs.shared_key() {
+            remote_key(k);
+        }
+    }
+    let bytes = emit(f);
+    assert_eq!(
+        Frame::parse(&bytes).as_ref(),
+        Ok(f),
+        "a frame does not parse back to itself"
+    );
+}
+
+/// Every frame kind (`wire::frame::Frame::parse`), and the receive fast paths' readers,
+/// which must agree with it.
+pub fn frame(data: &[u8]) {
+    let parsed = Frame::parse(data);
+    match &parsed {
+        Ok(Frame::TagEager { tag, data: d }) => {
+            assert_eq!(Frame::as_tag_eager(data), Some((*tag, *d)))
+        }
+        _ => assert_eq!(Frame::as_tag_eager(data), None),
+    }
+    match &parsed {
+        Ok(Frame::Am {
+            id,
+            reply,
+            header,
+            data: d,
+        }) => assert_eq!(Frame::as_am(data), Some((*id, *reply, *header, *d))),
+        _ => assert_eq!(Frame::as_am(data), None),
+    }
+    if let Ok(f) = parsed {
+        check_frame(&f);
+    }
+}
+
+fn u64_from(b: &[u8]) -> u64 {
+    let mut a = [0u8; 8];
+    let n = b.len().min(8);
+    a[..n].copy_from_slice(&b[..n]);
+    u64::from_le_bytes(a)
+}
+
+/// Rendezvous offers' segment lists (and the shared segment's key after them): a header
+/// of `TagRts`, `RndvSplit` or `AmRts` built from the first bytes (kind, flags, segment
+/// count, message length, user-header length), the rest as its payload.
+pub fn rndv_segments(data: &[u8]) {
+    if data.len() < 13 {
+        return;
+    }
+    let (head, payload) = data.split_at(13);
+    let fl = head[1] & (flags::SHARED | flags::SYNC | flags::AM_REPLY);
+    let count = u16::from_le_bytes([head[2], head[3]]);
+    let len = u64_from(&head[4..12]);
+    let hlen = (head[12] as usize).min(payload.len());
+    let h = match head[0] % 3 {
+        0 => Header::tag_rts(7, 8, len, count.into(), fl),
+        1 => Header::rndv_split(7, 8, 9, len, count.into(), fl),
+        _ => Header::am_rts(3, hlen as u32, fl, 8, len, count.into()),
+    };
+    let mut bytes = h.as_bytes().to_vec();
+    bytes.extend_from_slice(payload);
+    if let Ok(f) = Frame::parse(&bytes) {
+        check_frame(&f);
+    }
+}
+
+// ----- addresses, keys, the handshake -----------------------------------------------------
+
+/// Worker addresses (`WorkerAddress::unpack`): what unpacks packs back to the same address.
+pub fn worker_address(data: &[u8]) {
+    if let Ok(a) = WorkerAddress::unpack(data) {
+        assert_eq!(
+            WorkerAddress::unpack(&a.pack()).as_ref(),
+            Ok(&a),
+            "an address does not unpack back to itself"
+        );
+    }
+}
+
+/// Remote keys (`RkeyRepr::unpack`), as sent and with their check value recomputed (so
+/// that the fuzzer reaches the field checks): what unpacks packs back to the same bytes.
+pub fn remote_key(data: &[u8]) {
+    if let Ok(k) = RkeyRepr::unpack(data) {
+        assert_eq!(k.pack(), data, "a key does not pack back to its bytes");
+    }
+    let mut v = data.to_vec();
+    rkey::reseal(&mut v);
+    if let Ok(k) = RkeyRepr::unpack(&v) {
+        assert_eq!(k.pack(), v, "a key does not pack back to its bytes");
+    }
+}
+
+/// The authentication handshake's messages (`AuthMsg::parse`), and the proofs in them
+/// checked against a key as the handshake does: what parses emits back to a message that
+/// parses the same, and a proof made of the peer's bytes never passes.
+pub fn auth_handshake(data: &[u8]) {
+    let Ok(m) = AuthMsg::parse(data) else {
+        return;
+    };
+    assert!(is_auth(data));
+    assert_eq!(
+        AuthMsg::parse(&m.emit()).as_ref(),
+        Ok(&m),
+        "a handshake message does not parse back to itself"
+    );
+    let key = match Key::new(&[0x42; 32], "the fuzzer") {
+        Ok(k) => k,
+        Err(e) => panic!("a 32-byte key refused: {e}"),
+    };
+    let ours = [7u8; 32];
+    match m {
+        AuthMsg::Challenge { nonce, proof } => {
+            black_box(key.verify(Role::Acceptor, &ours, &nonce, &proof));
+        }
+        AuthMsg::Response { proof } => {
+            black_box(key.verify(Role::Initiator, &ours, &ours, &proof));
+        }
+        AuthMsg::Hello { nonce } => {
+            black_box(key.proof(Role::Acceptor, &nonce, &ours));
+        }
+        AuthMsg::Reject { code, text } => {
+            black_box((code, String::from_utf8_lossy(text).escape_debug().count()));
+        }
+    }
+}
+
+/// Connection setup as the accepting side reads it: the handshake's messages first, then
+/// a `ConnReq` or `Wireup` frame (and, on the connecting side, `ConnAccept` or
+/// `ConnReject`) carrying the peer's worker address.
+pub fn conn_setup(data: &[u8]) {
+    if is_auth(data) {
+        return auth_handshake(data);
+    }
+    let Ok(f) = Frame::parse(data) else {
+        return;
+    };
+    let address = match f {
+        Frame::ConnReq { address, .. }
+        | Frame::ConnAccept { address, .. }
+        | Frame::Wireup { address, .. } => address,
+        _ => return,
+    };
+    check_frame(&f);
+    worker_address(address);
+}
+
+// ----- transports' framing and shared memory ----------------------------------------------
+
+/// A tcp connection's bytes split into frames (the preamble, then length-prefixed frames):
+/// under the limit of a connection in setup (small) and of one set up; each frame is then
+/// parsed as the protocol layer would.
+pub fn tcp_framing(data: &[u8]) {
+    let setup_limit = 4096;
+    if let Ok(frames) = courier::fuzzing::fuzz_framing(data, setup_limit) {
+        for f in &frames {
+            assert!(!f.is_empty() && f.len() <= setup_limit);
+        }
+    }
+    if let Ok(frames) = courier::fuzzing::fuzz_framing(data, courier::fuzzing::MAX_FRAME) {
+        for f in frames {
+            frame(f);
+        }
+    }
+}
+
+/// The shared-memory transport's setup messages (hello, reply, confirmation) from the
+/// first bytes of the input: what parses emits back to a message that parses the same.
+pub fn shm_setup(data: &[u8]) {
+    if let Some(b) = data.first_chunk::<{ shm::hello::LEN }>()
+        && let Some(h) = Hello::parse(b)
+    {
+        assert_eq!(h.emit(), *b, "a hello does not emit back to its bytes");
+    }
+    if let Some(b) = data.first_chunk::<{ shm::reply::LEN }>()
+        && let Some(r) = Reply::parse(b)
+    {
+        assert_eq!(Reply::parse(&r.emit()), Some(r));
+    }
+    if let Some(b) = data.first_chunk::<{ shm::confirm::LEN }>()
+        && let Some(c) = shm::parse_confirm(b)
+    {
+        assert_eq!(shm::parse_confirm(&shm::emit_confirm(c)), Some(c));
+    }
+}
+
+/// The shared segment's header as the acceptor checks it, against the cell count and size
+/// a hello announced (the input's last 12 bytes).
+pub fn shm_segment_header(data: &[u8]) {
+    let Some(split) = data.len().checked_sub(12) else {
+        return;
+    };
+    let (head, hello) = data.split_at(split);
+    let ncells = u32::from_le_bytes([hello[0], hello[1], hello[2], hello[3]]) as usize;
+    let size = u64_from(&hello[4..]);
+    if let Some(s) = SegInfo::parse(head) {
+        assert_eq!(SegInfo::parse(&s.emit()), Some(s));
+        if s.check(ncells, size).is_ok() {
+            assert_eq!(s.magic, shm::MAGIC);
+            assert_eq!(s.ncells as usize, ncells);
+            assert_eq!(s.seg_size, size);
+        }
+    }
+}
+
+/// A shared-memory FIFO's cells and packed words, read by the link's consumer.
+pub fn shm_fifo(data: &[u8]) {
+    black_box(courier::fuzzing::fuzz_consumer(data));
+}
+
+/// Key-table records a same-host peer reads: what decodes encodes back to words that
+/// decode the same, and the secret reads whole.
+pub fn key_table(data: &[u8]) {
+    for chunk in data.chunks(keytable::ENTRY) {
+        let Some(e) = Entry::parse(chunk) else {
+            continue;
+        };
+        assert_eq!(Entry::parse(&e.emit()), Some(e));
+        let w = e.words();
+        assert_eq!(
+            keytable::secret_of(w[keytable::entry::SECRET_LO], w[keytable::entry::SECRET_HI]),
+            e.secret
+        );
+        if let Some(slot) = keytable::slot(e.region) {
+            assert!(slot > 0 && slot < keytable::SLOTS);
+            assert!(keytable::offset(slot, keytable::entry::SEGMENT) + 8 <= keytable::BYTES);
+        }
+    }
+}
+
+// ----- courier perf ---------------------------------------------------------------------
+
+/// `courier perf`'s control message (a client's test parameters, JSON), as the server
+/// decodes it: what decodes encodes back to a message that decodes the same.
+pub fn perf_control(data: &[u8]) {
+    use courier_cli::perf_params::Params;
+    if let Ok(p) = Params::decode(data) {
+        match Params::decode(&p.encode()) {
+            Ok(q) => assert_eq!(q, p, "test parameters do not decode back to themselves"),
+            Err(e) => panic!("test parameters it wrote are refused: {}", e.msg),
+        }
+    }
+}
+
+// ----- seeds ------------------------------------------------------------------------------
+
+/// Inputs every target's corpus starts from: one or more well-formed messages of its
+/// format, written by the library's own emitters (`make fuzz-seeds` writes them into
+/// `corpus/`).
+pub fn seeds(target: &str) -> Vec<Vec<u8>> {
+    use courier::wire::frame::RemoteRef;
+    let t = RemoteRef {
+        region: 0x1001,
+        secret: 0x0123_4567_89ab_cdef_fedc_ba98_7654_3210,
+        addr: 0x7f00_0000_1000,
+    };
+    let key = RkeyRepr {
+        mem_type: 0,
+        access: rkey::access::ALL,
+        region: 0x1001,
+        secret: t.secret,
+        base: 0x7f00_0000_0000,
+        length: 1 << 20,
+        ctx_id: 77,
+        host_id: [5; 16],
+        pid: 4242,
+        table_fd: 9,
+        region_fd: 10,
+        ipc: None,
+    }
+    .pack();
+    let address = WorkerAddress {
+        worker_id: 0x1122_3344,
+        host_id: [5; 16],
+        pid: 4242,
+        uds_name: b"courier-4242-1".to_vec(),
+        tcp: vec![
+            "127.0.0.1:5000".parse().expect("address"),
+            "[::1]:6000".parse().expect("address"),
+        ],
+    }
+    .pack();
+    let mut segs = Vec::new();
+    emit_segments(&mut segs, [(0x1000u64, 10u64), (0x2000, 6)].into_iter());
+    let mut shared = segs.clone();
+    shared.extend_from_slice(&key);
+    let frames: Vec<Vec<u8>> = vec![
+        emit(&Frame::TagEager {
+            tag: 5,
+            data: b"hello",
+        }),
+        emit(&Frame::TagEagerSync {
+            tag: 5,
+            sreq: 9,
+            data: b"sync",
+        }),
+        [Header::tag_rts(5, 9, 16, 2, flags::SYNC).as_bytes(), &segs].concat(),
+        [
+            Header::tag_rts(5, 9, 16, 2, flags::SHARED).as_bytes(),
+            &shared,
+        ]
+        .concat(),
+        emit(&Frame::RndvAts {
+            sreq: 9,
+            status: -3,
+        }),
+        emit(&Frame::RndvRtr {
+            sreq: 9,
+            rreq: 4,
+            len: 1 << 20,
+        }),
+        emit(&Frame::RndvData {
+            rreq: 4,
+            offset: 64,
+            data: b"chunk",
+        }),
+        emit(&Frame::SyncAck { sreq: 9 }),
+        [
+            Header::rndv_split(9, 4, 0, 16, 2, flags::SHARED).as_bytes(),
+            &shared,
+        ]
+        .concat(),
+        emit(&Frame::RndvSplitDone { rreq: 4, status: 0 }),
+        emit(&Frame::Am {
+            id: 3,
+            reply: true,
+            header: b"hd",
+            data: b"data",
+        }),
+        [
+            Header::am_rts(3, 2, flags::AM_REPLY, 9, 16, 2).as_bytes(),
+            b"hd",
+            &segs,
+        ]
+        .concat(),
+        emit(&Frame::Stream { data: b"bytes" }),
+        emit(&Frame::Close),
+        emit(&Frame::Keepalive { ping: true }),
+        emit(&Frame::ConnReq {
+            client_id: 1,
+            address: &address,
+        }),
+        emit(&Frame::ConnAccept {
+            conn_id: 2,
+            address: &address,
+        }),
+        emit(&Frame::ConnReject),
+        emit(&Frame::Wireup {
+            conn_id: 2,
+            purpose: 1,
+            address: &address,
+        }),
+        emit(&Frame::Put {
+            target: t,
+            req: 6,
+            data: b"put",
+        }),
+        emit(&Frame::RmaAck {
+            req: 6,
+            status: 0,
+            value: 42,
+        }),
+        emit(&Frame::GetReq {
+            target: t,
+            req: 6,
+            len: 64,
+        }),
+        emit(&Frame::GetResp {
+            req: 6,
+            offset: 0,
+            status: 0,
+            data: b"got",
+        }),
+        emit(&Frame::Atomic {
+            target: t,
+            req: 6,
+            op: 1,
+            bits32: true,
+            operand: 1,
+            compare: 0,
+        }),
+        emit(&Frame::FlushReq { req: 6 }),
+        emit(&Frame::FlushAck { req: 6 }),
+        emit(&Frame::PutSignal {
+            target: t,
+            req: 6,
+            signal: t,
+            op: 1,
+            value: 1,
+            data: b"ps",
+        }),
+        emit(&Frame::PutBegin {
+            target: t,
+            len: 1 << 20,
+            signal: Some((t, 1)),
+        }),
+    ];
+    let auth = vec![
+        AuthMsg::Hello { nonce: [1; 32] }.emit(),
+        AuthMsg::Challenge {
+            nonce: [2; 32],
+            proof: [3; 32],
+        }
+        .emit(),
+        AuthMsg::Response { proof: [4; 32] }.emit(),
+        AuthMsg::Reject {
+            code: 1,
+            text: b"bad proof",
+        }
+        .emit(),
+    ];
+    let cell = |seq: u64, len: u32, ncells: u32, body: &[u8]| {
+        let mut c = vec![0u8; shm::CELL];
+        c[..8].copy_from_slice(&seq.to_ne_bytes());
+        c[8..12].copy_from_slice(&len.to_ne_bytes());
+        c[12..16].copy_from_slice(&ncells.to_ne_bytes());
+        c[16..16 + body.len()].copy_from_slice(body);
+        c
+    };
+    let word = |kind: u64, len: u64| (kind | shm::pos_tag(0) | len).to_ne_bytes();
+    let packed = [
+        &word(shm::VALID, 5)[..],
+        b"abcde\0\0\0",
+        &word(shm::PAD, 0),
+        &[0; 24],
+        &word(shm::VALID, 3),
+        b"xyz\0\0\0\0\0",
+        &word(shm::CLOSE, 0),
+    ]
+    .concat();
+    match target {
+        "frame" => frames,
+        "rndv_segments" => vec![
+            [&[0u8, flags::SYNC, 2, 0][..], &16u64.to_le_bytes(), &[0], &segs].concat(),
+            [&[1u8, flags::SHARED, 2, 0][..], &16u64.to_le_bytes(), &[0], &shared].concat(),
+            [&[2u8, flags::SHARED, 2, 0][..], &16u64.to_le_bytes(), &[2], b"hd", &shared].concat(),
+        ],
+        "worker_address" => vec![address],
+        "remote_key" => vec![key],
+        "auth_handshake" => auth,
+        "conn_setup" => {
+            let mut v = auth;
+            v.extend(frames.into_iter().filter(|f| {
+                [Kind::ConnReq, Kind::ConnAccept, Kind::ConnReject, Kind::Wireup]
+                    .iter()
+                    .any(|k| f[0] == *k as u8)
+            }));
+            v
+        }
+        "tcp_framing" => {
+            let mut wire = courier::fuzzing::PREAMBLE.to_vec();
+            for f in frames.iter().take(6) {
+                wire.extend_from_slice(&(f.len() as u32).to_le_bytes());
+                wire.extend_from_slice(f);
+            }
+            vec![wire]
+        }
+        "shm_setup" => vec![
+            Hello { version: shm::VERSION, policy: 1, ncells: 1024, cell: shm::CELL as u32, size: 1 << 20 }.emit().to_vec(),
+            Reply::Ok { flags: 4, pid: 42 }.emit().to_vec(),
+            Reply::No { pid: 42, reason: 1 }.emit().to_vec(),
+            shm::emit_confirm(shm::confirm::CMA).to_vec(),
+        ],
+        "shm_segment_header" => {
+            let s = SegInfo {
+                magic: shm::MAGIC,
+                version: shm::VERSION,
+                cell_size: shm::CELL as u32,
+                ncells: 1024,
+                seg_size: 1 << 20,
+                layout: shm::LAYOUT,
+            };
+            vec![[&s.emit()[..], &1024u32.to_le_bytes(), &(1u64 << 20).to_le_bytes()].concat()]
+        }
+        "shm_fifo" => vec![
+            [
+                cell(1, 10, 1, b"0123456789"),
+                cell(2, 300, 2, &[7; 240]),
+                vec![7; shm::CELL],
+                cell(4, 5, 1, b"tail!"),
+                cell(u64::MAX, 0, 0, &[]),
+            ]
+            .concat(),
+            [cell(1, 0, 1 | shm::PACKED, &packed), cell(u64::MAX, 0, 0, &[])].concat(),
+            [cell(1, shm::SKIP, 16, &[])].concat(),
+        ],
+        "key_table" => vec![
+            Entry {
+                valid: 1,
+                region: 0x1001,
+                secret: t.secret,
+                base: 0x7f00_0000_0000,
+                len: 4096,
+                access: rkey::access::ALL,
+                mem_type: 0,
+                segment: 1234,
+            }
+            .emit()
+            .to_vec(),
+        ],
+        "perf_control" => vec![
+            br#"{"op":"test","test":"tag_lat","sizes":[8,65536],"iters":1000,"warmup":10,"window":32,"check":true,"mem":["host","host"]}"#.to_vec(),
+            br#"{"op":"test","test":"ucp_put_bw","sizes":[4096],"iters":100,"warmup":1,"window":1,"check":false}"#.to_vec(),
+        ],
+        _ => Vec::new(),
+    }
+}
