@@ -381,14 +381,6 @@ impl World {
         d.offset(addr, len).map(|off| (Seg::Data, off))
     }
 
-    /// The local segment `s`.
-    pub fn local(&self, s: Seg) -> &Local {
-        match s {
-            Seg::Heap => &self.heap,
-            Seg::Data => self.data.as_ref().unwrap_or(&self.heap),
-        }
-    }
-
     /// Peer `pe` (not this PE), connected at its first use.
     #[inline(always)]
     pub fn peer(&self, call: &'static str, pe: usize) -> &Peer {

@@ -3,19 +3,20 @@
 //!
 //! A put-with-signal is Courier's one operation on every path: written directly (data,
 //! then the signal word, then the owner's worker woken) for a same-host peer, one frame
-//! for any other. `shmem_signal_wait_until` is Courier's signal wait on the segment that
-//! holds the word: a short spin, then a sleep on the worker's event fd that the signal
-//! itself ends.
+//! for any other. `shmem_signal_wait_until` is the library's wait (`wait::block_until`):
+//! it spins, yielding the CPU, for `SHMEM_WAIT_SPIN`, then sleeps on the worker's event fd,
+//! which a signal carried in a frame wakes (a same-host peer's direct store is seen at the
+//! next look).
 
 use std::sync::atomic::{AtomicU64, Ordering, fence};
 
-use courier::{Buf, Callback, Cmp, SignalOp, Started};
+use courier::{Buf, Callback, SignalOp, Started};
 
 use crate::ctx::Ctx;
 use crate::error::fatal;
 use crate::init::World;
 use crate::symmetric::Seg;
-use crate::wait::{CMP_EQ, CMP_GE, CMP_GT, CMP_LE, CMP_LT, CMP_NE, check_cmp};
+use crate::wait::{check_cmp, holds};
 
 /// `SHMEM_SIGNAL_SET`.
 pub const SIGNAL_SET: i32 = 0;
@@ -149,18 +150,16 @@ pub fn wait_until(call: &'static str, sig_addr: *mut u64, cmp: i32, value: u64) 
             format_args!("sig_addr={sig_addr:p}: not 8-byte aligned"),
         )
     }
-    let (seg, off) = locate(w, call, "sig_addr", sig_addr as usize, 8);
-    let c = match cmp {
-        CMP_EQ => Cmp::Eq,
-        CMP_NE => Cmp::Ne,
-        CMP_GT => Cmp::Gt,
-        CMP_GE => Cmp::Ge,
-        CMP_LT => Cmp::Lt,
-        CMP_LE => Cmp::Le,
-        _ => unreachable!("checked"),
-    };
-    let l = w.local(seg);
-    l.mem
-        .signal_wait_until(&w.worker, l.mem_offset(off), c, value, w.wait.sleep)
-        .unwrap_or_else(|e| fatal(call, e))
+    locate(w, call, "sig_addr", sig_addr as usize, 8);
+    // The library's wait, as `shmem_wait_until`'s: it yields the CPU while it spins (the
+    // PE that signals may need this core when PEs outnumber cores), then sleeps on the
+    // worker, which a signal arriving in a frame wakes.
+    // SAFETY: checked symmetric and 8-byte aligned above; the word lives as long as the heap.
+    let word = unsafe { AtomicU64::from_ptr(sig_addr) };
+    let mut seen = 0;
+    crate::wait::block_until(w, || {
+        seen = word.load(Ordering::Acquire);
+        holds(cmp, seen, value)
+    });
+    seen
 }

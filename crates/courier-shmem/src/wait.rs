@@ -67,8 +67,9 @@ fn bad_cmp(call: &str, cmp: i32) -> ! {
     )
 }
 
+/// Whether `a cmp b` holds (`cmp` checked by `check_cmp`).
 #[inline(always)]
-fn holds<T: PartialOrd>(cmp: i32, a: T, b: T) -> bool {
+pub(crate) fn holds<T: PartialOrd>(cmp: i32, a: T, b: T) -> bool {
     match cmp {
         CMP_EQ => a == b,
         CMP_NE => a != b,
