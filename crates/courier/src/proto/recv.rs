@@ -185,13 +185,26 @@ impl State {
                     );
                     return PollOne::Handled;
                 };
+                let remote = match segs.read_once() {
+                    Ok(s) => s,
+                    Err(err) => {
+                        self.fail_ep(
+                            e,
+                            Error::msg(
+                                Status::ProtocolError,
+                                format!("active-message rendezvous offer: {err}"),
+                            ),
+                        );
+                        return PollOne::Handled;
+                    }
+                };
                 ep.rx_busy = true;
                 let rndv = AmRndv {
                     ep: e,
                     ep_generation: generation,
                     sreq,
                     len,
-                    segs: segs.iter().collect(),
+                    segs: remote,
                     key: segs.shared_key().map(Box::from),
                 };
                 return PollOne::Am(AmDelivery {

@@ -459,7 +459,16 @@ impl State {
             self.send_status(e, Kind::RndvSplitDone, rreq, &err);
             return;
         }
-        let remote: Segs<u64> = segs.iter().collect();
+        let remote: Segs<u64> = match segs.read_once() {
+            Ok(s) => s,
+            Err(err) => {
+                self.fail_ep(
+                    e,
+                    Error::msg(Status::ProtocolError, format!("split rendezvous: {err}")),
+                );
+                return;
+            }
+        };
         // SAFETY: `local` lies in the send request's buffer, live until the receiver's final
         // acknowledgement, which comes after the answer that ends this copy.
         unsafe {

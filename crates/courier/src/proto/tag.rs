@@ -507,7 +507,16 @@ impl State {
             return;
         };
         let key = segs.shared_key();
-        let segs: Segs<u64> = segs.iter().collect();
+        let segs: Segs<u64> = match segs.read_once() {
+            Ok(s) => s,
+            Err(err) => {
+                self.fail_ep(
+                    e,
+                    Error::msg(Status::ProtocolError, format!("rendezvous offer: {err}")),
+                );
+                return;
+            }
+        };
         if let Some(id) = self.match_expected(tag) {
             if let Some(s) = self.req(id) {
                 s.ep = Some(e);

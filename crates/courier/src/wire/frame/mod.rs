@@ -617,10 +617,15 @@ pub struct RemoteRef {
 }
 
 /// A list of (address, length) segments, validated to fit, iterated lazily.
+///
+/// The bytes may lie in memory a same-host peer can still write (a shared-memory FIFO
+/// cell): what the protocol acts on must come from one reading of them, checked again
+/// (`read_once`), not from `iter` after the check `parse` made.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Segments<'a> {
     raw: &'a [u8],
     key: Option<&'a [u8]>,
+    total: u64,
 }
 
 /// Bytes per encoded segment.
@@ -653,7 +658,7 @@ impl<'a> Segments<'a> {
                 "segment list length does not match its count",
             ));
         }
-        let s = Segments { raw, key };
+        let s = Segments { raw, key, total };
         let mut sum: u64 = 0;
         for (_, len) in s.iter() {
             sum = sum
@@ -681,6 +686,23 @@ impl<'a> Segments<'a> {
     /// Whether there are none (the sender offers no single-copy read).
     pub fn is_empty(&self) -> bool {
         self.raw.is_empty()
+    }
+
+    /// The (address, length) pairs, each read once and checked again as `parse` checked
+    /// them (lengths add up to the message length without overflow): a peer that rewrote
+    /// the list in shared memory after `parse` is caught here, not believed.
+    pub fn read_once<C: FromIterator<(u64, u64)>>(&self) -> Result<C, WireError> {
+        let mut sum = Some(0u64);
+        let segs: C = self
+            .iter()
+            .inspect(|&(_, len)| sum = sum.and_then(|s| s.checked_add(len)))
+            .collect();
+        if !self.is_empty() && sum != Some(self.total) {
+            return Err(WireError::BadField(
+                "segment list changed after it was checked",
+            ));
+        }
+        Ok(segs)
     }
 
     /// (address, length) pairs.

@@ -144,6 +144,30 @@ fn rejects_lies() {
 }
 
 #[test]
+fn a_segment_list_is_acted_on_as_read_once_and_checked_again() {
+    let mut raw = Vec::new();
+    emit_segments(&mut raw, [(4096u64, 10u64), (8192, 6)].into_iter());
+    let b = frame(Header::new(Kind::TagRts).word(3, 16).aux32(2), &raw);
+    let Ok(Frame::TagRts { segs, .. }) = Frame::parse(&b) else {
+        panic!("a well-formed offer")
+    };
+    let got: Vec<(u64, u64)> = segs.read_once().expect("as parsed");
+    assert_eq!(got, vec![(4096, 10), (8192, 6)]);
+    // The same bytes rewritten by a peer after `parse` checked them (here: lengths that
+    // no longer add up to the 16 bytes the header says, and that overflow) are refused.
+    for changed in [[(4096u64, 10u64), (8192, 600)], [(0, u64::MAX), (0, 17)]] {
+        let mut raw = Vec::new();
+        emit_segments(&mut raw, changed.into_iter());
+        let after = Segments { raw: &raw, ..segs };
+        let e = after.read_once::<Vec<(u64, u64)>>().unwrap_err();
+        assert_eq!(
+            e,
+            WireError::BadField("segment list changed after it was checked")
+        );
+    }
+}
+
+#[test]
 fn shared_offers_carry_their_key_after_the_segments() {
     let key: Vec<u8> = (0..crate::wire::rkey::LEN as u8).collect();
     let mut extra = Vec::new();
