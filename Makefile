@@ -74,6 +74,7 @@ test-scripts:
 	bash scripts/test-deps.sh
 	python3 bench/report.py selftest
 	python3 bench/exs/report.py selftest
+	python3 bench/sections.py selftest
 
 lint:
 	$(CARGO) fmt --all -- --check

@@ -17,6 +17,7 @@
 #   BENCH_SKIP_SIGNAL=1   skip the signaling-put section (bench/put_signal.sh)
 #   BENCH_SKIP_GO=1       skip the Go-against-native section (bindings/go/bench.sh)
 #   BENCH_SKIP_LARGE=1    skip the large-message section (bench/large.py)
+#   BENCH_SKIP_STARTUP=1  skip the job start-up section (bench/startup.sh, against mpirun)
 #   BENCH_LARGE_REPS=3    repetitions of each large-message command
 #   COURIER=path          courier binary (default target/release/courier)
 set -u -o pipefail
@@ -311,6 +312,9 @@ meta loadavg_end "$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null)"
 dur=$((END_EPOCH - START_EPOCH))
 meta duration "$((dur / 60)) min $((dur % 60)) s"
 
+# Sections other scripts wrote into RESULTS.md (OpenSHMEM, EXS, job start-up: between
+# markers, bench/sections.py) survive the rewrite below: they go back at the end.
+[ -f "$HERE/RESULTS.md" ] && "$PY" "$HERE/sections.py" extract "$HERE/RESULTS.md" > "$WORK/sections.md"
 "$PY" "$HERE/report.py" build --work "$WORK" --out "$HERE"
 status=$?
 # Go bindings against the native perf tool on the same active-message tests (issue: the Go
@@ -368,6 +372,12 @@ if [ "$status" = 0 ] && [ "${BENCH_SKIP_CEILINGS:-0}" != 1 ] && command -v cc >/
 fi
 # The hand-written analysis of the misses (profiles), after the numbers.
 [ "$status" = 0 ] && [ -f "$HERE/analysis.md" ] && { echo; cat "$HERE/analysis.md"; } >> "$HERE/RESULTS.md"
+[ "$status" = 0 ] && [ -s "$WORK/sections.md" ] && { echo; cat "$WORK/sections.md"; } >> "$HERE/RESULTS.md"
+# Job start-up against mpirun (bench/startup.sh): replaces its section in place.
+if [ "$status" = 0 ] && [ "${BENCH_SKIP_STARTUP:-0}" != 1 ]; then
+    log "job start-up: courier run vs mpirun"
+    bash "$HERE/startup.sh" > "$HERE/results/startup.log" 2>&1 || log "startup runs failed; see $HERE/results/startup.log"
+fi
 [ "$status" = 0 ] && sed -n '/^## Targets/,/^## Size sweeps/p' "$HERE/RESULTS.md" | head -n -1
 # The work dir (runs' logs, the speed probe the sections above use) goes last.
 if [ "${BENCH_KEEP_LOGS:-0}" = 1 ]; then

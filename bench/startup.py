@@ -121,6 +121,10 @@ def render(path):
     lines.append("")
     lines.append(f"Ratio of medians, courier run / mpirun (MPI program): **{ratio:.3f}** "
                  f"(paired median {med(ratios):.3f}) — {verdict} against 0.3.")
+    load = open("/proc/loadavg").read().split()[:3] if os.path.exists("/proc/loadavg") else ["?"]
+    lines.append(f"Machine: {os.cpu_count()} CPUs, load average {' '.join(load)} when rendered. "
+                 "Per-N start-up, memory and descriptors: `docs/scale.md`; raw runs: "
+                 "`results/startup.jsonl`.")
     lines.append("")
     return "\n".join(lines)
 

@@ -17,5 +17,8 @@ cc -O2 -std=c11 -D_DEFAULT_SOURCE -Icrates/courier-capi/include bench/job_scale.
   -Ltarget/release -lcourier -Wl,-rpath,"$root/target/release"
 mpicc.openmpi -O2 bench/mpi_barrier.c -o target/bench/mpi_barrier
 python3 "$here/startup.py" measure --out "$here/results/startup.jsonl" "$@"
-python3 "$here/startup.py" render "$here/results/startup.jsonl"
+python3 "$here/startup.py" render "$here/results/startup.jsonl" > "$root/target/bench/startup.md"
+cat "$root/target/bench/startup.md"
+# The job start-up section of bench/RESULTS.md (kept there across make bench).
+python3 "$here/sections.py" splice "$here/RESULTS.md" startup "$root/target/bench/startup.md"
 python3 "$here/startup.py" table "$here/results/startup.jsonl"
