@@ -462,3 +462,106 @@ fn garbage_and_truncated_frames_before_and_after_authentication() {
         assert!(log.contains(why), "no {why:?} in the child's log:\n{log}");
     }
 }
+
+/// Large frames sent in part over many authenticated links: the receive buffers they make
+/// the child grow are held to `COURIER_MAX_RX_BUFFERED` together; the links that would pass
+/// it fail with an error naming it, the others stay open, and an endpoint made before goes
+/// on. Closing the links gives their buffers back: a new link may hold as much again.
+#[test]
+fn partial_large_frames_are_held_to_the_receive_buffer_limit() {
+    const PART: usize = 6 << 20;
+    let k = KeyFile::new("rxbuf", KEY_A, 0o600);
+    let mut kid = Kid::spawn(
+        "server",
+        Net::Tcp,
+        &[
+            k.env(),
+            ("COURIER_MAX_RX_BUFFERED", "16m".to_string()),
+            // The raw links answer no keepalive; only the limit may end them here.
+            ("COURIER_KEEPALIVE_TIMEOUT", "inf".to_string()),
+        ],
+    );
+    let addr = unhex(&kid.line("ADDR"));
+    let to: SocketAddr = kid.line("TCP").parse().unwrap();
+    let (_c, w) = parent(Net::Tcp, &[k.env()]);
+    let (ep, res) = send_to(&w, &addr, 1);
+    res.unwrap();
+    got(&kid, 1);
+
+    // A link made an endpoint (a wireup), then PART bytes of a 16 MiB frame that never ends:
+    // the child's buffer for it doubles from 256 KiB to 8 MiB, about 7.75 MiB counted.
+    let hostile = |id: u64| {
+        let fake = WorkerAddress {
+            worker_id: 1000 + id,
+            host_id: [0xee; 16],
+            pid: 1,
+            uds_name: vec![],
+            tcp: vec![],
+        };
+        let mut wireup = Header::new(Kind::Wireup).as_bytes().to_vec();
+        wireup.extend(fake.pack());
+        let mut s = raw_authenticated(to, KEY_A);
+        s.write_all(&frame(&wireup)).unwrap();
+        let mut part = (16u32 << 20).to_le_bytes().to_vec();
+        part.extend_from_slice(Header::new(Kind::Wireup).as_bytes());
+        part.resize(PART, 0);
+        // A link the child fails stops reading: the write then fails, as it should.
+        let _ = s.write_all(&part);
+        s
+    };
+    let open = |s: &mut TcpStream| {
+        s.set_read_timeout(Some(Duration::from_millis(1500)))
+            .unwrap();
+        let mut b = [0u8; 4096];
+        loop {
+            match s.read(&mut b) {
+                Ok(0) => return false,
+                Ok(_) => continue, // the child's wireup answer, keepalive questions
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    ) =>
+                {
+                    return true;
+                }
+                Err(_) => return false,
+            }
+        }
+    };
+    let mut links: Vec<TcpStream> = (0..4).map(hostile).collect();
+    let still: Vec<bool> = links.iter_mut().map(open).collect();
+    let n_open = still.iter().filter(|o| **o).count();
+    // Two such buffers fit in 16 MiB, three do not; at least one fits.
+    assert!(
+        (1..=2).contains(&n_open),
+        "links still open: {still:?} (16 MiB hold two partial frames)"
+    );
+    // The endpoint made first still works.
+    ep.tag_send(&2u64.to_le_bytes(), MSG)
+        .unwrap()
+        .wait_timeout(DEADLINE)
+        .unwrap();
+    got(&kid, 2);
+    // Closed links give their bytes back: after the child has seen the closes (a message
+    // sent after them arrives after them on no common link, so look until one fits), new
+    // links hold as much again.
+    drop(links);
+    let deadline = Instant::now() + DEADLINE;
+    let fits = loop {
+        let mut s = hostile(99);
+        if open(&mut s) {
+            break true;
+        }
+        if Instant::now() > deadline {
+            break false;
+        }
+    };
+    assert!(fits, "the buffers of closed links were not given back");
+    let log = stop(&w, &addr, &mut kid);
+    assert!(
+        log.contains("(COURIER_MAX_RX_BUFFERED=16m)")
+            && log.contains("part of a 16777220-byte frame"),
+        "no error naming the limit in the child's log:\n{log}"
+    );
+}

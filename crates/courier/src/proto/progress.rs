@@ -21,7 +21,7 @@ use super::recv::{Eager, PollOne};
 use super::request::ErrorHandler;
 use super::request::{Callback, Info, RawFn};
 use crate::base::lock::{Guard, StateCell};
-use crate::base::{Error, Result};
+use crate::base::{Error, Result, Status};
 
 /// What a progress call has to do (`State::work`).
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -531,7 +531,12 @@ impl State {
     }
 
     /// Remember a link failure; the endpoint fails once its buffered frames are handled.
+    /// A limit the link reached (`COURIER_MAX_RX_BUFFERED`) is a peer's doing: warned about,
+    /// rate-limited, as the protocol's own limits are.
     pub(crate) fn drain_then_fail(&mut self, e: u32, err: Error) {
+        if err.status() == Status::NoResource {
+            self.warn_peer(err.detail());
+        }
         let has_frame = self
             .ep(e)
             .and_then(|ep| ep.rx.as_mut())

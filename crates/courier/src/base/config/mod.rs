@@ -79,6 +79,8 @@ pub struct Limits {
     pub stream_ep: usize,
     /// Memory of answers queued for one peer.
     pub reply_queue: usize,
+    /// Bytes all tcp links of the process hold in receive buffers grown past their first.
+    pub rx_buffered: usize,
     /// Accepted connections in setup per worker.
     pub connecting: usize,
     /// Endpoints made by peers' connections per worker.
@@ -549,6 +551,14 @@ impl Config {
             unexpected: limit_size("COURIER_MAX_UNEXPECTED")?,
             stream_ep: limit_size("COURIER_MAX_STREAM_EP")?,
             reply_queue: limit_size("COURIER_MAX_REPLY_QUEUE")?,
+            rx_buffered: {
+                let n = "COURIER_MAX_RX_BUFFERED";
+                let v = size(n)?;
+                if v < 16 << 20 {
+                    return Err(bad(n, get(n), "below 16m (the largest tcp frame must fit)"));
+                }
+                v
+            },
             connecting: count("COURIER_MAX_CONNECTING")?,
             accepted: count("COURIER_MAX_ACCEPTED")?,
             accepted_listener: count("COURIER_MAX_ACCEPTED_LISTENER")?,

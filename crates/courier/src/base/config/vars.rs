@@ -202,6 +202,12 @@ pub const VARS: &[Var] = &[
         accepts: "a size of at least 64k, such as 16m",
     },
     Var {
+        name: "COURIER_MAX_RX_BUFFERED",
+        default: "256m",
+        help: "Most bytes the tcp links of a process may hold in receive buffers grown past their first 256k (frames not yet whole, that cannot be placed where they go); a link that needs more fails its endpoint with an error naming this limit",
+        accepts: "a size of at least 16m, such as 256m",
+    },
+    Var {
         name: "COURIER_MAX_CONNECTING",
         default: "256",
         help: "Most accepted connections of a worker still in setup (not yet introduced); a new one beyond it pushes out the oldest",

@@ -40,6 +40,7 @@ use std::io::IoSlice;
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use rustix::io::Errno;
 use rustix::net::{self, RecvFlags, SendAncillaryBuffer, SendFlags, SocketFlags};
@@ -189,6 +190,24 @@ pub struct Rx {
     placing_user: bool,
     /// The largest frame taken: `SETUP_FRAME_MAX` until the link belongs to an endpoint.
     frame_limit: usize,
+    /// Bytes of `buf` past `RX_INITIAL`, counted in `GROWN` (released when `buf` shrinks
+    /// back, and on drop).
+    grown: usize,
+    /// `COURIER_MAX_RX_BUFFERED`: what `GROWN` may reach.
+    grown_limit: usize,
+}
+
+/// Bytes that every tcp link of this process holds in receive buffers grown past
+/// `RX_INITIAL` (large frames that are not whole yet and not placed). A peer decides how
+/// much of a frame it sends and when; with many links, each holding most of a frame of
+/// up to `MAX_FRAME`, that would be gigabytes: `COURIER_MAX_RX_BUFFERED` bounds the sum,
+/// and the link that would pass it fails.
+static GROWN: AtomicUsize = AtomicUsize::new(0);
+
+impl Drop for Rx {
+    fn drop(&mut self) {
+        GROWN.fetch_sub(self.grown, Ordering::Relaxed);
+    }
 }
 
 /// Listens for TCP connections.
@@ -201,9 +220,17 @@ pub struct Listener {
     sndbuf: usize,
     rcvbuf: usize,
     congestion: TcpCongestion,
+    /// `COURIER_MAX_RX_BUFFERED`, for the links accepted here.
+    rx_buffered: usize,
 }
 
-fn halves(fd: OwnedFd, peer: SocketAddr, accepting: bool, cc: &TcpCongestion) -> (Tx, Rx) {
+fn halves(
+    fd: OwnedFd,
+    peer: SocketAddr,
+    accepting: bool,
+    cc: &TcpCongestion,
+    grown_limit: usize,
+) -> (Tx, Rx) {
     let sock = Arc::new(fd);
     let local = sock::local_addr(sock.as_fd());
     sock::set_congestion(sock.as_fd(), peer, local, cc);
@@ -239,6 +266,8 @@ fn halves(fd: OwnedFd, peer: SocketAddr, accepting: bool, cc: &TcpCongestion) ->
         scratch: Vec::new(),
         placing_user: false,
         frame_limit: SETUP_FRAME_MAX,
+        grown: 0,
+        grown_limit,
     };
     (tx, rx)
 }
@@ -270,6 +299,7 @@ impl Listener {
             sndbuf: cfg.tcp_sndbuf,
             rcvbuf: cfg.tcp_rcvbuf,
             congestion: cfg.tcp_congestion.clone(),
+            rx_buffered: cfg.limits.rx_buffered,
         })
     }
 
@@ -317,7 +347,7 @@ impl Listener {
                         tracing::debug!("{e}; connection dropped");
                         continue;
                     }
-                    let (tx, rx) = halves(fd, peer, true, &self.congestion);
+                    let (tx, rx) = halves(fd, peer, true, &self.congestion, self.rx_buffered);
                     if let Some(s) = self.starved.take() {
                         tracing::info!(
                             "tcp accept on {}: accepting again ({} tries refused or put off)",
@@ -397,7 +427,7 @@ impl Listener {
 /// Connect to a peer's listener; blocks up to `cfg.tcp_connect_timeout`.
 pub fn connect(addr: SocketAddr, cfg: &Config) -> Result<(Tx, Rx)> {
     let fd = sock::connect_with_timeout(addr, cfg)?;
-    let (mut tx, rx) = halves(fd, addr, false, &cfg.tcp_congestion);
+    let (mut tx, rx) = halves(fd, addr, false, &cfg.tcp_congestion, cfg.limits.rx_buffered);
     tx.push_copy(&PREAMBLE);
     // A fresh socket takes 8 bytes at once; anything left goes out with the next flush.
     tx.flush().map_err(|e| {

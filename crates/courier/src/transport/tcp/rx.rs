@@ -73,6 +73,11 @@ impl Rx {
             if self.start == self.end {
                 self.start = 0;
                 self.end = 0;
+                // Kept while the process is well under the limit (the next large frame
+                // then needs no new pages), given back once it holds more than half.
+                if self.grown != 0 && GROWN.load(Ordering::Relaxed) > self.grown_limit / 2 {
+                    self.shrink();
+                }
             }
         }
     }
@@ -115,9 +120,49 @@ impl Rx {
         // the bytes that came, not the length its header announces.
         if need > self.buf.len() && self.end == self.buf.len() {
             let new = (self.buf.len() * 2).min(need);
+            self.charge_growth(new - self.buf.len(), need)?;
             self.buf.resize(new, 0);
         }
         Ok(())
+    }
+
+    /// Count `extra` more bytes of buffer against `COURIER_MAX_RX_BUFFERED` (for a frame
+    /// of `need` bytes), or fail the link naming it.
+    fn charge_growth(&mut self, extra: usize, need: usize) -> Result<()> {
+        let before = GROWN.fetch_add(extra, Ordering::Relaxed);
+        if before + extra > self.grown_limit {
+            GROWN.fetch_sub(extra, Ordering::Relaxed);
+            let limit = match self.grown_limit {
+                n if n.is_multiple_of(1 << 20) => format!("{}m", n >> 20),
+                n => n.to_string(),
+            };
+            let e = Error::msg(
+                Status::NoResource,
+                format!(
+                    "{} sent part of a {need}-byte frame that does not fit: the tcp receive buffers of this process already hold {before} bytes past their first {}k (COURIER_MAX_RX_BUFFERED={limit}); the endpoint is failed, every other goes on (raise it if the peers are trusted)",
+                    self.peer,
+                    RX_INITIAL >> 10,
+                ),
+            );
+            self.failed = Some(e.clone());
+            return Err(e);
+        }
+        self.grown += extra;
+        Ok(())
+    }
+
+    /// An emptied buffer that grew for a large frame goes back to its first size, and its
+    /// bytes stop counting against `COURIER_MAX_RX_BUFFERED` (when that is more than half
+    /// used: `consume`).
+    #[cold]
+    fn shrink(&mut self) {
+        if self.place.is_none() && self.out == 0 && self.start == self.end {
+            self.buf = vec![0; RX_INITIAL];
+            self.start = 0;
+            self.end = 0;
+            GROWN.fetch_sub(self.grown, Ordering::Relaxed);
+            self.grown = 0;
+        }
     }
 
     /// The link now belongs to an endpoint: frames up to `MAX_FRAME` are taken.
