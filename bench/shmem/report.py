@@ -6,6 +6,7 @@ Medians over the rounds; ratio = Courier / OSHMEM; targets: latency <= 0.8, barr
 bandwidth and rate >= 1.25; atomics on a global within 1.2x of the heap (Courier's own).
 """
 import datetime
+import os
 import platform
 import re
 import statistics
@@ -21,8 +22,12 @@ def main(raw_path, results_path):
     crashes = defaultdict(int)
     runs = defaultdict(int)
     order = []
+    load_start = "?"
     for line in open(raw_path):
         p = line.split()
+        if p[:2] == ["#", "load-start"]:
+            load_start = " ".join(p[2:])
+            continue
         if len(p) < 8:
             continue
         impl, np_, test, size, value, unit = p[:6]
@@ -63,7 +68,10 @@ def main(raw_path, results_path):
                "built with Courier's `oshcc` and with Open MPI 4.1.4's, run alternately, medians of the rounds. "
                "Point-to-point tests between PE 0 and PE 1; `fadd_heap`/`fadd_global` are contended (every PE "
                "but 0 fetch-adds PE 0's counter: total Mops/s); collectives use the active-set forms both have. "
-               "Latency in us (lower is better), bandwidth MB/s and rates Mops/s (higher is better).")
+               "Latency in us (lower is better), bandwidth MB/s and rates Mops/s (higher is better). "
+               f"{os.cpu_count()} CPUs; load average {load_start} at the start, "
+               f"{' '.join(open('/proc/loadavg').read().split()[:3])} at the end (waits that yield the CPU, "
+               "as Courier's do, pay for other work on the machine; OSHMEM's spin).")
     out.append("")
     out.append(f"OSHMEM crashed at exit (segmentation fault in `shmem_finalize`) in {crashes['oshmem']} of "
                f"{runs['oshmem']} runs; the numbers it printed before are kept. Courier: {crashes['courier']} "

@@ -30,7 +30,7 @@ sig_lat:8 putflag_lat:8 sig_lat:4096 putflag_lat:4096 barrier:0 bcast:8 bcast:10
 alltoall:8 alltoall:1048576}"
 
 raw="$out/raw.txt"
-: > "$raw"
+echo "# load-start $(cut -d' ' -f1-3 /proc/loadavg)" > "$raw"
 for np in $nps; do
   for t in $TESTS; do
     test="${t%%:*}"; size="${t#*:}"
