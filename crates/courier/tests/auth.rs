@@ -337,6 +337,21 @@ fn raw_authenticated(to: SocketAddr, key: &[u8]) -> TcpStream {
     s
 }
 
+/// A wireup frame's body from a made-up worker `worker_id` on another host: what turns an
+/// authenticated raw connection into an endpoint of the child.
+fn fake_wireup(worker_id: u64) -> Vec<u8> {
+    let fake = WorkerAddress {
+        worker_id,
+        host_id: [0xee; 16],
+        pid: 1,
+        uds_name: vec![],
+        tcp: vec![],
+    };
+    let mut wireup = Header::new(Kind::Wireup).as_bytes().to_vec();
+    wireup.extend(fake.pack());
+    wireup
+}
+
 /// Whether the child closed `s` (read returns 0, or the connection is reset).
 fn closed(s: &mut TcpStream) -> bool {
     let mut b = [0u8; 512];
@@ -420,15 +435,7 @@ fn garbage_and_truncated_frames_before_and_after_authentication() {
         assert!(closed(&mut s), "a wrong proof was taken");
     }
     // After authenticating: a wireup, then garbage; a wireup, then a truncated frame.
-    let fake = WorkerAddress {
-        worker_id: 99,
-        host_id: [0xee; 16],
-        pid: 1,
-        uds_name: vec![],
-        tcp: vec![],
-    };
-    let mut wireup = Header::new(Kind::Wireup).as_bytes().to_vec();
-    wireup.extend(fake.pack());
+    let wireup = fake_wireup(99);
     for (what, tail) in [
         (
             "garbage after authentication",
@@ -491,17 +498,8 @@ fn partial_large_frames_are_held_to_the_receive_buffer_limit() {
     // A link made an endpoint (a wireup), then PART bytes of a 16 MiB frame that never ends:
     // the child's buffer for it doubles from 256 KiB to 8 MiB, about 7.75 MiB counted.
     let hostile = |id: u64| {
-        let fake = WorkerAddress {
-            worker_id: 1000 + id,
-            host_id: [0xee; 16],
-            pid: 1,
-            uds_name: vec![],
-            tcp: vec![],
-        };
-        let mut wireup = Header::new(Kind::Wireup).as_bytes().to_vec();
-        wireup.extend(fake.pack());
         let mut s = raw_authenticated(to, KEY_A);
-        s.write_all(&frame(&wireup)).unwrap();
+        s.write_all(&frame(&fake_wireup(1000 + id))).unwrap();
         let mut part = (16u32 << 20).to_le_bytes().to_vec();
         part.extend_from_slice(Header::new(Kind::Wireup).as_bytes());
         part.resize(PART, 0);
