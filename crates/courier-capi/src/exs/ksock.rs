@@ -473,12 +473,18 @@ pub(crate) fn run(l: &Lib, st: &mut State, fd: RawFd, ready: u32) -> usize {
                 let left = rv.op.len - rv.done;
                 let mut flags = 0;
                 let r = if k.seqpacket || rv.segs.is_some() {
-                    let mut iov = match &rv.segs {
-                        Some(segs) => iovecs(segs, rv.done),
-                        None => vec![libc::iovec {
-                            iov_base: (rv.op.buf + rv.done) as *mut libc::c_void,
-                            iov_len: left,
-                        }],
+                    // One buffer: an iovec on the stack (no allocation on this path).
+                    let mut one = [libc::iovec {
+                        iov_base: (rv.op.buf + rv.done) as *mut libc::c_void,
+                        iov_len: left,
+                    }];
+                    let mut many: Vec<libc::iovec>;
+                    let iov: &mut [libc::iovec] = match &rv.segs {
+                        Some(segs) => {
+                            many = iovecs(segs, rv.done);
+                            &mut many
+                        }
+                        None => &mut one,
                     };
                     // SAFETY: a zeroed msghdr is valid; it points at our iovecs.
                     let mut m: libc::msghdr = unsafe { std::mem::zeroed() };
