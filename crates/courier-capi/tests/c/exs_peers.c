@@ -761,6 +761,9 @@ static void hostile_peer(void)
         /* Delivered before the reset was seen: one of the two granted messages. */
         exs_event_t e = next_event(q);
         if (e.exs_evt_result < 0) {
+            if (e.exs_evt_errno != EPROTO)
+                fprintf(stderr, "hostile peer: the pending receive failed with %s, not EPROTO\n",
+                        strerror(e.exs_evt_errno));
             EXPECT(e.exs_evt_errno == EPROTO);
             r = -1;
             errno = EPROTO;
