@@ -3,8 +3,10 @@
  * over a kernel Unix SEQPACKET socket through the same calls. The client sends messages of
  * many sizes (small ones go eagerly, large ones straight into the server's advertised
  * buffer); the server echoes each; the client checks every byte of every echo. Then a
- * message longer than the server's buffer arrives truncated (MSG_TRUNC), and the client's
- * close ends the server's receives with 0. */
+ * message longer than the server's buffer arrives truncated (MSG_TRUNC), a record sent in
+ * two parts with exs_sendmsg (a header and a body, gathered into one message) is received
+ * with exs_recvmsg into two buffers, and the client's close ends the server's receives
+ * with 0 (EXS_MSG_EOF). */
 #include "exs_common.h"
 
 #define REGION (4u << 20)
@@ -49,9 +51,19 @@ static int server(int pipe_fd, pid_t child)
     exs_event_t ev = expect_event(q, EXS_EVT_RECV, (void *)4);
     EXPECT(ev.exs_evt_result == 10 && (ev.exs_evt_flags & MSG_TRUNC));
     EXPECT(verify(buf, 10, 99));
+    /* A record: its header lands at buf, its body at buf + 4096 (both registered). */
+    struct iovec parts[2] = {{buf, 8}, {buf + 4096, 5000}};
+    struct msghdr rec = {.msg_iov = parts, .msg_iovlen = 2};
+    XCHECK(exs_recvmsg(fd, &rec, 0, q, (void *)7, mh));
+    ev = expect_event(q, EXS_EVT_RECVMSG, (void *)7);
+    uint32_t head[2];
+    memcpy(head, buf, sizeof(head));
+    EXPECT(ev.exs_evt_result == 8 + 5000 && rec.msg_flags == 0);
+    EXPECT(head[0] == 0x45585331 && head[1] == 5000 && verify(buf + 4096, 5000, 7));
     /* The client closes: end of stream. */
     XCHECK(exs_recv(fd, buf, REGION, 0, q, (void *)5, mh));
-    EXPECT(expect_event(q, EXS_EVT_RECV, (void *)5).exs_evt_result == 0);
+    ev = expect_event(q, EXS_EVT_RECV, (void *)5);
+    EXPECT(ev.exs_evt_result == 0 && (ev.exs_evt_flags & EXS_MSG_EOF));
 
     XCHECK(exs_close(fd, q, (void *)6));
     expect_event(q, EXS_EVT_CLOSE, (void *)6);
@@ -103,6 +115,14 @@ static int client(int pipe_fd)
     fill(out, 1000, 99);
     XCHECK(exs_send(fd, out, 1000, 0, q, (void *)13, mo));
     EXPECT(expect_event(q, EXS_EVT_SEND, (void *)13).exs_evt_result == 1000);
+    /* A header and a body from two places, gathered into one message. */
+    uint32_t head[2] = {0x45585331, 5000};
+    memcpy(out, head, sizeof(head));
+    fill(out + 64, 5000, 7);
+    struct iovec parts[2] = {{out, sizeof(head)}, {out + 64, 5000}};
+    struct msghdr rec = {.msg_iov = parts, .msg_iovlen = 2};
+    XCHECK(exs_sendmsg(fd, &rec, 0, q, (void *)15, mo));
+    EXPECT(expect_event(q, EXS_EVT_SENDMSG, (void *)15).exs_evt_result == 5008);
     XCHECK(exs_close(fd, q, (void *)14));
     expect_event(q, EXS_EVT_CLOSE, (void *)14);
     XCHECK(exs_mderegister(mo));

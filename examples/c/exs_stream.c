@@ -3,7 +3,9 @@
  * over kernel TCP through the same calls. The client streams TOTAL bytes in uneven sends,
  * four in flight, while one MSG_WAITALL receive waits for the whole echo; the server keeps
  * four receives posted, echoes whatever each brings and posts it again when its echo has
- * left. The client checks every byte; its close ends the server's stream (a receive of 0). */
+ * left. Once its last send is started, the client shuts its writing side down
+ * (exs_shutdown SHUT_WR): the server's receives end after every byte (0, EXS_MSG_EOF) while
+ * the echo still flows back (a half close). The client checks every byte. */
 #include "exs_common.h"
 
 #define TOTAL (3u * 1000u * 1000u + 17u)
@@ -48,7 +50,9 @@ static int server(int pipe_fd, pid_t child)
         if (ev.exs_evt_type == EXS_EVT_RECV) {
             EXPECT(a >= 1 && a <= RING);
             if (ev.exs_evt_result == 0) {
-                eof = 1; /* the client closed; the other receives end the same way */
+                /* The client shut down writing; the other receives end the same way. */
+                EXPECT(ev.exs_evt_flags & EXS_MSG_EOF);
+                eof = 1;
                 continue;
             }
             received += (size_t)ev.exs_evt_result;
@@ -101,7 +105,7 @@ static int client(int pipe_fd)
     XCHECK(exs_recv(fd, in, TOTAL, MSG_WAITALL, q, (void *)1, mi));
     static const size_t steps[] = {1, 7, 100, 4096, 8192, 8193, 65536, 300000, 1000000};
     size_t sent = 0, done = 0, k = 0;
-    int inflight = 0, echoed = 0;
+    int inflight = 0, echoed = 0, shut = 0;
     while (!echoed || done < TOTAL) {
         while (inflight < 4 && sent < TOTAL) {
             size_t n = steps[k++ % (sizeof(steps) / sizeof(steps[0]))];
@@ -110,6 +114,11 @@ static int client(int pipe_fd)
             XCHECK(exs_send(fd, out + sent, n, 0, q, (void *)2, mo));
             sent += n;
             inflight++;
+        }
+        if (sent == TOTAL && !shut) {
+            /* The end of our stream goes after the sends started; the echo still comes. */
+            XCHECK(exs_shutdown(fd, SHUT_WR));
+            shut = 1;
         }
         exs_event_t ev = next_event(q);
         EXPECT(ev.exs_evt_result >= 0);

@@ -15,13 +15,14 @@
  *
  * What is the ES-API's and what is Courier's own: the ES-API and UNH-EXS fix the names and
  * roles of exs_init, exs_socket, exs_bind, exs_listen, exs_accept, exs_connect, exs_close,
- * exs_send, exs_recv, exs_mregister, exs_mderegister, exs_qcreate, exs_qdelete,
+ * exs_send, exs_recv, exs_sendmsg, exs_recvmsg, exs_shutdown, exs_mregister, exs_mderegister, exs_qcreate, exs_qdelete,
  * exs_qdequeue, exs_qmodify, exs_qstatus, exs_fcntl, the handle types, the EXS_EVT_*,
  * EXS_QATTR_* and EXS_WAIT_* names, and the signatures of exs_init, exs_qcreate,
  * exs_mregister, exs_send, exs_recv and exs_qdequeue. Their exact texts are not public:
  * everything else below marked [Courier] is this library's choice, among it the layout of
  * exs_event_t, every constant's value, the exs_fcntl commands, the signatures of
- * exs_accept, exs_connect, exs_close, exs_qmodify and exs_qstatus, and the additions
+ * exs_accept, exs_connect, exs_close, exs_sendmsg, exs_recvmsg, exs_qmodify and
+ * exs_qstatus, exs_shutdown being synchronous, and the additions
  * exs_qfd, exs_getsockname, exs_getpeername, exs_getsockopt and exs_last_error_detail.
  *
  * Errors: calls return -1 (handles: EXS_QHANDLE_INVALID, EXS_MHANDLE_INVALID) with errno
@@ -29,13 +30,16 @@
  * failed reports it in its event: exs_evt_result = -errno, exs_evt_errno = errno.
  *   EINVAL  bad argument, unknown queue or registration handle (never made, or deleted),
  *           exs_init not called
- *   EFAULT  a buffer not inside the registration given with it
+ *   EFAULT  a buffer (an iovec) not inside the registration given with it
+ *   EMSGSIZE more than EXS_IOV_MAX iovecs (exs_sendmsg, exs_recvmsg)
+ *   ENOBUFS exs_recvmsg's staging buffers are used up
  *   EAGAIN  the event queue has no free slot (events waiting + operations in flight reach
  *           its depth), or 256 sends already wait for the peer's credits/advertisements
  *   EBUSY   exs_mderegister / exs_qdelete while operations in flight use it
  *   ENOTCONN, EISCONN, EPIPE (the peer closed), ECONNRESET (the peer died or the
  *           connection broke: pending operations too), ECONNREFUSED (CONNECT event),
- *           ECANCELED (pending when exs_close was called), EPROTO (the peer broke the
+ *           ECANCELED (pending when exs_close was called), EPIPE also after exs_shutdown
+ *           SHUT_WR or the peer's SHUT_RD, EPROTO (the peer broke the
  *           protocol: the connection is reset), EOPNOTSUPP (flags not supported)
  */
 #ifndef COURIER_EXS_H
@@ -68,9 +72,9 @@ typedef void *exs_ahandle_t;
 #define EXS_EVT_ACCEPT 2
 #define EXS_EVT_SEND 3
 #define EXS_EVT_RECV 4
-#define EXS_EVT_SENDMSG 5  /* reserved: exs_sendmsg is not implemented */
-#define EXS_EVT_RECVMSG 6  /* reserved: exs_recvmsg is not implemented */
-#define EXS_EVT_SHUTDOWN 7 /* reserved */
+#define EXS_EVT_SENDMSG 5
+#define EXS_EVT_RECVMSG 6
+#define EXS_EVT_SHUTDOWN 7 /* reserved: exs_shutdown is synchronous (see there) */
 #define EXS_EVT_CLOSE 8
 
 /* One completed operation. [Courier: the layout] */
@@ -78,15 +82,28 @@ typedef struct exs_event {
     int exs_evt_type;               /* EXS_EVT_* */
     int exs_evt_fd;                 /* the descriptor the operation was started on */
     exs_ahandle_t exs_evt_ahandle;  /* the caller's word */
-    ssize_t exs_evt_result;         /* SEND/RECV: bytes (RECV: 0 = end of stream);
+    ssize_t exs_evt_result;         /* SEND/RECV, SENDMSG/RECVMSG: bytes (RECV: 0 with
+                                     * EXS_MSG_EOF = end of stream);
                                      * ACCEPT: the new descriptor; CONNECT, CLOSE: 0;
                                      * failure: -errno */
     int exs_evt_errno;              /* 0, or the errno of a failure */
     int exs_evt_flags;              /* RECV: MSG_TRUNC (a SEQPACKET message longer than the
-                                     * buffer: the rest was dropped), MSG_EOR */
-    void *exs_evt_buf;              /* SEND/RECV: the buffer; else NULL */
-    size_t exs_evt_len;             /* SEND/RECV: the length asked for; else 0 */
+                                     * buffer: the rest was dropped), MSG_EOR,
+                                     * EXS_MSG_EOF (the end of the stream) */
+    void *exs_evt_buf;              /* SEND/RECV: the buffer; SENDMSG/RECVMSG: the msghdr;
+                                     * else NULL */
+    size_t exs_evt_len;             /* SEND/RECV: the length asked for; SENDMSG/RECVMSG:
+                                     * the iovecs' total; else 0 */
 } exs_event_t;
+
+/* exs_evt_flags of a RECV or RECVMSG that the end of the stream completed: the peer shut
+ * its writing side down (exs_shutdown SHUT_WR, shutdown(2)) or closed, or we shut our
+ * reading side down. The result is 0 (a STREAM MSG_WAITALL receive: what came before the
+ * end), on both socket types: it tells an empty SEQPACKET message (0, no EXS_MSG_EOF)
+ * from the end. On a kernel SEQPACKET socket the kernel does not tell them apart; it is
+ * set when the reading side is shut (an empty message sent right before the peer's
+ * shutdown reads as the end too). Not a kernel MSG_* bit. [Courier] */
+#define EXS_MSG_EOF 0x10000000
 
 /* Queue attributes (exs_qmodify, exs_qstatus). [Courier: the values; FD and RESERVED] */
 #define EXS_QATTR_DEPTH 1    /* slots: events waiting + operations in flight (1..2^20) */
@@ -204,6 +221,25 @@ int exs_connect(int fd, const struct sockaddr *addr, socklen_t len, exs_qhandle_
  * with close(2). [Courier: signature] */
 int exs_close(int fd, exs_qhandle_t qh, exs_ahandle_t ahandle);
 
+/* Shut a connected socket down, as shutdown(2): how is SHUT_RD, SHUT_WR or SHUT_RDWR.
+ * Synchronous, as shutdown(2) is: nothing to wait for (it queues the end of the stream
+ * and returns); the ES-API extends only the calls that wait on the network, so no queue
+ * and no event (EXS_EVT_SHUTDOWN stays reserved). [Courier: synchronous]
+ *   SHUT_WR  the sends already started complete first, then the peer learns the end of
+ *            the stream: its pending and later receives complete with 0 and EXS_MSG_EOF,
+ *            after every byte (STREAM) or message (SEQPACKET) sent before. Our later sends
+ *            fail with EPIPE; our receiving side stays open (half close). On a kernel
+ *            socket, shutdown(2) waits here for the sends queued before it (it never
+ *            overtakes them).
+ *   SHUT_RD  receives take what has already arrived, then complete with 0 and EXS_MSG_EOF
+ *            (pending ones too, as soon as the peer has promised to write into their
+ *            buffers no more), as recv(2) returns 0 after shutdown(SHUT_RD). Over Courier
+ *            the peer's later sends fail with EPIPE (as on a Unix socket; kernel TCP
+ *            accepts and drops them).
+ * Errors: EBADF, ENOTSOCK, EINVAL (how), ENOTCONN (not connected, or the connection
+ * broke). Shutting a side down twice is no error. */
+int exs_shutdown(int fd, int how);
+
 /* Start a send of len bytes at buf, inside registration mh (mh may be EXS_MHANDLE_INVALID
  * only with len 0). Returns 0 when started. flags: MSG_NOSIGNAL, MSG_DONTWAIT (both
  * implied), MSG_MORE, MSG_EOR (kernel sockets). SEND event: the bytes sent. */
@@ -215,6 +251,32 @@ int exs_send(int fd, void *buf, size_t len, int flags, exs_qhandle_t qh,
  * dropped). Receives complete in the order they were posted. */
 int exs_recv(int fd, void *buf, size_t len, int flags, exs_qhandle_t qh,
              exs_ahandle_t ahandle, exs_mhandle_t mh);
+
+/* Scatter/gather: exs_send and exs_recv over the iovecs msg->msg_iov[0 .. msg_iovlen), in
+ * order: SOCK_SEQPACKET, one message made of all of them (gathered into one put-with-
+ * signal over Courier); SOCK_STREAM, their bytes. [Courier: the parameter list, exs_send's
+ * with a msghdr; the completion's msg_flags]
+ *   - at most EXS_IOV_MAX iovecs (EMSGSIZE); msg NULL, or msg_iov NULL with
+ *     msg_iovlen > 0: EFAULT; lengths adding up past SSIZE_MAX: EINVAL;
+ *   - every non-empty iovec inside registration mh (EFAULT otherwise; mh may be
+ *     EXS_MHANDLE_INVALID only when there are no bytes);
+ *   - msg_name is ignored (the socket is connected, as Linux ignores it there);
+ *     exs_sendmsg refuses ancillary data (msg_controllen != 0: EOPNOTSUPP);
+ *   - flags: as exs_send / exs_recv.
+ * exs_sendmsg reads msg and its iovec array during the call only; the data must stay
+ * untouched until the SENDMSG event (result: the bytes sent; exs_evt_buf: msg).
+ * exs_recvmsg reads the iovec array during the call; msg must stay valid until the RECVMSG
+ * event, before which msg_flags is written (MSG_TRUNC: a SEQPACKET message longer than
+ * the iovecs, its rest dropped; EXS_MSG_EOF), msg_controllen and msg_namelen set to 0.
+ * Result: the bytes received (0 with EXS_MSG_EOF: the end); exs_evt_buf: msg;
+ * exs_evt_flags: as msg_flags. Over Courier a receive into several iovecs (not adjacent
+ * in memory) is placed in a registered staging buffer of the library's and copied into
+ * them at completion (ENOBUFS when 64 MiB of those are in use); into one, directly. */
+#define EXS_IOV_MAX 1024 /* Linux's IOV_MAX [Courier] */
+int exs_sendmsg(int fd, const struct msghdr *msg, int flags, exs_qhandle_t qh,
+                exs_ahandle_t ahandle, exs_mhandle_t mh);
+int exs_recvmsg(int fd, struct msghdr *msg, int flags, exs_qhandle_t qh, exs_ahandle_t ahandle,
+                exs_mhandle_t mh);
 
 /* Tuning: see EXS_F_*. Returns the value read (EXS_F_GET) or 0. [Courier: signature] */
 long exs_fcntl(int fd, int cmd, long arg);

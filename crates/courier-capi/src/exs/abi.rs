@@ -27,6 +27,14 @@ pub const EXS_EVT_RECVMSG: c_int = 6;
 pub const EXS_EVT_SHUTDOWN: c_int = 7;
 pub const EXS_EVT_CLOSE: c_int = 8;
 
+/// `exs_evt_flags` of a RECV/RECVMSG completed by the end of the stream (the peer shut
+/// its writing side down or closed, or we shut our reading side down): the result (0, or
+/// what a `MSG_WAITALL` STREAM receive got before it) is final. Not a kernel `MSG_*` bit.
+pub const EXS_MSG_EOF: c_int = 0x1000_0000;
+
+/// Most iovecs in one `msghdr` of `exs_sendmsg`/`exs_recvmsg` (Linux's `IOV_MAX`).
+pub const EXS_IOV_MAX: usize = 1024;
+
 /// One completed operation.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]

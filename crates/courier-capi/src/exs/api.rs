@@ -8,7 +8,7 @@ use super::abi::*;
 use super::conn::{ADV_LIMIT, INLINE_MAX_LIMIT, Opts, RCVBUF_LIMIT, SLOTS_LIMIT, SMALL_MAX_LIMIT};
 use super::mem::{MEMS_MAX, Mem};
 use super::sock::{self, Op, SockState, State, Target, parse_sockaddr, sockaddr_of};
-use super::{XResult, boundary, boundary_handle, fail, ksock, lib, recv, send};
+use super::{XResult, boundary, boundary_handle, conn, fail, ksock, lib, recv, send};
 
 /// Start the library (once per process; later calls only check the version).
 #[unsafe(no_mangle)]
@@ -199,6 +199,51 @@ pub extern "C" fn exs_close(fd: c_int, qh: exs_qhandle_t, ahandle: exs_ahandle_t
     })
 }
 
+/// Shut a connection down for reading (`SHUT_RD`), writing (`SHUT_WR`) or both, as
+/// shutdown(2): synchronous (it returns once the shutdown is ordered; the FIN follows the
+/// sends already started, and the peer's receives see the end after all their data).
+#[unsafe(no_mangle)]
+pub extern "C" fn exs_shutdown(fd: c_int, how: c_int) -> c_int {
+    boundary(|| {
+        let l = lib()?;
+        let mut st = l.st();
+        match st.target(fd) {
+            Target::Kernel => ksock::shutdown(l, &mut st, fd, how)?,
+            Target::Exs => {
+                let state = &st.sock(fd)?.state;
+                check_how(how)?;
+                let SockState::Conn(r) = *state else {
+                    return Err(fail(
+                        libc::ENOTCONN,
+                        format!("exs_shutdown: socket {fd} is not connected"),
+                    ));
+                };
+                st.with_conn(r, |st, c| conn::shutdown(st, c, how))
+                    .unwrap_or_else(|| {
+                        Err(fail(
+                            libc::ENOTCONN,
+                            format!("exs_shutdown: socket {fd}: the connection is gone"),
+                        ))
+                    })?;
+                drop(st);
+                l.engine.kick_if_sleeping();
+            }
+        }
+        Ok(0)
+    })
+}
+
+/// `how` of shutdown(2).
+pub(crate) fn check_how(how: c_int) -> XResult<()> {
+    match how {
+        libc::SHUT_RD | libc::SHUT_WR | libc::SHUT_RDWR => Ok(()),
+        _ => Err(fail(
+            libc::EINVAL,
+            format!("exs_shutdown: how {how} is not SHUT_RD, SHUT_WR or SHUT_RDWR"),
+        )),
+    }
+}
+
 const SEND_OK: c_int = libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT | libc::MSG_MORE | libc::MSG_EOR;
 const RECV_OK: c_int = libc::MSG_WAITALL | libc::MSG_DONTWAIT;
 
@@ -251,9 +296,9 @@ fn data_op(
     match st.target_fast(fd) {
         Target::Kernel => {
             if send {
-                ksock::send(l, &mut st, fd, op, flags)?
+                ksock::send(l, &mut st, fd, op, flags, None)?
             } else {
-                ksock::recv(l, &mut st, fd, op, flags)?
+                ksock::recv(l, &mut st, fd, op, flags, None)?
             }
         }
         Target::Exs => {
@@ -274,9 +319,9 @@ fn data_op(
                     .take()
                     .ok_or_else(|| fail(libc::EIO, "operation taken twice"))?;
                 if send {
-                    send::post_send(st, c, op)
+                    send::post_send(st, c, op, None)
                 } else {
-                    recv::post_recv(st, c, op, flags & libc::MSG_WAITALL != 0)
+                    recv::post_recv(st, c, op, flags & libc::MSG_WAITALL != 0, None)
                 }
             });
             match res {

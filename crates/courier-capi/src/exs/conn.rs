@@ -332,6 +332,8 @@ fn handle(st: &mut State, c: &mut Conn, p: Prefix, msg: Msg, data: &[u8]) -> XRe
         Msg::Data { chunk } => recv::on_data(st, c, chunk, p.flags & wire::F_FIN != 0, data)?,
         Msg::Credit => {}
         Msg::Close => on_close(st, c)?,
+        Msg::ShutRd => send::on_peer_shut_rd(st, c)?,
+        Msg::ShutRdAck => recv::on_shut_rd_ack(st, c)?,
         Msg::CloseAck => {
             if matches!(c.phase, Phase::Closing { .. }) {
                 finalize(st, c);
@@ -486,6 +488,27 @@ pub(crate) fn reset(st: &mut State, c: &mut Conn, f: Fail) {
     }
 }
 
+/// `exs_shutdown` on a connection: SHUT_RD, SHUT_WR or both (checked by the caller).
+pub(crate) fn shutdown(st: &mut State, c: &mut Conn, how: i32) -> XResult<()> {
+    if c.err.is_some() || !matches!(c.phase, Phase::Open) {
+        return Err(fail(
+            libc::ENOTCONN,
+            "exs_shutdown: the connection is not set up, or it broke",
+        ));
+    }
+    if how != libc::SHUT_WR
+        && let Err(e) = recv::shutdown_rd(st, c)
+    {
+        let errno = e.errno;
+        reset(st, c, e.clone());
+        return Err(fail(errno, e.detail));
+    }
+    if how != libc::SHUT_RD {
+        send::shutdown_wr(st, c);
+    }
+    Ok(())
+}
+
 /// `exs_close` on a connection (or a listener dropping one not accepted).
 pub(crate) fn close(st: &mut State, c: &mut Conn, op: Option<Op>) {
     c.fd = None;
@@ -569,10 +592,17 @@ impl Conn {
         match self.phase {
             Phase::Hello => Err(fail(libc::ENOTCONN, "the connection is not set up yet")),
             Phase::Closing { .. } => Err(fail(libc::EBADF, "the socket is closing")),
-            Phase::Open if sending && (self.peer_closed || self.tx.fin) => Err(fail(
+            Phase::Open if sending && (self.tx.shut || self.tx.fin) => Err(fail(
                 libc::EPIPE,
-                "the peer closed the connection (or we shut it down for writing)",
+                "the socket was shut down for writing (exs_shutdown)",
             )),
+            Phase::Open if sending && self.tx.peer_rd_shut => Err(fail(
+                libc::EPIPE,
+                "the peer shut its socket down for reading",
+            )),
+            Phase::Open if sending && self.peer_closed => {
+                Err(fail(libc::EPIPE, "the peer closed the connection"))
+            }
             Phase::Open => Ok(()),
         }
     }

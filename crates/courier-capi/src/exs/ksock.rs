@@ -12,6 +12,8 @@ use super::{Lib, XResult, fail};
 
 pub(crate) struct KOp {
     op: Op,
+    /// `exs_sendmsg`/`exs_recvmsg`: the iovecs (non-empty ones); `op.buf` is the msghdr.
+    segs: Option<Vec<(usize, usize)>>,
     done: usize,
     waitall: bool,
     flags: i32,
@@ -27,6 +29,10 @@ pub(crate) struct KSock {
     accepts: VecDeque<KOp>,
     connect: Option<KOp>,
     interest: u32,
+    /// `exs_shutdown` SHUT_WR while sends were queued: shutdown(2) once they are written.
+    shut_wr: bool,
+    /// shutdown(2) for writing was called.
+    shut_done: bool,
 }
 
 impl KSock {
@@ -78,6 +84,8 @@ fn entry(st: &mut State, fd: RawFd) -> XResult<&mut KSock> {
             accepts: VecDeque::new(),
             connect: None,
             interest: 0,
+            shut_wr: false,
+            shut_done: false,
         });
     }
     st.ksocks
@@ -98,7 +106,14 @@ fn set_nonblocking(fd: RawFd) {
 const SEND_FLAGS: i32 = libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT | libc::MSG_MORE | libc::MSG_EOR;
 const RECV_FLAGS: i32 = libc::MSG_WAITALL | libc::MSG_DONTWAIT;
 
-pub(crate) fn send(l: &Lib, st: &mut State, fd: RawFd, op: Op, flags: i32) -> XResult<()> {
+pub(crate) fn send(
+    l: &Lib,
+    st: &mut State,
+    fd: RawFd,
+    op: Op,
+    flags: i32,
+    segs: Option<Vec<(usize, usize)>>,
+) -> XResult<()> {
     let k = match entry(st, fd) {
         Ok(k) => k,
         Err(e) => return Err(give_back(st, op, e)),
@@ -110,8 +125,16 @@ pub(crate) fn send(l: &Lib, st: &mut State, fd: RawFd, op: Op, flags: i32) -> XR
         );
         return Err(give_back(st, op, e));
     }
+    if k.shut_wr {
+        let e = fail(
+            libc::EPIPE,
+            format!("kernel socket {fd} was shut down for writing (exs_shutdown)"),
+        );
+        return Err(give_back(st, op, e));
+    }
     k.sends.push_back(KOp {
         op,
+        segs,
         done: 0,
         waitall: false,
         flags: flags & (libc::MSG_MORE | libc::MSG_EOR),
@@ -122,7 +145,14 @@ pub(crate) fn send(l: &Lib, st: &mut State, fd: RawFd, op: Op, flags: i32) -> XR
     Ok(())
 }
 
-pub(crate) fn recv(l: &Lib, st: &mut State, fd: RawFd, op: Op, flags: i32) -> XResult<()> {
+pub(crate) fn recv(
+    l: &Lib,
+    st: &mut State,
+    fd: RawFd,
+    op: Op,
+    flags: i32,
+    segs: Option<Vec<(usize, usize)>>,
+) -> XResult<()> {
     let k = match entry(st, fd) {
         Ok(k) => k,
         Err(e) => return Err(give_back(st, op, e)),
@@ -137,6 +167,7 @@ pub(crate) fn recv(l: &Lib, st: &mut State, fd: RawFd, op: Op, flags: i32) -> XR
     let waitall = flags & libc::MSG_WAITALL != 0 && !k.seqpacket;
     k.recvs.push_back(KOp {
         op,
+        segs,
         done: 0,
         waitall,
         flags: 0,
@@ -161,6 +192,7 @@ pub(crate) fn accept(
     };
     k.accepts.push_back(KOp {
         op,
+        segs: None,
         done: 0,
         waitall: false,
         flags: 0,
@@ -199,6 +231,7 @@ pub(crate) fn connect(
         if let Some(k) = st.ksocks.get_mut(&fd) {
             k.connect = Some(KOp {
                 op,
+                segs: None,
                 done: 0,
                 waitall: false,
                 flags: 0,
@@ -210,6 +243,59 @@ pub(crate) fn connect(
         return Ok(());
     }
     st.finish(op, -(e as isize), 0);
+    Ok(())
+}
+
+/// `exs_shutdown` on a kernel socket: shutdown(2), with SHUT_WR's ordered after the sends
+/// already queued here (it waits for them to be written; new sends fail with `EPIPE` at
+/// once). Receives pending see the end of the stream when the kernel says so.
+pub(crate) fn shutdown(l: &Lib, st: &mut State, fd: RawFd, how: i32) -> XResult<()> {
+    let k = entry(st, fd)?;
+    super::api::check_how(how)?;
+    let rd = how == libc::SHUT_RD || how == libc::SHUT_RDWR;
+    let wr = how == libc::SHUT_WR || how == libc::SHUT_RDWR;
+    let defer = wr && (!k.sends.is_empty() || (k.shut_wr && !k.shut_done));
+    let now = match (rd, wr && !defer) {
+        (true, true) => Some(libc::SHUT_RDWR),
+        (true, false) => Some(libc::SHUT_RD),
+        (false, true) => Some(libc::SHUT_WR),
+        (false, false) => None,
+    };
+    if defer {
+        // Not connected is said now, as shutdown(2) would.
+        // SAFETY: a zeroed sockaddr_storage and its size, filled by the call.
+        let mut ss: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+        let mut len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+        // SAFETY: as above.
+        let r =
+            unsafe { libc::getpeername(fd, &mut ss as *mut _ as *mut libc::sockaddr, &mut len) };
+        if r != 0 {
+            let e = std::io::Error::last_os_error();
+            return Err(fail(
+                e.raw_os_error().unwrap_or(libc::ENOTCONN),
+                format!("shutdown of kernel socket {fd}: {e}"),
+            ));
+        }
+        k.shut_wr = true;
+    }
+    if let Some(h) = now {
+        // SAFETY: shutdown(2) on the caller's socket.
+        if unsafe { libc::shutdown(fd, h) } != 0 {
+            let e = std::io::Error::last_os_error();
+            return Err(fail(
+                e.raw_os_error().unwrap_or(libc::EIO),
+                format!("shutdown({fd}): {e}"),
+            ));
+        }
+        if h != libc::SHUT_RD {
+            k.shut_wr = true;
+            k.shut_done = true;
+        }
+    }
+    if rd {
+        // The kernel answers receives with the end of the stream now: complete them.
+        run(l, st, fd, libc::EPOLLIN as u32);
+    }
     Ok(())
 }
 
@@ -303,15 +389,22 @@ pub(crate) fn run(l: &Lib, st: &mut State, fd: RawFd, ready: u32) -> usize {
             }
             while let Some(s) = k.sends.front_mut() {
                 let left = s.op.len - s.done;
-                // SAFETY: the buffer was checked against its registration and stays the
-                // caller's until the event.
-                let r = unsafe {
-                    libc::send(
-                        fd,
-                        (s.op.buf + s.done) as *const libc::c_void,
-                        left,
-                        libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL | s.flags,
-                    )
+                let sflags = libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL | s.flags;
+                let r = if let Some(segs) = &s.segs {
+                    let mut iov = iovecs(segs, s.done);
+                    // SAFETY: a zeroed msghdr is valid; it points at our iovecs.
+                    let mut m: libc::msghdr = unsafe { std::mem::zeroed() };
+                    m.msg_iov = iov.as_mut_ptr();
+                    m.msg_iovlen = iov.len();
+                    // SAFETY: the iovecs were checked against their registration and stay
+                    // the caller's until the event.
+                    unsafe { libc::sendmsg(fd, &m, sflags) }
+                } else {
+                    // SAFETY: the buffer was checked against its registration and stays
+                    // the caller's until the event.
+                    unsafe {
+                        libc::send(fd, (s.op.buf + s.done) as *const libc::c_void, left, sflags)
+                    }
                 };
                 if r < 0 {
                     match errno() {
@@ -332,6 +425,17 @@ pub(crate) fn run(l: &Lib, st: &mut State, fd: RawFd, ready: u32) -> usize {
                         done.push((s.op, len, 0));
                     }
                     n += 1;
+                }
+            }
+            if k.shut_wr && k.sends.is_empty() && !k.shut_done {
+                // exs_shutdown(SHUT_WR) waited for the sends queued before it.
+                k.shut_done = true;
+                // SAFETY: shutdown(2) on the caller's socket.
+                if unsafe { libc::shutdown(fd, libc::SHUT_WR) } != 0 {
+                    tracing::info!(
+                        "deferred shutdown(SHUT_WR) of kernel socket {fd}: {}",
+                        std::io::Error::last_os_error()
+                    );
                 }
             }
         }
@@ -368,15 +472,24 @@ pub(crate) fn run(l: &Lib, st: &mut State, fd: RawFd, ready: u32) -> usize {
             while let Some(rv) = k.recvs.front_mut() {
                 let left = rv.op.len - rv.done;
                 let mut flags = 0;
-                let r = if k.seqpacket {
-                    let mut iov = libc::iovec {
+                let r = if k.seqpacket || rv.segs.is_some() {
+                    // One buffer: an iovec on the stack (no allocation on this path).
+                    let mut one = [libc::iovec {
                         iov_base: (rv.op.buf + rv.done) as *mut libc::c_void,
                         iov_len: left,
+                    }];
+                    let mut many: Vec<libc::iovec>;
+                    let iov: &mut [libc::iovec] = match &rv.segs {
+                        Some(segs) => {
+                            many = iovecs(segs, rv.done);
+                            &mut many
+                        }
+                        None => &mut one,
                     };
-                    // SAFETY: a zeroed msghdr is valid; it points at one iovec on the stack.
+                    // SAFETY: a zeroed msghdr is valid; it points at our iovecs.
                     let mut m: libc::msghdr = unsafe { std::mem::zeroed() };
-                    m.msg_iov = &mut iov;
-                    m.msg_iovlen = 1;
+                    m.msg_iov = iov.as_mut_ptr();
+                    m.msg_iovlen = iov.len();
                     // SAFETY: the buffer is the caller's registered one (checked), kept until
                     // the event.
                     let r = unsafe { libc::recvmsg(fd, &mut m, libc::MSG_DONTWAIT) };
@@ -409,6 +522,9 @@ pub(crate) fn run(l: &Lib, st: &mut State, fd: RawFd, ready: u32) -> usize {
                 // 0 is the end of the stream; on SEQPACKET it may be an empty message too
                 // (each later receive then sees 0 again at the end).
                 let eof = r == 0 && left > 0 && !k.seqpacket;
+                if r == 0 && (eof || (k.seqpacket && at_end(fd))) {
+                    flags |= super::abi::EXS_MSG_EOF;
+                }
                 if !rv.waitall || rv.done == rv.op.len || eof || k.seqpacket {
                     if let Some(rv) = k.recvs.pop_front() {
                         let got = rv.done as isize;
@@ -418,7 +534,7 @@ pub(crate) fn run(l: &Lib, st: &mut State, fd: RawFd, ready: u32) -> usize {
                     if eof {
                         // The end of the stream: every receive after it gets 0 as well.
                         while let Some(rv) = k.recvs.pop_front() {
-                            done.push((rv.op, 0, 0));
+                            done.push((rv.op, 0, super::abi::EXS_MSG_EOF));
                         }
                     }
                 }
@@ -431,6 +547,39 @@ pub(crate) fn run(l: &Lib, st: &mut State, fd: RawFd, ready: u32) -> usize {
     }
     interest(l, st, fd);
     n
+}
+
+/// The iovecs of `segs` past their first `done` bytes.
+fn iovecs(segs: &[(usize, usize)], done: usize) -> Vec<libc::iovec> {
+    let mut skip = done;
+    let mut out = Vec::with_capacity(segs.len());
+    for &(base, len) in segs {
+        if skip >= len {
+            skip -= len;
+            continue;
+        }
+        out.push(libc::iovec {
+            iov_base: (base + skip) as *mut libc::c_void,
+            iov_len: len - skip,
+        });
+        skip = 0;
+    }
+    out
+}
+
+/// A SEQPACKET kernel socket whose receive gave 0: the end of the stream (the peer shut
+/// down or closed, or we shut reading down), or else an empty message. The kernel does not
+/// tell them apart: the end is taken when the reading side is shut and nothing is queued
+/// (an empty message sent right before the peer's shutdown reads as the end too).
+fn at_end(fd: RawFd) -> bool {
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLIN | libc::POLLRDHUP,
+        revents: 0,
+    };
+    // SAFETY: one pollfd on the stack, no wait.
+    let r = unsafe { libc::poll(&mut p, 1, 0) };
+    r > 0 && p.revents & (libc::POLLRDHUP | libc::POLLHUP) != 0
 }
 
 /// Watch `fd` for what its queued operations wait on.

@@ -58,6 +58,17 @@ impl Mem {
         })
     }
 
+    /// A buffer of ours (an `exs_recvmsg` staging buffer), registered.
+    pub fn allocate(ctx: &courier_core::Context, len: usize) -> XResult<Mem> {
+        let mem = ctx.mem_map(MemMapParams::allocate(len).access(access::READ | access::WRITE))?;
+        Ok(Mem {
+            addr: mem.as_ptr() as usize,
+            len,
+            mem,
+            busy: 0,
+        })
+    }
+
     /// `[buf, buf + len)` lies inside the registration; `EFAULT` otherwise.
     pub fn covers(&self, mh: exs_mhandle_t, buf: usize, len: usize) -> XResult<()> {
         let end = buf.checked_add(len);

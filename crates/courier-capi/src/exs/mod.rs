@@ -9,6 +9,7 @@
 //!   with `errno` on failure.
 //! - `queue`: event queues, their reservations and their pollable descriptor.
 //! - `mem`: memory registrations.
+//! - `msg`: `exs_sendmsg` and `exs_recvmsg` (scatter/gather over a `msghdr`).
 //! - `sock`: the descriptor table and connection set-up (listen, accept, connect, close).
 //! - `conn`: a Courier connection's set-up, dispatch and close; `recv` and `send`: its data
 //!   path (advertisements, eager data, credits, direct placement with a put-with-signal);
@@ -29,6 +30,7 @@ mod conn;
 mod engine;
 mod ksock;
 mod mem;
+mod msg;
 mod queue;
 mod recv;
 mod send;
@@ -38,6 +40,7 @@ mod wire;
 pub use abi::*;
 pub use api::*;
 pub use api_q::*;
+pub use msg::{exs_recvmsg, exs_sendmsg};
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicPtr, Ordering};

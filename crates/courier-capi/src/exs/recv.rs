@@ -29,6 +29,7 @@ use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::conn::{Conn, Opts, Phase, SockType, reset, send_ctl};
+use super::msg::{MsgRecv, end_recv, refuse_recv};
 use super::sock::{Op, State};
 use super::wire::{self, Msg, word};
 use super::{XResult, fail};
@@ -49,6 +50,8 @@ pub(crate) struct RecvAdv {
 
 pub(crate) struct RecvOp {
     op: Op,
+    /// `exs_recvmsg`: its msghdr, and the iovecs a staging buffer scatters into.
+    msg: Option<Box<MsgRecv>>,
     got: usize,
     waitall: bool,
     msgno: u64,
@@ -81,6 +84,20 @@ pub(crate) struct Rx {
     live: usize,
     eof: bool,
     watched: bool,
+    /// `exs_shutdown` SHUT_RD: where it stands.
+    pub rd_shut: RdShut,
+}
+
+/// Our reading side's shutdown.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum RdShut {
+    Open,
+    /// SHUT_RD went to the peer; its SHUT_RD_ACK has not come (it may still be writing
+    /// into our advertised buffers).
+    Waiting,
+    /// Nothing more is written into our buffers: receives take what has arrived, then
+    /// complete with the end of the stream.
+    Done,
 }
 
 impl Rx {
@@ -108,6 +125,7 @@ impl Rx {
             live: 0,
             eof: false,
             watched: false,
+            rd_shut: RdShut::Open,
         }
     }
 }
@@ -218,7 +236,7 @@ fn complete_front(st: &mut State, c: &mut Conn, result: usize, flags: i32) {
         if let Some(a) = r.adv.take() {
             unadvertise(&mut c.rx, a);
         }
-        st.finish(r.op, result as isize, flags);
+        end_recv(st, r.op, r.msg, result as isize, flags);
     }
 }
 
@@ -373,11 +391,12 @@ pub(crate) fn process(st: &mut State, c: &mut Conn) {
             }
         }
     }
-    if c.rx.eof {
-        // End of the peer's data: what is pending completes with what it got (0: end).
+    if c.rx.eof || c.rx.rd_shut == RdShut::Done {
+        // End of the peer's data (or of our reading): what is pending completes with what
+        // it got (0: end), flagged.
         while let Some(r) = c.rx.recvs.front() {
             let got = r.got;
-            complete_front(st, c, got, 0);
+            complete_front(st, c, got, super::abi::EXS_MSG_EOF);
         }
     }
     if let Err(e) = advertise(st, c) {
@@ -401,7 +420,8 @@ pub(crate) fn process(st: &mut State, c: &mut Conn) {
 
 /// Advertise the pending receives not advertised yet, in order.
 fn advertise(st: &mut State, c: &mut Conn) -> XResult<()> {
-    if !matches!(c.phase, Phase::Open) || c.peer_closed || c.rx.eof {
+    if !matches!(c.phase, Phase::Open) || c.peer_closed || c.rx.eof || c.rx.rd_shut != RdShut::Open
+    {
         return Ok(());
     }
     for i in 0..c.rx.recvs.len() {
@@ -494,23 +514,57 @@ fn flush_credits(c: &mut Conn) -> XResult<()> {
     send_ctl(c, wire::K_CREDIT, &Msg::Credit)
 }
 
+// ----- shutdown ------------------------------------------------------------------------------
+
+/// `exs_shutdown` SHUT_RD: the peer is told to write into our buffers no more (its sends
+/// then fail with `EPIPE`); once it answers, pending receives take what has arrived and
+/// complete with the end of the stream, and so do later ones. A peer that already ended
+/// its data (FIN) or closed writes nothing more: at once.
+pub(crate) fn shutdown_rd(st: &mut State, c: &mut Conn) -> XResult<()> {
+    if c.rx.rd_shut != RdShut::Open {
+        return Ok(());
+    }
+    if c.rx.eof || c.peer_closed {
+        c.rx.rd_shut = RdShut::Done;
+    } else {
+        c.rx.rd_shut = RdShut::Waiting;
+        send_ctl(c, wire::K_SHUT_RD, &Msg::ShutRd)?;
+    }
+    process(st, c);
+    Ok(())
+}
+
+/// The peer's answer to our SHUT_RD: everything it wrote into our buffers is in place.
+pub(crate) fn on_shut_rd_ack(st: &mut State, c: &mut Conn) -> XResult<()> {
+    if c.rx.rd_shut != RdShut::Waiting {
+        return Err(proto("SHUT_RD_ACK without a SHUT_RD"));
+    }
+    c.rx.rd_shut = RdShut::Done;
+    process(st, c);
+    Ok(())
+}
+
 // ----- the calls ---------------------------------------------------------------------------
 
 /// `exs_recv` on a Courier connection.
-pub(crate) fn post_recv(st: &mut State, c: &mut Conn, op: Op, waitall: bool) -> XResult<()> {
+///
+/// `msg`: `exs_recvmsg`'s side (`op.buf` is then where the data goes: the caller's one
+/// buffer, or a staging buffer scattered into its iovecs at completion).
+pub(crate) fn post_recv(
+    st: &mut State,
+    c: &mut Conn,
+    op: Op,
+    waitall: bool,
+    msg: Option<Box<MsgRecv>>,
+) -> XResult<()> {
     if let Err(e) = c.usable(false) {
-        op.q.unreserve();
-        if op.mh != 0
-            && let Some(m) = st.mems.get_mut(&op.mh)
-        {
-            m.busy -= 1;
-        }
+        refuse_recv(st, op, msg);
         return Err(e);
     }
     let mut got = 0;
     if c.ty == SockType::Stream {
         if op.len == 0 {
-            st.finish(op, 0, 0);
+            end_recv(st, op, msg, 0, 0);
             return Ok(());
         }
         if c.rx.recvs.is_empty() && !c.rx.sbuf.is_empty() {
@@ -523,7 +577,7 @@ pub(crate) fn post_recv(st: &mut State, c: &mut Conn, op: Op, waitall: bool) -> 
             c.rx.freed += n as u64;
             got = n;
             if !waitall || got == op.len {
-                st.finish(op, got as isize, 0);
+                end_recv(st, op, msg, got as isize, 0);
                 process(st, c);
                 return Ok(());
             }
@@ -533,6 +587,7 @@ pub(crate) fn post_recv(st: &mut State, c: &mut Conn, op: Op, waitall: bool) -> 
     c.rx.recv_no += 1;
     c.rx.recvs.push_back(RecvOp {
         op,
+        msg,
         got,
         waitall: waitall && c.ty == SockType::Stream,
         msgno,
@@ -550,7 +605,7 @@ pub(crate) fn fail_all(st: &mut State, c: &mut Conn, errno: i32) {
         if let Some(a) = r.adv.take() {
             unadvertise(&mut c.rx, a);
         }
-        st.fail_op(r.op, errno);
+        end_recv(st, r.op, r.msg, -(errno as isize), 0);
     }
     c.rx.stash.clear();
     if c.rx.watched {

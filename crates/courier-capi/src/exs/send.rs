@@ -43,6 +43,10 @@ pub(crate) struct Tx {
     keys: Vec<Option<RemoteKey>>,
     pub order: VecDeque<u64>,
     pub fin: bool,
+    /// `exs_shutdown` SHUT_WR: no new sends; FIN goes once the waiting ones are issued.
+    pub shut: bool,
+    /// The peer shut its reading side down: our sends fail with `EPIPE`.
+    pub peer_rd_shut: bool,
 }
 
 impl Tx {
@@ -87,6 +91,9 @@ pub(crate) fn on_ack(c: &mut Conn, ack: u64) -> XResult<()> {
 }
 
 pub(crate) fn on_advert(c: &mut Conn, a: wire::Advert) -> XResult<()> {
+    if c.tx.peer_rd_shut {
+        return Err(proto("an advertisement after SHUT_RD"));
+    }
     let slots = c.peer.as_ref().map_or(0, |p| p.slots);
     c.tx.drop_stale(c.ty);
     if a.slot as usize >= slots || a.key as usize >= slots {
@@ -173,7 +180,16 @@ pub(crate) fn on_key(c: &mut Conn, slot: u16, key: &[u8]) -> XResult<()> {
 }
 
 /// `exs_send` on a Courier connection.
-pub(crate) fn post_send(st: &mut State, c: &mut Conn, mut op: Op) -> XResult<()> {
+///
+/// `segs`: `exs_sendmsg`'s iovecs (non-empty ones, each inside the registration), gathered
+/// by Courier into each chunk (`op.buf` is then the `msghdr`, for the event); `None`: the
+/// contiguous `[op.buf, op.buf + op.len)`.
+pub(crate) fn post_send(
+    st: &mut State,
+    c: &mut Conn,
+    mut op: Op,
+    segs: Option<Vec<(usize, usize)>>,
+) -> XResult<()> {
     let refuse = |st: &mut State, op: &Op, e: super::Fail| {
         op.q.unreserve();
         if op.mh != 0
@@ -200,9 +216,14 @@ pub(crate) fn post_send(st: &mut State, c: &mut Conn, mut op: Op) -> XResult<()>
     let mut inline = None;
     let mut posted = false;
     if op.len <= c.opts.inline_max && op.len > 0 {
-        // SAFETY: checked against its registration; the caller's until this call returns.
-        let data = unsafe { std::slice::from_raw_parts(op.buf as *const u8, op.len) };
-        inline = Some(data.to_vec());
+        let mut copy = Vec::with_capacity(op.len);
+        let one = [(op.buf, op.len)];
+        for &(at, n) in segs.as_deref().unwrap_or(&one) {
+            // SAFETY: checked against its registration; the caller's until this call
+            // returns.
+            copy.extend_from_slice(unsafe { std::slice::from_raw_parts(at as *const u8, n) });
+        }
+        inline = Some(copy);
         // The copy is ours: the event now, the registration free now.
         let now = Op {
             q: op.q.clone(),
@@ -221,6 +242,7 @@ pub(crate) fn post_send(st: &mut State, c: &mut Conn, mut op: Op) -> XResult<()>
             off: 0,
             inflight: 0,
             inline,
+            segs,
             posted,
             issued: false,
             error: None,
@@ -256,23 +278,64 @@ pub(crate) fn pump(st: &mut State, c: &mut Conn) {
             }
         }
     }
+    if c.tx.shut
+        && !c.tx.fin
+        && c.tx.order.is_empty()
+        && let Err(e) = send_fin(c)
+    {
+        reset(st, c, e);
+    }
 }
 
-fn send_of(st: &State, id: u64) -> XResult<(usize, usize, usize)> {
+/// `exs_shutdown` SHUT_WR: the sends already started go first, then our end of the stream.
+pub(crate) fn shutdown_wr(st: &mut State, c: &mut Conn) {
+    c.tx.shut = true;
+    pump(st, c);
+}
+
+/// The peer shut its reading side down: its advertisements are void, our waiting sends
+/// and every later one fail with `EPIPE`; it learns that nothing more will be written into
+/// its buffers.
+pub(crate) fn on_peer_shut_rd(st: &mut State, c: &mut Conn) -> XResult<()> {
+    if c.tx.peer_rd_shut {
+        return Err(proto("a second SHUT_RD"));
+    }
+    c.tx.peer_rd_shut = true;
+    peer_gone(st, c, libc::EPIPE);
+    super::conn::send_ctl(c, wire::K_SHUT_RD_ACK, &Msg::ShutRdAck)
+}
+
+fn send_of(st: &State, id: u64) -> XResult<(usize, usize)> {
     let s = st
         .sends
         .get(&id)
         .ok_or_else(|| fail(libc::EIO, "a waiting send vanished"))?;
-    Ok((s.src(), s.op.len, s.off))
+    Ok((s.op.len, s.off))
+}
+
+fn buf_len(b: &Buf) -> usize {
+    match b {
+        Buf::One((_, n)) => *n,
+        Buf::Many(v) => v.iter().map(|s| s.1).sum(),
+    }
+}
+
+/// Bytes `[off, off + n)` of send `id`, as Courier takes them.
+fn piece(st: &State, id: u64, off: usize, n: usize) -> XResult<Buf> {
+    st.sends
+        .get(&id)
+        .map(|s| s.piece(off, n))
+        .ok_or_else(|| fail(libc::EIO, "a waiting send vanished"))
 }
 
 /// SEQPACKET: the whole message eagerly, or into its advertisement; `false`: wait.
 fn step_msg(st: &mut State, c: &mut Conn, id: u64) -> XResult<bool> {
-    let (src, len, _) = send_of(st, id)?;
+    let (len, _) = send_of(st, id)?;
     let m = c.tx.next_chunk;
     c.tx.drop_stale(SockType::Seqpacket);
     if len <= c.tx.eager_max && c.tx.credits() >= 1 {
-        eager(st, c, id, src, len, m)?;
+        let data = piece(st, id, 0, len)?;
+        eager(st, c, id, data, m)?;
         c.tx.used += 1;
         c.tx.next_chunk += 1;
         return Ok(true);
@@ -284,7 +347,8 @@ fn step_msg(st: &mut State, c: &mut Conn, id: u64) -> XResult<bool> {
     let value = word::make(m, n, len as u64 > a.len);
     let (slot, key, addr) = (a.slot, a.key, a.addr);
     c.tx.adverts.pop_front();
-    direct(st, c, id, src, n as usize, addr, key, slot, value)?;
+    let data = piece(st, id, 0, n as usize)?;
+    direct(st, c, id, data, addr, key, slot, value)?;
     c.tx.next_chunk += 1;
     Ok(true)
 }
@@ -292,7 +356,7 @@ fn step_msg(st: &mut State, c: &mut Conn, id: u64) -> XResult<bool> {
 /// STREAM: as many chunks as can go now; `true` once every byte is issued.
 fn step_stream(st: &mut State, c: &mut Conn, id: u64) -> XResult<bool> {
     loop {
-        let (src, len, off) = send_of(st, id)?;
+        let (len, off) = send_of(st, id)?;
         if off == len {
             return Ok(true);
         }
@@ -313,7 +377,8 @@ fn step_stream(st: &mut State, c: &mut Conn, id: u64) -> XResult<bool> {
             }
             let chunk = c.tx.next_chunk;
             c.tx.next_chunk = chunk + 1;
-            direct(st, c, id, src + off, n as usize, at, key, slot, value)?;
+            let data = piece(st, id, off, n as usize)?;
+            direct(st, c, id, data, at, key, slot, value)?;
             if let Some(s) = st.sends.get_mut(&id) {
                 s.off += n as usize;
             }
@@ -324,7 +389,8 @@ fn step_stream(st: &mut State, c: &mut Conn, id: u64) -> XResult<bool> {
             return Ok(false);
         };
         let chunk = c.tx.next_chunk;
-        eager(st, c, id, src + off, n, chunk)?;
+        let data = piece(st, id, off, n)?;
+        eager(st, c, id, data, chunk)?;
         c.tx.next_chunk += 1;
         c.tx.eager_sent += 1;
         c.tx.used += n as u64;
@@ -369,9 +435,10 @@ fn started(st: &mut State, id: u64, token: usize, r: Result<Started, Error>) -> 
     }
 }
 
-fn eager(st: &mut State, c: &mut Conn, id: u64, src: usize, n: usize, chunk: u64) -> XResult<()> {
+fn eager(st: &mut State, c: &mut Conn, id: u64, data: Buf, chunk: u64) -> XResult<()> {
     tracing::debug!(
-        "EXS eager out: chunk {chunk} {n} bytes (credits {})",
+        "EXS eager out: chunk {chunk} {} bytes (credits {})",
+        buf_len(&data),
         c.tx.credits()
     );
     let hdr = wire::encode(prefix(c, wire::K_DATA, 0), &Msg::Data { chunk });
@@ -386,7 +453,7 @@ fn eager(st: &mut State, c: &mut Conn, id: u64, src: usize, n: usize, chunk: u64
         c.ep.am_send_raw(
             wire::AM_ID,
             &hdr,
-            Buf::One((src, n)),
+            data,
             flags,
             Callback::Raw(piece_done, token),
         )
@@ -399,8 +466,7 @@ fn direct(
     st: &mut State,
     c: &mut Conn,
     id: u64,
-    src: usize,
-    n: usize,
+    data: Buf,
     addr: u64,
     key: u16,
     slot: u16,
@@ -413,12 +479,15 @@ fn direct(
         return Err(proto(format!("key slot {key} empty")));
     };
     let sig = peer.words + slot as u64 * 8;
-    tracing::debug!("EXS direct out: {n} bytes at {addr:#x} slot {slot} word {value:#x}");
+    tracing::debug!(
+        "EXS direct out: {} bytes at {addr:#x} slot {slot} word {value:#x}",
+        buf_len(&data)
+    );
     let token = st.token(id);
     // SAFETY: as `eager`: the source stays valid until the send's event.
     let r = unsafe {
         c.ep.put_signal_raw(
-            Buf::One((src, n)),
+            data,
             addr,
             k,
             sig,

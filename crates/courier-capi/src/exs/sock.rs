@@ -44,6 +44,8 @@ pub(crate) struct SendOp {
     pub inflight: u32,
     /// The data, copied at the call (sends up to `EXS_F_INLINE_MAX`).
     pub inline: Option<Vec<u8>>,
+    /// `exs_sendmsg`: the iovecs (non-empty ones) the data is gathered from.
+    pub segs: Option<Vec<(usize, usize)>>,
     /// The event was posted already (inline sends).
     pub posted: bool,
     /// Every byte issued, or the send given up.
@@ -52,11 +54,29 @@ pub(crate) struct SendOp {
 }
 
 impl SendOp {
-    /// Where its bytes are.
-    pub fn src(&self) -> usize {
-        match &self.inline {
-            Some(v) => v.as_ptr() as usize,
-            None => self.op.buf,
+    /// Its bytes `[off, off + n)`: from the inline copy, the iovecs, or the buffer.
+    pub fn piece(&self, off: usize, n: usize) -> courier_core::Buf {
+        if let Some(v) = &self.inline {
+            return courier_core::Buf::One((v.as_ptr() as usize + off, n));
+        }
+        let Some(segs) = &self.segs else {
+            return courier_core::Buf::One((self.op.buf + off, n));
+        };
+        let (end, mut at, mut out) = (off + n, 0, Vec::new());
+        for &(base, len) in segs {
+            let (lo, hi) = (off.max(at), end.min(at + len));
+            if lo < hi {
+                out.push((base + lo - at, hi - lo));
+            }
+            at += len;
+            if at >= end {
+                break;
+            }
+        }
+        match out.len() {
+            0 => courier_core::Buf::One((0, 0)),
+            1 => courier_core::Buf::One(out[0]),
+            _ => courier_core::Buf::Many(out),
         }
     }
 }
@@ -116,6 +136,8 @@ pub(crate) struct State {
     pub closing: Vec<ConnRef>,
     /// Library-wide tuning.
     pub lib_opts: LibOpts,
+    /// Bytes of `exs_recvmsg` staging buffers in use.
+    pub staging: usize,
 }
 
 #[derive(Clone, Copy, Default)]
@@ -288,6 +310,9 @@ impl State {
             m.busy = m.busy.saturating_sub(1);
         }
         let errno = if result < 0 { (-result) as i32 } else { 0 };
+        if op.kind == EXS_EVT_RECVMSG {
+            super::msg::put_msg_flags(op.buf, flags);
+        }
         op.q.push(exs_event_t {
             exs_evt_type: op.kind,
             exs_evt_fd: op.fd,

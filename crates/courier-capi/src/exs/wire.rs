@@ -16,7 +16,10 @@
 //!             tag u64 (SEQPACKET: message number; STREAM: eager chunks seen)
 //! KEY     +0: key slot u16, key length u16, key bytes
 //! DATA    +0: chunk u64 (flags: FIN)
-//! CREDIT, CLOSE, CLOSE_ACK: nothing more
+//! CREDIT, CLOSE, CLOSE_ACK, SHUT_RD, SHUT_RD_ACK: nothing more
+//! (SHUT_RD: the sender of it reads no more (`exs_shutdown` SHUT_RD): its advertisements
+//! are void and the receiver of it sends no more; SHUT_RD_ACK answers once nothing more
+//! will be written into them.)
 //! ```
 //! Parsing checks lengths and fields; what a field means against the connection's state
 //! (slots in range, chunks in order, credits not overdrawn) is checked by `send` and `recv`.
@@ -36,6 +39,8 @@ pub(crate) const K_DATA: u8 = 4;
 pub(crate) const K_CREDIT: u8 = 5;
 pub(crate) const K_CLOSE: u8 = 6;
 pub(crate) const K_CLOSE_ACK: u8 = 7;
+pub(crate) const K_SHUT_RD: u8 = 8;
+pub(crate) const K_SHUT_RD_ACK: u8 = 9;
 
 /// DATA: the sender sends nothing after this chunk number.
 pub(crate) const F_FIN: u8 = 1;
@@ -88,6 +93,8 @@ pub(crate) enum Msg {
     Credit,
     Close,
     CloseAck,
+    ShutRd,
+    ShutRdAck,
 }
 
 fn u16_at(b: &[u8], at: usize) -> u16 {
@@ -146,7 +153,7 @@ pub(crate) fn encode(p: Prefix, m: &Msg) -> Vec<u8> {
             v.extend_from_slice(key);
         }
         Msg::Data { chunk } => v.extend_from_slice(&chunk.to_le_bytes()),
-        Msg::Credit | Msg::Close | Msg::CloseAck => {}
+        Msg::Credit | Msg::Close | Msg::CloseAck | Msg::ShutRd | Msg::ShutRdAck => {}
     }
     v
 }
@@ -265,6 +272,14 @@ pub(crate) fn decode(b: &[u8]) -> XResult<(Prefix, Msg)> {
             exact(r, 0, "CLOSE_ACK")?;
             Msg::CloseAck
         }
+        K_SHUT_RD => {
+            exact(r, 0, "SHUT_RD")?;
+            Msg::ShutRd
+        }
+        K_SHUT_RD_ACK => {
+            exact(r, 0, "SHUT_RD_ACK")?;
+            Msg::ShutRdAck
+        }
         k => return Err(bad(format!("unknown EXS message kind {k}"))),
     };
     Ok((p, m))
@@ -348,6 +363,8 @@ mod tests {
             Msg::Credit,
             Msg::Close,
             Msg::CloseAck,
+            Msg::ShutRd,
+            Msg::ShutRdAck,
         ];
         for m in msgs {
             let kind = match &m {
@@ -358,6 +375,8 @@ mod tests {
                 Msg::Credit => K_CREDIT,
                 Msg::Close => K_CLOSE,
                 Msg::CloseAck => K_CLOSE_ACK,
+                Msg::ShutRd => K_SHUT_RD,
+                Msg::ShutRdAck => K_SHUT_RD_ACK,
             };
             let b = encode(p(kind), &m);
             assert_eq!(decode(&b).expect("decode"), (p(kind), m));

@@ -6,6 +6,7 @@
  * two-process cases are in exs_peers.c. */
 #include "../../../../examples/c/exs_common.h"
 
+#include <limits.h>
 #include <poll.h>
 
 static struct timespec zero = {0, 0};
@@ -336,6 +337,87 @@ static void kernel_pair(int type)
     XCHECK(exs_qdelete(q));
 }
 
+/* exs_shutdown, exs_sendmsg and exs_recvmsg: their argument checks (the data cases, over
+ * Courier and kernel sockets between processes, are in exs_peers.c). */
+static void shutdown_and_msg_errors(void)
+{
+    exs_qhandle_t q = exs_qcreate(4);
+    static unsigned char buf[4096], other[64];
+    exs_mhandle_t mh = exs_mregister(buf, sizeof(buf), 0);
+    int sv[2];
+    EXPECT(socketpair(AF_UNIX, SOCK_SEQPACKET, 0, sv) == 0);
+    int e = exs_socket(AF_INET, SOCK_STREAM, 0);
+    XCHECK(e);
+    int k = socket(AF_INET, SOCK_STREAM, 0);
+    int p[2];
+    EXPECT(k >= 0 && pipe(p) == 0);
+    /* shutdown: bad how (before anything else), not connected, not a socket, not open. */
+    XFAILS(exs_shutdown(sv[0], 3), EINVAL);
+    XFAILS(exs_shutdown(sv[0], -1), EINVAL);
+    XFAILS(exs_shutdown(e, 42), EINVAL);
+    XFAILS(exs_shutdown(e, SHUT_WR), ENOTCONN);
+    XFAILS(exs_shutdown(e, SHUT_RD), ENOTCONN);
+    XFAILS(exs_shutdown(k, SHUT_RDWR), ENOTCONN);
+    XFAILS(exs_shutdown(p[0], SHUT_WR), ENOTSOCK);
+    XFAILS(exs_shutdown(p[1] + 1000, SHUT_WR), EBADF);
+    /* A kernel pair: SHUT_WR, then sends fail with EPIPE and the peer reads the end. */
+    XCHECK(exs_shutdown(sv[0], SHUT_WR));
+    XFAILS(exs_send(sv[0], buf, 8, 0, q, NULL, mh), EPIPE);
+    XCHECK(exs_recv(sv[1], buf, 8, 0, q, (void *)1, mh));
+    exs_event_t ev = expect_event(q, EXS_EVT_RECV, (void *)1);
+    EXPECT(ev.exs_evt_result == 0 && (ev.exs_evt_flags & EXS_MSG_EOF));
+
+    /* sendmsg / recvmsg. */
+    struct iovec iov[2] = {{buf, 10}, {buf + 100, 20}};
+    struct msghdr m = {.msg_iov = iov, .msg_iovlen = 2};
+    XFAILS(exs_sendmsg(sv[1], NULL, 0, q, NULL, mh), EFAULT);
+    XFAILS(exs_recvmsg(sv[1], NULL, 0, q, NULL, mh), EFAULT);
+    struct msghdr noiov = {.msg_iov = NULL, .msg_iovlen = 2};
+    XFAILS(exs_sendmsg(sv[1], &noiov, 0, q, NULL, mh), EFAULT);
+    /* An iovec outside the registration: EFAULT, on a kernel and on an EXS socket. */
+    iov[1].iov_base = other;
+    XFAILS(exs_sendmsg(sv[1], &m, 0, q, NULL, mh), EFAULT);
+    XFAILS(exs_recvmsg(sv[1], &m, 0, q, NULL, mh), EFAULT);
+    XFAILS(exs_sendmsg(e, &m, 0, q, NULL, mh), EFAULT);
+    iov[1].iov_base = buf + sizeof(buf) - 10; /* straddles its end */
+    XFAILS(exs_recvmsg(sv[1], &m, 0, q, NULL, mh), EFAULT);
+    iov[1].iov_base = buf + 100;
+    /* Too many iovecs: EMSGSIZE. */
+    static struct iovec many[EXS_IOV_MAX + 1];
+    for (int i = 0; i <= EXS_IOV_MAX; i++) {
+        many[i].iov_base = buf + i;
+        many[i].iov_len = 1;
+    }
+    struct msghdr big = {.msg_iov = many, .msg_iovlen = EXS_IOV_MAX + 1};
+    XFAILS(exs_sendmsg(sv[1], &big, 0, q, NULL, mh), EMSGSIZE);
+    XFAILS(exs_recvmsg(sv[1], &big, 0, q, NULL, mh), EMSGSIZE);
+    /* Lengths adding up past SSIZE_MAX: EINVAL. */
+    struct iovec huge[2] = {{buf, (size_t)SSIZE_MAX}, {buf, 2}};
+    struct msghdr hm = {.msg_iov = huge, .msg_iovlen = 2};
+    XFAILS(exs_sendmsg(sv[1], &hm, 0, q, NULL, mh), EINVAL);
+    /* Ancillary data, unknown flags, an unknown registration, a socket not connected. */
+    char ctl[64];
+    struct msghdr cm = {.msg_iov = iov, .msg_iovlen = 2, .msg_control = ctl, .msg_controllen = sizeof(ctl)};
+    XFAILS(exs_sendmsg(sv[1], &cm, 0, q, NULL, mh), EOPNOTSUPP);
+    XFAILS(exs_sendmsg(sv[1], &m, MSG_OOB, q, NULL, mh), EOPNOTSUPP);
+    XFAILS(exs_recvmsg(sv[1], &m, MSG_PEEK, q, NULL, mh), EOPNOTSUPP);
+    XFAILS(exs_sendmsg(sv[1], &m, 0, q, NULL, mh + 999), EINVAL);
+    XFAILS(exs_sendmsg(e, &m, 0, q, NULL, mh), ENOTCONN);
+    XFAILS(exs_recvmsg(e, &m, 0, q, NULL, mh), ENOTCONN);
+    XFAILS(exs_sendmsg(sv[1], &m, 0, q + 1000, NULL, mh), EINVAL);
+    long r = -1;
+    XCHECK(exs_qstatus(q, EXS_QATTR_RESERVED, &r));
+    EXPECT(r == 0); /* refused operations give their slot back */
+    XCHECK(exs_mderegister(mh)); /* and their registration */
+    XCHECK(exs_close(e, EXS_QHANDLE_INVALID, NULL));
+    close(k);
+    close(p[0]);
+    close(p[1]);
+    close(sv[0]);
+    close(sv[1]);
+    XCHECK(exs_qdelete(q));
+}
+
 int main(void)
 {
     watchdog(120);
@@ -350,6 +432,7 @@ int main(void)
     connected();
     kernel_pair(SOCK_STREAM);
     kernel_pair(SOCK_SEQPACKET);
+    shutdown_and_msg_errors();
     printf("exs_api: OK\n");
     return 0;
 }
