@@ -33,6 +33,7 @@ mod endpoint;
 /// cbindgen:ignore
 pub mod exs;
 mod ffi;
+mod handle;
 mod job;
 mod listener;
 mod memory;
