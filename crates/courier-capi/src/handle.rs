@@ -118,6 +118,14 @@ fn kind_name(kind: u64) -> &'static str {
     }
 }
 
+/// "a worker", "an endpoint".
+fn article(what: &str) -> String {
+    match what.chars().next() {
+        Some('a' | 'e' | 'i' | 'o' | 'u') => format!("an {what}"),
+        _ => format!("a {what}"),
+    }
+}
+
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
@@ -225,14 +233,17 @@ fn locate<T: Handle>(h: *const T, name: &str) -> Result<(&'static Slot<T>, u64),
     }
     let kind = v >> KIND_SHIFT;
     if kind != T::KIND {
-        return Err(bad(format!(
-            "handle `{name}` is {}, not a {} handle",
-            match kind_name(kind) {
-                "unknown" => "not a handle Courier made".to_string(),
-                k => format!("a {k} handle"),
-            },
-            T::WHAT
-        )));
+        return Err(bad(match kind_name(kind) {
+            "unknown" => format!(
+                "handle `{name}` is not a handle Courier made (expected {} handle)",
+                article(T::WHAT)
+            ),
+            k => format!(
+                "handle `{name}` is {} handle, not {} handle",
+                article(k),
+                article(T::WHAT)
+            ),
+        }));
     }
     let index = ((v >> INDEX_SHIFT) & INDEX_MASK) as usize;
     match T::table().slot(index) {
@@ -315,7 +326,11 @@ mod tests {
         let o = insert(Other).unwrap();
         let e = get(o as *const Thing, "o").err().unwrap();
         assert_eq!(e.status(), Status::InvalidHandle);
-        assert!(e.detail().contains("other thing handle"), "{}", e.detail());
+        assert!(
+            e.detail().contains("expected a test thing handle"),
+            "{}",
+            e.detail()
+        );
         // NULL and garbage.
         assert_eq!(
             get::<Thing>(std::ptr::null(), "n").err().unwrap().status(),
