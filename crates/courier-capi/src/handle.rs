@@ -10,17 +10,18 @@
 //!   bits 37..0   the slot's generation when the object was put there
 //! ```
 //!
-//! Looking a handle up checks the kind, the index, and the generation under the slot's own
-//! lock, and returns a counted reference (`Arc`) to the object: NULL, a value of another
-//! kind, a destroyed handle (destroy-twice, use-after-destroy) and a stale request all fail
-//! with `COURIER_ERR_INVALID_HANDLE` instead of touching freed memory. Destroying takes the
-//! object out of its slot and bumps the generation; the object itself is dropped when the
-//! last call still using it (another thread's) returns, so a destroy racing a use is sound
-//! too.
+//! Looking a handle up checks the kind, the index and the generation, and counts the
+//! caller in on the slot (one atomic add; one subtract when the call is done): NULL, a value
+//! of another kind, a destroyed handle (destroy-twice, use-after-destroy) and a stale
+//! request all fail with `COURIER_ERR_INVALID_HANDLE` instead of touching freed memory.
+//! Destroying marks the slot dead (later lookups fail at once); the object is dropped and
+//! the slot freed, with a new generation, by whoever leaves it last: the destroy itself, or
+//! a call still using it on another thread, or further up this thread's stack (a callback
+//! that destroys the worker whose progress runs it). So a destroy racing a use is sound too.
 //!
-//! Cost on the hot path: a lookup is a read lock of one slot (its own cache line in
-//! practice, never a table-wide lock) and an `Arc` clone; making and ending a handle take
-//! the kind's free-list lock (only operations that return a request make one).
+//! Cost on the hot path: two uncontended atomic operations on the handle's own slot per
+//! call, never a table-wide lock; making and ending a handle also take the kind's free-list
+//! lock (only operations that return a request make one).
 //!
 //! Slots live in chunks that are allocated on first need and never freed, so a lookup
 //! never races a reallocation; memory is bounded by the most objects ever alive at once.
@@ -28,8 +29,10 @@
 //! first), so a stale handle aliasing a new object is out of practical reach.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::ops::Deref;
+use std::ptr::{self, NonNull};
+use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
 use courier_core::{Error, Status};
 
@@ -45,20 +48,30 @@ const CHUNKS: usize = 1 << (INDEX_BITS - CHUNK_BITS);
 /// Live objects of one kind at most.
 pub(crate) const CAPACITY: usize = 1 << INDEX_BITS;
 
+// A slot's state word: generation, two flags, and how many calls are using the slot now.
+//   bits 63..26  generation (38 bits, as in the handle)
+//   bit  25      DEAD: destroyed, the object still there until its last user leaves
+//   bit  24      EMPTY: no object (free, or being filled)
+//   bits 23..0   users (calls inside a lookup's guard, and lookups about to fail)
+const W_GEN_SHIFT: u32 = 26;
+const W_DEAD: u64 = 1 << 25;
+const W_EMPTY: u64 = 1 << 24;
+const W_USERS: u64 = (1 << 24) - 1;
+
 // A handle is a pointer-sized value holding 64 bits.
 const _: () = assert!(
     usize::BITS == 64,
     "the C ABI's handles need 64-bit pointers"
 );
 
-struct SlotState<T> {
-    /// The generation of the object in the slot, or of the next one to go there.
-    generation: u64,
-    obj: Option<Arc<T>>,
+fn w_gen(w: u64) -> u64 {
+    w >> W_GEN_SHIFT
 }
 
 struct Slot<T> {
-    state: RwLock<SlotState<T>>,
+    word: AtomicU64,
+    /// The object (from `Arc::into_raw`) while the slot is not EMPTY; NULL otherwise.
+    obj: AtomicPtr<T>,
 }
 
 struct Free {
@@ -133,7 +146,7 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 impl<T> Table<T> {
     pub(crate) const fn new() -> Table<T> {
         Table {
-            chunks: [const { AtomicPtr::new(std::ptr::null_mut()) }; CHUNKS],
+            chunks: [const { AtomicPtr::new(ptr::null_mut()) }; CHUNKS],
             free: Mutex::new(Free {
                 slots: VecDeque::new(),
                 next: 0,
@@ -170,10 +183,8 @@ impl<T> Table<T> {
         if i & (CHUNK - 1) == 0 {
             let chunk: Box<[Slot<T>]> = (0..CHUNK)
                 .map(|_| Slot {
-                    state: RwLock::new(SlotState {
-                        generation: 1,
-                        obj: None,
-                    }),
+                    word: AtomicU64::new((1 << W_GEN_SHIFT) | W_EMPTY),
+                    obj: AtomicPtr::new(ptr::null_mut()),
                 })
                 .collect();
             let p = Box::leak(chunk).as_mut_ptr();
@@ -217,16 +228,75 @@ pub(crate) fn insert_arc<T: Handle>(obj: Arc<T>) -> Result<*mut T, Error> {
     let slot = t
         .slot(index as usize)
         .ok_or_else(|| Error::new(Status::NoResource, "handle table chunk missing"))?;
-    let mut s = slot.state.write().unwrap_or_else(|p| p.into_inner());
-    s.obj = Some(obj);
-    let generation = s.generation;
-    drop(s);
+    // The slot is ours (from the free list) and EMPTY: lookups with stale handles may still
+    // count themselves in and out of it meanwhile, so the flag is cleared keeping their count.
+    slot.obj
+        .store(Arc::into_raw(obj) as *mut T, Ordering::Relaxed);
+    let w = slot.word.fetch_and(!W_EMPTY, Ordering::Release);
     t.live.fetch_add(1, Ordering::Relaxed);
-    Ok(pack(T::KIND, index, generation) as *mut T)
+    Ok(pack(T::KIND, index, w_gen(w)) as *mut T)
+}
+
+/// A live object, borrowed for one call: its slot counts this use until the guard drops.
+pub(crate) struct Guard<T: Handle> {
+    slot: &'static Slot<T>,
+    index: u32,
+    obj: NonNull<T>,
+}
+
+impl<T: Handle> Deref for Guard<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        // SAFETY: the slot counts this guard as a user, so the object (from Arc::into_raw)
+        // is not released until the guard drops (`leave`); it is only shared (`&`).
+        unsafe { self.obj.as_ref() }
+    }
+}
+
+impl<T: Handle> Guard<T> {
+    /// Leave the slot now; the object if this was its last use after a destroy.
+    pub(crate) fn finish(self) -> Option<Arc<T>> {
+        let (slot, index) = (self.slot, self.index);
+        std::mem::forget(self);
+        leave(slot, index)
+    }
+}
+
+impl<T: Handle> Drop for Guard<T> {
+    fn drop(&mut self) {
+        drop(leave(self.slot, self.index));
+    }
+}
+
+/// Count one user out of `slot`; if it was the last user of a destroyed object, take the
+/// object out, free the slot with the next generation, and return the object.
+fn leave<T: Handle>(slot: &'static Slot<T>, index: u32) -> Option<Arc<T>> {
+    let prev = slot.word.fetch_sub(1, Ordering::AcqRel);
+    if prev & W_DEAD == 0 || prev & W_USERS != 1 {
+        return None;
+    }
+    // Dead and nobody in it: the one whose compare-and-swap wins frees it (a stale lookup
+    // may have counted itself in and out meanwhile; exactly one sees this word).
+    let dead = prev - 1;
+    let empty = (((w_gen(dead) + 1) & GEN_MASK) << W_GEN_SHIFT) | W_EMPTY;
+    if slot
+        .word
+        .compare_exchange(dead, empty, Ordering::AcqRel, Ordering::Relaxed)
+        .is_err()
+    {
+        return None;
+    }
+    let p = slot.obj.swap(ptr::null_mut(), Ordering::Acquire);
+    let t = T::table();
+    lock(&t.free).slots.push_back(index);
+    t.live.fetch_sub(1, Ordering::Relaxed);
+    // SAFETY: `p` came from Arc::into_raw in `insert_arc`; the winning CAS above makes this
+    // the only place that takes it back, after every user left.
+    (!p.is_null()).then(|| unsafe { Arc::from_raw(p) })
 }
 
 /// Where a handle's value points in its table, or why it points nowhere.
-fn locate<T: Handle>(h: *const T, name: &str) -> Result<(&'static Slot<T>, u64), Error> {
+fn locate<T: Handle>(h: *const T, name: &str) -> Result<(&'static Slot<T>, u32, u64), Error> {
     let v = h as usize as u64;
     if v == 0 {
         return Err(bad(format!("handle `{name}` is NULL")));
@@ -245,9 +315,9 @@ fn locate<T: Handle>(h: *const T, name: &str) -> Result<(&'static Slot<T>, u64),
             ),
         }));
     }
-    let index = ((v >> INDEX_SHIFT) & INDEX_MASK) as usize;
-    match T::table().slot(index) {
-        Some(s) => Ok((s, v & GEN_MASK)),
+    let index = ((v >> INDEX_SHIFT) & INDEX_MASK) as u32;
+    match T::table().slot(index as usize) {
+        Some(s) => Ok((s, index, v & GEN_MASK)),
         None => Err(stale::<T>(name)),
     }
 }
@@ -267,43 +337,51 @@ fn stale<T: Handle>(name: &str) -> Error {
     ))
 }
 
-/// The live object behind `h`, or `COURIER_ERR_INVALID_HANDLE` with the reason.
+/// The live object behind `h` for the length of a call, or `COURIER_ERR_INVALID_HANDLE`
+/// with the reason.
 #[inline]
-pub(crate) fn get<T: Handle>(h: *const T, name: &str) -> Result<Arc<T>, Error> {
-    let (slot, generation) = locate(h, name)?;
-    let s = slot.state.read().unwrap_or_else(|p| p.into_inner());
-    match &s.obj {
-        Some(o) if s.generation & GEN_MASK == generation => Ok(o.clone()),
-        _ => Err(stale::<T>(name)),
+pub(crate) fn get<T: Handle>(h: *const T, name: &str) -> Result<Guard<T>, Error> {
+    let (slot, index, generation) = locate(h, name)?;
+    let w = slot.word.fetch_add(1, Ordering::Acquire);
+    if w & (W_DEAD | W_EMPTY) == 0 && w_gen(w) == generation {
+        let p = slot.obj.load(Ordering::Acquire);
+        if let Some(obj) = NonNull::new(p) {
+            return Ok(Guard { slot, index, obj });
+        }
     }
+    drop(leave(slot, index));
+    Err(stale::<T>(name))
 }
 
-/// Take the object behind `h` out of its table (the handle is dead from now on), if
-/// `allow` agrees; the caller drops it (or the last call still using it does).
+/// Destroy the object behind `h`, if `allow` agrees: the handle is dead from now on. The
+/// returned guard still reaches the object; when it drops (or `finish`es) the object goes
+/// too, unless another call is still using it (then it goes when that call ends).
 pub(crate) fn remove_if<T: Handle>(
     h: *const T,
     name: &str,
     allow: impl FnOnce(&T) -> Result<(), Error>,
-) -> Result<Arc<T>, Error> {
-    let (slot, generation) = locate(h, name)?;
-    let obj = {
-        let mut s = slot.state.write().unwrap_or_else(|p| p.into_inner());
-        match &s.obj {
-            Some(o) if s.generation & GEN_MASK == generation => allow(o)?,
-            _ => return Err(stale::<T>(name)),
+) -> Result<Guard<T>, Error> {
+    let g = get(h, name)?;
+    allow(&g)?;
+    let mut w = g.slot.word.load(Ordering::Relaxed);
+    loop {
+        if w & (W_DEAD | W_EMPTY) != 0 {
+            // Another thread destroyed it first.
+            return Err(stale::<T>(name));
         }
-        s.generation = s.generation.wrapping_add(1) & GEN_MASK;
-        s.obj.take()
-    };
-    let t = T::table();
-    let index = ((h as usize as u64 >> INDEX_SHIFT) & INDEX_MASK) as u32;
-    lock(&t.free).slots.push_back(index);
-    t.live.fetch_sub(1, Ordering::Relaxed);
-    obj.ok_or_else(|| stale::<T>(name))
+        match g
+            .slot
+            .word
+            .compare_exchange_weak(w, w | W_DEAD, Ordering::AcqRel, Ordering::Relaxed)
+        {
+            Ok(_) => return Ok(g),
+            Err(now) => w = now,
+        }
+    }
 }
 
 /// `remove_if` with no condition.
-pub(crate) fn remove<T: Handle>(h: *const T, name: &str) -> Result<Arc<T>, Error> {
+pub(crate) fn remove<T: Handle>(h: *const T, name: &str) -> Result<Guard<T>, Error> {
     remove_if(h, name, |_| Ok(()))
 }
 
@@ -367,6 +445,42 @@ mod tests {
             remove(h, "b").unwrap();
         }
         remove(o, "o").unwrap();
+    }
+
+    static DROPS: AtomicUsize = AtomicUsize::new(0);
+    struct Counted(u64);
+    impl Drop for Counted {
+        fn drop(&mut self) {
+            DROPS.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+    handle_kind!(Counted, 29, "counted thing");
+
+    #[test]
+    fn a_destroy_inside_a_use_waits_for_it_and_the_slot_comes_back_new() {
+        let h = insert(Counted(5)).unwrap();
+        let outer = get(h, "h").unwrap();
+        // A callback under `outer` destroys the object: the handle dies at once, the object
+        // stays until `outer` is done, then goes exactly once.
+        assert!(remove(h, "h").unwrap().finish().is_none());
+        assert_eq!(get(h, "h").err().unwrap().status(), Status::InvalidHandle);
+        assert_eq!(outer.0, 5);
+        assert_eq!(DROPS.load(Ordering::SeqCst), 0);
+        drop(outer);
+        assert_eq!(DROPS.load(Ordering::SeqCst), 1);
+        assert_eq!(Counted::table().count(), 0);
+        // The only free slot is reused, with a new generation: same index, other handle.
+        let again = insert(Counted(6)).unwrap();
+        let index = |h: *mut Counted| (h as usize as u64 >> INDEX_SHIFT) & INDEX_MASK;
+        assert_eq!(index(again), index(h));
+        assert_ne!(again, h);
+        assert_eq!(get(h, "h").err().unwrap().status(), Status::InvalidHandle);
+        assert_eq!(get(again, "again").unwrap().0, 6);
+        // Alone, the destroy gets the object back.
+        let last = remove(again, "again").unwrap().finish().unwrap();
+        assert_eq!(last.0, 6);
+        drop(last);
+        assert_eq!(DROPS.load(Ordering::SeqCst), 2);
     }
 
     #[test]

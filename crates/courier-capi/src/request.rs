@@ -464,11 +464,13 @@ pub unsafe extern "C" fn courier_request_cancel(req: *const courier_request_t) -
 
 /// End a request handle: later uses of it are refused.
 fn release(req: *mut courier_request_t) -> Result<(), Error> {
-    let mut r = remove(req, "req")?;
+    let r = remove(req, "req")?;
     lock(&r.worker).take();
     // Completed and held by nobody else: this thread's next operation reuses it (most
     // callers free one request and start the next on the same thread).
-    if Arc::get_mut(&mut r).is_some() {
+    if let Some(mut r) = r.finish()
+        && Arc::get_mut(&mut r).is_some()
+    {
         keep_spare(r);
     }
     Ok(())
