@@ -241,7 +241,7 @@ pub unsafe extern "C" fn courier_ep_create(
 
 /// End an owned endpoint handle (not one lent to a callback): later uses of it get
 /// `COURIER_ERR_INVALID_HANDLE`.
-fn take_owned(ep: *mut courier_ep_t) -> Result<Guard<courier_ep_t>, Error> {
+fn take_owned(ep: *mut courier_ep_t) -> Result<Removed<courier_ep_t>, Error> {
     let b = remove_if(ep, "ep", |h| {
         if h.borrowed {
             return Err(invalid(

@@ -79,6 +79,8 @@ struct Free {
     slots: VecDeque<u32>,
     /// Indices below this have a slot (allocated chunks cover them).
     next: u32,
+    /// Objects in the table (mirrored in `Table::live` for lock-free reads).
+    live: usize,
 }
 
 /// The table of one kind of handle.
@@ -150,6 +152,7 @@ impl<T> Table<T> {
             free: Mutex::new(Free {
                 slots: VecDeque::new(),
                 next: 0,
+                live: 0,
             }),
             live: AtomicUsize::new(0),
         }
@@ -198,6 +201,14 @@ impl<T> Table<T> {
     pub(crate) fn count(&self) -> usize {
         self.live.load(Ordering::Relaxed)
     }
+
+    /// Give back the slot at `index`, emptied and with its next generation.
+    fn free_slot(&self, index: u32) {
+        let mut f = lock(&self.free);
+        f.slots.push_back(index);
+        f.live -= 1;
+        self.live.store(f.live, Ordering::Relaxed);
+    }
 }
 
 fn pack(kind: u64, index: u32, generation: u64) -> usize {
@@ -214,7 +225,12 @@ pub(crate) fn insert_arc<T: Handle>(obj: Arc<T>) -> Result<*mut T, Error> {
     let t = T::table();
     let index = {
         let mut f = lock(&t.free);
-        t.alloc_index(&mut f)
+        let i = t.alloc_index(&mut f);
+        if i.is_some() {
+            f.live += 1;
+            t.live.store(f.live, Ordering::Relaxed);
+        }
+        i
     };
     let Some(index) = index else {
         return Err(Error::msg(
@@ -233,7 +249,6 @@ pub(crate) fn insert_arc<T: Handle>(obj: Arc<T>) -> Result<*mut T, Error> {
     slot.obj
         .store(Arc::into_raw(obj) as *mut T, Ordering::Relaxed);
     let w = slot.word.fetch_and(!W_EMPTY, Ordering::Release);
-    t.live.fetch_add(1, Ordering::Relaxed);
     Ok(pack(T::KIND, index, w_gen(w)) as *mut T)
 }
 
@@ -286,12 +301,16 @@ fn leave<T: Handle>(slot: &'static Slot<T>, index: u32) -> Option<Arc<T>> {
     {
         return None;
     }
+    take_out(slot, index)
+}
+
+/// The object of a slot just made EMPTY by this thread's compare-and-swap; frees the slot.
+fn take_out<T: Handle>(slot: &'static Slot<T>, index: u32) -> Option<Arc<T>> {
     let p = slot.obj.swap(ptr::null_mut(), Ordering::Acquire);
-    let t = T::table();
-    lock(&t.free).slots.push_back(index);
-    t.live.fetch_sub(1, Ordering::Relaxed);
-    // SAFETY: `p` came from Arc::into_raw in `insert_arc`; the winning CAS above makes this
-    // the only place that takes it back, after every user left.
+    T::table().free_slot(index);
+    // SAFETY: `p` came from Arc::into_raw in `insert_arc`; the compare-and-swap that made
+    // the slot EMPTY (only one can, from a word with no user left) makes this the only
+    // place that takes it back, after every user left.
     (!p.is_null()).then(|| unsafe { Arc::from_raw(p) })
 }
 
@@ -353,14 +372,43 @@ pub(crate) fn get<T: Handle>(h: *const T, name: &str) -> Result<Guard<T>, Error>
     Err(stale::<T>(name))
 }
 
+/// A destroyed object, still reachable by the call that destroyed it.
+pub(crate) enum Removed<T: Handle> {
+    /// Nobody else was using it: it is out of the table, and this is the last reference
+    /// the table had.
+    Last(Arc<T>),
+    /// Another call still uses it: it goes when the last of them ends.
+    Shared(Guard<T>),
+}
+
+impl<T: Handle> Deref for Removed<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        match self {
+            Removed::Last(a) => a,
+            Removed::Shared(g) => g,
+        }
+    }
+}
+
+impl<T: Handle> Removed<T> {
+    /// The object, if no other call still uses it.
+    pub(crate) fn finish(self) -> Option<Arc<T>> {
+        match self {
+            Removed::Last(a) => Some(a),
+            Removed::Shared(g) => g.finish(),
+        }
+    }
+}
+
 /// Destroy the object behind `h`, if `allow` agrees: the handle is dead from now on. The
-/// returned guard still reaches the object; when it drops (or `finish`es) the object goes
-/// too, unless another call is still using it (then it goes when that call ends).
+/// result still reaches the object; when it drops (or `finish`es) the object goes too,
+/// unless another call is still using it (then it goes when that call ends).
 pub(crate) fn remove_if<T: Handle>(
     h: *const T,
     name: &str,
     allow: impl FnOnce(&T) -> Result<(), Error>,
-) -> Result<Guard<T>, Error> {
+) -> Result<Removed<T>, Error> {
     let g = get(h, name)?;
     allow(&g)?;
     let mut w = g.slot.word.load(Ordering::Relaxed);
@@ -369,19 +417,35 @@ pub(crate) fn remove_if<T: Handle>(
             // Another thread destroyed it first.
             return Err(stale::<T>(name));
         }
+        // Only this call uses it (the common case): empty the slot at once; otherwise
+        // mark it dead for the last user to empty.
+        let only_us = w & W_USERS == 1;
+        let next = if only_us {
+            (((w_gen(w) + 1) & GEN_MASK) << W_GEN_SHIFT) | W_EMPTY
+        } else {
+            w | W_DEAD
+        };
         match g
             .slot
             .word
-            .compare_exchange_weak(w, w | W_DEAD, Ordering::AcqRel, Ordering::Relaxed)
+            .compare_exchange_weak(w, next, Ordering::AcqRel, Ordering::Relaxed)
         {
-            Ok(_) => return Ok(g),
+            Ok(_) if only_us => {
+                let (slot, index) = (g.slot, g.index);
+                // Counted out by the swap above.
+                std::mem::forget(g);
+                return take_out(slot, index)
+                    .map(Removed::Last)
+                    .ok_or_else(|| stale::<T>(name));
+            }
+            Ok(_) => return Ok(Removed::Shared(g)),
             Err(now) => w = now,
         }
     }
 }
 
 /// `remove_if` with no condition.
-pub(crate) fn remove<T: Handle>(h: *const T, name: &str) -> Result<Guard<T>, Error> {
+pub(crate) fn remove<T: Handle>(h: *const T, name: &str) -> Result<Removed<T>, Error> {
     remove_if(h, name, |_| Ok(()))
 }
 
