@@ -131,6 +131,7 @@ static void endpoints_and_requests(void)
     courier_ep_t *ep2 = connect_self(w);
     CHECK(courier_worker_destroy(w));
     INVALID(courier_worker_tag_recv(w, &in, sizeof(in), 5, UINT64_MAX, NULL, &req));
+    CHECK(courier_ep_flush(ep2)); /* the endpoint keeps what it needs of its worker */
     CHECK(courier_ep_destroy(ep2));
     INVALID(courier_ep_destroy(ep2));
     CHECK(courier_context_destroy(ctx));
@@ -207,9 +208,17 @@ static void memory_keys_and_semaphores(void)
     EXPECT(strcmp(courier_rkey_path(rkey), "") == 0);
     INVALID(courier_rkey_destroy(NULL));
 
+    /* A key whose region is destroyed first: its use fails cleanly (the key is stale). */
+    CHECK(courier_rkey_pack(mem, &packed, &plen));
+    courier_rkey_t *orphan = NULL;
+    CHECK(courier_ep_rkey_unpack(ep, packed, plen, &orphan));
+    courier_buffer_free(packed);
     courier_mem_attr_t attr;
     CHECK(courier_mem_query(mem, &attr));
     CHECK(courier_mem_destroy(mem));
+    courier_status_t st = courier_ep_put(ep, &v, sizeof(v), base, orphan, NULL, &req);
+    EXPECT(courier_request_finish(st, req, NULL) < 0);
+    CHECK(courier_rkey_destroy(orphan));
     INVALID(courier_mem_destroy(mem));
     INVALID(courier_mem_unmap(mem));
     INVALID(courier_mem_query(mem, &attr));
