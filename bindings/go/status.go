@@ -23,6 +23,7 @@ const (
 	ErrUnreachable    Status = C.COURIER_ERR_UNREACHABLE
 	ErrInvalidAddress Status = C.COURIER_ERR_INVALID_ADDRESS
 	ErrUnsupported    Status = C.COURIER_ERR_UNSUPPORTED
+	ErrInvalidHandle  Status = C.COURIER_ERR_INVALID_HANDLE
 	ErrTruncated      Status = C.COURIER_ERR_MESSAGE_TRUNCATED
 	ErrCanceled       Status = C.COURIER_ERR_CANCELED
 	ErrRejected       Status = C.COURIER_ERR_REJECTED

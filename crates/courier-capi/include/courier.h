@@ -10,6 +10,19 @@
  * rejects it. Memory (courier_mem_map) and remote keys serve one-sided operations.
  * Every handle is released by courier_<object>_destroy (older names kept as aliases).
  *
+ * Handles. A handle is an opaque value, not an address: the library keeps each object in
+ * a table of its kind and checks the kind and a generation number on every call. So NULL,
+ * a handle of another kind (a worker passed as an endpoint), a destroyed handle (destroy
+ * twice, use after destroy), a request already freed (a stale request), or a value the
+ * library never made is refused with COURIER_ERR_INVALID_HANDLE (the detail says which),
+ * never undefined behaviour. Destroy functions return it too and then do nothing; calls
+ * that return a string or a count return "" or 0 and leave the reason in
+ * courier_last_error_detail(). Destroying a parent (context, worker) while children
+ * (workers, endpoints, requests) live keeps the children usable until they are destroyed.
+ * A handle is dead once destroyed even while another thread is still inside a call with
+ * it: that call finishes safely and the object goes when it returns. Handles are 64-bit
+ * values that never look like valid pointers: do not dereference or do arithmetic on them.
+ *
  * Calls. Object first, inputs next, outputs last; outputs are written only on success.
  * Every call returns a courier_status_t: negative is an error (courier_status_string names
  * it, courier_last_error_detail() on the same thread says what and why). params structs
@@ -410,7 +423,8 @@
 #define COURIER_WORKER_FIELD_THREAD_MODE (1 << 0)
 
 /**
- * A rendezvous active message's data, still at the sender.
+ * A rendezvous active message's data, still at the sender. The handle is in its table
+ * until it is received or released (inside the handler or later); then it is dead.
  */
 typedef struct courier_am_desc_t courier_am_desc_t;
 
@@ -847,6 +861,12 @@ typedef struct {
 #define COURIER_ERR_UNSUPPORTED -8
 
 /**
+ * A handle that is NULL, of another kind, already destroyed (destroy-twice,
+ * use-after-destroy), or a request already released: refused, never undefined behaviour.
+ */
+#define COURIER_ERR_INVALID_HANDLE -9
+
+/**
  * The message was longer than the receive buffer.
  */
 #define COURIER_ERR_MESSAGE_TRUNCATED -10
@@ -986,11 +1006,13 @@ courier_status_t courier_context_create(const courier_context_params_t *params,
 
 /**
  * Destroy a context. Workers made from it keep what they need and stay usable.
+ * `COURIER_ERR_INVALID_HANDLE` (nothing done) for NULL or a context already destroyed.
  */
-void courier_context_destroy(courier_context_t *context);
+courier_status_t courier_context_destroy(courier_context_t *context);
 
 /**
- * The context's log name (valid while the context lives; "" for NULL).
+ * The context's log name (valid while the context lives; "" for an invalid handle, with
+ * the reason in `courier_last_error_detail()`).
  */
 const char *courier_context_name(const courier_context_t *context);
 
@@ -1070,7 +1092,8 @@ courier_status_t courier_ep_status(const courier_ep_t *ep);
 courier_status_t courier_ep_local_address(const courier_ep_t *ep, char *buf, size_t buf_length);
 
 /**
- * The transport carrying the endpoint ("self", "shm", "tcp"), or "" before it connects.
+ * The transport carrying the endpoint ("self", "shm", "tcp"), or "" before it connects
+ * (and for an invalid handle: then `courier_last_error_detail()` says why).
  */
 const char *courier_ep_transport(const courier_ep_t *ep);
 
@@ -1083,9 +1106,10 @@ courier_status_t courier_job_init(courier_job_t **job_out);
 
 /**
  * Release a handle. The job itself leaves its launcher's exchange at process exit (or at
- * `courier_job_finalize`).
+ * `courier_job_finalize`). `COURIER_ERR_INVALID_HANDLE` (nothing done) for NULL or a
+ * handle already destroyed.
  */
-void courier_job_destroy(courier_job_t *job);
+courier_status_t courier_job_destroy(courier_job_t *job);
 
 /**
  * Leave the launcher's exchange now (later exchange calls fail).
@@ -1118,7 +1142,8 @@ courier_status_t courier_job_local_size(const courier_job_t *job, uint32_t *out)
 courier_status_t courier_job_host_id(const courier_job_t *job, uint32_t *out);
 
 /**
- * The launcher's name: "courier run", "pmix", "pmi2", "pmi1" or "single" (static string).
+ * The launcher's name: "courier run", "pmix", "pmi2", "pmi1" or "single" (static string;
+ * "" for an invalid handle, with the reason in `courier_last_error_detail()`).
  */
 const char *courier_job_launcher(const courier_job_t *job);
 
@@ -1180,9 +1205,10 @@ courier_status_t courier_job_world_create(const courier_job_t *job,
 
 /**
  * Release a world and the endpoint handles it gave out (the connections stay with the
- * worker).
+ * worker): later uses of those endpoint handles get `COURIER_ERR_INVALID_HANDLE`.
+ * `COURIER_ERR_INVALID_HANDLE` (nothing done) for NULL or a world already destroyed.
  */
-void courier_job_world_destroy(courier_job_world_t *world);
+courier_status_t courier_job_world_destroy(courier_job_world_t *world);
 
 /**
  * The endpoint to `rank`, connecting on first use. The handle belongs to the world: use
@@ -1219,8 +1245,9 @@ courier_status_t courier_listener_create(const courier_worker_t *worker,
 
 /**
  * Stop listening. Connection requests already handed out stay valid.
+ * `COURIER_ERR_INVALID_HANDLE` (nothing done) for NULL or a listener already destroyed.
  */
-void courier_listener_destroy(courier_listener_t *listener);
+courier_status_t courier_listener_destroy(courier_listener_t *listener);
 
 /**
  * The bound address as "ip:port" (the port picked, if 0 was asked for), NUL-terminated in
@@ -1268,16 +1295,17 @@ courier_status_t courier_mem_map(const courier_context_t *context,
                                  courier_mem_t **mem_out);
 
 /**
- * Release a region's handle, unmapping it (NULL is fine). Remote keys made from it stop
- * working; allocated memory is released.
+ * Release a region's handle, unmapping it. Remote keys made from it stop working;
+ * allocated memory is released (once no call on another thread still uses it).
+ * `COURIER_ERR_INVALID_HANDLE` (nothing done) for NULL or a region already destroyed.
  */
-void courier_mem_destroy(courier_mem_t *mem);
+courier_status_t courier_mem_destroy(courier_mem_t *mem);
 
 /**
  * `courier_mem_destroy` by the name that pairs with `courier_mem_map` (as UCX's
  * `ucp_mem_unmap` does).
  */
-void courier_mem_unmap(courier_mem_t *mem);
+courier_status_t courier_mem_unmap(courier_mem_t *mem);
 
 /**
  * Address, length and the memory type actually given.
@@ -1299,9 +1327,10 @@ courier_status_t courier_ep_rkey_unpack(const courier_ep_t *ep,
                                         courier_rkey_t **rkey_out);
 
 /**
- * Release an unpacked remote key (NULL is fine). Operations in flight keep what they need.
+ * Release an unpacked remote key. Operations in flight keep what they need.
+ * `COURIER_ERR_INVALID_HANDLE` (nothing done) for NULL or a key already destroyed.
  */
-void courier_rkey_destroy(courier_rkey_t *rkey);
+courier_status_t courier_rkey_destroy(courier_rkey_t *rkey);
 
 /**
  * The region's start address and length in the owner's process.
@@ -1312,7 +1341,8 @@ courier_status_t courier_rkey_bounds(const courier_rkey_t *rkey,
 
 /**
  * How operations with this key reach the region: "local", "direct", "cma" or "remote"
- * (static string; "" for NULL).
+ * (static string; "" for an invalid handle, with the reason in
+ * `courier_last_error_detail()`).
  */
 const char *courier_rkey_path(const courier_rkey_t *rkey);
 
@@ -1435,9 +1465,10 @@ courier_status_t courier_sem_create(const courier_context_t *context,
                                     courier_sem_t **sem_out);
 
 /**
- * Destroy a semaphore (NULL is fine).
+ * Destroy a semaphore. `COURIER_ERR_INVALID_HANDLE` (nothing done) for NULL or a
+ * semaphore already destroyed.
  */
-void courier_sem_destroy(courier_sem_t *sem);
+courier_status_t courier_sem_destroy(courier_sem_t *sem);
 
 /**
  * Add `n`; `COURIER_ERR_INVALID_PARAM` if that would pass the maximum.
@@ -1539,15 +1570,16 @@ courier_status_t courier_request_info(const courier_request_t *req,
 courier_status_t courier_request_cancel(const courier_request_t *req);
 
 /**
- * Release the request handle (NULL is fine). An operation still in flight continues (its
- * buffer must stay valid, its callback still runs).
+ * Release the request handle. An operation still in flight continues (its buffer must
+ * stay valid, its callback still runs). `COURIER_ERR_INVALID_HANDLE` (nothing done) for
+ * NULL or a request already released (a stale handle).
  */
-void courier_request_destroy(courier_request_t *req);
+courier_status_t courier_request_destroy(courier_request_t *req);
 
 /**
  * The older name of `courier_request_destroy`, kept for callers built against it.
  */
-void courier_request_free(courier_request_t *req);
+courier_status_t courier_request_free(courier_request_t *req);
 
 /**
  * A short fixed description of `status` (never NULL, static storage).
@@ -1675,13 +1707,16 @@ courier_status_t courier_worker_create(const courier_context_t *context,
 
 /**
  * Destroy a worker handle. Endpoints, listeners and requests made from it keep the
- * worker's state alive until they are released; release them first.
+ * worker's state alive until they are released; release them first (using them after
+ * the worker handle is destroyed is safe: it fails or completes, never undefined).
+ * `COURIER_ERR_INVALID_HANDLE` (nothing done) for NULL or a worker already destroyed.
  */
-void courier_worker_destroy(courier_worker_t *worker);
+courier_status_t courier_worker_destroy(courier_worker_t *worker);
 
 /**
  * Make progress: handle arrivals, retry queued sends, run callbacks. Returns how many
- * events were handled (0 for a NULL worker or the wrong thread).
+ * events were handled (0 for the wrong thread, or for an invalid handle: then
+ * `courier_last_error_detail()` says why).
  */
 uint32_t courier_worker_progress(const courier_worker_t *worker);
 

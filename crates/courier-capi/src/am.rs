@@ -10,11 +10,14 @@
 
 use std::ffi::c_void;
 use std::ptr;
+use std::sync::{Mutex, MutexGuard};
+use std::thread::{self, ThreadId};
 
 use courier_core::{AmFlags, AmMessage, AmRndv, Error, Status};
 
 use crate::endpoint::courier_ep_t;
 use crate::ffi::*;
+use crate::handle::*;
 use crate::request::{courier_op_params_t, courier_request_t, start};
 use crate::status::*;
 use crate::worker::courier_worker_t;
@@ -61,26 +64,52 @@ pub type courier_am_cb_t = Option<
     ) -> courier_status_t,
 >;
 
-/// A rendezvous active message's data, still at the sender.
+/// A rendezvous active message's data, still at the sender. The handle is in its table
+/// until it is received or released (inside the handler or later); then it is dead.
 pub struct courier_am_desc_t {
+    state: Mutex<DescState>,
+}
+handle_kind!(courier_am_desc_t, 9, "active-message descriptor");
+
+struct DescState {
+    /// The data handle, once the handler kept the descriptor.
     rndv: Option<AmRndv>,
-    /// The message, while its handler runs (the descriptor is taken from it only if used).
-    msg: *mut AmMessage<'static>,
-    in_handler: bool,
-    /// Received or released inside the handler; the handler's wrapper frees it.
-    consumed: bool,
+    /// The message (its address), while its handler runs: the data handle is taken from it
+    /// only if used. 0 otherwise.
+    msg: usize,
+    /// The thread running the handler, while it runs: only it may use the descriptor then.
+    handler: Option<ThreadId>,
 }
 
 impl courier_am_desc_t {
+    fn state(&self) -> MutexGuard<'_, DescState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// Whether this thread may use the descriptor now (refused while another thread's handler
+/// still has it).
+fn usable_here(d: &courier_am_desc_t) -> Result<(), Error> {
+    match d.state().handler {
+        Some(t) if t != thread::current().id() => Err(invalid(
+            "the active-message descriptor is still in its handler on another thread",
+        )),
+        _ => Ok(()),
+    }
+}
+
+impl DescState {
     fn take(&mut self) -> Option<AmRndv> {
         if let Some(r) = self.rndv.take() {
             return Some(r);
         }
-        if self.msg.is_null() {
+        if self.msg == 0 {
             return None;
         }
-        // SAFETY: `msg` is set only while the handler runs, on this thread.
-        unsafe { (*self.msg).take_rndv() }
+        // SAFETY: `msg` is non-zero only while the handler runs (`deliver` clears it, under
+        // this lock, before the message goes away), and only the handler's thread gets
+        // here then (`usable_here`), so this is the handler's exclusive borrow of it.
+        unsafe { (*(self.msg as *mut AmMessage<'static>)).take_rndv() }
     }
 }
 
@@ -121,23 +150,34 @@ fn deliver(
     };
     let dl = msg.data_len();
     let id = msg.id();
-    let reply = msg
-        .reply_ep()
-        .map(courier_ep_t::new_borrowed)
-        .unwrap_or(ptr::null_mut());
+    // Without room for a handle the handler gets no reply endpoint (the reason is kept).
+    let reply = match msg.reply_ep().map(courier_ep_t::new_borrowed) {
+        Some(Ok(h)) => h,
+        Some(Err(e)) => {
+            record(&e);
+            ptr::null_mut()
+        }
+        None => ptr::null_mut(),
+    };
     let mut flags = 0;
     if !reply.is_null() {
         flags |= COURIER_AM_RECV_FLAG_REPLY;
     }
     let desc = if rndv {
         flags |= COURIER_AM_RECV_FLAG_RNDV;
-        let m = (msg as *mut AmMessage<'_>).cast::<AmMessage<'static>>();
-        Box::into_raw(Box::new(courier_am_desc_t {
-            rndv: None,
-            msg: m,
-            in_handler: true,
-            consumed: false,
-        }))
+        let m = (msg as *mut AmMessage<'_>) as usize;
+        let d = courier_am_desc_t {
+            state: Mutex::new(DescState {
+                rndv: None,
+                msg: m,
+                handler: Some(thread::current().id()),
+            }),
+        };
+        // Without room for a handle the data is declined (the reason is kept).
+        insert(d).unwrap_or_else(|e| {
+            record(&e);
+            ptr::null_mut()
+        })
     } else {
         ptr::null_mut()
     };
@@ -153,21 +193,27 @@ fn deliver(
     };
     // SAFETY: a C callback with the user's own data; `param` lives across the call.
     let ret = call_user(COURIER_OK, || unsafe { cb(&param, ud as *mut c_void) });
-    if !desc.is_null() {
-        // SAFETY: made above; the C side may keep it only if we leave it alive here.
-        let d = unsafe { &mut *desc };
-        d.in_handler = false;
-        d.msg = ptr::null_mut();
-        if !d.consumed && ret == COURIER_INPROGRESS {
-            d.rndv = msg.take_rndv();
-        } else {
-            // Declined (the library tells the sender once the handler returns) or done.
-            drop(unsafe { Box::from_raw(desc) });
+    // Still in its table: neither received nor released inside the handler.
+    if let Ok(d) = get(desc, "desc") {
+        let kept = {
+            let mut st = d.state();
+            st.handler = None;
+            st.msg = 0;
+            if ret == COURIER_INPROGRESS {
+                st.rndv = msg.take_rndv();
+                true
+            } else {
+                false
+            }
+        };
+        if !kept {
+            // Declined: the library tells the sender once the handler returns.
+            let _ = remove(desc, "desc");
         }
     }
     if !reply.is_null() {
-        // SAFETY: lent for the call only.
-        drop(unsafe { Box::from_raw(reply) });
+        // Lent for the call only.
+        courier_ep_t::end_borrowed(reply);
     }
 }
 
@@ -181,7 +227,7 @@ pub unsafe extern "C" fn courier_worker_set_am_handler(
     user_data: *mut c_void,
 ) -> courier_status_t {
     boundary(|| {
-        let w = unsafe { arg(worker, "worker") }?;
+        let w = get(worker, "worker")?;
         let ud = user_data as usize;
         match cb {
             Some(cb) => {
@@ -209,10 +255,12 @@ pub unsafe extern "C" fn courier_ep_am_send(
     req_out: *mut *mut courier_request_t,
 ) -> courier_status_t {
     boundary(|| {
-        let e = unsafe { arg(ep, "ep") }?;
+        let e = get(ep, "ep")?;
+        // SAFETY: the caller promises that many readable bytes (NULL only with 0).
         let h = unsafe { bytes_arg(header, header_length, "header") }?;
         let b = one(buffer, length, "buffer")?;
         let f = send_flags(flags)?;
+        // SAFETY: the caller keeps the buffers valid until completion (courier.h's contract).
         unsafe {
             start(e.ep.worker(), params, req_out, |cb| {
                 e.ep.am_send_raw(id, h, b, f, cb)
@@ -236,10 +284,13 @@ pub unsafe extern "C" fn courier_ep_am_send_iov(
     req_out: *mut *mut courier_request_t,
 ) -> courier_status_t {
     boundary(|| {
-        let e = unsafe { arg(ep, "ep") }?;
+        let e = get(ep, "ep")?;
+        // SAFETY: the caller promises that many readable bytes (NULL only with 0).
         let h = unsafe { bytes_arg(header, header_length, "header") }?;
+        // SAFETY: NULL (refused) or the caller's `iov_count` entries, as courier.h documents.
         let b = unsafe { iov_buf(iov, iov_count) }?;
         let f = send_flags(flags)?;
+        // SAFETY: the caller keeps the buffers valid until completion (courier.h's contract).
         unsafe {
             start(e.ep.worker(), params, req_out, |cb| {
                 e.ep.am_send_raw(id, h, b, f, cb)
@@ -260,10 +311,10 @@ pub unsafe extern "C" fn courier_worker_am_recv_data(
     req_out: *mut *mut courier_request_t,
 ) -> courier_status_t {
     boundary(|| {
-        let w = unsafe { arg(worker, "worker") }?;
+        let w = get(worker, "worker")?;
         out_arg(req_out, "req_out")?;
         let b = one(buffer, length, "buffer")?;
-        let rndv = unsafe { consume(desc) }?;
+        let rndv = consume(desc)?;
         // SAFETY: the caller promises `length` writable bytes until completion.
         unsafe {
             start(&w.w, params, req_out, |cb| {
@@ -273,21 +324,13 @@ pub unsafe extern "C" fn courier_worker_am_recv_data(
     })
 }
 
-/// Take the descriptor's data handle and end the descriptor (freed here, or by the
-/// handler's wrapper when used inside the handler).
-unsafe fn consume(desc: *mut courier_am_desc_t) -> Result<AmRndv, Error> {
-    unsafe { arg(desc as *const courier_am_desc_t, "desc") }?;
-    // SAFETY: a descriptor handed to a handler and not consumed yet.
-    let d = unsafe { &mut *desc };
-    let r = d.take();
-    if d.in_handler {
-        d.consumed = true;
-    } else {
-        drop(unsafe { Box::from_raw(desc) });
-    }
+/// End the descriptor's handle and take its data handle.
+fn consume(desc: *mut courier_am_desc_t) -> Result<AmRndv, Error> {
+    let d = remove_if(desc, "desc", usable_here)?;
+    let r = d.state().take();
     r.ok_or_else(|| {
         Error::new(
-            Status::InvalidParam,
+            Status::InvalidHandle,
             "the active-message descriptor was already used",
         )
     })
@@ -302,14 +345,20 @@ pub unsafe extern "C" fn courier_am_desc_destroy(
     desc: *mut courier_am_desc_t,
 ) -> courier_status_t {
     boundary(|| {
-        let w = unsafe { arg(worker, "worker") }?;
-        unsafe { arg(desc as *const courier_am_desc_t, "desc") }?;
-        // SAFETY: checked non-NULL; a live descriptor.
-        if unsafe { (*desc).in_handler } {
-            unsafe { (*desc).consumed = true };
+        let w = get(worker, "worker")?;
+        let d = remove_if(desc, "desc", usable_here)?;
+        let mut st = d.state();
+        if st.handler.is_some() {
+            // Inside the handler: the library declines the data when the handler returns.
             return Ok(COURIER_OK);
         }
-        let rndv = unsafe { consume(desc) }?;
+        let rndv = st.take().ok_or_else(|| {
+            Error::new(
+                Status::InvalidHandle,
+                "the active-message descriptor was already used",
+            )
+        })?;
+        drop(st);
         w.w.am_decline(rndv)?;
         Ok(COURIER_OK)
     })

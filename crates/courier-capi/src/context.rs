@@ -7,6 +7,7 @@ use courier_core::config::VARS;
 use courier_core::{Context, ContextParams, Features};
 
 use crate::ffi::*;
+use crate::handle::*;
 use crate::status::*;
 
 /// Tag-matched messages.
@@ -67,6 +68,7 @@ pub struct courier_context_t {
     pub(crate) ctx: Context,
     name: CString,
 }
+handle_kind!(courier_context_t, 1, "context");
 
 fn features_from_mask(m: u64) -> Features {
     Features {
@@ -114,15 +116,19 @@ pub unsafe extern "C" fn courier_context_create(
                 p.features = features_from_mask(params.features);
             }
             if has(params.field_mask, COURIER_CONTEXT_FIELD_NAME) && !params.name.is_null() {
+                // SAFETY: NULL (refused) or the caller's NUL-terminated string.
                 p.name = Some(unsafe { str_arg(params.name, "params->name") }?.to_string());
             }
             if has(params.field_mask, COURIER_CONTEXT_FIELD_CONFIG) && params.config_count > 0 {
+                // SAFETY: NULL (refused or defaulted) or the caller's valid params struct.
                 let entries = unsafe { arg(params.config, "params->config") }?
                     as *const courier_config_entry_t;
                 for i in 0..params.config_count {
                     // SAFETY: the caller promises `config_count` entries.
                     let e = unsafe { &*entries.add(i) };
+                    // SAFETY: NULL (refused) or the caller's NUL-terminated string.
                     let name = unsafe { str_arg(e.name, "config[i].name") }?;
+                    // SAFETY: NULL (refused) or the caller's NUL-terminated string.
                     let value = unsafe { str_arg(e.value, "config[i].value") }?;
                     p.config.push((name.to_string(), value.to_string()));
                 }
@@ -130,30 +136,37 @@ pub unsafe extern "C" fn courier_context_create(
         }
         let ctx = Context::new(p)?;
         let name = CString::new(ctx.name().replace('\0', " ")).unwrap_or_default();
-        let h = Box::new(courier_context_t { ctx, name });
-        // SAFETY: checked non-NULL above.
-        unsafe { *out = Box::into_raw(h) };
+        let h = insert(courier_context_t { ctx, name })?;
+        // SAFETY: `out` was checked non-NULL by out_arg; the caller's output pointer.
+        unsafe { *out = h };
         Ok(COURIER_OK)
     })
 }
 
 /// Destroy a context. Workers made from it keep what they need and stay usable.
+/// `COURIER_ERR_INVALID_HANDLE` (nothing done) for NULL or a context already destroyed.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn courier_context_destroy(context: *mut courier_context_t) {
-    boundary_or((), || {
-        if !context.is_null() {
-            // SAFETY: made by courier_context_create; destroyed once.
-            drop(unsafe { Box::from_raw(context) });
-        }
+pub unsafe extern "C" fn courier_context_destroy(
+    context: *mut courier_context_t,
+) -> courier_status_t {
+    boundary(|| {
+        drop(remove(context, "context")?);
+        Ok(COURIER_OK)
     })
 }
 
-/// The context's log name (valid while the context lives; "" for NULL).
+/// The context's log name (valid while the context lives; "" for an invalid handle, with
+/// the reason in `courier_last_error_detail()`).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn courier_context_name(context: *const courier_context_t) -> *const c_char {
-    boundary_or(c"".as_ptr(), || match unsafe { context.as_ref() } {
-        Some(c) => c.name.as_ptr(),
-        None => c"".as_ptr(),
+    boundary_or(c"".as_ptr(), || match get(context, "context") {
+        // The table holds the context until courier_context_destroy, so the name outlives
+        // this reference.
+        Ok(c) => c.name.as_ptr(),
+        Err(e) => {
+            record(&e);
+            c"".as_ptr()
+        }
     })
 }
 
@@ -164,8 +177,9 @@ pub unsafe extern "C" fn courier_context_features(
     features_out: *mut u64,
 ) -> courier_status_t {
     boundary(|| {
-        let c = unsafe { arg(context, "context") }?;
+        let c = get(context, "context")?;
         let out = out_arg(features_out, "features_out")?;
+        // SAFETY: checked non-NULL by out_arg; the caller's output, as courier.h documents.
         unsafe { *out = features_to_mask(c.ctx.features()) };
         Ok(COURIER_OK)
     })
@@ -222,6 +236,7 @@ pub unsafe extern "C" fn courier_config_var(
                 "configuration variable index {index} out of range"
             ))
         })?;
+        // SAFETY: checked non-NULL by out_arg; the caller's output, as courier.h documents.
         unsafe {
             *out = courier_config_var_t {
                 name: v.name.as_ptr(),

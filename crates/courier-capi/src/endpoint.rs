@@ -10,6 +10,7 @@ use std::time::Duration;
 use courier_core::{Endpoint, EndpointParams, Error, Status};
 
 use crate::ffi::*;
+use crate::handle::*;
 use crate::status::*;
 use crate::worker::courier_worker_t;
 
@@ -118,28 +119,38 @@ pub struct courier_ep_t {
     /// Lent for the duration of a callback (an active message's reply endpoint).
     borrowed: bool,
 }
+handle_kind!(courier_ep_t, 3, "endpoint");
 
 impl courier_ep_t {
     /// A handle the caller owns. If the endpoint already failed (another thread's
     /// progress), its error handler runs here, before the handle is returned.
-    pub(crate) fn new_owned(ep: Endpoint, cell: Option<Arc<ErrCell>>) -> *mut courier_ep_t {
-        let p = Box::into_raw(Box::new(courier_ep_t {
+    pub(crate) fn new_owned(
+        ep: Endpoint,
+        cell: Option<Arc<ErrCell>>,
+    ) -> Result<*mut courier_ep_t, Error> {
+        let p = insert(courier_ep_t {
             ep,
             err_cell: cell.clone(),
             borrowed: false,
-        }));
+        })?;
         if let Some(c) = cell {
             c.set(p);
         }
-        p
+        Ok(p)
     }
 
-    pub(crate) fn new_borrowed(ep: Endpoint) -> *mut courier_ep_t {
-        Box::into_raw(Box::new(courier_ep_t {
+    /// A handle lent to a callback; `end_borrowed` ends it when the callback returns.
+    pub(crate) fn new_borrowed(ep: Endpoint) -> Result<*mut courier_ep_t, Error> {
+        insert(courier_ep_t {
             ep,
             err_cell: None,
             borrowed: true,
-        }))
+        })
+    }
+
+    /// End a handle `new_borrowed` made: later uses get `COURIER_ERR_INVALID_HANDLE`.
+    pub(crate) fn end_borrowed(h: *mut courier_ep_t) {
+        let _ = remove(h, "reply_ep");
     }
 }
 
@@ -187,7 +198,8 @@ pub unsafe extern "C" fn courier_ep_create(
     ep_out: *mut *mut courier_ep_t,
 ) -> courier_status_t {
     boundary(|| {
-        let w = unsafe { arg(worker, "worker") }?;
+        let w = get(worker, "worker")?;
+        // SAFETY: NULL (refused or defaulted) or the caller's valid params struct.
         let p = unsafe { arg(params, "params") }?;
         let out = out_arg(ep_out, "ep_out")?;
         known_bits("endpoint field_mask", p.field_mask, EP_FIELDS)?;
@@ -195,11 +207,14 @@ pub unsafe extern "C" fn courier_ep_create(
         let by_sock = has(p.field_mask, COURIER_EP_FIELD_SOCK_ADDR);
         let ep = match (by_addr, by_sock) {
             (true, false) => {
+                // SAFETY: the caller promises that many readable bytes (NULL only with 0).
                 let a = unsafe { bytes_arg(p.address, p.address_length, "params->address") }?;
+                // SAFETY: the caller's params struct, checked non-NULL above.
                 let (ep_p, cell) = unsafe { ep_params(Some(p)) }?;
                 (w.w.connect(a, ep_p)?, cell)
             }
             (false, true) => {
+                // SAFETY: NULL (refused) or the caller's NUL-terminated string.
                 let s = unsafe { str_arg(p.sockaddr, "params->sockaddr") }?;
                 let sa = parse_sockaddr(s)?;
                 let id = if has(p.field_mask, COURIER_EP_FIELD_CLIENT_ID) {
@@ -207,6 +222,7 @@ pub unsafe extern "C" fn courier_ep_create(
                 } else {
                     0
                 };
+                // SAFETY: the caller's params struct, checked non-NULL above.
                 let (ep_p, cell) = unsafe { ep_params(Some(p)) }?;
                 (w.w.connect_sockaddr(sa, id, ep_p)?, cell)
             }
@@ -216,20 +232,24 @@ pub unsafe extern "C" fn courier_ep_create(
                 ));
             }
         };
-        unsafe { *out = courier_ep_t::new_owned(ep.0, ep.1) };
+        let h = courier_ep_t::new_owned(ep.0, ep.1)?;
+        // SAFETY: `out` was checked non-NULL by out_arg; the caller's output pointer.
+        unsafe { *out = h };
         Ok(COURIER_OK)
     })
 }
 
-unsafe fn take_owned(ep: *mut courier_ep_t) -> Result<Box<courier_ep_t>, Error> {
-    let h = unsafe { arg(ep as *const courier_ep_t, "ep") }?;
-    if h.borrowed {
-        return Err(invalid(
-            "this endpoint handle is lent to a callback (a reply endpoint); it cannot be closed",
-        ));
-    }
-    // SAFETY: an owned handle from courier_ep_create / accept / incoming; released once.
-    let b = unsafe { Box::from_raw(ep) };
+/// End an owned endpoint handle (not one lent to a callback): later uses of it get
+/// `COURIER_ERR_INVALID_HANDLE`.
+fn take_owned(ep: *mut courier_ep_t) -> Result<Removed<courier_ep_t>, Error> {
+    let b = remove_if(ep, "ep", |h| {
+        if h.borrowed {
+            return Err(invalid(
+                "this endpoint handle is lent to a callback (a reply endpoint); it cannot be closed",
+            ));
+        }
+        Ok(())
+    })?;
     if let Some(c) = &b.err_cell {
         c.ptr.store(CLOSED as *mut courier_ep_t, Ordering::Release);
     }
@@ -246,11 +266,13 @@ pub unsafe extern "C" fn courier_worker_incoming_ep(
     ep_out: *mut *mut courier_ep_t,
 ) -> courier_status_t {
     boundary(|| {
-        let w = unsafe { arg(worker, "worker") }?;
+        let w = get(worker, "worker")?;
         let out = out_arg(ep_out, "ep_out")?;
         match w.w.incoming_endpoint() {
             Some(ep) => {
-                unsafe { *out = courier_ep_t::new_owned(ep, None) };
+                let h = courier_ep_t::new_owned(ep, None)?;
+                // SAFETY: `out` was checked non-NULL by out_arg; the caller's output pointer.
+                unsafe { *out = h };
                 Ok(COURIER_OK)
             }
             None => Ok(COURIER_ERR_NO_MESSAGE),
@@ -263,7 +285,7 @@ pub unsafe extern "C" fn courier_worker_incoming_ep(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn courier_ep_close(ep: *mut courier_ep_t) -> courier_status_t {
     boundary(|| {
-        let b = unsafe { take_owned(ep) }?;
+        let b = take_owned(ep)?;
         b.ep.clone().close()?;
         Ok(COURIER_OK)
     })
@@ -275,7 +297,7 @@ pub unsafe extern "C" fn courier_ep_close(ep: *mut courier_ep_t) -> courier_stat
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn courier_ep_destroy(ep: *mut courier_ep_t) -> courier_status_t {
     boundary(|| {
-        let b = unsafe { take_owned(ep) }?;
+        let b = take_owned(ep)?;
         b.ep.clone().close_force();
         Ok(COURIER_OK)
     })
@@ -292,7 +314,7 @@ pub unsafe extern "C" fn courier_ep_close_force(ep: *mut courier_ep_t) -> courie
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn courier_ep_flush(ep: *const courier_ep_t) -> courier_status_t {
     boundary(|| {
-        unsafe { arg(ep, "ep") }?.ep.flush()?;
+        get(ep, "ep")?.ep.flush()?;
         Ok(COURIER_OK)
     })
 }
@@ -305,7 +327,7 @@ pub unsafe extern "C" fn courier_ep_wait_connected(
     timeout_ms: i64,
 ) -> courier_status_t {
     boundary(|| {
-        let e = unsafe { arg(ep, "ep") }?;
+        let e = get(ep, "ep")?;
         let t = u64::try_from(timeout_ms)
             .map(Duration::from_millis)
             .unwrap_or(Duration::from_secs(86400));
@@ -318,7 +340,7 @@ pub unsafe extern "C" fn courier_ep_wait_connected(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn courier_ep_status(ep: *const courier_ep_t) -> courier_status_t {
     boundary(|| {
-        let e = unsafe { arg(ep, "ep") }?;
+        let e = get(ep, "ep")?;
         Ok(if e.ep.is_connected()? {
             COURIER_OK
         } else {
@@ -338,7 +360,7 @@ pub unsafe extern "C" fn courier_ep_local_address(
     buf_length: usize,
 ) -> courier_status_t {
     boundary(|| {
-        let e = unsafe { arg(ep, "ep") }?;
+        let e = get(ep, "ep")?;
         let out = out_arg(buf, "buf")?;
         let Some(a) = e.ep.local_sockaddr() else {
             return Err(Error::new(
@@ -346,17 +368,23 @@ pub unsafe extern "C" fn courier_ep_local_address(
                 "the endpoint was not made over a socket",
             ));
         };
+        // SAFETY: the output buffer was checked non-NULL and has the length the caller gave.
         unsafe { write_cstr(&a.to_string(), out, buf_length) }?;
         Ok(COURIER_OK)
     })
 }
 
-/// The transport carrying the endpoint ("self", "shm", "tcp"), or "" before it connects.
+/// The transport carrying the endpoint ("self", "shm", "tcp"), or "" before it connects
+/// (and for an invalid handle: then `courier_last_error_detail()` says why).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn courier_ep_transport(ep: *const courier_ep_t) -> *const c_char {
     boundary_or(c"".as_ptr(), || {
-        let Some(e) = (unsafe { ep.as_ref() }) else {
-            return c"".as_ptr();
+        let e = match get(ep, "ep") {
+            Ok(e) => e,
+            Err(err) => {
+                record(&err);
+                return c"".as_ptr();
+            }
         };
         match e.ep.transport() {
             Some("self") => c"self".as_ptr(),

@@ -256,6 +256,7 @@ pub(crate) fn malloc_copy(bytes: &[u8]) -> Result<*mut c_void, Error> {
     if p.is_null() {
         return Err(Error::new(Status::NoMemory, "malloc failed"));
     }
+    // SAFETY: `p` is a fresh allocation of at least `bytes.len()` bytes (checked non-NULL).
     unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), p, bytes.len()) };
     Ok(p as *mut c_void)
 }

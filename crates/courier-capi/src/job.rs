@@ -9,6 +9,7 @@ use courier_core::{Job, JobWorld};
 
 use crate::endpoint::courier_ep_t;
 use crate::ffi::*;
+use crate::handle::*;
 use crate::status::*;
 use crate::worker::courier_worker_t;
 
@@ -16,22 +17,23 @@ use crate::worker::courier_worker_t;
 pub struct courier_job_t {
     job: Job,
 }
+handle_kind!(courier_job_t, 10, "job");
 
 /// A worker's view of the job: rank to endpoint, connected on first use.
 pub struct courier_job_world_t {
     world: JobWorld,
-    /// The handles given out, one per rank, owned by the world (addresses as integers).
+    /// The handles given out, one per rank, owned by the world (handle values as integers).
     handles: std::sync::Mutex<std::collections::HashMap<u32, usize>>,
 }
+handle_kind!(courier_job_world_t, 11, "job world");
 
 impl Drop for courier_job_world_t {
     fn drop(&mut self) {
         let h = self.handles.get_mut().unwrap_or_else(|p| p.into_inner());
         for (_, p) in h.drain() {
-            // SAFETY: made by courier_ep_t::new_owned below and never released elsewhere
-            // (callers are told not to close them); the connection stays with its worker.
-            // SAFETY: made by Box::into_raw here and released only once.
-            drop(unsafe { Box::from_raw(p as *mut courier_ep_t) });
+            // Ends the handle (the connection stays with its worker). A handle the caller
+            // destroyed against the rules is already gone: nothing to do.
+            let _ = remove(p as *const courier_ep_t, "ep");
         }
     }
 }
@@ -51,21 +53,21 @@ pub unsafe extern "C" fn courier_job_init(job_out: *mut *mut courier_job_t) -> c
     boundary(|| {
         let out = out_arg(job_out, "job_out")?;
         let job = Job::init()?;
+        let h = insert(courier_job_t { job })?;
         // SAFETY: the out-pointer was checked non-null by out_arg above; written once.
-        unsafe { *out = Box::into_raw(Box::new(courier_job_t { job })) };
+        unsafe { *out = h };
         Ok(COURIER_OK)
     })
 }
 
 /// Release a handle. The job itself leaves its launcher's exchange at process exit (or at
-/// `courier_job_finalize`).
+/// `courier_job_finalize`). `COURIER_ERR_INVALID_HANDLE` (nothing done) for NULL or a
+/// handle already destroyed.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn courier_job_destroy(job: *mut courier_job_t) {
-    boundary_or((), || {
-        if !job.is_null() {
-            // SAFETY: made by courier_job_init; destroyed once.
-            drop(unsafe { Box::from_raw(job) });
-        }
+pub unsafe extern "C" fn courier_job_destroy(job: *mut courier_job_t) -> courier_status_t {
+    boundary(|| {
+        drop(remove(job, "job")?);
+        Ok(COURIER_OK)
     })
 }
 
@@ -73,8 +75,7 @@ pub unsafe extern "C" fn courier_job_destroy(job: *mut courier_job_t) {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn courier_job_finalize(job: *const courier_job_t) -> courier_status_t {
     boundary(|| {
-        // SAFETY: the caller's pointer, as courier.h documents it; the helper checks it for null.
-        let j = unsafe { arg(job, "job") }?;
+        let j = get(job, "job")?;
         j.job.finalize();
         Ok(COURIER_OK)
     })
@@ -82,8 +83,7 @@ pub unsafe extern "C" fn courier_job_finalize(job: *const courier_job_t) -> cour
 
 fn number(job: *const courier_job_t, out: *mut u32, f: fn(&Job) -> u32) -> courier_status_t {
     boundary(|| {
-        // SAFETY: the caller's pointer, as courier.h documents it; the helper checks it for null.
-        let j = unsafe { arg(job, "job") }?;
+        let j = get(job, "job")?;
         let o = out_arg(out, "out")?;
         // SAFETY: the out-pointer was checked non-null by out_arg above; written once.
         unsafe { *o = f(&j.job) };
@@ -136,13 +136,17 @@ pub unsafe extern "C" fn courier_job_host_id(
     number(job, out, Job::host_id)
 }
 
-/// The launcher's name: "courier run", "pmix", "pmi2", "pmi1" or "single" (static string).
+/// The launcher's name: "courier run", "pmix", "pmi2", "pmi1" or "single" (static string;
+/// "" for an invalid handle, with the reason in `courier_last_error_detail()`).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn courier_job_launcher(job: *const courier_job_t) -> *const c_char {
     boundary_or(c"".as_ptr(), || {
-        // SAFETY: a handle from courier_job_init or null, as courier.h documents it.
-        let Some(j) = (unsafe { job.as_ref() }) else {
-            return c"".as_ptr();
+        let j = match get(job, "job") {
+            Ok(j) => j,
+            Err(e) => {
+                record(&e);
+                return c"".as_ptr();
+            }
         };
         match j.job.launcher() {
             courier_core::LauncherKind::CourierRun => c"courier run".as_ptr(),
@@ -162,8 +166,7 @@ pub unsafe extern "C" fn courier_job_auth_key(
     key_out: *mut u8,
 ) -> courier_status_t {
     boundary(|| {
-        // SAFETY: the caller's pointer, as courier.h documents it; the helper checks it for null.
-        let j = unsafe { arg(job, "job") }?;
+        let j = get(job, "job")?;
         let o = out_arg(key_out, "key_out")?;
         let k = j.job.auth_key().ok_or_else(|| {
             courier_core::Error::new(
@@ -187,8 +190,7 @@ pub unsafe extern "C" fn courier_job_put(
     length: usize,
 ) -> courier_status_t {
     boundary(|| {
-        // SAFETY: the caller's pointer, as courier.h documents it; the helper checks it for null.
-        let j = unsafe { arg(job, "job") }?;
+        let j = get(job, "job")?;
         // SAFETY: the caller's pointer, as courier.h documents it; the helper checks it for null.
         let k = unsafe { str_arg(key, "key") }?;
         // SAFETY: the caller's pointer, as courier.h documents it; the helper checks it for null.
@@ -202,8 +204,7 @@ pub unsafe extern "C" fn courier_job_put(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn courier_job_commit(job: *const courier_job_t) -> courier_status_t {
     boundary(|| {
-        // SAFETY: the caller's pointer, as courier.h documents it; the helper checks it for null.
-        let j = unsafe { arg(job, "job") }?;
+        let j = get(job, "job")?;
         j.job.commit()?;
         Ok(COURIER_OK)
     })
@@ -217,8 +218,7 @@ pub unsafe extern "C" fn courier_job_fence(
     timeout_ms: u64,
 ) -> courier_status_t {
     boundary(|| {
-        // SAFETY: the caller's pointer, as courier.h documents it; the helper checks it for null.
-        let j = unsafe { arg(job, "job") }?;
+        let j = get(job, "job")?;
         j.job.fence(ms(timeout_ms))?;
         Ok(COURIER_OK)
     })
@@ -231,8 +231,7 @@ pub unsafe extern "C" fn courier_job_barrier(
     timeout_ms: u64,
 ) -> courier_status_t {
     boundary(|| {
-        // SAFETY: the caller's pointer, as courier.h documents it; the helper checks it for null.
-        let j = unsafe { arg(job, "job") }?;
+        let j = get(job, "job")?;
         j.job.barrier(ms(timeout_ms))?;
         Ok(COURIER_OK)
     })
@@ -250,8 +249,7 @@ pub unsafe extern "C" fn courier_job_get(
     length_out: *mut usize,
 ) -> courier_status_t {
     boundary(|| {
-        // SAFETY: the caller's pointer, as courier.h documents it; the helper checks it for null.
-        let j = unsafe { arg(job, "job") }?;
+        let j = get(job, "job")?;
         // SAFETY: the caller's pointer, as courier.h documents it; the helper checks it for null.
         let k = unsafe { str_arg(key, "key") }?;
         let out = out_arg(value_out, "value_out")?;
@@ -286,10 +284,10 @@ pub unsafe extern "C" fn courier_job_abort(
     boundary_or((), || {
         // SAFETY: the caller's pointer, as courier.h documents it; the helper checks it for null.
         let msg = unsafe { str_arg(message, "message") }.unwrap_or("(no message)");
-        // SAFETY: a handle from courier_job_init or null, as courier.h documents it.
-        match unsafe { job.as_ref() } {
-            Some(j) => j.job.abort(code, msg),
-            None => {
+        // An invalid handle (NULL, destroyed) still ends the process, as asked.
+        match get(job, "job") {
+            Ok(j) => j.job.abort(code, msg),
+            Err(_) => {
                 eprintln!("courier_job_abort without a job: {msg}");
                 // SAFETY: ends the process at once.
                 unsafe { libc::_exit(if code == 0 { 1 } else { code & 0xff }) }
@@ -308,31 +306,31 @@ pub unsafe extern "C" fn courier_job_world_create(
     world_out: *mut *mut courier_job_world_t,
 ) -> courier_status_t {
     boundary(|| {
-        // SAFETY: the caller's pointer, as courier.h documents it; the helper checks it for null.
-        let j = unsafe { arg(job, "job") }?;
-        // SAFETY: the caller's pointer, as courier.h documents it; the helper checks it for null.
-        let w = unsafe { arg(worker, "worker") }?;
+        let j = get(job, "job")?;
+        let w = get(worker, "worker")?;
         let out = out_arg(world_out, "world_out")?;
         let world = JobWorld::new(&j.job, &w.w)?;
         let h = courier_job_world_t {
             world,
             handles: Default::default(),
         };
+        let h = insert(h)?;
         // SAFETY: the out-pointer was checked non-null by out_arg above; written once.
-        unsafe { *out = Box::into_raw(Box::new(h)) };
+        unsafe { *out = h };
         Ok(COURIER_OK)
     })
 }
 
 /// Release a world and the endpoint handles it gave out (the connections stay with the
-/// worker).
+/// worker): later uses of those endpoint handles get `COURIER_ERR_INVALID_HANDLE`.
+/// `COURIER_ERR_INVALID_HANDLE` (nothing done) for NULL or a world already destroyed.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn courier_job_world_destroy(world: *mut courier_job_world_t) {
-    boundary_or((), || {
-        if !world.is_null() {
-            // SAFETY: made by courier_job_world_create; destroyed once.
-            drop(unsafe { Box::from_raw(world) });
-        }
+pub unsafe extern "C" fn courier_job_world_destroy(
+    world: *mut courier_job_world_t,
+) -> courier_status_t {
+    boundary(|| {
+        drop(remove(world, "world")?);
+        Ok(COURIER_OK)
     })
 }
 
@@ -345,8 +343,7 @@ pub unsafe extern "C" fn courier_job_world_endpoint(
     ep_out: *mut *mut courier_ep_t,
 ) -> courier_status_t {
     boundary(|| {
-        // SAFETY: the caller's pointer, as courier.h documents it; the helper checks it for null.
-        let w = unsafe { arg(world, "world") }?;
+        let w = get(world, "world")?;
         let out = out_arg(ep_out, "ep_out")?;
         let mut handles = w.handles.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(&p) = handles.get(&rank) {
@@ -355,7 +352,7 @@ pub unsafe extern "C" fn courier_job_world_endpoint(
             return Ok(COURIER_OK);
         }
         let ep = w.world.endpoint(rank)?;
-        let p = courier_ep_t::new_owned(ep, None);
+        let p = courier_ep_t::new_owned(ep, None)?;
         handles.insert(rank, p as usize);
         // SAFETY: the out-pointer was checked non-null by out_arg above; written once.
         unsafe { *out = p };
@@ -369,8 +366,7 @@ pub unsafe extern "C" fn courier_job_world_connect_all(
     world: *const courier_job_world_t,
 ) -> courier_status_t {
     boundary(|| {
-        // SAFETY: the caller's pointer, as courier.h documents it; the helper checks it for null.
-        let w = unsafe { arg(world, "world") }?;
+        let w = get(world, "world")?;
         w.world.connect_all()?;
         Ok(COURIER_OK)
     })
@@ -385,8 +381,7 @@ pub unsafe extern "C" fn courier_job_world_barrier(
     timeout_ms: u64,
 ) -> courier_status_t {
     boundary(|| {
-        // SAFETY: the caller's pointer, as courier.h documents it; the helper checks it for null.
-        let w = unsafe { arg(world, "world") }?;
+        let w = get(world, "world")?;
         w.world.barrier(ms(timeout_ms))?;
         Ok(COURIER_OK)
     })
@@ -399,8 +394,7 @@ pub unsafe extern "C" fn courier_job_world_connected(
     count_out: *mut usize,
 ) -> courier_status_t {
     boundary(|| {
-        // SAFETY: the caller's pointer, as courier.h documents it; the helper checks it for null.
-        let w = unsafe { arg(world, "world") }?;
+        let w = get(world, "world")?;
         let o = out_arg(count_out, "count_out")?;
         // SAFETY: the out-pointer was checked non-null by out_arg above; written once.
         unsafe { *o = w.world.connected() };

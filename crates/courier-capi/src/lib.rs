@@ -9,6 +9,9 @@
 //!   `courier_ep_close` flushes and tells the peer before it destroys; a connection
 //!   request ends with `_accept` or `_reject`. Buffers the library allocates for the
 //!   caller (addresses, packed keys) are released with `courier_buffer_free`.
+//! - Handles are generation-checked (`handle.rs`): an opaque value packing kind, slot and
+//!   generation, looked up on every call. NULL, another kind's handle, a destroyed handle and
+//!   a freed request are refused with `COURIER_ERR_INVALID_HANDLE`, never dereferenced.
 //! - Helpers every export shares (the panic boundary, argument checks, buffers) live in
 //!   `ffi.rs`; each object's exports in its own file, none importing a later one.
 //! - Arguments go object first, inputs next, outputs last. Outputs are written only when the
@@ -33,6 +36,7 @@ mod endpoint;
 /// cbindgen:ignore
 pub mod exs;
 mod ffi;
+mod handle;
 mod job;
 mod listener;
 mod memory;

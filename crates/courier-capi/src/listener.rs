@@ -5,11 +5,13 @@
 //! casting.
 
 use std::ffi::{c_char, c_void};
+use std::sync::Mutex;
 
-use courier_core::{ConnRequest, Listener};
+use courier_core::{ConnRequest, Error, Listener, Status};
 
 use crate::endpoint::{courier_ep_params_t, courier_ep_t, ep_params};
 use crate::ffi::*;
+use crate::handle::*;
 use crate::status::*;
 use crate::worker::courier_worker_t;
 
@@ -48,10 +50,28 @@ pub struct courier_listener_params_t {
 pub struct courier_listener_t {
     l: Listener,
 }
+handle_kind!(courier_listener_t, 4, "listener");
 
 /// A client asking to connect.
 pub struct courier_conn_request_t {
-    r: ConnRequest,
+    /// Taken by accept or reject (after the handle has left its table).
+    r: Mutex<Option<ConnRequest>>,
+}
+handle_kind!(courier_conn_request_t, 5, "connection request");
+
+impl courier_conn_request_t {
+    fn take(&self) -> Result<ConnRequest, Error> {
+        self.r
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+            .ok_or_else(|| {
+                Error::new(
+                    Status::InvalidHandle,
+                    "the connection request was already accepted or rejected",
+                )
+            })
+    }
 }
 
 /// Largest client address string, NUL included.
@@ -85,11 +105,13 @@ pub unsafe extern "C" fn courier_listener_create(
     listener_out: *mut *mut courier_listener_t,
 ) -> courier_status_t {
     boundary(|| {
-        let w = unsafe { arg(worker, "worker") }?;
+        let w = get(worker, "worker")?;
+        // SAFETY: NULL (refused or defaulted) or the caller's valid params struct.
         let p = unsafe { arg(params, "params") }?;
         let out = out_arg(listener_out, "listener_out")?;
         known_bits("listener field_mask", p.field_mask, LISTENER_FIELDS)?;
         let sa = if has(p.field_mask, COURIER_LISTENER_FIELD_SOCK_ADDR) {
+            // SAFETY: NULL (refused) or the caller's NUL-terminated string.
             parse_sockaddr(unsafe { str_arg(p.sockaddr, "params->sockaddr") }?)?
         } else {
             "0.0.0.0:0"
@@ -109,23 +131,33 @@ pub unsafe extern "C" fn courier_listener_create(
             0
         };
         let l = Listener::new(&w.w, sa, move |r: ConnRequest| {
-            let h = Box::into_raw(Box::new(courier_conn_request_t { r }));
-            // SAFETY: a C callback; it now owns `h`.
-            call_user((), || unsafe { cb(h, ud as *mut c_void) });
+            // Dropping a request no handle could be made for rejects it.
+            match insert(courier_conn_request_t {
+                r: Mutex::new(Some(r)),
+            }) {
+                // SAFETY: a C callback; it now owns `h`.
+                Ok(h) => call_user((), || unsafe { cb(h, ud as *mut c_void) }),
+                Err(e) => {
+                    record(&e);
+                }
+            }
         })?;
-        unsafe { *out = Box::into_raw(Box::new(courier_listener_t { l })) };
+        let h = insert(courier_listener_t { l })?;
+        // SAFETY: `out` was checked non-NULL by out_arg; the caller's output pointer.
+        unsafe { *out = h };
         Ok(COURIER_OK)
     })
 }
 
 /// Stop listening. Connection requests already handed out stay valid.
+/// `COURIER_ERR_INVALID_HANDLE` (nothing done) for NULL or a listener already destroyed.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn courier_listener_destroy(listener: *mut courier_listener_t) {
-    boundary_or((), || {
-        if !listener.is_null() {
-            // SAFETY: made by courier_listener_create; destroyed once.
-            drop(unsafe { Box::from_raw(listener) });
-        }
+pub unsafe extern "C" fn courier_listener_destroy(
+    listener: *mut courier_listener_t,
+) -> courier_status_t {
+    boundary(|| {
+        drop(remove(listener, "listener")?);
+        Ok(COURIER_OK)
     })
 }
 
@@ -139,9 +171,10 @@ pub unsafe extern "C" fn courier_listener_address(
     buf_length: usize,
 ) -> courier_status_t {
     boundary(|| {
-        let l = unsafe { arg(listener, "listener") }?;
+        let l = get(listener, "listener")?;
         let out = out_arg(buf, "buf")?;
         let s = l.l.local_addr().to_string();
+        // SAFETY: the output buffer was checked non-NULL and has the length the caller gave.
         unsafe { write_cstr(&s, out, buf_length) }?;
         Ok(COURIER_OK)
     })
@@ -154,8 +187,9 @@ pub unsafe extern "C" fn courier_listener_port(
     port_out: *mut u16,
 ) -> courier_status_t {
     boundary(|| {
-        let l = unsafe { arg(listener, "listener") }?;
+        let l = get(listener, "listener")?;
         let out = out_arg(port_out, "port_out")?;
+        // SAFETY: checked non-NULL by out_arg; the caller's output, as courier.h documents.
         unsafe { *out = l.l.local_addr().port() };
         Ok(COURIER_OK)
     })
@@ -169,7 +203,14 @@ pub unsafe extern "C" fn courier_conn_request_query(
     attr: *mut courier_conn_request_attr_t,
 ) -> courier_status_t {
     boundary(|| {
-        let r = unsafe { arg(conn_request, "conn_request") }?;
+        let r = get(conn_request, "conn_request")?;
+        let r = r.r.lock().unwrap_or_else(|p| p.into_inner());
+        let r = r.as_ref().ok_or_else(|| {
+            Error::new(
+                Status::InvalidHandle,
+                "the connection request was already accepted or rejected",
+            )
+        })?;
         let a = out_arg(attr, "attr")?;
         // SAFETY: a valid attr struct (checked non-NULL).
         let a = unsafe { &mut *a };
@@ -179,16 +220,17 @@ pub unsafe extern "C" fn courier_conn_request_query(
             CONN_REQUEST_ATTR_FIELDS,
         )?;
         if has(a.field_mask, COURIER_CONN_REQUEST_ATTR_FIELD_CLIENT_ADDR) {
-            let s = r.r.client_addr();
+            let s = r.client_addr();
             let s = if s.len() >= COURIER_SOCKADDR_STRLEN {
                 &s[..COURIER_SOCKADDR_STRLEN - 1]
             } else {
                 s
             };
+            // SAFETY: the output buffer was checked non-NULL and has the length the caller gave.
             unsafe { write_cstr(s, a.client_address.as_mut_ptr(), COURIER_SOCKADDR_STRLEN) }?;
         }
         if has(a.field_mask, COURIER_CONN_REQUEST_ATTR_FIELD_CLIENT_ID) {
-            a.client_id = r.r.client_id();
+            a.client_id = r.client_id();
         }
         Ok(COURIER_OK)
     })
@@ -204,18 +246,15 @@ pub unsafe extern "C" fn courier_conn_request_accept(
     ep_out: *mut *mut courier_ep_t,
 ) -> courier_status_t {
     boundary(|| {
-        unsafe {
-            arg(
-                conn_request as *const courier_conn_request_t,
-                "conn_request",
-            )
-        }?;
-        // SAFETY: handed out by the listener; consumed once.
-        let r = unsafe { Box::from_raw(conn_request) };
+        // Consumed here, also when a check below fails.
+        let r = remove(conn_request, "conn_request")?.take()?;
         let out = out_arg(ep_out, "ep_out")?;
+        // SAFETY: `params` is NULL or the caller's valid params struct.
         let (p, cell) = unsafe { ep_params(params.as_ref()) }?;
-        let ep = r.r.accept(p)?;
-        unsafe { *out = courier_ep_t::new_owned(ep, cell) };
+        let ep = r.accept(p)?;
+        let h = courier_ep_t::new_owned(ep, cell)?;
+        // SAFETY: `out` was checked non-NULL by out_arg; the caller's output pointer.
+        unsafe { *out = h };
         Ok(COURIER_OK)
     })
 }
@@ -227,15 +266,7 @@ pub unsafe extern "C" fn courier_conn_request_reject(
     conn_request: *mut courier_conn_request_t,
 ) -> courier_status_t {
     boundary(|| {
-        unsafe {
-            arg(
-                conn_request as *const courier_conn_request_t,
-                "conn_request",
-            )
-        }?;
-        // SAFETY: handed out by the listener; consumed once.
-        let r = unsafe { Box::from_raw(conn_request) };
-        r.r.reject();
+        remove(conn_request, "conn_request")?.take()?.reject();
         Ok(COURIER_OK)
     })
 }

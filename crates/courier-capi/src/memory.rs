@@ -18,6 +18,7 @@ use courier_core::{
 use crate::context::courier_context_t;
 use crate::endpoint::courier_ep_t;
 use crate::ffi::*;
+use crate::handle::*;
 use crate::request::{courier_op_params_t, courier_request_t, start};
 use crate::status::*;
 use crate::worker::courier_worker_t;
@@ -101,6 +102,7 @@ pub struct courier_mem_attr_t {
 pub struct courier_mem_t {
     pub(crate) mem: Memory,
 }
+handle_kind!(courier_mem_t, 6, "memory");
 
 fn mem_type_from(t: u32) -> Result<MemoryType, courier_core::Error> {
     match t {
@@ -129,7 +131,8 @@ pub unsafe extern "C" fn courier_mem_map(
     mem_out: *mut *mut courier_mem_t,
 ) -> courier_status_t {
     boundary(|| {
-        let c = unsafe { arg(context, "context") }?;
+        let c = get(context, "context")?;
+        // SAFETY: NULL (refused or defaulted) or the caller's valid params struct.
         let p = unsafe { arg(params, "params") }?;
         let out = out_arg(mem_out, "mem_out")?;
         let mut mp = MemMapParams::default();
@@ -156,27 +159,28 @@ pub unsafe extern "C" fn courier_mem_map(
             mp.access = p.access as u16;
         }
         let mem = c.ctx.mem_map(mp)?;
-        unsafe { *out = Box::into_raw(Box::new(courier_mem_t { mem })) };
+        let h = insert(courier_mem_t { mem })?;
+        // SAFETY: `out` was checked non-NULL by out_arg; the caller's output pointer.
+        unsafe { *out = h };
         Ok(COURIER_OK)
     })
 }
 
-/// Release a region's handle, unmapping it (NULL is fine). Remote keys made from it stop
-/// working; allocated memory is released.
+/// Release a region's handle, unmapping it. Remote keys made from it stop working;
+/// allocated memory is released (once no call on another thread still uses it).
+/// `COURIER_ERR_INVALID_HANDLE` (nothing done) for NULL or a region already destroyed.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn courier_mem_destroy(mem: *mut courier_mem_t) {
-    boundary_or((), || {
-        if !mem.is_null() {
-            // SAFETY: made by courier_mem_map; unmapped once.
-            drop(unsafe { Box::from_raw(mem) });
-        }
+pub unsafe extern "C" fn courier_mem_destroy(mem: *mut courier_mem_t) -> courier_status_t {
+    boundary(|| {
+        drop(remove(mem, "mem")?);
+        Ok(COURIER_OK)
     })
 }
 
 /// `courier_mem_destroy` by the name that pairs with `courier_mem_map` (as UCX's
 /// `ucp_mem_unmap` does).
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn courier_mem_unmap(mem: *mut courier_mem_t) {
+pub unsafe extern "C" fn courier_mem_unmap(mem: *mut courier_mem_t) -> courier_status_t {
     // SAFETY: forwarded contract.
     unsafe { courier_mem_destroy(mem) }
 }
@@ -188,9 +192,10 @@ pub unsafe extern "C" fn courier_mem_query(
     attr_out: *mut courier_mem_attr_t,
 ) -> courier_status_t {
     boundary(|| {
-        let m = unsafe { arg(mem, "mem") }?;
+        let m = get(mem, "mem")?;
         let out = out_arg(attr_out, "attr_out")?;
         let a = m.mem.query();
+        // SAFETY: checked non-NULL by out_arg; the caller's output, as courier.h documents.
         unsafe {
             *out = courier_mem_attr_t {
                 address: a.address as *mut c_void,
@@ -211,11 +216,12 @@ pub unsafe extern "C" fn courier_rkey_pack(
     length_out: *mut usize,
 ) -> courier_status_t {
     boundary(|| {
-        let m = unsafe { arg(mem, "mem") }?;
+        let m = get(mem, "mem")?;
         let out = out_arg(buffer_out, "buffer_out")?;
         let len_out = out_arg(length_out, "length_out")?;
         let k = m.mem.pack_rkey()?;
         let p = malloc_copy(&k)?;
+        // SAFETY: checked non-NULL by out_arg; the caller's output, as courier.h documents.
         unsafe {
             *out = p;
             *len_out = k.len();
@@ -230,6 +236,7 @@ pub unsafe extern "C" fn courier_rkey_pack(
 pub struct courier_rkey_t {
     pub(crate) key: RemoteKey,
 }
+handle_kind!(courier_rkey_t, 7, "remote key");
 
 /// Unpack a peer's packed remote key for operations on `ep` (the endpoint to that peer).
 #[unsafe(no_mangle)]
@@ -240,23 +247,25 @@ pub unsafe extern "C" fn courier_ep_rkey_unpack(
     rkey_out: *mut *mut courier_rkey_t,
 ) -> courier_status_t {
     boundary(|| {
-        let e = unsafe { arg(ep, "ep") }?;
+        let e = get(ep, "ep")?;
         let out = out_arg(rkey_out, "rkey_out")?;
+        // SAFETY: the caller promises that many readable bytes (NULL only with 0).
         let bytes = unsafe { bytes_arg(buffer, length, "buffer") }?;
         let key = e.ep.rkey_unpack(bytes)?;
-        unsafe { *out = Box::into_raw(Box::new(courier_rkey_t { key })) };
+        let h = insert(courier_rkey_t { key })?;
+        // SAFETY: `out` was checked non-NULL by out_arg; the caller's output pointer.
+        unsafe { *out = h };
         Ok(COURIER_OK)
     })
 }
 
-/// Release an unpacked remote key (NULL is fine). Operations in flight keep what they need.
+/// Release an unpacked remote key. Operations in flight keep what they need.
+/// `COURIER_ERR_INVALID_HANDLE` (nothing done) for NULL or a key already destroyed.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn courier_rkey_destroy(rkey: *mut courier_rkey_t) {
-    boundary_or((), || {
-        if !rkey.is_null() {
-            // SAFETY: made by courier_ep_rkey_unpack; destroyed once.
-            drop(unsafe { Box::from_raw(rkey) });
-        }
+pub unsafe extern "C" fn courier_rkey_destroy(rkey: *mut courier_rkey_t) -> courier_status_t {
+    boundary(|| {
+        drop(remove(rkey, "rkey")?);
+        Ok(COURIER_OK)
     })
 }
 
@@ -268,10 +277,11 @@ pub unsafe extern "C" fn courier_rkey_bounds(
     length_out: *mut u64,
 ) -> courier_status_t {
     boundary(|| {
-        let k = unsafe { arg(rkey, "rkey") }?;
+        let k = get(rkey, "rkey")?;
         let b = out_arg(base_out, "base_out")?;
         let l = out_arg(length_out, "length_out")?;
         let (base, len) = k.key.bounds();
+        // SAFETY: checked non-NULL by out_arg; the caller's output, as courier.h documents.
         unsafe {
             *b = base;
             *l = len;
@@ -281,17 +291,21 @@ pub unsafe extern "C" fn courier_rkey_bounds(
 }
 
 /// How operations with this key reach the region: "local", "direct", "cma" or "remote"
-/// (static string; "" for NULL).
+/// (static string; "" for an invalid handle, with the reason in
+/// `courier_last_error_detail()`).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn courier_rkey_path(rkey: *const courier_rkey_t) -> *const c_char {
-    boundary_or(c"".as_ptr(), || match unsafe { rkey.as_ref() } {
-        Some(k) => match k.key.path() {
+    boundary_or(c"".as_ptr(), || match get(rkey, "rkey") {
+        Ok(k) => match k.key.path() {
             "local" => c"local".as_ptr(),
             "direct" => c"direct".as_ptr(),
             "cma" => c"cma".as_ptr(),
             _ => c"remote".as_ptr(),
         },
-        None => c"".as_ptr(),
+        Err(e) => {
+            record(&e);
+            c"".as_ptr()
+        }
     })
 }
 
@@ -307,9 +321,10 @@ pub unsafe extern "C" fn courier_rkey_ptr(
     ptr_out: *mut *mut c_void,
 ) -> courier_status_t {
     boundary(|| {
-        let k = unsafe { arg(rkey, "rkey") }?;
+        let k = get(rkey, "rkey")?;
         let out = out_arg(ptr_out, "ptr_out")?;
         let p = k.key.local_ptr(remote_addr)?;
+        // SAFETY: checked non-NULL by out_arg; the caller's output, as courier.h documents.
         unsafe { *out = p as *mut c_void };
         Ok(COURIER_OK)
     })
@@ -370,9 +385,10 @@ pub unsafe extern "C" fn courier_ep_put(
     req_out: *mut *mut courier_request_t,
 ) -> courier_status_t {
     boundary(|| {
-        let e = unsafe { arg(ep, "ep") }?;
-        let k = unsafe { arg(rkey, "rkey") }?;
+        let e = get(ep, "ep")?;
+        let k = get(rkey, "rkey")?;
         let b = one(buffer, length, "buffer")?;
+        // SAFETY: the caller keeps the buffers valid until completion (courier.h's contract).
         unsafe {
             start(e.ep.worker(), params, req_out, |cb| {
                 e.ep.put_raw(b, remote_addr, &k.key, cb)
@@ -393,9 +409,10 @@ pub unsafe extern "C" fn courier_ep_get(
     req_out: *mut *mut courier_request_t,
 ) -> courier_status_t {
     boundary(|| {
-        let e = unsafe { arg(ep, "ep") }?;
-        let k = unsafe { arg(rkey, "rkey") }?;
+        let e = get(ep, "ep")?;
+        let k = get(rkey, "rkey")?;
         let b = one(buffer, length, "buffer")?;
+        // SAFETY: the caller keeps the buffers valid until completion (courier.h's contract).
         unsafe {
             start(e.ep.worker(), params, req_out, |cb| {
                 e.ep.get_raw(b, remote_addr, &k.key, cb)
@@ -421,10 +438,11 @@ pub unsafe extern "C" fn courier_ep_atomic(
     req_out: *mut *mut courier_request_t,
 ) -> courier_status_t {
     boundary(|| {
-        let e = unsafe { arg(ep, "ep") }?;
-        let k = unsafe { arg(rkey, "rkey") }?;
+        let e = get(ep, "ep")?;
+        let k = get(rkey, "rkey")?;
         let op = atomic_op(op)?;
         let bits32 = atomic_bits32(size)?;
+        // SAFETY: the caller keeps the buffers valid until completion (courier.h's contract).
         unsafe {
             start(e.ep.worker(), params, req_out, |cb| {
                 e.ep.atomic_raw(op, value, compare, remote_addr, &k.key, bits32, cb)
@@ -458,8 +476,8 @@ pub unsafe extern "C" fn courier_ep_atomic_post(
     rkey: *const courier_rkey_t,
 ) -> courier_status_t {
     boundary(|| {
-        let e = unsafe { arg(ep, "ep") }?;
-        let k = unsafe { arg(rkey, "rkey") }?;
+        let e = get(ep, "ep")?;
+        let k = get(rkey, "rkey")?;
         let op = atomic_op(op)?;
         let bits32 = atomic_bits32(size)?;
         e.ep.atomic_post(op, value, remote_addr, &k.key, bits32)?;
@@ -485,11 +503,12 @@ pub unsafe extern "C" fn courier_ep_put_signal(
     req_out: *mut *mut courier_request_t,
 ) -> courier_status_t {
     boundary(|| {
-        let e = unsafe { arg(ep, "ep") }?;
-        let k = unsafe { arg(rkey, "rkey") }?;
-        let sk = unsafe { arg(signal_rkey, "signal_rkey") }?;
+        let e = get(ep, "ep")?;
+        let k = get(rkey, "rkey")?;
+        let sk = get(signal_rkey, "signal_rkey")?;
         let op = signal_op(signal_op_)?;
         let b: Buf = one(buffer, length, "buffer")?;
+        // SAFETY: the caller keeps the buffers valid until completion (courier.h's contract).
         unsafe {
             start(e.ep.worker(), params, req_out, |cb| {
                 e.ep.put_signal_raw(
@@ -512,7 +531,7 @@ pub unsafe extern "C" fn courier_ep_put_signal(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn courier_ep_fence(ep: *const courier_ep_t) -> courier_status_t {
     boundary(|| {
-        unsafe { arg(ep, "ep") }?.ep.fence()?;
+        get(ep, "ep")?.ep.fence()?;
         Ok(COURIER_OK)
     })
 }
@@ -565,9 +584,10 @@ pub unsafe extern "C" fn courier_signal_fetch(
     value_out: *mut u64,
 ) -> courier_status_t {
     boundary(|| {
-        let m = unsafe { arg(mem, "mem") }?;
+        let m = get(mem, "mem")?;
         let out = out_arg(value_out, "value_out")?;
         let v = m.mem.signal_fetch(offset)?;
+        // SAFETY: checked non-NULL by out_arg; the caller's output, as courier.h documents.
         unsafe { *out = v };
         Ok(COURIER_OK)
     })
@@ -590,8 +610,13 @@ pub unsafe extern "C" fn courier_signal_wait_until(
     value_out: *mut u64,
 ) -> courier_status_t {
     boundary(|| {
-        let m = unsafe { arg(mem, "mem") }?;
-        let w = unsafe { worker.as_ref() };
+        let m = get(mem, "mem")?;
+        // NULL: no worker to progress; otherwise a live worker handle.
+        let w = if worker.is_null() {
+            None
+        } else {
+            Some(get(worker, "worker")?)
+        };
         let cmp = cmp_of(cmp)?;
         known_bits(
             "signal wait flags",
@@ -605,10 +630,16 @@ pub unsafe extern "C" fn courier_signal_wait_until(
         }
         let sleep = flags & COURIER_SIGNAL_WAIT_FLAG_SLEEP != 0;
         let timeout = (timeout_ms >= 0).then(|| Duration::from_millis(timeout_ms as u64));
-        let v =
-            m.mem
-                .signal_wait_until_timeout(w.map(|w| &w.w), offset, cmp, value, sleep, timeout)?;
+        let v = m.mem.signal_wait_until_timeout(
+            w.as_ref().map(|w| &w.w),
+            offset,
+            cmp,
+            value,
+            sleep,
+            timeout,
+        )?;
         if !value_out.is_null() {
+            // SAFETY: checked non-NULL just above; the caller's output.
             unsafe { *value_out = v };
         }
         Ok(COURIER_OK)
@@ -655,6 +686,7 @@ const SEM_FLAGS: u32 = COURIER_SEM_FLAG_BOOLEAN
 pub struct courier_sem_t {
     sem: Semaphore,
 }
+handle_kind!(courier_sem_t, 12, "semaphore");
 
 /// Create a semaphore at 0. `flags` 0 is INTEGER | MPRODUCER | MCONSUMER; otherwise exactly
 /// one of BOOLEAN / INTEGER and at most one of each producer and consumer kind, and no other
@@ -666,23 +698,24 @@ pub unsafe extern "C" fn courier_sem_create(
     sem_out: *mut *mut courier_sem_t,
 ) -> courier_status_t {
     boundary(|| {
-        let c = unsafe { arg(context, "context") }?;
+        let c = get(context, "context")?;
         let out = out_arg(sem_out, "sem_out")?;
         known_bits("semaphore flags", flags as u64, SEM_FLAGS as u64)?;
         let sem = Semaphore::new(&c.ctx, flags)?;
-        unsafe { *out = Box::into_raw(Box::new(courier_sem_t { sem })) };
+        let h = insert(courier_sem_t { sem })?;
+        // SAFETY: `out` was checked non-NULL by out_arg; the caller's output pointer.
+        unsafe { *out = h };
         Ok(COURIER_OK)
     })
 }
 
-/// Destroy a semaphore (NULL is fine).
+/// Destroy a semaphore. `COURIER_ERR_INVALID_HANDLE` (nothing done) for NULL or a
+/// semaphore already destroyed.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn courier_sem_destroy(sem: *mut courier_sem_t) {
-    boundary_or((), || {
-        if !sem.is_null() {
-            // SAFETY: made by courier_sem_create; destroyed once.
-            drop(unsafe { Box::from_raw(sem) });
-        }
+pub unsafe extern "C" fn courier_sem_destroy(sem: *mut courier_sem_t) -> courier_status_t {
+    boundary(|| {
+        drop(remove(sem, "sem")?);
+        Ok(COURIER_OK)
     })
 }
 
@@ -690,7 +723,7 @@ pub unsafe extern "C" fn courier_sem_destroy(sem: *mut courier_sem_t) {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn courier_sem_post(sem: *const courier_sem_t, n: u64) -> courier_status_t {
     boundary(|| {
-        unsafe { arg(sem, "sem") }?.sem.post(n)?;
+        get(sem, "sem")?.sem.post(n)?;
         Ok(COURIER_OK)
     })
 }
@@ -699,7 +732,7 @@ pub unsafe extern "C" fn courier_sem_post(sem: *const courier_sem_t, n: u64) -> 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn courier_sem_try(sem: *const courier_sem_t, n: u64) -> courier_status_t {
     boundary(|| {
-        if unsafe { arg(sem, "sem") }?.sem.try_wait(n) {
+        if get(sem, "sem")?.sem.try_wait(n) {
             Ok(COURIER_OK)
         } else {
             Ok(COURIER_ERR_NO_RESOURCE)
@@ -733,8 +766,8 @@ pub unsafe extern "C" fn courier_sem_wait_timeout(
     timeout_ms: i64,
 ) -> courier_status_t {
     boundary(|| {
-        let s = unsafe { arg(sem, "sem") }?;
-        let w = unsafe { arg(worker, "worker") }?;
+        let s = get(sem, "sem")?;
+        let w = get(worker, "worker")?;
         known_bits(
             "semaphore wait flags",
             flags as u64,
@@ -759,8 +792,9 @@ pub unsafe extern "C" fn courier_sem_value(
     value_out: *mut u64,
 ) -> courier_status_t {
     boundary(|| {
-        let s = unsafe { arg(sem, "sem") }?;
+        let s = get(sem, "sem")?;
         let out = out_arg(value_out, "value_out")?;
+        // SAFETY: checked non-NULL by out_arg; the caller's output, as courier.h documents.
         unsafe { *out = s.sem.value() };
         Ok(COURIER_OK)
     })
@@ -776,12 +810,13 @@ pub unsafe extern "C" fn courier_sem_remote(
     address_out: *mut u64,
 ) -> courier_status_t {
     boundary(|| {
-        let s = unsafe { arg(sem, "sem") }?;
+        let s = get(sem, "sem")?;
         let out = out_arg(rkey_out, "rkey_out")?;
         let len_out = out_arg(rkey_length_out, "rkey_length_out")?;
         let addr_out = out_arg(address_out, "address_out")?;
         let (k, addr) = s.sem.remote()?;
         let p = malloc_copy(&k)?;
+        // SAFETY: checked non-NULL by out_arg; the caller's output, as courier.h documents.
         unsafe {
             *out = p;
             *len_out = k.len();

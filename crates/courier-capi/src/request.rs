@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 use courier_core::{Callback, Error, Info, Started, Status, Worker};
 
 use crate::ffi::*;
+use crate::handle::*;
 use crate::status::*;
 
 /// What a completed operation reports.
@@ -93,6 +94,12 @@ pub struct courier_request_t {
     /// The start call failed: no callback may run (the library may still complete it).
     abandoned: AtomicBool,
 }
+handle_kind!(courier_request_t, 8, "request");
+
+/// Requests that may be in flight at once without handles, beyond which a new operation is
+/// refused before it starts (`COURIER_ERR_NO_RESOURCE`): room for every thread that passes
+/// the check at the same time to still get its handle.
+const REQUEST_HEADROOM: usize = 1 << 16;
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
@@ -271,7 +278,19 @@ pub(crate) unsafe fn start(
     op: impl FnOnce(Callback) -> Result<Started, Error>,
 ) -> Result<courier_status_t, Error> {
     let out = out_arg(req_out, "req_out")?;
+    // SAFETY: `params` is NULL or the caller's valid struct (op_params' contract).
     let p = unsafe { op_params(params) }?;
+    // Refused before it starts, so an operation that started always gets its handle.
+    if <courier_request_t as Handle>::table().count() >= crate::handle::CAPACITY - REQUEST_HEADROOM
+    {
+        return Err(Error::msg(
+            Status::NoResource,
+            format!(
+                "too many requests in flight or not freed (at most {}); free some first",
+                crate::handle::CAPACITY - REQUEST_HEADROOM
+            ),
+        ));
+    }
     let req = courier_request_t::take(&p);
     let word = Arc::into_raw(req.clone()) as usize;
     match op(Callback::Raw(on_complete, word)) {
@@ -279,8 +298,10 @@ pub(crate) unsafe fn start(
             // SAFETY: the library runs no callback for `Done`: take the operation's reference back.
             drop(unsafe { Arc::from_raw(word as *const courier_request_t) });
             if !p.info.is_null() {
+                // SAFETY: `p.info` is the caller's info struct (checked non-NULL just above).
                 unsafe { *p.info = info.into() };
             }
+            // SAFETY: checked non-NULL by out_arg; the caller's output, as courier.h documents.
             unsafe { *out = std::ptr::null_mut() };
             keep_spare(req);
             Ok(COURIER_OK)
@@ -290,8 +311,21 @@ pub(crate) unsafe fn start(
             // completion may already be running elsewhere; it reads neither field.
             *lock(&req.worker) = Some(worker.clone());
             req.id.store(id, Ordering::Release);
-            unsafe { *out = Arc::into_raw(req) as *mut courier_request_t };
-            Ok(COURIER_INPROGRESS)
+            match insert_arc(req.clone()) {
+                Ok(h) => {
+                    // SAFETY: `out` was checked non-NULL by out_arg; the caller's output.
+                    unsafe { *out = h };
+                    Ok(COURIER_INPROGRESS)
+                }
+                // Out of reach after the headroom check above (it would take 2^16 threads
+                // starting operations at the same instant): the operation goes on without
+                // a handle or a callback, as one whose start failed.
+                Err(e) => {
+                    req.abandoned.store(true, Ordering::Release);
+                    lock(&req.worker).take();
+                    Err(e)
+                }
+            }
         }
         Err(e) => {
             // The library may still complete the request (it fails every request of an
@@ -309,7 +343,7 @@ pub(crate) unsafe fn start(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn courier_request_test(req: *const courier_request_t) -> courier_status_t {
     boundary(|| {
-        let r = unsafe { arg(req, "req") }?;
+        let r = get(req, "req")?;
         r.poll();
         Ok(r.report())
     })
@@ -319,8 +353,7 @@ pub unsafe extern "C" fn courier_request_test(req: *const courier_request_t) -> 
 /// Must run on a thread allowed to progress the worker, never inside a callback.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn courier_request_wait(req: *const courier_request_t) -> courier_status_t {
-    // SAFETY: `req` is NULL (refused by `arg`) or a request handle the caller holds.
-    boundary(|| unsafe { arg(req, "req") }?.wait(None))
+    boundary(|| get(req, "req")?.wait(None))
 }
 
 /// `courier_request_wait` for at most `timeout_ms` milliseconds: the request's final status,
@@ -332,8 +365,7 @@ pub unsafe extern "C" fn courier_request_wait_timeout(
     timeout_ms: u64,
 ) -> courier_status_t {
     boundary(|| {
-        // SAFETY: `req` is NULL (refused by `arg`) or a request handle the caller holds.
-        let r = unsafe { arg(req, "req") }?;
+        let r = get(req, "req")?;
         r.wait(Instant::now().checked_add(Duration::from_millis(timeout_ms)))
     })
 }
@@ -361,9 +393,8 @@ pub unsafe extern "C" fn courier_request_finish(
             return Ok(status);
         }
         let final_status = {
-            // SAFETY: with INPROGRESS, `req` is NULL (refused by `arg`) or the request the
-            // operation made.
-            let r = unsafe { arg(req as *const courier_request_t, "req") }?;
+            // With INPROGRESS, `req` is the request the operation made (checked).
+            let r = get(req, "req")?;
             let s = r.wait(None)?;
             if let (Some((_, i, _)), false) = (r.result.get(), info.is_null()) {
                 // SAFETY: the caller's info struct (checked non-NULL).
@@ -371,8 +402,8 @@ pub unsafe extern "C" fn courier_request_finish(
             }
             s
         };
-        // SAFETY: made by `start`, finished here; the caller gave it up by calling us.
-        unsafe { courier_request_destroy(req) };
+        // Finished here; the caller gave it up by calling us.
+        release(req)?;
         Ok(final_status)
     })
 }
@@ -385,11 +416,12 @@ pub unsafe extern "C" fn courier_request_info(
     info_out: *mut courier_request_info_t,
 ) -> courier_status_t {
     boundary(|| {
-        let r = unsafe { arg(req, "req") }?;
+        let r = get(req, "req")?;
         let out = out_arg(info_out, "info_out")?;
         r.poll();
         match r.result.get() {
             Some((_, info, _)) => {
+                // SAFETY: checked non-NULL by out_arg; the caller's output, as courier.h documents.
                 unsafe { *out = *info };
                 Ok(COURIER_OK)
             }
@@ -407,7 +439,7 @@ pub unsafe extern "C" fn courier_request_info(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn courier_request_cancel(req: *const courier_request_t) -> courier_status_t {
     boundary(|| {
-        let r = unsafe { arg(req, "req") }?;
+        let r = get(req, "req")?;
         if r.result.get().is_some() {
             return Err(Error::new(Status::NoResource, "request already completed"));
         }
@@ -430,28 +462,34 @@ pub unsafe extern "C" fn courier_request_cancel(req: *const courier_request_t) -
     })
 }
 
-/// Release the request handle (NULL is fine). An operation still in flight continues (its
-/// buffer must stay valid, its callback still runs).
+/// End a request handle: later uses of it are refused.
+fn release(req: *mut courier_request_t) -> Result<(), Error> {
+    let r = remove(req, "req")?;
+    lock(&r.worker).take();
+    // Completed and held by nobody else: this thread's next operation reuses it (most
+    // callers free one request and start the next on the same thread).
+    if let Some(mut r) = r.finish()
+        && Arc::get_mut(&mut r).is_some()
+    {
+        keep_spare(r);
+    }
+    Ok(())
+}
+
+/// Release the request handle. An operation still in flight continues (its buffer must
+/// stay valid, its callback still runs). `COURIER_ERR_INVALID_HANDLE` (nothing done) for
+/// NULL or a request already released (a stale handle).
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn courier_request_destroy(req: *mut courier_request_t) {
-    boundary_or((), || {
-        if req.is_null() {
-            return;
-        }
-        // SAFETY: made by `start`; freed once.
-        let mut r = unsafe { Arc::from_raw(req as *const courier_request_t) };
-        lock(&r.worker).take();
-        // Completed and held by nobody else: this thread's next operation reuses it (most
-        // callers free one request and start the next on the same thread).
-        if Arc::get_mut(&mut r).is_some() {
-            keep_spare(r);
-        }
+pub unsafe extern "C" fn courier_request_destroy(req: *mut courier_request_t) -> courier_status_t {
+    boundary(|| {
+        release(req)?;
+        Ok(COURIER_OK)
     })
 }
 
 /// The older name of `courier_request_destroy`, kept for callers built against it.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn courier_request_free(req: *mut courier_request_t) {
+pub unsafe extern "C" fn courier_request_free(req: *mut courier_request_t) -> courier_status_t {
     // SAFETY: forwarded contract.
     unsafe { courier_request_destroy(req) }
 }

@@ -29,6 +29,9 @@ pub const COURIER_ERR_UNREACHABLE: courier_status_t = -6;
 pub const COURIER_ERR_INVALID_ADDRESS: courier_status_t = -7;
 /// Not supported here.
 pub const COURIER_ERR_UNSUPPORTED: courier_status_t = -8;
+/// A handle that is NULL, of another kind, already destroyed (destroy-twice,
+/// use-after-destroy), or a request already released: refused, never undefined behaviour.
+pub const COURIER_ERR_INVALID_HANDLE: courier_status_t = -9;
 /// The message was longer than the receive buffer.
 pub const COURIER_ERR_MESSAGE_TRUNCATED: courier_status_t = -10;
 /// The request was canceled.
@@ -68,6 +71,7 @@ const _: () = {
     assert!(COURIER_ERR_UNREACHABLE == Status::Unreachable as i32);
     assert!(COURIER_ERR_INVALID_ADDRESS == Status::InvalidAddress as i32);
     assert!(COURIER_ERR_UNSUPPORTED == Status::Unsupported as i32);
+    assert!(COURIER_ERR_INVALID_HANDLE == Status::InvalidHandle as i32);
     assert!(COURIER_ERR_MESSAGE_TRUNCATED == Status::MessageTruncated as i32);
     assert!(COURIER_ERR_CANCELED == Status::Canceled as i32);
     assert!(COURIER_ERR_REJECTED == Status::Rejected as i32);

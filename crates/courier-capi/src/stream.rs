@@ -4,6 +4,7 @@ use std::ffi::c_void;
 
 use crate::endpoint::courier_ep_t;
 use crate::ffi::*;
+use crate::handle::*;
 use crate::request::{courier_op_params_t, courier_request_t, start};
 use crate::status::*;
 
@@ -30,8 +31,9 @@ pub unsafe extern "C" fn courier_ep_stream_send(
     req_out: *mut *mut courier_request_t,
 ) -> courier_status_t {
     boundary(|| {
-        let e = unsafe { arg(ep, "ep") }?;
+        let e = get(ep, "ep")?;
         let b = one(buffer, length, "buffer")?;
+        // SAFETY: the caller keeps the buffers valid until completion (courier.h's contract).
         unsafe {
             start(e.ep.worker(), params, req_out, |cb| {
                 e.ep.stream_send_raw(b, cb)
@@ -50,8 +52,10 @@ pub unsafe extern "C" fn courier_ep_stream_send_iov(
     req_out: *mut *mut courier_request_t,
 ) -> courier_status_t {
     boundary(|| {
-        let e = unsafe { arg(ep, "ep") }?;
+        let e = get(ep, "ep")?;
+        // SAFETY: NULL (refused) or the caller's `iov_count` entries, as courier.h documents.
         let b = unsafe { iov_buf(iov, iov_count) }?;
+        // SAFETY: the caller keeps the buffers valid until completion (courier.h's contract).
         unsafe {
             start(e.ep.worker(), params, req_out, |cb| {
                 e.ep.stream_send_raw(b, cb)
@@ -73,9 +77,10 @@ pub unsafe extern "C" fn courier_ep_stream_recv(
     req_out: *mut *mut courier_request_t,
 ) -> courier_status_t {
     boundary(|| {
-        let e = unsafe { arg(ep, "ep") }?;
+        let e = get(ep, "ep")?;
         let b = one(buffer, length, "buffer")?;
         let waitall = stream_recv_flags(flags)?;
+        // SAFETY: the caller keeps the buffers valid until completion (courier.h's contract).
         unsafe {
             start(e.ep.worker(), params, req_out, |cb| {
                 e.ep.stream_recv_raw(b, waitall, cb)
@@ -96,9 +101,11 @@ pub unsafe extern "C" fn courier_ep_stream_recv_iov(
     req_out: *mut *mut courier_request_t,
 ) -> courier_status_t {
     boundary(|| {
-        let e = unsafe { arg(ep, "ep") }?;
+        let e = get(ep, "ep")?;
+        // SAFETY: NULL (refused) or the caller's `iov_count` entries, as courier.h documents.
         let b = unsafe { iov_buf(iov, iov_count) }?;
         let waitall = stream_recv_flags(flags)?;
+        // SAFETY: the caller keeps the buffers valid until completion (courier.h's contract).
         unsafe {
             start(e.ep.worker(), params, req_out, |cb| {
                 e.ep.stream_recv_raw(b, waitall, cb)

@@ -8,6 +8,7 @@ use std::ffi::c_void;
 
 use crate::endpoint::courier_ep_t;
 use crate::ffi::*;
+use crate::handle::*;
 use crate::request::{courier_op_params_t, courier_request_info_t, courier_request_t, start};
 use crate::status::*;
 use crate::worker::courier_worker_t;
@@ -23,8 +24,9 @@ pub unsafe extern "C" fn courier_ep_tag_send(
     req_out: *mut *mut courier_request_t,
 ) -> courier_status_t {
     boundary(|| {
-        let e = unsafe { arg(ep, "ep") }?;
+        let e = get(ep, "ep")?;
         let b = one(buffer, length, "buffer")?;
+        // SAFETY: the caller keeps the buffers valid until completion (courier.h's contract).
         unsafe {
             start(e.ep.worker(), params, req_out, |cb| {
                 e.ep.tag_send_raw(b, tag, false, cb)
@@ -44,8 +46,9 @@ pub unsafe extern "C" fn courier_ep_tag_send_sync(
     req_out: *mut *mut courier_request_t,
 ) -> courier_status_t {
     boundary(|| {
-        let e = unsafe { arg(ep, "ep") }?;
+        let e = get(ep, "ep")?;
         let b = one(buffer, length, "buffer")?;
+        // SAFETY: the caller keeps the buffers valid until completion (courier.h's contract).
         unsafe {
             start(e.ep.worker(), params, req_out, |cb| {
                 e.ep.tag_send_raw(b, tag, true, cb)
@@ -66,8 +69,10 @@ pub unsafe extern "C" fn courier_ep_tag_send_iov(
     req_out: *mut *mut courier_request_t,
 ) -> courier_status_t {
     boundary(|| {
-        let e = unsafe { arg(ep, "ep") }?;
+        let e = get(ep, "ep")?;
+        // SAFETY: NULL (refused) or the caller's `iov_count` entries, as courier.h documents.
         let b = unsafe { iov_buf(iov, iov_count) }?;
+        // SAFETY: the caller keeps the buffers valid until completion (courier.h's contract).
         unsafe {
             start(e.ep.worker(), params, req_out, |cb| {
                 e.ep.tag_send_raw(b, tag, false, cb)
@@ -90,8 +95,9 @@ pub unsafe extern "C" fn courier_worker_tag_recv(
     req_out: *mut *mut courier_request_t,
 ) -> courier_status_t {
     boundary(|| {
-        let w = unsafe { arg(worker, "worker") }?;
+        let w = get(worker, "worker")?;
         let b = one(buffer, length, "buffer")?;
+        // SAFETY: the caller keeps the buffers valid until completion (courier.h's contract).
         unsafe {
             start(&w.w, params, req_out, |cb| {
                 w.w.tag_recv_raw(b, tag, tag_mask, cb)
@@ -112,8 +118,10 @@ pub unsafe extern "C" fn courier_worker_tag_recv_iov(
     req_out: *mut *mut courier_request_t,
 ) -> courier_status_t {
     boundary(|| {
-        let w = unsafe { arg(worker, "worker") }?;
+        let w = get(worker, "worker")?;
+        // SAFETY: NULL (refused) or the caller's `iov_count` entries, as courier.h documents.
         let b = unsafe { iov_buf(iov, iov_count) }?;
+        // SAFETY: the caller keeps the buffers valid until completion (courier.h's contract).
         unsafe {
             start(&w.w, params, req_out, |cb| {
                 w.w.tag_recv_raw(b, tag, tag_mask, cb)
@@ -132,10 +140,11 @@ pub unsafe extern "C" fn courier_worker_tag_probe(
     info_out: *mut courier_request_info_t,
 ) -> courier_status_t {
     boundary(|| {
-        let w = unsafe { arg(worker, "worker") }?;
+        let w = get(worker, "worker")?;
         let out = out_arg(info_out, "info_out")?;
         match w.w.tag_probe(tag, tag_mask)? {
             Some(p) => {
+                // SAFETY: checked non-NULL by out_arg; the caller's output, as courier.h documents.
                 unsafe {
                     *out = courier_request_info_t {
                         length: p.length,

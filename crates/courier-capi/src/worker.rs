@@ -8,6 +8,7 @@ use courier_core::{ThreadMode, Worker, WorkerParams};
 
 use crate::context::courier_context_t;
 use crate::ffi::*;
+use crate::handle::*;
 use crate::status::*;
 
 /// Used only by the thread that created it; no locking. Calls from another thread fail
@@ -32,6 +33,7 @@ pub struct courier_worker_params_t {
 pub struct courier_worker_t {
     pub(crate) w: Worker,
 }
+handle_kind!(courier_worker_t, 2, "worker");
 
 /// Create a worker of `context` (params may be NULL: single-thread mode).
 /// `COURIER_ERR_INVALID_PARAM` for unknown bits in `field_mask` or an unknown thread mode.
@@ -42,9 +44,10 @@ pub unsafe extern "C" fn courier_worker_create(
     worker_out: *mut *mut courier_worker_t,
 ) -> courier_status_t {
     boundary(|| {
-        let c = unsafe { arg(context, "context") }?;
+        let c = get(context, "context")?;
         let out = out_arg(worker_out, "worker_out")?;
         let mut p = WorkerParams::default();
+        // SAFETY: NULL (refused or defaulted) or the caller's valid params struct.
         let params = unsafe { params.as_ref() };
         if let Some(params) = params {
             known_bits(
@@ -62,34 +65,39 @@ pub unsafe extern "C" fn courier_worker_create(
             };
         }
         let w = Worker::new(&c.ctx, p)?;
-        let h = Box::new(courier_worker_t { w });
-        unsafe { *out = Box::into_raw(h) };
+        let h = insert(courier_worker_t { w })?;
+        // SAFETY: `out` was checked non-NULL by out_arg; the caller's output pointer.
+        unsafe { *out = h };
         Ok(COURIER_OK)
     })
 }
 
 /// Destroy a worker handle. Endpoints, listeners and requests made from it keep the
-/// worker's state alive until they are released; release them first.
+/// worker's state alive until they are released; release them first (using them after
+/// the worker handle is destroyed is safe: it fails or completes, never undefined).
+/// `COURIER_ERR_INVALID_HANDLE` (nothing done) for NULL or a worker already destroyed.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn courier_worker_destroy(worker: *mut courier_worker_t) {
-    boundary_or((), || {
-        if !worker.is_null() {
-            // SAFETY: made by courier_worker_create; destroyed once.
-            drop(unsafe { Box::from_raw(worker) });
-        }
+pub unsafe extern "C" fn courier_worker_destroy(worker: *mut courier_worker_t) -> courier_status_t {
+    boundary(|| {
+        drop(remove(worker, "worker")?);
+        Ok(COURIER_OK)
     })
 }
 
 /// Make progress: handle arrivals, retry queued sends, run callbacks. Returns how many
-/// events were handled (0 for a NULL worker or the wrong thread).
+/// events were handled (0 for the wrong thread, or for an invalid handle: then
+/// `courier_last_error_detail()` says why).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn courier_worker_progress(worker: *const courier_worker_t) -> u32 {
-    boundary_or(0, || match unsafe { worker.as_ref() } {
-        Some(w) => {
+    boundary_or(0, || match get(worker, "worker") {
+        Ok(w) => {
             let n = w.w.progress();
             n.min(u32::MAX as usize) as u32
         }
-        None => 0,
+        Err(e) => {
+            record(&e);
+            0
+        }
     })
 }
 
@@ -101,9 +109,10 @@ pub unsafe extern "C" fn courier_worker_arm(
     armed_out: *mut bool,
 ) -> courier_status_t {
     boundary(|| {
-        let w = unsafe { arg(worker, "worker") }?;
+        let w = get(worker, "worker")?;
         let out = out_arg(armed_out, "armed_out")?;
         let armed = w.w.arm()?;
+        // SAFETY: checked non-NULL by out_arg; the caller's output, as courier.h documents.
         unsafe { *out = armed };
         Ok(COURIER_OK)
     })
@@ -117,7 +126,7 @@ pub unsafe extern "C" fn courier_worker_wait(
     timeout_ms: i64,
 ) -> courier_status_t {
     boundary(|| {
-        let w = unsafe { arg(worker, "worker") }?;
+        let w = get(worker, "worker")?;
         let t = u64::try_from(timeout_ms).ok().map(Duration::from_millis);
         w.w.wait(t)?;
         Ok(COURIER_OK)
@@ -131,7 +140,7 @@ pub unsafe extern "C" fn courier_worker_signal(
     worker: *const courier_worker_t,
 ) -> courier_status_t {
     boundary(|| {
-        unsafe { arg(worker, "worker") }?.w.signal()?;
+        get(worker, "worker")?.w.signal()?;
         Ok(COURIER_OK)
     })
 }
@@ -144,8 +153,9 @@ pub unsafe extern "C" fn courier_worker_event_fd(
     fd_out: *mut i32,
 ) -> courier_status_t {
     boundary(|| {
-        let w = unsafe { arg(worker, "worker") }?;
+        let w = get(worker, "worker")?;
         let out = out_arg(fd_out, "fd_out")?;
+        // SAFETY: checked non-NULL by out_arg; the caller's output, as courier.h documents.
         unsafe { *out = w.w.event_fd() };
         Ok(COURIER_OK)
     })
@@ -160,7 +170,7 @@ pub unsafe extern "C" fn courier_worker_address(
     length_out: *mut usize,
 ) -> courier_status_t {
     boundary(|| {
-        let w = unsafe { arg(worker, "worker") }?;
+        let w = get(worker, "worker")?;
         let out = out_arg(address_out, "address_out")?;
         let len_out = out_arg(length_out, "length_out")?;
         let a = w.w.address()?;
@@ -172,6 +182,7 @@ pub unsafe extern "C" fn courier_worker_address(
                 "malloc failed",
             ));
         }
+        // SAFETY: `p` is a fresh allocation of at least `bytes.len()` bytes (checked non-NULL).
         unsafe {
             std::ptr::copy_nonoverlapping(a.as_ptr(), p, a.len());
             *out = p as *mut c_void;

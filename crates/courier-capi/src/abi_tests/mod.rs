@@ -129,8 +129,10 @@ fn bad_config_reports_status_and_detail() {
     assert!(cstr(courier_last_error_detail()).contains("carrier-pigeon"));
 }
 
+/// NULL outputs and buffers are `COURIER_ERR_INVALID_PARAM`; NULL handles
+/// `COURIER_ERR_INVALID_HANDLE`.
 #[test]
-fn null_arguments_are_invalid_param() {
+fn null_arguments_are_refused() {
     unsafe {
         assert_eq!(
             courier_context_create(null(), null_mut()),
@@ -140,88 +142,97 @@ fn null_arguments_are_invalid_param() {
         let mut w = null_mut();
         assert_eq!(
             courier_worker_create(null(), null(), &mut w),
-            COURIER_ERR_INVALID_PARAM
+            COURIER_ERR_INVALID_HANDLE
         );
         assert!(w.is_null());
         assert_eq!(courier_worker_progress(null()), 0);
-        assert_eq!(courier_worker_signal(null()), COURIER_ERR_INVALID_PARAM);
-        assert_eq!(courier_worker_wait(null(), 0), COURIER_ERR_INVALID_PARAM);
+        assert_eq!(courier_worker_signal(null()), COURIER_ERR_INVALID_HANDLE);
+        assert_eq!(courier_worker_wait(null(), 0), COURIER_ERR_INVALID_HANDLE);
         assert_eq!(
             courier_worker_address(null(), null_mut(), null_mut()),
-            COURIER_ERR_INVALID_PARAM
+            COURIER_ERR_INVALID_HANDLE
         );
         assert_eq!(
             courier_worker_event_fd(null(), null_mut()),
-            COURIER_ERR_INVALID_PARAM
+            COURIER_ERR_INVALID_HANDLE
         );
         assert_eq!(
             courier_ep_create(null(), null(), null_mut()),
-            COURIER_ERR_INVALID_PARAM
+            COURIER_ERR_INVALID_HANDLE
         );
-        assert_eq!(courier_ep_close(null_mut()), COURIER_ERR_INVALID_PARAM);
+        assert_eq!(courier_ep_close(null_mut()), COURIER_ERR_INVALID_HANDLE);
         assert_eq!(
             courier_ep_close_force(null_mut()),
-            COURIER_ERR_INVALID_PARAM
+            COURIER_ERR_INVALID_HANDLE
         );
-        assert_eq!(courier_ep_flush(null()), COURIER_ERR_INVALID_PARAM);
+        assert_eq!(courier_ep_flush(null()), COURIER_ERR_INVALID_HANDLE);
         assert_eq!(
             courier_listener_create(null(), null(), null_mut()),
-            COURIER_ERR_INVALID_PARAM
+            COURIER_ERR_INVALID_HANDLE
         );
         assert_eq!(
             courier_conn_request_accept(null_mut(), null(), null_mut()),
-            COURIER_ERR_INVALID_PARAM
+            COURIER_ERR_INVALID_HANDLE
         );
         assert_eq!(
             courier_conn_request_reject(null_mut()),
-            COURIER_ERR_INVALID_PARAM
+            COURIER_ERR_INVALID_HANDLE
         );
         assert_eq!(
             courier_conn_request_query(null(), null_mut()),
-            COURIER_ERR_INVALID_PARAM
+            COURIER_ERR_INVALID_HANDLE
         );
         let mut req = null_mut();
         assert_eq!(
             courier_ep_tag_send(null(), null(), 0, 1, null(), &mut req),
-            COURIER_ERR_INVALID_PARAM
+            COURIER_ERR_INVALID_HANDLE
         );
         assert_eq!(
             courier_worker_tag_recv(null(), null_mut(), 0, 1, 0, null(), &mut req),
-            COURIER_ERR_INVALID_PARAM
+            COURIER_ERR_INVALID_HANDLE
         );
         assert_eq!(
             courier_worker_tag_probe(null(), 0, 0, null_mut()),
-            COURIER_ERR_INVALID_PARAM
+            COURIER_ERR_INVALID_HANDLE
         );
         assert_eq!(
             courier_ep_stream_send(null(), null(), 0, null(), &mut req),
-            COURIER_ERR_INVALID_PARAM
+            COURIER_ERR_INVALID_HANDLE
         );
         assert_eq!(
             courier_ep_am_send(null(), 0, null(), 0, null(), 0, 0, null(), &mut req),
-            COURIER_ERR_INVALID_PARAM
+            COURIER_ERR_INVALID_HANDLE
         );
         assert_eq!(
             courier_worker_set_am_handler(null(), 0, None, null_mut()),
-            COURIER_ERR_INVALID_PARAM
+            COURIER_ERR_INVALID_HANDLE
         );
         assert_eq!(
             courier_worker_am_recv_data(null(), null_mut(), null_mut(), 0, null(), &mut req),
-            COURIER_ERR_INVALID_PARAM
+            COURIER_ERR_INVALID_HANDLE
         );
-        assert_eq!(courier_request_test(null()), COURIER_ERR_INVALID_PARAM);
-        assert_eq!(courier_request_wait(null()), COURIER_ERR_INVALID_PARAM);
-        assert_eq!(courier_request_cancel(null()), COURIER_ERR_INVALID_PARAM);
+        assert_eq!(courier_request_test(null()), COURIER_ERR_INVALID_HANDLE);
+        assert_eq!(courier_request_wait(null()), COURIER_ERR_INVALID_HANDLE);
+        assert_eq!(courier_request_cancel(null()), COURIER_ERR_INVALID_HANDLE);
         assert_eq!(
             courier_request_info(null(), null_mut()),
-            COURIER_ERR_INVALID_PARAM
+            COURIER_ERR_INVALID_HANDLE
         );
         assert!(req.is_null());
-        // Releasing NULL is fine.
-        courier_request_free(null_mut());
-        courier_worker_destroy(null_mut());
-        courier_context_destroy(null_mut());
-        courier_listener_destroy(null_mut());
+        // Releasing NULL does nothing and says so.
+        assert_eq!(courier_request_free(null_mut()), COURIER_ERR_INVALID_HANDLE);
+        assert_eq!(
+            courier_worker_destroy(null_mut()),
+            COURIER_ERR_INVALID_HANDLE
+        );
+        assert_eq!(
+            courier_context_destroy(null_mut()),
+            COURIER_ERR_INVALID_HANDLE
+        );
+        assert_eq!(
+            courier_listener_destroy(null_mut()),
+            COURIER_ERR_INVALID_HANDLE
+        );
         courier_buffer_free(null_mut());
 
         // With a live worker and endpoint: NULL buffers with a length, NULL outputs.
@@ -766,5 +777,6 @@ unsafe fn settle(
 
 mod bits;
 mod finish;
+mod handles;
 mod onesided;
 mod release;

@@ -60,22 +60,25 @@ fn every_handle_kind_is_released_by_its_destroy() {
         );
         assert_eq!(st, COURIER_INPROGRESS);
         assert_eq!(courier_request_cancel(req), COURIER_OK);
-        courier_request_destroy(req);
+        assert_eq!(courier_request_destroy(req), COURIER_OK);
 
         // A descriptor that is not one is refused, not freed.
         assert_eq!(
             courier_am_desc_destroy(w, null_mut()),
-            COURIER_ERR_INVALID_PARAM
+            COURIER_ERR_INVALID_HANDLE
         );
 
-        courier_sem_destroy(sem);
-        courier_rkey_destroy(rk);
-        courier_mem_destroy(mem);
+        assert_eq!(courier_sem_destroy(sem), COURIER_OK);
+        assert_eq!(courier_rkey_destroy(rk), COURIER_OK);
+        assert_eq!(courier_mem_destroy(mem), COURIER_OK);
         assert_eq!(courier_ep_destroy(ep), COURIER_OK);
-        courier_worker_destroy(w);
-        courier_context_destroy(ctx);
-        // NULL is fine for the releases that return nothing.
-        courier_mem_destroy(null_mut());
-        courier_request_destroy(null_mut());
+        assert_eq!(courier_worker_destroy(w), COURIER_OK);
+        assert_eq!(courier_context_destroy(ctx), COURIER_OK);
+        // NULL does nothing and says so.
+        assert_eq!(courier_mem_destroy(null_mut()), COURIER_ERR_INVALID_HANDLE);
+        assert_eq!(
+            courier_request_destroy(null_mut()),
+            COURIER_ERR_INVALID_HANDLE
+        );
     }
 }

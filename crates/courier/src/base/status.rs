@@ -32,6 +32,9 @@ pub enum Status {
     InvalidAddress = -7,
     /// The operation is not supported here.
     Unsupported = -8,
+    /// C ABI: a handle that is NULL, of another kind, already destroyed, or a request
+    /// already released (never a use of freed memory).
+    InvalidHandle = -9,
     /// The message was longer than the receive buffer; the real length is reported.
     MessageTruncated = -10,
     /// The request was canceled.
@@ -60,7 +63,7 @@ pub enum Status {
 
 impl Status {
     /// All codes, for tables and round-trip tests.
-    pub const ALL: [Status; 22] = [
+    pub const ALL: [Status; 23] = [
         Status::Ok,
         Status::InProgress,
         Status::NoMessage,
@@ -71,6 +74,7 @@ impl Status {
         Status::Unreachable,
         Status::InvalidAddress,
         Status::Unsupported,
+        Status::InvalidHandle,
         Status::MessageTruncated,
         Status::Canceled,
         Status::Rejected,
@@ -108,6 +112,7 @@ impl Status {
             Status::Unreachable => "destination unreachable",
             Status::InvalidAddress => "invalid address",
             Status::Unsupported => "operation not supported",
+            Status::InvalidHandle => "invalid handle",
             Status::MessageTruncated => "message truncated",
             Status::Canceled => "request canceled",
             Status::Rejected => "connection rejected by peer",
