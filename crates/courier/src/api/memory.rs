@@ -74,7 +74,7 @@ impl MemMapParams {
     }
     /// Register an existing buffer `[ptr, ptr + length)`.
     ///
-    /// ```compile_fail
+    /// ```compile_fail,E0133
     /// // Registering a raw pointer is unsafe: safe code cannot hand peers memory it does
     /// // not own.
     /// let mut buf = vec![0u8; 64];
@@ -109,7 +109,7 @@ impl MemMapParams {
     /// registered memory would be reached only by CMA or through this process. Unmapping
     /// the region leaves the pages where they are, shared with no one.
     ///
-    /// ```compile_fail
+    /// ```compile_fail,E0133
     /// let mut pages = vec![0u8; 1 << 16];
     /// let _ = courier::MemMapParams::share_in_place(pages.as_mut_ptr(), pages.len());
     /// ```

@@ -98,7 +98,7 @@ use crate::proto::request::Started;
 /// A scoped request cannot leave its scope, and its buffer stays borrowed until the
 /// scope ends, so it cannot be freed (or read) while the worker may write it:
 ///
-/// ```compile_fail
+/// ```compile_fail,E0505
 /// # use courier::{Context, ContextParams, Worker, WorkerParams};
 /// # let ctx = Context::new(ContextParams::default()).unwrap();
 /// # let worker = Worker::new(&ctx, WorkerParams::default()).unwrap();
@@ -110,7 +110,19 @@ use crate::proto::request::Started;
 /// });
 /// ```
 ///
-/// ```compile_fail
+/// ```compile_fail,E0499
+/// # use courier::{Context, ContextParams, Worker, WorkerParams};
+/// # let ctx = Context::new(ContextParams::default()).unwrap();
+/// # let worker = Worker::new(&ctx, WorkerParams::default()).unwrap();
+/// let mut buf = vec![0u8; 16];
+/// worker.scope(|s| {
+///     let recv = s.tag_recv(&mut buf, 5, u64::MAX).unwrap();
+///     std::mem::forget(recv);
+///     buf[0] = 1; // error: nor written (or read) while the scope lasts
+/// });
+/// ```
+///
+/// ```compile_fail,E0505
 /// # use courier::{Context, ContextParams, Worker, WorkerParams};
 /// # let ctx = Context::new(ContextParams::default()).unwrap();
 /// # let worker = Worker::new(&ctx, WorkerParams::default()).unwrap();
@@ -119,7 +131,7 @@ use crate::proto::request::Started;
 /// drop(buf); // error: a scoped request cannot outlive its scope
 /// ```
 ///
-/// ```compile_fail
+/// ```compile_fail,E0133
 /// # use courier::{Context, ContextParams, Worker, WorkerParams};
 /// # let ctx = Context::new(ContextParams::default()).unwrap();
 /// # let worker = Worker::new(&ctx, WorkerParams::default()).unwrap();
