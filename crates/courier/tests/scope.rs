@@ -149,7 +149,7 @@ fn dropped_in_callback(tls: &str) {
     a.scope(|s| {
         let r = s.tag_send(&ep, &big, TAG_BIG).unwrap();
         let mut slot: Option<Request<'_>> = Some(r);
-        let p = Smuggled(&mut slot as *mut Option<Request<'_>> as *mut Option<Request<'static>>);
+        let p = Smuggled(std::ptr::addr_of_mut!(slot).cast::<Option<Request<'static>>>());
         let seen = dropped.clone();
         a.am_set_handler(AM_DROP, move |_| {
             let p = &p;
