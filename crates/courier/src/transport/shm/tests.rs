@@ -811,10 +811,6 @@ fn killed_child_is_peer_failure() {
 /// to CPUs 0 and 1, through FIFOs of the default size:
 /// `cargo test --release -p courier shm::tests::pingpong -- --ignored --nocapture`.
 #[test]
-#[cfg_attr(
-    miri,
-    ignore = "memfd, shared mappings and Unix sockets: system calls Miri does not model"
-)]
 #[ignore]
 fn pingpong_latency() {
     let ((mut ta, mut ra), (mut tb, mut rb)) = pair(&cfg(1024, "auto"));
