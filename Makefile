@@ -5,6 +5,7 @@
 #   make bench    side-by-side benchmarks against UCX and libfabric (installs them if missing)
 #   make experiments  the seeds' experiments on Courier (apps/): writes apps/RESULTS.md
 #   make fuzz     every fuzz target under libFuzzer for FUZZ_SECONDS each (docs/fuzzing.md)
+#   make miri     the library's unit tests under Miri (nightly), which checks for undefined behaviour
 
 CARGO ?= cargo
 # One build for every target (make, make capi, make shmem, make install): cargo builds a
@@ -18,7 +19,7 @@ export CARGO_TERM_COLOR ?= never
 # PATH, so tools already on PATH keep coming first.
 export PATH := $(PATH):$(HOME)/.cargo/bin:/usr/local/go/bin
 
-.PHONY: all build run test test-rust test-gpu test-scripts test-hello test-snippets test-install lint fmt bench clean deps deps-test fuzz fuzz-seeds
+.PHONY: all build run test miri test-rust test-gpu test-scripts test-hello test-snippets test-install lint fmt bench clean deps deps-test fuzz fuzz-seeds
 
 include crates/courier-capi/capi.mk
 include crates/courier-shmem/shmem.mk
@@ -98,6 +99,21 @@ fuzz:
 # its corpus.
 fuzz-seeds:
 	$(CARGO) test --release -p courier-fuzz --test corpus -- --ignored write_seeds
+
+# The library's unit tests under Miri (undefined behaviour: out-of-bounds or misaligned
+# accesses, use after free, invalid values, aliasing violations under Stacked Borrows).
+# Those that need system calls Miri does not model (sockets, epoll on them, memfd and
+# shared mappings, CMA, fork) are `#[cfg_attr(miri, ignore)]`: what runs is the pure Rust
+# (wire parsers and emitters, remote keys, the key table, addresses, frames, request and
+# buffer bookkeeping, configuration parsing, the lock). Not in `make test`: it needs the
+# nightly toolchain and takes about half an hour on 2 cores.
+# Property tests run 16 cases each there (256 natively): Miri is about a thousand times
+# slower, and what it checks is every access, not more inputs.
+MIRIFLAGS ?= -Zmiri-disable-isolation
+MIRI_PROPTEST_CASES ?= 16
+miri:
+	@bash scripts/deps.sh miri
+	MIRIFLAGS="$(MIRIFLAGS)" PROPTEST_CASES=$(MIRI_PROPTEST_CASES) $(CARGO) +nightly miri test -p courier --lib -- --test-threads=2
 
 clean:
 	$(CARGO) clean

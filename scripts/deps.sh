@@ -84,6 +84,15 @@ if [ "${1:-}" = fuzz ]; then
     cargo install cargo-fuzz --version '~0.13' --locked --quiet
   fi
 fi
+# `make miri` runs the library's unit tests under Miri, a component of the nightly toolchain
+# (with the standard library's sources, which it rebuilds instrumented).
+if [ "${1:-}" = miri ]; then
+  command -v rustup >/dev/null || { echo "deps: make miri needs rustup (for the nightly toolchain)" >&2; exit 1; }
+  if ! rustup +nightly component list --installed 2>/dev/null | grep -q '^miri'; then
+    echo "deps: installing the nightly toolchain with miri and rust-src (for make miri; once)"
+    rustup toolchain install nightly --profile minimal --component miri,rust-src >/dev/null
+  fi
+fi
 # `make conformance` builds a peer's autotools test suite (Sandia OpenSHMEM's).
 if [ "${1:-}" = conformance ]; then
   need=()

@@ -135,22 +135,35 @@ pub unsafe extern "C" fn courier_mem_map(
         // SAFETY: NULL (refused or defaulted) or the caller's valid params struct.
         let p = unsafe { arg(params, "params") }?;
         let out = out_arg(mem_out, "mem_out")?;
-        let mut mp = MemMapParams::default();
         known_bits("mem_map field_mask", p.field_mask, MEM_MAP_FIELDS)?;
-        if has(p.field_mask, COURIER_MEM_MAP_FIELD_ADDRESS) {
-            mp.address = Some(p.address as *mut u8);
-        }
-        if has(p.field_mask, COURIER_MEM_MAP_FIELD_LENGTH) {
-            mp.length = p.length;
-        }
+        let address = has(p.field_mask, COURIER_MEM_MAP_FIELD_ADDRESS).then_some(p.address);
+        let length = if has(p.field_mask, COURIER_MEM_MAP_FIELD_LENGTH) {
+            p.length
+        } else {
+            0
+        };
+        let mut allocate = false;
         if has(p.field_mask, COURIER_MEM_MAP_FIELD_FLAGS) {
             known_bits(
                 "mem_map flags",
                 p.flags as u64,
                 COURIER_MEM_MAP_FLAG_ALLOCATE as u64,
             )?;
-            mp.allocate = p.flags & COURIER_MEM_MAP_FLAG_ALLOCATE != 0;
+            allocate = p.flags & COURIER_MEM_MAP_FLAG_ALLOCATE != 0;
         }
+        let mut mp = match (address, allocate) {
+            (Some(_), true) => {
+                return Err(invalid(
+                    "give an address to register, or allocate, not both",
+                ));
+            }
+            // SAFETY: courier_mem_map's documented contract: the caller's buffer stays
+            // valid until courier_mem_unmap, and it does not touch it while remote
+            // operations may access it.
+            (Some(a), false) => unsafe { MemMapParams::register(a as *mut u8, length) },
+            (None, true) => MemMapParams::allocate(length),
+            (None, false) => MemMapParams::default(),
+        };
         if has(p.field_mask, COURIER_MEM_MAP_FIELD_MEMORY_TYPE) {
             mp.memory_type = mem_type_from(p.memory_type)?;
         }

@@ -224,7 +224,12 @@ pub fn data_range() -> Option<(usize, usize)> {
 /// none, or when it cannot be moved (then globals are not symmetric, and saying so).
 pub fn share_data(ctx: &Context) -> Option<Local> {
     let (base, len) = data_range()?;
-    match ctx.mem_map(MemMapParams::share_in_place(base as *mut u8, len)) {
+    // SAFETY: the executable's data segment: whole private pages that stay mapped for the
+    // life of the process; shmem_init runs this before the program starts threads that
+    // touch globals, and OpenSHMEM programs reach symmetric globals only as the standard
+    // allows (their remote accesses are ordered by the program's own synchronisation).
+    let params = unsafe { MemMapParams::share_in_place(base as *mut u8, len) };
+    match ctx.mem_map(params) {
         Ok(mem) => {
             install_fork_handler(base, len);
             Some(Local { base, len, mem })

@@ -95,17 +95,16 @@ fn server(addr: SocketAddr) -> courier::Result<()> {
 
     // Tag: receive the client's message, answer on the accepted endpoint.
     let mut buf = [0u8; 64];
-    let info = worker.tag_recv(&mut buf, TAG_TO_SERVER, u64::MAX)?.wait()?;
+    let info = worker.tag_recv(&mut buf, TAG_TO_SERVER, u64::MAX)?;
     println!("server: tag: {}", text(&buf[..info.length]));
-    ep.tag_send(b"hello, client", TAG_TO_CLIENT)?.wait()?;
+    ep.tag_send(b"hello, client", TAG_TO_CLIENT)?;
 
     // Active message: the client's, then one back.
     println!("server: am: {}", text(&wait_am(&worker, &ams)?));
-    ep.am_send(AM_TO_CLIENT, b"", b"hello, client (am)", AmFlags::default())?
-        .wait()?;
+    ep.am_send(AM_TO_CLIENT, b"", b"hello, client (am)", AmFlags::default())?;
 
     // The client says when it has everything; then close.
-    worker.tag_recv(&mut buf, TAG_BYE, u64::MAX)?.wait()?;
+    worker.tag_recv(&mut buf, TAG_BYE, u64::MAX)?;
     ep.close()?;
     println!("server: done");
     Ok(())
@@ -123,16 +122,18 @@ fn client(addr: SocketAddr) -> courier::Result<()> {
 
     // Post the receive first, then send; both complete as the worker progresses.
     let mut buf = [0u8; 64];
-    let recv = worker.tag_recv(&mut buf, TAG_TO_CLIENT, u64::MAX)?;
-    ep.tag_send(b"hello, server", TAG_TO_SERVER)?.wait()?;
-    let info = recv.wait()?;
+    // The scope lends `buf` to the receive until it ends, and waits for it.
+    let info = worker.scope(|s| {
+        let recv = s.tag_recv(&mut buf, TAG_TO_CLIENT, u64::MAX)?;
+        ep.tag_send(b"hello, server", TAG_TO_SERVER)?; // blocking: returns once sent
+        recv.wait()
+    })?;
     println!("client: tag: {}", text(&buf[..info.length]));
 
-    ep.am_send(AM_TO_SERVER, b"", b"hello, server (am)", AmFlags::default())?
-        .wait()?;
+    ep.am_send(AM_TO_SERVER, b"", b"hello, server (am)", AmFlags::default())?;
     println!("client: am: {}", text(&wait_am(&worker, &ams)?));
 
-    ep.tag_send(b"bye", TAG_BYE)?.wait()?;
+    ep.tag_send(b"bye", TAG_BYE)?;
     ep.close()?;
     println!("client: done");
     Ok(())

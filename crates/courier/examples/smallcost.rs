@@ -28,7 +28,9 @@ const TAG: u64 = 7;
 #[inline(never)]
 fn step_tag_send(ep: &Endpoint, n: usize, data: &[u8]) -> Result<()> {
     for _ in 0..n {
-        let r = ep.tag_send(data, TAG)?;
+        // SAFETY: the request is waited for, or dropped (which waits), before its buffer is used
+        // again or goes; it is never forgotten.
+        let r = unsafe { ep.tag_send_nb(data, TAG) }?;
         drop(r);
     }
     Ok(())
@@ -39,7 +41,9 @@ fn step_tag_send(ep: &Endpoint, n: usize, data: &[u8]) -> Result<()> {
 fn step_tag_post<'a>(w: &Worker, bufs: &'a mut [[u8; 8]]) -> Result<Vec<Request<'a>>> {
     let mut v = Vec::with_capacity(bufs.len());
     for b in bufs.iter_mut() {
-        v.push(w.tag_recv(b, TAG, u64::MAX)?);
+        // SAFETY: the request is waited for, or dropped (which waits), before its buffer is used
+        // again or goes; it is never forgotten.
+        v.push(unsafe { w.tag_recv_nb(b, TAG, u64::MAX) }?);
     }
     Ok(v)
 }
@@ -63,7 +67,9 @@ fn step_tag_unexpected(w: &Worker, n: usize) -> Result<usize> {
     let mut got = 0;
     let mut buf = [0u8; 8];
     for _ in 0..n {
-        let mut r = w.tag_recv(&mut buf, TAG, u64::MAX)?;
+        // SAFETY: the request is waited for, or dropped (which waits), before its buffer is used
+        // again or goes; it is never forgotten.
+        let mut r = unsafe { w.tag_recv_nb(&mut buf, TAG, u64::MAX) }?;
         while !r.is_done() {
             w.progress();
         }
@@ -122,7 +128,9 @@ fn step_am_recv(w: &Worker, count: &AtomicU64, n: u64) {
 #[inline(never)]
 fn step_am_send(ep: &Endpoint, n: usize, data: &[u8]) -> Result<()> {
     for _ in 0..n {
-        drop(ep.am_send(1, &[], data, AmFlags::default())?);
+        // SAFETY: the request is waited for, or dropped (which waits), before its buffer is used
+        // again or goes; it is never forgotten.
+        drop(unsafe { ep.am_send_nb(1, &[], data, AmFlags::default()) }?);
     }
     Ok(())
 }
@@ -149,7 +157,9 @@ fn step_am_echo(
     while count.load(Ordering::Acquire) < want {
         w.progress();
     }
-    drop(ep.am_send(1, &[], data, REPLY)?);
+    // SAFETY: the request is waited for, or dropped (which waits), before its buffer is used again
+    // or goes; it is never forgotten.
+    drop(unsafe { ep.am_send_nb(1, &[], data, REPLY) }?);
     Ok(())
 }
 
@@ -182,12 +192,16 @@ fn step_am_echo_raw(
 /// post the receive, progress until it completes, answer.
 #[inline(never)]
 fn step_tag_echo(w: &Worker, ep: &Endpoint, buf: &mut [u8; 8], data: &[u8]) -> Result<()> {
-    let mut r = w.tag_recv(buf, TAG, u64::MAX)?;
+    // SAFETY: the request is waited for, or dropped (which waits), before its buffer is used again
+    // or goes; it is never forgotten.
+    let mut r = unsafe { w.tag_recv_nb(buf, TAG, u64::MAX) }?;
     while !r.is_done() {
         w.progress();
     }
     r.wait()?;
-    drop(ep.tag_send(data, TAG)?);
+    // SAFETY: the request is waited for, or dropped (which waits), before its buffer is used again
+    // or goes; it is never forgotten.
+    drop(unsafe { ep.tag_send_nb(data, TAG) }?);
     Ok(())
 }
 
@@ -195,7 +209,9 @@ fn step_tag_echo(w: &Worker, ep: &Endpoint, buf: &mut [u8; 8], data: &[u8]) -> R
 #[inline(never)]
 fn step_put(ep: &Endpoint, key: &RemoteKey, at: u64, n: usize, data: &[u8]) -> Result<()> {
     for _ in 0..n {
-        drop(ep.put(data, at, key)?);
+        // SAFETY: the request is waited for, or dropped (which waits), before its buffer is used
+        // again or goes; it is never forgotten.
+        drop(unsafe { ep.put_nb(data, at, key) }?);
     }
     Ok(())
 }
@@ -204,7 +220,9 @@ fn step_put(ep: &Endpoint, key: &RemoteKey, at: u64, n: usize, data: &[u8]) -> R
 #[inline(never)]
 fn step_put_signal(ep: &Endpoint, key: &RemoteKey, at: u64, n: usize, data: &[u8]) -> Result<()> {
     for i in 0..n {
-        drop(ep.put_signal(data, at, key, at + 64, key, i as u64, SignalOp::Set)?);
+        // SAFETY: the request is waited for, or dropped (which waits), before its buffer is used
+        // again or goes; it is never forgotten.
+        drop(unsafe { ep.put_signal_nb(data, at, key, at + 64, key, i as u64, SignalOp::Set) }?);
     }
     Ok(())
 }
@@ -243,7 +261,9 @@ fn main() -> Result<()> {
         let mut bufs = vec![[0u8; 8]; batch];
         let reqs: Vec<Request<'_>> = bufs
             .iter_mut()
-            .map(|x| b.tag_recv(x, TAG, u64::MAX))
+            // SAFETY: the request is waited for, or dropped (which waits), before its buffer is
+            // used again or goes; it is never forgotten.
+            .map(|x| unsafe { b.tag_recv_nb(x, TAG, u64::MAX) })
             .collect::<Result<_>>()?;
         for mut r in reqs {
             drain(&b, || r.is_done());
@@ -255,7 +275,9 @@ fn main() -> Result<()> {
         let mut bufs = vec![[0u8; 8]; batch];
         let reqs = step_tag_post(&a, &mut bufs)?;
         for _ in 0..batch {
-            drop(ba.tag_send(&data, TAG)?);
+            // SAFETY: the request is waited for, or dropped (which waits), before its buffer is
+            // used again or goes; it is never forgotten.
+            drop(unsafe { ba.tag_send_nb(&data, TAG) }?);
         }
         step_tag_complete(&a, reqs)?;
     }
@@ -267,7 +289,9 @@ fn main() -> Result<()> {
         // The sends go first and wait in the FIFO: nothing progresses `a` before its
         // receives are posted, so they are matched as expected ones.
         for _ in 0..batch {
-            drop(ba.tag_send(&data, TAG)?);
+            // SAFETY: the request is waited for, or dropped (which waits), before its buffer is
+            // used again or goes; it is never forgotten.
+            drop(unsafe { ba.tag_send_nb(&data, TAG) }?);
         }
         step_tag_counted(&a, &mut bufs, &counted)?;
     }
@@ -275,7 +299,9 @@ fn main() -> Result<()> {
     // b sends first; a receives from the unexpected queue.
     for _ in 0..rounds {
         for _ in 0..batch {
-            drop(ba.tag_send(&data, TAG)?);
+            // SAFETY: the request is waited for, or dropped (which waits), before its buffer is
+            // used again or goes; it is never forgotten.
+            drop(unsafe { ba.tag_send_nb(&data, TAG) }?);
         }
         step_tag_unexpected(&a, batch)?;
     }
@@ -290,7 +316,9 @@ fn main() -> Result<()> {
     }
     for _ in 0..rounds {
         for _ in 0..batch {
-            drop(ba.am_send(1, &[], &data, AmFlags::default())?);
+            // SAFETY: the request is waited for, or dropped (which waits), before its buffer is
+            // used again or goes; it is never forgotten.
+            drop(unsafe { ba.am_send_nb(1, &[], &data, AmFlags::default()) }?);
         }
         step_am_recv(&a, &got, batch as u64);
         let before = seen.load(Ordering::Relaxed);
@@ -302,14 +330,18 @@ fn main() -> Result<()> {
     let base = seen.load(Ordering::Relaxed);
     let t = std::time::Instant::now();
     for i in 0..n as u64 {
-        drop(ba.am_send(1, &[], &data, AmFlags::default())?);
+        // SAFETY: the request is waited for, or dropped (which waits), before its buffer is used
+        // again or goes; it is never forgotten.
+        drop(unsafe { ba.am_send_nb(1, &[], &data, AmFlags::default()) }?);
         step_am_echo(&a, &ab, &got, got.load(Ordering::Relaxed) + 1, &data)?;
         drain(&b, || seen.load(Ordering::Relaxed) > base + i);
     }
     let am_turn_ns = t.elapsed().as_nanos() as f64 / n as f64;
     let base = seen.load(Ordering::Relaxed);
     for i in 0..n as u64 {
-        drop(ba.am_send(1, &[], &data, AmFlags::default())?);
+        // SAFETY: the request is waited for, or dropped (which waits), before its buffer is used
+        // again or goes; it is never forgotten.
+        drop(unsafe { ba.am_send_nb(1, &[], &data, AmFlags::default()) }?);
         let seg = (data.as_ptr() as usize, data.len());
         step_am_echo_raw(&a, &ab, &got, got.load(Ordering::Relaxed) + 1, seg)?;
         drain(&b, || seen.load(Ordering::Relaxed) > base + i);
@@ -317,9 +349,13 @@ fn main() -> Result<()> {
     let (mut buf, mut buf_b) = ([0u8; 8], [0u8; 8]);
     let t = std::time::Instant::now();
     for _ in 0..n {
-        drop(ba.tag_send(&data, TAG)?);
+        // SAFETY: the request is waited for, or dropped (which waits), before its buffer is used
+        // again or goes; it is never forgotten.
+        drop(unsafe { ba.tag_send_nb(&data, TAG) }?);
         step_tag_echo(&a, &ab, &mut buf, &data)?;
-        let mut r = b.tag_recv(&mut buf_b, TAG, u64::MAX)?;
+        // SAFETY: the request is waited for, or dropped (which waits), before its buffer is used
+        // again or goes; it is never forgotten.
+        let mut r = unsafe { b.tag_recv_nb(&mut buf_b, TAG, u64::MAX) }?;
         drain(&b, || r.is_done());
     }
 

@@ -56,7 +56,9 @@ fn step_fadd_complete(w: &Worker, r: &mut Request<'_>) -> Result<u64> {
 /// Send one 8-byte tag message.
 #[inline(never)]
 fn step_tag_send(ep: &Endpoint, data: &[u8]) -> Result<()> {
-    let mut r = ep.tag_send(data, TAG)?;
+    // SAFETY: the request is waited for, or dropped (which waits), before its buffer is used again
+    // or goes; it is never forgotten.
+    let mut r = unsafe { ep.tag_send_nb(data, TAG) }?;
     while r.test().is_none() {}
     Ok(())
 }
@@ -64,7 +66,9 @@ fn step_tag_send(ep: &Endpoint, data: &[u8]) -> Result<()> {
 /// Post a receive and progress until the message is in it.
 #[inline(never)]
 fn step_tag_recv(w: &Worker, buf: &mut [u8]) -> Result<usize> {
-    let mut r = w.tag_recv(buf, TAG, u64::MAX)?;
+    // SAFETY: the request is waited for, or dropped (which waits), before its buffer is used again
+    // or goes; it is never forgotten.
+    let mut r = unsafe { w.tag_recv_nb(buf, TAG, u64::MAX) }?;
     loop {
         if let Some(done) = r.test() {
             return done.as_ref().map(|i| i.length).map_err(|e| e.clone());

@@ -7,7 +7,7 @@
 //! the repository's root says what each layer holds and where a new thing goes.
 //!
 //! The public API is at the crate root: the objects (`Context`, `Worker`, `Endpoint`,
-//! `Listener`, `Memory`, `RemoteKey`, `Request`, `Semaphore`), what operations take and
+//! `Listener`, `Memory`, `RemoteKey`, `Request`, `Scope`, `Semaphore`), what operations take and
 //! report (`Buf`, `Callback`, `Info`, `Started`, `AmFlags`, ...), the configuration table
 //! ([`config`]), what each transport can do here ([`transports`]), how one-sided
 //! operations reach a peer's memory ([`onesided`]), and the byte layouts peers exchange
@@ -19,9 +19,11 @@
 //! let worker = Worker::new(&ctx, WorkerParams::default())?;
 //! let ep = worker.connect(&worker.address()?, EndpointParams::default())?;
 //! let mut buf = [0u8; 5];
-//! let rx = worker.tag_recv(&mut buf, 7, u64::MAX)?;
-//! ep.tag_send(b"hello", 7)?.wait()?;
-//! rx.wait()?;
+//! worker.scope(|s| {
+//!     let rx = s.tag_recv(&mut buf, 7, u64::MAX)?; // lends `buf` until the scope ends
+//!     ep.tag_send(b"hello", 7)?; // blocking
+//!     rx.wait()
+//! })?;
 //! assert_eq!(&buf, b"hello");
 //! # Ok::<(), courier::Error>(())
 //! ```

@@ -119,12 +119,18 @@ fn unexpected_messages_probe_truncation_order() {
         let small = b"small unexpected".to_vec();
         let big: Vec<u8> = (0..(3 << 20)).map(|i| (i % 251) as u8).collect();
         // Sent before any receive is posted: they wait as unexpected messages.
-        let mut s1 = p.ba.tag_send(&small, 0x10).unwrap();
-        let mut s2 = p.ba.tag_send(&big, 0x20).unwrap();
+        // SAFETY: the request is waited for, or dropped (which waits), before its buffer is used
+        // again or goes; it is never forgotten.
+        let mut s1 = unsafe { p.ba.tag_send_nb(&small, 0x10) }.unwrap();
+        // SAFETY: the request is waited for, or dropped (which waits), before its buffer is used
+        // again or goes; it is never forgotten.
+        let mut s2 = unsafe { p.ba.tag_send_nb(&big, 0x20) }.unwrap();
         let ordered: Vec<Vec<u8>> = (0..20u8).map(|i| vec![i; 100 + i as usize]).collect();
         let mut os: Vec<Request> = ordered
             .iter()
-            .map(|m| p.ba.tag_send(m, 0x30).unwrap())
+            // SAFETY: the request is waited for, or dropped (which waits), before its buffer is
+            // used again or goes; it is never forgotten.
+            .map(|m| unsafe { p.ba.tag_send_nb(m, 0x30) }.unwrap())
             .collect();
         let deadline = Instant::now() + Duration::from_secs(10);
         while p.a.tag_probe(0x20, u64::MAX).unwrap().is_none() {
@@ -148,21 +154,27 @@ fn unexpected_messages_probe_truncation_order() {
         // Truncation reports the real length.
         let mut tiny = [0u8; 5];
         let e =
-            p.a.tag_recv(&mut tiny, 0x10, u64::MAX)
+            // SAFETY: the request is waited for, or dropped (which waits), before its buffer is
+            // used again or goes; it is never forgotten.
+            unsafe { p.a.tag_recv_nb(&mut tiny, 0x10, u64::MAX) }
                 .err()
                 .expect("truncated");
         assert_eq!(e.status(), Status::MessageTruncated, "{tls}: {e}");
         assert!(e.detail().contains("16 bytes"), "{tls}: {e}");
         assert_eq!(&tiny, b"small");
         let mut got = vec![0u8; 3 << 20];
-        let mut r = p.a.tag_recv(&mut got, 0x20, u64::MAX).unwrap();
+        // SAFETY: the request is waited for, or dropped (which waits), before its buffer is used
+        // again or goes; it is never forgotten.
+        let mut r = unsafe { p.a.tag_recv_nb(&mut got, 0x20, u64::MAX) }.unwrap();
         assert_eq!(wait_on(&p.a, &mut r).unwrap().length, 3 << 20);
         drop(r);
         assert!(got == big, "{tls}: unexpected rendezvous message differs");
         // Same tag: matched in send order.
         for (i, m) in ordered.iter().enumerate() {
             let mut buf = vec![0u8; 200];
-            let mut r = p.a.tag_recv(&mut buf, 0x30, u64::MAX).unwrap();
+            // SAFETY: the request is waited for, or dropped (which waits), before its buffer is
+            // used again or goes; it is never forgotten.
+            let mut r = unsafe { p.a.tag_recv_nb(&mut buf, 0x30, u64::MAX) }.unwrap();
             let n = wait_on(&p.a, &mut r).unwrap().length;
             drop(r);
             assert_eq!(&buf[..n], &m[..], "{tls}: message {i} out of order");
@@ -181,8 +193,12 @@ fn truncated_rendezvous_and_posted_truncation() {
         let p = pair(tls);
         let big = vec![9u8; 200_000];
         let mut small = vec![0u8; 1000];
-        let mut r = p.a.tag_recv(&mut small, 7, u64::MAX).unwrap();
-        let mut s = p.ba.tag_send(&big, 7).unwrap();
+        // SAFETY: the request is waited for, or dropped (which waits), before its buffer is used
+        // again or goes; it is never forgotten.
+        let mut r = unsafe { p.a.tag_recv_nb(&mut small, 7, u64::MAX) }.unwrap();
+        // SAFETY: the request is waited for, or dropped (which waits), before its buffer is used
+        // again or goes; it is never forgotten.
+        let mut s = unsafe { p.ba.tag_send_nb(&big, 7) }.unwrap();
         let e = wait_on(&p.a, &mut r).expect_err("truncated");
         assert_eq!(e.status(), Status::MessageTruncated, "{tls}");
         assert_eq!(r.info().length, 200_000, "{tls}: real length reported");
@@ -196,7 +212,9 @@ fn truncated_rendezvous_and_posted_truncation() {
 fn sync_send_completes_only_when_matched_and_cancel() {
     for tls in TLS {
         let p = pair(tls);
-        let mut s = p.ba.tag_send_sync(b"sync", 0x55).unwrap();
+        // SAFETY: the request is waited for, or dropped (which waits), before its buffer is used
+        // again or goes; it is never forgotten.
+        let mut s = unsafe { p.ba.tag_send_sync_nb(b"sync", 0x55) }.unwrap();
         for _ in 0..2000 {
             p.a.progress();
         }
@@ -206,7 +224,9 @@ fn sync_send_completes_only_when_matched_and_cancel() {
             "{tls}: synchronous send completed before it was matched"
         );
         let mut buf = [0u8; 4];
-        let mut r = p.a.tag_recv(&mut buf, 0x55, u64::MAX).unwrap();
+        // SAFETY: the request is waited for, or dropped (which waits), before its buffer is used
+        // again or goes; it is never forgotten.
+        let mut r = unsafe { p.a.tag_recv_nb(&mut buf, 0x55, u64::MAX) }.unwrap();
         wait_on(&p.a, &mut r).unwrap();
         drop(r);
         let deadline = Instant::now() + Duration::from_secs(10);
@@ -219,7 +239,9 @@ fn sync_send_completes_only_when_matched_and_cancel() {
         }
         // Cancel a posted receive.
         let mut buf = [0u8; 4];
-        let mut r = p.a.tag_recv(&mut buf, 0xdead, u64::MAX).unwrap();
+        // SAFETY: the request is waited for, or dropped (which waits), before its buffer is used
+        // again or goes; it is never forgotten.
+        let mut r = unsafe { p.a.tag_recv_nb(&mut buf, 0xdead, u64::MAX) }.unwrap();
         assert!(r.cancel(), "{tls}");
         assert_eq!(
             r.test().unwrap().as_ref().unwrap_err().status(),
@@ -258,7 +280,9 @@ fn active_messages_reply_and_rendezvous_descriptors() {
         .unwrap();
         let big: Vec<u8> = (0..500_000).map(|i| (i % 13) as u8).collect();
         let mut x =
-            p.ba.am_send(
+            // SAFETY: the request is waited for, or dropped (which waits), before its buffer is
+            // used again or goes; it is never forgotten.
+            unsafe { p.ba.am_send_nb(
                 3,
                 b"h1",
                 b"eager",
@@ -266,9 +290,11 @@ fn active_messages_reply_and_rendezvous_descriptors() {
                     reply: true,
                     ..Default::default()
                 },
-            )
+            ) }
             .unwrap();
-        let mut y = p.ba.am_send(3, b"h2", &big, AmFlags::default()).unwrap();
+        // SAFETY: the request is waited for, or dropped (which waits), before its buffer is used
+        // again or goes; it is never forgotten.
+        let mut y = unsafe { p.ba.am_send_nb(3, b"h2", &big, AmFlags::default()) }.unwrap();
         let deadline = Instant::now() + Duration::from_secs(10);
         while kept.lock().unwrap().is_none() || replies.load(Ordering::SeqCst) == 0 {
             p.a.progress();
@@ -279,7 +305,9 @@ fn active_messages_reply_and_rendezvous_descriptors() {
         }
         let desc = kept.lock().unwrap().take().unwrap();
         let mut into = vec![0u8; desc.len()];
-        let mut r = p.a.am_recv_data(desc, &mut into).unwrap();
+        // SAFETY: the request is waited for, or dropped (which waits), before its buffer is used
+        // again or goes; it is never forgotten.
+        let mut r = unsafe { p.a.am_recv_data_nb(desc, &mut into) }.unwrap();
         wait_on(&p.a, &mut r).unwrap();
         drop(r);
         assert!(into == big, "{tls}: rendezvous active message differs");
@@ -289,10 +317,7 @@ fn active_messages_reply_and_rendezvous_descriptors() {
         assert_eq!(seen[0], (b"h1".to_vec(), 5, true), "{tls}");
         assert_eq!(seen[1], (b"h2".to_vec(), 500_000, false), "{tls}");
         // A message for an id nobody handles is dropped with a warning, and nothing breaks.
-        p.ba.am_send(99, b"", b"lost", AmFlags::default())
-            .unwrap()
-            .wait()
-            .ok();
+        p.ba.am_send(99, b"", b"lost", AmFlags::default()).ok();
     }
 }
 
@@ -348,7 +373,9 @@ fn rendezvous_active_messages_received_inside_their_handler() {
         let mut sends: Vec<_> = msgs
             .iter()
             .enumerate()
-            .map(|(k, m)| p.ba.am_send(5, &[k as u8], m, AmFlags::default()).unwrap())
+            // SAFETY: the request is waited for, or dropped (which waits), before its buffer is
+            // used again or goes; it is never forgotten.
+            .map(|(k, m)| unsafe { p.ba.am_send_nb(5, &[k as u8], m, AmFlags::default()) }.unwrap())
             .collect();
         let deadline = Instant::now() + Duration::from_secs(20);
         while done.lock().unwrap().len() < N {
@@ -397,7 +424,9 @@ fn rendezvous_copies_in_pieces() {
         for (round, size) in [100_000usize, (1 << 20) + 13].into_iter().enumerate() {
             let data: Vec<u8> = (0..size).map(|i| (i * 7 + round) as u8).collect();
             let tag = 0x40 + round as u64;
-            let mut s = p.ba.tag_send(&data, tag).unwrap();
+            // SAFETY: the request is waited for, or dropped (which waits), before its buffer is
+            // used again or goes; it is never forgotten.
+            let mut s = unsafe { p.ba.tag_send_nb(&data, tag) }.unwrap();
             let deadline = Instant::now() + Duration::from_secs(10);
             while p.a.tag_probe(tag, u64::MAX).unwrap().is_none() {
                 p.a.progress();
@@ -407,7 +436,9 @@ fn rendezvous_copies_in_pieces() {
                 );
             }
             let mut got = vec![0u8; size];
-            let mut r = p.a.tag_recv(&mut got, tag, u64::MAX).unwrap();
+            // SAFETY: the request is waited for, or dropped (which waits), before its buffer is
+            // used again or goes; it is never forgotten.
+            let mut r = unsafe { p.a.tag_recv_nb(&mut got, tag, u64::MAX) }.unwrap();
             if tls != "tcp" {
                 // The receive copied its first piece; the others wait for progress.
                 assert!(!r.is_done(), "{tls}: {size} bytes received in one call");
@@ -418,12 +449,16 @@ fn rendezvous_copies_in_pieces() {
             wait_on(&p.b, &mut s).unwrap();
             // Scattered on both sides, with segments that do not line up with pieces.
             let (head, tail) = data.split_at(size / 3);
-            let mut s = p.ba.tag_send_iov(&[head, tail], tag).unwrap();
+            // SAFETY: the request is waited for, or dropped (which waits), before its buffer is
+            // used again or goes; it is never forgotten.
+            let mut s = unsafe { p.ba.tag_send_iov_nb(&[head, tail], tag) }.unwrap();
             let mut x = vec![0u8; 5000];
             let mut y = vec![0u8; size - 5000];
             let mut r = {
                 let mut iov: [&mut [u8]; 2] = [&mut x, &mut y];
-                p.a.tag_recv_iov(&mut iov, tag, u64::MAX).unwrap()
+                // SAFETY: the request is waited for, or dropped (which waits), before its buffer is
+                // used again or goes; it is never forgotten.
+                unsafe { p.a.tag_recv_iov_nb(&mut iov, tag, u64::MAX) }.unwrap()
             };
             assert_eq!(wait_on(&p.a, &mut r).unwrap().length, size, "{tls}");
             drop(r);
@@ -446,14 +481,18 @@ fn rendezvous_pieces_move_on_every_progress_call() {
     );
     let size = 1 << 20;
     let data: Vec<u8> = (0..size).map(|i| (i % 253) as u8).collect();
-    let mut s = p.ba.tag_send(&data, 9).unwrap();
+    // SAFETY: the request is waited for, or dropped (which waits), before its buffer is used again
+    // or goes; it is never forgotten.
+    let mut s = unsafe { p.ba.tag_send_nb(&data, 9) }.unwrap();
     let deadline = Instant::now() + Duration::from_secs(10);
     while p.a.tag_probe(9, u64::MAX).unwrap().is_none() {
         p.a.progress();
         assert!(Instant::now() < deadline, "message not offered");
     }
     let mut got = vec![0u8; size];
-    let mut r = p.a.tag_recv(&mut got, 9, u64::MAX).unwrap();
+    // SAFETY: the request is waited for, or dropped (which waits), before its buffer is used again
+    // or goes; it is never forgotten.
+    let mut r = unsafe { p.a.tag_recv_nb(&mut got, 9, u64::MAX) }.unwrap();
     let mut calls = 0;
     while r.test().is_none() {
         p.a.progress();
@@ -480,13 +519,17 @@ fn one_rendezvous_piece_per_progress_call() {
     let mut recvs: Vec<_> = bufs
         .iter_mut()
         .enumerate()
-        .map(|(m, b)| p.b.tag_recv(b, 0x70 + m as u64, u64::MAX).unwrap())
+        // SAFETY: the request is waited for, or dropped (which waits), before its buffer is used
+        // again or goes; it is never forgotten.
+        .map(|(m, b)| unsafe { p.b.tag_recv_nb(b, 0x70 + m as u64, u64::MAX) }.unwrap())
         .collect();
     let before = p.a.rndv_copies().unwrap();
     let mut sends: Vec<_> = msgs
         .iter()
         .enumerate()
-        .map(|(m, d)| p.ab.tag_send(d, 0x70 + m as u64).unwrap())
+        // SAFETY: the request is waited for, or dropped (which waits), before its buffer is used
+        // again or goes; it is never forgotten.
+        .map(|(m, d)| unsafe { p.ab.tag_send_nb(d, 0x70 + m as u64) }.unwrap())
         .collect();
     // The receiver asks for each second half as it starts reading the first.
     let total = |c: RndvCopies| c.shared + c.link;
@@ -553,7 +596,9 @@ fn small_rendezvous_copies_share_a_progress_call() {
     let mut sends: Vec<_> = msgs
         .iter()
         .enumerate()
-        .map(|(k, m)| p.ba.am_send(6, &[k as u8], m, rndv).unwrap())
+        // SAFETY: the request is waited for, or dropped (which waits), before its buffer is used
+        // again or goes; it is never forgotten.
+        .map(|(k, m)| unsafe { p.ba.am_send_nb(6, &[k as u8], m, rndv) }.unwrap())
         .collect();
     let deadline = Instant::now() + Duration::from_secs(10);
     while handled.load(Ordering::SeqCst) == 0 {
@@ -597,8 +642,12 @@ fn kept_rendezvous_message_declined_later() {
             rndv: true,
             ..Default::default()
         };
-        let mut first = p.ba.am_send(5, b"", &big, rndv).unwrap();
-        let mut second = p.ba.am_send(5, b"", &big, rndv).unwrap();
+        // SAFETY: the request is waited for, or dropped (which waits), before its buffer is used
+        // again or goes; it is never forgotten.
+        let mut first = unsafe { p.ba.am_send_nb(5, b"", &big, rndv) }.unwrap();
+        // SAFETY: the request is waited for, or dropped (which waits), before its buffer is used
+        // again or goes; it is never forgotten.
+        let mut second = unsafe { p.ba.am_send_nb(5, b"", &big, rndv) }.unwrap();
         let deadline = Instant::now() + Duration::from_secs(10);
         while kept.lock().unwrap().len() < 2 {
             p.a.progress();
@@ -615,7 +664,9 @@ fn kept_rendezvous_message_declined_later() {
         assert_eq!(info.length, big.len(), "{tls}");
         // The endpoint goes on: the other kept message is still received whole.
         let mut into = vec![0u8; d2.len()];
-        let mut r = p.a.am_recv_data(d2, &mut into).unwrap();
+        // SAFETY: the request is waited for, or dropped (which waits), before its buffer is used
+        // again or goes; it is never forgotten.
+        let mut r = unsafe { p.a.am_recv_data_nb(d2, &mut into) }.unwrap();
         wait_on(&p.a, &mut r).unwrap();
         drop(r);
         assert!(into == big, "{tls}: kept rendezvous data differs");
@@ -627,9 +678,11 @@ fn kept_rendezvous_message_declined_later() {
 fn streams_partial_and_exact() {
     for tls in TLS {
         let p = pair(tls);
-        p.ba.stream_send(b"abc").unwrap().wait().ok();
+        p.ba.stream_send(b"abc").ok();
         let mut buf = [0u8; 10];
-        let mut r = p.ab.stream_recv(&mut buf).unwrap();
+        // SAFETY: the request is waited for, or dropped (which waits), before its buffer is used
+        // again or goes; it is never forgotten.
+        let mut r = unsafe { p.ab.stream_recv_nb(&mut buf) }.unwrap();
         let n = wait_on(&p.a, &mut r).unwrap().length;
         drop(r);
         assert!(
@@ -638,9 +691,13 @@ fn streams_partial_and_exact() {
         );
         let rest = 3 - n;
         let data: Vec<u8> = (0..1_000_000).map(|i| (i % 97) as u8).collect();
-        let mut s = p.ba.stream_send(&data).unwrap();
+        // SAFETY: the request is waited for, or dropped (which waits), before its buffer is used
+        // again or goes; it is never forgotten.
+        let mut s = unsafe { p.ba.stream_send_nb(&data) }.unwrap();
         let mut all = vec![0u8; rest + data.len()];
-        let mut r = p.ab.stream_recv_exact(&mut all).unwrap();
+        // SAFETY: the request is waited for, or dropped (which waits), before its buffer is used
+        // again or goes; it is never forgotten.
+        let mut r = unsafe { p.ab.stream_recv_exact_nb(&mut all) }.unwrap();
         wait_on(&p.a, &mut r).unwrap();
         drop(r);
         assert_eq!(&all[..rest], &b"abc"[n..]);
@@ -648,7 +705,9 @@ fn streams_partial_and_exact() {
         wait_on(&p.b, &mut s).unwrap();
         // A receive of no bytes ends at once (it waited for the peer's next bytes).
         let mut none = [0u8; 0];
-        let mut r = p.ab.stream_recv(&mut none).unwrap();
+        // SAFETY: the request is waited for, or dropped (which waits), before its buffer is used
+        // again or goes; it is never forgotten.
+        let mut r = unsafe { p.ab.stream_recv_nb(&mut none) }.unwrap();
         assert_eq!(
             r.test().map(|x| x.clone().map(|i| i.length)),
             Some(Ok(0)),
@@ -679,10 +738,12 @@ fn wakeup_sleeps_until_a_message_or_a_signal() {
         let ba = p.ba.clone();
         let t = std::thread::spawn(move || {
             std::thread::sleep(Duration::from_millis(100));
-            ba.tag_send(b"wake", 1).unwrap().wait().unwrap();
+            ba.tag_send(b"wake", 1).unwrap();
         });
         let mut buf = [0u8; 4];
-        let mut r = p.a.tag_recv(&mut buf, 1, u64::MAX).unwrap();
+        // SAFETY: the request is waited for, or dropped (which waits), before its buffer is used
+        // again or goes; it is never forgotten.
+        let mut r = unsafe { p.a.tag_recv_nb(&mut buf, 1, u64::MAX) }.unwrap();
         let t0 = Instant::now();
         while !r.is_done() {
             if p.a.arm().unwrap() {
@@ -817,8 +878,12 @@ const BUSY_PROGRESS: usize = 20_000;
 /// arming `w`).
 fn one_message(w: &Worker, from: &Endpoint, tag: u64, msg: &[u8]) {
     let mut buf = vec![0u8; msg.len()];
-    let mut r = w.tag_recv(&mut buf, tag, u64::MAX).unwrap();
-    let mut s = from.tag_send(msg, tag).unwrap();
+    // SAFETY: the request is waited for, or dropped (which waits), before its buffer is used again
+    // or goes; it is never forgotten.
+    let mut r = unsafe { w.tag_recv_nb(&mut buf, tag, u64::MAX) }.unwrap();
+    // SAFETY: the request is waited for, or dropped (which waits), before its buffer is used again
+    // or goes; it is never forgotten.
+    let mut s = unsafe { from.tag_send_nb(msg, tag) }.unwrap();
     wait_on(w, &mut r).unwrap();
     wait_on(from.worker(), &mut s).unwrap();
     drop(r);
@@ -844,10 +909,12 @@ fn tcp_links_join_the_epoll_set_only_while_the_worker_may_sleep() {
     let ba = p.ba.clone();
     let t = std::thread::spawn(move || {
         std::thread::sleep(Duration::from_millis(100));
-        ba.tag_send(b"wake", 4).unwrap().wait().unwrap();
+        ba.tag_send(b"wake", 4).unwrap();
     });
     let mut buf = [0u8; 4];
-    let mut r = p.a.tag_recv(&mut buf, 4, u64::MAX).unwrap();
+    // SAFETY: the request is waited for, or dropped (which waits), before its buffer is used again
+    // or goes; it is never forgotten.
+    let mut r = unsafe { p.a.tag_recv_nb(&mut buf, 4, u64::MAX) }.unwrap();
     let t0 = Instant::now();
     p.a.wait(Some(Duration::from_secs(5))).unwrap();
     assert!(
@@ -982,7 +1049,9 @@ fn posted_receives_with_callbacks_match_by_mask_in_order_and_report_truncation()
         post(one(&mut bufs[1]), 0x100, 0xF00, 1);
         post(one(&mut short), 5, u64::MAX, 2);
         let mut polled = [0u8; 8];
-        let mut r3 = p.a.tag_recv(&mut polled, 9, u64::MAX).unwrap();
+        // SAFETY: the request is waited for, or dropped (which waits), before its buffer is used
+        // again or goes; it is never forgotten.
+        let mut r3 = unsafe { p.a.tag_recv_nb(&mut polled, 9, u64::MAX) }.unwrap();
         post(one(&mut bufs[2]), 5, u64::MAX, 4);
         // Each send's request finishes at once or soon; the messages leave in this order.
         for (tag, msg) in [
@@ -992,7 +1061,9 @@ fn posted_receives_with_callbacks_match_by_mask_in_order_and_report_truncation()
             (9, b"polled.."),
             (5, b"five-3rd"),
         ] {
-            let mut s = p.ba.tag_send(msg, tag).unwrap();
+            // SAFETY: the request is waited for, or dropped (which waits), before its buffer is
+            // used again or goes; it is never forgotten.
+            let mut s = unsafe { p.ba.tag_send_nb(msg, tag) }.unwrap();
             wait_on(&p.b, &mut s).unwrap();
         }
         let info = wait_on(&p.a, &mut r3).unwrap();
@@ -1027,7 +1098,9 @@ fn posted_receives_with_callbacks_match_by_mask_in_order_and_report_truncation()
         );
         // A message that arrived before its receive (unexpected) is taken by `tag_recv_fn`
         // at once: a small one is copied out inside the call, and no function runs.
-        let mut s = p.ba.tag_send(b"early...", 11).unwrap();
+        // SAFETY: the request is waited for, or dropped (which waits), before its buffer is used
+        // again or goes; it is never forgotten.
+        let mut s = unsafe { p.ba.tag_send_nb(b"early...", 11) }.unwrap();
         wait_on(&p.b, &mut s).unwrap();
         p.a.progress_until(Duration::from_secs(20), || {
             p.a.tag_probe(11, u64::MAX).unwrap().is_some()
@@ -1058,7 +1131,9 @@ fn an_active_message_header_too_large_for_the_link_is_refused_and_the_endpoint_l
     let p = pair("shm");
     let header = vec![1u8; 70_000];
     let e =
-        p.ab.am_send(5, &header, b"d", AmFlags::default())
+        // SAFETY: the request is waited for, or dropped (which waits), before its buffer is used
+        // again or goes; it is never forgotten.
+        unsafe { p.ab.am_send_nb(5, &header, b"d", AmFlags::default()) }
             .err()
             .expect("a 70,000-byte header on 64 KiB frames");
     assert_eq!(e.status(), Status::InvalidParam, "{e}");
@@ -1067,8 +1142,12 @@ fn an_active_message_header_too_large_for_the_link_is_refused_and_the_endpoint_l
         "{e}"
     );
     let mut buf = [0u8; 5];
-    let mut r = p.b.tag_recv(&mut buf, 9, u64::MAX).unwrap();
-    let mut s = p.ab.tag_send(b"alive", 9).unwrap();
+    // SAFETY: the request is waited for, or dropped (which waits), before its buffer is used again
+    // or goes; it is never forgotten.
+    let mut r = unsafe { p.b.tag_recv_nb(&mut buf, 9, u64::MAX) }.unwrap();
+    // SAFETY: the request is waited for, or dropped (which waits), before its buffer is used again
+    // or goes; it is never forgotten.
+    let mut s = unsafe { p.ab.tag_send_nb(b"alive", 9) }.unwrap();
     wait_on(&p.a, &mut s).expect("the endpoint still sends");
     let deadline = Instant::now() + Duration::from_secs(20);
     let info = loop {
@@ -1090,7 +1169,9 @@ fn a_forced_close_fails_the_other_sides_operations_on_every_transport() {
     for tls in TLS {
         let p = pair(tls);
         let mut buf = [0u8; 8];
-        let mut r = p.ba.stream_recv(&mut buf).unwrap();
+        // SAFETY: the request is waited for, or dropped (which waits), before its buffer is used
+        // again or goes; it is never forgotten.
+        let mut r = unsafe { p.ba.stream_recv_nb(&mut buf) }.unwrap();
         p.ab.clone().close_force();
         let e = wait_on(&p.b, &mut r).expect_err(tls);
         assert_eq!(e.status(), Status::PeerFailure, "{tls}: {e}");

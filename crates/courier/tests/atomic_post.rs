@@ -487,7 +487,9 @@ fn child_waiter() {
         send_u64(&ep, ACK, r);
     }
     let mut b = [0u8; 8];
-    let r = w.tag_recv(&mut b, EXIT, u64::MAX).unwrap();
+    // SAFETY: the request is waited for, or dropped (which waits), before its buffer is used again
+    // or goes; it is never forgotten.
+    let r = unsafe { w.tag_recv_nb(&mut b, EXIT, u64::MAX) }.unwrap();
     r.wait().unwrap();
 }
 
@@ -495,7 +497,9 @@ fn child_waiter() {
 /// `common::recv_u64` (which naps on the worker's fd when idle) this progresses all along.
 fn recv_u64_progressing(w: &Worker, kid: &mut Kid, tag: u64) -> u64 {
     let mut b = [0u8; 8];
-    let mut r = w.tag_recv(&mut b, tag, u64::MAX).unwrap();
+    // SAFETY: the request is waited for, or dropped (which waits), before its buffer is used again
+    // or goes; it is never forgotten.
+    let mut r = unsafe { w.tag_recv_nb(&mut b, tag, u64::MAX) }.unwrap();
     progress_until(w, kid, &format!("message {tag:#x}"), || r.is_done());
     r.wait().unwrap();
     u64::from_le_bytes(b)
@@ -508,9 +512,10 @@ fn sleeping_wait_cpu(net: Net) {
     let (sb, _) = s.bounds();
     let signal = |kid: &mut Kid, v: u64| {
         // Data into the signal region's second half; the signal is its first word.
-        let mut r = ep
-            .put_signal(&[0x5a; 32], sb + 32, s, sb, s, v, SignalOp::Set)
-            .unwrap();
+        // SAFETY: the request is waited for, or dropped (which waits), before its buffer is used
+        // again or goes; it is never forgotten.
+        let mut r =
+            unsafe { ep.put_signal_nb(&[0x5a; 32], sb + 32, s, sb, s, v, SignalOp::Set) }.unwrap();
         progress_until(w, kid, "the put", || r.is_done());
         r.wait().unwrap();
     };

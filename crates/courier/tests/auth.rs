@@ -99,7 +99,9 @@ fn server() {
     let deadline = Instant::now() + DEADLINE;
     loop {
         let mut b = [0u8; 8];
-        let mut r = w.tag_recv(&mut b, 0, 0).unwrap();
+        // SAFETY: the request is waited for, or dropped (which waits), before its buffer is used
+        // again or goes; it is never forgotten.
+        let mut r = unsafe { w.tag_recv_nb(&mut b, 0, 0) }.unwrap();
         let info = loop {
             if let Some(res) = r.test() {
                 break res.clone().unwrap();
@@ -143,7 +145,9 @@ fn parent(net: Net, env: &[(&str, String)]) -> (Context, Worker) {
 fn send_to(w: &Worker, addr: &[u8], v: u64) -> (Endpoint, Result<Info>) {
     let ep = w.connect(addr, EndpointParams::default()).unwrap();
     let b = v.to_le_bytes();
-    let mut r = ep.tag_send(&b, MSG).unwrap();
+    // SAFETY: the request is waited for, or dropped (which waits), before its buffer is used again
+    // or goes; it is never forgotten.
+    let mut r = unsafe { ep.tag_send_nb(&b, MSG) }.unwrap();
     let res = r.wait_timeout(DEADLINE);
     drop(r);
     (ep, res)
@@ -161,7 +165,9 @@ fn stop(w: &Worker, addr: &[u8], kid: &mut Kid) -> String {
 fn send_to_tag(w: &Worker, addr: &[u8], tag: u64) -> (Endpoint, Result<Info>) {
     let ep = w.connect(addr, EndpointParams::default()).unwrap();
     let b = 0u64.to_le_bytes();
-    let mut r = ep.tag_send(&b, tag).unwrap();
+    // SAFETY: the request is waited for, or dropped (which waits), before its buffer is used again
+    // or goes; it is never forgotten.
+    let mut r = unsafe { ep.tag_send_nb(&b, tag) }.unwrap();
     let res = r.wait_timeout(DEADLINE);
     drop(r);
     (ep, res)
@@ -199,7 +205,9 @@ fn refused(net: Net, parent_env: &[(&str, String)], child_says: &str, parent_say
     });
     let ep = bad.connect(&addr, params).unwrap();
     let b = 13u64.to_le_bytes();
-    let r = ep.tag_send(&b, MSG).unwrap();
+    // SAFETY: the request is waited for, or dropped (which waits), before its buffer is used again
+    // or goes; it is never forgotten.
+    let r = unsafe { ep.tag_send_nb(&b, MSG) }.unwrap();
     bad.progress_until(DEADLINE, || failed.lock().unwrap().is_some())
         .unwrap_or_else(|e| panic!("a peer without the key was not refused: {e}"));
     drop(r);
@@ -454,7 +462,10 @@ fn garbage_and_truncated_frames_before_and_after_authentication() {
         assert!(closed(&mut s), "{what}: the connection stayed open");
     }
     // The endpoint made first still works.
-    ep.tag_send(&2u64.to_le_bytes(), MSG)
+    let two = 2u64.to_le_bytes();
+    // SAFETY: the request is waited for, or dropped (which waits), before its buffer is used again
+    // or goes; it is never forgotten.
+    unsafe { ep.tag_send_nb(&two, MSG) }
         .unwrap()
         .wait_timeout(DEADLINE)
         .unwrap();

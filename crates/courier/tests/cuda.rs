@@ -463,12 +463,9 @@ fn child_rma(c: &Context, w: &Worker, ep: &Endpoint, keys: &[Vec<u8>]) {
     let sub = ep.rkey_unpack(&keys[2]).unwrap();
     assert_eq!(sub.path(), rk.path(), "a second region of the allocation");
     let (sub_base, _) = sub.bounds();
-    ep.put(&pattern(8192, 77), sub_base, &sub)
-        .unwrap()
-        .wait()
-        .unwrap();
+    ep.put(&pattern(8192, 77), sub_base, &sub).unwrap();
     let mut back = vec![0u8; 8192];
-    ep.get(&mut back, sub_base, &sub).unwrap().wait().unwrap();
+    ep.get(&mut back, sub_base, &sub).unwrap();
     assert!(back == pattern(8192, 77), "the second region's bytes");
     if !real() {
         assert_eq!(mock_count(4), u64::from(!tcp), "IPC handles opened");
@@ -478,9 +475,9 @@ fn child_rma(c: &Context, w: &Worker, ep: &Endpoint, keys: &[Vec<u8>]) {
     for (i, n, off) in sizes_in(len) {
         let data = pattern(n, i as u8);
         // Host to the owner's device, and back into host memory.
-        ep.put(&data, base + off, &rk).unwrap().wait().unwrap();
+        ep.put(&data, base + off, &rk).unwrap();
         let mut back = vec![0u8; n];
-        ep.get(&mut back, base + off, &rk).unwrap().wait().unwrap();
+        ep.get(&mut back, base + off, &rk).unwrap();
         assert!(back == data, "{n} bytes put and got back differ");
         // Device to device, both ways.
         let data = pattern(n, i as u8 + 100);
@@ -509,8 +506,9 @@ fn child_rma(c: &Context, w: &Worker, ep: &Endpoint, keys: &[Vec<u8>]) {
     forged[courier::wire::rkey::field::SECRET.start] ^= 0x40;
     courier::wire::rkey::reseal(&mut forged);
     let fk = ep.rkey_unpack(&forged).unwrap();
-    let e = ep
-        .put(&[9u8; 64], base, &fk)
+    // SAFETY: the request is waited for, or dropped (which waits), before its buffer is used again
+    // or goes; it is never forgotten.
+    let e = unsafe { ep.put_nb(&[9u8; 64], base, &fk) }
         .and_then(|r| r.wait())
         .and_then(|_| ep.flush())
         .expect_err("forged key");
@@ -669,7 +667,7 @@ fn two_sided(tls: &str, child_env: &[(&str, &str)]) {
     let amdev = device(&o.c, 2 << 20);
     // SAFETY: the region outlives the wait; Courier copies into it with the driver only.
     let slot = unsafe { std::slice::from_raw_parts_mut(amdev.as_ptr(), 2 << 20) };
-    o.w.am_recv_data(rndv, slot).unwrap().wait().unwrap();
+    o.w.am_recv_data(rndv, slot).unwrap();
     assert!(
         contents(&amdev, 2 << 20) == pattern(2 << 20, 77),
         "rendezvous AM into device memory"
@@ -812,7 +810,9 @@ fn rma(tls: &str) {
     // IPC handle once for both (a driver refuses to open a handle twice).
     let sub =
         o.c.mem_map(
-            MemMapParams::register(region.as_ptr().wrapping_add(4096), 8192)
+            // SAFETY: inside a live allocation of the test that outlives the region, or an address
+            // mem_map refuses (the test checks), so no region is made of it.
+            unsafe { MemMapParams::register(region.as_ptr().wrapping_add(4096), 8192) }
                 .memory_type(MemoryType::Cuda),
         )
         .unwrap();
@@ -887,16 +887,24 @@ fn map_query_copy_and_refusals() {
     // refused past its end or for host memory claimed as device memory.
     let sub = c
         .mem_map(
-            MemMapParams::register(m.as_ptr().wrapping_add(4096), 8192)
+            // SAFETY: inside a live allocation of the test that outlives the region, or an address
+            // mem_map refuses (the test checks), so no region is made of it.
+            unsafe { MemMapParams::register(m.as_ptr().wrapping_add(4096), 8192) }
                 .memory_type(MemoryType::Cuda),
         )
         .unwrap();
     assert_eq!(sub.query().memory_type, MemoryType::Cuda);
-    let found = c.mem_map(MemMapParams::register(m.as_ptr(), 64)).unwrap();
+    // SAFETY: inside a live allocation of the test that outlives the region, or an address mem_map
+    // refuses (the test checks), so no region is made of it.
+    let found = c
+        .mem_map(unsafe { MemMapParams::register(m.as_ptr(), 64) })
+        .unwrap();
     assert_eq!(found.query().memory_type, MemoryType::Cuda);
     let e = c
         .mem_map(
-            MemMapParams::register(m.as_ptr().wrapping_add(4096), 1 << 20)
+            // SAFETY: inside a live allocation of the test that outlives the region, or an address
+            // mem_map refuses (the test checks), so no region is made of it.
+            unsafe { MemMapParams::register(m.as_ptr().wrapping_add(4096), 1 << 20) }
                 .memory_type(MemoryType::Cuda),
         )
         .err()
@@ -904,7 +912,11 @@ fn map_query_copy_and_refusals() {
     assert_eq!(e.status(), Status::OutOfRange, "{e}");
     let mut host = vec![0u8; 64];
     let e = c
-        .mem_map(MemMapParams::register(host.as_mut_ptr(), 64).memory_type(MemoryType::Cuda))
+        // SAFETY: inside a live allocation of the test that outlives the region, or an address
+        // mem_map refuses (the test checks), so no region is made of it.
+        .mem_map(
+            unsafe { MemMapParams::register(host.as_mut_ptr(), 64) }.memory_type(MemoryType::Cuda),
+        )
         .err()
         .unwrap();
     assert_eq!(e.status(), Status::InvalidParam, "{e}");
@@ -912,7 +924,9 @@ fn map_query_copy_and_refusals() {
     drop((sub, found, m));
     // Unmapping freed the allocation: the driver no longer knows the address.
     let e = c
-        .mem_map(MemMapParams::register(gone, 64).memory_type(MemoryType::Cuda))
+        // SAFETY: inside a live allocation of the test that outlives the region, or an address
+        // mem_map refuses (the test checks), so no region is made of it.
+        .mem_map(unsafe { MemMapParams::register(gone, 64) }.memory_type(MemoryType::Cuda))
         .err()
         .expect("freed device memory");
     assert_eq!(e.status(), Status::InvalidParam, "{e}");
@@ -935,12 +949,9 @@ fn same_worker_device_to_device() {
     let rk = ep.rkey_unpack(&dst.pack_rkey().unwrap()).unwrap();
     assert_eq!(rk.path(), "local");
     let (base, _) = rk.bounds();
-    ep.put(&pattern(100, 2), base + 10, &rk)
-        .unwrap()
-        .wait()
-        .unwrap();
+    ep.put(&pattern(100, 2), base + 10, &rk).unwrap();
     let mut back = [0u8; 100];
-    ep.get(&mut back, base + 10, &rk).unwrap().wait().unwrap();
+    ep.get(&mut back, base + 10, &rk).unwrap();
     assert!(back[..] == pattern(100, 2)[..]);
     let e = ep
         .atomic(AtomicOp::Add, 1, 0, base, &rk, false)
@@ -1005,8 +1016,9 @@ fn another_context_of_this_process_reaches_device_memory_directly() {
         );
     }
     // Past the region's end: refused, nothing written.
-    let e = ep
-        .put(&[1u8; 128], base + len - 64, &rk)
+    // SAFETY: the request is waited for, or dropped (which waits), before its buffer is used again
+    // or goes; it is never forgotten.
+    let e = unsafe { ep.put_nb(&[1u8; 128], base + len - 64, &rk) }
         .and_then(|r| r.wait())
         .expect_err("past the end");
     assert_eq!(e.status(), Status::OutOfRange, "{e}");

@@ -87,7 +87,9 @@ fn run_victim() -> i32 {
     .unwrap();
     let mut region = vec![7u8; REGION];
     let mem = ctx
-        .mem_map(MemMapParams::register(region.as_mut_ptr(), REGION))
+        // SAFETY: `region` outlives the region (the child exits with it mapped) and is not touched
+        // again.
+        .mem_map(unsafe { MemMapParams::register(region.as_mut_ptr(), REGION) })
         .unwrap();
     println!("ADDR {}", hex(&w.address().unwrap()));
     println!("RKEY {}", hex(&mem.pack_rkey().unwrap()));
@@ -108,7 +110,9 @@ fn run_victim() -> i32 {
         }
         let replies: Vec<_> = std::mem::take(&mut *queue.lock().unwrap());
         for (ep, data) in replies {
-            if let Ok(mut r) = ep.am_send(AM_PONG, b"", &data, AmFlags::default()) {
+            // SAFETY: the request is waited for, or dropped (which waits), before its buffer is
+            // used again or goes; it is never forgotten.
+            if let Ok(mut r) = unsafe { ep.am_send_nb(AM_PONG, b"", &data, AmFlags::default()) } {
                 let _ = r.wait_timeout(Duration::from_secs(5));
             }
         }
@@ -149,9 +153,13 @@ fn run_flood() -> i32 {
             "tag" | "stream" => {
                 while sent < total && Instant::now() < deadline {
                     let r = if kind == "tag" {
-                        ep.tag_send(&chunk, FLOOD_TAG)
+                        // SAFETY: the request is waited for, or dropped (which waits), before its
+                        // buffer is used again or goes; it is never forgotten.
+                        unsafe { ep.tag_send_nb(&chunk, FLOOD_TAG) }
                     } else {
-                        ep.stream_send(&chunk)
+                        // SAFETY: the request is waited for, or dropped (which waits), before its
+                        // buffer is used again or goes; it is never forgotten.
+                        unsafe { ep.stream_send_nb(&chunk) }
                     };
                     let Ok(mut r) = r else { break };
                     // Waiting for the send to leave progresses the worker, which reads
@@ -223,7 +231,9 @@ fn run_stopper() -> i32 {
         assert!(t0.elapsed() < Duration::from_secs(60), "no connection");
     };
     let mut buf = vec![0u8; 4 << 20];
-    let r = w.tag_recv(&mut buf, 1, u64::MAX).unwrap();
+    // SAFETY: the request is waited for, or dropped (which waits), before its buffer is used again
+    // or goes; it is never forgotten.
+    let r = unsafe { w.tag_recv_nb(&mut buf, 1, u64::MAX) }.unwrap();
     println!("READY");
     std::io::stdout().flush().unwrap();
     // Alive, and no longer progressing: until stdin closes.
@@ -376,11 +386,7 @@ impl Client {
             reply: true,
             ..Default::default()
         };
-        self.ep
-            .am_send(AM_PING, b"", b"ping", flags)
-            .unwrap()
-            .wait()
-            .unwrap();
+        self.ep.am_send(AM_PING, b"", b"ping", flags).unwrap();
         while *self.got.lock().unwrap() == before {
             self.w.progress();
             assert!(
@@ -563,7 +569,7 @@ fn silent_peer(tls: &str, sigstop: bool) {
     let data = vec![1u8; 4 << 20];
     let t0 = Instant::now();
     // A synchronous send needs the peer to match it, whatever the link buffers.
-    let r = ep.tag_send_sync(&data, 1).unwrap().wait();
+    let r = ep.tag_send_sync(&data, 1);
     let took = t0.elapsed();
     let err = peer.finish();
     let e = r.expect_err("a send to a peer that does not progress completed");
@@ -621,7 +627,7 @@ fn silent_peer_fails_rendezvous_send_shm() {
     peer.read("READY");
     let data = vec![1u8; 4 << 20];
     let t0 = Instant::now();
-    let r = ep.tag_send(&data, 1).unwrap().wait();
+    let r = ep.tag_send(&data, 1);
     let took = t0.elapsed();
     let err = peer.finish();
     let e = r.expect_err("a 4 MiB send to a peer that does not progress completed");
@@ -670,7 +676,7 @@ fn peer_churn_releases_descriptors_and_maps() {
         {
             let key = ep.rkey_unpack(&rkey).unwrap();
             let mut buf = [0u8; 64];
-            ep.get(&mut buf, base, &key).unwrap().wait().unwrap();
+            ep.get(&mut buf, base, &key).unwrap();
             ep.flush().unwrap();
         }
         // SAFETY: kills our own child, by pid.

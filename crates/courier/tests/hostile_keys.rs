@@ -74,7 +74,7 @@ fn child_flipper() {
         assert_eq!(len as usize, LEN);
         // The honest key reaches the memory: refusals below are the flips' doing.
         let mut back = vec![0u8; LEN];
-        a.ep.get(&mut back, base, &a.rk[i]).unwrap().wait().unwrap();
+        a.ep.get(&mut back, base, &a.rk[i]).unwrap();
         assert_eq!(back, pattern(LEN, SEEDS[i]), "region {i} read honestly");
         // Every single bit of the packed key.
         for bit in 0..raw.len() * 8 {
@@ -90,7 +90,13 @@ fn child_flipper() {
                 Ok(fk) => fk,
             };
             let (fb, _) = fk.bounds();
-            refused(&a.ep, a.ep.put(&junk, fb, &fk), &format!("{what}: put"));
+            // SAFETY: the request is waited for, or dropped (which waits), before its buffer is
+            // used again or goes; it is never forgotten.
+            refused(
+                &a.ep,
+                unsafe { a.ep.put_nb(&junk, fb, &fk) },
+                &format!("{what}: put"),
+            );
             refused(
                 &a.ep,
                 a.ep.atomic(AtomicOp::Add, 1, 0, fb, &fk, false),
@@ -113,7 +119,13 @@ fn child_flipper() {
                 }
                 Ok(fk) => fk,
             };
-            let e = refused(&a.ep, a.ep.put(&junk, base, &fk), &format!("{what}: put"));
+            // SAFETY: the request is waited for, or dropped (which waits), before its buffer is
+            // used again or goes; it is never forgotten.
+            let e = refused(
+                &a.ep,
+                unsafe { a.ep.put_nb(&junk, base, &fk) },
+                &format!("{what}: put"),
+            );
             assert_eq!(e.status(), Status::InvalidKey, "{what}: put: {e}");
             let e = refused(
                 &a.ep,
@@ -124,7 +136,9 @@ fn child_flipper() {
             let mut sink = [0xccu8; 64];
             refused(
                 &a.ep,
-                a.ep.get(&mut sink, base, &fk),
+                // SAFETY: the request is waited for, or dropped (which waits), before its buffer is
+                // used again or goes; it is never forgotten.
+                unsafe { a.ep.get_nb(&mut sink, base, &fk) },
                 &format!("{what}: get"),
             );
             assert_eq!(sink, [0xcc; 64], "{what}: a refused get wrote");
@@ -132,7 +146,7 @@ fn child_flipper() {
         }
         // And the memory, read through the honest key, is as it was.
         let mut back = vec![0u8; LEN];
-        a.ep.get(&mut back, base, &a.rk[i]).unwrap().wait().unwrap();
+        a.ep.get(&mut back, base, &a.rk[i]).unwrap();
         assert_eq!(back, pattern(LEN, SEEDS[i]), "region {i} after the flips");
     }
     a.ep.flush().unwrap();

@@ -57,7 +57,9 @@ fn shared_in_place_keeps_contents_and_is_reached_directly() {
     }
     let owner = ctx();
     let mem = owner
-        .mem_map(MemMapParams::share_in_place(base, n * page()))
+        // SAFETY: whole private pages from `private_pages` (or a range mem_map refuses); no other
+        // thread touches them.
+        .mem_map(unsafe { MemMapParams::share_in_place(base, n * page()) })
         .unwrap();
     assert_eq!(mem.as_ptr(), base);
     // SAFETY: the same addresses, now the shared segment.
@@ -120,7 +122,9 @@ fn share_in_place_needs_whole_pages() {
     let base = private_pages(1);
     for (p, len) in [(base.wrapping_add(8), page() - 8), (base, 100), (base, 0)] {
         let e = owner
-            .mem_map(MemMapParams::share_in_place(p, len))
+            // SAFETY: whole private pages from `private_pages` (or a range mem_map refuses); no
+            // other thread touches them.
+            .mem_map(unsafe { MemMapParams::share_in_place(p, len) })
             .err()
             .expect("refused");
         assert_eq!(e.status(), Status::InvalidParam, "{e}");

@@ -118,7 +118,9 @@ fn run_echo() -> i32 {
         // Tag echo.
         let mut done = None;
         {
-            let mut r = w.tag_recv(buf, 0, 0).unwrap();
+            // SAFETY: the request is waited for, or dropped (which waits), before its buffer is
+            // used again or goes; it is never forgotten.
+            let mut r = unsafe { w.tag_recv_nb(buf, 0, 0) }.unwrap();
             while done.is_none() {
                 if let Some(res) = r.test() {
                     done = Some(res.clone());
@@ -132,24 +134,27 @@ fn run_echo() -> i32 {
                     let back: &[u8] = match (rndv, am_buf.as_deref_mut()) {
                         (Some(d), Some(ab)) => {
                             let n = d.len();
-                            w.am_recv_data(d, &mut ab[..n]).unwrap().wait().unwrap();
+                            w.am_recv_data(d, &mut ab[..n]).unwrap();
                             &ab[..n]
                         }
                         (Some(d), None) => {
                             v.resize(d.len(), 0);
-                            w.am_recv_data(d, &mut v).unwrap().wait().unwrap();
+                            w.am_recv_data(d, &mut v).unwrap();
                             &v
                         }
                         (None, _) => &data,
                     };
-                    let _ = ep
-                        .am_send(AM_BACK, b"back", back, AmFlags::default())
+                    // SAFETY: the request is waited for, or dropped (which waits), before its
+                    // buffer is used again or goes; it is never forgotten.
+                    let _ = unsafe { ep.am_send_nb(AM_BACK, b"back", back, AmFlags::default()) }
                         .and_then(|r| r.wait());
                 }
                 // Stream echo on every endpoint.
                 let list: Vec<Endpoint> = eps.lock().unwrap().values().cloned().collect();
                 for ep in list {
-                    let got = match ep.stream_recv(&mut sbuf) {
+                    // SAFETY: the request is waited for, or dropped (which waits), before its
+                    // buffer is used again or goes; it is never forgotten.
+                    let got = match unsafe { ep.stream_recv_nb(&mut sbuf) } {
                         Ok(mut r) => {
                             let res = r.test().cloned();
                             if res.is_none() {
@@ -160,7 +165,10 @@ fn run_echo() -> i32 {
                         Err(_) => None,
                     };
                     if let Some(Ok(info)) = got {
-                        let _ = ep.stream_send(&sbuf[..info.length]).and_then(|r| r.wait());
+                        // SAFETY: the request is waited for, or dropped (which waits), before its
+                        // buffer is used again or goes; it is never forgotten.
+                        let _ = unsafe { ep.stream_send_nb(&sbuf[..info.length]) }
+                            .and_then(|r| r.wait());
                     }
                 }
                 if Instant::now() > deadline {
@@ -188,9 +196,10 @@ fn run_echo() -> i32 {
         let ep = eps.lock().unwrap().get(&(info.tag >> 32)).cloned();
         match ep {
             Some(ep) => {
-                if let Err(e) = ep
-                    .tag_send(&buf[..info.length], info.tag)
-                    .and_then(|r| r.wait())
+                // SAFETY: the request is waited for, or dropped (which waits), before its buffer is
+                // used again or goes; it is never forgotten.
+                if let Err(e) =
+                    unsafe { ep.tag_send_nb(&buf[..info.length], info.tag) }.and_then(|r| r.wait())
                 {
                     eprintln!("echo: send back failed: {e}");
                 }
@@ -321,15 +330,17 @@ fn tag_echo(w: &Worker, ep: &Endpoint, id: u64, size: usize, seed: usize) {
     let data = pattern(size, seed);
     let mut back = vec![0u8; size];
     let tag = (id << 32) | (seed as u64 + 1);
-    let r = w.tag_recv(&mut back, tag, u64::MAX).unwrap();
-    ep.tag_send(&data, tag).unwrap().wait().unwrap();
+    // SAFETY: the request is waited for, or dropped (which waits), before its buffer is used again
+    // or goes; it is never forgotten.
+    let r = unsafe { w.tag_recv_nb(&mut back, tag, u64::MAX) }.unwrap();
+    ep.tag_send(&data, tag).unwrap();
     let info = r.wait().unwrap();
     assert_eq!(info.length, size);
     assert!(back == data, "echo of {size} bytes differs");
 }
 
 fn stop(w: &Worker, ep: &Endpoint, peer: &mut Peer) {
-    ep.tag_send(b"", EXIT_TAG).unwrap().wait().unwrap();
+    ep.tag_send(b"", EXIT_TAG).unwrap();
     let _ = ep.flush();
     let deadline = Instant::now() + Duration::from_secs(10);
     while peer.child.try_wait().unwrap().is_none() && Instant::now() < deadline {
@@ -386,12 +397,11 @@ fn sizes_case(tls: &str, expect: &str, split: Option<&str>) {
     let mut b = vec![0u8; 70_053];
     {
         let mut iov = [&mut a[..], &mut b[..]];
-        let r = w.tag_recv_iov(&mut iov, (1 << 32) | 99, u64::MAX).unwrap();
+        // SAFETY: the request is waited for, or dropped (which waits), before its buffer is used
+        // again or goes; it is never forgotten.
+        let r = unsafe { w.tag_recv_iov_nb(&mut iov, (1 << 32) | 99, u64::MAX) }.unwrap();
         let send: Vec<&[u8]> = parts.iter().map(|p| &p[..]).collect();
-        ep.tag_send_iov(&send, (1 << 32) | 99)
-            .unwrap()
-            .wait()
-            .unwrap();
+        ep.tag_send_iov(&send, (1 << 32) | 99).unwrap();
         assert_eq!(r.wait().unwrap().length, 70_103);
     }
     let all: Vec<u8> = parts.concat();
@@ -464,11 +474,10 @@ fn mapped_case(echo_mapped: bool) {
         sbuf[at..at + size].copy_from_slice(&data);
         rbuf[..size + 1].fill(0);
         let tag = (1u64 << 32) | (i as u64 + 1);
-        let r = w.tag_recv(&mut rbuf[..size], tag, u64::MAX).unwrap();
-        ep.tag_send(&sbuf[at..at + size], tag)
-            .unwrap()
-            .wait()
-            .unwrap();
+        // SAFETY: the request is waited for, or dropped (which waits), before its buffer is used
+        // again or goes; it is never forgotten.
+        let r = unsafe { w.tag_recv_nb(&mut rbuf[..size], tag, u64::MAX) }.unwrap();
+        ep.tag_send(&sbuf[at..at + size], tag).unwrap();
         assert_eq!(r.wait().unwrap().length, size);
         assert!(rbuf[..size] == data[..], "{size}-byte echo differs");
         assert_eq!(rbuf[size], 0, "{size}-byte echo wrote past its end");
@@ -479,10 +488,10 @@ fn mapped_case(echo_mapped: bool) {
         a[..70_000].copy_from_slice(&pattern(70_000, 7));
         b[..500_000].copy_from_slice(&pattern(500_000, 8));
         let tag = (1u64 << 32) | 77;
-        let r = w.tag_recv(&mut rbuf[..570_000], tag, u64::MAX).unwrap();
+        // SAFETY: the request is waited for, or dropped (which waits), before its buffer is used
+        // again or goes; it is never forgotten.
+        let r = unsafe { w.tag_recv_nb(&mut rbuf[..570_000], tag, u64::MAX) }.unwrap();
         ep.tag_send_iov(&[&a[..70_000], &b[..500_000]], tag)
-            .unwrap()
-            .wait()
             .unwrap();
         assert_eq!(r.wait().unwrap().length, 570_000);
         assert!(rbuf[..70_000] == pattern(70_000, 7)[..]);
@@ -504,10 +513,7 @@ fn mapped_case(echo_mapped: bool) {
         reply: true,
         ..Default::default()
     };
-    ep.am_send(AM_ECHO, b"hdr", &sbuf[..size], flags)
-        .unwrap()
-        .wait()
-        .unwrap();
+    ep.am_send(AM_ECHO, b"hdr", &sbuf[..size], flags).unwrap();
     let deadline = Instant::now() + Duration::from_secs(20);
     let d = loop {
         w.progress();
@@ -518,10 +524,7 @@ fn mapped_case(echo_mapped: bool) {
     };
     assert_eq!(d.len(), size);
     rbuf[..size].fill(0);
-    w.am_recv_data(d, &mut rbuf[..size])
-        .unwrap()
-        .wait()
-        .unwrap();
+    w.am_recv_data(d, &mut rbuf[..size]).unwrap();
     assert!(
         rbuf[..size] == data[..],
         "active message came back different"
@@ -589,12 +592,16 @@ fn burst_case(tls: &str) {
         let recvs: Vec<Request<'_>> = back
             .iter_mut()
             .enumerate()
-            .map(|(k, b)| w.tag_recv(b, tag(k), u64::MAX).unwrap())
+            // SAFETY: the request is waited for, or dropped (which waits), before its buffer is
+            // used again or goes; it is never forgotten.
+            .map(|(k, b)| unsafe { w.tag_recv_nb(b, tag(k), u64::MAX) }.unwrap())
             .collect();
         let sends: Vec<Request<'_>> = sent
             .iter()
             .enumerate()
-            .map(|(k, d)| ep.tag_send(d, tag(k)).unwrap())
+            // SAFETY: the request is waited for, or dropped (which waits), before its buffer is
+            // used again or goes; it is never forgotten.
+            .map(|(k, d)| unsafe { ep.tag_send_nb(d, tag(k)) }.unwrap())
             .collect();
         for r in sends {
             r.wait().unwrap();
@@ -649,14 +656,13 @@ fn am_case(tls: &str) {
                 reply: true,
                 ..flags
             },
-        )?
-        .wait()?;
+        )?;
         let deadline = Instant::now() + Duration::from_secs(20);
         let back = loop {
             w.progress();
             if let Some(d) = pend.lock().unwrap().pop() {
                 let mut v = vec![0u8; d.len()];
-                w.am_recv_data(d, &mut v).unwrap().wait().unwrap();
+                w.am_recv_data(d, &mut v).unwrap();
                 break v;
             }
             if let Some((h, d)) = got.lock().unwrap().pop() {
@@ -702,8 +708,10 @@ fn am_case(tls: &str) {
     // Forced eager beyond the transport's frame is refused with a reason.
     let big = vec![1u8; 32 << 20];
     let big = big.as_slice();
-    let e = ep
-        .am_send(
+    // SAFETY: the request is waited for, or dropped (which waits), before its buffer is used again
+    // or goes; it is never forgotten.
+    let e = unsafe {
+        ep.am_send_nb(
             AM_ECHO,
             b"",
             big,
@@ -713,8 +721,9 @@ fn am_case(tls: &str) {
                 ..Default::default()
             },
         )
-        .err()
-        .expect("too big for eager");
+    }
+    .err()
+    .expect("too big for eager");
     assert_eq!(e.status(), Status::InvalidParam);
     assert!(e.detail().contains("exceeds"), "{e}");
     stop(&w, &ep, &mut peer);
@@ -738,12 +747,14 @@ fn stream_case(tls: &str) {
     let data = pattern(total, 4);
     let mut back = vec![0u8; total];
     {
-        let r = ep.stream_recv_exact(&mut back).unwrap();
+        // SAFETY: the request is waited for, or dropped (which waits), before its buffer is used
+        // again or goes; it is never forgotten.
+        let r = unsafe { ep.stream_recv_exact_nb(&mut back) }.unwrap();
         let mut off = 0;
         let mut step = 1;
         while off < total {
             let n = step.min(total - off);
-            ep.stream_send(&data[off..off + n]).unwrap().wait().unwrap();
+            ep.stream_send(&data[off..off + n]).unwrap();
             off += n;
             step = step * 3 + 1;
         }
@@ -783,10 +794,13 @@ fn killed_case(tls: &str) {
     let other = connect(&w, &echo, 3);
     let big = pattern(32 << 20, 1);
     let mut sbuf = vec![0u8; 100];
-    let mut send = ep
-        .tag_send(&big, 7)
+    // SAFETY: the request is waited for, or dropped (which waits), before its buffer is used again
+    // or goes; it is never forgotten.
+    let mut send = unsafe { ep.tag_send_nb(&big, 7) }
         .unwrap_or_else(|e| panic!("{e}; sink log:\n{}", sink.stderr()));
-    let mut srecv = ep.stream_recv_exact(&mut sbuf).unwrap();
+    // SAFETY: the request is waited for, or dropped (which waits), before its buffer is used again
+    // or goes; it is never forgotten.
+    let mut srecv = unsafe { ep.stream_recv_exact_nb(&mut sbuf) }.unwrap();
     for _ in 0..1000 {
         w.progress();
     }
@@ -820,8 +834,9 @@ fn killed_case(tls: &str) {
     );
     // The worker and its other endpoint go on.
     tag_echo(&w, &other, 3, 100_000, 1);
-    let e = ep
-        .tag_send(b"x", 1)
+    // SAFETY: the request is waited for, or dropped (which waits), before its buffer is used again
+    // or goes; it is never forgotten.
+    let e = unsafe { ep.tag_send_nb(b"x", 1) }
         .err()
         .expect("send on a failed endpoint must fail");
     assert_eq!(e.status(), Status::PeerFailure);
@@ -857,7 +872,9 @@ fn dropped_to_stopped_case(tls: &str) {
     let ep = connect(&w, &sink, 2);
     let other = connect(&w, &echo, 3);
     let big = pattern(32 << 20, 2);
-    let mut send = ep.tag_send(&big, 7).unwrap();
+    // SAFETY: the request is waited for, or dropped (which waits), before its buffer is used again
+    // or goes; it is never forgotten.
+    let mut send = unsafe { ep.tag_send_nb(&big, 7) }.unwrap();
     for _ in 0..1000 {
         w.progress();
     }
@@ -883,8 +900,9 @@ fn dropped_to_stopped_case(tls: &str) {
         took < Duration::from_secs(30),
         "the drop took {took:?} with COURIER_KEEPALIVE_TIMEOUT=1s"
     );
-    let e = ep
-        .tag_send(b"x", 1)
+    // SAFETY: the request is waited for, or dropped (which waits), before its buffer is used again
+    // or goes; it is never forgotten.
+    let e = unsafe { ep.tag_send_nb(b"x", 1) }
         .err()
         .expect("the endpoint of the abandoned request must have failed");
     assert_eq!(e.status(), Status::PeerFailure, "{e}");

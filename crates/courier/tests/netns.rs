@@ -162,7 +162,9 @@ fn child_main() {
                 .collect();
             println!("ADDR {a}");
             let mut b = [0u8; 8];
-            let r = w.tag_recv(&mut b, 1, u64::MAX).unwrap();
+            // SAFETY: the request is waited for, or dropped (which waits), before its buffer is
+            // used again or goes; it is never forgotten.
+            let r = unsafe { w.tag_recv_nb(&mut b, 1, u64::MAX) }.unwrap();
             r.wait().unwrap();
             let ep = loop {
                 if let Some(ep) = w.incoming_endpoint() {
@@ -170,7 +172,7 @@ fn child_main() {
                 }
                 w.progress();
             };
-            ep.tag_send(&b, 3).unwrap().wait().unwrap();
+            ep.tag_send(&b, 3).unwrap();
             ep.flush().unwrap();
             std::process::exit(0);
         }
@@ -186,12 +188,16 @@ fn child_main() {
                 *f2.lock().unwrap() = Some(e.to_string());
             });
             let mut back = [0u8; 8];
-            let mut r = w.tag_recv(&mut back, 3, u64::MAX).unwrap();
+            // SAFETY: the request is waited for, or dropped (which waits), before its buffer is
+            // used again or goes; it is never forgotten.
+            let mut r = unsafe { w.tag_recv_nb(&mut back, 3, u64::MAX) }.unwrap();
             match w.connect(&addr, params) {
                 Err(e) => println!("SAID FAILED {e}"),
                 Ok(ep) => {
                     let b = 7u64.to_le_bytes();
-                    let s = ep.tag_send(&b, 1).unwrap();
+                    // SAFETY: the request is waited for, or dropped (which waits), before its
+                    // buffer is used again or goes; it is never forgotten.
+                    let s = unsafe { ep.tag_send_nb(&b, 1) }.unwrap();
                     w.progress_until(Duration::from_secs(60), || {
                         failed.lock().unwrap().is_some() || r.test().is_some()
                     })
@@ -220,7 +226,9 @@ fn child_main() {
             let mut buf = vec![0u8; 16 << 20];
             let deadline = Instant::now() + Duration::from_secs(60);
             loop {
-                let r = w.tag_recv(&mut buf, 0, 0).unwrap();
+                // SAFETY: the request is waited for, or dropped (which waits), before its buffer is
+                // used again or goes; it is never forgotten.
+                let r = unsafe { w.tag_recv_nb(&mut buf, 0, 0) }.unwrap();
                 let info = match r.wait() {
                     Ok(i) => i,
                     Err(_) => continue,
@@ -233,9 +241,10 @@ fn child_main() {
                     continue;
                 }
                 let ep = slot.lock().unwrap()[0].clone();
-                let _ = ep
-                    .tag_send(&buf[..info.length], info.tag)
-                    .and_then(|r| r.wait());
+                // SAFETY: the request is waited for, or dropped (which waits), before its buffer is
+                // used again or goes; it is never forgotten.
+                let _ =
+                    unsafe { ep.tag_send_nb(&buf[..info.length], info.tag) }.and_then(|r| r.wait());
             }
         }
         "client" => {
@@ -249,15 +258,17 @@ fn child_main() {
             for (i, size) in [1usize, 1000, 100_000, 16 << 20].into_iter().enumerate() {
                 let data: Vec<u8> = (0..size).map(|j| (j * 7 + i) as u8).collect();
                 let mut back = vec![0u8; size];
-                let r = w.tag_recv(&mut back, 5, u64::MAX).unwrap();
-                ep.tag_send(&data, 5).unwrap().wait().unwrap();
+                // SAFETY: the request is waited for, or dropped (which waits), before its buffer is
+                // used again or goes; it is never forgotten.
+                let r = unsafe { w.tag_recv_nb(&mut back, 5, u64::MAX) }.unwrap();
+                ep.tag_send(&data, 5).unwrap();
                 r.wait().unwrap();
                 assert!(
                     back == data,
                     "{size} bytes came back different across hosts"
                 );
             }
-            ep.tag_send(b"", 0).unwrap().wait().unwrap();
+            ep.tag_send(b"", 0).unwrap();
             ep.flush().unwrap();
         }
         "cut" => {
@@ -276,7 +287,9 @@ fn child_main() {
                 .unwrap();
             ep.wait_connected(Duration::from_secs(10)).unwrap();
             let mut sbuf = [0u8; 8];
-            let mut r = ep.stream_recv_exact(&mut sbuf).unwrap();
+            // SAFETY: the request is waited for, or dropped (which waits), before its buffer is
+            // used again or goes; it is never forgotten.
+            let mut r = unsafe { ep.stream_recv_exact_nb(&mut sbuf) }.unwrap();
             println!("READY");
             use std::io::Write;
             std::io::stdout().flush().unwrap();
@@ -304,13 +317,17 @@ fn child_main() {
             ep.wait_connected(Duration::from_secs(10)).unwrap();
             let data = vec![7u8; 60_000];
             let t = Instant::now();
-            let sends: Vec<_> = (0..140).map(|_| ep.tag_send(&data, 9).unwrap()).collect();
+            // SAFETY: the request is waited for, or dropped (which waits), before its buffer is
+            // used again or goes; it is never forgotten.
+            let sends: Vec<_> = (0..140)
+                .map(|_| unsafe { ep.tag_send_nb(&data, 9) }.unwrap())
+                .collect();
             ep.flush().unwrap();
             eprintln!("flushed after {:.1} s", t.elapsed().as_secs_f64());
             for s in sends {
                 s.wait().unwrap();
             }
-            ep.tag_send(b"", 0).unwrap().wait().unwrap();
+            ep.tag_send(b"", 0).unwrap();
             ep.flush().unwrap();
         }
         other => panic!("unknown role {other}"),

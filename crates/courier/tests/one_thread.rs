@@ -22,8 +22,12 @@ fn progress_both(a: &Worker, b: &Worker, limit: Duration, mut done: impl FnMut()
 fn tag_round(from: &Worker, to: &Worker, ep: &Endpoint, msg: &[u8]) {
     let mut buf = vec![0u8; msg.len()];
     {
-        let mut r = to.tag_recv(&mut buf, 9, u64::MAX).unwrap();
-        let s = ep.tag_send(msg, 9).unwrap();
+        // SAFETY: the request is waited for, or dropped (which waits), before its buffer is used
+        // again or goes; it is never forgotten.
+        let mut r = unsafe { to.tag_recv_nb(&mut buf, 9, u64::MAX) }.unwrap();
+        // SAFETY: the request is waited for, or dropped (which waits), before its buffer is used
+        // again or goes; it is never forgotten.
+        let s = unsafe { ep.tag_send_nb(msg, 9) }.unwrap();
         progress_both(from, to, Duration::from_secs(5), || r.is_done());
         r.wait().unwrap();
         drop(s);
@@ -52,8 +56,12 @@ fn address_connect_between_workers_of_one_thread_takes_shm_at_once() {
     );
     // Sent while the setup is under way: queued, then delivered.
     let mut early = [0u8; 5];
-    let mut r = b.tag_recv(&mut early, 3, u64::MAX).unwrap();
-    let s = ab.tag_send(b"early", 3).unwrap();
+    // SAFETY: the request is waited for, or dropped (which waits), before its buffer is used again
+    // or goes; it is never forgotten.
+    let mut r = unsafe { b.tag_recv_nb(&mut early, 3, u64::MAX) }.unwrap();
+    // SAFETY: the request is waited for, or dropped (which waits), before its buffer is used again
+    // or goes; it is never forgotten.
+    let s = unsafe { ab.tag_send_nb(b"early", 3) }.unwrap();
     progress_both(&a, &b, Duration::from_secs(2), || {
         ab.is_connected().unwrap() && r.is_done()
     });
@@ -267,8 +275,9 @@ fn mixed_frames_waiting_on_shm_links_all_arrive_in_order() {
         if first == 5 {
             let ep = m.reply_ep().expect("sent with the reply flag");
             drop(
-                ep.am_send(2, b"re", &[55u8; 8], AmFlags::default())
-                    .unwrap(),
+                // SAFETY: the request is waited for, or dropped (which waits), before its buffer is
+                // used again or goes; it is never forgotten.
+                unsafe { ep.am_send_nb(2, b"re", &[55u8; 8], AmFlags::default()) }.unwrap(),
             );
         }
         if let Some(d) = m.take_rndv() {
@@ -282,8 +291,12 @@ fn mixed_frames_waiting_on_shm_links_all_arrive_in_order() {
         .unwrap();
 
     let (mut t5, mut t6) = ([0u8; 16], vec![0u8; 100_000]);
-    let mut r5 = b.tag_recv(&mut t5, 5, u64::MAX).unwrap();
-    let mut r6 = b.tag_recv(&mut t6, 6, u64::MAX).unwrap();
+    // SAFETY: the request is waited for, or dropped (which waits), before its buffer is used again
+    // or goes; it is never forgotten.
+    let mut r5 = unsafe { b.tag_recv_nb(&mut t5, 5, u64::MAX) }.unwrap();
+    // SAFETY: the request is waited for, or dropped (which waits), before its buffer is used again
+    // or goes; it is never forgotten.
+    let mut r6 = unsafe { b.tag_recv_nb(&mut t6, 6, u64::MAX) }.unwrap();
     let big_am = vec![2u8; 100_000];
     let big_tag = vec![6u8; 100_000];
     let rndv = AmFlags {
@@ -295,15 +308,31 @@ fn mixed_frames_waiting_on_shm_links_all_arrive_in_order() {
         ..AmFlags::default()
     };
     let mut sends = vec![
-        ab.am_send(1, b"a", &[1u8; 8], AmFlags::default()).unwrap(),
-        ab.am_send(1, b"a", &big_am, rndv).unwrap(),
-        ab.am_send(7, b"a", &[3u8; 8], AmFlags::default()).unwrap(),
-        ab.tag_send(&[4u8; 16], 5).unwrap(),
-        ab.am_send(1, b"a", &[5u8; 8], reply).unwrap(),
-        ab.tag_send(&big_tag, 6).unwrap(),
-        ab.am_send(1, b"a", &[7u8; 8], AmFlags::default()).unwrap(),
+        // SAFETY: the request is waited for, or dropped (which waits), before its buffer is used
+        // again or goes; it is never forgotten.
+        unsafe { ab.am_send_nb(1, b"a", &[1u8; 8], AmFlags::default()) }.unwrap(),
+        // SAFETY: the request is waited for, or dropped (which waits), before its buffer is used
+        // again or goes; it is never forgotten.
+        unsafe { ab.am_send_nb(1, b"a", &big_am, rndv) }.unwrap(),
+        // SAFETY: the request is waited for, or dropped (which waits), before its buffer is used
+        // again or goes; it is never forgotten.
+        unsafe { ab.am_send_nb(7, b"a", &[3u8; 8], AmFlags::default()) }.unwrap(),
+        // SAFETY: the request is waited for, or dropped (which waits), before its buffer is used
+        // again or goes; it is never forgotten.
+        unsafe { ab.tag_send_nb(&[4u8; 16], 5) }.unwrap(),
+        // SAFETY: the request is waited for, or dropped (which waits), before its buffer is used
+        // again or goes; it is never forgotten.
+        unsafe { ab.am_send_nb(1, b"a", &[5u8; 8], reply) }.unwrap(),
+        // SAFETY: the request is waited for, or dropped (which waits), before its buffer is used
+        // again or goes; it is never forgotten.
+        unsafe { ab.tag_send_nb(&big_tag, 6) }.unwrap(),
+        // SAFETY: the request is waited for, or dropped (which waits), before its buffer is used
+        // again or goes; it is never forgotten.
+        unsafe { ab.am_send_nb(1, b"a", &[7u8; 8], AmFlags::default()) }.unwrap(),
     ];
-    sends.push(cb.am_send(1, b"c", &[9u8; 8], AmFlags::default()).unwrap());
+    // SAFETY: the request is waited for, or dropped (which waits), before its buffer is used again
+    // or goes; it is never forgotten.
+    sends.push(unsafe { cb.am_send_nb(1, b"c", &[9u8; 8], AmFlags::default()) }.unwrap());
 
     let deadline = Instant::now() + Duration::from_secs(10);
     let mut rounds = 0;
@@ -330,7 +359,9 @@ fn mixed_frames_waiting_on_shm_links_all_arrive_in_order() {
         let d = kept.lock().unwrap().pop();
         if let Some(d) = d {
             let mut buf = vec![0u8; d.len()];
-            let mut r = b.am_recv_data(d, &mut buf).unwrap();
+            // SAFETY: the request is waited for, or dropped (which waits), before its buffer is
+            // used again or goes; it is never forgotten.
+            let mut r = unsafe { b.am_recv_data_nb(d, &mut buf) }.unwrap();
             while !r.is_done() {
                 a.progress();
                 b.progress();
@@ -394,8 +425,12 @@ fn a_spinning_acceptor_takes_a_new_connections_first_message_at_once() {
         .connect(&b.address().unwrap(), EndpointParams::default())
         .unwrap();
     let mut buf = [0u8; 5];
-    let mut r = b.tag_recv(&mut buf, 4, u64::MAX).unwrap();
-    let s = ab.tag_send(b"first", 4).unwrap();
+    // SAFETY: the request is waited for, or dropped (which waits), before its buffer is used again
+    // or goes; it is never forgotten.
+    let mut r = unsafe { b.tag_recv_nb(&mut buf, 4, u64::MAX) }.unwrap();
+    // SAFETY: the request is waited for, or dropped (which waits), before its buffer is used again
+    // or goes; it is never forgotten.
+    let s = unsafe { ab.tag_send_nb(b"first", 4) }.unwrap();
     let mut rounds = 0;
     let deadline = Instant::now() + Duration::from_secs(5);
     while !r.is_done() {

@@ -38,7 +38,11 @@ fn owner(c: &Context, w: Worker, kind: TargetMemory) -> Owner {
     let mut buf = vec![0u8; LEN].into_boxed_slice();
     let mem = match kind {
         TargetMemory::Allocated => c.mem_map(MemMapParams::allocate(LEN)),
-        TargetMemory::Registered => c.mem_map(MemMapParams::register(buf.as_mut_ptr(), LEN)),
+        // SAFETY: `buf` is kept in the Owner beside `mem` and outlives it; it is read only once the
+        // peers are done.
+        TargetMemory::Registered => {
+            c.mem_map(unsafe { MemMapParams::register(buf.as_mut_ptr(), LEN) })
+        }
         TargetMemory::Cuda => unreachable!("no device memory in this test"),
     }
     .expect("mem_map");
@@ -138,7 +142,9 @@ fn check_ops(origin: &Worker, ep: &Endpoint, o: &Owner, reach: Reach, kind: Targ
     // put
     let data = [0x5au8; 100];
     let landed = || read(&o.mem, 8, 100) == data;
-    let mut r = ep.put(&data, base + 8, &key).expect("put");
+    // SAFETY: the request is waited for, or dropped (which waits), before its buffer is used again
+    // or goes; it is never forgotten.
+    let mut r = unsafe { ep.put_nb(&data, base + 8, &key) }.expect("put");
     let seen = look(&mut || landed() && r.is_done());
     until(&both, &what(Op::Put), || landed() && r.is_done());
     r.wait().expect("put");
@@ -147,7 +153,9 @@ fn check_ops(origin: &Worker, ep: &Endpoint, o: &Owner, reach: Reach, kind: Targ
     // get
     o.mem.write(200, &[0x33u8; 50]).expect("write own region");
     let mut back = [0u8; 50];
-    let mut r = ep.get(&mut back, base + 200, &key).expect("get");
+    // SAFETY: the request is waited for, or dropped (which waits), before its buffer is used again
+    // or goes; it is never forgotten.
+    let mut r = unsafe { ep.get_nb(&mut back, base + 200, &key) }.expect("get");
     let seen = look(&mut || r.is_done());
     until(&both, &what(Op::Get), || r.is_done());
     r.wait().expect("get");
@@ -178,8 +186,10 @@ fn check_ops(origin: &Worker, ep: &Endpoint, o: &Owner, reach: Reach, kind: Targ
     // put with signal (the signal word in allocated memory)
     let data = [0x77u8; 300];
     let signalled = || o.sig.signal_fetch(SIG as usize).ok() == Some(5);
-    let mut r = ep
-        .put_signal(
+    // SAFETY: the request is waited for, or dropped (which waits), before its buffer is used again
+    // or goes; it is never forgotten.
+    let mut r = unsafe {
+        ep.put_signal_nb(
             &data,
             base + 1024,
             &key,
@@ -188,7 +198,8 @@ fn check_ops(origin: &Worker, ep: &Endpoint, o: &Owner, reach: Reach, kind: Targ
             5,
             SignalOp::Set,
         )
-        .expect("put_signal");
+    }
+    .expect("put_signal");
     let seen = look(&mut || signalled() && r.is_done());
     until(&both, &what(Op::PutSignal), || signalled() && r.is_done());
     r.wait().expect("put_signal");

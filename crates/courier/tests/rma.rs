@@ -115,10 +115,7 @@ fn child_entry_main() -> bool {
             // The owner unmaps the region while this put's data arrives: refused, and
             // reported by the flush.
             let (base, len) = rk[0].bounds();
-            ep.put(&pattern(len as usize, 1), base, &rk[0])
-                .unwrap()
-                .wait()
-                .unwrap();
+            ep.put(&pattern(len as usize, 1), base, &rk[0]).unwrap();
             let e = ep.flush().expect_err("region unmapped during the put");
             assert_eq!(e.status(), Status::InvalidKey, "{e}");
         }
@@ -129,7 +126,9 @@ fn child_entry_main() -> bool {
             // reaches us.
             let (base, len) = rk[0].bounds();
             let mut buf = vec![0u8; len as usize];
-            let r = ep.get(&mut buf, base, &rk[0]).unwrap();
+            // SAFETY: the request is waited for, or dropped (which waits), before its buffer is
+            // used again or goes; it is never forgotten.
+            let r = unsafe { ep.get_nb(&mut buf, base, &rk[0]) }.unwrap();
             println!("asked"); // after the test harness's own words on that line
             let mut line = String::new();
             std::io::stdin().read_line(&mut line).unwrap();
@@ -153,9 +152,7 @@ fn child_entry_main() -> bool {
             let (base, len) = rk[0].bounds();
             let r = ep.rkey_unpack(&forged);
             if let Ok(k) = &r {
-                let _ = ep
-                    .put(&vec![0xabu8; len as usize], base, k)
-                    .and_then(|r| r.wait());
+                let _ = ep.put(&vec![0xabu8; len as usize], base, k);
                 let _ = ep.flush();
             }
             let e = r
@@ -164,10 +161,7 @@ fn child_entry_main() -> bool {
             assert_eq!(e.status(), Status::InvalidKey, "{e}");
             assert!(e.detail().contains("forged key"), "{e}");
             // The honest key still works.
-            ep.put(&vec![0xcdu8; len as usize], base, &rk[0])
-                .unwrap()
-                .wait()
-                .unwrap();
+            ep.put(&vec![0xcdu8; len as usize], base, &rk[0]).unwrap();
         }
         "past_the_key" => child_partial(&ep, &keys, false),
         "partial_liar" => child_partial(&ep, &keys, true),
@@ -182,16 +176,18 @@ fn child_entry_main() -> bool {
             for i in 1..=FENCE_ROUNDS {
                 // In step with the owner, which watches for this round's store.
                 let mut go = [0u8; 8];
-                w.tag_recv(&mut go, 0xf0, u64::MAX).unwrap().wait().unwrap();
+                w.tag_recv(&mut go, 0xf0, u64::MAX).unwrap();
                 assert_eq!(u64::from_le_bytes(go), i);
                 let word = i.to_le_bytes();
                 let before = if i % 2 == 1 {
                     ep.atomic(AtomicOp::Swap, i, 0, x, &rk[0], false).unwrap()
                 } else {
-                    ep.put(&word, x, &rk[0]).unwrap()
+                    // SAFETY: the request is waited for, or dropped (which waits), before its
+                    // buffer is used again or goes; it is never forgotten.
+                    unsafe { ep.put_nb(&word, x, &rk[0]) }.unwrap()
                 };
                 ep.fence().unwrap();
-                ep.put(&i.to_le_bytes(), y, &rk[1]).unwrap().wait().unwrap();
+                ep.put(&i.to_le_bytes(), y, &rk[1]).unwrap();
                 before.wait().unwrap();
             }
         }
@@ -212,27 +208,42 @@ fn child_entry_main() -> bool {
             // the record) puts and gets are refused before anything is touched or sent.
             let (base, _) = rk[0].bounds();
             let at = base + SHORTENED_AT as u64;
-            expect_err(&ep, ep.put(&[0xeeu8; 8], at, &rk[0]), Status::OutOfRange);
+            // SAFETY: the request is waited for, or dropped (which waits), before its buffer is
+            // used again or goes; it is never forgotten.
+            expect_err(
+                &ep,
+                unsafe { ep.put_nb(&[0xeeu8; 8], at, &rk[0]) },
+                Status::OutOfRange,
+            );
             let mut got = [0u8; 8];
-            expect_err(&ep, ep.get(&mut got, at, &rk[0]), Status::OutOfRange);
-            expect_err(&ep, ep.put(&[0xeeu8; 16], base, &rk[0]), Status::OutOfRange);
+            // SAFETY: the request is waited for, or dropped (which waits), before its buffer is
+            // used again or goes; it is never forgotten.
+            expect_err(
+                &ep,
+                unsafe { ep.get_nb(&mut got, at, &rk[0]) },
+                Status::OutOfRange,
+            );
+            // SAFETY: the request is waited for, or dropped (which waits), before its buffer is
+            // used again or goes; it is never forgotten.
+            expect_err(
+                &ep,
+                unsafe { ep.put_nb(&[0xeeu8; 16], base, &rk[0]) },
+                Status::OutOfRange,
+            );
             // What it claims works.
-            ep.put(&[0xabu8; 8], base, &rk[0]).unwrap().wait().unwrap();
-            ep.get(&mut got, base, &rk[0]).unwrap().wait().unwrap();
+            ep.put(&[0xabu8; 8], base, &rk[0]).unwrap();
+            ep.get(&mut got, base, &rk[0]).unwrap();
             assert_eq!(got, [0xab; 8]);
         }
         "remap" => {
             // Write into the first region, then into a second one whose key arrives later
             // (its owner unmapped the first: the fd number is likely reused).
             let (a, alen) = rk[0].bounds();
-            ep.put(&vec![0x11u8; alen as usize], a, &rk[0])
-                .unwrap()
-                .wait()
-                .unwrap();
+            ep.put(&vec![0x11u8; alen as usize], a, &rk[0]).unwrap();
             ep.flush().unwrap();
             // A get and an atomic through the same key while it is good.
             let mut got = [0u8; 8];
-            ep.get(&mut got, a, &rk[0]).unwrap().wait().unwrap();
+            ep.get(&mut got, a, &rk[0]).unwrap();
             assert_eq!(got, [0x11; 8]);
             let old = ep
                 .atomic(AtomicOp::Add, 0, 0, a, &rk[0], false)
@@ -241,24 +252,17 @@ fn child_entry_main() -> bool {
                 .unwrap()
                 .value;
             assert_eq!(old, u64::from_le_bytes([0x11; 8]));
-            ep.tag_send(b"A", 0xa1).unwrap().wait().unwrap();
+            ep.tag_send(b"A", 0xa1).unwrap();
             let mut kb = vec![0u8; 200];
-            let n = w
-                .tag_recv(&mut kb, 0xb, u64::MAX)
-                .unwrap()
-                .wait()
-                .unwrap()
-                .length;
+            let n = w.tag_recv(&mut kb, 0xb, u64::MAX).unwrap().length;
             let k2 = ep.rkey_unpack(&kb[..n]).unwrap();
             let (b, blen) = k2.bounds();
-            ep.put(&vec![0x22u8; blen as usize], b, &k2)
-                .unwrap()
-                .wait()
-                .unwrap();
+            ep.put(&vec![0x22u8; blen as usize], b, &k2).unwrap();
             ep.flush().unwrap();
             // The first key is stale now.
-            let e = ep
-                .put(&[1u8; 8], a, &rk[0])
+            // SAFETY: the request is waited for, or dropped (which waits), before its buffer is
+            // used again or goes; it is never forgotten.
+            let e = unsafe { ep.put_nb(&[1u8; 8], a, &rk[0]) }
                 .and_then(|r| r.wait())
                 .and_then(|_| ep.flush())
                 .expect_err("stale key");
@@ -266,8 +270,9 @@ fn child_entry_main() -> bool {
             // Gets and atomics see it too (on shm they check the same view of the owner's
             // record as puts, made while the key was good); the new region, likely at the
             // same address, is left alone (the owner checks its bytes).
-            let e = ep
-                .get(&mut got, a, &rk[0])
+            // SAFETY: the request is waited for, or dropped (which waits), before its buffer is
+            // used again or goes; it is never forgotten.
+            let e = unsafe { ep.get_nb(&mut got, a, &rk[0]) }
                 .and_then(|r| r.wait())
                 .expect_err("stale key, get");
             assert_eq!(e.status(), Status::InvalidKey, "{e}");
@@ -276,7 +281,7 @@ fn child_entry_main() -> bool {
                 .and_then(|r| r.wait())
                 .expect_err("stale key, atomic");
             assert_eq!(e.status(), Status::InvalidKey, "{e}");
-            ep.tag_send(b"B", 0xb1).unwrap().wait().unwrap();
+            ep.tag_send(b"B", 0xb1).unwrap();
         }
         other => panic!("unknown role {other}"),
     }
@@ -303,9 +308,9 @@ fn child_putget(_w: &Worker, ep: &Endpoint, rk: &[RemoteKey], tls: &str) {
         let (base, len) = k.bounds();
         for (i, size, off) in sizes_in(len) {
             let data = pattern(size, i as u8);
-            ep.put(&data, base + off, k).unwrap().wait().unwrap();
+            ep.put(&data, base + off, k).unwrap();
             let mut back = vec![0u8; size];
-            ep.get(&mut back, base + off, k).unwrap().wait().unwrap();
+            ep.get(&mut back, base + off, k).unwrap();
             assert!(
                 back == data,
                 "{}: {size} bytes at offset {off} came back different",
@@ -315,16 +320,16 @@ fn child_putget(_w: &Worker, ep: &Endpoint, rk: &[RemoteKey], tls: &str) {
         // Gather and scatter.
         let parts = [pattern(10, 1), pattern(5000, 2), pattern(3, 3)];
         let refs: Vec<&[u8]> = parts.iter().map(|p| &p[..]).collect();
-        ep.put_iov(&refs, base + 64, k).unwrap().wait().unwrap();
+        ep.put_iov(&refs, base + 64, k).unwrap();
         let (mut x, mut y) = (vec![0u8; 4000], vec![0u8; 1013]);
         {
             let mut iov = [&mut x[..], &mut y[..]];
-            ep.get_iov(&mut iov, base + 64, k).unwrap().wait().unwrap();
+            ep.get_iov(&mut iov, base + 64, k).unwrap();
         }
         assert_eq!([x, y].concat(), parts.concat(), "{}: iov put/get", k.path());
         // Leave a known pattern for the owner to check.
         let fin = pattern(len as usize, 42);
-        ep.put(&fin, base, k).unwrap().wait().unwrap();
+        ep.put(&fin, base, k).unwrap();
     }
 }
 
@@ -392,7 +397,13 @@ fn child_liar(ep: &Endpoint, rk: &[RemoteKey], raw: &[Vec<u8>]) {
     forged[rkey::field::SECRET.start] ^= 0x55;
     rkey::reseal(&mut forged);
     let fk = ep.rkey_unpack(&forged).unwrap();
-    expect_err(ep, ep.put(&junk, base, &fk), Status::InvalidKey);
+    // SAFETY: the request is waited for, or dropped (which waits), before its buffer is used again
+    // or goes; it is never forgotten.
+    expect_err(
+        ep,
+        unsafe { ep.put_nb(&junk, base, &fk) },
+        Status::InvalidKey,
+    );
     expect_err(
         ep,
         ep.atomic(AtomicOp::Add, 1, 0, base, &fk, false),
@@ -403,15 +414,29 @@ fn child_liar(ep: &Endpoint, rk: &[RemoteKey], raw: &[Vec<u8>]) {
     big[rkey::field::LENGTH].copy_from_slice(&(1u64 << 20).to_le_bytes());
     rkey::reseal(&mut big);
     let bk = ep.rkey_unpack(&big).unwrap();
-    expect_err(ep, ep.put(&junk, base + len, &bk), Status::OutOfRange);
+    // SAFETY: the request is waited for, or dropped (which waits), before its buffer is used again
+    // or goes; it is never forgotten.
+    expect_err(
+        ep,
+        unsafe { ep.put_nb(&junk, base + len, &bk) },
+        Status::OutOfRange,
+    );
     // Out of range with an honest key.
     expect_err(
         ep,
-        ep.put(&junk, base + len - 8, &rk[0]),
+        // SAFETY: the request is waited for, or dropped (which waits), before its buffer is used
+        // again or goes; it is never forgotten.
+        unsafe { ep.put_nb(&junk, base + len - 8, &rk[0]) },
         Status::OutOfRange,
     );
     let mut sink = [0u8; 16];
-    expect_err(ep, ep.get(&mut sink, base - 16, &rk[0]), Status::OutOfRange);
+    // SAFETY: the request is waited for, or dropped (which waits), before its buffer is used again
+    // or goes; it is never forgotten.
+    expect_err(
+        ep,
+        unsafe { ep.get_nb(&mut sink, base - 16, &rk[0]) },
+        Status::OutOfRange,
+    );
     // The same lies with payloads large enough to be read straight into memory on tcp:
     // refused before a byte lands. (The forged secret comes with forged bounds, or the
     // sender itself refuses a put its key does not cover.)
@@ -420,15 +445,41 @@ fn child_liar(ep: &Endpoint, rk: &[RemoteKey], raw: &[Vec<u8>]) {
     both[rkey::field::SECRET.start] ^= 0x55;
     rkey::reseal(&mut both);
     let fbk = ep.rkey_unpack(&both).unwrap();
-    expect_err(ep, ep.put(&big_junk, base, &fbk), Status::InvalidKey);
-    expect_err(ep, ep.put(&big_junk, base, &fk), Status::OutOfRange);
-    expect_err(ep, ep.put(&big_junk, base, &bk), Status::OutOfRange);
-    // No right.
-    let (rbase, _) = rk[1].bounds();
-    expect_err(ep, ep.put(&junk, rbase, &rk[1]), Status::AccessDenied);
+    // SAFETY: the request is waited for, or dropped (which waits), before its buffer is used again
+    // or goes; it is never forgotten.
     expect_err(
         ep,
-        ep.put(&big_junk[..40_000], rbase, &rk[1]),
+        unsafe { ep.put_nb(&big_junk, base, &fbk) },
+        Status::InvalidKey,
+    );
+    // SAFETY: the request is waited for, or dropped (which waits), before its buffer is used again
+    // or goes; it is never forgotten.
+    expect_err(
+        ep,
+        unsafe { ep.put_nb(&big_junk, base, &fk) },
+        Status::OutOfRange,
+    );
+    // SAFETY: the request is waited for, or dropped (which waits), before its buffer is used again
+    // or goes; it is never forgotten.
+    expect_err(
+        ep,
+        unsafe { ep.put_nb(&big_junk, base, &bk) },
+        Status::OutOfRange,
+    );
+    // No right.
+    let (rbase, _) = rk[1].bounds();
+    // SAFETY: the request is waited for, or dropped (which waits), before its buffer is used again
+    // or goes; it is never forgotten.
+    expect_err(
+        ep,
+        unsafe { ep.put_nb(&junk, rbase, &rk[1]) },
+        Status::AccessDenied,
+    );
+    expect_err(
+        ep,
+        // SAFETY: the request is waited for, or dropped (which waits), before its buffer is used
+        // again or goes; it is never forgotten.
+        unsafe { ep.put_nb(&big_junk[..40_000], rbase, &rk[1]) },
         Status::AccessDenied,
     );
     expect_err(
@@ -438,7 +489,13 @@ fn child_liar(ep: &Endpoint, rk: &[RemoteKey], raw: &[Vec<u8>]) {
     );
     // Stale key (region unmapped by its owner).
     let (sbase, _) = rk[2].bounds();
-    expect_err(ep, ep.put(&junk, sbase, &rk[2]), Status::InvalidKey);
+    // SAFETY: the request is waited for, or dropped (which waits), before its buffer is used again
+    // or goes; it is never forgotten.
+    expect_err(
+        ep,
+        unsafe { ep.put_nb(&junk, sbase, &rk[2]) },
+        Status::InvalidKey,
+    );
     // Garbage key bytes.
     assert_eq!(
         ep.rkey_unpack(&raw[0][..20]).err().map(|e| e.status()),
@@ -446,7 +503,7 @@ fn child_liar(ep: &Endpoint, rk: &[RemoteKey], raw: &[Vec<u8>]) {
     );
     // Honest operations still work afterwards.
     let mut back = [0u8; 8];
-    ep.get(&mut back, rbase, &rk[1]).unwrap().wait().unwrap();
+    ep.get(&mut back, rbase, &rk[1]).unwrap();
     assert_eq!(back, [7u8; 8]);
 }
 
@@ -478,21 +535,25 @@ fn child_partial(ep: &Endpoint, raw: &[Vec<u8>], liar: bool) {
     let over = vec![0xeeu8; len + len / 5];
     if !liar {
         // Past the end of what the key says: refused before anything leaves.
-        let e = ep
-            .put(&over, base, &r)
+        // SAFETY: the request is waited for, or dropped (which waits), before its buffer is used
+        // again or goes; it is never forgotten.
+        let e = unsafe { ep.put_nb(&over, base, &r) }
             .err()
             .expect("refused before sending");
         assert_eq!(e.status(), Status::OutOfRange, "{e}");
         // Data inside, signal word without the write right: the same.
-        let e = ep
-            .put_signal(&over[..len], base, &r, rob, &ro, 1, SignalOp::Set)
+        // SAFETY: the request is waited for, or dropped (which waits), before its buffer is used
+        // again or goes; it is never forgotten.
+        let e = unsafe { ep.put_signal_nb(&over[..len], base, &r, rob, &ro, 1, SignalOp::Set) }
             .err()
             .expect("refused before sending");
         assert_eq!(e.status(), Status::AccessDenied, "{e}");
-        let e = ep
-            .put_signal(&over[..len], base, &r, sbase + 64, &sig, 1, SignalOp::Set)
-            .err()
-            .expect("refused before sending");
+        // SAFETY: the request is waited for, or dropped (which waits), before its buffer is used
+        // again or goes; it is never forgotten.
+        let e =
+            unsafe { ep.put_signal_nb(&over[..len], base, &r, sbase + 64, &sig, 1, SignalOp::Set) }
+                .err()
+                .expect("refused before sending");
         assert_eq!(e.status(), Status::OutOfRange, "{e}");
     } else {
         // A key that claims four times its region passes the sender's check: the owner
@@ -501,20 +562,30 @@ fn child_partial(ep: &Endpoint, raw: &[Vec<u8>], liar: bool) {
         big[courier::wire::rkey::field::LENGTH].copy_from_slice(&(4 * len as u64).to_le_bytes());
         courier::wire::rkey::reseal(&mut big);
         let bk = through_owner(ep, &big);
-        expect_err(ep, ep.put(&over, base, &bk), Status::OutOfRange);
+        // SAFETY: the request is waited for, or dropped (which waits), before its buffer is used
+        // again or goes; it is never forgotten.
+        expect_err(
+            ep,
+            unsafe { ep.put_nb(&over, base, &bk) },
+            Status::OutOfRange,
+        );
         // A forged signal key: nothing of the data is written either.
         let mut forged = raw[3].clone();
         forged[courier::wire::rkey::field::SECRET.start] ^= 0x55;
         let fs = through_owner(ep, &forged);
         expect_err(
             ep,
-            ep.put_signal(&over[..len], base, &r, sbase, &fs, 1, SignalOp::Set),
+            // SAFETY: the request is waited for, or dropped (which waits), before its buffer is
+            // used again or goes; it is never forgotten.
+            unsafe { ep.put_signal_nb(&over[..len], base, &r, sbase, &fs, 1, SignalOp::Set) },
             Status::InvalidKey,
         );
         // Data past the region's end with a good signal: neither lands.
         expect_err(
             ep,
-            ep.put_signal(&over, base, &bk, sbase, &sig, 1, SignalOp::Set),
+            // SAFETY: the request is waited for, or dropped (which waits), before its buffer is
+            // used again or goes; it is never forgotten.
+            unsafe { ep.put_signal_nb(&over, base, &bk, sbase, &sig, 1, SignalOp::Set) },
             Status::OutOfRange,
         );
     }
@@ -529,8 +600,6 @@ fn child_partial(ep: &Endpoint, raw: &[Vec<u8>], liar: bool) {
         7,
         SignalOp::Set,
     )
-    .unwrap()
-    .wait()
     .unwrap();
     ep.flush().unwrap();
 }
@@ -548,16 +617,11 @@ fn child_signaler(w: &Worker, ep: &Endpoint, rk: &[RemoteKey]) {
         msg[8..].fill(i as u8);
         let slot = (i % SLOTS) * SLOT as u64;
         ep.put_signal(&msg, dbase + slot, &rk[0], sbase, &rk[1], i, SignalOp::Set)
-            .unwrap()
-            .wait()
             .unwrap();
         if i % SLOTS == 0 {
             // Wait for the consumer to have read this round before overwriting slots.
             let mut ack = [0u8; 8];
-            w.tag_recv(&mut ack, 0xac, u64::MAX)
-                .unwrap()
-                .wait()
-                .unwrap();
+            w.tag_recv(&mut ack, 0xac, u64::MAX).unwrap();
             assert_eq!(u64::from_le_bytes(ack), i);
         }
     }
@@ -575,7 +639,9 @@ fn putget(tls: &str) {
     let alloc = c.mem_map(MemMapParams::allocate(1 << 20)).unwrap();
     let mut reg = vec![0u8; 1 << 20];
     let regm = c
-        .mem_map(MemMapParams::register(reg.as_mut_ptr(), reg.len()))
+        // SAFETY: the vector is declared before the region and outlives it; the test reads it only
+        // once the peer is done.
+        .mem_map(unsafe { MemMapParams::register(reg.as_mut_ptr(), reg.len()) })
         .unwrap();
     let keys = vec![alloc.pack_rkey().unwrap(), regm.pack_rkey().unwrap()];
     let child = spawn(tls, "putget", o.port, &keys, &[]);
@@ -603,7 +669,9 @@ fn region_unmapped_while_a_put_arrives_tcp() {
     let len = 16 << 20;
     let mut reg = vec![0u8; len];
     let m = c
-        .mem_map(MemMapParams::register(reg.as_mut_ptr(), len))
+        // SAFETY: the vector is declared before the region and outlives it; the test reads it only
+        // once the peer is done.
+        .mem_map(unsafe { MemMapParams::register(reg.as_mut_ptr(), len) })
         .unwrap();
     let child = spawn("tcp", "bigput", o.port, &[m.pack_rkey().unwrap()], &[]);
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -643,7 +711,9 @@ fn stalled_get(allocated: bool) {
         m.write(0, &vec![0x5au8; len]).unwrap();
         m
     } else {
-        c.mem_map(MemMapParams::register(reg.as_mut_ptr(), len))
+        // SAFETY: the vector is declared before the region and outlives it; the test reads it only
+        // once the peer is done.
+        c.mem_map(unsafe { MemMapParams::register(reg.as_mut_ptr(), len) })
             .unwrap()
     };
     let mut child = command(
@@ -727,7 +797,9 @@ fn liar(tls: &str) {
     unsafe { std::ptr::write_bytes(target.as_ptr(), 0x11, 4096) };
     let mut ro = vec![7u8; 65536];
     let rom = c
-        .mem_map(MemMapParams::register(ro.as_mut_ptr(), ro.len()).access(access::READ))
+        // SAFETY: the vector is declared before the region and outlives it; the test reads it only
+        // once the peer is done.
+        .mem_map(unsafe { MemMapParams::register(ro.as_mut_ptr(), ro.len()) }.access(access::READ))
         .unwrap();
     let stale = c.mem_map(MemMapParams::allocate(4096)).unwrap();
     let keys = vec![
@@ -765,15 +837,21 @@ fn partial(tls: &str, role: &str) {
     let (o, c) = owner(tls);
     let mut r = vec![0x11u8; PARTIAL_LEN];
     let rm = c
-        .mem_map(MemMapParams::register(r.as_mut_ptr(), r.len()))
+        // SAFETY: the vector is declared before the region and outlives it; the test reads it only
+        // once the peer is done.
+        .mem_map(unsafe { MemMapParams::register(r.as_mut_ptr(), r.len()) })
         .unwrap();
     let mut ro = vec![7u8; 4096];
     let rom = c
-        .mem_map(MemMapParams::register(ro.as_mut_ptr(), ro.len()).access(access::READ))
+        // SAFETY: the vector is declared before the region and outlives it; the test reads it only
+        // once the peer is done.
+        .mem_map(unsafe { MemMapParams::register(ro.as_mut_ptr(), ro.len()) }.access(access::READ))
         .unwrap();
     let mut r2 = vec![0u8; PARTIAL_LEN];
     let r2m = c
-        .mem_map(MemMapParams::register(r2.as_mut_ptr(), r2.len()))
+        // SAFETY: the vector is declared before the region and outlives it; the test reads it only
+        // once the peer is done.
+        .mem_map(unsafe { MemMapParams::register(r2.as_mut_ptr(), r2.len()) })
         .unwrap();
     let sig = c.mem_map(MemMapParams::allocate(64)).unwrap();
     let keys = [&rm, &rom, &r2m, &sig].map(|m| m.pack_rkey().unwrap());
@@ -880,7 +958,9 @@ fn fence_orders_operations_through_the_owner_before_direct_stores_shm() {
     let (o, c) = owner("all");
     let mut x = vec![0u64; 8];
     let xm = c
-        .mem_map(MemMapParams::register(x.as_mut_ptr().cast(), 64))
+        // SAFETY: the vector is declared before the region and outlives it; the test reads it only
+        // once the peer is done.
+        .mem_map(unsafe { MemMapParams::register(x.as_mut_ptr().cast(), 64) })
         .unwrap();
     let y = c.mem_map(MemMapParams::allocate(64)).unwrap();
     let keys = [xm.pack_rkey().unwrap(), y.pack_rkey().unwrap()];
@@ -899,7 +979,7 @@ fn fence_orders_operations_through_the_owner_before_direct_stores_shm() {
     }
     let ep = o.eps.lock().unwrap()[0].clone();
     for i in 1..=FENCE_ROUNDS {
-        ep.tag_send(&i.to_le_bytes(), 0xf0).unwrap().wait().unwrap();
+        ep.tag_send(&i.to_le_bytes(), 0xf0).unwrap();
         // Watch the flag, progressing only now and then: an operation the fence did not
         // wait for is still unprocessed here when the flag rises.
         'seen: loop {
@@ -1032,7 +1112,7 @@ fn signals(tls: &str) {
             "signal {i} seen before all of its data"
         );
         if i % SLOTS == 0 {
-            ep.tag_send(&i.to_le_bytes(), 0xac).unwrap().wait().unwrap();
+            ep.tag_send(&i.to_le_bytes(), 0xac).unwrap();
         }
     }
     serve_until_done(&o, vec![child], || {});
@@ -1053,7 +1133,9 @@ fn remap(tls: &str) {
     let a = c.mem_map(MemMapParams::allocate(4096)).unwrap();
     let child = spawn(tls, "remap", o.port, &[a.pack_rkey().unwrap()], &[]);
     let mut buf = [0u8; 1];
-    let mut r = o.w.tag_recv(&mut buf, 0xa1, u64::MAX).unwrap();
+    // SAFETY: the request is waited for, or dropped (which waits), before its buffer is used again
+    // or goes; it is never forgotten.
+    let mut r = unsafe { o.w.tag_recv_nb(&mut buf, 0xa1, u64::MAX) }.unwrap();
     let deadline = Instant::now() + Duration::from_secs(30);
     while !r.is_done() {
         o.w.progress();
@@ -1069,10 +1151,7 @@ fn remap(tls: &str) {
     drop(a);
     let b = c.mem_map(MemMapParams::allocate(4096)).unwrap();
     let ep = o.eps.lock().unwrap()[0].clone();
-    ep.tag_send(&b.pack_rkey().unwrap(), 0xb)
-        .unwrap()
-        .wait()
-        .unwrap();
+    ep.tag_send(&b.pack_rkey().unwrap(), 0xb).unwrap();
     serve_until_done(&o, vec![child], || {});
     // SAFETY: as above.
     assert!(

@@ -184,7 +184,9 @@ fn child_forged() {
         let mut sink = vec![0xccu8; n];
         refused(
             &a,
-            a.ep.get(&mut sink, nb, nr),
+            // SAFETY: the request is waited for, or dropped (which waits), before its buffer is
+            // used again or goes; it is never forgotten.
+            unsafe { a.ep.get_nb(&mut sink, nb, nr) },
             Why::NoRight("read"),
             "get without the read right",
         );
@@ -194,7 +196,9 @@ fn child_forged() {
     for (k, base, why) in [(&fk, tb, Why::Forged), (stale, xb, Why::Stale)] {
         for n in [8usize, 40_000] {
             let mut sink = vec![0xccu8; n];
-            refused(&a, a.ep.get(&mut sink, base, k), why, "get");
+            // SAFETY: the request is waited for, or dropped (which waits), before its buffer is
+            // used again or goes; it is never forgotten.
+            refused(&a, unsafe { a.ep.get_nb(&mut sink, base, k) }, why, "get");
             assert!(sink.iter().all(|&b| b == 0xcc), "a refused get wrote {n}");
         }
     }
@@ -261,7 +265,9 @@ fn child_forged() {
         for op in [SignalOp::Set, SignalOp::Add] {
             refused(
                 &a,
-                a.ep.put_signal(&msg, db, dk, sbase, sk, 99, op),
+                // SAFETY: the request is waited for, or dropped (which waits), before its buffer is
+                // used again or goes; it is never forgotten.
+                unsafe { a.ep.put_signal_nb(&msg, db, dk, sbase, sk, 99, op) },
                 why,
                 &format!("put_signal {op:?} with a {what}"),
             );
@@ -276,7 +282,7 @@ fn child_forged() {
             .value;
     assert_eq!(old, S_INIT, "the signal word changed before the honest add");
     let mut back = vec![0u8; tlen as usize];
-    a.ep.get(&mut back, tb, t).unwrap().wait().unwrap();
+    a.ep.get(&mut back, tb, t).unwrap();
     assert!(
         back == pattern(FLEN, 1),
         "T reads back different: {}",
@@ -376,7 +382,9 @@ fn target_logs_refusals_and_goes_on_serving_tcp() {
     refused_on(
         &cl.ep,
         true,
-        cl.ep.get(&mut sink, tb, &fk),
+        // SAFETY: the request is waited for, or dropped (which waits), before its buffer is used
+        // again or goes; it is never forgotten.
+        unsafe { cl.ep.get_nb(&mut sink, tb, &fk) },
         Why::Forged,
         "forged get",
     );
@@ -391,7 +399,9 @@ fn target_logs_refusals_and_goes_on_serving_tcp() {
     refused_on(
         &cl.ep,
         true,
-        cl.ep.put(&[0xee; 64], xb, &cl.rk[1]),
+        // SAFETY: the request is waited for, or dropped (which waits), before its buffer is used
+        // again or goes; it is never forgotten.
+        unsafe { cl.ep.put_nb(&[0xee; 64], xb, &cl.rk[1]) },
         Why::Stale,
         "stale put",
     );
@@ -406,7 +416,7 @@ fn target_logs_refusals_and_goes_on_serving_tcp() {
         .value;
     assert_eq!(old, u64::from_le_bytes(want[64..72].try_into().unwrap()));
     let mut back = vec![0u8; 4096];
-    cl.ep.get(&mut back, tb, &cl.rk[0]).unwrap().wait().unwrap();
+    cl.ep.get(&mut back, tb, &cl.rk[0]).unwrap();
     assert_eq!(back[..64], want[..64]);
     assert_eq!(
         u64::from_le_bytes(back[64..72].try_into().unwrap()),
@@ -599,7 +609,7 @@ fn child_everyop() {
         // copy through the kernel beside the link): a flush makes them visible.
         ep.flush().unwrap();
         let mut v = vec![0u8; n];
-        ep.get(&mut v, at(off), k).unwrap().wait().unwrap();
+        ep.get(&mut v, at(off), k).unwrap();
         v
     };
 
@@ -607,7 +617,7 @@ fn child_everyop() {
     for (i, n) in [1usize, 7, 8, 100, 4095, 4096].into_iter().enumerate() {
         let off = E_PG + (i * 977) % (4096 - n + 1);
         let data = pattern(n, 50 + i as u64);
-        ep.put(&data, at(off), k).unwrap().wait().unwrap();
+        ep.put(&data, at(off), k).unwrap();
         let back = get(off, n);
         assert!(
             back == data,
@@ -615,14 +625,8 @@ fn child_everyop() {
             first_diff(&back, &data)
         );
     }
-    ep.put(&pattern(4096, 99), at(E_PG), k)
-        .unwrap()
-        .wait()
-        .unwrap();
-    ep.put(&pattern(E_BIG_LEN, 3), at(E_BIG), k)
-        .unwrap()
-        .wait()
-        .unwrap();
+    ep.put(&pattern(4096, 99), at(E_PG), k).unwrap();
+    ep.put(&pattern(E_BIG_LEN, 3), at(E_BIG), k).unwrap();
     let back = get(E_BIG, E_BIG_LEN);
     assert!(back == pattern(E_BIG_LEN, 3), "large put and get");
 
@@ -665,8 +669,6 @@ fn child_everyop() {
         7,
         SignalOp::Set,
     )
-    .unwrap()
-    .wait()
     .unwrap();
     assert_eq!(get(E_SIG, 8), 7u64.to_le_bytes());
     assert!(get(E_D1, E_D1_LEN) == pattern(E_D1_LEN, 11));
@@ -679,14 +681,10 @@ fn child_everyop() {
         5,
         SignalOp::Add,
     )
-    .unwrap()
-    .wait()
     .unwrap();
     assert_eq!(get(E_SIG, 8), 12u64.to_le_bytes());
     assert!(get(E_D2, E_D2_LEN) == pattern(E_D2_LEN, 12));
     ep.put_signal(&[], at(E_D2), k, at(E_SIG), k, 1, SignalOp::Add)
-        .unwrap()
-        .wait()
         .unwrap();
     ep.flush().unwrap();
     let sig = ep
@@ -765,16 +763,10 @@ fn child_bigsig() {
         let r = i as u64 + 1;
         let (op, v) = round_op(r);
         let data = pattern(n, r);
-        a.ep.put_signal(&data, db, d, sb, s, v, op)
-            .unwrap()
-            .wait()
-            .unwrap();
+        a.ep.put_signal(&data, db, d, sb, s, v, op).unwrap();
         // The owner reads the round before we write the next.
         let mut ack = [0u8; 8];
-        a.w.tag_recv(&mut ack, ACK, u64::MAX)
-            .unwrap()
-            .wait()
-            .unwrap();
+        a.w.tag_recv(&mut ack, ACK, u64::MAX).unwrap();
         assert_eq!(u64::from_le_bytes(ack), r);
     }
 }
@@ -833,13 +825,17 @@ fn child_bigsig_badkey() {
     for op in [SignalOp::Set, SignalOp::Add] {
         refused(
             &a,
-            a.ep.put_signal(&data, db, &fd, sb, s, 9, op),
+            // SAFETY: the request is waited for, or dropped (which waits), before its buffer is
+            // used again or goes; it is never forgotten.
+            unsafe { a.ep.put_signal_nb(&data, db, &fd, sb, s, 9, op) },
             Why::Forged,
             "a put_signal larger than a frame with a forged data key",
         );
         refused(
             &a,
-            a.ep.put_signal(&data, db, d, sb, &fs, 9, op),
+            // SAFETY: the request is waited for, or dropped (which waits), before its buffer is
+            // used again or goes; it is never forgotten.
+            unsafe { a.ep.put_signal_nb(&data, db, d, sb, &fs, 9, op) },
             Why::Forged,
             "a put_signal larger than a frame with a forged signal key",
         );
@@ -879,13 +875,17 @@ fn child_bigput_overrun() {
     let data = vec![0xeeu8; dlen as usize + 8];
     refused(
         &a,
-        a.ep.put(&data, db, d),
+        // SAFETY: the request is waited for, or dropped (which waits), before its buffer is used
+        // again or goes; it is never forgotten.
+        unsafe { a.ep.put_nb(&data, db, d) },
         Why::Range,
         "a put past the region's end",
     );
     refused(
         &a,
-        a.ep.put_signal(&data, db, d, sb, s, 9, SignalOp::Set),
+        // SAFETY: the request is waited for, or dropped (which waits), before its buffer is used
+        // again or goes; it is never forgotten.
+        unsafe { a.ep.put_signal_nb(&data, db, d, sb, s, 9, SignalOp::Set) },
         Why::Range,
         "a put_signal past the region's end",
     );
@@ -1024,8 +1024,6 @@ fn semaphores(net: Net) {
         let data = pattern(SLOT, k);
         cl.ep
             .put_signal(&data, at(k % 1000), d, addr, key, v, op)
-            .unwrap()
-            .wait()
             .unwrap();
     };
     if net.tls != "tcp" {
@@ -1058,8 +1056,6 @@ fn semaphores(net: Net) {
         let data = pattern(SLOT, k(i));
         cl.ep
             .put_signal(&data, at(SEM_N + i), d, ba, bs, v, op)
-            .unwrap()
-            .wait()
             .unwrap();
     };
     post_b(1, 1, SignalOp::Add);
@@ -1129,7 +1125,7 @@ fn child_direct_ptr() {
     );
     // The operations see the same memory.
     let mut back = vec![0u8; 4096];
-    a.ep.get(&mut back, base, k).unwrap().wait().unwrap();
+    a.ep.get(&mut back, base, k).unwrap();
     assert!(back == pattern(4096, 3));
     word(DP_F4).store(0xfeed, Ordering::Release);
     let old =
@@ -1292,8 +1288,6 @@ fn sleeping_wait(net: Net, nap: &str) {
         data[..8].copy_from_slice(&(unix_now().as_nanos() as u64).to_le_bytes());
         cl.ep
             .put_signal(&data, db + r * SLOT as u64, d, sb, s, r, SignalOp::Set)
-            .unwrap()
-            .wait()
             .unwrap();
         // No flush: on shared memory it could send the child a frame, which would wake
         // it whether or not the put did.
@@ -1342,7 +1336,7 @@ fn one_sided_operations_to_a_dead_same_host_peer_fail() {
         let (b, _) = k.bounds();
         let data = [7u8; 64];
         let put_flush = || -> Result<()> {
-            cl.ep.put(&data, b, k)?.wait()?;
+            cl.ep.put(&data, b, k)?;
             cl.ep.flush()
         };
         put_flush().expect("a put and flush to a live peer");
@@ -1375,12 +1369,16 @@ fn one_sided_operations_to_a_dead_same_host_peer_fail() {
         };
         dead(
             "put",
-            cl.ep.put(&data, b, k).and_then(|r| r.wait().map(drop)),
+            // SAFETY: the request is waited for, or dropped (which waits), before its buffer is
+            // used again or goes; it is never forgotten.
+            unsafe { cl.ep.put_nb(&data, b, k) }.and_then(|r| r.wait().map(drop)),
         );
         let mut back = [0u8; 64];
         dead(
             "get",
-            cl.ep.get(&mut back, b, k).and_then(|r| r.wait().map(drop)),
+            // SAFETY: the request is waited for, or dropped (which waits), before its buffer is
+            // used again or goes; it is never forgotten.
+            unsafe { cl.ep.get_nb(&mut back, b, k) }.and_then(|r| r.wait().map(drop)),
         );
         dead(
             "atomic",
@@ -1394,9 +1392,13 @@ fn one_sided_operations_to_a_dead_same_host_peer_fail() {
         );
         dead(
             "put_signal",
-            cl.ep
-                .put_signal(&data, b, k, b + 64, k, 1, SignalOp::Set)
-                .and_then(|r| r.wait().map(drop)),
+            // SAFETY: the request is waited for, or dropped (which waits), before its buffer is
+            // used again or goes; it is never forgotten.
+            unsafe {
+                cl.ep
+                    .put_signal_nb(&data, b, k, b + 64, k, 1, SignalOp::Set)
+            }
+            .and_then(|r| r.wait().map(drop)),
         );
         dead("flush", cl.ep.flush());
         assert_eq!(back, [0u8; 64], "a failed get wrote its buffer");

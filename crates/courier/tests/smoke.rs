@@ -16,8 +16,10 @@ fn self_tag_roundtrip() {
     for size in [0usize, 1, 100, 8192, 100_000, 3 << 20] {
         let data: Vec<u8> = (0..size).map(|i| (i * 7 + 3) as u8).collect();
         let mut buf = vec![0u8; size];
-        let r = w.tag_recv(&mut buf, 42, u64::MAX).unwrap();
-        ep.tag_send(&data, 42).unwrap().wait().unwrap();
+        // SAFETY: the request is waited for, or dropped (which waits), before its buffer is used
+        // again or goes; it is never forgotten.
+        let r = unsafe { w.tag_recv_nb(&mut buf, 42, u64::MAX) }.unwrap();
+        ep.tag_send(&data, 42).unwrap();
         let info = r.wait().unwrap();
         assert_eq!(info.length, size);
         assert!(buf == data, "size {size}");
@@ -36,8 +38,12 @@ fn tcp_two_workers_tag_am_stream() {
     for size in [1usize, 1000, 70_000, 5 << 20] {
         let data: Vec<u8> = (0..size).map(|i| (i * 13 + 1) as u8).collect();
         let mut buf = vec![0u8; size];
-        let mut r = b.tag_recv(&mut buf, 9, u64::MAX).unwrap();
-        let mut s = ep.tag_send(&data, 9).unwrap();
+        // SAFETY: the request is waited for, or dropped (which waits), before its buffer is used
+        // again or goes; it is never forgotten.
+        let mut r = unsafe { b.tag_recv_nb(&mut buf, 9, u64::MAX) }.unwrap();
+        // SAFETY: the request is waited for, or dropped (which waits), before its buffer is used
+        // again or goes; it is never forgotten.
+        let mut s = unsafe { ep.tag_send_nb(&data, 9) }.unwrap();
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
         while !(r.is_done() && s.is_done()) {
             a.progress();
@@ -56,9 +62,11 @@ fn tcp_two_workers_tag_am_stream() {
         b.progress();
     };
     let mut got = [0u8; 11];
-    let mut r = ep.stream_recv_exact(&mut got).unwrap();
-    bep.stream_send(b"hello ").unwrap().wait().unwrap();
-    bep.stream_send(b"world").unwrap().wait().unwrap();
+    // SAFETY: the request is waited for, or dropped (which waits), before its buffer is used again
+    // or goes; it is never forgotten.
+    let mut r = unsafe { ep.stream_recv_exact_nb(&mut got) }.unwrap();
+    bep.stream_send(b"hello ").unwrap();
+    bep.stream_send(b"world").unwrap();
     while !r.is_done() {
         a.progress();
         b.progress();

@@ -77,9 +77,13 @@ fn large_send_completes_only_when_written_and_sends_the_callers_bytes() {
     let t = two();
     let data = pattern(BIG, 1);
     let mut back = vec![0u8; BIG];
-    let mut recv = t.b.tag_recv(&mut back, 5, u64::MAX).unwrap();
+    // SAFETY: the request is waited for, or dropped (which waits), before its buffer is used again
+    // or goes; it is never forgotten.
+    let mut recv = unsafe { t.b.tag_recv_nb(&mut back, 5, u64::MAX) }.unwrap();
     // The buffer is borrowed by the request; the link writes from it.
-    let mut send = t.ab.tag_send(&data, 5).unwrap();
+    // SAFETY: the request is waited for, or dropped (which waits), before its buffer is used again
+    // or goes; it is never forgotten.
+    let mut send = unsafe { t.ab.tag_send_nb(&data, 5) }.unwrap();
     start_push(&t, &mut recv);
     assert!(
         !send.is_done(),
@@ -102,8 +106,12 @@ fn peer_gone_mid_zero_copy_frame_fails_the_send() {
     let t = two();
     let data = pattern(BIG, 2);
     let mut back = vec![0u8; BIG];
-    let mut recv = t.b.tag_recv(&mut back, 9, u64::MAX).unwrap();
-    let mut send = t.ab.tag_send(&data, 9).unwrap();
+    // SAFETY: the request is waited for, or dropped (which waits), before its buffer is used again
+    // or goes; it is never forgotten.
+    let mut recv = unsafe { t.b.tag_recv_nb(&mut back, 9, u64::MAX) }.unwrap();
+    // SAFETY: the request is waited for, or dropped (which waits), before its buffer is used again
+    // or goes; it is never forgotten.
+    let mut send = unsafe { t.ab.tag_send_nb(&data, 9) }.unwrap();
     start_push(&t, &mut recv);
     assert!(!send.is_done());
     // The receiving side drops the connection with the frame half written.
@@ -130,8 +138,9 @@ fn peer_gone_mid_zero_copy_frame_fails_the_send() {
     assert_eq!(e.status(), Status::PeerFailure, "{e}");
     drop(send);
     // The endpoint is dead; new sends fail at once rather than queue behind a cut frame.
-    let e = ab
-        .tag_send(&data, 10)
+    // SAFETY: the request is waited for, or dropped (which waits), before its buffer is used again
+    // or goes; it is never forgotten.
+    let e = unsafe { ab.tag_send_nb(&data, 10) }
         .err()
         .expect("send on a dead endpoint");
     assert_eq!(e.status(), Status::PeerFailure, "{e}");

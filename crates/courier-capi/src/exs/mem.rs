@@ -47,9 +47,11 @@ impl Mem {
                 "the region wraps around the address space",
             ));
         }
-        let mem = ctx.mem_map(
-            MemMapParams::register(addr as *mut u8, len).access(access::READ | access::WRITE),
-        )?;
+        // SAFETY: exs_mregister's contract: the caller's region stays valid until
+        // exs_mderegister, which drops `mem`; the caller does not touch it while transfers
+        // into it are in flight.
+        let params = unsafe { MemMapParams::register(addr as *mut u8, len) };
+        let mem = ctx.mem_map(params.access(access::READ | access::WRITE))?;
         Ok(Mem {
             addr,
             len,

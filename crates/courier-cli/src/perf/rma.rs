@@ -531,15 +531,11 @@ fn client_loops(link: &Link, p: &Params, meter: &mut Meter<'_>, side: &Side) -> 
             let mut pending: Option<Request<'_>> = None;
             timed(link, meter, p, |i| {
                 settle(link, &mut pending)?;
-                pending = in_flight(link.check(ep.put_signal(
-                    data,
-                    r_recv,
-                    rk,
-                    r_sig,
-                    rk,
-                    i + 1,
-                    SignalOp::Set,
-                ))?);
+                // SAFETY: the request is waited for, or dropped (which waits), before its buffer is
+                // used again or goes; it is never forgotten.
+                pending = in_flight(link.check(unsafe {
+                    ep.put_signal_nb(data, r_recv, rk, r_sig, rk, i + 1, SignalOp::Set)
+                })?);
                 side.wait_signal(link, i + 1)?;
                 if p.check {
                     // SAFETY: the receive area; the peer is waiting for our next put.
@@ -555,7 +551,9 @@ fn client_loops(link: &Link, p: &Params, meter: &mut Meter<'_>, side: &Side) -> 
             let mut pending: Option<Request<'_>> = None;
             timed(link, meter, p, |i| {
                 settle(link, &mut pending)?;
-                let mut put = link.check(ep.put(data, r_recv, rk))?;
+                // SAFETY: the request is waited for, or dropped (which waits), before its buffer is
+                // used again or goes; it is never forgotten.
+                let mut put = link.check(unsafe { ep.put_nb(data, r_recv, rk) })?;
                 link.check(ep.flush())?;
                 link.wait(&mut put)?;
                 drop(put);
@@ -579,9 +577,13 @@ fn client_loops(link: &Link, p: &Params, meter: &mut Meter<'_>, side: &Side) -> 
                 let s = &mut ring[(i % w as u64) as usize];
                 settle(link, s)?;
                 *s = Some(link.check(if signal {
-                    ep.put_signal(data, r_recv, rk, r_sig, rk, 1, SignalOp::Add)
+                    // SAFETY: the request is waited for, or dropped (which waits), before its
+                    // buffer is used again or goes; it is never forgotten.
+                    unsafe { ep.put_signal_nb(data, r_recv, rk, r_sig, rk, 1, SignalOp::Add) }
                 } else {
-                    ep.put(data, r_recv, rk)
+                    // SAFETY: the request is waited for, or dropped (which waits), before its
+                    // buffer is used again or goes; it is never forgotten.
+                    unsafe { ep.put_nb(data, r_recv, rk) }
                 })?);
                 Ok(())
             })?;
@@ -610,7 +612,9 @@ fn client_loops(link: &Link, p: &Params, meter: &mut Meter<'_>, side: &Side) -> 
                 // SAFETY: slot k of the receive slots (Layout has one per window slot);
                 // one request per slot at a time.
                 let buf = unsafe { std::slice::from_raw_parts_mut(slot_ptr(k), size) };
-                ring[k] = Some(link.check(ep.get(buf, r_send, rk))?);
+                // SAFETY: the request is waited for, or dropped (which waits), before its buffer is
+                // used again or goes; it is never forgotten.
+                ring[k] = Some(link.check(unsafe { ep.get_nb(buf, r_send, rk) })?);
                 Ok(())
             })?;
             for s in ring.iter_mut() {
@@ -632,7 +636,9 @@ fn client_loops(link: &Link, p: &Params, meter: &mut Meter<'_>, side: &Side) -> 
             link.check(ep.flush())?;
             if p.check {
                 let mut word = [0u8; 8];
-                let mut r = link.check(ep.get(&mut word[..size], r_sig, rk))?;
+                // SAFETY: the request is waited for, or dropped (which waits), before its buffer is
+                // used again or goes; it is never forgotten.
+                let mut r = link.check(unsafe { ep.get_nb(&mut word[..size], r_sig, rk) })?;
                 link.wait(&mut r)?;
                 drop(r);
                 let (got, want) = (u64::from_le_bytes(word), mask(size, p.total()));
@@ -702,7 +708,9 @@ fn client_loops(link: &Link, p: &Params, meter: &mut Meter<'_>, side: &Side) -> 
 pub fn run_server(link: &Link, p: &Params, side: Side) -> CliResult<()> {
     server_loops(link, p, &side)?;
     let mut fin = [0u8; 8];
-    let mut r = link.check(link.worker.tag_recv(&mut fin, TAG_FIN, u64::MAX))?;
+    // SAFETY: the request is waited for, or dropped (which waits), before its buffer is used again
+    // or goes; it is never forgotten.
+    let mut r = link.check(unsafe { link.worker.tag_recv_nb(&mut fin, TAG_FIN, u64::MAX) })?;
     // However long the test runs, the client's heartbeat arrives every `BEAT`: a client
     // silent for the stall limit is gone.
     link.wait(&mut r)?;
@@ -743,15 +751,11 @@ fn server_loops(link: &Link, p: &Params, side: &Side) -> CliResult<()> {
             for i in 0..total {
                 side.wait_signal(link, i + 1)?;
                 settle(link, &mut pending)?;
-                pending = in_flight(link.check(ep.put_signal(
-                    data,
-                    r_recv,
-                    rk,
-                    r_sig,
-                    rk,
-                    i + 1,
-                    SignalOp::Set,
-                ))?);
+                // SAFETY: the request is waited for, or dropped (which waits), before its buffer is
+                // used again or goes; it is never forgotten.
+                pending = in_flight(link.check(unsafe {
+                    ep.put_signal_nb(data, r_recv, rk, r_sig, rk, i + 1, SignalOp::Set)
+                })?);
             }
             settle(link, &mut pending)?;
         }
@@ -760,7 +764,9 @@ fn server_loops(link: &Link, p: &Params, side: &Side) -> CliResult<()> {
             for i in 0..total {
                 side.wait_signal(link, i + 1)?;
                 settle(link, &mut pending)?;
-                let mut put = link.check(ep.put(data, r_recv, rk))?;
+                // SAFETY: the request is waited for, or dropped (which waits), before its buffer is
+                // used again or goes; it is never forgotten.
+                let mut put = link.check(unsafe { ep.put_nb(data, r_recv, rk) })?;
                 link.check(ep.flush())?;
                 link.wait(&mut put)?;
                 drop(put);

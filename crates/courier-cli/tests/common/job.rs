@@ -47,7 +47,9 @@ fn refuse_outsider(job: &Job) {
     let ctx = Context::new(ContextParams::default()).expect("context");
     let w = Worker::new(&ctx, WorkerParams::default()).expect("worker");
     let mut b = [0u8; 8];
-    let mut rx = w.tag_recv(&mut b, 0x0b5, u64::MAX).expect("recv");
+    // SAFETY: the request is waited for, or dropped (which waits), before its buffer is used again
+    // or goes; it is never forgotten.
+    let mut rx = unsafe { w.tag_recv_nb(&mut b, 0x0b5, u64::MAX) }.expect("recv");
     let args = rank_args();
     let mut c = std::process::Command::new(&args[0]);
     c.args(&args[1..])
@@ -92,7 +94,9 @@ fn outsider() -> ! {
     });
     let ep = w.connect(&addr, params).expect("connect");
     let b = 1u64.to_le_bytes();
-    let r = ep.tag_send(&b, 0x0b5).expect("send");
+    // SAFETY: the request is waited for, or dropped (which waits), before its buffer is used again
+    // or goes; it is never forgotten.
+    let r = unsafe { ep.tag_send_nb(&b, 0x0b5) }.expect("send");
     let _ = w.progress_until(T, || {
         failed.lock().unwrap_or_else(|p| p.into_inner()).is_some()
     });
@@ -121,14 +125,11 @@ fn ring(job: &Job) {
     let len = 5000;
     let out: Vec<u8> = (0..len).map(|i| seed(r, right, i)).collect();
     let mut inb = vec![0u8; len];
-    let rx = w
-        .tag_recv(&mut inb, 100 + left as u64, u64::MAX)
-        .expect("recv");
+    // SAFETY: the request is waited for, or dropped (which waits), before its buffer is used again
+    // or goes; it is never forgotten.
+    let rx = unsafe { w.tag_recv_nb(&mut inb, 100 + left as u64, u64::MAX) }.expect("recv");
     let ep = world.endpoint(right).expect("endpoint");
-    ep.tag_send(&out, 100 + r as u64)
-        .expect("send")
-        .wait()
-        .expect("send wait");
+    ep.tag_send(&out, 100 + r as u64).expect("send wait");
     rx.wait().expect("ring recv");
     assert!(
         inb.iter().enumerate().all(|(i, &b)| b == seed(left, r, i)),
@@ -145,7 +146,9 @@ fn ring(job: &Job) {
     let mut bufs: Vec<Vec<u8>> = (0..n).map(|_| vec![0u8; len]).collect();
     let mut rxs = Vec::new();
     for (p, b) in bufs.iter_mut().enumerate() {
-        rxs.push(w.tag_recv(b, 200 + p as u64, u64::MAX).expect("recv"));
+        // SAFETY: the request is waited for, or dropped (which waits), before its buffer is used
+        // again or goes; it is never forgotten.
+        rxs.push(unsafe { w.tag_recv_nb(b, 200 + p as u64, u64::MAX) }.expect("recv"));
     }
     let outs: Vec<Vec<u8>> = (0..n)
         .map(|p| (0..len).map(|i| seed(r, p, i) ^ 0x5a).collect())
@@ -154,8 +157,9 @@ fn ring(job: &Job) {
     for p in 0..n {
         let ep = world.endpoint(p).expect("endpoint");
         sends.push(
-            ep.tag_send(&outs[p as usize], 200 + r as u64)
-                .expect("send"),
+            // SAFETY: the request is waited for, or dropped (which waits), before its buffer is
+            // used again or goes; it is never forgotten.
+            unsafe { ep.tag_send_nb(&outs[p as usize], 200 + r as u64) }.expect("send"),
         );
     }
     for s in sends {

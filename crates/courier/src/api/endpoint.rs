@@ -10,8 +10,8 @@ use crate::proto::State;
 use crate::proto::am::AmFlags;
 use crate::proto::buf::Buf;
 use crate::proto::endpoint::EpRef;
-use crate::proto::request::Callback;
 use crate::proto::request::Started;
+use crate::proto::request::{Callback, Info};
 use crate::wire::Kind;
 
 /// Parameters of a new endpoint.
@@ -49,7 +49,7 @@ impl EndpointParams {
 ///     &worker.address()?,
 ///     EndpointParams::default().error_handler(|e| eprintln!("peer failed: {e}")),
 /// )?;
-/// ep.am_send(3, b"header", b"data", AmFlags::default())?.wait()?;
+/// ep.am_send(3, b"header", b"data", AmFlags::default())?;
 /// worker.progress_until(std::time::Duration::from_secs(10), || !got.lock().unwrap().is_empty())?;
 /// assert_eq!(&got.lock().unwrap()[..], b"data");
 /// ep.close()?;
@@ -64,6 +64,15 @@ pub struct Endpoint {
 
 fn one(b: &[u8]) -> Buf {
     Buf::One((b.as_ptr() as usize, b.len()))
+}
+
+/// Wait for a request made by a `*_nb` call of a blocking operation. `wait` returns only
+/// once the request has completed (it progresses until then, and a panic unwinding out of
+/// it drops the request, which cancels or waits), so the buffer the caller lent for the
+/// call is not used after this returns.
+#[inline]
+pub(super) fn wait_now(r: Result<Request<'_>>) -> Result<Info> {
+    r?.wait()
 }
 
 impl Endpoint {
@@ -165,20 +174,58 @@ impl Endpoint {
 
     // ----- tag ------------------------------------------------------------------------
 
-    /// Send a tag message.
-    pub fn tag_send<'a>(&self, data: &'a [u8], tag: u64) -> Result<Request<'a>> {
+    /// Send a tag message and wait until `data` may be reused (it has left, or been
+    /// received).
+    pub fn tag_send(&self, data: &[u8], tag: u64) -> Result<Info> {
+        // SAFETY: waited for before the borrow of `data` ends (see `wait_now`).
+        wait_now(unsafe { self.tag_send_nb(data, tag) })
+    }
+
+    /// Send a tag message that completes only when the receiver has matched it, and wait
+    /// for that.
+    pub fn tag_send_sync(&self, data: &[u8], tag: u64) -> Result<Info> {
+        // SAFETY: as `tag_send`.
+        wait_now(unsafe { self.tag_send_sync_nb(data, tag) })
+    }
+
+    /// Send a tag message gathered from several buffers, and wait until they may be reused.
+    pub fn tag_send_iov(&self, iov: &[&[u8]], tag: u64) -> Result<Info> {
+        // SAFETY: as `tag_send`.
+        wait_now(unsafe { self.tag_send_iov_nb(iov, tag) })
+    }
+
+    /// Start sending a tag message; the request completes when `data` may be reused.
+    ///
+    /// # Safety
+    /// The request borrows the buffer: see [`Request`]'s "Safety of borrowing requests"
+    /// (keep it valid, and unused by others, until the request completes or its drop
+    /// returns outside a callback; never forget the request; never drop it in flight
+    /// inside a callback). [`Worker::scope`] makes the same request safely.
+    pub unsafe fn tag_send_nb<'a>(&self, data: &'a [u8], tag: u64) -> Result<Request<'a>> {
         let s = self.with(|st, e| st.tag_send(e, one(data), tag, false, Callback::None));
         self.req(s)
     }
 
-    /// Send a tag message that completes only when the receiver has matched it.
-    pub fn tag_send_sync<'a>(&self, data: &'a [u8], tag: u64) -> Result<Request<'a>> {
+    /// Start a tag send that completes only when the receiver has matched it.
+    ///
+    /// # Safety
+    /// The request borrows the buffer: see [`Request`]'s "Safety of borrowing requests"
+    /// (keep it valid, and unused by others, until the request completes or its drop
+    /// returns outside a callback; never forget the request; never drop it in flight
+    /// inside a callback). [`Worker::scope`] makes the same request safely.
+    pub unsafe fn tag_send_sync_nb<'a>(&self, data: &'a [u8], tag: u64) -> Result<Request<'a>> {
         let s = self.with(|st, e| st.tag_send(e, one(data), tag, true, Callback::None));
         self.req(s)
     }
 
-    /// Send a tag message gathered from several buffers.
-    pub fn tag_send_iov<'a>(&self, iov: &[&'a [u8]], tag: u64) -> Result<Request<'a>> {
+    /// Start a tag send gathered from several buffers.
+    ///
+    /// # Safety
+    /// The request borrows the buffer: see [`Request`]'s "Safety of borrowing requests"
+    /// (keep it valid, and unused by others, until the request completes or its drop
+    /// returns outside a callback; never forget the request; never drop it in flight
+    /// inside a callback). [`Worker::scope`] makes the same request safely.
+    pub unsafe fn tag_send_iov_nb<'a>(&self, iov: &[&'a [u8]], tag: u64) -> Result<Request<'a>> {
         let segs = iov.iter().map(|b| (b.as_ptr() as usize, b.len())).collect();
         let s = self.with(|st, e| st.tag_send(e, Buf::Many(segs), tag, false, Callback::None));
         self.req(s)
@@ -208,8 +255,34 @@ impl Endpoint {
         Ok(max_frame.saturating_sub(Kind::Am.header_len() + header_len))
     }
 
-    /// Send an active message to handler `id`.
-    pub fn am_send<'a>(
+    /// Send an active message to handler `id`, and wait until `data` may be reused (the
+    /// header is copied at once).
+    pub fn am_send(&self, id: u16, header: &[u8], data: &[u8], flags: AmFlags) -> Result<Info> {
+        // SAFETY: as `tag_send`.
+        wait_now(unsafe { self.am_send_nb(id, header, data, flags) })
+    }
+
+    /// Send an active message gathered from several buffers, and wait until they may be
+    /// reused.
+    pub fn am_send_iov(
+        &self,
+        id: u16,
+        header: &[u8],
+        iov: &[&[u8]],
+        flags: AmFlags,
+    ) -> Result<Info> {
+        // SAFETY: as `tag_send`.
+        wait_now(unsafe { self.am_send_iov_nb(id, header, iov, flags) })
+    }
+
+    /// Start sending an active message to handler `id` (the header is copied at once).
+    ///
+    /// # Safety
+    /// The request borrows the buffer: see [`Request`]'s "Safety of borrowing requests"
+    /// (keep it valid, and unused by others, until the request completes or its drop
+    /// returns outside a callback; never forget the request; never drop it in flight
+    /// inside a callback). [`Worker::scope`] makes the same request safely.
+    pub unsafe fn am_send_nb<'a>(
         &self,
         id: u16,
         header: &[u8],
@@ -220,8 +293,14 @@ impl Endpoint {
         self.req(s)
     }
 
-    /// Send an active message gathered from several buffers.
-    pub fn am_send_iov<'a>(
+    /// Start sending an active message gathered from several buffers.
+    ///
+    /// # Safety
+    /// The request borrows the buffer: see [`Request`]'s "Safety of borrowing requests"
+    /// (keep it valid, and unused by others, until the request completes or its drop
+    /// returns outside a callback; never forget the request; never drop it in flight
+    /// inside a callback). [`Worker::scope`] makes the same request safely.
+    pub unsafe fn am_send_iov_nb<'a>(
         &self,
         id: u16,
         header: &[u8],
@@ -252,14 +331,46 @@ impl Endpoint {
 
     // ----- streams ----------------------------------------------------------------------
 
-    /// Send stream bytes.
-    pub fn stream_send<'a>(&self, data: &'a [u8]) -> Result<Request<'a>> {
+    /// Send stream bytes and wait until `data` may be reused.
+    pub fn stream_send(&self, data: &[u8]) -> Result<Info> {
+        // SAFETY: as `tag_send`.
+        wait_now(unsafe { self.stream_send_nb(data) })
+    }
+
+    /// Receive whatever stream bytes have arrived (at least one; waits for one), up to
+    /// `buf.len()`; `Info::length` says how many.
+    pub fn stream_recv(&self, buf: &mut [u8]) -> Result<Info> {
+        // SAFETY: as `tag_send`.
+        wait_now(unsafe { self.stream_recv_nb(buf) })
+    }
+
+    /// Receive exactly `buf.len()` stream bytes, waiting for them.
+    pub fn stream_recv_exact(&self, buf: &mut [u8]) -> Result<Info> {
+        // SAFETY: as `tag_send`.
+        wait_now(unsafe { self.stream_recv_exact_nb(buf) })
+    }
+
+    /// Start sending stream bytes.
+    ///
+    /// # Safety
+    /// The request borrows the buffer: see [`Request`]'s "Safety of borrowing requests"
+    /// (keep it valid, and unused by others, until the request completes or its drop
+    /// returns outside a callback; never forget the request; never drop it in flight
+    /// inside a callback). [`Worker::scope`] makes the same request safely.
+    pub unsafe fn stream_send_nb<'a>(&self, data: &'a [u8]) -> Result<Request<'a>> {
         let s = self.with(|st, e| st.stream_send(e, one(data), Callback::None));
         self.req(s)
     }
 
-    /// Receive whatever stream bytes have arrived (at least one), up to `buf.len()`.
-    pub fn stream_recv<'a>(&self, buf: &'a mut [u8]) -> Result<Request<'a>> {
+    /// Start receiving whatever stream bytes have arrived (at least one), up to
+    /// `buf.len()`.
+    ///
+    /// # Safety
+    /// The request borrows the buffer: see [`Request`]'s "Safety of borrowing requests"
+    /// (keep it valid, and unused by others, until the request completes or its drop
+    /// returns outside a callback; never forget the request; never drop it in flight
+    /// inside a callback). [`Worker::scope`] makes the same request safely.
+    pub unsafe fn stream_recv_nb<'a>(&self, buf: &'a mut [u8]) -> Result<Request<'a>> {
         let s = self.with(|st, e| {
             st.stream_recv(
                 e,
@@ -271,8 +382,14 @@ impl Endpoint {
         self.req(s)
     }
 
-    /// Receive exactly `buf.len()` stream bytes.
-    pub fn stream_recv_exact<'a>(&self, buf: &'a mut [u8]) -> Result<Request<'a>> {
+    /// Start receiving exactly `buf.len()` stream bytes.
+    ///
+    /// # Safety
+    /// The request borrows the buffer: see [`Request`]'s "Safety of borrowing requests"
+    /// (keep it valid, and unused by others, until the request completes or its drop
+    /// returns outside a callback; never forget the request; never drop it in flight
+    /// inside a callback). [`Worker::scope`] makes the same request safely.
+    pub unsafe fn stream_recv_exact_nb<'a>(&self, buf: &'a mut [u8]) -> Result<Request<'a>> {
         let s = self.with(|st, e| {
             st.stream_recv(
                 e,

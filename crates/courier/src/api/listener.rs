@@ -77,7 +77,7 @@ impl Drop for ConnRequest {
 /// let client = worker.connect_sockaddr(listener.local_addr(), 7, EndpointParams::default())?;
 /// client.wait_connected(Duration::from_secs(10))?;
 /// let server_side = accepted.try_recv().expect("accepted during progress")?;
-/// server_side.tag_send(b"welcome", 1)?.wait()?;
+/// server_side.tag_send(b"welcome", 1)?;
 /// # Ok::<(), courier::Error>(())
 /// ```
 pub struct Listener {

@@ -24,15 +24,21 @@ pub use crate::proto::onesided::{AtomicOp, SignalOp};
 use crate::proto::onesided::{Dir, copy_local};
 pub use crate::wire::rkey::access;
 
-/// How to map memory.
+/// How to map memory: [`MemMapParams::allocate`], or (unsafe: the caller vouches for the
+/// memory) [`MemMapParams::register`] and [`MemMapParams::share_in_place`]; then the
+/// memory type and the remote rights.
+///
+/// The address and length are private: safe code cannot point a region at memory it does
+/// not own, because the region is read and written by peers and by `Memory::read`/`write`
+/// with no borrow to check.
 #[derive(Clone, Copy, Debug)]
 pub struct MemMapParams {
     /// Register this existing buffer (with `length`); `None` with `allocate`.
-    pub address: Option<*mut u8>,
+    address: Option<*mut u8>,
     /// Length in bytes.
-    pub length: usize,
+    length: usize,
     /// Allocate the memory (in a shared segment for host memory).
-    pub allocate: bool,
+    allocate: bool,
     /// Memory type asked for.
     pub memory_type: MemoryType,
     /// Remote rights: `access::READ | WRITE | ATOMIC`.
@@ -40,10 +46,11 @@ pub struct MemMapParams {
     /// With `address`: move the pages `[address, address + length)` (page-aligned) into a
     /// shared segment in place, keeping their addresses and contents, so that same-host
     /// peers reach them directly as they reach allocated memory (`share_in_place`).
-    pub in_place: bool,
+    in_place: bool,
 }
 
 impl Default for MemMapParams {
+    /// Nothing to map yet: `mem_map` refuses it until an address or `allocate` is given.
     fn default() -> Self {
         MemMapParams {
             address: None,
@@ -65,8 +72,30 @@ impl MemMapParams {
             ..Default::default()
         }
     }
-    /// Register an existing buffer.
-    pub fn register(ptr: *mut u8, length: usize) -> Self {
+    /// Register an existing buffer `[ptr, ptr + length)`.
+    ///
+    /// ```compile_fail,E0133
+    /// // Registering a raw pointer is unsafe: safe code cannot hand peers memory it does
+    /// // not own.
+    /// let mut buf = vec![0u8; 64];
+    /// let _ = courier::MemMapParams::register(buf.as_mut_ptr(), buf.len());
+    /// ```
+    ///
+    /// # Safety
+    /// For every [`Memory`] mapped from these parameters (they are `Copy`), until that
+    /// `Memory` is dropped:
+    /// - `[ptr, ptr + length)` is one allocation (host memory, or with
+    ///   `memory_type(Cuda)` device memory) that stays allocated, valid for reads and
+    ///   writes of `length` bytes;
+    /// - peers (and `Memory::read`/`write`, signal words, atomics) may read and write it
+    ///   at any time without synchronising with Rust's borrows, so it must not be accessed
+    ///   through Rust references (`&`/`&mut` to it, a `Vec` or slice over it) while an
+    ///   access may be in flight: touch it through raw pointers, atomics or the `Memory`
+    ///   methods, or only once every peer's access is known to be over (after a flush or
+    ///   a barrier the application runs);
+    /// - if the remote rights allow writes, nothing else relies on its contents staying
+    ///   unchanged (it is not a `&[u8]` or a string literal cast to `*mut`).
+    pub unsafe fn register(ptr: *mut u8, length: usize) -> Self {
         MemMapParams {
             address: Some(ptr),
             length,
@@ -80,9 +109,17 @@ impl MemMapParams {
     /// registered memory would be reached only by CMA or through this process. Unmapping
     /// the region leaves the pages where they are, shared with no one.
     ///
-    /// The move copies the pages and then maps the segment over them: a store another
-    /// thread makes to them meanwhile is lost, so call it before such threads start.
-    pub fn share_in_place(ptr: *mut u8, length: usize) -> Self {
+    /// ```compile_fail,E0133
+    /// let mut pages = vec![0u8; 1 << 16];
+    /// let _ = courier::MemMapParams::share_in_place(pages.as_mut_ptr(), pages.len());
+    /// ```
+    ///
+    /// # Safety
+    /// Everything [`MemMapParams::register`] requires, and also: the range is whole pages
+    /// of this process's private host memory; and no other thread reads or writes them
+    /// while `mem_map` runs: the move copies the pages and then maps the segment over
+    /// them, so a store made meanwhile is lost and a load may see a page mid-move.
+    pub unsafe fn share_in_place(ptr: *mut u8, length: usize) -> Self {
         MemMapParams {
             address: Some(ptr),
             length,
@@ -120,7 +157,7 @@ impl MemMapParams {
 /// // The peer (here: an endpoint to the same worker).
 /// let ep = worker.connect(&worker.address()?, EndpointParams::default())?;
 /// let rkey = ep.rkey_unpack(&key)?;
-/// ep.put(b"one-sided", base + 8, &rkey)?.wait()?;
+/// ep.put(b"one-sided", base + 8, &rkey)?;
 /// ep.flush()?; // every earlier put is in place
 ///
 /// let mut out = [0u8; 9];

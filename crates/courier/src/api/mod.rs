@@ -1,5 +1,5 @@
 //! api — the objects applications use: `Context` → `Worker` → `Endpoint`, `Listener`,
-//! `Memory` and `RemoteKey`, `Request`, `Semaphore`. Thin wrappers: they own lifetimes,
+//! `Memory` and `RemoteKey`, `Request` and `Scope`, `Semaphore`. Thin wrappers: they own lifetimes,
 //! borrow the caller's buffers for a request's life, take the worker's state cell, and
 //! call the protocol layer, which does the work (progress, matching, rendezvous,
 //! one-sided routes) and owns the state. No file here reads `proto::State`'s fields.
@@ -10,6 +10,7 @@ mod listener;
 mod memory;
 mod onesided;
 mod request;
+mod scope;
 mod semaphore;
 mod worker;
 
@@ -20,5 +21,6 @@ pub use listener::{ConnRequest, Listener};
 pub use memory::{AtomicOp, Cmp, MemAttr, MemMapParams, Memory, MemoryType, SignalOp, access};
 pub use onesided::RemoteKey;
 pub use request::Request;
+pub use scope::Scope;
 pub use semaphore::{SEM_MAX, Semaphore, SemaphoreAt, sem_flags};
 pub use worker::{AmMessage, Worker, WorkerParams};

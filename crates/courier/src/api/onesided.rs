@@ -4,13 +4,13 @@
 
 use std::sync::atomic::{Ordering, fence};
 
-use super::endpoint::Endpoint;
+use super::endpoint::{Endpoint, wait_now};
 use super::request::Request;
 use crate::base::Result;
 use crate::proto::buf::Buf;
 use crate::proto::onesided::{self, AtomicOp, Key, SignalOp, SignalTarget};
-use crate::proto::request::Callback;
 use crate::proto::request::Started;
+use crate::proto::request::{Callback, Info};
 
 /// A peer's remote key, unpacked on an endpoint.
 pub struct RemoteKey {
@@ -55,13 +55,67 @@ impl Endpoint {
         })
     }
 
-    /// Write `data` at `raddr` in the peer's region. Completes when `data` may be reused:
+    /// Write `data` at `raddr` in the peer's region, and wait until `data` may be reused
+    /// (as `put_nb` completes).
+    pub fn put(&self, data: &[u8], raddr: u64, key: &RemoteKey) -> Result<Info> {
+        // SAFETY: waited for before the borrow of `data` ends (see `wait_now`).
+        wait_now(unsafe { self.put_nb(data, raddr, key) })
+    }
+
+    /// Read into `buf` from `raddr` in the peer's region, waiting for the data.
+    pub fn get(&self, buf: &mut [u8], raddr: u64, key: &RemoteKey) -> Result<Info> {
+        // SAFETY: as `put`.
+        wait_now(unsafe { self.get_nb(buf, raddr, key) })
+    }
+
+    /// Write the buffers of `iov`, one after another, starting at `raddr`, and wait until
+    /// they may be reused.
+    pub fn put_iov(&self, iov: &[&[u8]], raddr: u64, key: &RemoteKey) -> Result<Info> {
+        // SAFETY: as `put`.
+        wait_now(unsafe { self.put_iov_nb(iov, raddr, key) })
+    }
+
+    /// Read consecutive bytes from `raddr` into the buffers of `iov`, filling each in turn,
+    /// waiting for the data.
+    pub fn get_iov(&self, iov: &mut [&mut [u8]], raddr: u64, key: &RemoteKey) -> Result<Info> {
+        // SAFETY: as `put`.
+        wait_now(unsafe { self.get_iov_nb(iov, raddr, key) })
+    }
+
+    /// Put-with-signal (`put_signal_nb`), waiting until `data` may be reused.
+    #[allow(clippy::too_many_arguments)]
+    pub fn put_signal(
+        &self,
+        data: &[u8],
+        raddr: u64,
+        key: &RemoteKey,
+        sig_addr: u64,
+        sig_key: &RemoteKey,
+        value: u64,
+        op: SignalOp,
+    ) -> Result<Info> {
+        // SAFETY: as `put`.
+        wait_now(unsafe { self.put_signal_nb(data, raddr, key, sig_addr, sig_key, value, op) })
+    }
+
+    /// Start writing `data` at `raddr` in the peer's region. Completes when `data` may be reused:
     /// at once when the region is mapped here or reached by CMA (the data is then in
     /// place); when the owner carries the put out (tcp, or registered memory reached
     /// without CMA), once the data has left this process. `flush` says when every earlier
     /// put is in place, and reports one the owner refused.
-    pub fn put<'a>(&self, data: &'a [u8], raddr: u64, key: &RemoteKey) -> Result<Request<'a>> {
-        // SAFETY: the request borrows `data` for its lifetime.
+    ///
+    /// # Safety
+    /// The request borrows the buffer: see [`Request`]'s "Safety of borrowing requests"
+    /// (keep it valid, and unused by others, until the request completes or its drop
+    /// returns outside a callback; never forget the request; never drop it in flight
+    /// inside a callback). [`Worker::scope`] makes the same request safely.
+    pub unsafe fn put_nb<'a>(
+        &self,
+        data: &'a [u8],
+        raddr: u64,
+        key: &RemoteKey,
+    ) -> Result<Request<'a>> {
+        // SAFETY: forwarded contract: the caller keeps `data` valid for the request.
         let s = unsafe {
             self.put_raw(
                 Buf::One((data.as_ptr() as usize, data.len())),
@@ -73,9 +127,20 @@ impl Endpoint {
         Ok(Request::new(self.worker(), s))
     }
 
-    /// Read into `buf` from `raddr` in the peer's region.
-    pub fn get<'a>(&self, buf: &'a mut [u8], raddr: u64, key: &RemoteKey) -> Result<Request<'a>> {
-        // SAFETY: the request borrows `buf` for its lifetime.
+    /// Start reading into `buf` from `raddr` in the peer's region.
+    ///
+    /// # Safety
+    /// The request borrows the buffer: see [`Request`]'s "Safety of borrowing requests"
+    /// (keep it valid, and unused by others, until the request completes or its drop
+    /// returns outside a callback; never forget the request; never drop it in flight
+    /// inside a callback). [`Worker::scope`] makes the same request safely.
+    pub unsafe fn get_nb<'a>(
+        &self,
+        buf: &'a mut [u8],
+        raddr: u64,
+        key: &RemoteKey,
+    ) -> Result<Request<'a>> {
+        // SAFETY: forwarded contract: the caller keeps `buf` valid for the request.
         let s = unsafe {
             self.get_raw(
                 Buf::One((buf.as_mut_ptr() as usize, buf.len())),
@@ -87,21 +152,34 @@ impl Endpoint {
         Ok(Request::new(self.worker(), s))
     }
 
-    /// Write the buffers of `iov`, one after another, starting at `raddr`.
-    pub fn put_iov<'a>(
+    /// Start writing the buffers of `iov`, one after another, starting at `raddr`.
+    ///
+    /// # Safety
+    /// The request borrows the buffer: see [`Request`]'s "Safety of borrowing requests"
+    /// (keep it valid, and unused by others, until the request completes or its drop
+    /// returns outside a callback; never forget the request; never drop it in flight
+    /// inside a callback). [`Worker::scope`] makes the same request safely.
+    pub unsafe fn put_iov_nb<'a>(
         &self,
         iov: &[&'a [u8]],
         raddr: u64,
         key: &RemoteKey,
     ) -> Result<Request<'a>> {
         let segs = iov.iter().map(|b| (b.as_ptr() as usize, b.len())).collect();
-        // SAFETY: the request borrows the buffers for its lifetime.
+        // SAFETY: forwarded contract: the caller keeps the buffers valid for the request.
         let s = unsafe { self.put_raw(Buf::Many(segs), raddr, key, Callback::None)? };
         Ok(Request::new(self.worker(), s))
     }
 
-    /// Read consecutive bytes from `raddr` into the buffers of `iov`, filling each in turn.
-    pub fn get_iov<'a>(
+    /// Start reading consecutive bytes from `raddr` into the buffers of `iov`, filling
+    /// each in turn.
+    ///
+    /// # Safety
+    /// The request borrows the buffer: see [`Request`]'s "Safety of borrowing requests"
+    /// (keep it valid, and unused by others, until the request completes or its drop
+    /// returns outside a callback; never forget the request; never drop it in flight
+    /// inside a callback). [`Worker::scope`] makes the same request safely.
+    pub unsafe fn get_iov_nb<'a>(
         &self,
         iov: &mut [&'a mut [u8]],
         raddr: u64,
@@ -111,7 +189,7 @@ impl Endpoint {
             .iter_mut()
             .map(|b| (b.as_mut_ptr() as usize, b.len()))
             .collect();
-        // SAFETY: the request borrows the buffers for its lifetime.
+        // SAFETY: forwarded contract: the caller keeps the buffers valid for the request.
         let s = unsafe { self.get_raw(Buf::Many(segs), raddr, key, Callback::None)? };
         Ok(Request::new(self.worker(), s))
     }
@@ -210,9 +288,16 @@ impl Endpoint {
     }
 
     /// Write `data` at `raddr` and then update the signal word at `sig_addr` (`Set` or
-    /// `Add` `value`) as one operation: whoever sees the signal change sees the data.
+    /// `Add` `value`) as one operation: whoever sees the signal change sees the data. The
+    /// request completes when `data` may be reused.
+    ///
+    /// # Safety
+    /// The request borrows the buffer: see [`Request`]'s "Safety of borrowing requests"
+    /// (keep it valid, and unused by others, until the request completes or its drop
+    /// returns outside a callback; never forget the request; never drop it in flight
+    /// inside a callback). [`Worker::scope`] makes the same request safely.
     #[allow(clippy::too_many_arguments)]
-    pub fn put_signal<'a>(
+    pub unsafe fn put_signal_nb<'a>(
         &self,
         data: &'a [u8],
         raddr: u64,
@@ -222,7 +307,7 @@ impl Endpoint {
         value: u64,
         op: SignalOp,
     ) -> Result<Request<'a>> {
-        // SAFETY: the request borrows `data`.
+        // SAFETY: forwarded contract: the caller keeps `data` valid for the request.
         let s = unsafe {
             self.put_signal_raw(
                 Buf::One((data.as_ptr() as usize, data.len())),

@@ -1,4 +1,44 @@
 //! `Request`: an operation in flight, completed by polling, waiting, or a callback.
+//!
+//! # Why borrowing operations are scoped (or blocking, or `unsafe`)
+//!
+//! A request reads or writes the caller's buffer until it completes: a rendezvous send is
+//! read by the peer or the link after `tag_send` returns, a receive or a get is written
+//! when the data arrives. A `Request<'a>` borrows the buffer for `'a`, and its `Drop`
+//! cancels it or waits for it, so that in a program that drops its requests the borrow
+//! checker keeps the buffer alive and untouched for as long as the worker may use it.
+//!
+//! A destructor is not guaranteed to run, though: `mem::forget(request)` (or a request
+//! left in an `Rc` cycle) is safe Rust, ends the borrow without waiting, and would let safe
+//! code free or reuse the buffer while the worker still writes it. A request dropped
+//! inside a callback cannot wait either (progress does not nest): it is detached and
+//! finishes later, again after its borrow ended. Either way safe code could cause
+//! undefined behaviour, so the operations that lend a buffer to a request are offered in
+//! three ways, as `std::thread::scope` does for threads that borrow:
+//!
+//! - **Scoped** ([`Worker::scope`](crate::Worker::scope)): `worker.scope(|s| ...)` runs a
+//!   closure whose operations (`s.tag_recv(..)`, `s.tag_send(&ep, ..)`, `s.get(&ep, ..)`,
+//!   ...) return requests that borrow their buffers for the whole scope. The scope
+//!   records every operation that did not complete at once, and before it returns (also
+//!   when the closure panics) it waits for each one still in flight, however its request
+//!   ended: waited, dropped, dropped inside a callback, or forgotten. So a forgotten
+//!   request is harmless: the buffer stays borrowed until the scope returns, and by then
+//!   nothing touches it. The wait is bounded as a dropped request's is (twice the
+//!   keepalive timeout); past it the endpoint is failed, which takes the link's hands off
+//!   the buffer. Nothing is copied: the fast path is the same zero-copy operation.
+//! - **Blocking** (`ep.tag_send(data, tag)`, `worker.tag_recv(buf, tag, mask)`,
+//!   `ep.put(..)`, `ep.get(..)`, ...): start and wait, returning the completion's
+//!   [`Info`]; the borrow lasts only for the call. These are the common `op()?.wait()`.
+//! - **Unsafe** (`*_nb`: `ep.tag_send_nb`, `worker.tag_recv_nb`, ...): the same requests
+//!   with the contract written down instead of enforced, for code that manages buffer
+//!   lifetimes itself (the C ABI, the OpenSHMEM and EXS layers, `courier perf`). See
+//!   [`Request`]'s "Safety of borrowing requests".
+//!
+//! Requests that borrow nothing (atomics, whose old value comes back in the `Info`) stay
+//! safe and unscoped. Owned buffers (`Vec` in, `Vec` out) were the other sound choice;
+//! they were not taken because they force a copy or an allocation on callers that hold a
+//! slice, where the scope costs nothing but one push per operation that did not complete
+//! at once.
 
 use std::marker::PhantomData;
 use std::time::{Duration, Instant};
@@ -14,6 +54,9 @@ use crate::proto::request::Started;
 /// after which the endpoint it waits on is failed, with the reason, so that nothing
 /// touches the buffer any more.
 ///
+/// Requests that borrow a buffer come from a [`Worker::scope`](crate::Worker::scope)
+/// (safe) or from the `unsafe` `*_nb` operations (the module documentation says why).
+///
 /// ```
 /// use std::time::Duration;
 /// use courier::{Context, ContextParams, EndpointParams, Status, Worker, WorkerParams};
@@ -22,14 +65,80 @@ use crate::proto::request::Started;
 /// let worker = Worker::new(&ctx, WorkerParams::default())?;
 /// let ep = worker.connect(&worker.address()?, EndpointParams::default())?;
 /// let mut buf = [0u8; 16];
-/// let mut recv = worker.tag_recv(&mut buf, 5, u64::MAX)?;
-/// // Nothing sent yet: a bounded wait gives up, the request stays in flight.
-/// let e = recv.wait_timeout(Duration::from_millis(10)).unwrap_err();
-/// assert_eq!(e.status(), Status::Timeout);
-/// ep.tag_send(b"late", 5)?.wait()?;
-/// let info = recv.wait()?; // progresses the worker until done
+/// let info = worker.scope(|s| {
+///     let mut recv = s.tag_recv(&mut buf, 5, u64::MAX)?;
+///     // Nothing sent yet: a bounded wait gives up, the request stays in flight.
+///     let e = recv.wait_timeout(Duration::from_millis(10)).unwrap_err();
+///     assert_eq!(e.status(), Status::Timeout);
+///     ep.tag_send(b"late", 5)?; // blocking: returns once sent
+///     recv.wait() // progresses the worker until done
+/// })?;
 /// assert_eq!((info.length, info.tag), (4, 5));
+/// assert_eq!(&buf[..4], b"late");
 /// # Ok::<(), courier::Error>(())
+/// ```
+///
+/// # Safety of borrowing requests
+///
+/// The `unsafe` operations that return a borrowing request (`Endpoint::tag_send_nb`,
+/// `Worker::tag_recv_nb`, `Endpoint::get_nb` and the rest of the `*_nb` family) require
+/// of their caller what the borrow checker cannot see:
+///
+/// - the buffer stays allocated and valid until the request has completed (a `test`
+///   that returned `Some`, a `wait` that returned) or its `drop` has returned outside a
+///   callback (a drop cancels or waits);
+/// - until then it is not written (a send's data, a put's source) or neither read nor
+///   written (a receive's or a get's destination) by anyone else;
+/// - so the request is never `mem::forget`-ed or leaked while in flight, and never
+///   dropped inside a callback (a handler or a completion, which run inside progress)
+///   while in flight: there it can only be detached, and it finishes later.
+///
+/// A scope's requests need none of this: the scope itself waits for them.
+///
+/// A scoped request cannot leave its scope, and its buffer stays borrowed until the
+/// scope ends, so it cannot be freed (or read) while the worker may write it:
+///
+/// ```compile_fail,E0505
+/// # use courier::{Context, ContextParams, Worker, WorkerParams};
+/// # let ctx = Context::new(ContextParams::default()).unwrap();
+/// # let worker = Worker::new(&ctx, WorkerParams::default()).unwrap();
+/// let mut buf = vec![0u8; 16];
+/// worker.scope(|s| {
+///     let recv = s.tag_recv(&mut buf, 5, u64::MAX).unwrap();
+///     std::mem::forget(recv);
+///     drop(buf); // error: `buf` is borrowed until the scope ends
+/// });
+/// ```
+///
+/// ```compile_fail,E0499
+/// # use courier::{Context, ContextParams, Worker, WorkerParams};
+/// # let ctx = Context::new(ContextParams::default()).unwrap();
+/// # let worker = Worker::new(&ctx, WorkerParams::default()).unwrap();
+/// let mut buf = vec![0u8; 16];
+/// worker.scope(|s| {
+///     let recv = s.tag_recv(&mut buf, 5, u64::MAX).unwrap();
+///     std::mem::forget(recv);
+///     buf[0] = 1; // error: nor written (or read) while the scope lasts
+/// });
+/// ```
+///
+/// ```compile_fail,E0505
+/// # use courier::{Context, ContextParams, Worker, WorkerParams};
+/// # let ctx = Context::new(ContextParams::default()).unwrap();
+/// # let worker = Worker::new(&ctx, WorkerParams::default()).unwrap();
+/// let mut buf = vec![0u8; 16];
+/// let escaped = worker.scope(|s| s.tag_recv(&mut buf, 5, u64::MAX).unwrap());
+/// drop(buf); // error: a scoped request cannot outlive its scope
+/// ```
+///
+/// ```compile_fail,E0133
+/// # use courier::{Context, ContextParams, Worker, WorkerParams};
+/// # let ctx = Context::new(ContextParams::default()).unwrap();
+/// # let worker = Worker::new(&ctx, WorkerParams::default()).unwrap();
+/// // Outside a scope the borrowing operations are unsafe.
+/// let mut buf = vec![0u8; 16];
+/// let recv = worker.tag_recv_nb(&mut buf, 5, u64::MAX).unwrap();
+/// std::mem::forget(recv);
 /// ```
 #[must_use = "a request completes only while the worker progresses; wait() or test() it"]
 pub struct Request<'a> {
@@ -38,6 +147,8 @@ pub struct Request<'a> {
     id: u64,
     done: Option<Result<Info>>,
     info: Info,
+    /// Made in a scope, which waits for it if it is detached or forgotten.
+    scoped: bool,
     _buf: PhantomData<&'a mut [u8]>,
     _not_send: PhantomData<*const ()>,
 }
@@ -53,6 +164,7 @@ impl<'a> Request<'a> {
             id,
             done,
             info,
+            scoped: false,
             _buf: PhantomData,
             _not_send: PhantomData,
         }
@@ -116,6 +228,12 @@ impl<'a> Request<'a> {
         self.info
     }
 
+    /// The id of a request still in flight when it was made (for a scope to record).
+    pub(super) fn mark_scoped(&mut self) -> Option<(&Worker, u64)> {
+        self.scoped = true;
+        self.worker.as_ref().map(|w| (w, self.id))
+    }
+
     /// Cancel it if it has not started moving data.
     pub fn cancel(&mut self) -> bool {
         self.done.is_none() && self.worker.as_ref().is_some_and(|w| w.cancel(self.id))
@@ -136,17 +254,70 @@ impl Request<'_> {
     #[cold]
     #[inline(never)]
     fn drop_in_flight(&mut self) {
+        self.finish(true);
+    }
+
+    /// Request `id` of `worker`, started in a scope that now ends: if it is still in
+    /// flight (its request was forgotten, or dropped inside a callback), cancel it or wait
+    /// for it as a drop does, but never leave it running: the scope's buffers are free to
+    /// the caller once this returns.
+    pub(super) fn settle(worker: &Worker, id: u64) {
+        if !worker.reclaim(id) {
+            return;
+        }
+        let mut r = Request {
+            worker: Some(worker.clone()),
+            id,
+            done: None,
+            info: Info::default(),
+            scoped: true,
+            _buf: PhantomData,
+            _not_send: PhantomData,
+        };
+        r.finish(false);
+        // Completed: nothing of it is left to drop.
+        debug_assert!(r.done.is_some());
+    }
+
+    /// Cancel the request, or wait for it (bounded, then its endpoint is failed). Inside
+    /// a callback no wait is possible: with `may_detach` it is detached (a `Request`'s
+    /// drop, whose buffer the caller vouched for or a scope waits for); without, its
+    /// endpoint is failed at once, and if even that cannot end it the process aborts
+    /// rather than let the buffer go while the worker may still write it.
+    fn finish(&mut self, may_detach: bool) {
         let Some(w) = self.worker.clone() else { return };
         if w.cancel(self.id) {
             let _ = self.test();
             return;
         }
         if w.in_progress() {
-            // Dropped inside a callback: cannot progress here; the request finishes on its own.
-            tracing::warn!(
-                "a request in flight was dropped inside a callback; its buffer must stay valid until it completes"
+            if may_detach {
+                // Dropped inside a callback: cannot progress here; the request finishes on
+                // its own (a scope waits for it at its end).
+                if self.scoped {
+                    tracing::debug!(
+                        "a scoped request in flight was dropped inside a callback; its scope waits for it"
+                    );
+                } else {
+                    tracing::warn!(
+                        "a request in flight was dropped inside a callback; its buffer must stay valid until it completes"
+                    );
+                }
+                w.detach(self.id);
+                return;
+            }
+            let why = Error::new(
+                Status::Canceled,
+                "a scope ended inside a callback with this request in flight; its endpoint is closed so that nothing touches the scope's buffers any more",
             );
-            w.detach(self.id);
+            tracing::warn!("{}", why.detail());
+            w.abandon(self.id, why);
+            if self.test().is_none() {
+                tracing::error!(
+                    "a scope ended inside a callback with a request in flight that could be neither canceled nor failed: aborting rather than free a buffer the worker may write"
+                );
+                std::process::abort();
+            }
             return;
         }
         // Wait for it, as long as a flush would: its buffer is borrowed until it finishes.

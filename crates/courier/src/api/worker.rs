@@ -11,7 +11,7 @@ use std::time::Duration;
 use rustix::event::epoll;
 
 use super::context::Context;
-use super::endpoint::{Endpoint, EndpointParams};
+use super::endpoint::{Endpoint, EndpointParams, wait_now};
 use super::request::Request;
 use crate::base::lock::{Guard, StateCell, ThreadMode};
 use crate::base::{Error, Result, Status};
@@ -54,12 +54,15 @@ pub struct WorkerParams {
 /// // Peers connect to the worker's address (here: the worker itself).
 /// let ep = worker.connect(&worker.address()?, EndpointParams::default())?;
 /// let mut buf = [0u8; 4];
-/// let mut recv = worker.tag_recv(&mut buf, 1, u64::MAX)?;
-/// ep.tag_send(b"ping", 1)?.wait()?;
-/// while !recv.is_done() {
-///     worker.progress(); // or recv.wait()
-/// }
-/// drop(recv);
+/// worker.scope(|s| {
+///     // Operations that lend a buffer to a request are scoped (or blocking).
+///     let mut recv = s.tag_recv(&mut buf, 1, u64::MAX)?;
+///     ep.tag_send(b"ping", 1)?; // blocking: returns once sent
+///     while !recv.is_done() {
+///         worker.progress(); // or recv.wait()
+///     }
+///     Ok::<(), courier::Error>(())
+/// })?;
 /// assert_eq!(&buf, b"ping");
 /// # Ok::<(), courier::Error>(())
 /// ```
@@ -214,8 +217,24 @@ impl Worker {
         Ok(())
     }
 
-    /// Receive a rendezvous active message's data into `buf`.
-    pub fn am_recv_data<'a>(&self, desc: AmRndv, buf: &'a mut [u8]) -> Result<Request<'a>> {
+    /// Receive a rendezvous active message's data into `buf`, waiting for it.
+    pub fn am_recv_data(&self, desc: AmRndv, buf: &mut [u8]) -> Result<Info> {
+        // SAFETY: waited for before the borrow of `buf` ends (see `wait_now`).
+        wait_now(unsafe { self.am_recv_data_nb(desc, buf) })
+    }
+
+    /// Start receiving a rendezvous active message's data into `buf`.
+    ///
+    /// # Safety
+    /// The request borrows the buffer: see [`Request`]'s "Safety of borrowing requests"
+    /// (keep it valid, and unused by others, until the request completes or its drop
+    /// returns outside a callback; never forget the request; never drop it in flight
+    /// inside a callback). [`Worker::scope`] makes the same request safely.
+    pub unsafe fn am_recv_data_nb<'a>(
+        &self,
+        desc: AmRndv,
+        buf: &'a mut [u8],
+    ) -> Result<Request<'a>> {
         let s = self.lock()?.am_recv_data(
             desc,
             Buf::One((buf.as_mut_ptr() as usize, buf.len())),
@@ -242,8 +261,33 @@ impl Worker {
         Ok(())
     }
 
+    /// Receive a tag message matching `tag` under `mask` into `buf`, waiting for it;
+    /// `Info` has its tag and length (for a truncated one, `Status::Truncated` and the real
+    /// length in the request's info: use a scope's `tag_recv` to see it).
+    pub fn tag_recv(&self, buf: &mut [u8], tag: u64, mask: u64) -> Result<Info> {
+        // SAFETY: as `am_recv_data`.
+        wait_now(unsafe { self.tag_recv_nb(buf, tag, mask) })
+    }
+
+    /// Receive a tag message scattered into several buffers, waiting for it.
+    pub fn tag_recv_iov(&self, iov: &mut [&mut [u8]], tag: u64, mask: u64) -> Result<Info> {
+        // SAFETY: as `am_recv_data`.
+        wait_now(unsafe { self.tag_recv_iov_nb(iov, tag, mask) })
+    }
+
     /// Post a tag receive.
-    pub fn tag_recv<'a>(&self, buf: &'a mut [u8], tag: u64, mask: u64) -> Result<Request<'a>> {
+    ///
+    /// # Safety
+    /// The request borrows the buffer: see [`Request`]'s "Safety of borrowing requests"
+    /// (keep it valid, and unused by others, until the request completes or its drop
+    /// returns outside a callback; never forget the request; never drop it in flight
+    /// inside a callback). [`Worker::scope`] makes the same request safely.
+    pub unsafe fn tag_recv_nb<'a>(
+        &self,
+        buf: &'a mut [u8],
+        tag: u64,
+        mask: u64,
+    ) -> Result<Request<'a>> {
         self.inner
             .ctx
             .require(self.inner.ctx.features().tag, "tag")?;
@@ -257,7 +301,13 @@ impl Worker {
     }
 
     /// Post a tag receive that scatters into several buffers.
-    pub fn tag_recv_iov<'a>(
+    ///
+    /// # Safety
+    /// The request borrows the buffer: see [`Request`]'s "Safety of borrowing requests"
+    /// (keep it valid, and unused by others, until the request completes or its drop
+    /// returns outside a callback; never forget the request; never drop it in flight
+    /// inside a callback). [`Worker::scope`] makes the same request safely.
+    pub unsafe fn tag_recv_iov_nb<'a>(
         &self,
         iov: &mut [&'a mut [u8]],
         tag: u64,
@@ -434,6 +484,11 @@ impl Worker {
         if let Ok(mut g) = self.lock() {
             g.req_detach(id);
         }
+    }
+
+    /// See `State::req_reclaim`.
+    pub(crate) fn reclaim(&self, id: u64) -> bool {
+        self.lock().map(|mut g| g.req_reclaim(id)).unwrap_or(false)
     }
 
     pub(crate) fn in_progress(&self) -> bool {

@@ -331,6 +331,10 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(
+        miri,
+        ignore = "Miri emulates getuid (1000) while the file belongs to the real user"
+    )]
     fn key_file_permissions() {
         use std::os::unix::fs::PermissionsExt;
         let dir = std::env::temp_dir().join(format!("courier-auth-{}", std::process::id()));

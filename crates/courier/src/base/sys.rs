@@ -72,11 +72,11 @@ pub fn pid() -> u32 {
 /// worker checks it, so it must cost one instruction wherever it is inlined: on x86-64 and
 /// AArch64 it is the thread pointer itself (the address of the thread's control block,
 /// which the ABI keeps in `fs:0` and `tpidr_el0`), read without going through a
-/// thread-local accessor that the compiler may leave out of line; elsewhere the address of
-/// a thread-local byte.
+/// thread-local accessor that the compiler may leave out of line; elsewhere (and under
+/// Miri, which runs no inline assembly) the address of a thread-local byte.
 #[inline(always)]
 pub fn thread_token() -> usize {
-    #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+    #[cfg(all(target_arch = "x86_64", target_os = "linux", not(miri)))]
     {
         let tp: usize;
         // SAFETY: a load of the thread control block's self pointer, which the x86-64 TLS
@@ -87,7 +87,7 @@ pub fn thread_token() -> usize {
         }
         tp
     }
-    #[cfg(all(target_arch = "aarch64", target_os = "linux"))]
+    #[cfg(all(target_arch = "aarch64", target_os = "linux", not(miri)))]
     {
         let tp: usize;
         // SAFETY: a read of the thread pointer register, set for every thread; no memory
@@ -97,10 +97,13 @@ pub fn thread_token() -> usize {
         }
         tp
     }
-    #[cfg(not(all(
-        any(target_arch = "x86_64", target_arch = "aarch64"),
-        target_os = "linux"
-    )))]
+    #[cfg(any(
+        miri,
+        not(all(
+            any(target_arch = "x86_64", target_arch = "aarch64"),
+            target_os = "linux"
+        ))
+    ))]
     {
         thread_local! {
             static TOKEN: u8 = const { 0 };

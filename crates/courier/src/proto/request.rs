@@ -402,4 +402,18 @@ impl State {
             }
         }
     }
+
+    /// For the end of a scope that started request `id`: whether it is still in flight.
+    /// Then it is attached again (a request dropped inside a callback was detached), so
+    /// that its result waits for the scope to take it; one that completed and that no one
+    /// took (its `Request` was forgotten) is freed.
+    pub(crate) fn req_reclaim(&mut self, id: u64) -> bool {
+        let Some(s) = self.req(id) else { return false };
+        if s.done {
+            self.req_free(id);
+            return false;
+        }
+        s.detached = false;
+        true
+    }
 }

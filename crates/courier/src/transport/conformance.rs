@@ -108,6 +108,10 @@ fn send(tx: &mut LinkTx, rx_peer: &mut LinkRx, parts: &[&[u8]], got: &mut Vec<Ve
 }
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "real links (sockets, memfd): system calls Miri does not model"
+)]
 fn frames_of_every_size_arrive_whole_and_in_order() {
     for (name, make) in pairs() {
         let ((mut atx, _arx), (_btx, mut brx)) = make();
@@ -158,6 +162,10 @@ fn frames_of_every_size_arrive_whole_and_in_order() {
 }
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "real links (sockets, memfd): system calls Miri does not model"
+)]
 fn oversized_frames_are_refused_not_truncated() {
     for (name, make) in pairs() {
         let ((mut atx, _), _) = make();
@@ -175,6 +183,10 @@ fn oversized_frames_are_refused_not_truncated() {
 }
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "real links (sockets, memfd): system calls Miri does not model"
+)]
 fn peeked_frame_stays_put_while_more_arrive() {
     for (name, make) in pairs() {
         let ((mut atx, _), (_, mut brx)) = make();
@@ -208,6 +220,10 @@ fn peeked_frame_stays_put_while_more_arrive() {
 }
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "real links (sockets, memfd): system calls Miri does not model"
+)]
 fn arm_reports_waiting_frames() {
     for (name, make) in pairs() {
         let ((mut atx, _), (_, mut brx)) = make();
@@ -233,6 +249,10 @@ fn arm_reports_waiting_frames() {
 }
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "real links (sockets, memfd): system calls Miri does not model"
+)]
 fn remote_read_works_where_claimed() {
     for (name, make) in pairs() {
         let ((mut atx, _), _) = make();
@@ -259,6 +279,10 @@ fn remote_read_works_where_claimed() {
 }
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "real links (sockets, memfd): system calls Miri does not model"
+)]
 fn a_dropped_peer_is_a_failure_not_a_hang() {
     for (name, make) in pairs() {
         let ((mut atx, mut arx), (btx, brx)) = make();

@@ -420,6 +420,7 @@ mod tests {
     /// every interface does) is never dialed there: that would reach a process of this
     /// host, listening on the same port in this network namespace.
     #[test]
+    #[cfg_attr(miri, ignore = "tcp sockets: system calls Miri does not model")]
     fn a_loopback_address_of_another_host_is_not_dialed() {
         let here = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let port = here.local_addr().unwrap().port();

@@ -75,7 +75,12 @@ impl Region {
                 // u64s: the words atomics and signals use must be aligned.
                 let mut b = vec![0u64; len.div_ceil(8)];
                 let mem = c
-                    .mem_map(MemMapParams::register(b.as_mut_ptr() as *mut u8, len).access(acc))
+                    // SAFETY: `b` is kept in the Region beside `mem` and dropped after it; the test
+                    // reads it only through the Memory.
+                    .mem_map(
+                        unsafe { MemMapParams::register(b.as_mut_ptr() as *mut u8, len) }
+                            .access(acc),
+                    )
                     .unwrap();
                 Region {
                     mem,
@@ -267,7 +272,9 @@ impl Target {
     }
     pub fn recv_u64(&self, tag: u64) -> u64 {
         let mut b = [0u8; 8];
-        let mut r = self.w.tag_recv(&mut b, tag, u64::MAX).unwrap();
+        // SAFETY: the request is waited for, or dropped (which waits), before its buffer is used
+        // again or goes; it is never forgotten.
+        let mut r = unsafe { self.w.tag_recv_nb(&mut b, tag, u64::MAX) }.unwrap();
         while !r.is_done() {
             self.w.progress();
             assert!(

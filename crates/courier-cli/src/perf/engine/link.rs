@@ -221,7 +221,9 @@ impl Link {
     }
 
     pub(in crate::perf) fn send_ctrl(&self, tag: u64, msg: &[u8]) -> CliResult<()> {
-        let mut r = self.check(self.ep.tag_send(msg, tag))?;
+        // SAFETY: the request is waited for, or dropped (which waits), before its buffer is used
+        // again or goes; it is never forgotten.
+        let mut r = self.check(unsafe { self.ep.tag_send_nb(msg, tag) })?;
         self.wait(&mut r).map(|_| ())
     }
 
@@ -235,7 +237,9 @@ impl Link {
     }
 
     pub(in crate::perf) fn recv_ctrl(&self, tag: u64, buf: &mut [u8]) -> CliResult<usize> {
-        let mut r = self.check(self.worker.tag_recv(buf, tag, u64::MAX))?;
+        // SAFETY: the request is waited for, or dropped (which waits), before its buffer is used
+        // again or goes; it is never forgotten.
+        let mut r = self.check(unsafe { self.worker.tag_recv_nb(buf, tag, u64::MAX) })?;
         let n = self.wait(&mut r)?.length;
         Ok(n)
     }
@@ -292,7 +296,10 @@ impl Beat {
                 Some(Ok(_)) => self.pending = None,
             }
         }
-        let mut r = link.check(link.ep.am_send(AM_ALIVE, &[], &[], AmFlags::default()))?;
+        // SAFETY: the request is waited for, or dropped (which waits), before its buffer is used
+        // again or goes; it is never forgotten.
+        let mut r =
+            link.check(unsafe { link.ep.am_send_nb(AM_ALIVE, &[], &[], AmFlags::default()) })?;
         if !r.is_done() {
             self.pending = Some(r);
         }

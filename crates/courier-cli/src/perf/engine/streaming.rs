@@ -275,7 +275,9 @@ pub(super) fn bibw_round<'a>(
         // SAFETY: slot k of the receive buffers, one request per slot: the last window's
         // were dropped by `clear` above, and the caller's buffers outlive `recvs`.
         let rb = unsafe { slot(rbase, k, size) };
-        recvs.push(link.check(link.worker.tag_recv(rb, rtag, u64::MAX))?);
+        // SAFETY: the request is waited for, or dropped (which waits), before its buffer is used
+        // again or goes; it is never forgotten.
+        recvs.push(link.check(unsafe { link.worker.tag_recv_nb(rb, rtag, u64::MAX) })?);
     }
     for _ in 0..w {
         sends.push(send(
@@ -337,7 +339,9 @@ pub(super) fn win_round_recv<'a>(
         if p.check {
             rb.fill(0);
         }
-        recvs.push(link.check(link.worker.tag_recv(rb, TAG_PING, u64::MAX))?);
+        // SAFETY: the request is waited for, or dropped (which waits), before its buffer is used
+        // again or goes; it is never forgotten.
+        recvs.push(link.check(unsafe { link.worker.tag_recv_nb(rb, TAG_PING, u64::MAX) })?);
     }
     for (k, r) in recvs.iter_mut().enumerate() {
         let info = link.wait(r)?;

@@ -113,7 +113,11 @@ fn map_unwritten(
         // room for the alignment). Advice only: a kernel without huge pages ignores it.
         unsafe { libc::madvise(addr as *mut libc::c_void, len, libc::MADV_HUGEPAGE) };
     }
-    match ctx.mem_map(courier::MemMapParams::register(addr as *mut u8, len)) {
+    // SAFETY: [addr, addr + len) lies inside our own mapping, which is unmapped only after
+    // the `Memory` (the caller keeps the pair and drops the Memory first); the benchmark
+    // touches it only through raw pointers.
+    let params = unsafe { courier::MemMapParams::register(addr as *mut u8, len) };
+    match ctx.mem_map(params) {
         Ok(m) => Ok((m, (base as usize, span))),
         Err(e) => {
             // SAFETY: our mapping, registered nowhere.
@@ -332,7 +336,10 @@ impl AmState {
                 };
                 if let Some(d) = d {
                     let len = d.len().min(buf.len());
-                    let mut r = link.check(link.worker.am_recv_data(d, &mut buf[..len]))?;
+                    // SAFETY: the request is waited for, or dropped (which waits), before its
+                    // buffer is used again or goes; it is never forgotten.
+                    let mut r =
+                        link.check(unsafe { link.worker.am_recv_data_nb(d, &mut buf[..len]) })?;
                     link.wait(&mut r)?;
                     drop(r);
                     if check && !verify(&buf[..len]) {
@@ -403,14 +410,20 @@ pub(super) fn send<'a>(link: &Link, m: Outgoing<'a, '_>) -> CliResult<Request<'a
     let r = match kind {
         TestKind::TagLat | TestKind::TagBw | TestKind::TagBibw | TestKind::TagWinBw => {
             if iov.len() > 1 {
-                link.ep.tag_send_iov(iov, tag)
+                // SAFETY: the request is waited for, or dropped (which waits), before its buffer is
+                // used again or goes; it is never forgotten.
+                unsafe { link.ep.tag_send_iov_nb(iov, tag) }
             } else {
-                link.ep.tag_send(data, tag)
+                // SAFETY: the request is waited for, or dropped (which waits), before its buffer is
+                // used again or goes; it is never forgotten.
+                unsafe { link.ep.tag_send_nb(data, tag) }
             }
         }
         TestKind::TagSyncLat | TestKind::TagSyncBw => {
             // The library has no synchronous IOV send: the contiguous copy goes instead.
-            link.ep.tag_send_sync(data, tag)
+            // SAFETY: the request is waited for, or dropped (which waits), before its buffer is
+            // used again or goes; it is never forgotten.
+            unsafe { link.ep.tag_send_sync_nb(data, tag) }
         }
         TestKind::AmLat | TestKind::AmBw => {
             let flags = AmFlags {
@@ -418,12 +431,18 @@ pub(super) fn send<'a>(link: &Link, m: Outgoing<'a, '_>) -> CliResult<Request<'a
                 ..AmFlags::default()
             };
             if iov.len() > 1 {
-                link.ep.am_send_iov(am_id, &[], iov, flags)
+                // SAFETY: the request is waited for, or dropped (which waits), before its buffer is
+                // used again or goes; it is never forgotten.
+                unsafe { link.ep.am_send_iov_nb(am_id, &[], iov, flags) }
             } else {
-                link.ep.am_send(am_id, &[], data, flags)
+                // SAFETY: the request is waited for, or dropped (which waits), before its buffer is
+                // used again or goes; it is never forgotten.
+                unsafe { link.ep.am_send_nb(am_id, &[], data, flags) }
             }
         }
-        TestKind::StreamLat | TestKind::StreamBw => link.ep.stream_send(data),
+        // SAFETY: the request is waited for, or dropped (which waits), before its buffer is used
+        // again or goes; it is never forgotten.
+        TestKind::StreamLat | TestKind::StreamBw => unsafe { link.ep.stream_send_nb(data) },
         t => {
             return Err(CliError::run(format!(
                 "{} is a one-sided test: it sends no messages",
@@ -532,9 +551,13 @@ pub fn run_client(
                 // answer cannot arrive before a one-way trip, and posting takes less.
                 let sr = send_start(link, Outgoing::new(p.test, data, &iov).tag(TAG_PING))?;
                 let mut rr = if stream {
-                    link.check(link.ep.stream_recv_exact(rb))?
+                    // SAFETY: the request is waited for, or dropped (which waits), before its
+                    // buffer is used again or goes; it is never forgotten.
+                    link.check(unsafe { link.ep.stream_recv_exact_nb(rb) })?
                 } else {
-                    link.check(link.worker.tag_recv(rb, TAG_PONG, u64::MAX))?
+                    // SAFETY: the request is waited for, or dropped (which waits), before its
+                    // buffer is used again or goes; it is never forgotten.
+                    link.check(unsafe { link.worker.tag_recv_nb(rb, TAG_PONG, u64::MAX) })?
                 };
                 if let Some(mut sr) = sr {
                     link.wait(&mut sr)?;
@@ -661,9 +684,13 @@ pub(super) fn run_server(
                     rb.fill(0);
                 }
                 let mut rr = if stream {
-                    link.check(link.ep.stream_recv_exact(rb))?
+                    // SAFETY: the request is waited for, or dropped (which waits), before its
+                    // buffer is used again or goes; it is never forgotten.
+                    link.check(unsafe { link.ep.stream_recv_exact_nb(rb) })?
                 } else {
-                    link.check(link.worker.tag_recv(rb, TAG_PING, u64::MAX))?
+                    // SAFETY: the request is waited for, or dropped (which waits), before its
+                    // buffer is used again or goes; it is never forgotten.
+                    link.check(unsafe { link.worker.tag_recv_nb(rb, TAG_PING, u64::MAX) })?
                 };
                 let info = link.wait(&mut rr)?;
                 drop(rr);
@@ -760,7 +787,9 @@ pub(super) fn run_server(
             // SAFETY: slot 0; one receive at a time.
             let rb = unsafe { slot(rbase, 0, size) };
             for _ in 0..total {
-                let mut rr = link.check(link.ep.stream_recv_exact(rb))?;
+                // SAFETY: the request is waited for, or dropped (which waits), before its buffer is
+                // used again or goes; it is never forgotten.
+                let mut rr = link.check(unsafe { link.ep.stream_recv_exact_nb(rb) })?;
                 link.wait(&mut rr)?;
                 drop(rr);
                 if p.check && !verify(rb) {

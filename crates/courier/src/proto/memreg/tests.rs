@@ -3,6 +3,10 @@
 use super::*;
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "memfd and shared mappings: system calls Miri does not model"
+)]
 fn register_check_unmap() {
     let r = MemRegistry::new();
     let mut buf = vec![0u8; 100];
@@ -70,6 +74,10 @@ fn register_check_unmap() {
 /// A key whose segment fd names another region's segment (or anything that is not the
 /// region's own memfd) is refused, and nothing of that other segment is mapped for it.
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "memfd and shared mappings: system calls Miri does not model"
+)]
 fn segment_fd_must_be_the_regions_own() {
     let r = MemRegistry::new();
     if r.table.is_none() {
@@ -125,6 +133,10 @@ fn segment_fd_must_be_the_regions_own() {
 /// refused for a forged secret, another process, bytes outside the region, a region
 /// with no segment, and after unmap; a good one reads the owner's bytes.
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "memfd and shared mappings: system calls Miri does not model"
+)]
 fn shared_segment_offers() {
     let r = MemRegistry::new();
     if r.table.is_none() {
@@ -200,6 +212,10 @@ fn shared_segment_offers() {
 /// A region's secret is 128 bits, published whole in the key table, and a key whose
 /// secret differs in any one bit of either half is refused.
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "memfd and shared mappings: system calls Miri does not model"
+)]
 fn secrets_are_128_bits_checked_whole() {
     let r = MemRegistry::new();
     let mut buf = vec![0u8; 64];

@@ -336,6 +336,10 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(
+        miri,
+        ignore = "tcp sockets (setsockopt SO_SNDBUF): system calls Miri does not model"
+    )]
     fn reach_follows_the_link() {
         let tcp = crate::transport::tcp::pair_for_tests().0.0;
         let tcp = crate::transport::LinkTx::Tcp(tcp);
@@ -369,6 +373,10 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(
+        miri,
+        ignore = "tcp sockets (setsockopt SO_SNDBUF): system calls Miri does not model"
+    )]
     fn owner_limits_follow_the_frame_sizes() {
         let tcp = crate::transport::tcp::pair_for_tests().0.0;
         let c = crate::transport::LinkTx::Tcp(tcp).caps().clone();

@@ -130,16 +130,28 @@ fn stream(cells: usize, count: u64) {
 }
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "memfd, shared mappings and Unix sockets: system calls Miri does not model"
+)]
 fn threads_stream_all_sizes_small_fifo() {
     stream(16, 20_000);
 }
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "memfd, shared mappings and Unix sockets: system calls Miri does not model"
+)]
 fn threads_stream_all_sizes_large_fifo() {
     stream(1024, 5_000);
 }
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "memfd, shared mappings and Unix sockets: system calls Miri does not model"
+)]
 fn caps_and_limits() {
     let c = cfg(1024, "no");
     let ((ta, _), _) = pair(&c);
@@ -172,6 +184,10 @@ fn fill(ta: &mut Tx, mut send: impl FnMut(&mut Tx, u64) -> Result<(), TxError>) 
 }
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "memfd, shared mappings and Unix sockets: system calls Miri does not model"
+)]
 fn full_is_all_or_nothing_and_recovers() {
     let c = cfg(16, "no");
     let ((mut ta, _ra), (_tb, mut rb)) = pair(&c);
@@ -200,6 +216,10 @@ fn full_is_all_or_nothing_and_recovers() {
 }
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "memfd, shared mappings and Unix sockets: system calls Miri does not model"
+)]
 fn wrap_with_skip_marker_and_peek_stability() {
     let c = cfg(16, "no");
     let ((mut ta, _ra), (_tb, mut rb)) = pair(&c);
@@ -268,6 +288,10 @@ fn forged_word(c: &Config, small: usize, at: usize, word: u64) -> Result<Option<
 /// calls take a cell each; a frame too big to join closes the open cell and takes cells
 /// of its own. The consumer gets every frame, in order, with its bytes.
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "memfd, shared mappings and Unix sockets: system calls Miri does not model"
+)]
 fn small_frames_share_cells_and_are_seen_at_once() {
     let c = cfg(16, "no");
     let f = |i: u64| i.to_le_bytes();
@@ -333,6 +357,10 @@ fn small_frames_share_cells_and_are_seen_at_once() {
 /// A frame appended to an open packed cell wakes an armed consumer, as a cell's first
 /// frame does.
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "memfd, shared mappings and Unix sockets: system calls Miri does not model"
+)]
 fn a_frame_appended_to_a_packed_cell_wakes_an_armed_consumer() {
     let c = cfg(64, "no");
     let ((mut ta, _ra), (_tb, mut rb)) = pair(&c);
@@ -351,6 +379,10 @@ fn a_frame_appended_to_a_packed_cell_wakes_an_armed_consumer() {
 }
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "memfd, shared mappings and Unix sockets: system calls Miri does not model"
+)]
 fn arm_and_wake() {
     let c = cfg(64, "no");
     let ((mut ta, _ra), (_tb, mut rb)) = pair(&c);
@@ -386,6 +418,10 @@ fn arm_and_wake() {
 /// A direct write's doorbell (a same-host put-with-signal) wakes the consumer only when it
 /// is armed, claims the request as a frame's send does, and leaves no frame behind.
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "memfd, shared mappings and Unix sockets: system calls Miri does not model"
+)]
 fn doorbell_wakes_only_an_armed_consumer() {
     let c = cfg(64, "no");
     let ((ta, _ra), (_tb, mut rb)) = pair(&c);
@@ -422,6 +458,10 @@ fn doorbell_wakes_only_an_armed_consumer() {
 /// A doorbell kept after its link is dropped (a remote key outliving its endpoint) does
 /// not hide the hang-up from the peer.
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "memfd, shared mappings and Unix sockets: system calls Miri does not model"
+)]
 fn a_kept_doorbell_does_not_hide_the_hang_up() {
     let c = cfg(16, "no");
     let ((ta, ra), (_tb, mut rb)) = pair(&c);
@@ -436,6 +476,10 @@ fn a_kept_doorbell_does_not_hide_the_hang_up() {
 }
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "memfd, shared mappings and Unix sockets: system calls Miri does not model"
+)]
 fn dropped_peer_is_peer_failure_after_its_last_frames() {
     let c = cfg(16, "no");
     let ((mut ta, ra), (_tb, mut rb)) = pair(&c);
@@ -452,6 +496,10 @@ fn dropped_peer_is_peer_failure_after_its_last_frames() {
 }
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "memfd, shared mappings and Unix sockets: system calls Miri does not model"
+)]
 fn corrupted_cells_are_errors_not_panics() {
     let c = cfg(16, "no");
     // Frames of 240 bytes: one cell each, too big to be packed.
@@ -507,6 +555,10 @@ fn corrupted_cells_are_errors_not_panics() {
 }
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "memfd, shared mappings and Unix sockets: system calls Miri does not model"
+)]
 fn cma_round_trip_in_process() {
     let ((mut ta, _), _) = pair(&cfg(16, "auto"));
     if !ta.cma() {
@@ -563,6 +615,10 @@ fn cma_round_trip_in_process() {
 }
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "memfd, shared mappings and Unix sockets: system calls Miri does not model"
+)]
 fn cma_forced_off() {
     let ((mut ta, _), (tb, _)) = pair(&cfg(16, "no"));
     assert!(!ta.cma() && !tb.cma());
@@ -582,6 +638,10 @@ fn cma_forced_off() {
 }
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "memfd, shared mappings and Unix sockets: system calls Miri does not model"
+)]
 fn connect_to_missing_name_is_unreachable() {
     let e = connect(b"courier-no-such-acceptor-0000", &cfg(16, "auto"))
         .err()
@@ -591,6 +651,10 @@ fn connect_to_missing_name_is_unreachable() {
 }
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "memfd, shared mappings and Unix sockets: system calls Miri does not model"
+)]
 fn misbehaving_clients_are_dropped_not_errors() {
     let c = cfg(16, "auto");
     let mut acc = Acceptor::bind(&c).unwrap();
@@ -634,6 +698,10 @@ fn misbehaving_clients_are_dropped_not_errors() {
 }
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "memfd, shared mappings and Unix sockets: system calls Miri does not model"
+)]
 fn acceptor_fd_signals_every_setup_step() {
     let c = cfg(16, "auto");
     let mut acc = Acceptor::bind(&c).unwrap();
@@ -660,6 +728,10 @@ fn acceptor_fd_signals_every_setup_step() {
 }
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "memfd, shared mappings and Unix sockets: system calls Miri does not model"
+)]
 fn probe_works_here() {
     probe(&cfg(256, "auto")).unwrap();
     assert!(!cma_status().is_empty());
@@ -669,6 +741,10 @@ const CHILD_ENV: &str = "COURIER_TEST_SHM_PEER";
 
 /// Not a test on its own: the child side of `killed_child_is_peer_failure`.
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "memfd, shared mappings and Unix sockets: system calls Miri does not model"
+)]
 fn shm_child_peer() {
     let Ok(name) = std::env::var(CHILD_ENV) else {
         return;
@@ -683,6 +759,10 @@ fn shm_child_peer() {
 }
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "memfd, shared mappings and Unix sockets: system calls Miri does not model"
+)]
 fn killed_child_is_peer_failure() {
     let c = cfg(64, "auto");
     let mut acc = Acceptor::bind(&c).unwrap();
@@ -763,6 +843,10 @@ fn pingpong_latency() {
 /// has passed, whether or not the acceptor becomes readable again (`accept` only runs when
 /// it does, so such a peer held its socket and slot until it left).
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "memfd, shared mappings and Unix sockets: system calls Miri does not model"
+)]
 fn a_silent_peer_is_dropped_after_the_setup_timeout() {
     let c = cfg(64, "auto");
     let mut acc = Acceptor::bind(&c).unwrap();
@@ -802,6 +886,10 @@ fn a_silent_peer_is_dropped_after_the_setup_timeout() {
 /// What a producer writes into a FIFO, the fuzz entry point's consumer reads back, frame
 /// for frame; zeroed or garbled cells give no frame.
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "memfd, shared mappings and Unix sockets: system calls Miri does not model"
+)]
 fn fuzz_consumer_reads_what_a_producer_wrote() {
     #[repr(C, align(64))]
     #[derive(Clone, Copy)]

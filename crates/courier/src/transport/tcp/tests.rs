@@ -90,6 +90,10 @@ fn check(frames: &[Vec<u8>], got: &[Vec<u8>]) {
 }
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "sockets and epoll on them: system calls Miri does not model"
+)]
 fn frames_of_every_size_both_directions() {
     let ((mut ctx, mut crx), (mut atx, mut arx)) = pair_for_tests();
     assert_eq!(ctx.caps().name, "tcp");
@@ -126,6 +130,10 @@ fn frames_of_every_size_both_directions() {
 }
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "sockets and epoll on them: system calls Miri does not model"
+)]
 fn ipv6_loopback_if_available() {
     let cfg = cfg(&[]);
     let ((mut ctx, _crx), (_atx, mut arx)) = match pair_on(IpAddr::V6(Ipv6Addr::LOCALHOST), &cfg) {
@@ -141,6 +149,10 @@ fn ipv6_loopback_if_available() {
 }
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "sockets and epoll on them: system calls Miri does not model"
+)]
 fn small_frames_coalesce_in_the_queue() {
     // Small kernel buffers so a large frame leaves bytes queued in user space.
     let cfg = cfg(&[("COURIER_TCP_SNDBUF", "16k"), ("COURIER_TCP_RCVBUF", "16k")]);
@@ -179,6 +191,10 @@ fn receive_all(tx: &mut Tx, rx: &mut Rx, n: usize) -> Vec<Vec<u8>> {
 }
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "sockets and epoll on them: system calls Miri does not model"
+)]
 fn back_pressure_then_recovery() {
     let cfg = cfg(&[("COURIER_TCP_SNDBUF", "64k"), ("COURIER_TCP_RCVBUF", "64k")]);
     let ((mut tx, _crx), (_atx, mut rx)) = pair_on(LO4, &cfg).unwrap();
@@ -245,6 +261,10 @@ fn until_error(rx: &mut Rx) -> Error {
 }
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "sockets and epoll on them: system calls Miri does not model"
+)]
 fn bad_preamble_is_a_protocol_error() {
     let (mut rx, _s) = raw_peer(b"GET / HTTP/1.1\r\n\r\n");
     let e = until_error(&mut rx);
@@ -262,6 +282,10 @@ fn bad_preamble_is_a_protocol_error() {
 }
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "sockets and epoll on them: system calls Miri does not model"
+)]
 fn absurd_frame_lengths_are_protocol_errors() {
     let mut bytes = PREAMBLE.to_vec();
     bytes.extend_from_slice(&5u32.to_le_bytes());
@@ -304,6 +328,10 @@ fn absurd_frame_lengths_are_protocol_errors() {
 /// header announces (a peer that announced 16 MiB and sent a few bytes made the receiver
 /// commit 16 MiB, per connection).
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "sockets and epoll on them: system calls Miri does not model"
+)]
 fn a_frame_takes_memory_as_its_bytes_arrive() {
     let mut bytes = PREAMBLE.to_vec();
     bytes.extend_from_slice(&((SETUP_FRAME_MAX + 1) as u32).to_le_bytes());
@@ -351,6 +379,10 @@ fn a_frame_takes_memory_as_its_bytes_arrive() {
 }
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "sockets and epoll on them: system calls Miri does not model"
+)]
 fn peer_drop_is_peer_failure_after_buffered_frames() {
     let ((mut ctx, crx), (mut atx, mut arx)) = pair_for_tests();
     ctx.send(&[b"last words"]).unwrap();
@@ -393,6 +425,10 @@ fn peer_drop_is_peer_failure_after_buffered_frames() {
 }
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "sockets and epoll on them: system calls Miri does not model"
+)]
 fn frame_limits_on_send() {
     let ((mut tx, _), _acc) = pair_for_tests();
     let big = vec![0u8; MAX_SEND + 1];
@@ -412,6 +448,10 @@ fn frame_limits_on_send() {
 }
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "sockets and epoll on them: system calls Miri does not model"
+)]
 fn peeked_frame_stays_put_while_more_arrives() {
     let ((mut tx, _), (_atx, mut rx)) = pair_for_tests();
     let first = pattern(1, 1000);
@@ -449,6 +489,10 @@ fn receive_until_peek(rx: &mut Rx) -> RawFrame {
 }
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "sockets and epoll on them: system calls Miri does not model"
+)]
 fn interfaces_list_and_filter() {
     let all = interfaces(&cfg(&[]));
     assert!(all.iter().any(|(n, a)| n == "lo" && *a == LO4), "{all:?}");
@@ -461,6 +505,10 @@ fn interfaces_list_and_filter() {
 }
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "sockets and epoll on them: system calls Miri does not model"
+)]
 fn connect_to_closed_port_is_unreachable() {
     let addr = {
         let l = Listener::bind(SocketAddr::new(LO4, 0), &cfg(&[])).unwrap();
@@ -477,6 +525,10 @@ fn connect_to_closed_port_is_unreachable() {
 }
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "sockets and epoll on them: system calls Miri does not model"
+)]
 fn listener_reports_nothing_pending() {
     let mut l = Listener::bind(SocketAddr::new(LO4, 0), &cfg(&[])).unwrap();
     assert_ne!(l.local_addr().port(), 0);
@@ -485,6 +537,10 @@ fn listener_reports_nothing_pending() {
 }
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "sockets and epoll on them: system calls Miri does not model"
+)]
 fn a_lone_frame_leaves_at_once_and_a_burst_waits_for_flush() {
     let ((mut tx, _crx), (_atx, mut rx)) = pair_for_tests();
     let first = pattern(0, 8);
@@ -516,6 +572,10 @@ fn a_lone_frame_leaves_at_once_and_a_burst_waits_for_flush() {
 }
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "sockets and epoll on them: system calls Miri does not model"
+)]
 fn a_long_burst_is_written_every_coalesce_bytes() {
     let ((mut tx, _crx), (_atx, mut rx)) = pair_for_tests();
     let frames: Vec<Vec<u8>> = (0..20_000).map(|i| pattern(i, 1 + i % 64)).collect();
@@ -561,6 +621,10 @@ fn raw_frame_start(head: &[u8], payload: &[u8], first: usize) -> (Rx, TcpStream)
 }
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "sockets and epoll on them: system calls Miri does not model"
+)]
 fn large_payloads_are_read_straight_into_their_destination() {
     for size in [place::PLACE_MIN, 100_003, (1 << 20) + 5, 5 << 20] {
         let (head, payload, tail) = (pattern(1, 24), pattern(2, size), pattern(3, 10));
@@ -629,6 +693,10 @@ fn receive_all_rx(rx: &mut Rx, n: usize) -> Vec<Vec<u8>> {
 }
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "sockets and epoll on them: system calls Miri does not model"
+)]
 fn a_declined_large_frame_arrives_whole() {
     let (head, payload, tail) = (pattern(1, 24), pattern(2, 3 << 20), pattern(3, 10));
     let (mut rx, mut s) = raw_frame_start(&head, &payload, 100);
@@ -652,6 +720,10 @@ fn a_declined_large_frame_arrives_whole() {
 }
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "sockets and epoll on them: system calls Miri does not model"
+)]
 fn peer_gone_in_the_middle_of_a_placed_frame_is_peer_failure() {
     let (mut rx, s) = raw_frame_start(&pattern(1, 24), &pattern(2, 1 << 20), 100_000);
     assert!(rx.peek_partial().is_none());
@@ -671,6 +743,10 @@ fn peer_gone_in_the_middle_of_a_placed_frame_is_peer_failure() {
 /// memory (nothing is copied), its token is reported only once its last byte is written,
 /// and frames of both kinds arrive whole and in order.
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "sockets and epoll on them: system calls Miri does not model"
+)]
 fn zero_copy_frames_report_their_tokens_only_when_written() {
     let cfg = cfg(&[("COURIER_TCP_SNDBUF", "64k"), ("COURIER_TCP_RCVBUF", "64k")]);
     let ((mut tx, _crx), (_atx, mut rx)) = pair_on(LO4, &cfg).unwrap();
@@ -737,6 +813,10 @@ fn write_calls() -> u64 {
 /// flush, each refused), and once the receiver reads, everything arrives whole and in
 /// order.
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "sockets and epoll on them: system calls Miri does not model"
+)]
 fn a_full_socket_is_left_alone_until_it_is_writable() {
     let cfg = cfg(&[("COURIER_TCP_SNDBUF", "64k"), ("COURIER_TCP_RCVBUF", "64k")]);
     let ((mut tx, _crx), (_atx, mut rx)) = pair_on(LO4, &cfg).unwrap();
@@ -805,6 +885,10 @@ fn proc_sys(path: &str) -> String {
 }
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "sockets and epoll on them: system calls Miri does not model"
+)]
 fn connections_within_the_host_use_reno_unless_told_otherwise() {
     // Reno is in the kernel and any process may pick it unless an administrator took it
     // out of the allowed list.
@@ -830,6 +914,10 @@ fn connections_within_the_host_use_reno_unless_told_otherwise() {
 }
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "sockets and epoll on them: system calls Miri does not model"
+)]
 fn same_host_means_loopback_or_one_address_at_both_ends() {
     let sa = |s: &str| s.parse::<SocketAddr>().unwrap();
     assert!(sock::same_host(sa("127.0.0.1:1"), None));
@@ -846,6 +934,10 @@ fn same_host_means_loopback_or_one_address_at_both_ends() {
 }
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "sockets and epoll on them: system calls Miri does not model"
+)]
 fn maybe_ready_says_whether_anything_waits_in_the_buffer() {
     let ((mut tx, crx), (atx, mut rx)) = pair_for_tests();
     rx.poll_read().unwrap();
@@ -884,6 +976,10 @@ fn maybe_ready_says_whether_anything_waits_in_the_buffer() {
 }
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "sockets and epoll on them: system calls Miri does not model"
+)]
 fn a_small_frame_meeting_a_full_socket_is_queued_and_arrives_whole() {
     // Small kernel buffers; lone small frames (each gathered into one piece and written
     // with one `send`) until one finds the socket full and is queued, whole or its rest.
@@ -917,6 +1013,7 @@ proptest::proptest! {
     /// length) into exactly the frames written; a cut stream gives the whole frames before
     /// the cut.
     #[test]
+    #[cfg_attr(miri, ignore = "sockets and epoll on them: system calls Miri does not model")]
     fn framing_splits_what_was_written(frames in proptest::collection::vec(proptest::collection::vec(proptest::prelude::any::<u8>(), 1..300), 0..8),
                                        cut in 0usize..4000) {
         let mut wire = PREAMBLE.to_vec();
@@ -944,6 +1041,10 @@ proptest::proptest! {
 }
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "sockets and epoll on them: system calls Miri does not model"
+)]
 fn framing_refuses_strangers_and_empty_frames() {
     let e = fuzz_framing(b"GET / HTTP/1.1\r\n", MAX_FRAME).unwrap_err();
     assert!(e.contains("not a Courier peer"), "{e}");
