@@ -547,9 +547,8 @@ fn partial_large_frames_are_held_to_the_receive_buffer_limit() {
         "links still open: {still:?} (16 MiB hold two partial frames)"
     );
     // The endpoint made first still works.
-    ep.tag_send(&2u64.to_le_bytes(), MSG)
-        .unwrap()
-        .wait_timeout(DEADLINE)
+    let two = 2u64.to_le_bytes();
+    w.scope(|s| s.tag_send(&ep, &two, MSG)?.wait_timeout(DEADLINE))
         .unwrap();
     got(&kid, 2);
     // Closed links give their bytes back: after the child has seen the closes (a message
