@@ -75,7 +75,7 @@ test-scripts:
 	bash scripts/test-deps.sh
 	python3 bench/report.py selftest
 	python3 bench/exs/report.py selftest
-	python3 bench/sections.py selftest
+	python3 bench/carry.py selftest
 
 lint:
 	$(CARGO) fmt --all -- --check

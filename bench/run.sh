@@ -313,8 +313,8 @@ dur=$((END_EPOCH - START_EPOCH))
 meta duration "$((dur / 60)) min $((dur % 60)) s"
 
 # Sections other scripts wrote into RESULTS.md (OpenSHMEM, EXS, job start-up: between
-# markers, bench/sections.py) survive the rewrite below: they go back at the end.
-[ -f "$HERE/RESULTS.md" ] && "$PY" "$HERE/sections.py" extract "$HERE/RESULTS.md" > "$WORK/sections.md"
+# markers, bench/carry.py) survive the rewrite below: they go back at the end.
+[ -f "$HERE/RESULTS.md" ] && "$PY" "$HERE/carry.py" extract "$HERE/RESULTS.md" > "$WORK/sections.md"
 "$PY" "$HERE/report.py" build --work "$WORK" --out "$HERE"
 status=$?
 # Go bindings against the native perf tool on the same active-message tests (issue: the Go

@@ -20,5 +20,5 @@ python3 "$here/startup.py" measure --out "$here/results/startup.jsonl" "$@"
 python3 "$here/startup.py" render "$here/results/startup.jsonl" > "$root/target/bench/startup.md"
 cat "$root/target/bench/startup.md"
 # The job start-up section of bench/RESULTS.md (kept there across make bench).
-python3 "$here/sections.py" splice "$here/RESULTS.md" startup "$root/target/bench/startup.md"
+python3 "$here/carry.py" splice "$here/RESULTS.md" startup "$root/target/bench/startup.md"
 python3 "$here/startup.py" table "$here/results/startup.jsonl"
