@@ -108,7 +108,7 @@ impl Endpoint {
     /// The request borrows the buffer: see [`Request`]'s "Safety of borrowing requests"
     /// (keep it valid, and unused by others, until the request completes or its drop
     /// returns outside a callback; never forget the request; never drop it in flight
-    /// inside a callback). [`Worker::scope`] makes the same request safely.
+    /// inside a callback). [`Worker::scope`](crate::Worker::scope) makes the same request safely.
     pub unsafe fn put_nb<'a>(
         &self,
         data: &'a [u8],
@@ -133,7 +133,7 @@ impl Endpoint {
     /// The request borrows the buffer: see [`Request`]'s "Safety of borrowing requests"
     /// (keep it valid, and unused by others, until the request completes or its drop
     /// returns outside a callback; never forget the request; never drop it in flight
-    /// inside a callback). [`Worker::scope`] makes the same request safely.
+    /// inside a callback). [`Worker::scope`](crate::Worker::scope) makes the same request safely.
     pub unsafe fn get_nb<'a>(
         &self,
         buf: &'a mut [u8],
@@ -158,7 +158,7 @@ impl Endpoint {
     /// The request borrows the buffer: see [`Request`]'s "Safety of borrowing requests"
     /// (keep it valid, and unused by others, until the request completes or its drop
     /// returns outside a callback; never forget the request; never drop it in flight
-    /// inside a callback). [`Worker::scope`] makes the same request safely.
+    /// inside a callback). [`Worker::scope`](crate::Worker::scope) makes the same request safely.
     pub unsafe fn put_iov_nb<'a>(
         &self,
         iov: &[&'a [u8]],
@@ -178,7 +178,7 @@ impl Endpoint {
     /// The request borrows the buffer: see [`Request`]'s "Safety of borrowing requests"
     /// (keep it valid, and unused by others, until the request completes or its drop
     /// returns outside a callback; never forget the request; never drop it in flight
-    /// inside a callback). [`Worker::scope`] makes the same request safely.
+    /// inside a callback). [`Worker::scope`](crate::Worker::scope) makes the same request safely.
     pub unsafe fn get_iov_nb<'a>(
         &self,
         iov: &mut [&'a mut [u8]],
@@ -295,7 +295,7 @@ impl Endpoint {
     /// The request borrows the buffer: see [`Request`]'s "Safety of borrowing requests"
     /// (keep it valid, and unused by others, until the request completes or its drop
     /// returns outside a callback; never forget the request; never drop it in flight
-    /// inside a callback). [`Worker::scope`] makes the same request safely.
+    /// inside a callback). [`Worker::scope`](crate::Worker::scope) makes the same request safely.
     #[allow(clippy::too_many_arguments)]
     pub unsafe fn put_signal_nb<'a>(
         &self,
