@@ -26,6 +26,7 @@ fn refused_with(rc: courier_status_t, detail: &str, what: &str, bits: u64) {
 #[test]
 fn unknown_flag_and_field_mask_bits_are_refused() {
     let s = Setup::new();
+    // SAFETY: the C ABI under test, given live handles and valid pointers as its contract asks.
     unsafe {
         // Context: field_mask, and features (only read with COURIER_CONTEXT_FIELD_FEATURES).
         let (mut p, _cfg) = tls(c"all");
@@ -253,6 +254,7 @@ struct ConnSeen {
 }
 
 unsafe extern "C-unwind" fn refuse_unknown_bits(cr: *mut courier_conn_request_t, u: *mut c_void) {
+    // SAFETY: the C ABI under test, given live handles and valid pointers as its contract asks.
     let seen = unsafe { &*(u as *const std::sync::Mutex<ConnSeen>) };
     let mut a = courier_conn_request_attr_t {
         field_mask: COURIER_CONN_REQUEST_ATTR_FIELD_CLIENT_ID | 1 << 2,
@@ -269,6 +271,7 @@ unsafe extern "C-unwind" fn refuse_unknown_bits(cr: *mut courier_conn_request_t,
         user_data: null_mut(),
     };
     let mut ep = null_mut();
+    // SAFETY: the C ABI under test, given live handles and valid pointers as its contract asks.
     unsafe {
         let q = courier_conn_request_query(cr, &mut a);
         let qd = cstr(courier_last_error_detail());
@@ -288,6 +291,7 @@ unsafe extern "C-unwind" fn store_ep_error(
     status: courier_status_t,
     u: *mut c_void,
 ) {
+    // SAFETY: the C ABI under test, given live handles and valid pointers as its contract asks.
     unsafe { &*(u as *const AtomicI32) }.store(status, Ordering::SeqCst);
 }
 
@@ -295,6 +299,7 @@ unsafe extern "C-unwind" fn store_ep_error(
 /// refused accept still consumes the request (the client sees a rejection).
 #[test]
 fn conn_request_unknown_bits_are_refused() {
+    // SAFETY: the C ABI under test, given live handles and valid pointers as its contract asks.
     unsafe {
         let (p, _cfg) = tls(c"tcp");
         let mut ctx = null_mut();

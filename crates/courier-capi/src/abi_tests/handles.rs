@@ -16,6 +16,7 @@ fn invalid(s: courier_status_t) {
 
 #[test]
 fn contexts_workers_and_endpoints() {
+    // SAFETY: the C ABI under test, given live handles and valid pointers as its contract asks.
     unsafe {
         let s = Setup::new();
         let mut f = 0u64;
@@ -89,6 +90,7 @@ fn contexts_workers_and_endpoints() {
 
 #[test]
 fn stale_requests() {
+    // SAFETY: the C ABI under test, given live handles and valid pointers as its contract asks.
     unsafe {
         let s = Setup::new();
         let mut buf = [0u8; 8];
@@ -147,6 +149,7 @@ fn stale_requests() {
 
 #[test]
 fn memory_keys_semaphores_and_jobs() {
+    // SAFETY: the C ABI under test, given live handles and valid pointers as its contract asks.
     unsafe {
         let s = Setup::new();
         let mp = courier_mem_map_params_t {
@@ -222,6 +225,7 @@ unsafe extern "C-unwind" fn keep_desc_and_reply(
     p: *const courier_am_recv_param_t,
     u: *mut c_void,
 ) -> courier_status_t {
+    // SAFETY: the C ABI under test, given live handles and valid pointers as its contract asks.
     let (p, out) = unsafe { (&*p, &mut *u.cast::<[usize; 2]>()) };
     out[0] = p.desc as usize;
     out[1] = p.reply_ep as usize;
@@ -233,6 +237,7 @@ fn descriptors_and_lent_reply_endpoints() {
     let s = Setup::new();
     let data = vec![7u8; 200_000];
     let mut seen = [0usize; 2];
+    // SAFETY: the C ABI under test, given live handles and valid pointers as its contract asks.
     unsafe {
         let ud = (&mut seen as *mut [usize; 2]).cast();
         assert_eq!(

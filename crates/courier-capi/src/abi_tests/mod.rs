@@ -10,6 +10,7 @@ use crate::*;
 use courier_core::Status;
 
 fn cstr(p: *const std::ffi::c_char) -> String {
+    // SAFETY: the C ABI under test, given live handles and valid pointers as its contract asks.
     unsafe { CStr::from_ptr(p) }.to_str().unwrap().to_string()
 }
 
@@ -37,6 +38,7 @@ struct Setup {
 impl Setup {
     /// A worker connected to itself (the `self` transport).
     fn new() -> Setup {
+        // SAFETY: the C ABI under test, given live handles and valid pointers as its contract asks.
         unsafe {
             let (p, _cfg) = tls(c"all");
             let mut ctx = null_mut();
@@ -69,6 +71,7 @@ impl Setup {
 
 impl Drop for Setup {
     fn drop(&mut self) {
+        // SAFETY: the C ABI under test, given live handles and valid pointers as its contract asks.
         unsafe {
             assert_eq!(courier_ep_close_force(self.ep), COURIER_OK);
             courier_worker_destroy(self.w);
@@ -101,6 +104,7 @@ fn config_table_is_listed() {
             default_value: null(),
             help: null(),
         };
+        // SAFETY: the C ABI under test, given live handles and valid pointers as its contract asks.
         assert_eq!(unsafe { courier_config_var(i, &mut v) }, COURIER_OK);
         names.push(cstr(v.name));
         assert!(!cstr(v.help).is_empty());
@@ -112,6 +116,7 @@ fn config_table_is_listed() {
         help: null(),
     };
     assert_eq!(
+        // SAFETY: the C ABI under test, given live handles and valid pointers as its contract asks.
         unsafe { courier_config_var(n, &mut v) },
         COURIER_ERR_INVALID_PARAM
     );
@@ -122,6 +127,7 @@ fn bad_config_reports_status_and_detail() {
     let (p, _cfg) = tls(c"carrier-pigeon");
     let mut ctx = null_mut();
     assert_eq!(
+        // SAFETY: the C ABI under test, given live handles and valid pointers as its contract asks.
         unsafe { courier_context_create(&p, &mut ctx) },
         COURIER_ERR_BAD_CONFIG
     );
@@ -133,6 +139,7 @@ fn bad_config_reports_status_and_detail() {
 /// `COURIER_ERR_INVALID_HANDLE`.
 #[test]
 fn null_arguments_are_refused() {
+    // SAFETY: the C ABI under test, given live handles and valid pointers as its contract asks.
     unsafe {
         assert_eq!(
             courier_context_create(null(), null_mut()),
@@ -291,6 +298,7 @@ unsafe extern "C-unwind" fn panicking_am(
 #[test]
 fn panic_in_callback_stays_inside() {
     let s = Setup::new();
+    // SAFETY: the C ABI under test, given live handles and valid pointers as its contract asks.
     unsafe {
         let mut buf = [0u8; 8];
         let op = courier_op_params_t {
@@ -365,6 +373,7 @@ unsafe extern "C-unwind" fn keeping_am(
     p: *const courier_am_recv_param_t,
     u: *mut c_void,
 ) -> courier_status_t {
+    // SAFETY: the C ABI under test, given live handles and valid pointers as its contract asks.
     let (p, kept) = unsafe { (&*p, &mut *u.cast::<Vec<usize>>()) };
     if p.desc.is_null() {
         return COURIER_OK;
@@ -378,6 +387,7 @@ fn kept_rendezvous_released_or_received_later() {
     let s = Setup::new();
     let mut kept: Vec<usize> = Vec::new();
     let data: Vec<u8> = (0..200_000).map(|i| (i % 251) as u8).collect();
+    // SAFETY: the C ABI under test, given live handles and valid pointers as its contract asks.
     unsafe {
         let ud = (&mut kept as *mut Vec<usize>).cast();
         assert_eq!(
@@ -434,6 +444,7 @@ fn kept_rendezvous_released_or_received_later() {
 }
 
 unsafe fn round_trip(s: &Setup, tag: u64, msg: &[u8]) {
+    // SAFETY: the C ABI under test, given live handles and valid pointers as its contract asks.
     unsafe {
         let mut buf = vec![0u8; msg.len()];
         let mut info = courier_request_info_t::default();
@@ -473,6 +484,7 @@ unsafe fn round_trip(s: &Setup, tag: u64, msg: &[u8]) {
 #[test]
 fn tag_round_trip_truncation_and_probe() {
     let s = Setup::new();
+    // SAFETY: the C ABI under test, given live handles and valid pointers as its contract asks.
     unsafe {
         round_trip(&s, 1, b"hello");
         round_trip(&s, 2, &vec![7u8; 1 << 20]);
@@ -542,6 +554,7 @@ unsafe extern "C-unwind" fn on_cancel_done(
 #[test]
 fn tag_receive_cancels() {
     let s = Setup::new();
+    // SAFETY: the C ABI under test, given live handles and valid pointers as its contract asks.
     unsafe {
         let mut buf = [0u8; 8];
         let p = courier_op_params_t {
@@ -605,6 +618,7 @@ unsafe extern "C-unwind" fn on_trunc_done(
 #[test]
 fn failed_completion_callback_carries_info() {
     let s = Setup::new();
+    // SAFETY: the C ABI under test, given live handles and valid pointers as its contract asks.
     unsafe {
         // A posted receive too short for the message: the callback gets the truncation and
         // the message's real length.
@@ -676,6 +690,7 @@ unsafe extern "C-unwind" fn reject_all(cr: *mut courier_conn_request_t, _u: *mut
         client_address: [0; COURIER_SOCKADDR_STRLEN],
         client_id: 0,
     };
+    // SAFETY: the C ABI under test, given live handles and valid pointers as its contract asks.
     unsafe {
         assert_eq!(
             courier_conn_request_query(cr, &a as *const _ as *mut _),
@@ -691,6 +706,7 @@ unsafe extern "C-unwind" fn reject_all(cr: *mut courier_conn_request_t, _u: *mut
 
 #[test]
 fn listener_reject_reaches_error_handler() {
+    // SAFETY: the C ABI under test, given live handles and valid pointers as its contract asks.
     unsafe {
         let (p, _cfg) = tls(c"tcp");
         let mut ctx = null_mut();
@@ -746,6 +762,7 @@ fn listener_reject_reaches_error_handler() {
 fn single_thread_worker_refuses_other_threads() {
     let s = Setup::new();
     let w = s.w as usize;
+    // SAFETY: the C ABI under test, given live handles and valid pointers as its contract asks.
     let (st, sig) = std::thread::spawn(move || unsafe {
         let w = w as *const courier_worker_t;
         let mut armed = false;
@@ -767,6 +784,7 @@ unsafe fn settle(
     if st != COURIER_INPROGRESS {
         return st;
     }
+    // SAFETY: the C ABI under test, given live handles and valid pointers as its contract asks.
     unsafe {
         let s = courier_request_wait(req);
         courier_request_info(req, info);

@@ -5,6 +5,7 @@ use super::*;
 #[test]
 fn one_sided_on_a_local_region() {
     let s = Setup::new();
+    // SAFETY: the buffers outlive the request, which is waited for before they go.
     unsafe {
         // CUDA memory without a driver or device is an error, never a panic.
         let mut mp = courier_mem_map_params_t {
@@ -255,6 +256,7 @@ fn one_sided_on_a_local_region() {
 /// spins (yielding) instead of failing, as the Rust call does.
 #[test]
 fn sleeping_signal_wait_without_wakeup_spins() {
+    // SAFETY: the buffers outlive the request, which is waited for before they go.
     unsafe {
         let (mut p, _cfg) = tls(c"all");
         p.field_mask |= COURIER_CONTEXT_FIELD_FEATURES;

@@ -6,6 +6,7 @@ use super::*;
 /// Create one handle of each kind and release each with its `_destroy`.
 #[test]
 fn every_handle_kind_is_released_by_its_destroy() {
+    // SAFETY: the C ABI under test, given live handles and valid pointers as its contract asks.
     unsafe {
         let (p, _cfg) = tls(c"all");
         let mut ctx = null_mut();
