@@ -247,6 +247,19 @@ pub(crate) fn check_how(how: c_int) -> XResult<()> {
 const SEND_OK: c_int = libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT | libc::MSG_MORE | libc::MSG_EOR;
 const RECV_OK: c_int = libc::MSG_WAITALL | libc::MSG_DONTWAIT;
 
+/// `flags` holds only what a send (`SEND_OK`) or a receive (`RECV_OK`) takes, else
+/// EOPNOTSUPP naming `call`.
+pub(super) fn check_flags(flags: c_int, send: bool, call: &str) -> XResult<()> {
+    let ok = if send { SEND_OK } else { RECV_OK };
+    if flags & !ok != 0 {
+        return Err(fail(
+            libc::EOPNOTSUPP,
+            format!("flags {:#x} are not supported by {call}", flags & !ok),
+        ));
+    }
+    Ok(())
+}
+
 /// Shared by send and receive: the checks, the reservation, the registration held.
 #[allow(clippy::too_many_arguments)]
 fn data_op(
@@ -260,17 +273,7 @@ fn data_op(
     send: bool,
 ) -> XResult<c_int> {
     let l = lib()?;
-    let ok = if send { SEND_OK } else { RECV_OK };
-    if flags & !ok != 0 {
-        return Err(fail(
-            libc::EOPNOTSUPP,
-            format!(
-                "flags {:#x} are not supported by exs_{}",
-                flags & !ok,
-                if send { "send" } else { "recv" }
-            ),
-        ));
-    }
+    check_flags(flags, send, if send { "exs_send" } else { "exs_recv" })?;
     let mut st = l.st();
     let q = st.queue(qh)?;
     let buf = buf as usize;

@@ -181,9 +181,6 @@ pub(crate) fn refuse_recv(st: &mut State, op: Op, m: Option<Box<MsgRecv>>) {
     }
 }
 
-const SEND_OK: c_int = libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT | libc::MSG_MORE | libc::MSG_EOR;
-const RECV_OK: c_int = libc::MSG_WAITALL | libc::MSG_DONTWAIT;
-
 /// Start sending the bytes of `msg`'s iovecs, in order, as one message (SEQPACKET) or as
 /// bytes (STREAM). SENDMSG event: the bytes sent.
 ///
@@ -236,17 +233,11 @@ unsafe fn msg_op(
     send: bool,
 ) -> XResult<c_int> {
     let l = lib()?;
-    let ok = if send { SEND_OK } else { RECV_OK };
-    if flags & !ok != 0 {
-        return Err(fail(
-            libc::EOPNOTSUPP,
-            format!(
-                "flags {:#x} are not supported by exs_{}",
-                flags & !ok,
-                if send { "sendmsg" } else { "recvmsg" }
-            ),
-        ));
-    }
+    super::api::check_flags(
+        flags,
+        send,
+        if send { "exs_sendmsg" } else { "exs_recvmsg" },
+    )?;
     let mut st = l.st();
     let q = st.queue(qh)?;
     // SAFETY: the caller's msghdr (this function's contract).
