@@ -90,10 +90,10 @@ fn child_flipper() {
                 Ok(fk) => fk,
             };
             let (fb, _) = fk.bounds();
-            // SAFETY: the request is waited for, or dropped (which waits), before its buffer is
-            // used again or goes; it is never forgotten.
             refused(
                 &a.ep,
+                // SAFETY: the request is waited for, or dropped (which waits), before its buffer is
+                // used again or goes; it is never forgotten.
                 unsafe { a.ep.put_nb(&junk, fb, &fk) },
                 &format!("{what}: put"),
             );
@@ -119,10 +119,10 @@ fn child_flipper() {
                 }
                 Ok(fk) => fk,
             };
-            // SAFETY: the request is waited for, or dropped (which waits), before its buffer is
-            // used again or goes; it is never forgotten.
             let e = refused(
                 &a.ep,
+                // SAFETY: the request is waited for, or dropped (which waits), before its buffer is
+                // used again or goes; it is never forgotten.
                 unsafe { a.ep.put_nb(&junk, base, &fk) },
                 &format!("{what}: put"),
             );

@@ -208,25 +208,25 @@ fn child_entry_main() -> bool {
             // the record) puts and gets are refused before anything is touched or sent.
             let (base, _) = rk[0].bounds();
             let at = base + SHORTENED_AT as u64;
-            // SAFETY: the request is waited for, or dropped (which waits), before its buffer is
-            // used again or goes; it is never forgotten.
             expect_err(
                 &ep,
+                // SAFETY: the request is waited for, or dropped (which waits), before its buffer is
+                // used again or goes; it is never forgotten.
                 unsafe { ep.put_nb(&[0xeeu8; 8], at, &rk[0]) },
                 Status::OutOfRange,
             );
             let mut got = [0u8; 8];
-            // SAFETY: the request is waited for, or dropped (which waits), before its buffer is
-            // used again or goes; it is never forgotten.
             expect_err(
                 &ep,
+                // SAFETY: the request is waited for, or dropped (which waits), before its buffer is
+                // used again or goes; it is never forgotten.
                 unsafe { ep.get_nb(&mut got, at, &rk[0]) },
                 Status::OutOfRange,
             );
-            // SAFETY: the request is waited for, or dropped (which waits), before its buffer is
-            // used again or goes; it is never forgotten.
             expect_err(
                 &ep,
+                // SAFETY: the request is waited for, or dropped (which waits), before its buffer is
+                // used again or goes; it is never forgotten.
                 unsafe { ep.put_nb(&[0xeeu8; 16], base, &rk[0]) },
                 Status::OutOfRange,
             );
@@ -397,10 +397,10 @@ fn child_liar(ep: &Endpoint, rk: &[RemoteKey], raw: &[Vec<u8>]) {
     forged[rkey::field::SECRET.start] ^= 0x55;
     rkey::reseal(&mut forged);
     let fk = ep.rkey_unpack(&forged).unwrap();
-    // SAFETY: the request is waited for, or dropped (which waits), before its buffer is used again
-    // or goes; it is never forgotten.
     expect_err(
         ep,
+        // SAFETY: the request is waited for, or dropped (which waits), before its buffer is used again
+        // or goes; it is never forgotten.
         unsafe { ep.put_nb(&junk, base, &fk) },
         Status::InvalidKey,
     );
@@ -414,10 +414,10 @@ fn child_liar(ep: &Endpoint, rk: &[RemoteKey], raw: &[Vec<u8>]) {
     big[rkey::field::LENGTH].copy_from_slice(&(1u64 << 20).to_le_bytes());
     rkey::reseal(&mut big);
     let bk = ep.rkey_unpack(&big).unwrap();
-    // SAFETY: the request is waited for, or dropped (which waits), before its buffer is used again
-    // or goes; it is never forgotten.
     expect_err(
         ep,
+        // SAFETY: the request is waited for, or dropped (which waits), before its buffer is used again
+        // or goes; it is never forgotten.
         unsafe { ep.put_nb(&junk, base + len, &bk) },
         Status::OutOfRange,
     );
@@ -430,10 +430,10 @@ fn child_liar(ep: &Endpoint, rk: &[RemoteKey], raw: &[Vec<u8>]) {
         Status::OutOfRange,
     );
     let mut sink = [0u8; 16];
-    // SAFETY: the request is waited for, or dropped (which waits), before its buffer is used again
-    // or goes; it is never forgotten.
     expect_err(
         ep,
+        // SAFETY: the request is waited for, or dropped (which waits), before its buffer is used again
+        // or goes; it is never forgotten.
         unsafe { ep.get_nb(&mut sink, base - 16, &rk[0]) },
         Status::OutOfRange,
     );
@@ -445,33 +445,33 @@ fn child_liar(ep: &Endpoint, rk: &[RemoteKey], raw: &[Vec<u8>]) {
     both[rkey::field::SECRET.start] ^= 0x55;
     rkey::reseal(&mut both);
     let fbk = ep.rkey_unpack(&both).unwrap();
-    // SAFETY: the request is waited for, or dropped (which waits), before its buffer is used again
-    // or goes; it is never forgotten.
     expect_err(
         ep,
+        // SAFETY: the request is waited for, or dropped (which waits), before its buffer is used again
+        // or goes; it is never forgotten.
         unsafe { ep.put_nb(&big_junk, base, &fbk) },
         Status::InvalidKey,
     );
-    // SAFETY: the request is waited for, or dropped (which waits), before its buffer is used again
-    // or goes; it is never forgotten.
     expect_err(
         ep,
+        // SAFETY: the request is waited for, or dropped (which waits), before its buffer is used again
+        // or goes; it is never forgotten.
         unsafe { ep.put_nb(&big_junk, base, &fk) },
         Status::OutOfRange,
     );
-    // SAFETY: the request is waited for, or dropped (which waits), before its buffer is used again
-    // or goes; it is never forgotten.
     expect_err(
         ep,
+        // SAFETY: the request is waited for, or dropped (which waits), before its buffer is used again
+        // or goes; it is never forgotten.
         unsafe { ep.put_nb(&big_junk, base, &bk) },
         Status::OutOfRange,
     );
     // No right.
     let (rbase, _) = rk[1].bounds();
-    // SAFETY: the request is waited for, or dropped (which waits), before its buffer is used again
-    // or goes; it is never forgotten.
     expect_err(
         ep,
+        // SAFETY: the request is waited for, or dropped (which waits), before its buffer is used again
+        // or goes; it is never forgotten.
         unsafe { ep.put_nb(&junk, rbase, &rk[1]) },
         Status::AccessDenied,
     );
@@ -489,10 +489,10 @@ fn child_liar(ep: &Endpoint, rk: &[RemoteKey], raw: &[Vec<u8>]) {
     );
     // Stale key (region unmapped by its owner).
     let (sbase, _) = rk[2].bounds();
-    // SAFETY: the request is waited for, or dropped (which waits), before its buffer is used again
-    // or goes; it is never forgotten.
     expect_err(
         ep,
+        // SAFETY: the request is waited for, or dropped (which waits), before its buffer is used again
+        // or goes; it is never forgotten.
         unsafe { ep.put_nb(&junk, sbase, &rk[2]) },
         Status::InvalidKey,
     );
@@ -562,10 +562,10 @@ fn child_partial(ep: &Endpoint, raw: &[Vec<u8>], liar: bool) {
         big[courier::wire::rkey::field::LENGTH].copy_from_slice(&(4 * len as u64).to_le_bytes());
         courier::wire::rkey::reseal(&mut big);
         let bk = through_owner(ep, &big);
-        // SAFETY: the request is waited for, or dropped (which waits), before its buffer is used
-        // again or goes; it is never forgotten.
         expect_err(
             ep,
+            // SAFETY: the request is waited for, or dropped (which waits), before its buffer is used
+            // again or goes; it is never forgotten.
             unsafe { ep.put_nb(&over, base, &bk) },
             Status::OutOfRange,
         );
