@@ -76,6 +76,7 @@ test-scripts:
 	python3 bench/report.py selftest
 	python3 bench/exs/report.py selftest
 	python3 bench/carry.py selftest
+	python3 bench/startup.py selftest
 
 lint:
 	$(CARGO) fmt --all -- --check

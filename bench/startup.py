@@ -11,6 +11,7 @@
         per process after the barrier, after a ring (lazy) and after connecting to all (eager).
   startup.py render results/startup.jsonl    the RESULTS.md section (markdown)
   startup.py table results/startup.jsonl     the scale table for docs/scale.md
+  startup.py selftest                        render a made-up run and check it (make test)
 """
 import json
 import os
@@ -121,8 +122,8 @@ def render(path):
     lines.append("")
     lines.append(f"Ratio of medians, courier run / mpirun (MPI program): **{ratio:.3f}** "
                  f"(paired median {med(ratios):.3f}) — {verdict} against 0.3.")
-    load = open("/proc/loadavg").read().split()[:3] if os.path.exists("/proc/loadavg") else ["?"]
-    lines.append(f"Machine: {os.cpu_count()} CPUs, load average {' '.join(load)} when rendered. "
+    loadavg = open("/proc/loadavg").read().split()[:3] if os.path.exists("/proc/loadavg") else ["?"]
+    lines.append(f"Machine: {os.cpu_count()} CPUs, load average {' '.join(loadavg)} when rendered. "
                  "Per-N start-up, memory and descriptors: `docs/scale.md`; raw runs: "
                  "`results/startup.jsonl`.")
     lines.append("")
@@ -155,6 +156,36 @@ def table(path):
     return "\n".join(lines)
 
 
+def selftest():
+    """Render a made-up run: two repetitions, courier run 10 and 30 ms, mpirun 100 and 200 ms."""
+    import tempfile
+    recs = []
+    for rep, (c, m) in enumerate([(0.010, 0.100), (0.030, 0.200)]):
+        recs.append({"section": "startup", "rep": rep, "launcher": "courier run",
+                     "program": "courier job", "wall_s": c, "rc": 0})
+        recs.append({"section": "startup", "rep": rep, "launcher": "mpirun",
+                     "program": "MPI program", "wall_s": m, "rc": 0})
+    recs.append({"section": "startup", "rep": 2, "launcher": "mpirun", "program": "MPI program",
+                 "wall_s": 9.0, "rc": 1})
+    with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False) as fh:
+        fh.write("\n".join(json.dumps(r) for r in recs) + "\n")
+    try:
+        text = render(fh.name)
+    finally:
+        os.unlink(fh.name)
+    want = ["| courier run | courier job | 2/2 | 20.0 | 10.0 |",
+            "| mpirun | MPI program | 2/3 | 150.0 | 100.0 |",
+            "**0.133** (paired median 0.125) — PASS against 0.3."]
+    missing = [w for w in want if w not in text]
+    for w in missing:
+        print(f"startup.py selftest: expected in the rendering: {w}", file=sys.stderr)
+    if missing:
+        print(text, file=sys.stderr)
+        return 1
+    print("startup.py selftest: ok")
+    return 0
+
+
 def main(argv):
     if not argv:
         print(__doc__)
@@ -169,6 +200,8 @@ def main(argv):
     if cmd == "table":
         print(table(rest[0]))
         return 0
+    if cmd == "selftest":
+        return selftest()
     print(__doc__)
     return 2
 
