@@ -2,8 +2,9 @@
 # Included from the top-level Makefile; paths are relative to the repository root.
 #
 #   make shmem             the library (libcourier_shmem.so, .a) and target/release/{oshcc,oshc++,oshrun}
-#   make shmem-check-gen   regenerate shmem.h, shmemx.h and src/typed/ into a temp dir and diff
-#   make shmem-test        the C test programs under courier run (2 and 4 PEs, shm and tcp)
+#   make shmem-check-gen   regenerate shmem.h, shmemx.h and src/typed/list.rs into a temp dir and diff
+#   make shmem-test        the headers against the library's exports (tests/symbols.py), then
+#                          the C test programs under courier run (2 and 4 PEs, shm and tcp)
 #   make conformance       Sandia OpenSHMEM's test suite (SOS_TESTS=path, default ../shared/conformance/tests-sos)
 #   make install           also installs the library, headers, wrappers and courier-shmem.pc
 
@@ -36,6 +37,7 @@ shmem-check-gen:
 	  done; rm -rf $$tmp; echo "shmem-check-gen: generated files are current"
 
 shmem-test: shmem
+	python3 $(SHMEM_DIR)/tests/symbols.py target/release/libcourier_shmem.so
 	bash $(SHMEM_DIR)/tests/run.sh
 
 SOS_TESTS ?= ../shared/conformance/tests-sos

@@ -18,9 +18,10 @@
 //! - `ctx`, `lock`: communication contexts and distributed locks.
 //! - `sem`: Berkeley UPC-style semaphores and the put that signals one (`shmemx.h`).
 //! - `error`: the messages that name the call, the argument and why, then the abort.
-//! - `ffi`: the hand-written C entry points; `typed`: the typed ones, generated with
-//!   `include/shmem.h` by `gen/generate.py`. Every entry point is thin and runs its body
-//!   behind a panic boundary (`error::guard`).
+//! - `ffi`: the hand-written C entry points; `typed`: the typed ones, written by one macro
+//!   per family for each type that `typed/list.rs` names (generated with `include/shmem.h`
+//!   by `gen/generate.py`). Every entry point is thin and runs its body behind a panic
+//!   boundary (`error::guard`).
 #![allow(non_camel_case_types)]
 #![allow(clippy::missing_safety_doc)]
 // Nested `if let` reads more plainly here than let-chains.
