@@ -373,6 +373,61 @@ fn cpu_bind_core_binds_each_rank_to_one_cpu() {
     }
 }
 
+/// The CPUs in a `Cpus_allowed_list` value (`0-3,6`).
+fn cpu_list(l: &str) -> Vec<u32> {
+    let mut cpus = Vec::new();
+    for part in l.trim().split(',').filter(|p| !p.is_empty()) {
+        let (a, b) = part.split_once('-').unwrap_or((part, part));
+        let (a, b): (u32, u32) = (a.parse().unwrap(), b.parse().unwrap());
+        cpus.extend(a..=b);
+    }
+    cpus
+}
+
+/// The default binding is mpirun's: a CPU of its own for each rank while the ranks do not
+/// outnumber the launcher's CPUs, none when they do.
+#[test]
+fn cpu_bind_auto_binds_unless_the_ranks_outnumber_the_cpus() {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let mine = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+        .map(cpu_list)
+        .unwrap();
+    let lists = |np: usize| -> Vec<Vec<u32>> {
+        let o = run_cmd(&[
+            "-n",
+            &np.to_string(),
+            "sh",
+            "-c",
+            "grep Cpus_allowed_list /proc/self/status",
+        ]);
+        let (out, err) = texts(&o);
+        assert!(o.status.success(), "{err}");
+        let v: Vec<Vec<u32>> = out
+            .lines()
+            .map(|l| cpu_list(l.split(':').nth(1).unwrap_or("")))
+            .collect();
+        assert_eq!(v.len(), np, "{out}");
+        v
+    };
+    let mut bound: Vec<u32> = lists(mine.len())
+        .into_iter()
+        .map(|l| {
+            assert_eq!(l.len(), 1, "a rank not bound to one CPU: {l:?}");
+            l[0]
+        })
+        .collect();
+    bound.sort_unstable();
+    assert_eq!(
+        bound, mine,
+        "each rank on a CPU of its own, all of the launcher's"
+    );
+    for l in lists(mine.len() + 1) {
+        assert_eq!(l, mine, "more ranks than CPUs: no binding");
+    }
+}
+
 /// mpirun's `-np` spelling works, and `oshrun` is the same command.
 #[test]
 fn np_and_oshrun_spellings() {

@@ -335,10 +335,10 @@ fn spawn(
             Stdio::null()
         })
         .process_group(0);
-    let bind = match plan.cpu_bind {
-        CpuBind::Core => Some(cpus[r as usize % cpus.len()]),
-        CpuBind::None => None,
-    };
+    let bind = plan
+        .cpu_bind
+        .binds(plan.np as usize, cpus.len())
+        .then(|| cpus[r as usize % cpus.len()]);
     let mut set = std::mem::MaybeUninit::<libc::cpu_set_t>::zeroed();
     if let Some(c) = bind {
         // SAFETY: CPU_SET writes within the zeroed set we own.

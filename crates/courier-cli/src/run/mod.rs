@@ -24,10 +24,24 @@ use crate::error::CliError;
 /// CPU binding of ranks.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
 pub enum CpuBind {
+    /// As mpirun: core when the ranks do not outnumber the CPUs this launcher may use,
+    /// none when they do.
+    Auto,
     /// No binding: the kernel places ranks.
     None,
     /// Rank r on the r-th CPU this launcher may use (round robin when there are more ranks).
     Core,
+}
+
+impl CpuBind {
+    /// Whether `np` ranks on `ncpus` CPUs are bound, one CPU each.
+    pub fn binds(self, np: usize, ncpus: usize) -> bool {
+        match self {
+            CpuBind::Auto => np <= ncpus,
+            CpuBind::None => false,
+            CpuBind::Core => true,
+        }
+    }
 }
 
 /// `courier run`'s options.
@@ -54,8 +68,9 @@ pub struct RunArgs {
     /// End the job after SECS seconds (exit status 110, as mpirun)
     #[arg(long, value_name = "SECS")]
     pub timeout: Option<f64>,
-    /// Bind each rank to one CPU (core) or not (none)
-    #[arg(long = "cpu-bind", value_enum, default_value = "none")]
+    /// Bind each rank to one CPU (core), or not (none), or as mpirun does (auto: core unless
+    /// the ranks outnumber the CPUs)
+    #[arg(long = "cpu-bind", value_enum, default_value = "auto")]
     pub cpu_bind: CpuBind,
     /// The program and its arguments
     #[arg(
