@@ -14,6 +14,7 @@
 //!
 //! And, each for a few test files (not in the glob re-export):
 //! - `net`: the transport selection of rma_refusals.rs, rma_paths.rs and rma_waits.rs.
+//! - `tls`: the set-up of rma.rs and rma_keys.rs (transports by `COURIER_TLS`).
 //!
 //! Cargo builds each file in tests/ as a crate of its own, with this module in it; each uses
 //! a part of it.
@@ -23,6 +24,7 @@ mod child;
 mod peers;
 
 pub mod net;
+pub mod tls;
 
 pub use child::*;
 pub use peers::*;
