@@ -15,6 +15,7 @@
 //! And, each for a few test files (not in the glob re-export):
 //! - `net`: the transport selection of rma_refusals.rs, rma_paths.rs and rma_waits.rs.
 //! - `tls`: the set-up of rma.rs and rma_keys.rs (transports by `COURIER_TLS`).
+//! - `cuda`: the CUDA driver, device buffers and children of cuda.rs and cuda_memory.rs.
 //! - `pair`: the pair of workers of api.rs and api_rendezvous.rs.
 //!
 //! Cargo builds each file in tests/ as a crate of its own, with this module in it; each uses
@@ -24,6 +25,7 @@
 mod child;
 mod peers;
 
+pub mod cuda;
 pub mod net;
 pub mod pair;
 pub mod tls;
