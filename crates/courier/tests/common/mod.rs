@@ -16,6 +16,7 @@
 //! - `net`: the transport selection of rma_refusals.rs, rma_paths.rs and rma_waits.rs.
 //! - `tls`: the set-up of rma.rs and rma_keys.rs (transports by `COURIER_TLS`).
 //! - `cuda`: the CUDA driver, device buffers and children of cuda.rs and cuda_memory.rs.
+//! - `echo`: the echo and sink children of multiprocess.rs and multiprocess_faults.rs.
 //! - `pair`: the pair of workers of api.rs and api_rendezvous.rs.
 //!
 //! Cargo builds each file in tests/ as a crate of its own, with this module in it; each uses
@@ -26,6 +27,7 @@ mod child;
 mod peers;
 
 pub mod cuda;
+pub mod echo;
 pub mod net;
 pub mod pair;
 pub mod tls;
