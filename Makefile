@@ -65,7 +65,7 @@ test-install:
 # On a machine with an NVIDIA GPU and its driver: the CUDA tests (a stand-in driver in
 # `make test`) against the real driver and device, one test at a time.
 test-gpu: deps-test capi
-	COURIER_TEST_CUDA=real $(CARGO) test --release -p courier --test cuda -- --test-threads=1
+	COURIER_TEST_CUDA=real $(CARGO) test --release -p courier --test cuda --test cuda_memory -- --test-threads=1
 	COURIER_TEST_CUDA=real $(CARGO) test --release -p courier-cli --test cli perf_with_device_memory
 	cd bindings/go && COURIER_TEST_CUDA=real go test $(GO_LIBFLAGS) -count=1 -run TestDeviceMemory .
 

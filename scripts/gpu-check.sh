@@ -30,6 +30,7 @@ for l in sys.stdin:
         print(m["executable"])' | tail -1
     }
     cp "$(exe_of -p courier --test cuda)" "$gpu/cuda-tests"
+    cp "$(exe_of -p courier --test cuda_memory)" "$gpu/cuda-memory-tests"
     cp "$(exe_of -p courier-cli --test cli)" "$gpu/cli-tests"
     cp target/release/courier "$gpu/courier"
     local lib
@@ -61,9 +62,11 @@ tests() {
     mkdir -p "$(dirname "$want")"
     [ "$(readlink -f "$want")" = "$(readlink -f "$gpu/courier")" ] || cp "$gpu/courier" "$want"
     export COURIER_TEST_CUDA=real
-    echo "== library CUDA tests (tests/cuda.rs)"
+    echo "== library CUDA tests (tests/cuda.rs, tests/cuda_memory.rs)"
     timeout 300 "$gpu/cuda-tests" --test-threads=1 >"$out/cuda-tests.log" 2>&1 || rc=1
     tail -4 "$out/cuda-tests.log"
+    timeout 300 "$gpu/cuda-memory-tests" --test-threads=1 >"$out/cuda-memory-tests.log" 2>&1 || rc=1
+    tail -4 "$out/cuda-memory-tests.log"
     echo "== courier perf on device memory (tests/cli.rs)"
     timeout 120 "$gpu/cli-tests" perf_with_device_memory --test-threads=1 >"$out/cli-tests.log" 2>&1 || rc=1
     tail -3 "$out/cli-tests.log"

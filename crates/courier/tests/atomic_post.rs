@@ -1,6 +1,6 @@
 //! Posted (non-fetching) atomics and sleeping signal waits between real processes.
 //!
-//! The set-ups are those of tests/rma_more.rs (their code is in tests/common): this binary
+//! The set-ups are those of tests/rma_refusals.rs (their code is in tests/common): this binary
 //! re-runs itself as a child with `COURIER_TEST_ROLE`. For posted atomics the parent owns
 //! the memory and children connect, unpack the keys passed in their environment and post;
 //! for the sleeping waits a child is the target, prints its port and keys, and measures

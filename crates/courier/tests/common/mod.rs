@@ -1,5 +1,6 @@
-//! What the multi-process tests (tests/rma.rs, rma_more.rs, atomic_post.rs, cuda.rs) share:
-//! how a test binary re-runs itself as a child, and how parent and child find each other.
+//! What the multi-process tests (tests/rma*.rs, atomic_post.rs, cuda*.rs, multiprocess*.rs)
+//! and the two-sided API tests (api*.rs) share: how a test binary re-runs itself as a child,
+//! and how parent and child find each other.
 //!
 //! A test starts a child by running its own binary again for its `child_entry` test only,
 //! with the child's role in `COURIER_TEST_ROLE` ([`child_command`], [`Kid`]); `child_entry`
@@ -11,12 +12,25 @@
 //! - `child`: child processes, waiting on them, messages between parent and child.
 //! - `peers`: transports, contexts, memory regions, and the two set-ups above.
 //!
+//! And, each for a few test files (not in the glob re-export):
+//! - `net`: the transport selection of rma_refusals.rs, rma_paths.rs and rma_waits.rs.
+//! - `tls`: the set-up of rma.rs and rma_keys.rs (transports by `COURIER_TLS`).
+//! - `cuda`: the CUDA driver, device buffers and children of cuda.rs and cuda_memory.rs.
+//! - `echo`: the echo and sink children of multiprocess.rs and multiprocess_faults.rs.
+//! - `pair`: the pair of workers of api.rs and api_rendezvous.rs.
+//!
 //! Cargo builds each file in tests/ as a crate of its own, with this module in it; each uses
 //! a part of it.
 #![allow(dead_code)]
 
 mod child;
 mod peers;
+
+pub mod cuda;
+pub mod echo;
+pub mod net;
+pub mod pair;
+pub mod tls;
 
 pub use child::*;
 pub use peers::*;
