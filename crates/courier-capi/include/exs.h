@@ -102,7 +102,9 @@ typedef struct exs_event {
  * end), on both socket types: it tells an empty SEQPACKET message (0, no EXS_MSG_EOF)
  * from the end. On a kernel SEQPACKET socket the kernel does not tell them apart; it is
  * set when the reading side is shut (an empty message sent right before the peer's
- * shutdown reads as the end too). Not a kernel MSG_* bit. [Courier] */
+ * shutdown reads as the end too); a message taken by a zero-length receive (0 with
+ * MSG_TRUNC) never reads as the end, there or over Courier. Not a kernel MSG_* bit.
+ * [Courier] */
 #define EXS_MSG_EOF 0x10000000
 
 /* Queue attributes (exs_qmodify, exs_qstatus). [Courier: the values; FD and RESERVED] */
@@ -248,7 +250,13 @@ int exs_send(int fd, void *buf, size_t len, int flags, exs_qhandle_t qh,
 /* Start a receive into buf. flags: MSG_WAITALL (SOCK_STREAM: complete only when len bytes
  * came, or at the end of the stream). RECV event: bytes received (0: end of stream),
  * MSG_TRUNC in exs_evt_flags for a SOCK_SEQPACKET message longer than len (the rest is
- * dropped). Receives complete in the order they were posted. */
+ * dropped). Receives complete in the order they were posted.
+ * len 0 (buf may then be NULL and mh EXS_MHANDLE_INVALID; exs_recvmsg over empty iovecs
+ * alike): SOCK_SEQPACKET takes the next message whole and places nothing: 0 with
+ * MSG_TRUNC (an empty message: 0 without it), as recvmsg(2) does, and the next receive
+ * gets the next message; SOCK_STREAM completes at once with 0. [Courier: over Courier it
+ * is advertised as 0 bytes of a registration of the library's own, which no handle of
+ * the caller's names] */
 int exs_recv(int fd, void *buf, size_t len, int flags, exs_qhandle_t qh,
              exs_ahandle_t ahandle, exs_mhandle_t mh);
 

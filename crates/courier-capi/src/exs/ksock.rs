@@ -520,9 +520,11 @@ pub(crate) fn run(l: &Lib, st: &mut State, fd: RawFd, ready: u32) -> usize {
                 }
                 rv.done += r as usize;
                 // 0 is the end of the stream; on SEQPACKET it may be an empty message too
-                // (each later receive then sees 0 again at the end).
+                // (each later receive then sees 0 again at the end), or a message taken
+                // by a zero-length receive (MSG_TRUNC: never the end).
                 let eof = r == 0 && left > 0 && !k.seqpacket;
-                if r == 0 && (eof || (k.seqpacket && at_end(fd))) {
+                let taken = flags & libc::MSG_TRUNC != 0;
+                if r == 0 && !taken && (eof || (k.seqpacket && at_end(fd))) {
                     flags |= super::abi::EXS_MSG_EOF;
                 }
                 if !rv.waitall || rv.done == rv.op.len || eof || k.seqpacket {

@@ -241,6 +241,10 @@ fn complete_front(st: &mut State, c: &mut Conn, result: usize, flags: i32) {
 }
 
 fn copy_into(op: &Op, at: usize, data: &[u8]) {
+    if data.is_empty() {
+        // A zero-length receive may have no buffer at all (NULL).
+        return;
+    }
     // SAFETY: `[op.buf, op.buf + op.len)` was checked against its registration when the
     // receive was posted and stays the caller's until its event; `at + data.len() <= len`.
     unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), (op.buf + at) as *mut u8, data.len()) };
@@ -431,7 +435,15 @@ fn advertise(st: &mut State, c: &mut Conn) -> XResult<()> {
         let Some(slot) = c.rx.slots.iter().position(|u| !u) else {
             break;
         };
-        let mh = c.rx.recvs[i].op.mh;
+        let r = &c.rx.recvs[i];
+        let room = r.op.len - r.got;
+        // A zero-length receive (SEQPACKET: it takes a message whole and places nothing)
+        // may hold no registration, nor a buffer: it advertises 0 bytes of ours.
+        let (mh, addr) = if room == 0 {
+            st.zero_mem(&super::lib()?.ctx)?
+        } else {
+            (r.op.mh, r.op.buf + r.got)
+        };
         let Some(key) = ensure_key(st, c, mh)? else {
             break;
         };
@@ -440,8 +452,8 @@ fn advertise(st: &mut State, c: &mut Conn) -> XResult<()> {
             slot: slot as u16,
             key,
             flags: if r.waitall { wire::A_WAITALL } else { 0 },
-            addr: (r.op.buf + r.got) as u64,
-            len: (r.op.len - r.got) as u64,
+            addr: addr as u64,
+            len: room as u64,
             tag: match c.ty {
                 SockType::Seqpacket => r.msgno,
                 SockType::Stream => c.rx.eager_seen,
@@ -484,8 +496,7 @@ fn ensure_key(st: &mut State, c: &mut Conn, mh: u64) -> XResult<Option<u16>> {
     });
     let Some(i) = free else { return Ok(None) };
     let m = st
-        .mems
-        .get(&mh)
+        .key_mem(mh)
         .ok_or_else(|| fail(libc::EINVAL, format!("registration {mh} is gone")))?;
     let key = m.mem.pack_rkey()?;
     c.rx.keys[i] = Some((mh, 0));
@@ -558,6 +569,14 @@ pub(crate) fn post_recv(
     msg: Option<Box<MsgRecv>>,
 ) -> XResult<()> {
     if let Err(e) = c.usable(false) {
+        refuse_recv(st, op, msg);
+        return Err(e);
+    }
+    if c.ty == SockType::Seqpacket
+        && op.len == 0
+        && let Err(e) = super::lib().and_then(|l| st.zero_mem(&l.ctx).map(|_| ()))
+    {
+        // Made now, so that a failure is this call's, not the connection's.
         refuse_recv(st, op, msg);
         return Err(e);
     }

@@ -138,6 +138,9 @@ pub(crate) struct State {
     pub lib_opts: LibOpts,
     /// Bytes of `exs_recvmsg` staging buffers in use.
     pub staging: usize,
+    /// Our registration behind zero-length SEQPACKET receives (`State::zero_mem`): its
+    /// handle (taken from `next_mh`, so never the caller's) and a few bytes of ours.
+    pub zero_reg: Option<(u64, Mem)>,
 }
 
 #[derive(Clone, Copy, Default)]
@@ -152,6 +155,8 @@ pub(crate) enum Target {
     Kernel,
 }
 
+/// Bytes of the registration behind zero-length receives (none is ever written).
+const ZERO_MEM_LEN: usize = 64;
 /// Largest backlog.
 const BACKLOG_MAX: usize = 4096;
 /// Most EXS sockets at once.
@@ -300,6 +305,33 @@ impl State {
         m.covers(mh, buf, len)?;
         m.busy += 1;
         Ok(())
+    }
+
+    /// Registration `mh` as an advertisement's key: the caller's, a staging buffer, or
+    /// ours for zero-length receives (which `mems` does not hold: the caller can neither
+    /// use nor deregister it).
+    pub fn key_mem(&self, mh: u64) -> Option<&Mem> {
+        match &self.zero_reg {
+            Some((z, m)) if *z == mh => Some(m),
+            _ => self.mems.get(&mh),
+        }
+    }
+
+    /// The registration a zero-length SEQPACKET receive advertises, which may hold none
+    /// of its own (`exs_recv(fd, NULL, 0, ..., EXS_MHANDLE_INVALID)`, or `exs_recvmsg`
+    /// over empty iovecs): its handle and address. Made on the first such receive, kept
+    /// for the life of the library; the peer writes no byte into it (the advertisement
+    /// is of 0 bytes), only the signal word says that a message was taken.
+    pub fn zero_mem(&mut self, ctx: &courier_core::Context) -> XResult<(u64, usize)> {
+        if let Some((mh, m)) = &self.zero_reg {
+            return Ok((*mh, m.addr));
+        }
+        let m = Mem::allocate(ctx, ZERO_MEM_LEN)?;
+        self.next_mh += 1;
+        let mh = self.next_mh;
+        let addr = m.addr;
+        self.zero_reg = Some((mh, m));
+        Ok((mh, addr))
     }
 
     /// Post an operation's event (and release what it held).

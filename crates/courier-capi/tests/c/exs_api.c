@@ -229,6 +229,47 @@ static void connected(void)
     XFAILS(exs_recv(c, buf, 8, MSG_PEEK, q, NULL, mh), EOPNOTSUPP);
     XFAILS(exs_send(c, buf, 8, MSG_OOB, q, NULL, mh), EOPNOTSUPP);
 
+    /* A zero-length receive with no registration advertises one of the library's own,
+     * made now, its handle taken between two of ours: we can neither deregister nor use
+     * that one, and it goes on working. */
+    exs_mhandle_t before = exs_mregister(buf, 16, 0);
+    XCHECK(exs_recv(s, NULL, 0, 0, q, (void *)40, EXS_MHANDLE_INVALID));
+    exs_mhandle_t after = exs_mregister(buf, 16, 0);
+    EXPECT(before != EXS_MHANDLE_INVALID && after > before + 1);
+    for (exs_mhandle_t h = before + 1; h < after; h++) {
+        XFAILS(exs_mderegister(h), EINVAL);
+        XFAILS(exs_send(c, buf, 1, 0, q, NULL, h), EINVAL);
+        XFAILS(exs_recv(s, buf, 1, 0, q, NULL, h), EINVAL);
+    }
+    XCHECK(exs_mderegister(before));
+    XCHECK(exs_mderegister(after));
+    for (int i = 0; i < 2; i++) { /* a small message (eager), then a big one (direct) */
+        size_t n = i ? 30000 : 30;
+        if (i)
+            XCHECK(exs_recv(s, NULL, 0, 0, q, (void *)40, EXS_MHANDLE_INVALID));
+        XCHECK(exs_send(c, buf + 100, n, 0, q, (void *)41, mh));
+        for (int seen = 0; seen != 3;) {
+            exs_event_t x = next_event(q);
+            if (x.exs_evt_ahandle == (void *)41) {
+                EXPECT(x.exs_evt_type == EXS_EVT_SEND && (size_t)x.exs_evt_result == n);
+                seen |= 1;
+            } else {
+                EXPECT(x.exs_evt_type == EXS_EVT_RECV && x.exs_evt_ahandle == (void *)40);
+                EXPECT(x.exs_evt_result == 0 && x.exs_evt_flags == MSG_TRUNC);
+                seen |= 2;
+            }
+        }
+    }
+    fill(buf + 100, 50, 8);
+    XCHECK(exs_recv(s, buf + 40000, 100, 0, q, (void *)42, mh));
+    XCHECK(exs_send(c, buf + 100, 50, 0, q, (void *)43, mh));
+    for (int seen = 0; seen != 3;) {
+        exs_event_t x = next_event(q);
+        EXPECT(x.exs_evt_result == 50);
+        seen |= x.exs_evt_ahandle == (void *)43 ? 1 : 2;
+    }
+    EXPECT(verify(buf + 40000, 50, 8));
+
     /* A queue of depth 2: two receives hold both slots; a third is EAGAIN. */
     exs_qhandle_t small = exs_qcreate(2);
     XCHECK(exs_recv(s, buf, 100, 0, small, (void *)10, mh));

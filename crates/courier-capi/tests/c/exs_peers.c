@@ -359,6 +359,50 @@ static void await_byte(int fd, char want)
     EXPECT(c == want);
 }
 
+/* The child of a case ordered by the pipes: its ends of them, its own library and queue
+ * (*cq), and its connection to the listener at addr, of sh_kind and sock_type. */
+static int paired_connect(exs_qhandle_t *cq)
+{
+    watchdog(120);
+    close(c2p[0]); /* so that a parent gone is an end of file here */
+    close(p2c[1]);
+    *cq = child_init();
+    int fd = client_socket(sh_kind, sock_type, &addr);
+    XCHECK(exs_connect(fd, (struct sockaddr *)&addr, addrlen, *cq, NULL));
+    expect_event(*cq, EXS_EVT_CONNECT, NULL);
+    return fd;
+}
+
+/* The parent's end: the connection closed, the child's success, the listener, the
+ * registration and the pipes gone. */
+static void paired_end(int fd, int lfd, pid_t child, exs_mhandle_t mh)
+{
+    XCHECK(exs_close(fd, q, (void *)8));
+    expect_event(q, EXS_EVT_CLOSE, (void *)8);
+    EXPECT(child_status(child) == 0);
+    XCHECK(exs_close(lfd, EXS_QHANDLE_INVALID, NULL));
+    XCHECK(exs_mderegister(mh));
+    close(c2p[0]);
+    close(p2c[1]);
+}
+
+/* The parent's side: the pipes, a listener (*lfd), the child `fn` started (*child), and
+ * its connection accepted, over the transport expected. */
+static int paired_accept(enum sock_kind kind, int type, int (*fn)(void *), pid_t *child, int *lfd)
+{
+    sh_kind = kind;
+    sock_type = type;
+    EXPECT(pipe(c2p) == 0 && pipe(p2c) == 0);
+    *lfd = listen_socket(kind, type, &addr, &addrlen);
+    *child = spawn(fn, NULL);
+    close(c2p[1]);
+    close(p2c[0]);
+    int fd = accept_one(*lfd);
+    char t[16];
+    EXPECT(strcmp(transport_of(fd, t, sizeof(t)), expected_transport(kind)) == 0);
+    return fd;
+}
+
 /* Sizes of the three sends made before SHUT_WR: one eager, one too big for that (it
  * waits for the receiver's advertisement, posted only after the shutdown), one inline. */
 static size_t sh_size(int i)
@@ -370,13 +414,8 @@ static size_t sh_size(int i)
 static int shut_child(void *arg)
 {
     (void)arg;
-    watchdog(120);
-    close(c2p[0]); /* so that a parent gone is an end of file here */
-    close(p2c[1]);
-    exs_qhandle_t cq = child_init();
-    int fd = client_socket(sh_kind, sock_type, &addr);
-    XCHECK(exs_connect(fd, (struct sockaddr *)&addr, addrlen, cq, NULL));
-    expect_event(cq, EXS_EVT_CONNECT, NULL);
+    exs_qhandle_t cq;
+    int fd = paired_connect(&cq);
     static unsigned char b[300000];
     exs_mhandle_t mh = exs_mregister(b, sizeof(b), 0);
     size_t off = 0;
@@ -416,16 +455,8 @@ static int shut_child(void *arg)
 
 static void shutdown_case(enum sock_kind kind, int type)
 {
-    sh_kind = kind;
-    sock_type = type;
-    EXPECT(pipe(c2p) == 0 && pipe(p2c) == 0);
-    int lfd = listen_socket(kind, type, &addr, &addrlen);
-    pid_t child = spawn(shut_child, NULL);
-    close(c2p[1]);
-    close(p2c[0]);
-    int fd = accept_one(lfd);
-    char t[16];
-    EXPECT(strcmp(transport_of(fd, t, sizeof(t)), expected_transport(kind)) == 0);
+    pid_t child;
+    int lfd, fd = paired_accept(kind, type, shut_child, &child, &lfd);
     static unsigned char b[800000];
     exs_mhandle_t mh = exs_mregister(b, sizeof(b), 0);
     /* Receives posted only once the peer has shut its writing side down. */
@@ -480,13 +511,7 @@ static void shutdown_case(enum sock_kind kind, int type)
     if (kind == OVER_COURIER) /* (Linux takes SHUT_WR on a listening TCP socket) */
         XFAILS(exs_shutdown(lfd, SHUT_WR), ENOTCONN);
     tell(p2c[1], 'c');
-    XCHECK(exs_close(fd, q, (void *)8));
-    expect_event(q, EXS_EVT_CLOSE, (void *)8);
-    EXPECT(child_status(child) == 0);
-    XCHECK(exs_close(lfd, EXS_QHANDLE_INVALID, NULL));
-    XCHECK(exs_mderegister(mh));
-    close(c2p[0]);
-    close(p2c[1]);
+    paired_end(fd, lfd, child, mh);
     printf("exs_peers: shutdown %s (%s): OK\n", type == SOCK_STREAM ? "stream" : "seqpacket", kind_name(kind));
 }
 
@@ -539,13 +564,8 @@ static const size_t (*snd_sizes(void))[7] { return sh_kind == OVER_COURIER ? snd
 static int msg_child(void *arg)
 {
     (void)arg;
-    watchdog(120);
-    close(c2p[0]); /* so that a parent gone is an end of file here */
-    close(p2c[1]);
-    exs_qhandle_t cq = child_init();
-    int fd = client_socket(sh_kind, sock_type, &addr);
-    XCHECK(exs_connect(fd, (struct sockaddr *)&addr, addrlen, cq, NULL));
-    expect_event(cq, EXS_EVT_CONNECT, NULL);
+    exs_qhandle_t cq;
+    int fd = paired_connect(&cq);
     static unsigned char b[1 << 20];
     exs_mhandle_t mh = exs_mregister(b, sizeof(b), 0);
     static struct iovec iov[NM][8];
@@ -582,16 +602,8 @@ static int msg_child(void *arg)
 
 static void msg_case(enum sock_kind kind, int type)
 {
-    sh_kind = kind;
-    sock_type = type;
-    EXPECT(pipe(c2p) == 0 && pipe(p2c) == 0);
-    int lfd = listen_socket(kind, type, &addr, &addrlen);
-    pid_t child = spawn(msg_child, NULL);
-    close(c2p[1]);
-    close(p2c[0]);
-    int fd = accept_one(lfd);
-    char t[16];
-    EXPECT(strcmp(transport_of(fd, t, sizeof(t)), expected_transport(kind)) == 0);
+    pid_t child;
+    int lfd, fd = paired_accept(kind, type, msg_child, &child, &lfd);
     static unsigned char b[1 << 20];
     exs_mhandle_t mh = exs_mregister(b, sizeof(b), 0);
     static struct iovec iov[NM][8];
@@ -639,14 +651,103 @@ static void msg_case(enum sock_kind kind, int type)
     XCHECK(exs_recvmsg(fd, &end, 0, q, (void *)9, mh));
     exs_event_t e = expect_event(q, EXS_EVT_RECVMSG, (void *)9);
     EXPECT(e.exs_evt_result == 0 && (e.exs_evt_flags & EXS_MSG_EOF) && (end.msg_flags & EXS_MSG_EOF));
-    XCHECK(exs_close(fd, q, (void *)8));
-    expect_event(q, EXS_EVT_CLOSE, (void *)8);
-    EXPECT(child_status(child) == 0);
-    XCHECK(exs_close(lfd, EXS_QHANDLE_INVALID, NULL));
-    XCHECK(exs_mderegister(mh));
-    close(c2p[0]);
-    close(p2c[1]);
+    paired_end(fd, lfd, child, mh);
     printf("exs_peers: sendmsg/recvmsg %s (%s): OK\n", type == SOCK_STREAM ? "stream" : "seqpacket", kind_name(kind));
+}
+
+/* ----- zero-length SEQPACKET receives --------------------------------------------------------- */
+
+/* A zero-length receive with no buffer and no registration (exs_recv(fd, NULL, 0, ...,
+ * EXS_MHANDLE_INVALID), or exs_recvmsg over empty iovecs) takes the next message whole,
+ * places nothing, and completes with 0 and MSG_TRUNC, as recvmsg(2) on a SEQPACKET socket
+ * does; the connection goes on. Messages 0-3 are taken by zero-length receives, big ones
+ * (over Courier: placed directly, into an advertisement of 0 bytes) and small ones
+ * (eager); message 4 arrives whole in an ordinary receive; message 5, sent right before
+ * the sender closes, is taken by one more (not the end), and then the end. */
+#define NZ 5
+static size_t zero_size(int i)
+{
+    static const size_t courier[NZ] = {100000, 100, 7, 200000, 50000}, kernel[NZ] = {40000, 100, 7, 30000, 20000};
+    return sh_kind == OVER_COURIER ? courier[i] : kernel[i];
+}
+
+static int zero_child(void *arg)
+{
+    (void)arg;
+    exs_qhandle_t cq;
+    int fd = paired_connect(&cq);
+    static unsigned char b[NZ * 200000];
+    exs_mhandle_t mh = exs_mregister(b, sizeof(b), 0);
+    await_byte(p2c[0], 'g'); /* every receive is posted (over Courier: advertised) */
+    for (int i = 0; i < NZ; i++) {
+        unsigned char *at = b + (size_t)i * 200000;
+        fill(at, zero_size(i), 500u + (unsigned)i);
+        XCHECK(exs_send(fd, at, zero_size(i), 0, cq, (void *)(uintptr_t)(i + 1), mh));
+    }
+    for (int i = 0; i < NZ; i++) {
+        exs_event_t e = next_event(cq);
+        int k = (int)(uintptr_t)e.exs_evt_ahandle - 1;
+        EXPECT(e.exs_evt_type == EXS_EVT_SEND && k >= 0 && k < NZ && (size_t)e.exs_evt_result == zero_size(k));
+    }
+    /* A last small message, then the end: the receiver takes the message only after. */
+    await_byte(p2c[0], 'c');
+    fill(b, 10, 505u);
+    XCHECK(exs_send(fd, b, 10, 0, cq, (void *)9, mh));
+    EXPECT(expect_event(cq, EXS_EVT_SEND, (void *)9).exs_evt_result == 10);
+    XCHECK(exs_close(fd, cq, NULL));
+    expect_event(cq, EXS_EVT_CLOSE, NULL);
+    tell(c2p[1], 'x');
+    return 0;
+}
+
+static void zero_case(enum sock_kind kind)
+{
+    pid_t child;
+    int lfd, fd = paired_accept(kind, SOCK_SEQPACKET, zero_child, &child, &lfd);
+    static unsigned char b[300000];
+    exs_mhandle_t mh = exs_mregister(b, sizeof(b), 0);
+    /* Empty iovecs: none at all, one NULL, two of which one points into b. */
+    static unsigned char spare[4];
+    struct iovec none_iov[2] = {{NULL, 0}, {spare, 0}};
+    struct msghdr m1 = {.msg_iov = NULL, .msg_iovlen = 0, .msg_flags = -1};
+    struct msghdr m3 = {.msg_iov = none_iov, .msg_iovlen = 2, .msg_flags = -1};
+    XCHECK(exs_recv(fd, NULL, 0, 0, q, (void *)1, EXS_MHANDLE_INVALID));
+    XCHECK(exs_recvmsg(fd, &m1, 0, q, (void *)2, EXS_MHANDLE_INVALID));
+    XCHECK(exs_recv(fd, NULL, 0, 0, q, (void *)3, EXS_MHANDLE_INVALID));
+    XCHECK(exs_recvmsg(fd, &m3, 0, q, (void *)4, EXS_MHANDLE_INVALID));
+    memset(b, 0xee, sizeof(b));
+    XCHECK(exs_recv(fd, b, sizeof(b), 0, q, (void *)5, mh));
+    tell(p2c[1], 'g');
+    for (int k = 0; k < 4; k++) {
+        exs_event_t e = expect_event(q, k % 2 ? EXS_EVT_RECVMSG : EXS_EVT_RECV, (void *)(uintptr_t)(k + 1));
+        if (e.exs_evt_result != 0 || !(e.exs_evt_flags & MSG_TRUNC) || (e.exs_evt_flags & EXS_MSG_EOF))
+            fprintf(stderr, "zero-length receive %d: result %zd flags %#x\n", k, e.exs_evt_result, e.exs_evt_flags);
+        EXPECT(e.exs_evt_result == 0 && e.exs_evt_len == 0);
+        EXPECT((e.exs_evt_flags & MSG_TRUNC) && !(e.exs_evt_flags & EXS_MSG_EOF));
+        if (k % 2) {
+            struct msghdr *m = k == 1 ? &m1 : &m3;
+            EXPECT(e.exs_evt_buf == m && (m->msg_flags & MSG_TRUNC) && !(m->msg_flags & EXS_MSG_EOF));
+        }
+    }
+    EXPECT(spare[0] == 0 && spare[3] == 0); /* nothing placed */
+    /* The next message arrives whole, and nothing else (a message lost or taken twice
+     * would show here). */
+    exs_event_t e = expect_event(q, EXS_EVT_RECV, (void *)5);
+    EXPECT((size_t)e.exs_evt_result == zero_size(4) && !(e.exs_evt_flags & (MSG_TRUNC | EXS_MSG_EOF)));
+    EXPECT(verify(b, zero_size(4), 504u));
+    EXPECT(b[zero_size(4)] == 0xee);
+    /* The sender sends one more and closes: a zero-length receive takes that message
+     * (which is not the end, though nothing follows it), the next one sees the end. */
+    tell(p2c[1], 'c');
+    await_byte(c2p[0], 'x');
+    XCHECK(exs_recv(fd, NULL, 0, 0, q, (void *)6, EXS_MHANDLE_INVALID));
+    e = expect_event(q, EXS_EVT_RECV, (void *)6);
+    EXPECT(e.exs_evt_result == 0 && (e.exs_evt_flags & MSG_TRUNC) && !(e.exs_evt_flags & EXS_MSG_EOF));
+    XCHECK(exs_recv(fd, NULL, 0, 0, q, (void *)7, EXS_MHANDLE_INVALID));
+    e = expect_event(q, EXS_EVT_RECV, (void *)7);
+    EXPECT(e.exs_evt_result == 0 && (e.exs_evt_flags & EXS_MSG_EOF) && !(e.exs_evt_flags & MSG_TRUNC));
+    paired_end(fd, lfd, child, mh);
+    printf("exs_peers: zero-length seqpacket receives (%s): OK\n", kind_name(kind));
 }
 
 /* ----- a hostile peer ---------------------------------------------------------------------- */
@@ -834,6 +935,7 @@ int main(void)
         shutdown_case(k ? OVER_KERNEL : OVER_COURIER, SOCK_SEQPACKET);
         msg_case(k ? OVER_KERNEL : OVER_COURIER, SOCK_STREAM);
         msg_case(k ? OVER_KERNEL : OVER_COURIER, SOCK_SEQPACKET);
+        zero_case(k ? OVER_KERNEL : OVER_COURIER);
     }
     hostile_peer();
     XCHECK(exs_qdelete(q));
