@@ -16,6 +16,7 @@
 //! order, so every member computes the same bits.
 
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use courier::{Buf, Callback, Cmp, SignalOp, Started};
 
@@ -149,7 +150,13 @@ fn take(w: &World, call: &'static str, from: usize) {
         t[from] += 1;
         t[from]
     };
-    if let Err(e) = w.heap.mem.signal_wait_until(
+    if w.wait.oversubscribed {
+        // The library's wait, which yields at every round when PEs outnumber CPUs.
+        // SAFETY: the counter lies in the heap's internal area, 8-byte aligned, and lives
+        // as long as the heap.
+        let word = unsafe { AtomicU64::from_ptr((w.heap.base + from * 8) as *mut u64) };
+        crate::wait::block_until(w, || word.load(Ordering::Acquire) >= want);
+    } else if let Err(e) = w.heap.mem.signal_wait_until(
         &w.worker,
         w.heap.mem_offset(from * 8),
         Cmp::Ge,

@@ -37,6 +37,10 @@ pub struct WaitCfg {
     pub spin: Duration,
     /// The longest sleep before looking again (a word written by a plain put wakes no one).
     pub nap: Duration,
+    /// This host's PEs outnumber the CPUs they may run on (`cpus`): the PE a wait waits
+    /// for is likely waiting for a CPU, so waits give theirs away at every round, as Open
+    /// MPI's do when oversubscribed; else only now and then.
+    pub oversubscribed: bool,
 }
 
 /// Everything a PE has after `shmem_init`.
@@ -161,7 +165,13 @@ fn wait_cfg(ctx: &Context) -> Result<WaitCfg, String> {
         Err(_) => Duration::from_micros(50),
     };
     let nap = ctx.config().signal_nap.min(Duration::from_millis(1));
-    Ok(WaitCfg { sleep, spin, nap })
+    Ok(WaitCfg {
+        sleep,
+        spin,
+        nap,
+        // Known once the PEs' hosts and CPUs are (`init`).
+        oversubscribed: false,
+    })
 }
 
 /// The size of the heap's internal area (pairwise sync counters and scratch, then the
@@ -252,7 +262,7 @@ fn setup(requested: i32) -> Result<World, String> {
             .name(&format!("shmem-pe{me}")),
     )
     .map_err(|e| format!("creating the Courier context: {e}"))?;
-    let wait = wait_cfg(&ctx)?;
+    let mut wait = wait_cfg(&ctx)?;
     // Before any thread of ours exists: moving the data segment loses concurrent stores.
     let data = symmetric::share_data(&ctx);
     let internal = internal_len(npes);
@@ -281,6 +291,7 @@ fn setup(requested: i32) -> Result<World, String> {
     rt.attach(&worker)?;
     let blob = symmetric::publish(&heap, data.as_ref())?;
     rt.put("shmem-seg", &blob)?;
+    rt.put("shmem-cpus", &crate::cpus::mine())?;
     rt.exchange().map_err(|e| format!("exchanging keys: {e}"))?;
     let mut hosts = Vec::with_capacity(npes);
     for pe in 0..npes {
@@ -291,6 +302,22 @@ fn setup(requested: i32) -> Result<World, String> {
                 .host,
         );
     }
+    let local: Vec<usize> = (0..npes).filter(|&p| hosts[p] == hosts[me]).collect();
+    let sets = local
+        .iter()
+        .map(|&p| rt.get(p, "shmem-cpus").map(|s| (p, s)))
+        .collect::<Result<Vec<_>, _>>()?;
+    let cpus = crate::cpus::union_count(sets.iter().map(|(p, s)| (*p, &s[..])))?;
+    wait.oversubscribed = local.len() > cpus;
+    debug(format_args!(
+        "{} PEs on this host, {cpus} CPUs among them: waits yield {}",
+        local.len(),
+        if wait.oversubscribed {
+            "at every round"
+        } else {
+            "now and then"
+        }
+    ));
     let shm = ctx.config().tls.allows("shm");
     debug(format_args!(
         "heap [{:#x}, +{size}), data {:?}, {npes} PEs, shm {shm}",

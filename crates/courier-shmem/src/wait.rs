@@ -2,9 +2,11 @@
 //! `_all`/`_any`/`_some` and vector forms, `test` and its family.
 //!
 //! A wait looks at the words, progresses the worker (operations from peers over tcp land
-//! only then), and after `SHMEM_WAIT_SPIN` sleeps on the worker's event fd, so that a job
-//! of more PEs than cores still moves: a frame from a peer wakes it at once, a store made
-//! directly by a same-host peer is seen at the next look (at most 1 ms later).
+//! only then), yields the CPU now and then (at every round when this host's PEs outnumber
+//! their CPUs: `init::WaitCfg`), and after `SHMEM_WAIT_SPIN` sleeps on the worker's event
+//! fd, so that a job of more PEs than cores still moves: a frame from a peer wakes it at
+//! once, a store made directly by a same-host peer is seen at the next look (at most 1 ms
+//! later).
 
 use std::sync::atomic::{
     AtomicI16, AtomicI32, AtomicI64, AtomicIsize, AtomicU16, AtomicU32, AtomicU64, AtomicUsize,
@@ -102,7 +104,8 @@ pub fn block_until(w: &World, mut done: impl FnMut() -> bool) {
             continue;
         }
         rounds = rounds.wrapping_add(1);
-        if !rounds.is_multiple_of(32) {
+        // Oversubscribed, the PE this waits for is likely waiting for a CPU (see WaitCfg).
+        if !w.wait.oversubscribed && !rounds.is_multiple_of(32) {
             continue;
         }
         if start.elapsed() < w.wait.spin || !w.wait.sleep {
