@@ -392,21 +392,52 @@ pub fn reduce(
     check_sym(w, call, "dest", dest, len);
     check_sym(w, call, "source", src, len);
     sync(w, call, m);
-    let mut acc = vec![0u8; len];
-    let mut tmp = vec![0u8; len];
-    for (j, &pe) in m.pes.iter().enumerate() {
-        let into = if j == 0 {
-            acc.as_mut_ptr()
-        } else {
-            tmp.as_mut_ptr()
-        };
-        pull(w, call, into, src, len, pe);
-        if j > 0 {
-            // SAFETY: both buffers hold `count` elements.
-            unsafe { op(acc.as_mut_ptr(), tmp.as_ptr(), count) };
+    SCRATCH.with(|scratch| {
+        // Kept from call to call: a fresh buffer each time costs its page faults.
+        let mut scratch = scratch.borrow_mut();
+        if scratch.len() < 2 * len {
+            scratch.resize(2 * len, 0);
         }
-    }
-    sync(w, call, m);
-    // SAFETY: `dest` checked for `len` bytes.
-    unsafe { std::ptr::copy_nonoverlapping(acc.as_ptr(), dest, len) };
+        let (acc, tmp) = scratch.split_at_mut(len);
+        for (j, &pe) in m.pes.iter().enumerate() {
+            if len == 0 {
+                break;
+            }
+            // A same-host peer's source is combined where it lies; another's is fetched.
+            let x = match rma::target(w, call, "source", src as usize, len, pe) {
+                Where::Here(p) => p as *const u8,
+                Where::Remote { .. } => {
+                    let into = if j == 0 { &mut *acc } else { &mut *tmp };
+                    rma::get(
+                        call,
+                        &DEFAULT,
+                        into.as_mut_ptr(),
+                        src,
+                        len,
+                        pe as i32,
+                        false,
+                    );
+                    into.as_ptr()
+                }
+            };
+            if j == 0 {
+                if x != acc.as_ptr() {
+                    // SAFETY: `x` is `len` readable bytes (a checked range or `acc`).
+                    unsafe { std::ptr::copy(x, acc.as_mut_ptr(), len) };
+                }
+            } else {
+                // SAFETY: `acc` holds `count` elements and `x` `len` = `count` × `size`
+                // bytes (a checked range of the peer's source, or `tmp`).
+                unsafe { op(acc.as_mut_ptr(), x, count) };
+            }
+        }
+        sync(w, call, m);
+        // SAFETY: `dest` checked for `len` bytes; `acc` is ours.
+        unsafe { std::ptr::copy_nonoverlapping(acc.as_ptr(), dest, len) };
+    });
+}
+
+thread_local! {
+    /// `reduce`'s accumulator and the buffer a remote peer's source is fetched into.
+    static SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
 }
