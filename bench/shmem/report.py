@@ -70,8 +70,10 @@ def main(raw_path, results_path):
                "but 0 fetch-adds PE 0's counter: total Mops/s); collectives use the active-set forms both have. "
                "Latency in us (lower is better), bandwidth MB/s and rates Mops/s (higher is better). "
                f"{os.cpu_count()} CPUs; load average {load_start} at the start, "
-               f"{' '.join(open('/proc/loadavg').read().split()[:3])} at the end (waits that yield the CPU, "
-               "as Courier's do, pay for other work on the machine; OSHMEM's spin).")
+               f"{' '.join(open('/proc/loadavg').read().split()[:3])} at the end. Both launchers bind each PE to a CPU "
+               "of its own while the PEs do not outnumber the CPUs (mpirun's default, and `oshrun`'s "
+               "`--cpu-bind auto`); with more PEs than CPUs neither binds, and Courier's waits then give "
+               "the CPU away at every round.")
     out.append("")
     out.append(f"OSHMEM crashed at exit (segmentation fault in `shmem_finalize`) in {crashes['oshmem']} of "
                f"{runs['oshmem']} runs; the numbers it printed before are kept. Courier: {crashes['courier']} "
