@@ -266,9 +266,9 @@ fn map_query_copy_and_refusals() {
         )
         .unwrap();
     assert_eq!(sub.query().memory_type, MemoryType::Cuda);
-    // SAFETY: inside a live allocation of the test that outlives the region, or an address mem_map
-    // refuses (the test checks), so no region is made of it.
     let found = c
+        // SAFETY: inside a live allocation of the test that outlives the region, or an address
+        // mem_map refuses (the test checks), so no region is made of it.
         .mem_map(unsafe { MemMapParams::register(m.as_ptr(), 64) })
         .unwrap();
     assert_eq!(found.query().memory_type, MemoryType::Cuda);
@@ -284,9 +284,9 @@ fn map_query_copy_and_refusals() {
     assert_eq!(e.status(), Status::OutOfRange, "{e}");
     let mut host = vec![0u8; 64];
     let e = c
-        // SAFETY: inside a live allocation of the test that outlives the region, or an address
-        // mem_map refuses (the test checks), so no region is made of it.
         .mem_map(
+            // SAFETY: inside a live allocation of the test that outlives the region, or an address
+            // mem_map refuses (the test checks), so no region is made of it.
             unsafe { MemMapParams::register(host.as_mut_ptr(), 64) }.memory_type(MemoryType::Cuda),
         )
         .err()

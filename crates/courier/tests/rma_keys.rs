@@ -190,9 +190,9 @@ fn child_partial(ep: &Endpoint, raw: &[Vec<u8>], liar: bool) {
             .err()
             .expect("refused before sending");
         assert_eq!(e.status(), Status::AccessDenied, "{e}");
-        // SAFETY: the request is waited for, or dropped (which waits), before its buffer is used
-        // again or goes; it is never forgotten.
         let e =
+            // SAFETY: the request is waited for, or dropped (which waits), before its buffer is
+            // used again or goes; it is never forgotten.
             unsafe { ep.put_signal_nb(&over[..len], base, &r, sbase + 64, &sig, 1, SignalOp::Set) }
                 .err()
                 .expect("refused before sending");

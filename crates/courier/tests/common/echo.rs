@@ -107,9 +107,9 @@ pub fn run_echo() -> i32 {
             &mut owned[..]
         }
     };
-    // SAFETY: as above, for the second region (active-message data, one at a time).
     let am_buf: Option<&mut [u8]> = regions
         .as_ref()
+        // SAFETY: as above, for the second region (active-message data, one at a time).
         .map(|(_, r)| unsafe { std::slice::from_raw_parts_mut(r.as_ptr(), BUF_LEN) });
     let mut am_buf = am_buf;
     let mut sbuf = vec![0u8; 1 << 20];
@@ -196,10 +196,11 @@ pub fn run_echo() -> i32 {
         let ep = eps.lock().unwrap().get(&(info.tag >> 32)).cloned();
         match ep {
             Some(ep) => {
-                // SAFETY: the request is waited for, or dropped (which waits), before its buffer is
-                // used again or goes; it is never forgotten.
                 if let Err(e) =
-                    unsafe { ep.tag_send_nb(&buf[..info.length], info.tag) }.and_then(|r| r.wait())
+                    // SAFETY: the request is waited for, or dropped (which waits), before its
+                    // buffer is used again or goes; it is never forgotten.
+                    unsafe { ep.tag_send_nb(&buf[..info.length], info.tag) }
+                        .and_then(|r| r.wait())
                 {
                     eprintln!("echo: send back failed: {e}");
                 }
