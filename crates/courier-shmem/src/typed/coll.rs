@@ -130,72 +130,75 @@ macro_rules! coll_team {
 macro_rules! coll_active {
     ($m:ident, $bits:literal, $ty:ty) => {
         pub mod $m {
-            export_one!(
-                broadcast, ["shmem_broadcast", $bits],
+            coll_active!(
+                @active broadcast, ["shmem_broadcast", $bits],
                 (
                     dest: *mut std::ffi::c_void,
                     src: *const std::ffi::c_void,
                     nelems: usize,
                     pe_root: i32,
-                    pe_start: i32,
-                    log_pe_stride: i32,
-                    pe_size: i32,
-                    psync: *mut std::ffi::c_long,
                 ),
-                |c| {
-                    let _ = (c, psync);
-                    active_call!(pe_start, log_pe_stride, pe_size, w, m, crate::coll::broadcast(
-                        w,
-                        N,
-                        &m,
-                        dest.cast(),
-                        src.cast(),
-                        crate::typed::bytes(N, nelems, size_of::<$ty>()),
-                        pe_root,
-                        false,
-                    ))
-                }
+                |w, m| crate::coll::broadcast(
+                    w,
+                    N,
+                    &m,
+                    dest.cast(),
+                    src.cast(),
+                    crate::typed::bytes(N, nelems, size_of::<$ty>()),
+                    pe_root,
+                    false,
+                )
             );
             coll_active!(@gather collect, ["shmem_collect", $bits], $ty);
             coll_active!(@gather fcollect, ["shmem_fcollect", $bits], $ty);
             coll_active!(@gather alltoall, ["shmem_alltoall", $bits], $ty);
-            export_one!(
-                alltoalls, ["shmem_alltoalls", $bits],
+            coll_active!(
+                @active alltoalls, ["shmem_alltoalls", $bits],
                 (
                     dest: *mut std::ffi::c_void,
                     src: *const std::ffi::c_void,
                     dst: isize,
                     sst: isize,
                     nelems: usize,
-                    pe_start: i32,
-                    log_pe_stride: i32,
-                    pe_size: i32,
-                    psync: *mut std::ffi::c_long,
                 ),
-                |c| {
-                    let _ = (c, psync);
-                    active_call!(pe_start, log_pe_stride, pe_size, w, m, crate::coll::alltoalls(
-                        w,
-                        N,
-                        &m,
-                        dest.cast(),
-                        src.cast(),
-                        dst,
-                        sst,
-                        nelems,
-                        size_of::<$ty>(),
-                    ))
-                }
+                |w, m| crate::coll::alltoalls(
+                    w,
+                    N,
+                    &m,
+                    dest.cast(),
+                    src.cast(),
+                    dst,
+                    sst,
+                    nelems,
+                    size_of::<$ty>(),
+                )
             );
         }
     };
     (@gather $op:ident, [$($n:expr),+], $ty:ty) => {
+        coll_active!(
+            @active $op, [$($n),+],
+            (dest: *mut std::ffi::c_void, src: *const std::ffi::c_void, nelems: usize),
+            |w, m| crate::coll::$op(
+                w,
+                N,
+                &m,
+                dest.cast(),
+                src.cast(),
+                crate::typed::bytes(N, nelems, size_of::<$ty>()),
+            )
+        );
+    };
+    // One active-set collective: the parameters given, then the active set's
+    // (`PE_start`, `logPE_stride`, `PE_size`, `pSync`); `$call` sees `w` and `m`.
+    (
+        @active $f:ident, [$($n:expr),+], ($($p:ident: $t:ty),* $(,)?),
+        |$w:ident, $mm:ident| $call:expr
+    ) => {
         export_one!(
-            $op, [$($n),+],
+            $f, [$($n),+],
             (
-                dest: *mut std::ffi::c_void,
-                src: *const std::ffi::c_void,
-                nelems: usize,
+                $($p: $t,)*
                 pe_start: i32,
                 log_pe_stride: i32,
                 pe_size: i32,
@@ -203,14 +206,7 @@ macro_rules! coll_active {
             ),
             |c| {
                 let _ = (c, psync);
-                active_call!(pe_start, log_pe_stride, pe_size, w, m, crate::coll::$op(
-                    w,
-                    N,
-                    &m,
-                    dest.cast(),
-                    src.cast(),
-                    crate::typed::bytes(N, nelems, size_of::<$ty>()),
-                ))
+                active_call!(pe_start, log_pe_stride, pe_size, $w, $mm, $call)
             }
         );
     };

@@ -23,13 +23,15 @@ macro_rules! wait_typed {
                     crate::wait::test(N, ivar, cmp, cmp_value)
                 }
             );
+            // The six calls on a set of variables: each compares with the one value
+            // `cmp_value`, or (`_vector`) variable i with `cmp_values[i]`.
             wait_typed!(
-                @set $t, $ty, "", cmp_value: $ty,
-                [wait_until_all, wait_until_any, wait_until_some, test_all, test_any, test_some],
-                cmp_value, std::ptr::null(), false
+                @set [$t, ""], [$ty, cmp_value: $ty, cmp_value, std::ptr::null(), false],
+                [wait_until_all, wait_until_any, wait_until_some, test_all, test_any, test_some]
             );
             wait_typed!(
-                @set $t, $ty, "_vector", cmp_values: *const $ty,
+                @set [$t, "_vector"],
+                [$ty, cmp_values: *const $ty, <$ty>::default(), cmp_values, true],
                 [
                     wait_until_all_vector,
                     wait_until_any_vector,
@@ -37,42 +39,47 @@ macro_rules! wait_typed {
                     test_all_vector,
                     test_any_vector,
                     test_some_vector
-                ],
-                <$ty>::default(), cmp_values, true
+                ]
             );
         }
     };
-    // The six calls on a set of variables; each compares with the one value `cmp_value`,
-    // or (`_vector`) variable i with `cmp_values[i]`.
     (
-        @set $t:ident, $ty:ty, $sfx:literal, $last:ident: $lt:ty,
-        [$all:ident, $any:ident, $some:ident, $tall:ident, $tany:ident, $tsome:ident],
-        $value:expr, $values:expr, $vector:literal
+        @set [$t:ident, $sfx:literal], $set:tt,
+        [$all:ident, $any:ident, $some:ident, $tall:ident, $tany:ident, $tsome:ident]
+    ) => {
+        wait_typed!(@one $all, [$t, "_wait_until_all", $sfx], $set, wait_all);
+        wait_typed!(@one $any, [$t, "_wait_until_any", $sfx], $set, wait_any -> usize);
+        wait_typed!(@some $some, [$t, "_wait_until_some", $sfx], $set, wait_some);
+        wait_typed!(@one $tall, [$t, "_test_all", $sfx], $set, test_all -> i32);
+        wait_typed!(@one $tany, [$t, "_test_any", $sfx], $set, test_any -> usize);
+        wait_typed!(@some $tsome, [$t, "_test_some", $sfx], $set, test_some);
+    };
+    // One call on the whole set (`_all`, `_any`): `crate::wait::$call`.
+    (
+        @one $f:ident, [$t:ident, $($n:expr),+],
+        [$ty:ty, $last:ident: $lt:ty, $value:expr, $values:expr, $vector:literal],
+        $call:ident $(-> $r:ty)?
     ) => {
         export_one!(
-            $all, ["shmem_", stringify!($t), "_wait_until_all", $sfx],
-            (ivars: *mut $ty, nelems: usize, status: *const i32, cmp: i32, $last: $lt),
+            $f, ["shmem_", stringify!($t), $($n),+],
+            (ivars: *mut $ty, nelems: usize, status: *const i32, cmp: i32, $last: $lt) $(-> $r)?,
             |c| {
                 let _ = c;
-                crate::wait::wait_all(
+                crate::wait::$call(
                     N,
                     wait_typed!(@many ivars, nelems, status, cmp, $value, $values, $vector),
                 )
             }
         );
+    };
+    // One that also reports which variables met the condition (`_some`), in `indices`.
+    (
+        @some $f:ident, [$t:ident, $($n:expr),+],
+        [$ty:ty, $last:ident: $lt:ty, $value:expr, $values:expr, $vector:literal],
+        $call:ident
+    ) => {
         export_one!(
-            $any, ["shmem_", stringify!($t), "_wait_until_any", $sfx],
-            (ivars: *mut $ty, nelems: usize, status: *const i32, cmp: i32, $last: $lt) -> usize,
-            |c| {
-                let _ = c;
-                crate::wait::wait_any(
-                    N,
-                    wait_typed!(@many ivars, nelems, status, cmp, $value, $values, $vector),
-                )
-            }
-        );
-        export_one!(
-            $some, ["shmem_", stringify!($t), "_wait_until_some", $sfx],
+            $f, ["shmem_", stringify!($t), $($n),+],
             (
                 ivars: *mut $ty,
                 nelems: usize,
@@ -83,48 +90,7 @@ macro_rules! wait_typed {
             ) -> usize,
             |c| {
                 let _ = c;
-                crate::wait::wait_some(
-                    N,
-                    wait_typed!(@many ivars, nelems, status, cmp, $value, $values, $vector),
-                    indices,
-                )
-            }
-        );
-        export_one!(
-            $tall, ["shmem_", stringify!($t), "_test_all", $sfx],
-            (ivars: *mut $ty, nelems: usize, status: *const i32, cmp: i32, $last: $lt) -> i32,
-            |c| {
-                let _ = c;
-                crate::wait::test_all(
-                    N,
-                    wait_typed!(@many ivars, nelems, status, cmp, $value, $values, $vector),
-                )
-            }
-        );
-        export_one!(
-            $tany, ["shmem_", stringify!($t), "_test_any", $sfx],
-            (ivars: *mut $ty, nelems: usize, status: *const i32, cmp: i32, $last: $lt) -> usize,
-            |c| {
-                let _ = c;
-                crate::wait::test_any(
-                    N,
-                    wait_typed!(@many ivars, nelems, status, cmp, $value, $values, $vector),
-                )
-            }
-        );
-        export_one!(
-            $tsome, ["shmem_", stringify!($t), "_test_some", $sfx],
-            (
-                ivars: *mut $ty,
-                nelems: usize,
-                indices: *mut usize,
-                status: *const i32,
-                cmp: i32,
-                $last: $lt,
-            ) -> usize,
-            |c| {
-                let _ = c;
-                crate::wait::test_some(
+                crate::wait::$call(
                     N,
                     wait_typed!(@many ivars, nelems, status, cmp, $value, $values, $vector),
                     indices,
