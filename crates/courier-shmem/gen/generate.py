@@ -142,12 +142,16 @@ def gen_typed_list():
     module("coll", "Collectives on teams.", [f"coll_team!({t}, {r(t)});" for t in RMA])
 
     def op_lists(macro, table):
-        lines = []
+        # Operations that take the same types share one call (one module each).
+        groups = {}
         for op, types in table.items():
-            items = [f"{t} {r(t)}" for t in types]
+            groups.setdefault(tuple(types), []).append(op)
+        lines = []
+        for types, ops in groups.items():
             lines.append(f"{macro}!(")
-            lines.append(f"    {op}:")
-            lines.extend(f"    {i}," for i in items)
+            lines.append(f"    [{', '.join(ops)}]: [")
+            lines.extend(f"        {t} {r(t)}," for t in types)
+            lines.append("    ]")
             lines.append(");")
         return lines
 

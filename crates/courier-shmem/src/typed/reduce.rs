@@ -1,10 +1,15 @@
 //! Reductions, team-based (`_reduce`) and the deprecated active-set `_to_all`: the macros
-//! that write them (`list.rs` calls them once per operation with its types).
+//! that write them (`list.rs` calls them once per group of operations that take the same
+//! types).
 
-/// `shmem_T_OP_reduce` for each OpenSHMEM type name `T` listed (with its Rust type), in
-/// module `$op`, each function named `T` there.
+/// `shmem_T_OP_reduce` for each operation `OP` and each OpenSHMEM type name `T` listed
+/// (with its Rust type), in module `OP`, each function named `T` there.
 macro_rules! reduce_team {
-    ($op:ident: $($t:ident $ty:ty),+ $(,)?) => {
+    // Operations that take the same types: one module each.
+    ([$($op:ident),+]: $types:tt) => {
+        $(reduce_team!(@op $op: $types);)+
+    };
+    (@op $op:ident: [$($t:ident $ty:ty),+ $(,)?]) => {
         pub mod $op {
             $(
                 export_one!(
@@ -34,10 +39,13 @@ macro_rules! reduce_team {
     };
 }
 
-/// The deprecated `shmem_T_OP_to_all` for each OpenSHMEM type name `T` listed, in
-/// module `$op`; `pwrk` and `pSync` are not needed and not touched.
+/// The deprecated `shmem_T_OP_to_all` for each operation `OP` and OpenSHMEM type name `T`
+/// listed, in module `OP`; `pwrk` and `pSync` are not needed and not touched.
 macro_rules! reduce_active {
-    ($op:ident: $($t:ident $ty:ty),+ $(,)?) => {
+    ([$($op:ident),+]: $types:tt) => {
+        $(reduce_active!(@op $op: $types);)+
+    };
+    (@op $op:ident: [$($t:ident $ty:ty),+ $(,)?]) => {
         pub mod $op {
             $(
                 export_one!(
