@@ -796,5 +796,6 @@ unsafe fn settle(
 mod bits;
 mod finish;
 mod handles;
+mod job;
 mod onesided;
 mod release;
