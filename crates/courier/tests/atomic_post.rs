@@ -512,9 +512,9 @@ fn sleeping_wait_cpu(net: Net) {
     let (sb, _) = s.bounds();
     let signal = |kid: &mut Kid, v: u64| {
         // Data into the signal region's second half; the signal is its first word.
-        // SAFETY: the request is waited for, or dropped (which waits), before its buffer is used
-        // again or goes; it is never forgotten.
         let mut r =
+            // SAFETY: the request is waited for, or dropped (which waits), before its buffer is
+            // used again or goes; it is never forgotten.
             unsafe { ep.put_signal_nb(&[0x5a; 32], sb + 32, s, sb, s, v, SignalOp::Set) }.unwrap();
         progress_until(w, kid, "the put", || r.is_done());
         r.wait().unwrap();

@@ -241,9 +241,9 @@ fn child_main() {
                     continue;
                 }
                 let ep = slot.lock().unwrap()[0].clone();
-                // SAFETY: the request is waited for, or dropped (which waits), before its buffer is
-                // used again or goes; it is never forgotten.
                 let _ =
+                    // SAFETY: the request is waited for, or dropped (which waits), before its
+                    // buffer is used again or goes; it is never forgotten.
                     unsafe { ep.tag_send_nb(&buf[..info.length], info.tag) }.and_then(|r| r.wait());
             }
         }
@@ -317,9 +317,9 @@ fn child_main() {
             ep.wait_connected(Duration::from_secs(10)).unwrap();
             let data = vec![7u8; 60_000];
             let t = Instant::now();
-            // SAFETY: the request is waited for, or dropped (which waits), before its buffer is
-            // used again or goes; it is never forgotten.
             let sends: Vec<_> = (0..140)
+                // SAFETY: the request is waited for, or dropped (which waits), before its buffer is
+                // used again or goes; it is never forgotten.
                 .map(|_| unsafe { ep.tag_send_nb(&data, 9) }.unwrap())
                 .collect();
             ep.flush().unwrap();

@@ -38,9 +38,9 @@ fn owner(c: &Context, w: Worker, kind: TargetMemory) -> Owner {
     let mut buf = vec![0u8; LEN].into_boxed_slice();
     let mem = match kind {
         TargetMemory::Allocated => c.mem_map(MemMapParams::allocate(LEN)),
-        // SAFETY: `buf` is kept in the Owner beside `mem` and outlives it; it is read only once the
-        // peers are done.
         TargetMemory::Registered => {
+            // SAFETY: `buf` is kept in the Owner beside `mem` and outlives it; it is read only once
+            // the peers are done.
             c.mem_map(unsafe { MemMapParams::register(buf.as_mut_ptr(), LEN) })
         }
         TargetMemory::Cuda => unreachable!("no device memory in this test"),

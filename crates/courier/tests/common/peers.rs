@@ -75,9 +75,9 @@ impl Region {
                 // u64s: the words atomics and signals use must be aligned.
                 let mut b = vec![0u64; len.div_ceil(8)];
                 let mem = c
-                    // SAFETY: `b` is kept in the Region beside `mem` and dropped after it; the test
-                    // reads it only through the Memory.
                     .mem_map(
+                        // SAFETY: `b` is kept in the Region beside `mem` and dropped after it; the
+                        // test reads it only through the Memory.
                         unsafe { MemMapParams::register(b.as_mut_ptr() as *mut u8, len) }
                             .access(acc),
                     )

@@ -296,9 +296,9 @@ impl Beat {
                 Some(Ok(_)) => self.pending = None,
             }
         }
-        // SAFETY: the request is waited for, or dropped (which waits), before its buffer is used
-        // again or goes; it is never forgotten.
         let mut r =
+            // SAFETY: the request is waited for, or dropped (which waits), before its buffer is
+            // used again or goes; it is never forgotten.
             link.check(unsafe { link.ep.am_send_nb(AM_ALIVE, &[], &[], AmFlags::default()) })?;
         if !r.is_done() {
             self.pending = Some(r);

@@ -336,9 +336,9 @@ impl AmState {
                 };
                 if let Some(d) = d {
                     let len = d.len().min(buf.len());
-                    // SAFETY: the request is waited for, or dropped (which waits), before its
-                    // buffer is used again or goes; it is never forgotten.
                     let mut r =
+                        // SAFETY: the request is waited for, or dropped (which waits), before its
+                        // buffer is used again or goes; it is never forgotten.
                         link.check(unsafe { link.worker.am_recv_data_nb(d, &mut buf[..len]) })?;
                     link.wait(&mut r)?;
                     drop(r);
