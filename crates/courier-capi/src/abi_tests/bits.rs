@@ -61,18 +61,7 @@ fn unknown_flag_and_field_mask_bits_are_refused() {
         assert!(w.is_null());
 
         // Endpoint: refused before any connection is attempted.
-        let mut addr = null_mut();
-        let mut len = 0usize;
-        assert_eq!(courier_worker_address(s.w, &mut addr, &mut len), COURIER_OK);
-        let ep_p = courier_ep_params_t {
-            field_mask: COURIER_EP_FIELD_REMOTE_ADDRESS | 1 << 9,
-            address: addr,
-            address_length: len,
-            sockaddr: null(),
-            client_id: 0,
-            err_handler: None,
-            user_data: null_mut(),
-        };
+        let (ep_p, addr) = self_ep_params(s.w, 1 << 9);
         let mut ep = null_mut();
         refused(
             courier_ep_create(s.w, &ep_p, &mut ep),
@@ -301,11 +290,7 @@ unsafe extern "C-unwind" fn store_ep_error(
 fn conn_request_unknown_bits_are_refused() {
     // SAFETY: the C ABI under test, given live handles and valid pointers as its contract asks.
     unsafe {
-        let (p, _cfg) = tls(c"tcp");
-        let mut ctx = null_mut();
-        assert_eq!(courier_context_create(&p, &mut ctx), COURIER_OK);
-        let mut w = null_mut();
-        assert_eq!(courier_worker_create(ctx, null(), &mut w), COURIER_OK);
+        let (ctx, w) = ctx_worker(c"tcp");
         let seen = std::sync::Mutex::new(ConnSeen::default());
         let lp = courier_listener_params_t {
             field_mask: COURIER_LISTENER_FIELD_SOCK_ADDR

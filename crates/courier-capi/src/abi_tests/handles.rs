@@ -29,18 +29,7 @@ fn contexts_workers_and_endpoints() {
         invalid(courier_ep_flush(0x10 as *const courier_ep_t));
 
         // A second endpoint: destroyed, then used and destroyed again.
-        let mut addr = null_mut();
-        let mut len = 0usize;
-        assert_eq!(courier_worker_address(s.w, &mut addr, &mut len), COURIER_OK);
-        let p = courier_ep_params_t {
-            field_mask: COURIER_EP_FIELD_REMOTE_ADDRESS,
-            address: addr,
-            address_length: len,
-            sockaddr: null(),
-            client_id: 0,
-            err_handler: None,
-            user_data: null_mut(),
-        };
+        let (p, addr) = self_ep_params(s.w, 0);
         let mut ep = null_mut();
         assert_eq!(courier_ep_create(s.w, &p, &mut ep), COURIER_OK);
         assert_eq!(courier_ep_destroy(ep), COURIER_OK);
@@ -67,11 +56,7 @@ fn contexts_workers_and_endpoints() {
         courier_buffer_free(addr);
 
         // A context and a worker of their own, the parent destroyed first.
-        let (cp, _cfg) = tls(c"all");
-        let mut ctx = null_mut();
-        assert_eq!(courier_context_create(&cp, &mut ctx), COURIER_OK);
-        let mut w = null_mut();
-        assert_eq!(courier_worker_create(ctx, null(), &mut w), COURIER_OK);
+        let (ctx, w) = ctx_worker(c"all");
         assert_eq!(courier_context_destroy(ctx), COURIER_OK);
         invalid(courier_context_destroy(ctx));
         invalid(courier_context_features(ctx, &mut f));
@@ -152,14 +137,7 @@ fn memory_keys_semaphores_and_jobs() {
     // SAFETY: the C ABI under test, given live handles and valid pointers as its contract asks.
     unsafe {
         let s = Setup::new();
-        let mp = courier_mem_map_params_t {
-            field_mask: COURIER_MEM_MAP_FIELD_LENGTH | COURIER_MEM_MAP_FIELD_FLAGS,
-            address: null_mut(),
-            length: 4096,
-            flags: COURIER_MEM_MAP_FLAG_ALLOCATE,
-            memory_type: COURIER_MEMORY_TYPE_HOST,
-            access: 0,
-        };
+        let mp = alloc_params(4096);
         let mut mem = null_mut();
         assert_eq!(courier_mem_map(s.ctx, &mp, &mut mem), COURIER_OK);
         let (mut kb, mut kl) = (null_mut(), 0usize);

@@ -91,11 +91,7 @@ fn a_process_without_a_launcher_is_a_job_of_one() {
         refused(courier_job_auth_key(job, null_mut()), "key_out");
 
         // A world over a worker: one rank, an endpoint to itself, a barrier.
-        let (cp, _cfg) = tls(c"all");
-        let mut ctx = null_mut();
-        assert_eq!(courier_context_create(&cp, &mut ctx), COURIER_OK);
-        let mut w = null_mut();
-        assert_eq!(courier_worker_create(ctx, null(), &mut w), COURIER_OK);
+        let (ctx, w) = ctx_worker(c"all");
         let mut world = null_mut();
         assert_eq!(
             courier_job_world_create(job, w, &mut world),

@@ -29,6 +29,79 @@ fn tls(value: &'static CStr) -> (courier_context_params_t, Box<[courier_config_e
     (p, cfg)
 }
 
+/// A context on `COURIER_TLS=tls_value` and a worker on it.
+///
+/// # Safety
+/// Calls the C ABI under test; the caller destroys what it returns.
+unsafe fn ctx_worker(tls_value: &'static CStr) -> (*mut courier_context_t, *mut courier_worker_t) {
+    let (p, _cfg) = tls(tls_value);
+    let mut ctx = null_mut();
+    let mut w = null_mut();
+    // SAFETY: valid params and out-pointers, as the C ABI's contract asks.
+    unsafe {
+        assert_eq!(courier_context_create(&p, &mut ctx), COURIER_OK);
+        assert_eq!(courier_worker_create(ctx, null(), &mut w), COURIER_OK);
+    }
+    (ctx, w)
+}
+
+/// Endpoint params that name `w`'s own worker address, with `extra` field bits; the
+/// address buffer comes back too, for `courier_buffer_free` once the params are used.
+///
+/// # Safety
+/// `w` is a live worker handle.
+unsafe fn self_ep_params(
+    w: *mut courier_worker_t,
+    extra: u64,
+) -> (courier_ep_params_t, *mut c_void) {
+    let mut addr = null_mut();
+    let mut len = 0usize;
+    // SAFETY: a live worker and valid out-pointers.
+    assert_eq!(
+        unsafe { courier_worker_address(w, &mut addr, &mut len) },
+        COURIER_OK
+    );
+    assert!(len > 0);
+    let p = courier_ep_params_t {
+        field_mask: COURIER_EP_FIELD_REMOTE_ADDRESS | extra,
+        address: addr,
+        address_length: len,
+        sockaddr: null(),
+        client_id: 0,
+        err_handler: None,
+        user_data: null_mut(),
+    };
+    (p, addr)
+}
+
+/// An endpoint from `w` to itself, connected.
+///
+/// # Safety
+/// `w` is a live worker handle; the caller closes the endpoint.
+unsafe fn self_ep(w: *mut courier_worker_t) -> *mut courier_ep_t {
+    let mut ep = null_mut();
+    // SAFETY: a live worker, params naming its own address, valid out-pointers.
+    unsafe {
+        let (p, addr) = self_ep_params(w, 0);
+        assert_eq!(courier_ep_create(w, &p, &mut ep), COURIER_OK);
+        courier_buffer_free(addr);
+        assert_eq!(courier_ep_wait_connected(ep, 5000), COURIER_OK);
+    }
+    ep
+}
+
+/// Params that map `length` bytes of fresh host memory.
+fn alloc_params(length: usize) -> courier_mem_map_params_t {
+    courier_mem_map_params_t {
+        field_mask: COURIER_MEM_MAP_FIELD_LENGTH | COURIER_MEM_MAP_FIELD_FLAGS,
+        address: null_mut(),
+        length,
+        flags: COURIER_MEM_MAP_FLAG_ALLOCATE,
+        memory_type: COURIER_MEMORY_TYPE_HOST,
+        access: 0,
+    }
+}
+
 struct Setup {
     ctx: *mut courier_context_t,
     w: *mut courier_worker_t,
@@ -40,29 +113,9 @@ impl Setup {
     fn new() -> Setup {
         // SAFETY: the C ABI under test, given live handles and valid pointers as its contract asks.
         unsafe {
-            let (p, _cfg) = tls(c"all");
-            let mut ctx = null_mut();
-            assert_eq!(courier_context_create(&p, &mut ctx), COURIER_OK);
+            let (ctx, w) = ctx_worker(c"all");
             assert_eq!(cstr(courier_context_name(ctx)), "abi-test");
-            let mut w = null_mut();
-            assert_eq!(courier_worker_create(ctx, null(), &mut w), COURIER_OK);
-            let mut addr = null_mut();
-            let mut len = 0usize;
-            assert_eq!(courier_worker_address(w, &mut addr, &mut len), COURIER_OK);
-            assert!(len > 0);
-            let ep_p = courier_ep_params_t {
-                field_mask: COURIER_EP_FIELD_REMOTE_ADDRESS,
-                address: addr,
-                address_length: len,
-                sockaddr: null(),
-                client_id: 0,
-                err_handler: None,
-                user_data: null_mut(),
-            };
-            let mut ep = null_mut();
-            assert_eq!(courier_ep_create(w, &ep_p, &mut ep), COURIER_OK);
-            courier_buffer_free(addr);
-            assert_eq!(courier_ep_wait_connected(ep, 5000), COURIER_OK);
+            let ep = self_ep(w);
             assert_eq!(cstr(courier_ep_transport(ep)), "self");
             Setup { ctx, w, ep }
         }
@@ -708,11 +761,7 @@ unsafe extern "C-unwind" fn reject_all(cr: *mut courier_conn_request_t, _u: *mut
 fn listener_reject_reaches_error_handler() {
     // SAFETY: the C ABI under test, given live handles and valid pointers as its contract asks.
     unsafe {
-        let (p, _cfg) = tls(c"tcp");
-        let mut ctx = null_mut();
-        assert_eq!(courier_context_create(&p, &mut ctx), COURIER_OK);
-        let mut w = null_mut();
-        assert_eq!(courier_worker_create(ctx, null(), &mut w), COURIER_OK);
+        let (ctx, w) = ctx_worker(c"tcp");
         let lp = courier_listener_params_t {
             field_mask: COURIER_LISTENER_FIELD_SOCK_ADDR | COURIER_LISTENER_FIELD_CONN_HANDLER,
             sockaddr: c"127.0.0.1:0".as_ptr(),

@@ -265,14 +265,7 @@ fn sleeping_signal_wait_without_wakeup_spins() {
         assert_eq!(courier_context_create(&p, &mut ctx), COURIER_OK);
         let mut w = null_mut();
         assert_eq!(courier_worker_create(ctx, null(), &mut w), COURIER_OK);
-        let mp = courier_mem_map_params_t {
-            field_mask: COURIER_MEM_MAP_FIELD_LENGTH | COURIER_MEM_MAP_FIELD_FLAGS,
-            address: null_mut(),
-            length: 4096,
-            flags: COURIER_MEM_MAP_FLAG_ALLOCATE,
-            memory_type: COURIER_MEMORY_TYPE_HOST,
-            access: 0,
-        };
+        let mp = alloc_params(4096);
         let mut mem = null_mut();
         assert_eq!(courier_mem_map(ctx, &mp, &mut mem), COURIER_OK);
         let mut attr = std::mem::zeroed::<courier_mem_attr_t>();

@@ -8,35 +8,9 @@ use super::*;
 fn every_handle_kind_is_released_by_its_destroy() {
     // SAFETY: the C ABI under test, given live handles and valid pointers as its contract asks.
     unsafe {
-        let (p, _cfg) = tls(c"all");
-        let mut ctx = null_mut();
-        assert_eq!(courier_context_create(&p, &mut ctx), COURIER_OK);
-        let mut w = null_mut();
-        assert_eq!(courier_worker_create(ctx, null(), &mut w), COURIER_OK);
-        let (mut addr, mut len) = (null_mut(), 0usize);
-        assert_eq!(courier_worker_address(w, &mut addr, &mut len), COURIER_OK);
-        let ep_p = courier_ep_params_t {
-            field_mask: COURIER_EP_FIELD_REMOTE_ADDRESS,
-            address: addr,
-            address_length: len,
-            sockaddr: null(),
-            client_id: 0,
-            err_handler: None,
-            user_data: null_mut(),
-        };
-        let mut ep = null_mut();
-        assert_eq!(courier_ep_create(w, &ep_p, &mut ep), COURIER_OK);
-        courier_buffer_free(addr);
-        assert_eq!(courier_ep_wait_connected(ep, 5000), COURIER_OK);
-
-        let mp = courier_mem_map_params_t {
-            field_mask: COURIER_MEM_MAP_FIELD_LENGTH | COURIER_MEM_MAP_FIELD_FLAGS,
-            address: null_mut(),
-            length: 4096,
-            flags: COURIER_MEM_MAP_FLAG_ALLOCATE,
-            memory_type: COURIER_MEMORY_TYPE_HOST,
-            access: 0,
-        };
+        let (ctx, w) = ctx_worker(c"all");
+        let ep = self_ep(w);
+        let mp = alloc_params(4096);
         let mut mem = null_mut();
         assert_eq!(courier_mem_map(ctx, &mp, &mut mem), COURIER_OK);
         let (mut kb, mut kl) = (null_mut(), 0usize);
