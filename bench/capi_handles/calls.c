@@ -8,23 +8,8 @@
  * Prints "<name>_ns <median of 5 blocks>" for each. */
 #include "../../examples/c/common.h"
 
-#include <stdint.h>
-#include <time.h>
+#include "timing.h"
 
-#define BLOCKS 5
-
-static double now_ns(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec * 1e9 + (double)t.tv_nsec;
-}
-
-static int cmp(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
 
 static courier_worker_t *w;
 static courier_ep_t *ep;

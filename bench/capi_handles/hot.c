@@ -8,27 +8,12 @@
  * bench/capi_handles/run.sh builds it once and runs it alternately against two libraries. */
 #include "../../examples/c/common.h"
 
-#include <stdint.h>
-#include <time.h>
+#include "timing.h"
 
 #define TAG_PING 1
 #define TAG_PONG 2
-#define BLOCKS 5
 
 static long iters = 200000;
-
-static double now_ns(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec * 1e9 + (double)t.tv_nsec;
-}
-
-static int cmp(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
 
 /* One exchange: receive `rtag`, send `stag` (the sender posts its receive first). */
 static void recv_then(courier_worker_t *w, courier_ep_t *ep, int tag_in, int tag_out, int send_first)
@@ -55,13 +40,7 @@ static int server(int addr_fd, pid_t child)
 {
     courier_context_t *ctx = make_context(COURIER_FEATURE_TAG, "hot-server");
     courier_worker_t *w = make_worker(ctx);
-    void *addr = NULL;
-    size_t len = 0;
-    CHECK(courier_worker_address(w, &addr, &len));
-    write_all(addr_fd, &len, sizeof(len));
-    write_all(addr_fd, addr, len);
-    courier_buffer_free(addr);
-    close(addr_fd);
+    send_address(w, addr_fd);
     courier_ep_t *ep = NULL;
     uint64_t first = 0;
     courier_request_t *r = NULL;
@@ -80,18 +59,9 @@ static int server(int addr_fd, pid_t child)
 
 static int client(int addr_fd)
 {
-    size_t len = 0;
-    read_all(addr_fd, &len, sizeof(len));
-    void *addr = malloc(len);
-    read_all(addr_fd, addr, len);
-    close(addr_fd);
     courier_context_t *ctx = make_context(COURIER_FEATURE_TAG, "hot-client");
     courier_worker_t *w = make_worker(ctx);
-    courier_ep_params_t p = {.field_mask = COURIER_EP_FIELD_REMOTE_ADDRESS, .address = addr, .address_length = len};
-    courier_ep_t *ep = NULL;
-    CHECK(courier_ep_create(w, &p, &ep));
-    free(addr);
-    CHECK(courier_ep_wait_connected(ep, 10000));
+    courier_ep_t *ep = connect_to(w, addr_fd);
     recv_then(w, ep, TAG_PONG, TAG_PING, 1);
     for (long i = 0; i < iters / 10; i++) /* warm-up */
         recv_then(w, ep, TAG_PONG, TAG_PING, 1);

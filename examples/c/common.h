@@ -122,6 +122,38 @@ static inline void read_all(int fd, void *p, size_t n)
     }
 }
 
+/* Tell the process at the other end of `fd` where `w` is (its worker address, length
+ * first), then close `fd`. */
+static inline void send_address(courier_worker_t *w, int fd)
+{
+    void *addr = NULL;
+    size_t len = 0;
+    CHECK(courier_worker_address(w, &addr, &len));
+    write_all(fd, &len, sizeof(len));
+    write_all(fd, addr, len);
+    courier_buffer_free(addr);
+    close(fd);
+}
+
+/* Read a worker address that send_address wrote to `fd`, close `fd`, and return a
+ * connected endpoint from `w` to that worker. */
+static inline courier_ep_t *connect_to(courier_worker_t *w, int fd)
+{
+    size_t len = 0;
+    read_all(fd, &len, sizeof(len));
+    EXPECT(len > 0 && len < (1u << 20));
+    void *addr = malloc(len);
+    EXPECT(addr != NULL);
+    read_all(fd, addr, len);
+    close(fd);
+    courier_ep_params_t p = {.field_mask = COURIER_EP_FIELD_REMOTE_ADDRESS, .address = addr, .address_length = len};
+    courier_ep_t *ep = NULL;
+    CHECK(courier_ep_create(w, &p, &ep));
+    free(addr);
+    CHECK(courier_ep_wait_connected(ep, 10000));
+    return ep;
+}
+
 /* Run `parent(write_fd, child_pid)` here and `child(read_fd)` in a forked process, joined
  * by a pipe (the parent tells the child where to connect). Prints "<name>: OK" when the
  * parent side succeeds; returns its exit code. A watchdog ends a run that hangs. */

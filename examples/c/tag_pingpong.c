@@ -17,13 +17,7 @@ static int server(int addr_fd, pid_t child)
 {
     courier_context_t *ctx = make_context(COURIER_FEATURE_TAG | COURIER_FEATURE_WAKEUP, "pp-server");
     courier_worker_t *w = make_worker(ctx);
-    void *addr = NULL;
-    size_t len = 0;
-    CHECK(courier_worker_address(w, &addr, &len));
-    write_all(addr_fd, &len, sizeof(len));
-    write_all(addr_fd, addr, len);
-    courier_buffer_free(addr);
-    close(addr_fd);
+    send_address(w, addr_fd);
 
     unsigned char *buf = malloc(MAXSZ);
     courier_ep_t *ep = NULL;
@@ -79,21 +73,9 @@ static int server(int addr_fd, pid_t child)
 
 static int client(int addr_fd)
 {
-    size_t len = 0;
-    read_all(addr_fd, &len, sizeof(len));
-    void *addr = malloc(len);
-    read_all(addr_fd, addr, len);
-    close(addr_fd);
-
     courier_context_t *ctx = make_context(COURIER_FEATURE_TAG | COURIER_FEATURE_WAKEUP, "pp-client");
     courier_worker_t *w = make_worker(ctx);
-    courier_ep_params_t ep_p = {.field_mask = COURIER_EP_FIELD_REMOTE_ADDRESS,
-                                .address = addr,
-                                .address_length = len};
-    courier_ep_t *ep = NULL;
-    CHECK(courier_ep_create(w, &ep_p, &ep));
-    free(addr);
-    CHECK(courier_ep_wait_connected(ep, 10000));
+    courier_ep_t *ep = connect_to(w, addr_fd);
     printf("tag_pingpong: connected over %s\n", courier_ep_transport(ep));
 
     unsigned char *out = malloc(MAXSZ), *in = malloc(MAXSZ);
