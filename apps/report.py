@@ -343,8 +343,9 @@ class Report:
                 bad += 1
                 continue
             key = (sec[5:], k["mem"], int(k["npes"]))
-            for f in ("total_mops", "min_mops", "max_mops"):
-                d[key][f].append(float(k[f]))
+            for f in ("total_mops", "min_mops", "max_mops", "agg_mops"):
+                if f in k:
+                    d[key][f].append(float(k[f]))
         if not d:
             return
         impls = sorted({i for i, _, _ in d}, key=lambda x: x != "courier")
@@ -383,6 +384,23 @@ class Report:
         self.md.append(
             table(["N"] + [f"{i} {m}" for i in impls for m in ("heap", "global", "nic")], rows) + "\n"
         )
+        if any(d[key]["agg_mops"] for key in d):
+            rows = []
+            for n in nps:
+                cells = [str(n)]
+                for i in impls:
+                    for m in ("heap", "global", "nic"):
+                        cells.append(fmt(med(d[(i, m, n)]["agg_mops"])))
+                rows.append(cells)
+            self.md.append(
+                "Aggregate rate, Mops/s: all (N - 1) x iterations over the time from the first fetching PE's "
+                "start to the last one's end. The seed's total above adds each PE's own rate; when PEs outnumber "
+                "CPUs (N > 2 here) those rates are measured over different time slices, so their sum is not a "
+                "throughput, while the aggregate is the rate the counter saw:\n"
+            )
+            self.md.append(
+                table(["N"] + [f"{i} {m}" for i in impls for m in ("heap", "global", "nic")], rows) + "\n"
+            )
         series = {f"{i} {m}": [(n, med(d[(i, m, n)]["total_mops"])) for n in nps] for i in impls for m in ("heap", "global", "nic")}
         self.plot("fadd_total.svg", "Contended fetch-add: total rate", "processes N", "Mops/s (all PEs)", series, logy=True)
         series = {
@@ -399,7 +417,17 @@ class Report:
         if rs:
             self.targets.append(
                 (
-                    "Courier: fetch-add on a global >= 0.8x the rate on the heap, every N",
+                    "Courier: fetch-add on a global >= 0.8x the rate on the heap, every N (the seed's total)",
+                    "met" if min(rs) >= 0.8 else "NOT met",
+                    f"global / heap from {min(rs):.2f} to {max(rs):.2f}",
+                )
+            )
+        rs = [ratio(med(d[("courier", "global", n)]["agg_mops"]), med(d[("courier", "heap", n)]["agg_mops"])) for n in nps]
+        rs = [x for x in rs if x is not None]
+        if rs:
+            self.targets.append(
+                (
+                    "Courier: fetch-add on a global >= 0.8x the rate on the heap, every N (aggregate rate)",
                     "met" if min(rs) >= 0.8 else "NOT met",
                     f"global / heap from {min(rs):.2f} to {max(rs):.2f}",
                 )
@@ -613,8 +641,8 @@ def selftest():
             {"section": "syncput", "tls": "tcp", "rep": 1, "line": "SYNCPUT mode=flag npes=2 size=8 iters=1 one_way_us=30 check=ok"},
             {"section": "syncput", "tls": "tcp", "rep": 1, "line": "SYNCPUT mode=signal npes=2 size=8 iters=1 one_way_us=10 check=ok"},
             {"section": "syncput", "tls": "tcp", "rep": 1, "line": "SYNCPUT mode=sem npes=2 size=8 iters=1 one_way_us=20 check=ok"},
-            {"section": "fadd-courier", "tls": "shm", "rep": 1, "line": "FADD mem=heap npes=2 iters=1 total_mops=10 min_mops=10 max_mops=10 check=ok"},
-            {"section": "fadd-courier", "tls": "shm", "rep": 1, "line": "FADD mem=global npes=2 iters=1 total_mops=7 min_mops=7 max_mops=7 check=ok"},
+            {"section": "fadd-courier", "tls": "shm", "rep": 1, "line": "FADD mem=heap npes=2 iters=1 total_mops=10 min_mops=10 max_mops=10 agg_mops=10 check=ok"},
+            {"section": "fadd-courier", "tls": "shm", "rep": 1, "line": "FADD mem=global npes=2 iters=1 total_mops=7 min_mops=7 max_mops=9 agg_mops=9 check=ok"},
         ]
         for app in ("bcast", "cg"):
             for v, us in (("barrier", 30), ("flag", 20), ("signal", 10)):
@@ -626,7 +654,8 @@ def selftest():
         text = open(out).read()
         assert "put-with-signal one-way latency <= 0.5x" in text and "| met |" in text
         assert "put signalling a semaphore one-way latency <= 0.5x put + quiet + flag on tcp, payloads <= 4 KiB | NOT met" in text
-        assert "global >= 0.8x the rate on the heap, every N | NOT met" in text
+        assert "global >= 0.8x the rate on the heap, every N (the seed's total) | NOT met" in text
+        assert "global >= 0.8x the rate on the heap, every N (aggregate rate) | met | global / heap from 0.90" in text
         assert "bcast (shm): signal the fastest of the three, every N | met" in text
         assert os.path.exists(os.path.join(t, "plots", "bcast_n_shm.svg"))
         svg = open(os.path.join(t, "plots", "syncput_tcp.svg")).read()
