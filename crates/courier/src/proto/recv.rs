@@ -7,6 +7,7 @@
 use super::State;
 use super::am::{AmDelivery, AmRndv};
 use crate::base::{Error, Status};
+use crate::transport::HeadBuf;
 use crate::wire::frame::Frame;
 
 /// One step of polling an endpoint.
@@ -38,11 +39,11 @@ fn held(bytes: &[u8]) -> &'static [u8] {
     unsafe { std::slice::from_raw_parts(bytes.as_ptr(), bytes.len()) }
 }
 
-/// The active message for its handler if `bytes` is a whole eager one (from endpoint
-/// `ep`: index, generation).
+/// The active message for its handler if the frame (`head`, `rest`: `RawFrame::split`)
+/// is a whole eager one (from endpoint `ep`: index, generation).
 #[inline]
-fn eager_am(bytes: &[u8], ep: (u32, u32)) -> Option<PollOne> {
-    let (id, reply, header, data) = Frame::as_am(bytes)?;
+fn eager_am(head: &[u8], rest: &[u8], ep: (u32, u32)) -> Option<PollOne> {
+    let (id, reply, header, data) = Frame::as_am_parts(head, rest)?;
     Some(PollOne::Am(AmDelivery {
         id,
         header: held(header),
@@ -83,10 +84,11 @@ impl State {
             Ok(None) => return Eager::Done(PollOne::Empty),
             Err(_) => return Eager::Other,
         };
+        let (mut head, mut copy) = (HeadBuf::new(), Vec::new());
         // SAFETY: valid until `consume`, below or in `finish_am`.
-        let bytes = unsafe { raw.bytes() };
-        let Some((tag, data)) = Frame::as_tag_eager(bytes) else {
-            if let Some(am) = eager_am(bytes, (e, generation)) {
+        let f = unsafe { raw.split(&mut head, &mut copy) };
+        let Some((tag, data)) = Frame::as_tag_eager_parts(f.head, f.rest) else {
+            if let Some(am) = eager_am(f.head, f.rest, (e, generation)) {
                 ep.rx_busy = true;
                 return Eager::Done(am);
             }
@@ -118,24 +120,30 @@ impl State {
                 return PollOne::Empty;
             }
         };
+        // The parser sees private bytes only (a shared-memory frame's header and structured
+        // parts are copied out of the cell; see `transport::RawFrame::split`).
+        let (mut head, mut copy) = (HeadBuf::new(), Vec::new());
         // SAFETY: valid until `consume`, which happens below or in `finish_am`.
-        let bytes = unsafe { raw.bytes() };
+        let f = unsafe { raw.split(&mut head, &mut copy) };
         // The small-message case first, without building a `Frame`.
-        if let Some((tag, data)) = Frame::as_tag_eager(bytes) {
+        if let Some((tag, data)) = Frame::as_tag_eager_parts(f.head, f.rest) {
             self.on_tag_eager(e, tag, data, None);
             if let Some(rx) = self.ep(e).and_then(|ep| ep.rx.as_mut()) {
                 rx.consume();
             }
             return PollOne::Handled;
         }
-        if let Some(am) = eager_am(bytes, (e, generation)) {
+        if let Some(am) = eager_am(f.head, f.rest, (e, generation)) {
             ep.rx_busy = true;
             return am;
         }
-        let frame = match Frame::parse(bytes) {
+        let frame = match Frame::parse_parts(f.head, f.rest) {
             Ok(f) => f,
             Err(err) => {
                 // A peer that refuses this side's link says why in the handshake's layout.
+                let mut whole = Vec::new();
+                // SAFETY: as above.
+                let bytes = unsafe { raw.private_bytes(&mut whole) };
                 let why = match crate::wire::auth::AuthMsg::parse(bytes) {
                     Ok(crate::wire::auth::AuthMsg::Reject { text, .. }) => Error::msg(
                         Status::Rejected,
@@ -198,6 +206,10 @@ impl State {
                         return PollOne::Handled;
                     }
                 };
+                // The user header is opaque: the handler gets it where the link holds it
+                // (valid until `finish_am`), not in `copy`, which is gone by then. It
+                // starts the rest, in both.
+                let header = &f.rest_in_link[..header.len()];
                 ep.rx_busy = true;
                 let rndv = AmRndv {
                     ep: e,

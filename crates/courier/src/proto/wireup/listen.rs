@@ -281,8 +281,10 @@ impl State {
                 return 1;
             }
         };
+        // A private copy of a shared-memory frame (setup is not per message).
+        let mut copy = Vec::new();
         // SAFETY: valid until consume.
-        let bytes = unsafe { raw.bytes() };
+        let bytes = unsafe { raw.private_bytes(&mut copy) };
         match self.pending_auth(i, bytes) {
             // The handshake took it: the next frame may be waiting already.
             Ok(true) => return 1 + self.pending_step(i),
