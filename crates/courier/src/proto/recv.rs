@@ -71,6 +71,7 @@ impl State {
     /// error) is left where it is: `Eager::Other`.
     #[inline(always)]
     pub(crate) fn poll_eager(&mut self, e: u32) -> Eager {
+        let max_frame = self.cfg.limits.max_frame;
         let Some(ep) = self.ep(e) else {
             return Eager::Done(PollOne::Empty);
         };
@@ -84,6 +85,10 @@ impl State {
             Ok(None) => return Eager::Done(PollOne::Empty),
             Err(_) => return Eager::Other,
         };
+        if raw.len > max_frame {
+            // Refused by `poll_one_other`.
+            return Eager::Other;
+        }
         let (mut head, mut copy) = (HeadBuf::new(), Vec::new());
         // SAFETY: valid until `consume`, below or in `finish_am`.
         let f = unsafe { raw.split(&mut head, &mut copy) };
@@ -105,6 +110,7 @@ impl State {
     /// `poll_one` for every other frame and link.
     #[inline(never)]
     fn poll_one_other(&mut self, e: u32) -> PollOne {
+        let max_frame = self.cfg.limits.max_frame;
         let Some(ep) = self.ep(e) else {
             return PollOne::Empty;
         };
@@ -120,6 +126,10 @@ impl State {
                 return PollOne::Empty;
             }
         };
+        if raw.len > max_frame {
+            self.refuse_frame_size(e, raw.len);
+            return PollOne::Handled;
+        }
         // The parser sees private bytes only (a shared-memory frame's header and structured
         // parts are copied out of the cell; see `transport::RawFrame::split`).
         let (mut head, mut copy) = (HeadBuf::new(), Vec::new());
@@ -235,6 +245,24 @@ impl State {
             rx.consume();
         }
         PollOne::Handled
+    }
+
+    /// The peer of `e` sent a frame of `len` bytes, larger than this worker accepts
+    /// (`COURIER_MAX_FRAME`, which it was told at wireup): `e` fails.
+    #[cold]
+    pub(crate) fn refuse_frame_size(&mut self, e: u32, len: usize) {
+        let max = self.cfg.limits.max_frame;
+        let peer = self.ep(e).map(|ep| ep.peer.clone()).unwrap_or_default();
+        self.fail_ep(
+            e,
+            Error::msg(
+                Status::ProtocolError,
+                format!(
+                    "{peer} sent a frame of {len} bytes, larger than this worker accepts (COURIER_MAX_FRAME={}, which the peer was told at wireup); the endpoint is failed, every other goes on",
+                    super::limits::human(max)
+                ),
+            ),
+        );
     }
 
     /// Consume the active-message frame of `e` after its handler ran.

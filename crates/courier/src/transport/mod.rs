@@ -265,12 +265,6 @@ impl LinkTx {
         dispatch!(self, t => t.caps())
     }
 
-    /// Largest frame `send` accepts.
-    #[inline]
-    pub fn max_frame(&self) -> usize {
-        self.caps().max_frame
-    }
-
     /// Read `remote` segments of the peer's memory into `local` (RndvMode::RemoteRead only).
     /// `local` is (address, length) pairs in this process.
     ///
