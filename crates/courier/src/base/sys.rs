@@ -271,14 +271,17 @@ mod tests {
         for (i, b) in src.0.iter_mut().enumerate() {
             *b = (i as u8).wrapping_mul(13).wrapping_add(5);
         }
+        let want = src.0;
+        // Loads through a pointer that may write, as a mapping's is.
+        let base = src.0.as_mut_ptr();
         // Aligned and unaligned starts, every length up to 40.
         for start in [0usize, 1, 3, 8] {
             for n in 0..40usize {
                 let mut dst = vec![0xeeu8; n];
                 let before = shared_reads::count();
                 // SAFETY: start + n <= 48: inside `src`; `dst` holds n bytes.
-                unsafe { copy_from_shared(src.0.as_ptr().add(start), dst.as_mut_ptr(), n) };
-                assert_eq!(dst[..], src.0[start..start + n], "start {start}, n {n}");
+                unsafe { copy_from_shared(base.add(start), dst.as_mut_ptr(), n) };
+                assert_eq!(dst[..], want[start..start + n], "start {start}, n {n}");
                 assert_eq!(shared_reads::count() - before, n, "start {start}, n {n}");
             }
         }
