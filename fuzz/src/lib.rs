@@ -475,6 +475,7 @@ pub fn seeds(target: &str) -> Vec<Vec<u8>> {
             "127.0.0.1:5000".parse().expect("address"),
             "[::1]:6000".parse().expect("address"),
         ],
+        max_frame_k: 0,
     }
     .pack();
     let mut segs = Vec::new();

@@ -310,6 +310,7 @@ fn unreachable_peer_says_why() {
         pid: 1,
         uds_name: vec![],
         tcp: vec!["127.0.0.1:9".parse().unwrap()],
+        max_frame_k: 0,
     };
     let e = w
         .connect(&other.pack(), EndpointParams::default())

@@ -354,6 +354,7 @@ fn fake_wireup(worker_id: u64) -> Vec<u8> {
         pid: 1,
         uds_name: vec![],
         tcp: vec![],
+        max_frame_k: 0,
     };
     let mut wireup = Header::new(Kind::Wireup).as_bytes().to_vec();
     wireup.extend(fake.pack());

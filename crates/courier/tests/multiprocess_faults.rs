@@ -195,6 +195,7 @@ fn garbage_to_listener_and_open_connection() {
         pid: 1,
         uds_name: vec![],
         tcp: vec![],
+        max_frame_k: 0,
     };
     let mut req = Header::new(Kind::ConnReq).word(1, 77).as_bytes().to_vec();
     req.extend(fake.pack());

@@ -171,9 +171,80 @@ pub fn poll_gap() {
     }
 }
 
+/// Copy `n` bytes from memory that another process may be writing at the same time (a
+/// shared-memory FIFO cell a peer can rewrite) to `dst`, with relaxed atomic loads only:
+/// whole 8-byte words where `src` is 8-aligned, single bytes elsewhere. A plain read of
+/// bytes another process writes concurrently is a data race, undefined behaviour in Rust's
+/// model; atomic loads are not (they compile to plain moves). The peer may tear the copy
+/// (some bytes old, some new): the caller parses the copy, in private memory, and validates
+/// every field of it, so a torn copy is at worst a malformed frame.
+///
+/// # Safety
+/// `src` must be valid for reads of `n` bytes (and may be written concurrently); `dst`
+/// valid for writes of `n` bytes, private, not overlapping `src`.
+#[inline(always)]
+pub unsafe fn copy_from_shared(src: *const u8, dst: *mut u8, n: usize) {
+    #[cfg(test)]
+    shared_reads::add(n);
+    let mut i = 0;
+    if (src as usize).is_multiple_of(8) {
+        while i + 8 <= n {
+            // SAFETY: `src + i` is 8-aligned and `i + 8 <= n`: inside both ranges.
+            unsafe {
+                dst.add(i)
+                    .cast::<u64>()
+                    .write_unaligned(load_shared_word(src.add(i)))
+            };
+            i += 8;
+        }
+    }
+    while i < n {
+        // SAFETY: `i < n`: inside both ranges; an atomic may alias memory another process
+        // writes.
+        unsafe {
+            *dst.add(i) = std::sync::atomic::AtomicU8::from_ptr(src.add(i).cast_mut())
+                .load(std::sync::atomic::Ordering::Relaxed)
+        };
+        i += 1;
+    }
+}
+
+/// One 8-byte word of memory another process may be writing, as `copy_from_shared` reads
+/// it (its bytes in memory order: `to_ne_bytes` gives them back).
+///
+/// # Safety
+/// `src` must be 8-aligned and valid for reads of 8 bytes.
+#[inline(always)]
+pub unsafe fn load_shared_word(src: *const u8) -> u64 {
+    // SAFETY: per the caller's contract; an atomic may alias memory another process
+    // writes.
+    unsafe { std::sync::atomic::AtomicU64::from_ptr(src.cast::<u64>().cast_mut()) }
+        .load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Test hook: bytes this thread has read with `copy_from_shared`, so that a test can show
+/// that a frame's bytes are read from shared memory once each, never twice.
+#[cfg(test)]
+pub mod shared_reads {
+    use std::cell::Cell;
+
+    thread_local! {
+        static READ: Cell<usize> = const { Cell::new(0) };
+    }
+
+    pub(crate) fn add(n: usize) {
+        READ.with(|r| r.set(r.get() + n));
+    }
+
+    /// Bytes read on this thread so far.
+    pub fn count() -> usize {
+        READ.with(|r| r.get())
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use super::copy_small;
+    use super::{copy_from_shared, copy_small, shared_reads};
 
     #[test]
     fn copy_small_copies_exactly_n_bytes() {
@@ -189,6 +260,30 @@ mod tests {
                 dst[n..].iter().all(|&b| b == 0xee),
                 "n = {n}: wrote past the end"
             );
+        }
+    }
+
+    #[test]
+    fn copy_from_shared_copies_exactly_and_counts() {
+        #[repr(C, align(8))]
+        struct Buf([u8; 48]);
+        let mut src = Buf([0; 48]);
+        for (i, b) in src.0.iter_mut().enumerate() {
+            *b = (i as u8).wrapping_mul(13).wrapping_add(5);
+        }
+        let want = src.0;
+        // Loads through a pointer that may write, as a mapping's is.
+        let base = src.0.as_mut_ptr();
+        // Aligned and unaligned starts, every length up to 40.
+        for start in [0usize, 1, 3, 8] {
+            for n in 0..40usize {
+                let mut dst = vec![0xeeu8; n];
+                let before = shared_reads::count();
+                // SAFETY: start + n <= 48: inside `src`; `dst` holds n bytes.
+                unsafe { copy_from_shared(base.add(start), dst.as_mut_ptr(), n) };
+                assert_eq!(dst[..], want[start..start + n], "start {start}, n {n}");
+                assert_eq!(shared_reads::count() - before, n, "start {start}, n {n}");
+            }
         }
     }
 }

@@ -81,7 +81,12 @@ pub(crate) struct EpSlot {
     pub(in crate::proto) rx: Option<LinkRx>,
     /// A link being replaced (listener flow: the tcp link while the shm one comes up).
     pub(in crate::proto) old: Option<(LinkTx, LinkRx)>,
+    /// The link's capabilities, `max_frame` lowered to the peer's `COURIER_MAX_FRAME`
+    /// (`peer_max_frame`): what every sender on this endpoint cuts frames to.
     pub(in crate::proto) caps: Option<Caps>,
+    /// The largest frame the peer accepts (`COURIER_MAX_FRAME`, from its worker address;
+    /// `usize::MAX` until known, or from a build that does not say).
+    pub(in crate::proto) peer_max_frame: usize,
     pub(in crate::proto) rndv_thresh: usize,
     pub(in crate::proto) pending: VecDeque<Pending>,
     pub(in crate::proto) push: VecDeque<PushJob>,
@@ -180,6 +185,7 @@ impl State {
             rx: None,
             old: None,
             caps: None,
+            peer_max_frame: usize::MAX,
             rndv_thresh: usize::MAX,
             pending: VecDeque::new(),
             push: VecDeque::new(),
@@ -229,6 +235,8 @@ impl State {
             return Err(Error::new(Status::InvalidParam, "endpoint gone"));
         };
         ep.rndv_thresh = thresh;
+        let mut caps = caps;
+        caps.max_frame = caps.max_frame.min(ep.peer_max_frame);
         ep.caps = Some(caps);
         ep.tx = Some(tx);
         ep.rx = Some(rx);
@@ -241,6 +249,21 @@ impl State {
             self.watch_fd_links()?;
         }
         Ok(())
+    }
+
+    /// The peer of `e` accepts frames of at most `k` KiB (its worker address's
+    /// `max_frame_k`; 0: it did not say): frames sent on `e` are cut to that from now on.
+    pub(crate) fn ep_set_peer_max_frame(&mut self, e: u32, k: u16) {
+        if k == 0 {
+            return;
+        }
+        let max = (k as usize) << 10;
+        if let Some(ep) = self.ep(e) {
+            ep.peer_max_frame = max;
+            if let Some(c) = ep.caps.as_mut() {
+                c.max_frame = c.max_frame.min(max);
+            }
+        }
     }
 
     /// Take `ep`'s link out (deregistering its fd).

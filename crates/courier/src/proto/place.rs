@@ -57,6 +57,10 @@ impl State {
         let Some((prefix, len)) = rx.peek_partial() else {
             return PollOne::Empty;
         };
+        if len > self.cfg.limits.max_frame {
+            self.refuse_frame_size(e, len);
+            return PollOne::Handled;
+        }
         // SAFETY: valid until the link reads again, which happens after this call.
         let bytes = unsafe { prefix.bytes() };
         let decision = self.placement(e, bytes, len);

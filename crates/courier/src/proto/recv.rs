@@ -7,6 +7,7 @@
 use super::State;
 use super::am::{AmDelivery, AmRndv};
 use crate::base::{Error, Status};
+use crate::transport::HeadBuf;
 use crate::wire::frame::Frame;
 
 /// One step of polling an endpoint.
@@ -38,11 +39,11 @@ fn held(bytes: &[u8]) -> &'static [u8] {
     unsafe { std::slice::from_raw_parts(bytes.as_ptr(), bytes.len()) }
 }
 
-/// The active message for its handler if `bytes` is a whole eager one (from endpoint
-/// `ep`: index, generation).
+/// The active message for its handler if the frame (`head`, `rest`: `RawFrame::split`)
+/// is a whole eager one (from endpoint `ep`: index, generation).
 #[inline]
-fn eager_am(bytes: &[u8], ep: (u32, u32)) -> Option<PollOne> {
-    let (id, reply, header, data) = Frame::as_am(bytes)?;
+fn eager_am(head: &[u8], rest: &[u8], ep: (u32, u32)) -> Option<PollOne> {
+    let (id, reply, header, data) = Frame::as_am_parts(head, rest)?;
     Some(PollOne::Am(AmDelivery {
         id,
         header: held(header),
@@ -70,6 +71,7 @@ impl State {
     /// error) is left where it is: `Eager::Other`.
     #[inline(always)]
     pub(crate) fn poll_eager(&mut self, e: u32) -> Eager {
+        let max_frame = self.cfg.limits.max_frame;
         let Some(ep) = self.ep(e) else {
             return Eager::Done(PollOne::Empty);
         };
@@ -83,10 +85,15 @@ impl State {
             Ok(None) => return Eager::Done(PollOne::Empty),
             Err(_) => return Eager::Other,
         };
+        if raw.len > max_frame {
+            // Refused by `poll_one_other`.
+            return Eager::Other;
+        }
+        let (mut head, mut copy) = (HeadBuf::new(), Vec::new());
         // SAFETY: valid until `consume`, below or in `finish_am`.
-        let bytes = unsafe { raw.bytes() };
-        let Some((tag, data)) = Frame::as_tag_eager(bytes) else {
-            if let Some(am) = eager_am(bytes, (e, generation)) {
+        let f = unsafe { raw.split(&mut head, &mut copy) };
+        let Some((tag, data)) = Frame::as_tag_eager_parts(f.head, f.rest) else {
+            if let Some(am) = eager_am(f.head, f.rest, (e, generation)) {
                 ep.rx_busy = true;
                 return Eager::Done(am);
             }
@@ -103,6 +110,7 @@ impl State {
     /// `poll_one` for every other frame and link.
     #[inline(never)]
     fn poll_one_other(&mut self, e: u32) -> PollOne {
+        let max_frame = self.cfg.limits.max_frame;
         let Some(ep) = self.ep(e) else {
             return PollOne::Empty;
         };
@@ -118,24 +126,34 @@ impl State {
                 return PollOne::Empty;
             }
         };
+        if raw.len > max_frame {
+            self.refuse_frame_size(e, raw.len);
+            return PollOne::Handled;
+        }
+        // The parser sees private bytes only (a shared-memory frame's header and structured
+        // parts are copied out of the cell; see `transport::RawFrame::split`).
+        let (mut head, mut copy) = (HeadBuf::new(), Vec::new());
         // SAFETY: valid until `consume`, which happens below or in `finish_am`.
-        let bytes = unsafe { raw.bytes() };
+        let f = unsafe { raw.split(&mut head, &mut copy) };
         // The small-message case first, without building a `Frame`.
-        if let Some((tag, data)) = Frame::as_tag_eager(bytes) {
+        if let Some((tag, data)) = Frame::as_tag_eager_parts(f.head, f.rest) {
             self.on_tag_eager(e, tag, data, None);
             if let Some(rx) = self.ep(e).and_then(|ep| ep.rx.as_mut()) {
                 rx.consume();
             }
             return PollOne::Handled;
         }
-        if let Some(am) = eager_am(bytes, (e, generation)) {
+        if let Some(am) = eager_am(f.head, f.rest, (e, generation)) {
             ep.rx_busy = true;
             return am;
         }
-        let frame = match Frame::parse(bytes) {
+        let frame = match Frame::parse_parts(f.head, f.rest) {
             Ok(f) => f,
             Err(err) => {
                 // A peer that refuses this side's link says why in the handshake's layout.
+                let mut whole = Vec::new();
+                // SAFETY: as above.
+                let bytes = unsafe { raw.private_bytes(&mut whole) };
                 let why = match crate::wire::auth::AuthMsg::parse(bytes) {
                     Ok(crate::wire::auth::AuthMsg::Reject { text, .. }) => Error::msg(
                         Status::Rejected,
@@ -198,6 +216,10 @@ impl State {
                         return PollOne::Handled;
                     }
                 };
+                // The user header is opaque: the handler gets it where the link holds it
+                // (valid until `finish_am`), not in `copy`, which is gone by then. It
+                // starts the rest, in both.
+                let header = &f.rest_in_link[..header.len()];
                 ep.rx_busy = true;
                 let rndv = AmRndv {
                     ep: e,
@@ -223,6 +245,24 @@ impl State {
             rx.consume();
         }
         PollOne::Handled
+    }
+
+    /// The peer of `e` sent a frame of `len` bytes, larger than this worker accepts
+    /// (`COURIER_MAX_FRAME`, which it was told at wireup): `e` fails.
+    #[cold]
+    pub(crate) fn refuse_frame_size(&mut self, e: u32, len: usize) {
+        let max = self.cfg.limits.max_frame;
+        let peer = self.ep(e).map(|ep| ep.peer.clone()).unwrap_or_default();
+        self.fail_ep(
+            e,
+            Error::msg(
+                Status::ProtocolError,
+                format!(
+                    "{peer} sent a frame of {len} bytes, larger than this worker accepts (COURIER_MAX_FRAME={}, which the peer was told at wireup); the endpoint is failed, every other goes on",
+                    super::limits::human(max)
+                ),
+            ),
+        );
     }
 
     /// Consume the active-message frame of `e` after its handler ran.

@@ -1,6 +1,11 @@
 //! Requests: what an operation in flight reports, how it completes, and the slots that
 //! hold requests, with ids of (generation << 32 | slot) so that a stale or forged id from a
 //! peer is detected instead of hitting a reused slot.
+//!
+//! An id is never issued twice: a slot whose generation reaches `u32::MAX` is retired
+//! (never reused) instead of wrapping, so a scope or a handle that still holds an old id
+//! (a `Request` forgotten, a scope waiting on what it started) can never name a later,
+//! unrelated request. Retiring costs one slot per 2^32 requests that reused it.
 
 use super::State;
 use super::buf::Buf;
@@ -217,11 +222,21 @@ impl State {
         // A freed slot (`req_free` left its buffer and callback empty and it is not live),
         // or a new one, made vacant first; either is then set field by field (cheaper than
         // building and moving a whole slot).
-        let idx = match self.reqs.free.pop() {
-            Some(i) if (i as usize) < self.reqs.slots.len() => i as usize,
-            _ => {
-                self.reqs.slots.push(ReqSlot::vacant());
-                self.reqs.slots.len() - 1
+        let idx = loop {
+            match self.reqs.free.pop() {
+                // A slot whose last id used the last generation is retired: dropped from
+                // the free list, never reused, so that no id comes back.
+                Some(i)
+                    if self
+                        .reqs
+                        .slots
+                        .get(i as usize)
+                        .is_some_and(|s| s.generation == u32::MAX) => {}
+                Some(i) if (i as usize) < self.reqs.slots.len() => break i as usize,
+                _ => {
+                    self.reqs.slots.push(ReqSlot::vacant());
+                    break self.reqs.slots.len() - 1;
+                }
             }
         };
         let stage = self.parked.take();
@@ -415,5 +430,67 @@ impl State {
         }
         s.detached = false;
         true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::base::Config;
+    use crate::proto::memreg::MemRegistry;
+
+    fn state() -> State {
+        let cfg = Config::from_env_with(&[]).expect("config");
+        State::new(
+            Arc::new(cfg),
+            "req-test".into(),
+            Arc::new(MemRegistry::new()),
+        )
+        .expect("worker state")
+    }
+
+    /// Start a request and finish it (completed, result taken): its slot is free again.
+    fn start_and_finish(st: &mut State) -> u64 {
+        let id = st.req_alloc(ReqKind::Send, None, Buf::EMPTY, Callback::None);
+        st.complete(id, Ok(Info::default()));
+        let (mut done, mut info) = (None, Info::default());
+        st.take_result(id, &mut done, &mut info);
+        assert!(done.is_some(), "request {id:#x} did not complete");
+        id
+    }
+
+    #[test]
+    fn a_slot_is_retired_at_the_last_generation_so_no_id_repeats() {
+        let mut st = state();
+        let first = start_and_finish(&mut st);
+        let (_, idx) = split_id(first);
+        // Bring the slot to the edge of its generations, as 2^32 - 3 reuses would.
+        st.reqs.slots[idx as usize].generation = u32::MAX - 2;
+        let a = start_and_finish(&mut st);
+        let b = start_and_finish(&mut st);
+        assert_eq!(split_id(a), (u32::MAX - 1, idx));
+        assert_eq!(split_id(b), (u32::MAX, idx));
+        // The next request may not wrap the slot back to generation 1 (the id `first`
+        // had, which a forgotten handle or a scope could still hold): it gets another slot.
+        let mut seen = std::collections::HashSet::from([first, a, b]);
+        for _ in 0..4 {
+            let c = start_and_finish(&mut st);
+            assert_ne!(split_id(c).1, idx, "the retired slot was reused");
+            assert!(seen.insert(c), "id {c:#x} issued twice");
+        }
+        // An old id names nothing: a wait or a reclaim on it sees no request.
+        for old in [first, a, b] {
+            assert!(st.req(old).is_none());
+            assert!(!st.req_reclaim(old));
+        }
+        // A live request on another slot is not taken for an old id either.
+        let live = st.req_alloc(ReqKind::Send, None, Buf::EMPTY, Callback::None);
+        assert!(
+            st.req_reclaim(live),
+            "a request in flight is reclaimed as in flight"
+        );
+        assert!(!st.req_reclaim(make_id(1, idx)));
     }
 }

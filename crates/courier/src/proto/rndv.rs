@@ -647,8 +647,11 @@ impl State {
             let Some(job) = ep.push.front_mut() else {
                 return n;
             };
+            let Some(max_frame) = ep.caps.as_ref().map(|c| c.max_frame) else {
+                return n;
+            };
             let Some(tx) = ep.tx.as_mut() else { return n };
-            let chunk_max = tx.caps().max_frame - Kind::RndvData.header_len();
+            let chunk_max = Kind::RndvData.payload_max(max_frame);
             let mut sent = crate::transport::Sent::Done;
             while job.offset < job.total {
                 let n_bytes = (job.total - job.offset).min(chunk_max);

@@ -100,10 +100,10 @@ impl State {
         {
             return None;
         }
-        let tx = ep.tx.as_mut()?;
-        if frame > tx.max_frame() {
+        if frame > ep.caps.as_ref()?.max_frame {
             return None;
         }
+        let tx = ep.tx.as_mut()?;
         let data: &[u8] = seg_slice(addr, len);
         tx.note_epoch(self.progress.calls);
         match tx.send3(hdr, extra, data) {

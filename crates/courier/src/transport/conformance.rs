@@ -77,7 +77,7 @@ fn recv_flushing(rx: &mut LinkRx, mut tx: Option<&mut LinkTx>) -> Vec<u8> {
         }
         if let Some(f) = rx.peek().expect("peek") {
             // SAFETY: within the peek/consume window.
-            let v = unsafe { f.bytes() }.to_vec();
+            let v = unsafe { f.copy_whole() };
             rx.consume();
             return v;
         }
@@ -97,7 +97,7 @@ fn send(tx: &mut LinkTx, rx_peer: &mut LinkRx, parts: &[&[u8]], got: &mut Vec<Ve
                 let _ = rx_peer.on_readable();
                 while let Some(f) = rx_peer.peek().expect("peek") {
                     // SAFETY: within the window.
-                    got.push(unsafe { f.bytes() }.to_vec());
+                    got.push(unsafe { f.copy_whole() });
                     rx_peer.consume();
                 }
             }
@@ -211,7 +211,7 @@ fn peeked_frame_stays_put_while_more_arrive() {
         }
         // SAFETY: still within the window.
         assert_eq!(
-            unsafe { f.bytes() },
+            unsafe { f.copy_whole() },
             &first[..],
             "{name}: peeked bytes changed"
         );

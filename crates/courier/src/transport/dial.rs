@@ -435,6 +435,7 @@ mod tests {
                 format!("127.0.0.1:{port}").parse().unwrap(),
                 format!("[::ffff:127.0.0.1]:{port}").parse().unwrap(),
             ],
+            max_frame_k: 0,
         };
         let cfg = Config::from_env_with(&[("COURIER_TLS", "tcp")]).unwrap();
         let mut d = Dialer::new(peer.clone(), false);

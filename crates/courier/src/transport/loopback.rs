@@ -136,10 +136,10 @@ impl Rx {
                 ));
             }
         }
-        Ok(self.current.as_ref().map(|v| RawFrame {
-            ptr: v.as_ptr(),
-            len: v.len(),
-        }))
+        Ok(self
+            .current
+            .as_ref()
+            .map(|v| RawFrame::private(v.as_ptr(), v.len())))
     }
     pub(crate) fn consume(&mut self) {
         if let Some(v) = self.current.take() {

@@ -10,7 +10,9 @@
 //!   the frame's token through `take_completed` once it is written (tcp only; the others
 //!   copy and answer `Sent::Done`).
 //! - [`LinkRx`]: `peek` returns the next complete frame without consuming it; the bytes stay
-//!   valid and unchanged until `consume`, even while other code sends on the `LinkTx`.
+//!   valid until `consume`, even while other code sends on the `LinkTx`. A shared-memory
+//!   link's frames lie in memory the peer can still write: the protocol reads every frame
+//!   through [`RawFrame::split`], which gives the parser private bytes (see `raw`).
 //!   `peek` makes no system call; `on_readable` is called when the link's fd (if any) is
 //!   readable, and does the reading.
 //!
@@ -33,12 +35,14 @@ use std::os::fd::BorrowedFd;
 use crate::base::{Error, Result, Status};
 
 pub use info::{DeviceInfo, TransportInfo, probe_transport, transports};
+pub use raw::{HeadBuf, RawFrame};
 
 #[cfg(test)]
 mod conformance;
 pub(crate) mod dial;
 mod info;
 pub mod loopback;
+mod raw;
 pub mod shm;
 pub mod tcp;
 
@@ -121,28 +125,6 @@ pub enum Sent {
 /// Asked by a link that reads a payload straight into memory, before each read: whether
 /// that memory may still be written.
 pub type PlaceGuard = Box<dyn FnMut() -> bool + Send>;
-
-/// A received frame in the transport's own buffer, valid until `consume`.
-#[derive(Copy, Clone, Debug)]
-pub struct RawFrame {
-    /// Start.
-    pub ptr: *const u8,
-    /// Length.
-    pub len: usize,
-}
-
-impl RawFrame {
-    /// The bytes.
-    ///
-    /// # Safety
-    /// Only between the `peek` that returned this frame and the next `consume` on that link,
-    /// and only while the link is alive.
-    #[inline]
-    pub unsafe fn bytes<'a>(&self) -> &'a [u8] {
-        // SAFETY: the caller upholds the validity window stated above.
-        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
-    }
-}
 
 /// The sending half of a connection.
 pub enum LinkTx {
@@ -281,12 +263,6 @@ impl LinkTx {
     /// Capabilities.
     pub fn caps(&self) -> &Caps {
         dispatch!(self, t => t.caps())
-    }
-
-    /// Largest frame `send` accepts.
-    #[inline]
-    pub fn max_frame(&self) -> usize {
-        self.caps().max_frame
     }
 
     /// Read `remote` segments of the peer's memory into `local` (RndvMode::RemoteRead only).

@@ -3,10 +3,13 @@
 //! ```text
 //! 0       4    5      6        8            16          32     36
 //! +-------+----+------+--------+------------+-----------+------+------+---------+-----+------------
-//! | "CRWA"| ver| flags| rsvd   | worker id  | host id   | pid  | nlen | uds name| ntcp| tcp addrs...
+//! | "CRWA"| ver| flags| frame k| worker id  | host id   | pid  | nlen | uds name| ntcp| tcp addrs...
 //! +-------+----+------+--------+------------+-----------+------+------+---------+-----+------------
 //! tcp address: family (4 | 6), 4 or 16 address bytes, port (u16 LE)
 //! ```
+//!
+//! `frame k` (u16 LE, once reserved and written 0): the largest frame the worker accepts
+//! from a peer (`COURIER_MAX_FRAME`), in KiB; 0 says nothing (a build from before it).
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
@@ -32,6 +35,9 @@ pub struct WorkerAddress {
     pub uds_name: Vec<u8>,
     /// TCP addresses it accepts wireup on.
     pub tcp: Vec<SocketAddr>,
+    /// The largest frame it accepts from a peer, in KiB (`COURIER_MAX_FRAME`); 0: not
+    /// said.
+    pub max_frame_k: u16,
 }
 
 /// Why an address was refused.
@@ -96,7 +102,7 @@ impl WorkerAddress {
             fl |= FLAG_TCP;
         }
         v.push(fl);
-        v.extend_from_slice(&[0, 0]);
+        v.extend_from_slice(&self.max_frame_k.to_le_bytes());
         v.extend_from_slice(&self.worker_id.to_le_bytes());
         v.extend_from_slice(&self.host_id);
         v.extend_from_slice(&self.pid.to_le_bytes());
@@ -132,7 +138,7 @@ impl WorkerAddress {
             return Err(AddressError::Version(ver));
         }
         let fl = r.u8()?;
-        r.take(2)?;
+        let max_frame_k = u16::from_le_bytes(r.arr()?);
         let worker_id = u64::from_le_bytes(r.arr()?);
         let host_id = r.arr::<16>()?;
         let pid = u32::from_le_bytes(r.arr()?);
@@ -170,6 +176,7 @@ impl WorkerAddress {
             pid,
             uds_name,
             tcp,
+            max_frame_k,
         })
     }
 }
@@ -189,7 +196,17 @@ mod tests {
                 "127.0.0.1:5000".parse().unwrap(),
                 "[::1]:6000".parse().unwrap(),
             ],
+            max_frame_k: 64,
         }
+    }
+
+    #[test]
+    fn the_frame_limit_is_carried_and_zero_from_older_builds() {
+        let p = sample().pack();
+        assert_eq!(&p[6..8], &64u16.to_le_bytes());
+        let mut old = p.clone();
+        old[6..8].copy_from_slice(&[0, 0]);
+        assert_eq!(WorkerAddress::unpack(&old).unwrap().max_frame_k, 0);
     }
 
     #[test]

@@ -81,6 +81,8 @@ pub struct Limits {
     pub reply_queue: usize,
     /// Bytes all tcp links of the process hold in receive buffers grown past their first.
     pub rx_buffered: usize,
+    /// The largest frame accepted from a peer (a multiple of 1 KiB, 4 KiB to 16 MiB).
+    pub max_frame: usize,
     /// Accepted connections in setup per worker.
     pub connecting: usize,
     /// Endpoints made by peers' connections per worker.
@@ -558,6 +560,14 @@ impl Config {
                     return Err(bad(n, get(n), "below 16m (the largest tcp frame must fit)"));
                 }
                 v
+            },
+            max_frame: {
+                let n = "COURIER_MAX_FRAME";
+                let v = size(n)?;
+                if !(4 << 10..=16 << 20).contains(&v) {
+                    return Err(bad(n, get(n), "not from 4k to 16m"));
+                }
+                v & !1023
             },
             connecting: count("COURIER_MAX_CONNECTING")?,
             accepted: count("COURIER_MAX_ACCEPTED")?,

@@ -208,6 +208,12 @@ pub const VARS: &[Var] = &[
         accepts: "a size of at least 16m, such as 256m",
     },
     Var {
+        name: "COURIER_MAX_FRAME",
+        default: "16m",
+        help: "Largest frame this worker accepts from a peer; each side tells the other its value at wireup, and senders cut messages, rendezvous pieces and puts into frames no larger than the smaller of it and their transport's own (shm: 64k); a peer that sends a larger frame fails its endpoint with an error naming this limit",
+        accepts: "a size from 4k to 16m, rounded down to a whole k, such as 1m",
+    },
+    Var {
         name: "COURIER_MAX_CONNECTING",
         default: "256",
         help: "Most accepted connections of a worker still in setup (not yet introduced); a new one beyond it pushes out the oldest",

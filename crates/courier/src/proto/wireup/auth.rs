@@ -393,9 +393,11 @@ fn auth_step(a: &mut AuthSetup) -> Result<bool> {
         }
         Err(e) => return Err(failed(format!("{}: {e}", a.peer))),
     };
+    // A private copy of a shared-memory frame (the handshake is not per message).
+    let mut copy = Vec::new();
     // SAFETY: valid until the `consume` below (or until the link is dropped, after the
     // last use of `bytes`).
-    let bytes = unsafe { raw.bytes() };
+    let bytes = unsafe { raw.private_bytes(&mut copy) };
     match AuthMsg::parse(bytes) {
         Ok(AuthMsg::Challenge { nonce, proof }) => {
             if !a.key.verify(Role::Acceptor, &a.nonce, &nonce, &proof) {

@@ -281,8 +281,10 @@ impl State {
                 return 1;
             }
         };
+        // A private copy of a shared-memory frame (setup is not per message).
+        let mut copy = Vec::new();
         // SAFETY: valid until consume.
-        let bytes = unsafe { raw.bytes() };
+        let bytes = unsafe { raw.private_bytes(&mut copy) };
         match self.pending_auth(i, bytes) {
             // The handshake took it: the next frame may be waiting already.
             Ok(true) => return 1 + self.pending_step(i),
@@ -385,6 +387,7 @@ impl State {
         match purpose {
             purpose::NEW => {
                 let e = self.ep_alloc(peer);
+                self.ep_set_peer_max_frame(e, addr.max_frame_k);
                 self.ep_install_link(e, tx, rx).map_err(|e| e.to_string())?;
                 if let Some(ep) = self.ep(e) {
                     ep.spent.accepted = Some(None);
@@ -455,6 +458,9 @@ impl State {
         let addr = self.wireup.address_bytes.clone();
         send_now(&mut tx, &[hdr.as_bytes(), &addr])?;
         let e = self.ep_alloc(peer);
+        if let Some(c) = &client {
+            self.ep_set_peer_max_frame(e, c.max_frame_k);
+        }
         self.ep_install_link(e, tx, rx)?;
         let (upgrade, loc) = match &client {
             Some(c) => (

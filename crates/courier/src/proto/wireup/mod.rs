@@ -131,6 +131,7 @@ impl WireupState {
             pid: pid(),
             uds_name: Vec::new(),
             tcp: Vec::new(),
+            max_frame_k: (cfg.limits.max_frame >> 10) as u16,
         };
         let acceptors = Acceptors::open(cfg, &mut excluded, &mut address, |fd, which| {
             epoll::add(
@@ -210,9 +211,12 @@ impl State {
             .map_err(|e| Error::msg(Status::InvalidAddress, e.to_string()))?;
         let loc = locality(&peer, self.wireup.worker_id);
         let same_worker = peer.worker_id == self.wireup.worker_id;
+        let max_frame_k = peer.max_frame_k;
         let dialer = Box::new(Dialer::new(peer, same_worker));
         let conn_id = random_u64();
-        self.dial(dialer, conn_id, loc, None)
+        let e = self.dial(dialer, conn_id, loc, None)?;
+        self.ep_set_peer_max_frame(e, max_frame_k);
+        Ok(e)
     }
 
     /// Go on dialing the peer of `dialer` for endpoint `existing` (a failed setup's) or a
@@ -230,6 +234,8 @@ impl State {
                 let a = self.ep_alloc(format!("self (pid {pid})"));
                 let p = self.ep_alloc(format!("self (pid {pid})"));
                 for (e, tx, rx) in [(a, atx, arx), (p, ptx, prx)] {
+                    // Both ends are this worker, which accepts what its own limit says.
+                    self.ep_set_peer_max_frame(e, self.wireup.address.max_frame_k);
                     self.ep_install_link(e, tx, rx)?;
                     let me = self.wireup.worker_id;
                     if let Some(ep) = self.ep(e) {
@@ -458,6 +464,7 @@ impl State {
         }
         ep.conn_id = conn_id;
         ep.peer_worker = server.worker_id;
+        self.ep_set_peer_max_frame(e, server.max_frame_k);
         let loc = locality(&server, self.wireup.worker_id);
         if dial::upgrade_possible(&server, &self.wireup.address) {
             match dial::upgrade_start(&server, &self.cfg) {

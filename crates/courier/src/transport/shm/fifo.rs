@@ -662,7 +662,11 @@ impl Consumer {
         // SAFETY: the frame's cells are inside the array, and a packed cell's sub-frame
         // inside its payload (validated when `cur` was set).
         let ptr = unsafe { self.f.cell(c.idx).add(CELL_HDR + c.at) };
-        RawFrame { ptr, len: c.len }
+        RawFrame {
+            ptr,
+            len: c.len,
+            shared: true,
+        }
     }
 
     /// `peek` of the published cell at `idx` (header `len`, `ncells`) that is not a
@@ -822,7 +826,8 @@ impl FifoRef {
 /// hold `bytes` (repeated to fill them), as a link's consumer does, for fuzzing. A cell's
 /// `seq` is made that of a published cell unless its lowest bit is set (then it stays as
 /// the bytes say), so that the fuzzer reaches the cell checks. Every frame handed out lies
-/// inside the cells and within the FIFO's largest frame. The frames read, until the FIFO
+/// inside the cells and within the FIFO's largest frame, and parses from the receive
+/// path's private copy (`RawFrame::split`) as it does whole. The frames read, until the FIFO
 /// has nothing more or refuses a cell.
 #[cfg(any(test, feature = "fuzzing"))]
 pub fn fuzz_consumer(bytes: &[u8]) -> usize {
@@ -858,6 +863,17 @@ pub fn fuzz_consumer(bytes: &[u8]) -> usize {
                 let at = f.ptr as usize;
                 assert!(at >= lo && at + f.len <= hi, "a frame outside the cells");
                 assert!(f.len <= c.max_frame, "a frame over the largest");
+                // As the receive path reads it: the parser sees a private copy of the
+                // header and of any structured rest, and agrees with a parse of the
+                // whole frame copied out.
+                let (mut head, mut copy) = (crate::transport::HeadBuf::new(), Vec::new());
+                // SAFETY: the frame is inside `mem`, between peek and consume.
+                let (split, whole) = unsafe { (f.split(&mut head, &mut copy), f.copy_whole()) };
+                assert_eq!(
+                    crate::wire::frame::Frame::parse_parts(split.head, split.rest),
+                    crate::wire::frame::Frame::parse(&whole),
+                    "a split frame parses otherwise than the whole frame"
+                );
                 read += 1;
                 c.consume();
             }

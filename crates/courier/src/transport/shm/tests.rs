@@ -72,7 +72,7 @@ fn recv_one(rx: &mut Rx) -> Vec<u8> {
     loop {
         if let Some(f) = rx.peek().unwrap() {
             // SAFETY: between peek and consume.
-            let v = unsafe { f.bytes() }.to_vec();
+            let v = unsafe { f.copy_whole() };
             rx.consume();
             return v;
         }
@@ -238,7 +238,7 @@ fn wrap_with_skip_marker_and_peek_stability() {
         ta.send(&[&pattern(100 + i, 200)]).unwrap();
     }
     // SAFETY: between peek and consume.
-    assert_eq!(unsafe { f.bytes() }, &big[..]);
+    assert_eq!(unsafe { f.copy_whole() }, &big[..]);
     rb.consume();
     for i in 0..3 {
         assert_eq!(recv_one(&mut rb), pattern(100 + i, 200));

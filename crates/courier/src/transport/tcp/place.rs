@@ -106,7 +106,7 @@ impl Rx {
             return None;
         }
         let ptr = self.buf.as_ptr().wrapping_add(self.start + HDR);
-        Some((RawFrame { ptr, len: have }, len))
+        Some((RawFrame::private(ptr, have), len))
     }
 
     /// The protocol keeps the next large frame whole in the buffer.
@@ -170,13 +170,7 @@ impl Rx {
         }
         self.out = p.head;
         let ptr = self.buf.as_ptr().wrapping_add(self.start + HDR);
-        Some((
-            RawFrame {
-                ptr,
-                len: p.head - HDR,
-            },
-            p.payload,
-        ))
+        Some((RawFrame::private(ptr, p.head - HDR), p.payload))
     }
 
     /// Whether a placed frame is complete and waits for `take_placed`.

@@ -58,10 +58,7 @@ impl Rx {
         }
         // `as_ptr` creates no reference, so later writes past `end` leave this pointer valid.
         let ptr = self.buf.as_ptr().wrapping_add(self.start + HDR);
-        Ok(Some(RawFrame {
-            ptr,
-            len: self.out - HDR,
-        }))
+        Ok(Some(RawFrame::private(ptr, self.out - HDR)))
     }
 
     pub(crate) fn consume(&mut self) {

@@ -360,6 +360,24 @@ pub enum Kind {
 }
 
 impl Kind {
+    /// The kind a frame's first byte names, if any.
+    pub fn from_byte(b: u8) -> Option<Kind> {
+        Self::from_u8(b)
+    }
+
+    /// Whether what follows this kind's fixed header is opaque to the protocol (message or
+    /// put data, an active message's user header and data, or nothing it reads) rather
+    /// than fields it parses (segment lists, keys, worker addresses). The receive path
+    /// copies a structured rest out of shared memory before parsing it
+    /// (`transport::RawFrame::split`); an opaque one is only ever copied once, whole.
+    pub const fn rest_is_opaque(self) -> bool {
+        use Kind::*;
+        !matches!(
+            self,
+            TagRts | RndvSplit | AmRts | ConnReq | ConnAccept | Wireup
+        )
+    }
+
     fn from_u8(b: u8) -> Option<Kind> {
         use Kind::*;
         Some(match b {
@@ -618,9 +636,10 @@ pub struct RemoteRef {
 
 /// A list of (address, length) segments, validated to fit, iterated lazily.
 ///
-/// The bytes may lie in memory a same-host peer can still write (a shared-memory FIFO
-/// cell): what the protocol acts on must come from one reading of them, checked again
-/// (`read_once`), not from `iter` after the check `parse` made.
+/// The receive path gives the parser a private copy of a shared-memory frame's segment
+/// list (`transport::RawFrame::split`); what the protocol acts on still comes from one
+/// reading of the list, checked again (`read_once`), so that a parser handed bytes in
+/// place would not act on a list changed after its check.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Segments<'a> {
     raw: &'a [u8],
@@ -727,10 +746,20 @@ impl<'a> Frame<'a> {
     #[inline]
     pub fn as_tag_eager(b: &'a [u8]) -> Option<(u64, &'a [u8])> {
         let need = Kind::TagEager.header_len();
-        if b.len() < need || b[field::KIND] != Kind::TagEager as u8 {
+        if b.len() < need {
             return None;
         }
-        Some((u64_at(b, field::tag_eager::TAG), &b[need..]))
+        Self::as_tag_eager_parts(&b[..need], &b[need..])
+    }
+
+    /// `as_tag_eager` of a frame given as header and rest, as `parse_parts` takes it.
+    #[inline(always)]
+    pub fn as_tag_eager_parts(h: &'a [u8], rest: &'a [u8]) -> Option<(u64, &'a [u8])> {
+        let need = Kind::TagEager.header_len();
+        if h.len() < need || h[field::KIND] != Kind::TagEager as u8 {
+            return None;
+        }
+        Some((u64_at(h, field::tag_eager::TAG), rest))
     }
 
     /// The handler id, reply flag, user header and data of `b` if it is a whole eager
@@ -739,17 +768,26 @@ impl<'a> Frame<'a> {
     #[inline]
     pub fn as_am(b: &'a [u8]) -> Option<(u16, bool, &'a [u8], &'a [u8])> {
         let need = Kind::Am.header_len();
-        if b.len() < need || b[field::KIND] != Kind::Am as u8 {
+        if b.len() < need {
             return None;
         }
-        let rest = &b[need..];
-        let hlen = u32_at(b, field::am::HEADER_LEN) as usize;
+        Self::as_am_parts(&b[..need], &b[need..])
+    }
+
+    /// `as_am` of a frame given as header and rest, as `parse_parts` takes it.
+    #[inline]
+    pub fn as_am_parts(h: &'a [u8], rest: &'a [u8]) -> Option<(u16, bool, &'a [u8], &'a [u8])> {
+        let need = Kind::Am.header_len();
+        if h.len() < need || h[field::KIND] != Kind::Am as u8 {
+            return None;
+        }
+        let hlen = u32_at(h, field::am::HEADER_LEN) as usize;
         if hlen > rest.len() {
             return None;
         }
-        let reply = b[field::FLAGS] & flags::AM_REPLY != 0;
+        let reply = h[field::FLAGS] & flags::AM_REPLY != 0;
         Some((
-            u16_at(b, field::am::ID),
+            u16_at(h, field::am::ID),
             reply,
             &rest[..hlen],
             &rest[hlen..],
@@ -758,18 +796,32 @@ impl<'a> Frame<'a> {
 
     /// Parse a whole frame. Never panics; every length is checked.
     pub fn parse(b: &'a [u8]) -> Result<Frame<'a>, WireError> {
+        let need = b
+            .first()
+            .and_then(|&k| Kind::from_u8(k))
+            .map_or(0, |k| k.header_len().min(b.len()));
+        let (head, rest) = b.split_at(need.max(b.len().min(1)));
+        Self::parse_parts(head, rest)
+    }
+
+    /// Parse a frame given as its kind's fixed header `b` (bytes after it in `b` are
+    /// ignored) and the `rest` that follows it: the header may be a private copy of the
+    /// frame's first bytes, the rest elsewhere (`transport::RawFrame::split`). Every field
+    /// is read from `b`, or from `rest` (segment lists, lengths checked against it);
+    /// payload slices are parts of `rest`. A frame shorter than its header is `Truncated`
+    /// when `b` is short (and `rest` then empty). Never panics.
+    pub fn parse_parts(b: &'a [u8], rest: &'a [u8]) -> Result<Frame<'a>, WireError> {
         let kb = *b.first().ok_or(WireError::Empty)?;
         let kind = Kind::from_u8(kb).ok_or(WireError::UnknownKind(kb))?;
         let need = kind.header_len();
         if b.len() < need {
             return Err(WireError::Truncated {
                 kind,
-                len: b.len(),
+                len: b.len() + rest.len(),
                 need,
             });
         }
         let fl = b[field::FLAGS];
-        let rest = &b[need..];
         Ok(match kind {
             Kind::TagEager => Frame::TagEager {
                 tag: u64_at(b, field::tag_eager::TAG),
