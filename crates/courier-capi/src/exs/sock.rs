@@ -141,6 +141,9 @@ pub(crate) struct State {
     /// Our registration behind zero-length SEQPACKET receives (`State::zero_mem`): its
     /// handle (taken from `next_mh`, so never the caller's) and a few bytes of ours.
     pub zero_reg: Option<(u64, Mem)>,
+    /// Placements in flight at the receiver (`place.rs`), by token.
+    pub places: HashMap<usize, super::place::Placing>,
+    pub next_place: usize,
 }
 
 #[derive(Clone, Copy, Default)]
