@@ -187,6 +187,7 @@ fn place_done(token: usize, r: Result<Info, Error>, info: Info) {
 pub(crate) fn hold(st: &mut State, token: usize, h: Held) -> Option<Held> {
     match st.places.get_mut(&token) {
         Some(p) => {
+            tracing::debug!("EXS receive ended during its placement: its event waits for it");
             p.held = Some(h);
             None
         }
