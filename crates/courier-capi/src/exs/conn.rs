@@ -60,6 +60,9 @@ pub(crate) struct Opts {
     pub adv: usize,
     /// SEQPACKET: small messages the peer may send us eagerly.
     pub slots: usize,
+    /// Sends from this size that fill a whole advertisement go by split placement over
+    /// shared memory (`place.rs`); 0: never.
+    pub split_min: usize,
 }
 
 pub(crate) const SMALL_MAX_LIMIT: usize = 1 << 20;
@@ -67,6 +70,7 @@ pub(crate) const INLINE_MAX_LIMIT: usize = 1 << 20;
 pub(crate) const RCVBUF_LIMIT: usize = 1 << 30;
 pub(crate) const ADV_LIMIT: usize = 1024;
 pub(crate) const SLOTS_LIMIT: usize = 1 << 16;
+pub(crate) const SPLIT_MIN_LIMIT: usize = 1 << 40;
 
 impl Default for Opts {
     fn default() -> Opts {
@@ -77,6 +81,7 @@ impl Default for Opts {
             no_rcvbuf: false,
             adv: 64,
             slots: 64,
+            split_min: super::place::PLACE_MIN,
         }
     }
 }

@@ -7,7 +7,8 @@
 //! signal word itself, with the value the sender would have put there, and `recv.rs` takes
 //! it in chunk order.
 //!
-//! Used when the link is shared memory, the chunk is at least `PLACE_MIN` bytes and it
+//! Used when the link is shared memory, the chunk is at least `EXS_F_SPLIT_MIN` bytes
+//! (`PLACE_MIN` by default; 0: never) and it
 //! both starts and ends its advertisement (so nothing else writes that signal word). The
 //! receiver checks the PLACE against the advertisement (slot live, nothing placed in it
 //! yet, the length inside it, the signal word's length equal to the data's); a receive
@@ -23,8 +24,8 @@ use super::sock::{Op, State};
 use super::wire::{self, Msg, word};
 use super::{XResult, lib_opt};
 
-/// Smallest chunk placed by rendezvous (below it, one process's copy is as fast as the
-/// split's extra round trip allows).
+/// Smallest chunk placed by rendezvous by default (`EXS_F_SPLIT_MIN`; below it, one
+/// process's copy is as fast as the split's extra round trips allow).
 pub(crate) const PLACE_MIN: usize = 256 << 10;
 
 /// A placement in flight at the receiver.
@@ -45,7 +46,8 @@ pub(crate) struct Held {
 
 /// Whether a chunk of `n` bytes filling a whole advertisement goes by PLACE on `c`.
 pub(crate) fn wanted(c: &Conn, n: u64) -> bool {
-    n >= PLACE_MIN as u64 && c.ep.transport() == Some("shm")
+    let min = c.opts.split_min as u64;
+    min > 0 && n >= min && c.ep.transport() == Some("shm")
 }
 
 /// Send `data` (one whole advertisement, `slot`) by rendezvous; the send's piece completes

@@ -173,6 +173,7 @@ static void fcntls(void)
         {EXS_F_SMALL_MAX, 4096, (1L << 20) + 1}, {EXS_F_INLINE_MAX, 64, -1},
         {EXS_F_RCVBUF, 1 << 20, 0},              {EXS_F_NO_RCVBUF, 1, 2},
         {EXS_F_ADV_CREDITS, 8, 0},               {EXS_F_SMALL_SLOTS, 16, 0},
+        {EXS_F_SPLIT_MIN, 0, -1},                {EXS_F_SPLIT_MIN, 1 << 20, (1L << 40) + 1},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         XCHECK(exs_fcntl(fd, cases[i].cmd, cases[i].good));
@@ -217,6 +218,8 @@ static void connected(void)
     EXPECT(s >= 0);
     XFAILS(exs_fcntl(c, EXS_F_SMALL_MAX, 100), EISCONN);
     XCHECK(exs_fcntl(c, EXS_F_INLINE_MAX, 100)); /* allowed any time */
+    XCHECK(exs_fcntl(c, EXS_F_SPLIT_MIN, 512 * 1024));
+    EXPECT(exs_fcntl(c, EXS_F_SPLIT_MIN | EXS_F_GET, 0) == 512 * 1024);
     static unsigned char whole[1 << 17];
     unsigned char *buf = whole + 4096;
     exs_mhandle_t mh = exs_mregister(buf, 1 << 16, 0);
