@@ -32,7 +32,8 @@ use super::{XResult, fail};
 /// The active-message id of every EXS message.
 pub(crate) const AM_ID: u16 = 0x4558;
 pub(crate) const MAGIC: u32 = u32::from_le_bytes(*b"EXS1");
-pub(crate) const VERSION: u16 = 1;
+/// 2: PLACE.
+pub(crate) const VERSION: u16 = 2;
 pub(crate) const PREFIX: usize = 24;
 
 pub(crate) const K_HELLO: u8 = 1;
@@ -461,7 +462,7 @@ mod tests {
         b[PREFIX] ^= 1;
         assert!(decode(&b).is_err());
         let mut b = h;
-        b[PREFIX + 4] = 2;
+        b[PREFIX + 4] = VERSION as u8 + 1;
         assert!(decode(&b).is_err(), "other protocol version");
         // Unknown advertisement flags.
         let mut a = encode(
