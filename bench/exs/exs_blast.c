@@ -4,11 +4,14 @@
  * child) keeps O sends in flight.
  *
  *   exs-blast [-k courier|tcp|unix] [-s SIZES] [-o COUNTS] [-t SECONDS] [-b] [-c RCPU,SCPU]
+ *             [-S SPLIT_MIN]
  *
  * -k: EXS sockets over Courier (COURIER_TLS picks shm or tcp), or kernel TCP loopback or
  * Unix stream sockets through the same calls. -s, -o: comma lists (sizes take K and M).
  * -t: seconds per point (0.3). -b: busy-polling (default: the completion thread). -c: pin
- * the receiver and the sender (and their completion threads) to these CPUs.
+ * the receiver and the sender (and their completion threads) to these CPUs. -S: the
+ * sender's EXS_F_SPLIT_MIN (Courier: sends from this size into a whole advertised receive
+ * are copied by both processes over shared memory; 0: never; default: the library's).
  * Prints one JSON line per point. */
 #include "exs_bench.h"
 
@@ -20,6 +23,7 @@ static int ncounts = 3;
 static double secs = 0.3;
 static int busy = 0;
 static int cpus[2] = {-1, -1};
+static long split_min = -1;
 
 static size_t parse_size(const char *s)
 {
@@ -141,6 +145,8 @@ static int sender(int to_parent, int from_parent)
     pipe_read(from_parent, &len, sizeof(len));
     pipe_read(from_parent, &ss, sizeof(ss));
     int fd = connect_to(over, q, &ss, len);
+    if (split_min >= 0 && over == OVER_COURIER)
+        X(exs_fcntl(fd, EXS_F_SPLIT_MIN, split_min));
     size_t maxs = 0;
     int maxo = 0;
     for (int i = 0; i < nsizes; i++)
@@ -187,7 +193,7 @@ static int sender(int to_parent, int from_parent)
 int main(int argc, char **argv)
 {
     int opt;
-    while ((opt = getopt(argc, argv, "k:s:o:t:bc:")) != -1) {
+    while ((opt = getopt(argc, argv, "k:s:o:t:bc:S:")) != -1) {
         switch (opt) {
         case 'k':
             over = parse_over(optarg);
@@ -212,8 +218,11 @@ int main(int argc, char **argv)
             if (sscanf(optarg, "%d,%d", &cpus[0], &cpus[1]) != 2)
                 DIE("-c RCPU,SCPU");
             break;
+        case 'S':
+            split_min = (long)parse_size(optarg);
+            break;
         default:
-            DIE("usage: exs-blast [-k courier|tcp|unix] [-s SIZES] [-o COUNTS] [-t SECONDS] [-b] [-c RCPU,SCPU]");
+            DIE("usage: exs-blast [-k courier|tcp|unix] [-s SIZES] [-o COUNTS] [-t SECONDS] [-b] [-c RCPU,SCPU] [-S SPLIT_MIN]");
         }
     }
     for (int j = 0; j < ncounts; j++)

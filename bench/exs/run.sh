@@ -52,6 +52,10 @@ for r in $(seq 1 "$treps"); do
     run_kind "$k" timeout 300 "$bin/exs-blast" -s 512K -o 4 -t 0.5 | tag "$r" target >> "$raw" || echo "run failed: $k blast" >&2
     run_kind "$k" timeout 300 "$bin/exs-pingpong" -s 8 -n "$iters" -b | tag "$r" target >> "$raw" || echo "run failed: $k pingpong" >&2
   done
+  # The same blast with each process (and its completion thread) on its own CPU.
+  for k in kernel-tcp courier-shm; do
+    run_kind "$k" timeout 300 "$bin/exs-blast" -s 512K -o 4 -t 0.5 -c 0,1 | tag "$r" target >> "$raw" || echo "run failed: $k blast pinned" >&2
+  done
 done
 # Sweeps: blast (notify) and ping-pong (busy and notify, pinned and not), every kind.
 for r in $(seq 1 "$reps"); do

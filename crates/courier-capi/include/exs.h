@@ -137,6 +137,11 @@ typedef struct exs_event {
  * Per socket, any time:
  *   EXS_F_INLINE_MAX   sends up to this size are copied by exs_send, whose SEND event is
  *                      queued at once (the buffer is free on return) (default 256)
+ *   EXS_F_SPLIT_MIN    over shared memory, a send of at least this many bytes that fills a
+ *                      whole advertised receive is copied by both processes, each a part,
+ *                      at once (Courier's split rendezvous) instead of by the sender
+ *                      alone; 0: never (default 256 KiB; it pays where the two processes
+ *                      run on different cores)
  * Library-wide (fd is ignored; -1 is fine):
  *   EXS_F_BUSY_POLL    1: completions are found by busy-polling in the thread that waits in
  *                      exs_qdequeue; 0 (default): by the completion thread, which sleeps
@@ -151,6 +156,7 @@ typedef struct exs_event {
 #define EXS_F_NO_RCVBUF 6
 #define EXS_F_ADV_CREDITS 7
 #define EXS_F_SMALL_SLOTS 8
+#define EXS_F_SPLIT_MIN 9
 #define EXS_F_GET 0x100
 
 /* exs_mregister flags (0 means both). [Courier] */

@@ -94,6 +94,7 @@ pub const EXS_F_RCVBUF: c_int = 5;
 pub const EXS_F_NO_RCVBUF: c_int = 6;
 pub const EXS_F_ADV_CREDITS: c_int = 7;
 pub const EXS_F_SMALL_SLOTS: c_int = 8;
+pub const EXS_F_SPLIT_MIN: c_int = 9;
 /// OR'ed into a command: read the value instead of setting it.
 pub const EXS_F_GET: c_int = 0x100;
 

@@ -5,7 +5,9 @@ use std::ffi::{c_char, c_int, c_long, c_void};
 use std::os::fd::RawFd;
 
 use super::abi::*;
-use super::conn::{ADV_LIMIT, INLINE_MAX_LIMIT, Opts, RCVBUF_LIMIT, SLOTS_LIMIT, SMALL_MAX_LIMIT};
+use super::conn::{
+    ADV_LIMIT, INLINE_MAX_LIMIT, Opts, RCVBUF_LIMIT, SLOTS_LIMIT, SMALL_MAX_LIMIT, SPLIT_MIN_LIMIT,
+};
 use super::mem::{MEMS_MAX, Mem};
 use super::sock::{self, Op, SockState, State, Target, parse_sockaddr, sockaddr_of};
 use super::{XResult, boundary, boundary_handle, conn, fail, ksock, lib, recv, send};
@@ -481,7 +483,7 @@ pub extern "C" fn exs_fcntl(fd: c_int, cmd: c_int, arg: c_long) -> c_long {
             ));
         }
         let s = st.sock(fd)?;
-        let shaping = cmd != EXS_F_INLINE_MAX;
+        let shaping = cmd != EXS_F_INLINE_MAX && cmd != EXS_F_SPLIT_MIN;
         if !get && shaping && matches!(s.state, SockState::Conn(_)) {
             return Err(fail(
                 libc::EISCONN,
@@ -520,6 +522,12 @@ pub extern "C" fn exs_fcntl(fd: c_int, cmd: c_int, arg: c_long) -> c_long {
                 }
                 o.adv as c_long
             }
+            EXS_F_SPLIT_MIN => {
+                if !get {
+                    o.split_min = range(arg, 0, SPLIT_MIN_LIMIT, "EXS_F_SPLIT_MIN")?;
+                }
+                o.split_min as c_long
+            }
             EXS_F_SMALL_SLOTS => {
                 if !get {
                     o.slots = range(arg, 1, SLOTS_LIMIT, "EXS_F_SMALL_SLOTS")?;
@@ -534,11 +542,14 @@ pub extern "C" fn exs_fcntl(fd: c_int, cmd: c_int, arg: c_long) -> c_long {
             }
         };
         let opts = *o;
-        if cmd == EXS_F_INLINE_MAX
+        if (cmd == EXS_F_INLINE_MAX || cmd == EXS_F_SPLIT_MIN)
             && !get
             && let SockState::Conn(r) = s.state
         {
-            st.with_conn(r, |_, c| c.opts.inline_max = opts.inline_max);
+            st.with_conn(r, |_, c| {
+                c.opts.inline_max = opts.inline_max;
+                c.opts.split_min = opts.split_min;
+            });
         }
         Ok(if get { v } else { 0 })
     })

@@ -13,8 +13,8 @@ use std::os::fd::RawFd;
 use std::time::{Duration, Instant};
 
 use courier_core::{
-    AmFlags, AmMessage, Buf, Callback, Endpoint, Error, Info, MemMapParams, Memory, RemoteKey,
-    Status,
+    AmFlags, AmMessage, AmRndv, Buf, Callback, Endpoint, Error, Info, MemMapParams, Memory,
+    RemoteKey, Status,
 };
 
 use super::recv::{self, Rx};
@@ -60,6 +60,9 @@ pub(crate) struct Opts {
     pub adv: usize,
     /// SEQPACKET: small messages the peer may send us eagerly.
     pub slots: usize,
+    /// Sends from this size that fill a whole advertisement go by split placement over
+    /// shared memory (`place.rs`); 0: never.
+    pub split_min: usize,
 }
 
 pub(crate) const SMALL_MAX_LIMIT: usize = 1 << 20;
@@ -67,6 +70,7 @@ pub(crate) const INLINE_MAX_LIMIT: usize = 1 << 20;
 pub(crate) const RCVBUF_LIMIT: usize = 1 << 30;
 pub(crate) const ADV_LIMIT: usize = 1024;
 pub(crate) const SLOTS_LIMIT: usize = 1 << 16;
+pub(crate) const SPLIT_MIN_LIMIT: usize = 1 << 40;
 
 impl Default for Opts {
     fn default() -> Opts {
@@ -77,6 +81,7 @@ impl Default for Opts {
             no_rcvbuf: false,
             adv: 64,
             slots: 64,
+            split_min: super::place::PLACE_MIN,
         }
     }
 }
@@ -277,6 +282,11 @@ pub(crate) fn on_am(m: &mut AmMessage<'_>) {
             generation: p.generation,
         },
     };
+    let mut rndv = if p.kind == wire::K_PLACE {
+        m.take_rndv()
+    } else {
+        None
+    };
     let data = m.data();
     let after = st.with_conn(r, |st, c| {
         if !c.ep.same_as(&ep) {
@@ -285,7 +295,7 @@ pub(crate) fn on_am(m: &mut AmMessage<'_>) {
             tracing::debug!("EXS message for a connection of another endpoint; dropped");
             return After::Nothing;
         }
-        match handle(st, c, p, msg, data) {
+        match handle(st, c, p, msg, data, &mut rndv) {
             Ok(a) => a,
             Err(e) => {
                 reset(st, c, e);
@@ -293,6 +303,10 @@ pub(crate) fn on_am(m: &mut AmMessage<'_>) {
             }
         }
     });
+    if let Some(desc) = rndv {
+        // A PLACE refused before it was looked at: its data stays at the sender.
+        let _ = l.worker.am_decline(desc);
+    }
     if let Some(After::Ready(fd)) = after {
         listen_done(&mut st, fd, Some(r));
         match_accepts(&mut st, fd);
@@ -308,7 +322,14 @@ fn find_by_ep(st: &State, ep: &Endpoint, hello: bool) -> Option<ConnRef> {
     })
 }
 
-fn handle(st: &mut State, c: &mut Conn, p: Prefix, msg: Msg, data: &[u8]) -> XResult<After> {
+fn handle(
+    st: &mut State,
+    c: &mut Conn,
+    p: Prefix,
+    msg: Msg,
+    data: &[u8],
+    rndv: &mut Option<AmRndv>,
+) -> XResult<After> {
     if c.dead_slot || c.err.is_some() {
         return Ok(After::Nothing);
     }
@@ -334,6 +355,12 @@ fn handle(st: &mut State, c: &mut Conn, p: Prefix, msg: Msg, data: &[u8]) -> XRe
         Msg::Close => on_close(st, c)?,
         Msg::ShutRd => send::on_peer_shut_rd(st, c)?,
         Msg::ShutRdAck => recv::on_shut_rd_ack(st, c)?,
+        Msg::Place { slot, value } => {
+            let desc = rndv
+                .take()
+                .ok_or_else(|| fail(libc::EPROTO, "a PLACE whose data came eagerly"))?;
+            super::place::on_place(st, c, slot, value, desc)?
+        }
         Msg::CloseAck => {
             if matches!(c.phase, Phase::Closing { .. }) {
                 finalize(st, c);

@@ -14,6 +14,8 @@
 //! - `conn`: a Courier connection's set-up, dispatch and close; `recv` and `send`: its data
 //!   path (advertisements, eager data, credits, direct placement with a put-with-signal);
 //!   `wire`: the messages.
+//! - `place`: large chunks placed by Courier's rendezvous (both processes copy, over
+//!   shared memory) instead of one put-with-signal.
 //! - `engine`: progress, the completion thread, busy-polling.
 //! - `ksock`: the same calls on kernel sockets.
 //!
@@ -31,6 +33,7 @@ mod engine;
 mod ksock;
 mod mem;
 mod msg;
+mod place;
 mod queue;
 mod recv;
 mod send;

@@ -166,7 +166,7 @@ pub(crate) fn end_recv(
 }
 
 fn drop_staging(st: &mut State, mh: u64) {
-    if let Some(mem) = st.mems.remove(&mh) {
+    if let Some(mem) = st.staged.remove(&mh) {
         st.staging = st.staging.saturating_sub(mem.len);
     }
 }
@@ -309,7 +309,7 @@ unsafe fn msg_op(
             op.buf = staging.addr;
             op.mh = smh;
             st.staging += total;
-            st.mems.insert(smh, Mem { busy: 1, ..staging });
+            st.staged.insert(smh, staging);
             scatter = Some(Scatter {
                 segs,
                 user_mh,

@@ -40,12 +40,14 @@ const CHUNK_WINDOW: u64 = 1 << 20;
 /// A receive's advertisement.
 #[derive(Clone, Copy)]
 pub(crate) struct RecvAdv {
-    slot: u16,
+    pub slot: u16,
     key: u16,
     /// Bytes the receive had when advertised (the advertisement covers the rest).
-    base: usize,
+    pub base: usize,
     /// The signal word's value last taken.
-    seen: u64,
+    pub seen: u64,
+    /// A PLACE copying into it (`place.rs`): its token.
+    pub placing: Option<usize>,
 }
 
 pub(crate) struct RecvOp {
@@ -127,6 +129,50 @@ impl Rx {
             watched: false,
             rd_shut: RdShut::Open,
         }
+    }
+}
+
+impl Rx {
+    /// The receive advertised in `slot`: its index, buffer, length, bytes got, and the
+    /// advertisement.
+    pub fn find_adv(&self, slot: u16) -> Option<(usize, usize, usize, usize, RecvAdv)> {
+        self.recvs.iter().enumerate().find_map(|(i, r)| {
+            let a = r.adv.filter(|a| a.slot == slot)?;
+            Some((i, r.op.buf, r.op.len, r.got, a))
+        })
+    }
+
+    pub fn recvs_adv_mut(&mut self, i: usize) -> Option<&mut RecvAdv> {
+        self.recvs.get_mut(i)?.adv.as_mut()
+    }
+
+    /// The receive whose placement has `token`.
+    pub fn find_placing(&self, token: usize) -> Option<usize> {
+        self.recvs
+            .iter()
+            .position(|r| r.adv.is_some_and(|a| a.placing == Some(token)))
+    }
+}
+
+/// Set advertisement `slot`'s signal word ourselves (a placement done: `place.rs`).
+pub(crate) fn signal(c: &Conn, slot: u16, value: u64) {
+    word_at(c, slot).store(value, Ordering::Release);
+}
+
+/// End receive `r`: its event now, or once its placement lets go of its buffer.
+fn end_op(st: &mut State, r: RecvOp, placing: Option<usize>, result: isize, flags: i32) {
+    let h = super::place::Held {
+        op: r.op,
+        msg: r.msg,
+        result,
+        flags,
+    };
+    let h = match placing {
+        Some(t) => super::place::hold(st, t, h),
+        None => Some(h),
+    };
+    if let Some(h) = h {
+        end_recv(st, h.op, h.msg, h.result, h.flags);
     }
 }
 
@@ -233,10 +279,12 @@ fn unadvertise(rx: &mut Rx, adv: RecvAdv) {
 
 fn complete_front(st: &mut State, c: &mut Conn, result: usize, flags: i32) {
     if let Some(mut r) = c.rx.recvs.pop_front() {
+        let mut placing = None;
         if let Some(a) = r.adv.take() {
+            placing = a.placing;
             unadvertise(&mut c.rx, a);
         }
-        end_recv(st, r.op, r.msg, result as isize, flags);
+        end_op(st, r, placing, result as isize, flags);
     }
 }
 
@@ -471,6 +519,7 @@ fn advertise(st: &mut State, c: &mut Conn) -> XResult<()> {
             key,
             base,
             seen: 0,
+            placing: None,
         });
         tracing::debug!(
             "EXS advert out: slot {slot} len {} tag {} waitall {}",
@@ -621,10 +670,12 @@ pub(crate) fn fail_all(st: &mut State, c: &mut Conn, errno: i32) {
     // The sending side: nothing more is written, waiting sends end.
     super::send::peer_gone(st, c, errno);
     while let Some(mut r) = c.rx.recvs.pop_front() {
+        let mut placing = None;
         if let Some(a) = r.adv.take() {
+            placing = a.placing;
             unadvertise(&mut c.rx, a);
         }
-        end_recv(st, r.op, r.msg, -(errno as isize), 0);
+        end_op(st, r, placing, -(errno as isize), 0);
     }
     c.rx.stash.clear();
     if c.rx.watched {

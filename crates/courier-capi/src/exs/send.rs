@@ -348,7 +348,11 @@ fn step_msg(st: &mut State, c: &mut Conn, id: u64) -> XResult<bool> {
     let (slot, key, addr) = (a.slot, a.key, a.addr);
     c.tx.adverts.pop_front();
     let data = piece(st, id, 0, n as usize)?;
-    direct(st, c, id, data, addr, key, slot, value)?;
+    if super::place::wanted(c, n) {
+        super::place::send_place(st, c, id, data, slot, value)?;
+    } else {
+        direct(st, c, id, data, addr, key, slot, value)?;
+    }
     c.tx.next_chunk += 1;
     Ok(true)
 }
@@ -369,6 +373,8 @@ fn step_stream(st: &mut State, c: &mut Conn, id: u64) -> XResult<bool> {
         } else if let Some(a) = c.tx.adverts.front_mut() {
             let n = (rem as u64).min(a.len - a.filled);
             let at = a.addr + a.filled;
+            // The whole advertisement in this one chunk: by PLACE if worth it.
+            let whole = a.filled == 0 && (!a.waitall || n == a.len);
             a.filled += n;
             let value = word::make(c.tx.next_chunk, a.filled, false);
             let (slot, key) = (a.slot, a.key);
@@ -378,7 +384,11 @@ fn step_stream(st: &mut State, c: &mut Conn, id: u64) -> XResult<bool> {
             let chunk = c.tx.next_chunk;
             c.tx.next_chunk = chunk + 1;
             let data = piece(st, id, off, n as usize)?;
-            direct(st, c, id, data, at, key, slot, value)?;
+            if whole && super::place::wanted(c, n) {
+                super::place::send_place(st, c, id, data, slot, value)?;
+            } else {
+                direct(st, c, id, data, at, key, slot, value)?;
+            }
             if let Some(s) = st.sends.get_mut(&id) {
                 s.off += n as usize;
             }
@@ -401,7 +411,7 @@ fn step_stream(st: &mut State, c: &mut Conn, id: u64) -> XResult<bool> {
 }
 
 /// A Courier operation of send `id` completed (inside progress).
-fn piece_done(token: usize, r: Result<Info, Error>, _: Info) {
+pub(crate) fn piece_done(token: usize, r: Result<Info, Error>, _: Info) {
     let Some(l) = super::lib_opt() else { return };
     let mut st = l.st();
     let Some(id) = st.tokens.remove(&token) else {
@@ -416,7 +426,12 @@ fn piece_done(token: usize, r: Result<Info, Error>, _: Info) {
     st.send_settle(id);
 }
 
-fn started(st: &mut State, id: u64, token: usize, r: Result<Started, Error>) -> XResult<()> {
+pub(crate) fn started(
+    st: &mut State,
+    id: u64,
+    token: usize,
+    r: Result<Started, Error>,
+) -> XResult<()> {
     match r {
         Ok(Started::Done(_)) => {
             st.tokens.remove(&token);

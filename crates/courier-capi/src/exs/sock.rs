@@ -138,9 +138,16 @@ pub(crate) struct State {
     pub lib_opts: LibOpts,
     /// Bytes of `exs_recvmsg` staging buffers in use.
     pub staging: usize,
+    /// `exs_recvmsg` staging buffers' registrations, by handle (taken from `next_mh`, so
+    /// never the caller's; not in `mems`, so the caller can neither use nor deregister
+    /// them).
+    pub staged: HashMap<u64, Mem>,
     /// Our registration behind zero-length SEQPACKET receives (`State::zero_mem`): its
     /// handle (taken from `next_mh`, so never the caller's) and a few bytes of ours.
     pub zero_reg: Option<(u64, Mem)>,
+    /// Placements in flight at the receiver (`place.rs`), by token.
+    pub places: HashMap<usize, super::place::Placing>,
+    pub next_place: usize,
 }
 
 #[derive(Clone, Copy, Default)]
@@ -313,7 +320,7 @@ impl State {
     pub fn key_mem(&self, mh: u64) -> Option<&Mem> {
         match &self.zero_reg {
             Some((z, m)) if *z == mh => Some(m),
-            _ => self.mems.get(&mh),
+            _ => self.mems.get(&mh).or_else(|| self.staged.get(&mh)),
         }
     }
 

@@ -16,6 +16,9 @@
 //!             tag u64 (SEQPACKET: message number; STREAM: eager chunks seen)
 //! KEY     +0: key slot u16, key length u16, key bytes
 //! DATA    +0: chunk u64 (flags: FIN)
+//! PLACE   +0: slot u16, 0 u16, 0 u32, signal word value u64; the data by Courier's
+//!             rendezvous (shared memory: both processes copy a part, in parallel), into
+//!             the whole advertisement `slot` (`recv::on_place`)
 //! CREDIT, CLOSE, CLOSE_ACK, SHUT_RD, SHUT_RD_ACK: nothing more
 //! (SHUT_RD: the sender of it reads no more (`exs_shutdown` SHUT_RD): its advertisements
 //! are void and the receiver of it sends no more; SHUT_RD_ACK answers once nothing more
@@ -29,7 +32,8 @@ use super::{XResult, fail};
 /// The active-message id of every EXS message.
 pub(crate) const AM_ID: u16 = 0x4558;
 pub(crate) const MAGIC: u32 = u32::from_le_bytes(*b"EXS1");
-pub(crate) const VERSION: u16 = 1;
+/// 2: PLACE.
+pub(crate) const VERSION: u16 = 2;
 pub(crate) const PREFIX: usize = 24;
 
 pub(crate) const K_HELLO: u8 = 1;
@@ -41,6 +45,7 @@ pub(crate) const K_CLOSE: u8 = 6;
 pub(crate) const K_CLOSE_ACK: u8 = 7;
 pub(crate) const K_SHUT_RD: u8 = 8;
 pub(crate) const K_SHUT_RD_ACK: u8 = 9;
+pub(crate) const K_PLACE: u8 = 10;
 
 /// DATA: the sender sends nothing after this chunk number.
 pub(crate) const F_FIN: u8 = 1;
@@ -88,13 +93,23 @@ pub(crate) struct Advert {
 pub(crate) enum Msg {
     Hello(Hello),
     Advert(Advert),
-    Key { slot: u16, key: Vec<u8> },
-    Data { chunk: u64 },
+    Key {
+        slot: u16,
+        key: Vec<u8>,
+    },
+    Data {
+        chunk: u64,
+    },
     Credit,
     Close,
     CloseAck,
     ShutRd,
     ShutRdAck,
+    /// Data for advertisement `slot`, by rendezvous; `value`: its signal word's.
+    Place {
+        slot: u16,
+        value: u64,
+    },
 }
 
 fn u16_at(b: &[u8], at: usize) -> u16 {
@@ -153,6 +168,11 @@ pub(crate) fn encode(p: Prefix, m: &Msg) -> Vec<u8> {
             v.extend_from_slice(key);
         }
         Msg::Data { chunk } => v.extend_from_slice(&chunk.to_le_bytes()),
+        Msg::Place { slot, value } => {
+            v.extend_from_slice(&slot.to_le_bytes());
+            v.extend_from_slice(&[0; 6]);
+            v.extend_from_slice(&value.to_le_bytes());
+        }
         Msg::Credit | Msg::Close | Msg::CloseAck | Msg::ShutRd | Msg::ShutRdAck => {}
     }
     v
@@ -280,6 +300,16 @@ pub(crate) fn decode(b: &[u8]) -> XResult<(Prefix, Msg)> {
             exact(r, 0, "SHUT_RD_ACK")?;
             Msg::ShutRdAck
         }
+        K_PLACE => {
+            exact(r, 16, "PLACE")?;
+            if u16_at(r, 2) != 0 || u32_at(r, 4) != 0 {
+                return Err(bad("reserved bytes of a PLACE are not zero"));
+            }
+            Msg::Place {
+                slot: u16_at(r, 0),
+                value: u64_at(r, 8),
+            }
+        }
         k => return Err(bad(format!("unknown EXS message kind {k}"))),
     };
     Ok((p, m))
@@ -365,6 +395,10 @@ mod tests {
             Msg::CloseAck,
             Msg::ShutRd,
             Msg::ShutRdAck,
+            Msg::Place {
+                slot: 5,
+                value: word::make(7, 1 << 19, false),
+            },
         ];
         for m in msgs {
             let kind = match &m {
@@ -377,6 +411,7 @@ mod tests {
                 Msg::CloseAck => K_CLOSE_ACK,
                 Msg::ShutRd => K_SHUT_RD,
                 Msg::ShutRdAck => K_SHUT_RD_ACK,
+                Msg::Place { .. } => K_PLACE,
             };
             let b = encode(p(kind), &m);
             assert_eq!(decode(&b).expect("decode"), (p(kind), m));
@@ -427,7 +462,7 @@ mod tests {
         b[PREFIX] ^= 1;
         assert!(decode(&b).is_err());
         let mut b = h;
-        b[PREFIX + 4] = 2;
+        b[PREFIX + 4] = VERSION as u8 + 1;
         assert!(decode(&b).is_err(), "other protocol version");
         // Unknown advertisement flags.
         let mut a = encode(

@@ -173,6 +173,7 @@ static void fcntls(void)
         {EXS_F_SMALL_MAX, 4096, (1L << 20) + 1}, {EXS_F_INLINE_MAX, 64, -1},
         {EXS_F_RCVBUF, 1 << 20, 0},              {EXS_F_NO_RCVBUF, 1, 2},
         {EXS_F_ADV_CREDITS, 8, 0},               {EXS_F_SMALL_SLOTS, 16, 0},
+        {EXS_F_SPLIT_MIN, 0, -1},                {EXS_F_SPLIT_MIN, 1 << 20, (1L << 40) + 1},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         XCHECK(exs_fcntl(fd, cases[i].cmd, cases[i].good));
@@ -217,6 +218,8 @@ static void connected(void)
     EXPECT(s >= 0);
     XFAILS(exs_fcntl(c, EXS_F_SMALL_MAX, 100), EISCONN);
     XCHECK(exs_fcntl(c, EXS_F_INLINE_MAX, 100)); /* allowed any time */
+    XCHECK(exs_fcntl(c, EXS_F_SPLIT_MIN, 512 * 1024));
+    EXPECT(exs_fcntl(c, EXS_F_SPLIT_MIN | EXS_F_GET, 0) == 512 * 1024);
     static unsigned char whole[1 << 17];
     unsigned char *buf = whole + 4096;
     exs_mhandle_t mh = exs_mregister(buf, 1 << 16, 0);
@@ -269,6 +272,39 @@ static void connected(void)
         seen |= x.exs_evt_ahandle == (void *)43 ? 1 : 2;
     }
     EXPECT(verify(buf + 40000, 50, 8));
+
+    /* exs_recvmsg over two iovecs stages through a registration of the library's own, its
+     * handle taken between two of ours: while the receive is pending we can neither
+     * deregister nor use it (EINVAL, as for a handle never made), and it goes on working. */
+    exs_mhandle_t b2 = exs_mregister(buf, 16, 0);
+    struct iovec iov[2] = {{buf + 50000, 20}, {buf + 50100, 30}};
+    struct msghdr msg = {.msg_iov = iov, .msg_iovlen = 2};
+    XCHECK(exs_recvmsg(s, &msg, 0, q, (void *)44, mh));
+    exs_mhandle_t a2 = exs_mregister(buf, 16, 0);
+    EXPECT(b2 != EXS_MHANDLE_INVALID && a2 > b2 + 1);
+    for (exs_mhandle_t h = b2 + 1; h < a2; h++) {
+        XFAILS(exs_mderegister(h), EINVAL);
+        XFAILS(exs_send(c, buf, 1, 0, q, NULL, h), EINVAL);
+        XFAILS(exs_recv(s, buf, 1, 0, q, NULL, h), EINVAL);
+    }
+    XCHECK(exs_mderegister(b2));
+    XCHECK(exs_mderegister(a2));
+    unsigned char expect[50];
+    fill(expect, 50, 9);
+    memcpy(buf + 100, expect, 50);
+    XCHECK(exs_send(c, buf + 100, 50, 0, q, (void *)45, mh));
+    for (int seen = 0; seen != 3;) {
+        exs_event_t x = next_event(q);
+        EXPECT(x.exs_evt_result == 50);
+        if (x.exs_evt_ahandle == (void *)45) {
+            EXPECT(x.exs_evt_type == EXS_EVT_SEND);
+            seen |= 1;
+        } else {
+            EXPECT(x.exs_evt_type == EXS_EVT_RECVMSG && x.exs_evt_ahandle == (void *)44);
+            seen |= 2;
+        }
+    }
+    EXPECT(memcmp(buf + 50000, expect, 20) == 0 && memcmp(buf + 50100, expect + 20, 30) == 0);
 
     /* A queue of depth 2: two receives hold both slots; a third is EAGAIN. */
     exs_qhandle_t small = exs_qcreate(2);

@@ -803,7 +803,7 @@ static int hostile(void *arg)
     put32(h + 4, 0xffffffffu);
     unsigned char *b = h + 24;
     memcpy(b, "EXS1", 4);
-    put16(b + 4, 1);
+    put16(b + 4, 2); /* protocol version */
     put16(b + 6, SOCK_SEQPACKET);
     put32(b + 8, 0);
     put32(b + 12, 1);
