@@ -140,7 +140,7 @@ pub fn put(
     match target(w, call, "dest", dest as usize, len, pe) {
         // SAFETY: the target range was checked to lie in a mapped segment; `src` is the
         // caller's buffer of `len` bytes (they may overlap when `pe` is this PE).
-        Where::Here(p) => unsafe { std::ptr::copy(src, p, len) },
+        Where::Here(p) => unsafe { crate::copy::copy(p, src, len) },
         Where::Remote { ep, key, raddr } => {
             let cb = if nbi {
                 Callback::Raw(nbi_done, 0)
@@ -175,7 +175,7 @@ pub fn get(
     }
     match target(w, call, "source", src as usize, len, pe) {
         // SAFETY: as in `put`, the other way.
-        Where::Here(p) => unsafe { std::ptr::copy(p, dest, len) },
+        Where::Here(p) => unsafe { crate::copy::copy(dest, p, len) },
         Where::Remote { ep, key, raddr } => {
             let cb = if nbi {
                 Callback::Raw(nbi_done, 0)
