@@ -202,7 +202,7 @@ fn pull(w: &World, call: &'static str, dst: *mut u8, src: *const u8, len: usize,
     }
     match rma::target(w, call, "source", src as usize, len, pe) {
         // SAFETY: checked range; `dst` is the caller's buffer of `len` bytes.
-        Where::Here(p) => unsafe { std::ptr::copy(p, dst, len) },
+        Where::Here(p) => unsafe { crate::copy::copy(dst, p, len) },
         Where::Remote { .. } => rma::get(call, &DEFAULT, dst, src, len, pe as i32, false),
     }
 }

@@ -13,6 +13,7 @@
 //! - `rma`, `amo`, `signal`, `wait`: the data path. Same-host peers are reached with
 //!   plain loads, stores and CPU atomics through their mapped segments; others through
 //!   Courier endpoints.
+//! - `copy`: the copy that a put or get into mapped memory becomes.
 //! - `coll`, `team`: teams and collectives (dissemination sync on pairwise counters,
 //!   data pulled from peers' symmetric buffers).
 //! - `ctx`, `lock`: communication contexts and distributed locks.
@@ -30,6 +31,7 @@
 
 mod amo;
 mod coll;
+mod copy;
 mod cpus;
 mod ctx;
 mod error;

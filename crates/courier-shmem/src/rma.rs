@@ -7,7 +7,7 @@
 //! get when the data is here, an `_nbi` one when issued (`shmem_quiet` completes it).
 
 use std::sync::Mutex;
-use std::sync::atomic::{Ordering, fence};
+use std::sync::atomic::{AtomicBool, Ordering, fence};
 
 use courier::{Buf, Callback, Endpoint, Info, RemoteKey};
 
@@ -96,11 +96,16 @@ pub fn not_symmetric(w: &World, call: &str, arg: &str, addr: usize, len: usize) 
 /// `shmem_quiet`.
 static ASYNC_ERROR: Mutex<Option<String>> = Mutex::new(None);
 
+/// Whether `ASYNC_ERROR` may hold a failure: `shmem_quiet` looks at this before it takes
+/// the lock, which costs two locked instructions on every quiet otherwise.
+static ASYNC_FAILED: AtomicBool = AtomicBool::new(false);
+
 /// Completion of an `_nbi` operation: only a failure matters.
 pub fn nbi_done(_user: usize, r: Result<Info, courier::Error>, _i: Info) {
     if let Err(e) = r {
         let mut g = ASYNC_ERROR.lock().unwrap_or_else(|p| p.into_inner());
         g.get_or_insert_with(|| e.to_string());
+        ASYNC_FAILED.store(true, Ordering::Release);
     }
 }
 
@@ -140,7 +145,7 @@ pub fn put(
     match target(w, call, "dest", dest as usize, len, pe) {
         // SAFETY: the target range was checked to lie in a mapped segment; `src` is the
         // caller's buffer of `len` bytes (they may overlap when `pe` is this PE).
-        Where::Here(p) => unsafe { std::ptr::copy(src, p, len) },
+        Where::Here(p) => unsafe { crate::copy::copy(p, src, len) },
         Where::Remote { ep, key, raddr } => {
             let cb = if nbi {
                 Callback::Raw(nbi_done, 0)
@@ -175,7 +180,7 @@ pub fn get(
     }
     match target(w, call, "source", src as usize, len, pe) {
         // SAFETY: as in `put`, the other way.
-        Where::Here(p) => unsafe { std::ptr::copy(p, dest, len) },
+        Where::Here(p) => unsafe { crate::copy::copy(dest, p, len) },
         Where::Remote { ep, key, raddr } => {
             let cb = if nbi {
                 Callback::Raw(nbi_done, 0)
@@ -384,7 +389,14 @@ fn strided(
 }
 
 fn take_async_error(call: &str) {
-    let e = ASYNC_ERROR.lock().unwrap_or_else(|p| p.into_inner()).take();
+    if !ASYNC_FAILED.load(Ordering::Acquire) {
+        return;
+    }
+    let e = {
+        let mut g = ASYNC_ERROR.lock().unwrap_or_else(|p| p.into_inner());
+        ASYNC_FAILED.store(false, Ordering::Relaxed);
+        g.take()
+    };
     if let Some(e) = e {
         fatal(
             call,
@@ -409,7 +421,9 @@ fn take_async_error(call: &str) {
 pub fn quiet_all(w: &World, call: &str) {
     let every = w.thread_level == crate::init::THREAD_MULTIPLE;
     for p in w.connected() {
-        if p.sent.swap(false, Ordering::AcqRel) || every {
+        // A load first: same-host peers are never marked, and a swap is a locked
+        // instruction per peer per quiet.
+        if every || (p.sent.load(Ordering::Relaxed) && p.sent.swap(false, Ordering::AcqRel)) {
             complete(call, p);
         }
     }
