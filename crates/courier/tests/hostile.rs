@@ -733,8 +733,18 @@ fn bench_hostile() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(60);
-    for tls in ["shm", "tcp"] {
-        for kind in ["tag", "stream", "get"] {
+    // `COURIER_TEST_BENCH_TLS=tcp`, `COURIER_TEST_BENCH_FLOODS=tag,get`: some rows only.
+    let only = |var: &str, what: &str| {
+        std::env::var(var).map_or(true, |v| v.split(',').any(|x| x.trim() == what))
+    };
+    for tls in ["shm", "tcp"]
+        .into_iter()
+        .filter(|t| only("COURIER_TEST_BENCH_TLS", t))
+    {
+        for kind in ["tag", "stream", "get"]
+            .into_iter()
+            .filter(|k| only("COURIER_TEST_BENCH_FLOODS", k))
+        {
             let mut victim = Proc::start("victim", &[]);
             let addr = victim.read("ADDR");
             let rkey = victim.read("RKEY");
@@ -777,6 +787,9 @@ fn bench_hostile() {
                 p99.as_secs_f64() * 1e6,
             );
         }
+    }
+    if !only("COURIER_TEST_BENCH_FLOODS", "idle") {
+        return;
     }
     let mut victim = Proc::start("victim", &[]);
     let addr = victim.read("ADDR");
