@@ -13,4 +13,4 @@ cd "$(dirname "$0")/.."
 export PATH="$PATH:$HOME/.cargo/bin"
 cargo test --release -p courier --test hostile --no-run
 cargo test --release -p courier --test hostile -- --ignored --exact bench_hostile \
-    --nocapture --test-threads=1 2>&1 | grep -E '^BENCH|test result|panicked' || true
+    --nocapture --test-threads=1 2>&1 | grep -oE 'BENCH.*|test result.*|panicked.*' || true
