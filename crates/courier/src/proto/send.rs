@@ -26,6 +26,12 @@ pub(crate) struct Pending {
     pub(in crate::proto) answer: bool,
 }
 
+/// Bytes of waiting answers one `progress_tx` call hands to a link: a peer whose answers
+/// wait (it reads them late, `State::send_answer`) gets them a share per progress call,
+/// so that refilling its link's queue (copies of up to `COURIER_MAX_REPLY_QUEUE`) does
+/// not hold up the worker's other endpoints for one long call.
+const ANSWERS_PER_CALL: usize = 1 << 20;
+
 /// What a frame queued without a request costs against `COURIER_MAX_REPLY_QUEUE`: the
 /// queue entry and the bytes it copied (a request's frames are the application's, held
 /// by its request; a get answer's data stays in its region).
@@ -235,6 +241,7 @@ impl State {
     pub(crate) fn progress_tx(&mut self, e: u32) -> usize {
         let mut n = 0;
         let answer_room = self.cfg.limits.reply_queue;
+        let mut answered = 0usize;
         loop {
             self.check_queued_read(e);
             let Some(ep) = self.ep(e) else { return n };
@@ -243,9 +250,13 @@ impl State {
             }
             let Some(tx) = ep.tx.as_mut() else { return n };
             let Some(p) = ep.pending.front() else { break };
-            if p.answer && tx.queued() >= answer_room {
-                // The peer has not taken the answers before it (`answer_room`).
+            if p.answer && (tx.queued() >= answer_room || answered >= ANSWERS_PER_CALL) {
+                // The peer has not taken the answers before it (`answer_room`), or this
+                // call has copied its share of them into the link: the next goes on.
                 break;
+            }
+            if p.answer {
+                answered += p.hdr.as_bytes().len() + p.extra.len() + p.data.len();
             }
             // A frame that completes a request may be left in its buffer (zero copy).
             let sent = match p.req {
