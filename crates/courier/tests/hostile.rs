@@ -874,16 +874,21 @@ fn bench_hostile() {
             let _ = flooder.finish();
             let peak = vm(victim.pid(), "VmHWM:");
             let err = victim.finish();
+            let over = rtts
+                .iter()
+                .filter(|t| **t > Duration::from_millis(1))
+                .count();
             let (med, p99) = median_p99(&mut rtts);
             let limits_named =
                 err.matches("passed the limit").count() + err.matches("more such warnings").count();
             println!(
-                "BENCH flood={kind} tls={tls} secs={secs} sent={sent} idle_rss_mib={} peak_growth_mib={} budget_mib=256 trips={} rtt_median_us={:.1} rtt_p99_us={:.1} limit_warnings={limits_named}",
+                "BENCH flood={kind} tls={tls} secs={secs} sent={sent} idle_rss_mib={} peak_growth_mib={} budget_mib=256 trips={} rtt_median_us={:.1} rtt_p99_us={:.1} rtt_over_1ms_pct={:.2} limit_warnings={limits_named}",
                 idle >> 20,
                 peak.saturating_sub(idle) >> 20,
                 rtts.len(),
                 med.as_secs_f64() * 1e6,
                 p99.as_secs_f64() * 1e6,
+                over as f64 * 100.0 / rtts.len().max(1) as f64,
             );
         }
     }
