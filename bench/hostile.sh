@@ -6,10 +6,11 @@
 # connections in setup (the victim's CPU, the client's round trips meanwhile).
 #   bench/hostile.sh            # 60 s floods (about 7 minutes in all)
 #   COURIER_TEST_BENCH_SECS=10 bench/hostile.sh
+#   COURIER_TEST_BENCH_TLS=tcp COURIER_TEST_BENCH_FLOODS=tag,stream,get,idle bench/hostile.sh
 # Prints one BENCH line per case; bench/analysis.md records the last run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$PATH:$HOME/.cargo/bin"
 cargo test --release -p courier --test hostile --no-run
 cargo test --release -p courier --test hostile -- --ignored --exact bench_hostile \
-    --nocapture --test-threads=1 2>&1 | grep -E '^BENCH|test result|panicked' || true
+    --nocapture --test-threads=1 2>&1 | grep -oE 'BENCH.*|test result.*|panicked.*' || true

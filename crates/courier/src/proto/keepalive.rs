@@ -25,7 +25,7 @@ impl State {
     /// progresses.
     pub(crate) fn on_keepalive(&mut self, e: u32, ping: bool) {
         if ping {
-            let _ = self.send_frame(e, &Header::keepalive(false), &[], &Buf::EMPTY, None);
+            let _ = self.send_answer(e, &Header::keepalive(false), &[], Buf::EMPTY, None);
         } else if let Some(ep) = self.ep(e) {
             ep.spent.heard = Some(Instant::now());
             ep.spent.pinged = None;

@@ -21,7 +21,16 @@ pub(crate) struct Pending {
     /// registry again before the frame leaves, so nothing is sent from a region unmapped
     /// while the frame waited.
     pub(in crate::proto) region: Option<RegionRead>,
+    /// An answer to the peer's request (`State::send_answer`): it enters the link only
+    /// while the link's queue holds less than `COURIER_MAX_REPLY_QUEUE`.
+    pub(in crate::proto) answer: bool,
 }
+
+/// Bytes of waiting answers one `progress_tx` call hands to a link: a peer whose answers
+/// wait (it reads them late, `State::send_answer`) gets them a share per progress call,
+/// so that refilling its link's queue (copies of up to `COURIER_MAX_REPLY_QUEUE`) does
+/// not hold up the worker's other endpoints for one long call.
+const ANSWERS_PER_CALL: usize = 1 << 20;
 
 /// What a frame queued without a request costs against `COURIER_MAX_REPLY_QUEUE`: the
 /// queue entry and the bytes it copied (a request's frames are the application's, held
@@ -160,6 +169,53 @@ impl State {
                 extra: extra.to_vec(),
                 data: data.clone(),
                 region: None,
+                answer: false,
+            },
+        )?;
+        Ok(false)
+    }
+
+    /// Whether an answer may enter `e`'s link now: the link's own send queue (bytes the
+    /// kernel has not taken, whoever queued them) holds less than
+    /// `COURIER_MAX_REPLY_QUEUE`. Beyond it, answers wait in the endpoint's queue (an
+    /// entry each; a get's data stays in its region), and are sent as the peer reads:
+    /// a peer that asks and does not read gets its requests served only as fast as it
+    /// takes the answers, and holds at most that much of the link's memory.
+    #[inline]
+    fn answer_room(&self, e: u32) -> bool {
+        let lim = self.cfg.limits.reply_queue;
+        self.eps
+            .slots
+            .get(e as usize)
+            .and_then(|ep| ep.tx.as_ref())
+            .is_none_or(|tx| tx.queued() < lim)
+    }
+
+    /// Send an answer to the peer of `e` (a get's data, an acknowledgement, a keepalive
+    /// answer): now if the link has room for answers (`answer_room`), else queued behind
+    /// the frames already waiting, its entry charged against `COURIER_MAX_REPLY_QUEUE`
+    /// (`region`: the data lies in one of our regions, checked again before it leaves).
+    /// `Ok(true)`: sent now.
+    pub(crate) fn send_answer(
+        &mut self,
+        e: u32,
+        hdr: &Header,
+        extra: &[u8],
+        data: Buf,
+        region: Option<RegionRead>,
+    ) -> Result<bool> {
+        if self.answer_room(e) && self.try_send_now(e, hdr, extra, &data)? {
+            return Ok(true);
+        }
+        self.enqueue(
+            e,
+            Pending {
+                req: None,
+                hdr: *hdr,
+                extra: extra.to_vec(),
+                data,
+                region,
+                answer: true,
             },
         )?;
         Ok(false)
@@ -184,6 +240,8 @@ impl State {
     /// Retry queued frames and rendezvous pushes of `e`; flush its transport queue.
     pub(crate) fn progress_tx(&mut self, e: u32) -> usize {
         let mut n = 0;
+        let answer_room = self.cfg.limits.reply_queue;
+        let mut answered = 0usize;
         loop {
             self.check_queued_read(e);
             let Some(ep) = self.ep(e) else { return n };
@@ -192,6 +250,14 @@ impl State {
             }
             let Some(tx) = ep.tx.as_mut() else { return n };
             let Some(p) = ep.pending.front() else { break };
+            if p.answer && (tx.queued() >= answer_room || answered >= ANSWERS_PER_CALL) {
+                // The peer has not taken the answers before it (`answer_room`), or this
+                // call has copied its share of them into the link: the next goes on.
+                break;
+            }
+            if p.answer {
+                answered += p.hdr.as_bytes().len() + p.extra.len() + p.data.len();
+            }
             // A frame that completes a request may be left in its buffer (zero copy).
             let sent = match p.req {
                 Some(id) => send_parts_zc(tx, p.hdr.as_bytes(), &p.extra, &p.data, id),

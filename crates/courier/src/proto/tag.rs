@@ -318,7 +318,7 @@ impl State {
                     let copied = unsafe { deliver(&buf, &data, device) };
                     let len = data.len();
                     self.unexp_recycle(data);
-                    let _ = self.send_frame(u.ep, &Header::sync_ack(sreq), &[], &Buf::EMPTY, None);
+                    let _ = self.send_answer(u.ep, &Header::sync_ack(sreq), &[], Buf::EMPTY, None);
                     copied?;
                     return done_or_truncated(len, cap, u.tag);
                 }
@@ -429,7 +429,7 @@ impl State {
         };
         self.complete_slot(idx, res, info);
         if let Some(sreq) = sync_sreq {
-            let _ = self.send_frame(e, &Header::sync_ack(sreq), &[], &Buf::EMPTY, None);
+            let _ = self.send_answer(e, &Header::sync_ack(sreq), &[], Buf::EMPTY, None);
         }
     }
 

@@ -198,7 +198,7 @@ pub const VARS: &[Var] = &[
     Var {
         name: "COURIER_MAX_REPLY_QUEUE",
         default: "16m",
-        help: "Most memory of answers (one-sided get data copies, acknowledgements) queued for one peer that does not read them; past it the endpoint fails with an error naming this limit",
+        help: "Most memory of answers to one peer that does not read them: answers enter a link's send queue only while it holds less than this (later ones wait, a get's data staying in its region, and are served as the peer reads), and the waiting answers (get data copies, acknowledgements, queue entries) past it fail the endpoint with an error naming this limit",
         accepts: "a size of at least 64k, such as 16m",
     },
     Var {

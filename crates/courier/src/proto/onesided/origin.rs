@@ -188,6 +188,7 @@ impl State {
                 extra: Vec::new(),
                 data: data.clone(),
                 region: None,
+                answer: false,
             },
         )?;
         Ok(None)

@@ -17,7 +17,7 @@ use crate::wire::rkey::access;
 
 impl State {
     pub(crate) fn on_flush_req(&mut self, e: u32, req: u64) {
-        let _ = self.send_frame(e, &Header::flush_ack(req), &[], &Buf::EMPTY, None);
+        let _ = self.send_answer(e, &Header::flush_ack(req), &[], Buf::EMPTY, None);
     }
 
     /// Answer operation `req` (a `what` frame) on `e`. Unacknowledged operations (`req`
@@ -37,7 +37,7 @@ impl State {
             }
         };
         let h = Header::rma_ack(req, status, value);
-        let _ = self.send_frame(e, &h, &[], &Buf::EMPTY, None);
+        let _ = self.send_answer(e, &h, &[], Buf::EMPTY, None);
     }
 
     /// The first frame of a put (or put-with-signal) of `len` bytes in many frames: check
@@ -158,7 +158,7 @@ impl State {
                 let peer = self.ep(e).map(|ep| ep.peer.clone()).unwrap_or_default();
                 tracing::warn!("refused a remote read from {peer}: {err}");
                 let h = Header::get_resp(req, 0, err.status().code());
-                let _ = self.send_frame(e, &h, &[], &Buf::EMPTY, None);
+                let _ = self.send_answer(e, &h, &[], Buf::EMPTY, None);
                 return;
             }
         };
@@ -175,7 +175,7 @@ impl State {
             // pointing into the region, named so that it is checked again before it leaves
             // (the owner may unmap the region meanwhile: `check_queued_read`).
             let sent = match &staged {
-                Some(host) => self.send_frame(e, &h, &host[off..off + n], &Buf::EMPTY, None),
+                Some(host) => self.send_answer(e, &h, &host[off..off + n], Buf::EMPTY, None),
                 None => {
                     let data = Buf::One((p as usize + off, n));
                     let src = RegionRead {
@@ -184,7 +184,7 @@ impl State {
                         addr: t.addr.wrapping_add(off as u64),
                         req,
                     };
-                    self.send_region_frame(e, &h, data, src)
+                    self.send_answer(e, &h, &[], data, Some(src))
                 }
             };
             if sent.is_err() {
@@ -195,31 +195,6 @@ impl State {
                 return;
             }
         }
-    }
-
-    /// Send one frame of a get's answer whose data lies in one of our regions: now, or
-    /// queued with the region named (`Pending::region`).
-    fn send_region_frame(
-        &mut self,
-        e: u32,
-        h: &Header,
-        data: Buf,
-        src: RegionRead,
-    ) -> Result<bool> {
-        if self.try_send_now(e, h, &[], &data)? {
-            return Ok(true);
-        }
-        self.enqueue(
-            e,
-            Pending {
-                req: None,
-                hdr: *h,
-                extra: Vec::new(),
-                data,
-                region: Some(src),
-            },
-        )?;
-        Ok(false)
     }
 
     /// The region a queued answer of get `req` reads from is gone (`why`): every answer of
@@ -248,6 +223,7 @@ impl State {
                 extra: Vec::new(),
                 data: Buf::EMPTY,
                 region: None,
+                answer: true,
             },
         );
         ep.spent.replies = ep.pending.iter().map(crate::proto::send::reply_cost).sum();
