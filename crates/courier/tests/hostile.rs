@@ -68,8 +68,8 @@ fn child_main() -> bool {
 }
 
 /// The victim: a worker that answers active-message pings (on the endpoint they came on),
-/// posts no tag receive, reads no stream and maps a registered region for gets. It sleeps
-/// when nothing arrives. Ends when its stdin closes.
+/// posts no tag receive, reads no stream and maps a registered region for gets. It answers
+/// after every progress call and sleeps when nothing arrives. Ends when its stdin closes.
 fn run_victim() -> i32 {
     let ctx = Context::new(ContextParams::default().features(all_features())).unwrap();
     let w = Worker::new(&ctx, WorkerParams::default()).unwrap();
@@ -106,9 +106,10 @@ fn run_victim() -> i32 {
         d2.store(true, std::sync::atomic::Ordering::Release);
     });
     while !done.load(std::sync::atomic::Ordering::Acquire) {
-        if w.progress() > 0 {
-            continue;
-        }
+        // Pings are answered after every progress call, as a server answers what arrives:
+        // answering only once the worker is idle would let a flooding peer (whose bytes
+        // keep a tcp link busy for hundreds of calls in a row) postpone every answer.
+        let busy = w.progress() > 0;
         let replies: Vec<_> = std::mem::take(&mut *queue.lock().unwrap());
         for (ep, data) in replies {
             // SAFETY: the request is waited for, or dropped (which waits), before its buffer is
@@ -117,7 +118,7 @@ fn run_victim() -> i32 {
                 let _ = r.wait_timeout(Duration::from_secs(5));
             }
         }
-        if w.arm().unwrap_or(false) {
+        if !busy && w.arm().unwrap_or(false) {
             let _ = w.wait(Some(Duration::from_millis(50)));
         }
     }
