@@ -6,10 +6,9 @@ mod common;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::os::unix::fs::PermissionsExt;
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use common::keyfile::KeyFile;
 use common::*;
 use courier::auth::{Key, Role};
 use courier::wire::address::WorkerAddress;
@@ -32,47 +31,6 @@ impl Transport for Net {
             Net::Tcp => "tcp,self",
         };
         vec![("COURIER_TLS", tls.into())]
-    }
-}
-
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
-}
-
-fn unhex(s: &str) -> Vec<u8> {
-    (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
-        .collect()
-}
-
-/// A key file of `bytes` with `mode`, in a directory of its own (removed on drop).
-struct KeyFile {
-    dir: PathBuf,
-    path: PathBuf,
-}
-
-impl KeyFile {
-    fn new(name: &str, bytes: &[u8], mode: u32) -> KeyFile {
-        let dir = std::env::temp_dir().join(format!(
-            "courier-auth-test-{}-{name}-{:?}",
-            std::process::id(),
-            std::thread::current().id()
-        ));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("key");
-        std::fs::write(&path, bytes).unwrap();
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
-        KeyFile { dir, path }
-    }
-    fn env(&self) -> (&'static str, String) {
-        ("COURIER_AUTH_KEY_FILE", self.path.display().to_string())
-    }
-}
-
-impl Drop for KeyFile {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 

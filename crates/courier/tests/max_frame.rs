@@ -8,10 +8,9 @@ mod common;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::os::unix::fs::PermissionsExt;
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use common::keyfile::KeyFile;
 use common::*;
 use courier::auth::{Key, Role};
 use courier::wire::address::WorkerAddress;
@@ -37,46 +36,6 @@ impl Transport for Net {
             Net::Tcp => "tcp,self",
         };
         vec![("COURIER_TLS", tls.into())]
-    }
-}
-
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
-}
-
-fn unhex(s: &str) -> Vec<u8> {
-    (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
-        .collect()
-}
-
-/// A key file in a directory of its own (removed on drop).
-struct KeyFile {
-    dir: PathBuf,
-    path: PathBuf,
-}
-
-impl KeyFile {
-    fn new(name: &str, bytes: &[u8]) -> KeyFile {
-        let dir = std::env::temp_dir().join(format!(
-            "courier-maxframe-test-{}-{name}",
-            std::process::id()
-        ));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("key");
-        std::fs::write(&path, bytes).unwrap();
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
-        KeyFile { dir, path }
-    }
-    fn env(&self) -> (&'static str, String) {
-        ("COURIER_AUTH_KEY_FILE", self.path.display().to_string())
-    }
-}
-
-impl Drop for KeyFile {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 
@@ -245,7 +204,7 @@ fn closed(s: &mut TcpStream) -> bool {
 /// endpoint made before goes on.
 #[test]
 fn an_oversized_frame_fails_only_its_endpoint() {
-    let k = KeyFile::new("oversized", KEY);
+    let k = KeyFile::new("oversized", KEY, 0o600);
     let mut kid = Kid::spawn(
         "sink",
         Net::Tcp,

@@ -18,6 +18,7 @@
 //! - `cuda`: the CUDA driver, device buffers and children of cuda.rs and cuda_memory.rs.
 //! - `echo`: the echo and sink children of multiprocess.rs and multiprocess_faults.rs.
 //! - `pair`: the pair of workers of api.rs and api_rendezvous.rs.
+//! - `keyfile`: the key files of auth.rs and max_frame.rs.
 //!
 //! Cargo builds each file in tests/ as a crate of its own, with this module in it; each uses
 //! a part of it.
@@ -28,6 +29,7 @@ mod peers;
 
 pub mod cuda;
 pub mod echo;
+pub mod keyfile;
 pub mod net;
 pub mod pair;
 pub mod tls;
@@ -98,11 +100,11 @@ pub fn first_diff(a: &[u8], b: &[u8]) -> String {
     }
 }
 
-fn hex(b: &[u8]) -> String {
+pub fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
-fn unhex(s: &str) -> Vec<u8> {
+pub fn unhex(s: &str) -> Vec<u8> {
     (0..s.len())
         .step_by(2)
         .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
