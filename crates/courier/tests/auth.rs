@@ -8,7 +8,7 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
-use common::keyfile::KeyFile;
+use common::authed::{KeyFile, Net, announce};
 use common::*;
 use courier::auth::{Key, Role};
 use courier::wire::address::WorkerAddress;
@@ -17,22 +17,6 @@ use courier::wire::frame::{Header, Kind};
 use courier::*;
 
 const MSG: u64 = 1;
-
-#[derive(Clone, Copy, Debug)]
-enum Net {
-    Shm,
-    Tcp,
-}
-
-impl Transport for Net {
-    fn env(self) -> Vec<(&'static str, String)> {
-        let tls = match self {
-            Net::Shm => "shm,self",
-            Net::Tcp => "tcp,self",
-        };
-        vec![("COURIER_TLS", tls.into())]
-    }
-}
 
 const KEY_A: &[u8; 32] = b"key A: thirty-two bytes of it...";
 const KEY_B: &[u8; 32] = b"key B: thirty-two bytes of it...";
@@ -43,16 +27,7 @@ const KEY_B: &[u8; 32] = b"key B: thirty-two bytes of it...";
 fn server() {
     let ctx = Context::new(ContextParams::default()).unwrap();
     let w = Worker::new(&ctx, WorkerParams::default()).unwrap();
-    let addr = w.address().unwrap();
-    println!("ADDR {}", hex(&addr));
-    let tcp = WorkerAddress::unpack(&addr)
-        .unwrap()
-        .tcp
-        .first()
-        .map(|a| a.to_string())
-        .unwrap_or_default();
-    println!("TCP {tcp}");
-    std::io::stdout().flush().unwrap();
+    announce(&w);
     let mut eps = Vec::new();
     let deadline = Instant::now() + DEADLINE;
     loop {

@@ -10,7 +10,7 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
-use common::keyfile::KeyFile;
+use common::authed::{KeyFile, Net, announce};
 use common::*;
 use courier::auth::{Key, Role};
 use courier::wire::address::WorkerAddress;
@@ -23,22 +23,6 @@ const SMALL: &str = "4k";
 /// Message sizes: under, around and far over the limit (eager and rendezvous).
 const SIZES: [usize; 6] = [100, 4000, 4097, 20_000, 300_000, (1 << 20) + 7];
 
-#[derive(Clone, Copy, Debug)]
-enum Net {
-    Shm,
-    Tcp,
-}
-
-impl Transport for Net {
-    fn env(self) -> Vec<(&'static str, String)> {
-        let tls = match self {
-            Net::Shm => "shm,self",
-            Net::Tcp => "tcp,self",
-        };
-        vec![("COURIER_TLS", tls.into())]
-    }
-}
-
 const KEY: &[u8; 32] = b"max-frame test key, 32 bytes....";
 
 // ----- the child: receives messages and says whether each arrived whole ---------------------
@@ -49,16 +33,7 @@ const KEY: &[u8; 32] = b"max-frame test key, 32 bytes....";
 fn sink() {
     let ctx = Context::new(ContextParams::default()).unwrap();
     let w = Worker::new(&ctx, WorkerParams::default()).unwrap();
-    let addr = w.address().unwrap();
-    println!("ADDR {}", hex(&addr));
-    let tcp = WorkerAddress::unpack(&addr)
-        .unwrap()
-        .tcp
-        .first()
-        .map(|a| a.to_string())
-        .unwrap_or_default();
-    println!("TCP {tcp}");
-    std::io::stdout().flush().unwrap();
+    announce(&w);
     let mut eps = Vec::new();
     let deadline = Instant::now() + DEADLINE;
     let mut b = vec![0u8; 2 << 20];

@@ -18,7 +18,7 @@
 //! - `cuda`: the CUDA driver, device buffers and children of cuda.rs and cuda_memory.rs.
 //! - `echo`: the echo and sink children of multiprocess.rs and multiprocess_faults.rs.
 //! - `pair`: the pair of workers of api.rs and api_rendezvous.rs.
-//! - `keyfile`: the key files of auth.rs and max_frame.rs.
+//! - `authed`: key files, transports and announcements of auth.rs and max_frame.rs.
 //!
 //! Cargo builds each file in tests/ as a crate of its own, with this module in it; each uses
 //! a part of it.
@@ -27,9 +27,9 @@
 mod child;
 mod peers;
 
+pub mod authed;
 pub mod cuda;
 pub mod echo;
-pub mod keyfile;
 pub mod net;
 pub mod pair;
 pub mod tls;
