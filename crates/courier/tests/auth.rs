@@ -8,10 +8,8 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
-use common::authed::{KeyFile, Net, announce};
+use common::authed::*;
 use common::*;
-use courier::auth::{Key, Role};
-use courier::wire::address::WorkerAddress;
 use courier::wire::auth::AuthMsg;
 use courier::wire::frame::{Header, Kind};
 use courier::*;
@@ -242,70 +240,6 @@ fn off_mode_warns() {
 }
 
 // ----- hostile peers on a raw tcp socket ---------------------------------------------------
-
-fn frame(b: &[u8]) -> Vec<u8> {
-    let mut v = (b.len() as u32).to_le_bytes().to_vec();
-    v.extend_from_slice(b);
-    v
-}
-
-fn read_frame(s: &mut TcpStream) -> std::io::Result<Vec<u8>> {
-    let mut len = [0u8; 4];
-    s.read_exact(&mut len)?;
-    let mut b = vec![0u8; u32::from_le_bytes(len) as usize];
-    s.read_exact(&mut b)?;
-    Ok(b)
-}
-
-/// A raw tcp connection to the child's worker, authenticated with `key` (its preamble sent,
-/// the handshake done).
-fn raw_authenticated(to: SocketAddr, key: &[u8]) -> TcpStream {
-    let key = Key::new(key, "test").unwrap();
-    let mut s = TcpStream::connect(to).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-    s.write_all(b"COURIER\x01").unwrap();
-    let mine = [0x5a; 32];
-    s.write_all(&frame(&AuthMsg::Hello { nonce: mine }.emit()))
-        .unwrap();
-    let ch = read_frame(&mut s).unwrap();
-    let AuthMsg::Challenge { nonce, proof } = AuthMsg::parse(&ch).unwrap() else {
-        panic!("no challenge: {ch:?}");
-    };
-    assert!(key.verify(Role::Acceptor, &mine, &nonce, &proof));
-    let p = key.proof(Role::Initiator, &mine, &nonce);
-    s.write_all(&frame(&AuthMsg::Response { proof: p }.emit()))
-        .unwrap();
-    s
-}
-
-/// A wireup frame's body from a made-up worker `worker_id` on another host: what turns an
-/// authenticated raw connection into an endpoint of the child.
-fn fake_wireup(worker_id: u64) -> Vec<u8> {
-    let fake = WorkerAddress {
-        worker_id,
-        host_id: [0xee; 16],
-        pid: 1,
-        uds_name: vec![],
-        tcp: vec![],
-        max_frame_k: 0,
-    };
-    let mut wireup = Header::new(Kind::Wireup).as_bytes().to_vec();
-    wireup.extend(fake.pack());
-    wireup
-}
-
-/// Whether the child closed `s` (read returns 0, or the connection is reset).
-fn closed(s: &mut TcpStream) -> bool {
-    let mut b = [0u8; 512];
-    loop {
-        match s.read(&mut b) {
-            Ok(0) => return true,
-            Ok(_) => continue, // a REJECT, said before the close
-            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return true,
-            Err(_) => return false,
-        }
-    }
-}
 
 /// Garbage, truncated and reflected handshake frames before authentication, and garbage
 /// and truncated frames after it: each connection is dropped, and an authenticated

@@ -6,15 +6,12 @@
 
 mod common;
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
-use std::time::{Duration, Instant};
+use std::io::Write;
+use std::net::SocketAddr;
+use std::time::Instant;
 
-use common::authed::{KeyFile, Net, announce};
+use common::authed::*;
 use common::*;
-use courier::auth::{Key, Role};
-use courier::wire::address::WorkerAddress;
-use courier::wire::auth::AuthMsg;
 use courier::wire::frame::{Header, Kind};
 use courier::*;
 
@@ -126,53 +123,6 @@ common::matrix! {
 
 // ----- a peer that ignores the limit --------------------------------------------------------
 
-fn frame(b: &[u8]) -> Vec<u8> {
-    let mut v = (b.len() as u32).to_le_bytes().to_vec();
-    v.extend_from_slice(b);
-    v
-}
-
-fn read_frame(s: &mut TcpStream) -> std::io::Result<Vec<u8>> {
-    let mut len = [0u8; 4];
-    s.read_exact(&mut len)?;
-    let mut b = vec![0u8; u32::from_le_bytes(len) as usize];
-    s.read_exact(&mut b)?;
-    Ok(b)
-}
-
-/// A raw tcp connection to the child's worker, authenticated with `key`.
-fn raw_authenticated(to: SocketAddr, key: &[u8]) -> TcpStream {
-    let key = Key::new(key, "test").unwrap();
-    let mut s = TcpStream::connect(to).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-    s.write_all(b"COURIER\x01").unwrap();
-    let mine = [0x5a; 32];
-    s.write_all(&frame(&AuthMsg::Hello { nonce: mine }.emit()))
-        .unwrap();
-    let ch = read_frame(&mut s).unwrap();
-    let AuthMsg::Challenge { nonce, proof } = AuthMsg::parse(&ch).unwrap() else {
-        panic!("no challenge: {ch:?}");
-    };
-    assert!(key.verify(Role::Acceptor, &mine, &nonce, &proof));
-    let p = key.proof(Role::Initiator, &mine, &nonce);
-    s.write_all(&frame(&AuthMsg::Response { proof: p }.emit()))
-        .unwrap();
-    s
-}
-
-/// Whether the child closed `s` (read returns 0, or the connection is reset).
-fn closed(s: &mut TcpStream) -> bool {
-    let mut b = [0u8; 512];
-    loop {
-        match s.read(&mut b) {
-            Ok(0) => return true,
-            Ok(_) => continue,
-            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return true,
-            Err(_) => return false,
-        }
-    }
-}
-
 /// An authenticated peer that sends a frame larger than the child's `COURIER_MAX_FRAME`
 /// (after a wireup that says nothing of its own limit, as an older build's) has its
 /// connection failed with an error naming the limit; a frame at the limit passes, and an
@@ -192,16 +142,7 @@ fn an_oversized_frame_fails_only_its_endpoint() {
     send(&ep, &pattern(100, 1), 1).unwrap();
     assert_eq!(recv_u64(&w, &mut kid, ACK), 100);
 
-    let fake = WorkerAddress {
-        worker_id: 77,
-        host_id: [0xee; 16],
-        pid: 1,
-        uds_name: vec![],
-        tcp: vec![],
-        max_frame_k: 0,
-    };
-    let mut wireup = Header::new(Kind::Wireup).as_bytes().to_vec();
-    wireup.extend(fake.pack());
+    let wireup = fake_wireup(77);
     let tag_frame = |n: usize, seed: u64| {
         let mut v = Header::tag_eager(seed).as_bytes().to_vec();
         v.extend(pattern(n - v.len(), seed));
