@@ -32,7 +32,7 @@ CAPI_EXAMPLES_STATIC := $(patsubst examples/c/%.c,$(CAPI_EXAMPLE_DIR)/%-static,$
 # C tests (not examples): built against the shared library, run like the examples.
 CAPI_CTEST_SRCS := $(wildcard $(CAPI_DIR)/tests/c/*.c)
 CAPI_CTESTS := $(patsubst $(CAPI_DIR)/tests/c/%.c,$(CAPI_EXAMPLE_DIR)/test-%,$(CAPI_CTEST_SRCS))
-CAPI_EXAMPLE_DEPS := examples/c/common.h examples/c/exs_common.h $(CAPI_HEADER) $(CAPI_EXS_HEADER)
+CAPI_EXAMPLE_DEPS := examples/c/common.h examples/c/exs_common.h $(CAPI_DIR)/tests/c/exs_procs.h $(CAPI_HEADER) $(CAPI_EXS_HEADER)
 # Transport selections the examples run under (shm is tried by the default, "all").
 CAPI_TEST_TLS ?= tcp all
 

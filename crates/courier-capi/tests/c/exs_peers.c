@@ -4,30 +4,9 @@
  * advertisement windows, no receive buffer, busy-polling), every byte checked, over
  * Courier and over kernel sockets; and a hostile peer speaking Courier directly that
  * overdraws its credits, which resets its connection and no other. */
-#include "../../../../examples/c/exs_common.h"
-
-#include <sys/wait.h>
+#include "exs_procs.h"
 
 static exs_qhandle_t q;
-
-static pid_t spawn(int (*fn)(void *), void *arg)
-{
-    fflush(stdout);
-    pid_t pid = fork();
-    EXPECT(pid >= 0);
-    if (pid == 0)
-        exit(fn(arg));
-    return pid;
-}
-
-/* A child starts its own library (the parent's is not inherited). */
-static exs_qhandle_t child_init(void)
-{
-    XCHECK(exs_init(EXS_VERSION));
-    exs_qhandle_t cq = exs_qcreate(64);
-    XCHECK(cq);
-    return cq;
-}
 
 static struct sockaddr_storage addr;
 static socklen_t addrlen;

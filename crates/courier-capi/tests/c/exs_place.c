@@ -6,9 +6,7 @@
  * byte checked. Then a peer that stops in the middle of a placement: it dies (the receive
  * ends with ECONNRESET), or the receiver closes (the receive ends with an error and the
  * close completes), the receiver's other connections unaffected. */
-#include "../../../../examples/c/exs_common.h"
-
-#include <sys/wait.h>
+#include "exs_procs.h"
 
 static exs_qhandle_t q;
 static struct sockaddr_storage addr;
@@ -17,24 +15,6 @@ static int sock_type;
 
 #define K 1024u
 #define M (1024u * 1024u)
-
-static pid_t spawn(int (*fn)(void *), void *arg)
-{
-    fflush(stdout);
-    pid_t pid = fork();
-    EXPECT(pid >= 0);
-    if (pid == 0)
-        exit(fn(arg));
-    return pid;
-}
-
-static exs_qhandle_t child_init(void)
-{
-    XCHECK(exs_init(EXS_VERSION));
-    exs_qhandle_t cq = exs_qcreate(64);
-    XCHECK(cq);
-    return cq;
-}
 
 static int child_connect(exs_qhandle_t cq)
 {
