@@ -62,23 +62,11 @@ pub(crate) fn send_place(
 ) -> XResult<()> {
     tracing::debug!("EXS place out: slot {slot} word {value:#x}");
     let hdr = wire::encode(prefix(c, wire::K_PLACE, 0), &Msg::Place { slot, value });
-    let token = st.token(id);
     let flags = AmFlags {
         rndv: true,
         ..AmFlags::default()
     };
-    // SAFETY: the source is the caller's registered buffer, kept until this send's event
-    // (the send stays in `st.sends` while Courier holds it).
-    let r = unsafe {
-        c.ep.am_send_raw(
-            wire::AM_ID,
-            &hdr,
-            data,
-            flags,
-            Callback::Raw(super::send::piece_done, token),
-        )
-    };
-    super::send::started(st, id, token, r)
+    super::send::send_am(st, c, id, &hdr, data, flags)
 }
 
 /// A PLACE from the peer: check it against advertisement `slot`, then receive its data

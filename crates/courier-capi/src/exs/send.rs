@@ -457,17 +457,30 @@ fn eager(st: &mut State, c: &mut Conn, id: u64, data: Buf, chunk: u64) -> XResul
         c.tx.credits()
     );
     let hdr = wire::encode(prefix(c, wire::K_DATA, 0), &Msg::Data { chunk });
-    let token = st.token(id);
     let flags = AmFlags {
         eager: true,
         ..AmFlags::default()
     };
+    send_am(st, c, id, &hdr, data, flags)
+}
+
+/// Send EXS message `hdr` with `data` (send `id`'s bytes) as one Courier active message;
+/// its completion reaches `piece_done`.
+pub(crate) fn send_am(
+    st: &mut State,
+    c: &mut Conn,
+    id: u64,
+    hdr: &[u8],
+    data: Buf,
+    flags: AmFlags,
+) -> XResult<()> {
+    let token = st.token(id);
     // SAFETY: the bytes are the caller's registered buffer or our inline copy, both kept
     // until this send's event (the send stays in `st.sends` while Courier holds them).
     let r = unsafe {
         c.ep.am_send_raw(
             wire::AM_ID,
-            &hdr,
+            hdr,
             data,
             flags,
             Callback::Raw(piece_done, token),
