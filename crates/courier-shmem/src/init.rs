@@ -33,15 +33,31 @@ pub const EAGER_MAX: usize = 64;
 pub struct WaitCfg {
     /// Sleep on the worker's event fd once the spin is over (else spin, yielding).
     pub sleep: bool,
-    /// How long to spin before the first sleep.
+    /// How long to spin before the first sleep: `SHMEM_WAIT_SPIN`, else `SPIN_OWN_CPU`
+    /// when each of this host's PEs has a CPU of its own and `SPIN_SHARED` when not (set
+    /// at `init`, once that is known).
     pub spin: Duration,
+    /// Whether `spin` came from `SHMEM_WAIT_SPIN`.
+    pub spin_set: bool,
     /// The longest sleep before looking again (a word written by a plain put wakes no one).
+    /// Sleeps start at `FIRST_NAP` and double up to it, so that a wait that outlived the
+    /// spin only because its peer lost its CPU for a moment does not pay a whole nap.
     pub nap: Duration,
     /// This host's PEs outnumber the CPUs they may run on (`cpus`): the PE a wait waits
     /// for is likely waiting for a CPU, so waits give theirs away at every round, as Open
     /// MPI's do when oversubscribed; else only now and then.
     pub oversubscribed: bool,
 }
+
+/// The spin before a wait sleeps when every PE on this host has a CPU of its own: the
+/// peer a wait waits for is running, so a wait longer than this means it is busy, not
+/// descheduled.
+pub const SPIN_OWN_CPU: Duration = Duration::from_millis(1);
+/// The spin when this host's PEs outnumber their CPUs: sleeping soon gives the CPU to the
+/// PE that is waited for.
+pub const SPIN_SHARED: Duration = Duration::from_micros(50);
+/// The first sleep of a wait (then doubling up to `WaitCfg::nap`).
+pub const FIRST_NAP: Duration = Duration::from_micros(16);
 
 /// Everything a PE has after `shmem_init`.
 pub struct World {
@@ -159,15 +175,19 @@ fn wait_cfg(ctx: &Context) -> Result<WaitCfg, String> {
             ));
         }
     };
-    let spin = match std::env::var("SHMEM_WAIT_SPIN") {
-        Ok(v) => courier::config::parse_duration(&v)
-            .ok_or_else(|| format!("SHMEM_WAIT_SPIN={v:?} is not a duration (like 50us)"))?,
-        Err(_) => Duration::from_micros(50),
+    let (spin, spin_set) = match std::env::var("SHMEM_WAIT_SPIN") {
+        Ok(v) => (
+            courier::config::parse_duration(&v)
+                .ok_or_else(|| format!("SHMEM_WAIT_SPIN={v:?} is not a duration (like 50us)"))?,
+            true,
+        ),
+        Err(_) => (SPIN_SHARED, false),
     };
     let nap = ctx.config().signal_nap.min(Duration::from_millis(1));
     Ok(WaitCfg {
         sleep,
         spin,
+        spin_set,
         nap,
         // Known once the PEs' hosts and CPUs are (`init`).
         oversubscribed: false,
@@ -309,14 +329,22 @@ fn setup(requested: i32) -> Result<World, String> {
         .collect::<Result<Vec<_>, _>>()?;
     let cpus = crate::cpus::union_count(sets.iter().map(|(p, s)| (*p, &s[..])))?;
     wait.oversubscribed = local.len() > cpus;
+    if !wait.spin_set {
+        wait.spin = if wait.oversubscribed {
+            SPIN_SHARED
+        } else {
+            SPIN_OWN_CPU
+        };
+    }
     debug(format_args!(
-        "{} PEs on this host, {cpus} CPUs among them: waits yield {}",
+        "{} PEs on this host, {cpus} CPUs among them: waits yield {}, spin {:?}",
         local.len(),
         if wait.oversubscribed {
             "at every round"
         } else {
             "now and then"
-        }
+        },
+        wait.spin
     ));
     let shm = ctx.config().tls.allows("shm");
     debug(format_args!(
@@ -360,7 +388,7 @@ fn print_info(w: &World) {
         ),
         (
             "SHMEM_WAIT_SPIN",
-            "how long a wait spins before it sleeps; default 50us",
+            "how long a wait spins before it sleeps; default 1ms, 50us when PEs outnumber CPUs",
         ),
         (
             "SHMEM_CONNECT",

@@ -3,10 +3,12 @@
 //!
 //! A wait looks at the words, progresses the worker (operations from peers over tcp land
 //! only then), yields the CPU now and then (at every round when this host's PEs outnumber
-//! their CPUs: `init::WaitCfg`), and after `SHMEM_WAIT_SPIN` sleeps on the worker's event
-//! fd, so that a job of more PEs than cores still moves: a frame from a peer wakes it at
-//! once, a store made directly by a same-host peer is seen at the next look (at most 1 ms
-//! later).
+//! their CPUs: `init::WaitCfg`), and after the spin (`SHMEM_WAIT_SPIN`; 1 ms when each PE
+//! has a CPU of its own, 50 us when not) sleeps on the worker's event fd, so that a job of
+//! more PEs than cores still moves: a frame from a peer wakes it at once, a store made
+//! directly by a same-host peer is seen at the next look. The sleeps between looks start
+//! at 16 us and double up to 1 ms, so a wait that outlived the spin by a little (its peer
+//! lost its CPU for a moment) sees the store soon.
 
 use std::sync::atomic::{
     AtomicI16, AtomicI32, AtomicI64, AtomicIsize, AtomicU16, AtomicU32, AtomicU64, AtomicUsize,
@@ -93,6 +95,7 @@ pub fn block_until(w: &World, mut done: impl FnMut() -> bool) {
     }
     let start = Instant::now();
     let mut rounds = 0u32;
+    let mut nap = crate::init::FIRST_NAP.min(w.wait.nap);
     loop {
         for _ in 0..8 {
             if done() {
@@ -118,7 +121,8 @@ pub fn block_until(w: &World, mut done: impl FnMut() -> bool) {
                 if done() {
                     return;
                 }
-                let _ = w.worker.wait(Some(w.wait.nap));
+                let _ = w.worker.wait(Some(nap));
+                nap = (nap * 2).min(w.wait.nap);
             }
             Ok(false) => {}
             Err(_) => std::thread::yield_now(),

@@ -41,6 +41,24 @@ for src in "$here"/*.c "$here"/*.cpp; do
   done
 done
 
+# How long waits spin before they sleep (SHMEM_DEBUG names it): 1ms when each PE has a
+# CPU of its own, 50us when the PEs outnumber their CPUs (two PEs held to one CPU), and
+# SHMEM_WAIT_SPIN when set.
+spin_case() {  # spin_case NAME WANT CMD...
+  local name=$1 want=$2; shift 2
+  local log="$out/spin.$name.log"
+  SHMEM_DEBUG=1 timeout -k 10 "$limit" "$@" >"$log" 2>&1
+  local rc=$?
+  if [ $rc -eq 0 ] && grep -q "waits yield .*, spin $want\$" "$log"; then
+    result 0 "wait spin $name"
+  else
+    result 1 "wait spin $name" "exit $rc, expected 'spin $want' in: $(grep -m2 'waits yield' "$log")"
+  fi
+}
+spin_case own-cpu 1ms "$bin/oshrun" -np 1 "$out/wait"
+spin_case shared-cpu 50µs taskset -c 0 "$bin/oshrun" -np 2 "$out/wait"
+spin_case set 200µs env SHMEM_WAIT_SPIN=200us "$bin/oshrun" -np 2 "$out/wait"
+
 # mode: the words the message must hold
 declare -A want=(
   [pe]="shmem_long_p: pe=[0-9]*: out of range"
