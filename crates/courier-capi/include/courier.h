@@ -1169,7 +1169,8 @@ courier_status_t courier_job_commit(const courier_job_t *job);
 
 /**
  * Commit, then wait (at most `timeout_ms`) until every rank has reached this fence.
- * `COURIER_ERR_TIMEOUT` names the missing ranks where the launcher can tell.
+ * `COURIER_ERR_TIMEOUT` names the missing ranks under `courier run` and PMIx (mpirun,
+ * `srun --mpi=pmix`); PMI-1 and PMI-2 cannot tell.
  */
 courier_status_t courier_job_fence(const courier_job_t *job, uint64_t timeout_ms);
 

@@ -211,7 +211,8 @@ pub unsafe extern "C" fn courier_job_commit(job: *const courier_job_t) -> courie
 }
 
 /// Commit, then wait (at most `timeout_ms`) until every rank has reached this fence.
-/// `COURIER_ERR_TIMEOUT` names the missing ranks where the launcher can tell.
+/// `COURIER_ERR_TIMEOUT` names the missing ranks under `courier run` and PMIx (mpirun,
+/// `srun --mpi=pmix`); PMI-1 and PMI-2 cannot tell.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn courier_job_fence(
     job: *const courier_job_t,

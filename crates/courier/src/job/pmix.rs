@@ -178,7 +178,18 @@ fn load() -> Result<(Api, String)> {
 pub(super) struct Client {
     api: Api,
     me: Proc,
+    /// Ranks in the job.
+    size: u32,
+    /// Fences entered so far: each puts a marker of its own (`courier-fence.N`) before it, so a
+    /// fence that times out can ask which ranks put theirs (see `missing_at`).
+    fences: u64,
 }
+
+/// How long a timed-out fence asks each rank for its marker.
+const MARKER_WAIT: Duration = Duration::from_secs(1);
+/// How long a timed-out fence spends asking in all, and how many missing ranks it names.
+const MISSING_BUDGET: Duration = Duration::from_secs(8);
+const MISSING_NAMED: usize = 16;
 
 // SAFETY: the PMIx client library is thread-safe; `me` is plain data; calls are serialised
 // by the job's lock anyway.
@@ -278,6 +289,70 @@ impl Client {
     }
 }
 
+impl Client {
+    /// Put `value` under the full key `key` (global scope, a byte object).
+    fn put_raw(&mut self, key: &str, value: &[u8]) -> Result<()> {
+        let k = cstr(key)?;
+        let mut v = Value {
+            ty: ty::BYTE_OBJECT,
+            data: ValueData {
+                bo: ByteObject {
+                    bytes: value.as_ptr() as *mut c_char,
+                    size: value.len(),
+                },
+            },
+        };
+        // SAFETY: PMIx_Put copies the value (it does not keep our pointer) and does not
+        // write through it.
+        let rc = unsafe { (self.api.put)(SCOPE_GLOBAL, k.as_ptr(), &mut v) };
+        if rc != 0 {
+            return Err(self.error(rc, &format!("put {key:?}")));
+        }
+        Ok(())
+    }
+
+    /// Which ranks did not put `marker` (the one each rank puts and commits as it enters
+    /// a fence), as words for an error. PMIx's fence does not say who is missing, but a
+    /// get of a key that was never committed waits and fails, while one that was is
+    /// answered by the rank's host's server: each rank is asked for `MARKER_WAIT`, within
+    /// `MISSING_BUDGET` in all, naming at most `MISSING_NAMED`.
+    fn missing_at(&self, marker: &str) -> String {
+        let key = marker;
+        let info = [timeout_info(MARKER_WAIT)];
+        let start = std::time::Instant::now();
+        let mut missing = Vec::new();
+        let mut asked = 0u32;
+        for r in (0..self.size).filter(|&r| r != self.me.rank) {
+            if start.elapsed() >= MISSING_BUDGET || missing.len() >= MISSING_NAMED {
+                break;
+            }
+            asked += 1;
+            if self.with_value(r, key, &info, |_| Ok(())).is_err() {
+                missing.push(r.to_string());
+            }
+        }
+        let all = asked + 1 >= self.size;
+        match (missing.is_empty(), all) {
+            (true, true) => {
+                "every other rank had entered it (the fence itself timed out)".to_string()
+            }
+            (true, false) => {
+                format!("the {asked} other ranks asked had entered it; the rest were not asked")
+            }
+            (false, true) => format!(
+                "{} of {} ranks did not join it: {}",
+                missing.len(),
+                self.size,
+                missing.join(", ")
+            ),
+            (false, false) => format!(
+                "ranks that did not join it: {}, and maybe others (not all were asked)",
+                missing.join(", ")
+            ),
+        }
+    }
+}
+
 fn timeout_info(timeout: Duration) -> InfoT {
     let secs = timeout.as_secs_f64().ceil().clamp(1.0, i32::MAX as f64) as c_int;
     InfoT::new("pmix.timeout", ty::INT, ValueData { int: secs })
@@ -291,7 +366,12 @@ pub(super) fn connect() -> Result<(Client, Info)> {
     };
     // SAFETY: an out proc struct of PMIx's layout, no info.
     let rc = unsafe { (api.init)(&mut me, std::ptr::null_mut(), 0) };
-    let c = Client { api, me };
+    let mut c = Client {
+        api,
+        me,
+        size: 0,
+        fences: 0,
+    };
     if rc != 0 {
         return Err(c.error(
             rc,
@@ -299,6 +379,7 @@ pub(super) fn connect() -> Result<(Client, Info)> {
         ));
     }
     let size = c.get_u32(RANK_WILDCARD, "pmix.job.size")?;
+    c.size = size;
     let rank = c.me.rank;
     if size == 0 || rank >= size {
         return Err(Error::msg(
@@ -327,23 +408,7 @@ pub(super) fn connect() -> Result<(Client, Info)> {
 
 impl Launcher for Client {
     fn put(&mut self, key: &str, value: &[u8]) -> Result<()> {
-        let k = cstr(&format!("courier.{key}"))?;
-        let mut v = Value {
-            ty: ty::BYTE_OBJECT,
-            data: ValueData {
-                bo: ByteObject {
-                    bytes: value.as_ptr() as *mut c_char,
-                    size: value.len(),
-                },
-            },
-        };
-        // SAFETY: PMIx_Put copies the value (it does not keep our pointer) and does not
-        // write through it.
-        let rc = unsafe { (self.api.put)(SCOPE_GLOBAL, k.as_ptr(), &mut v) };
-        if rc != 0 {
-            return Err(self.error(rc, &format!("put {key:?}")));
-        }
-        Ok(())
+        self.put_raw(&format!("courier.{key}"), value)
     }
 
     fn commit(&mut self) -> Result<()> {
@@ -356,6 +421,10 @@ impl Launcher for Client {
     }
 
     fn fence(&mut self, timeout: Duration) -> Result<()> {
+        self.fences += 1;
+        // Outside `courier.*`, where the job's own keys live.
+        let marker = format!("courier-fence.{}", self.fences);
+        self.put_raw(&marker, &[1])?;
         self.commit()?;
         let info = [
             InfoT::new("pmix.collect", ty::BOOL, ValueData { flag: true }),
@@ -369,7 +438,9 @@ impl Launcher for Client {
                 e = Error::msg(
                     Status::Timeout,
                     format!(
-                        "PMIx fence: not every rank reached it within {timeout:?} (PMIx does not say which ranks are missing)"
+                        "PMIx fence {}: not every rank reached it within {timeout:?}; {}",
+                        self.fences,
+                        self.missing_at(&marker)
                     ),
                 );
             }
