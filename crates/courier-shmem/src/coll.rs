@@ -13,7 +13,9 @@
 //! **Data** moves after an entry sync by each member *pulling* what it needs from its
 //! peers' symmetric source buffers (plain copies from a same-host peer's mapped segment,
 //! gets elsewhere); an exit sync then lets sources be reused. Reductions combine in team
-//! order, so every member computes the same bits.
+//! order, so every member computes the same bits. Small broadcasts are pushed instead:
+//! each member tells the root it has entered, and the root writes each member's `dest`
+//! with a put-with-signal on their pairwise counter (one round trip, no syncs).
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -106,23 +108,51 @@ impl<'a> Members<'a> {
 
 /// Raise our counter at `to` by one (waking it if it sleeps).
 fn signal(w: &World, call: &'static str, to: usize) {
-    let word = w.heap.base + w.me * 8;
-    if to == w.me {
-        return;
+    if to != w.me {
+        // SAFETY: no data.
+        unsafe { signal_with(w, call, to, None) }
     }
+}
+
+/// Raise our counter at `to` by one, after writing `data` (`len` bytes at `src`) to the
+/// symmetric `dest` there, in one put-with-signal: when `to` sees the count, the data is
+/// in place. Returns once `src` may be reused.
+///
+/// # Safety
+/// `data`'s `src` must be valid for `len` bytes; `dest` a checked symmetric range.
+unsafe fn signal_with(
+    w: &World,
+    call: &'static str,
+    to: usize,
+    data: Option<(*mut u8, *const u8, usize)>,
+) {
+    let word = w.heap.base + w.me * 8;
     let peer = w.peer(call, to);
-    let Some(part) = peer.parts[0].as_ref() else {
-        fatal(call, format_args!("PE {to} has no symmetric heap"))
+    let part = |s: crate::symmetric::Seg| {
+        peer.parts[s as usize]
+            .as_ref()
+            .unwrap_or_else(|| fatal(call, format_args!("PE {to} has no {}", s.name())))
     };
-    let raddr = part.base + (word - w.heap.base) as u64;
-    // SAFETY: an empty buffer; nothing to keep alive.
+    let heap = part(crate::symmetric::Seg::Heap);
+    let raddr = heap.base + (word - w.heap.base) as u64;
+    let (buf, daddr, dkey) = match data {
+        Some((dest, src, len)) => {
+            let Some((seg, off)) = w.locate(dest as usize, len) else {
+                rma::not_symmetric(w, call, "dest", dest as usize, len)
+            };
+            let d = part(seg);
+            (Buf::One((src as usize, len)), d.base + off as u64, &d.key)
+        }
+        None => (Buf::One((0, 0)), raddr, &heap.key),
+    };
+    // SAFETY: per the contract; waited for below when not done at once.
     let s = unsafe {
         peer.ep.put_signal_raw(
-            Buf::One((0, 0)),
+            buf,
+            daddr,
+            dkey,
             raddr,
-            &part.key,
-            raddr,
-            &part.key,
+            &heap.key,
             1,
             SignalOp::Add,
             Callback::None,
@@ -131,7 +161,7 @@ fn signal(w: &World, call: &'static str, to: usize) {
     match s {
         Ok(Started::Done(_)) => {}
         Ok(s) => {
-            // SAFETY: no buffer.
+            // SAFETY: `src` outlives the wait.
             if let Err(e) = unsafe { w.worker.request_for(s) }.wait() {
                 fatal(call, format_args!("PE {to}: {e}"))
             }
@@ -235,6 +265,9 @@ pub fn broadcast(
     check_sym(w, call, "dest", dest, len);
     check_sym(w, call, "source", src, len);
     let root = root as usize;
+    if len <= PUSH_MAX {
+        return broadcast_push(w, call, m, dest, src, len, root, root_too);
+    }
     sync(w, call, m);
     if m.me != root {
         pull(w, call, dest, src, len, m.pes[root]);
@@ -243,6 +276,48 @@ pub fn broadcast(
         unsafe { std::ptr::copy(src, dest, len) };
     }
     sync(w, call, m);
+}
+
+/// Broadcasts up to this many bytes are pushed by the root (`broadcast_push`); larger
+/// ones pulled by every member at once.
+const PUSH_MAX: usize = 4096;
+
+/// A small broadcast in one round trip, not two syncs: each member tells the root it has
+/// entered (so its `dest` may be written), the root writes `dest` on each with a
+/// put-with-signal on the same pairwise counter, and each member waits for that signal.
+/// The root's `src` is free when it returns; no member waits for the others.
+#[allow(clippy::too_many_arguments)]
+fn broadcast_push(
+    w: &World,
+    call: &'static str,
+    m: &Members,
+    dest: *mut u8,
+    src: *const u8,
+    len: usize,
+    root: usize,
+    root_too: bool,
+) {
+    let rpe = m.pes[root];
+    if m.me != root {
+        signal(w, call, rpe);
+        take(w, call, rpe);
+        return;
+    }
+    for (j, &pe) in m.pes.iter().enumerate() {
+        if j != root {
+            take(w, call, pe);
+        }
+    }
+    for (j, &pe) in m.pes.iter().enumerate() {
+        if j != root {
+            // SAFETY: `src` and `dest` checked symmetric ranges of `len` bytes.
+            unsafe { signal_with(w, call, pe, Some((dest, src, len))) };
+        }
+    }
+    if root_too && !std::ptr::eq(dest, src) {
+        // SAFETY: both checked symmetric ranges of `len` bytes here.
+        unsafe { std::ptr::copy(src, dest, len) };
+    }
 }
 
 /// `fcollect`: every member's `len` bytes, in member order, into `dest` everywhere.

@@ -35,6 +35,16 @@ int main(void) {
                   "broadcast root %d len %zu: %ld %ld", root, len, dst[0], dst[len - 1]);
         }
     }
+    /* Back-to-back small broadcasts (pushed by the root) from rotating roots: a root
+     * that runs ahead must not overwrite a dest still being checked. */
+    for (int it = 0; it < 300; it++) {
+        int root = it % n;
+        size_t len = 1 + it % 9;
+        for (size_t i = 0; i < len; i++) src[i] = it * 100 + (long)i;
+        CHECK(shmem_long_broadcast(SHMEM_TEAM_WORLD, dst, src, len, root) == 0, "broadcast rc");
+        for (size_t i = 0; i < len; i++)
+            CHECK(dst[i] == it * 100 + (long)i, "broadcast %d root %d [%zu]: %ld", it, root, i, dst[i]);
+    }
     /* Active-set broadcast64 over the odd PEs: the root's dest is not written. */
     if (n >= 2) {
         int size = n / 2;
