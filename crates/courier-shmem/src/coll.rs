@@ -297,6 +297,20 @@ fn broadcast_push(
     root: usize,
     root_too: bool,
 ) {
+    fan_in(w, call, m, root);
+    if m.me != root {
+        return;
+    }
+    fan_out(w, call, m, root, dest, src, len);
+    if root_too && !std::ptr::eq(dest, src) {
+        // SAFETY: both checked symmetric ranges of `len` bytes here.
+        unsafe { std::ptr::copy(src, dest, len) };
+    }
+}
+
+/// A member (not the root) tells the root it has entered, then waits for the root's
+/// put-with-signal (`fan_out`); the root waits until every member has entered.
+fn fan_in(w: &World, call: &'static str, m: &Members, root: usize) {
     let rpe = m.pes[root];
     if m.me != root {
         signal(w, call, rpe);
@@ -308,15 +322,24 @@ fn broadcast_push(
             take(w, call, pe);
         }
     }
+}
+
+/// The root writes `len` bytes of `src` (any memory here) into the symmetric `dest` of
+/// every other member, each with the signal its `fan_in` waits for.
+fn fan_out(
+    w: &World,
+    call: &'static str,
+    m: &Members,
+    root: usize,
+    dest: *mut u8,
+    src: *const u8,
+    len: usize,
+) {
     for (j, &pe) in m.pes.iter().enumerate() {
         if j != root {
-            // SAFETY: `src` and `dest` checked symmetric ranges of `len` bytes.
+            // SAFETY: `src` is `len` readable bytes; `dest` a checked symmetric range.
             unsafe { signal_with(w, call, pe, Some((dest, src, len))) };
         }
-    }
-    if root_too && !std::ptr::eq(dest, src) {
-        // SAFETY: both checked symmetric ranges of `len` bytes here.
-        unsafe { std::ptr::copy(src, dest, len) };
     }
 }
 
@@ -466,7 +489,41 @@ pub fn reduce(
     let len = count * size;
     check_sym(w, call, "dest", dest, len);
     check_sym(w, call, "source", src, len);
+    if len <= PUSH_MAX {
+        // Small: the first member combines every source once they have all entered,
+        // and pushes the result (`fan_in`, `fan_out`).
+        fan_in(w, call, m, 0);
+        if m.me == 0 {
+            with_combined(w, call, m, src, count, size, op, |acc| {
+                fan_out(w, call, m, 0, dest, acc.as_ptr(), len);
+                // SAFETY: `dest` checked for `len` bytes; `acc` is ours.
+                unsafe { std::ptr::copy_nonoverlapping(acc.as_ptr(), dest, len) };
+            });
+        }
+        return;
+    }
     sync(w, call, m);
+    with_combined(w, call, m, src, count, size, op, |acc| {
+        sync(w, call, m);
+        // SAFETY: `dest` checked for `len` bytes; `acc` is ours.
+        unsafe { std::ptr::copy_nonoverlapping(acc.as_ptr(), dest, len) };
+    });
+}
+
+/// Combine every member's `src` in member order (same-host sources where they lie,
+/// others fetched), and hand the result to `then`.
+#[allow(clippy::too_many_arguments)]
+fn with_combined(
+    w: &World,
+    call: &'static str,
+    m: &Members,
+    src: *const u8,
+    count: usize,
+    size: usize,
+    op: ReduceFn,
+    then: impl FnOnce(&[u8]),
+) {
+    let len = count * size;
     SCRATCH.with(|scratch| {
         // Kept from call to call: a fresh buffer each time costs its page faults.
         let mut scratch = scratch.borrow_mut();
@@ -506,9 +563,7 @@ pub fn reduce(
                 unsafe { op(acc.as_mut_ptr(), x, count) };
             }
         }
-        sync(w, call, m);
-        // SAFETY: `dest` checked for `len` bytes; `acc` is ours.
-        unsafe { std::ptr::copy_nonoverlapping(acc.as_ptr(), dest, len) };
+        then(acc);
     });
 }
 

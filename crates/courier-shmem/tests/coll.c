@@ -103,6 +103,26 @@ int main(void) {
     for (int i = 0; i < 8; i++) ia[i] = 1;
     shmem_int_sum_reduce(SHMEM_TEAM_WORLD, ia, ia, 8);
     CHECK(ia[7] == n, "in-place sum %d", ia[7]);
+    /* Large (pulled by every member between two syncs) and small (combined by the first
+     * member and pushed), back to back, in place too. */
+    {
+        size_t big = 4096; /* 32 KiB of longs */
+        long *la2 = shmem_malloc(big * sizeof(long)), *lb2 = shmem_malloc(big * sizeof(long));
+        for (int it = 0; it < 40; it++) {
+            size_t cnt = it % 2 ? big : 1 + it % 7;
+            for (size_t i = 0; i < cnt; i++) la2[i] = (long)i + me * 3 + it;
+            if (it % 4 == 3) {
+                shmem_long_sum_reduce(SHMEM_TEAM_WORLD, la2, la2, cnt);
+                for (size_t i = 0; i < cnt; i++)
+                    CHECK(la2[i] == n * ((long)i + it) + 3L * n * (n - 1) / 2, "in-place sum %d [%zu]", it, i);
+            } else {
+                shmem_long_sum_reduce(SHMEM_TEAM_WORLD, lb2, la2, cnt);
+                for (size_t i = 0; i < cnt; i++)
+                    CHECK(lb2[i] == n * ((long)i + it) + 3L * n * (n - 1) / 2, "sum %d [%zu]: %ld", it, i, lb2[i]);
+            }
+        }
+        shmem_free(la2); shmem_free(lb2);
+    }
     double _Complex *ca = shmem_malloc(sizeof(double _Complex)), *cb = shmem_malloc(sizeof(double _Complex));
     *ca = 1.0 + 1.0 * I;
     shmem_complexd_prod_reduce(SHMEM_TEAM_WORLD, cb, ca, 1);
