@@ -561,6 +561,7 @@ impl State {
         if !self.progress.deferred.is_empty()
             || !self.progress.link_errors.is_empty()
             || !self.rndv.copies.is_empty()
+            || !self.tag.dropped.is_empty()
             || self.wireup.setups.iter().any(|c| !c.watched)
             || !self.arm_auths()?
         {
