@@ -51,7 +51,22 @@ impl Chunks {
     }
 
     /// Queue a copy of `b` at the back.
-    pub(super) fn push(&mut self, mut b: &[u8]) {
+    #[inline]
+    pub(super) fn push(&mut self, b: &[u8]) {
+        if let Some(last) = self.blocks.back_mut()
+            && BLOCK - last.len() >= b.len()
+        {
+            // The common case: it fits the last block (within the capacity reserved).
+            last.extend_from_slice(b);
+            self.len += b.len();
+            return;
+        }
+        self.push_across(b);
+    }
+
+    /// `push` when `b` needs a new block.
+    #[inline(never)]
+    fn push_across(&mut self, mut b: &[u8]) {
         while !b.is_empty() {
             let room = self.blocks.back().map_or(0, |l| BLOCK - l.len());
             if room == 0 {

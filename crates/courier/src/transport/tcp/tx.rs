@@ -190,6 +190,7 @@ impl Tx {
     }
 
     /// Queue a copy of `b`.
+    #[inline]
     pub(super) fn push_copy(&mut self, b: &[u8]) {
         if b.is_empty() {
             return;
