@@ -105,11 +105,16 @@ fn run_victim() -> i32 {
         let _ = std::io::stdin().read_line(&mut s);
         d2.store(true, std::sync::atomic::Ordering::Release);
     });
+    let mut calls = std::env::var_os("COURIER_TEST_PROGRESS_CPU").map(|_| CallTimes::default());
     while !done.load(std::sync::atomic::Ordering::Acquire) {
         // Pings are answered after every progress call, as a server answers what arrives:
         // answering only once the worker is idle would let a flooding peer (whose bytes
         // keep a tcp link busy for hundreds of calls in a row) postpone every answer.
+        let t0 = calls.as_ref().map(|_| thread_cpu_ns());
         let busy = w.progress() > 0;
+        if let (Some(c), Some(t0)) = (calls.as_mut(), t0) {
+            c.add(thread_cpu_ns().saturating_sub(t0));
+        }
         let replies: Vec<_> = std::mem::take(&mut *queue.lock().unwrap());
         for (ep, data) in replies {
             // SAFETY: the request is waited for, or dropped (which waits), before its buffer is
@@ -122,8 +127,61 @@ fn run_victim() -> i32 {
             let _ = w.wait(Some(Duration::from_millis(50)));
         }
     }
+    if let Some(c) = calls {
+        eprintln!("{}", c.line());
+    }
     drop(mem);
     0
+}
+
+/// This thread's CPU time, in nanoseconds.
+fn thread_cpu_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid timespec to write.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// The victim's progress calls by the CPU time each took (`COURIER_TEST_PROGRESS_CPU`, for
+/// `bench_hostile`): what the library makes a client wait, whatever else the machine runs
+/// (a round trip's wall time on a loaded machine is mostly the scheduler's).
+#[derive(Default)]
+struct CallTimes {
+    calls: u64,
+    /// Calls over 100 us, 250 us, 500 us, 1 ms, 2 ms, 4 ms.
+    over: [u64; 6],
+    max_ns: u64,
+}
+
+impl CallTimes {
+    const EDGES_US: [u64; 6] = [100, 250, 500, 1000, 2000, 4000];
+
+    fn add(&mut self, ns: u64) {
+        self.calls += 1;
+        self.max_ns = self.max_ns.max(ns);
+        for (i, us) in Self::EDGES_US.iter().enumerate() {
+            if ns > us * 1000 {
+                self.over[i] += 1;
+            }
+        }
+    }
+
+    fn line(&self) -> String {
+        let over: Vec<String> = Self::EDGES_US
+            .iter()
+            .zip(self.over)
+            .map(|(us, n)| format!("cpu_over_{us}us={n}"))
+            .collect();
+        format!(
+            "PROGRESS_CPU calls={} {} cpu_max_us={:.0}",
+            self.calls,
+            over.join(" "),
+            self.max_ns as f64 / 1e3
+        )
+    }
 }
 
 /// A hostile peer: connects to the victim's address and floods (`COURIER_TEST_FLOOD`:
@@ -845,7 +903,7 @@ fn bench_hostile() {
             .into_iter()
             .filter(|k| only("COURIER_TEST_BENCH_FLOODS", k))
         {
-            let mut victim = Proc::start("victim", &[]);
+            let mut victim = Proc::start("victim", &[("COURIER_TEST_PROGRESS_CPU", "1".into())]);
             let addr = victim.read("ADDR");
             let rkey = victim.read("RKEY");
             let base = victim.read("BASE");
@@ -882,8 +940,12 @@ fn bench_hostile() {
             let (med, p99) = median_p99(&mut rtts);
             let limits_named =
                 err.matches("passed the limit").count() + err.matches("more such warnings").count();
+            let cpu = err
+                .lines()
+                .find_map(|l| l.split_once("PROGRESS_CPU "))
+                .map_or("", |(_, rest)| rest);
             println!(
-                "BENCH flood={kind} tls={tls} secs={secs} sent={sent} idle_rss_mib={} peak_growth_mib={} budget_mib=256 trips={} rtt_median_us={:.1} rtt_p99_us={:.1} rtt_over_1ms_pct={:.2} limit_warnings={limits_named}",
+                "BENCH flood={kind} tls={tls} secs={secs} sent={sent} idle_rss_mib={} peak_growth_mib={} budget_mib=256 trips={} rtt_median_us={:.1} rtt_p99_us={:.1} rtt_over_1ms_pct={:.2} limit_warnings={limits_named} {cpu}",
                 idle >> 20,
                 peak.saturating_sub(idle) >> 20,
                 rtts.len(),

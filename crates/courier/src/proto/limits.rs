@@ -7,6 +7,7 @@
 //! variable; every other endpoint goes on. Memory held for a departed peer (its
 //! unexpected messages, unless it closed gracefully) is dropped with its endpoint.
 
+use std::collections::VecDeque;
 use std::time::Instant;
 
 use super::State;
@@ -30,6 +31,11 @@ pub(crate) struct LimitState {
     pub(in crate::proto) keepalive_looked: Option<Instant>,
 }
 
+/// The most messages of failed endpoints `reclaim_dropped` frees in one progress call,
+/// and the most bytes: a few tens of microseconds.
+const RECLAIM_COUNT: usize = 256;
+const RECLAIM_BYTES: usize = 1 << 20;
+
 /// How often connections in setup that say nothing are looked at for their timeout.
 const SWEEP_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 
@@ -41,6 +47,8 @@ const WARN_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 pub(crate) struct Spent {
     /// Bytes of this endpoint's unexpected messages waiting in the tag queue.
     pub(in crate::proto) unexpected: usize,
+    /// How many of them: when they are the whole queue, a failure drops them at once.
+    pub(in crate::proto) unexpected_count: usize,
     /// Memory of frames queued here without a request (answers, acknowledgements).
     pub(in crate::proto) replies: usize,
     /// Made by a peer's connection: `Some(None)` through the worker's address,
@@ -67,6 +75,7 @@ impl Default for Spent {
     fn default() -> Self {
         Spent {
             unexpected: 0,
+            unexpected_count: 0,
             replies: 0,
             accepted: None,
             owned: true,
@@ -156,6 +165,7 @@ impl State {
         }
         if stream.is_none() {
             ep.spent.unexpected += cost;
+            ep.spent.unexpected_count += 1;
         }
         self.limits.held = total;
         true
@@ -167,6 +177,7 @@ impl State {
         self.limits.held = self.limits.held.saturating_sub(cost);
         if let Some(ep) = self.ep(e).filter(|ep| ep.generation == generation) {
             ep.spent.unexpected = ep.spent.unexpected.saturating_sub(cost);
+            ep.spent.unexpected_count = ep.spent.unexpected_count.saturating_sub(1);
         }
     }
 
@@ -220,7 +231,15 @@ impl State {
     /// Endpoint `e` failed: drop what its peer sent that no one received (rendezvous
     /// offers can no longer be fetched; eager messages and stream bytes go too unless the
     /// peer closed gracefully, which keeps its eager messages receivable, as sent).
+    ///
+    /// The messages leave the tag queue at once, but their memory is freed a batch per
+    /// progress call (`reclaim_dropped`) and stays charged to the worker until then: a
+    /// flooding peer failed at its limit leaves tens of thousands of buffers, and freeing
+    /// them all in one call held every other peer's answer for milliseconds. When they
+    /// are the whole queue (the flood's case), the queue itself is set aside, so the cost
+    /// here does not grow with the flood either.
     pub(crate) fn forget_unexpected_from(&mut self, e: u32) {
+        let queued = self.tag.unexpected.len();
         let Some(ep) = self.ep(e) else { return };
         let keep_eager = ep.spent.closed_by_peer;
         let generation = ep.generation;
@@ -231,20 +250,64 @@ impl State {
             ep.stream_in = Default::default();
             n
         };
+        let all_ours = !keep_eager && queued > 0 && ep.spent.unexpected_count == queued;
         self.release_stream(stream);
-        let mut freed = Vec::new();
-        self.tag.unexpected.retain(|u| {
-            let drop = u.ep == e
-                && u.generation == generation
-                && (!keep_eager || !matches!(u.body, UnexpBody::Eager(_)));
-            if drop {
-                freed.push(unexpected_cost(&u.body));
+        let dropped = if all_ours {
+            std::mem::take(&mut self.tag.unexpected)
+        } else {
+            let mut dropped = VecDeque::new();
+            let mut kept = VecDeque::with_capacity(queued);
+            for u in self.tag.unexpected.drain(..) {
+                let drop = u.ep == e
+                    && u.generation == generation
+                    && (!keep_eager || !matches!(u.body, UnexpBody::Eager(_)));
+                if drop {
+                    dropped.push_back(u);
+                } else {
+                    kept.push_back(u);
+                }
             }
-            !drop
-        });
-        for cost in freed {
-            self.release_unexpected(e, generation, cost);
+            self.tag.unexpected = kept;
+            dropped
+        };
+        if dropped.is_empty() {
+            return;
         }
+        // The endpoint holds nothing more; the worker does, until the memory is freed.
+        if let Some(ep) = self.ep(e) {
+            for u in &dropped {
+                ep.spent.unexpected = ep.spent.unexpected.saturating_sub(unexpected_cost(&u.body));
+            }
+            ep.spent.unexpected_count = ep.spent.unexpected_count.saturating_sub(dropped.len());
+        }
+        self.tag.dropped.push_back(dropped);
+    }
+
+    /// Free a batch of the messages failed endpoints left (`forget_unexpected_from`): at
+    /// most `RECLAIM_COUNT` of them or `RECLAIM_BYTES`, whichever comes first. How many
+    /// were freed.
+    pub(crate) fn reclaim_dropped(&mut self) -> usize {
+        let (mut n, mut bytes) = (0, 0);
+        while n < RECLAIM_COUNT && bytes < RECLAIM_BYTES {
+            let Some(batch) = self.tag.dropped.front_mut() else {
+                break;
+            };
+            let Some(u) = batch.pop_front() else {
+                self.tag.dropped.pop_front();
+                continue;
+            };
+            let cost = unexpected_cost(&u.body);
+            self.limits.held = self.limits.held.saturating_sub(cost);
+            bytes += cost;
+            n += 1;
+            if let UnexpBody::Eager(v) | UnexpBody::EagerSync(v, _) = u.body {
+                self.unexp_recycle(v);
+            }
+        }
+        if self.tag.dropped.front().is_some_and(|b| b.is_empty()) {
+            self.tag.dropped.pop_front();
+        }
+        n
     }
 
     /// Free `e` if a peer's connection made it and the application never took it (it

@@ -229,6 +229,10 @@ impl<'a> Progress<'a> {
         if !g.rndv.copies.is_empty() {
             n += g.progress_copies();
         }
+        // Memory of failed endpoints' messages, a batch at a time (not an event).
+        if !g.tag.dropped.is_empty() {
+            g.reclaim_dropped();
+        }
         if !g.progress.link_errors.is_empty() {
             let errs = std::mem::take(&mut g.progress.link_errors);
             for (e, err) in errs {
@@ -418,6 +422,7 @@ impl State {
             || !self.progress.link_errors.is_empty()
             || !self.progress.deferred.is_empty()
             || !self.rndv.copies.is_empty()
+            || !self.tag.dropped.is_empty()
         {
             return Work::Other;
         }
@@ -556,6 +561,7 @@ impl State {
         if !self.progress.deferred.is_empty()
             || !self.progress.link_errors.is_empty()
             || !self.rndv.copies.is_empty()
+            || !self.tag.dropped.is_empty()
             || self.wireup.setups.iter().any(|c| !c.watched)
             || !self.arm_auths()?
         {

@@ -26,6 +26,9 @@ pub(crate) struct TagQueues {
     /// Emptied buffers of unexpected eager messages, reused for the next ones: a sender
     /// that runs ahead of its receiver's posts otherwise costs an allocation per message.
     pub(super) unexp_pool: Vec<Vec<u8>>,
+    /// Messages of failed endpoints, out of `unexpected`, whose memory is freed a batch
+    /// per progress call (`State::reclaim_dropped`).
+    pub(super) dropped: VecDeque<VecDeque<Unexpected>>,
 }
 
 impl TagQueues {
@@ -470,7 +473,7 @@ impl State {
 
     /// Keep an emptied unexpected-message buffer for reuse: small ones, and a bounded
     /// number (at most 128 of 8 KiB).
-    fn unexp_recycle(&mut self, v: Vec<u8>) {
+    pub(super) fn unexp_recycle(&mut self, v: Vec<u8>) {
         const KEEP_CAP: usize = 8 << 10;
         const KEEP_COUNT: usize = 128;
         if v.capacity() <= KEEP_CAP && self.tag.unexp_pool.len() < KEEP_COUNT {

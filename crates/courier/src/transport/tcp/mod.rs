@@ -6,8 +6,9 @@
 //!
 //! Sending: `send` writes the length prefix and the parts with one system call when nothing
 //! is queued (a small frame gathered on the stack with `send`, a larger one with
-//! `sendmsg`); what the kernel does not take goes into a user-space queue (one growable
-//! buffer, reused), which `flush` writes out, many small frames in one system call. Beyond
+//! `sendmsg`); what the kernel does not take goes into a user-space queue (fixed-size
+//! blocks, recycled as they are written: `chunks`), which `flush` writes out, many small
+//! frames in one system call. Beyond
 //! [`HIGH_WATER`] queued bytes, `send` answers `NoResource` (back-pressure).
 //!
 //! A full socket is not written to again until the kernel says it is writable: once it
@@ -49,6 +50,7 @@ use super::{Caps, RawFrame, RndvMode, Sent, TxError};
 use crate::base::config::TcpCongestion;
 use crate::base::{Config, Error, Result, Status};
 
+mod chunks;
 mod place;
 mod rx;
 #[cfg(any(test, feature = "fuzzing"))]
@@ -91,9 +93,6 @@ const COALESCE: usize = 64 << 10;
 const DIRECT_SEND: usize = 16 << 10;
 /// Most `sendmsg` calls for one large frame before its rest is queued.
 const WRITE_TRIES: usize = 4;
-/// A send queue whose capacity grew beyond this is shrunk back when it empties.
-const TXQ_SHRINK_ABOVE: usize = 32 << 20;
-const TXQ_SHRINK_TO: usize = 4 << 20;
 
 /// The transport's name, as `COURIER_TLS` and the selection lines say it.
 pub const NAME: &str = "tcp";
@@ -137,9 +136,8 @@ pub struct Tx {
     sock: Arc<OwnedFd>,
     peer: SocketAddr,
     caps: Caps,
-    /// Copied bytes not yet written are `q[head..]`; `segs` says where they go in the stream.
-    q: Vec<u8>,
-    head: usize,
+    /// Copied bytes not yet written; `segs` says where they go in the stream.
+    q: chunks::Chunks,
     /// The queued stream, in order: runs of `q` and references to callers' memory.
     segs: VecDeque<Seg>,
     /// Bytes queued by reference (in `Seg::Ref`s).
@@ -238,8 +236,7 @@ fn halves(
         sock: sock.clone(),
         peer,
         caps: caps(local),
-        q: Vec::new(),
-        head: 0,
+        q: chunks::Chunks::default(),
         segs: VecDeque::new(),
         ref_bytes: 0,
         drained: 0,

@@ -14,7 +14,7 @@ impl Tx {
 
     /// Bytes queued in user space (copied or referenced), not yet taken by the kernel.
     pub fn queued(&self) -> usize {
-        self.q.len() - self.head + self.ref_bytes
+        self.q.len() + self.ref_bytes
     }
 
     /// Queued bytes the kernel has taken so far (a count that only grows, modulo 2^64).
@@ -129,7 +129,6 @@ impl Tx {
         }
         self.segs.clear();
         self.q.clear();
-        self.head = 0;
         self.ref_bytes = 0;
         self.full = false;
         self.completed.clear();
@@ -180,8 +179,6 @@ impl Tx {
         if large {
             return self.write_behind(&hdr, parts, first_ref, token);
         }
-        self.compact();
-        self.q.reserve(HDR + total);
         self.push_copy(&hdr);
         for p in parts {
             self.push_copy(p);
@@ -192,20 +189,13 @@ impl Tx {
         Ok(Sent::Done)
     }
 
-    /// Drop the written prefix of `q` once it is at least half of it: amortized O(1).
-    fn compact(&mut self) {
-        if self.head > 0 && self.head * 2 >= self.q.len() {
-            self.q.drain(..self.head);
-            self.head = 0;
-        }
-    }
-
     /// Queue a copy of `b`.
+    #[inline]
     pub(super) fn push_copy(&mut self, b: &[u8]) {
         if b.is_empty() {
             return;
         }
-        self.q.extend_from_slice(b);
+        self.q.push(b);
         match self.segs.back_mut() {
             Some(Seg::Copy(n)) => *n += b.len(),
             _ => self.segs.push_back(Seg::Copy(b.len())),
@@ -251,7 +241,6 @@ impl Tx {
             Err(e) => return Err(TxError::Failed(self.fail("tcp send", e))),
         };
         if wrote < len {
-            self.compact();
             self.push_copy(&frame[wrote..]);
             self.full = true;
         }
@@ -306,7 +295,6 @@ impl Tx {
         }
         let mut sent = Sent::Done;
         if skip < want {
-            self.compact();
             // Piece 0 is the length prefix; piece i + 1 is part i.
             for (i, piece) in std::iter::once(&hdr[..])
                 .chain(parts.iter().copied())
@@ -342,7 +330,6 @@ impl Tx {
         first_ref: Option<usize>,
         token: u64,
     ) -> Result<Sent, TxError> {
-        self.compact();
         self.push_copy(hdr);
         for (i, p) in parts.iter().enumerate() {
             if first_ref.is_some_and(|f| i < f) {
@@ -391,9 +378,8 @@ impl Tx {
             if let Seg::Ref { addr, len, .. } = *s {
                 // SAFETY: the references were queued by the current `send`, whose parts are
                 // still borrowed.
-                self.q.extend_from_slice(unsafe {
-                    std::slice::from_raw_parts(addr as *const u8, len)
-                });
+                self.q
+                    .push(unsafe { std::slice::from_raw_parts(addr as *const u8, len) });
                 copied += len;
             }
         }
@@ -419,27 +405,40 @@ impl Tx {
             let r = {
                 let mut iov = [IoSlice::new(&[]); FLUSH_IOV];
                 let mut n = 0;
-                let mut at = self.head;
-                // Markers (empty references) carry no bytes.
-                let pieces = self
-                    .segs
-                    .iter()
-                    .filter(|s| !matches!(s, Seg::Ref { len: 0, .. }));
-                for s in pieces.take(FLUSH_IOV) {
-                    iov[n] = match *s {
-                        Seg::Copy(len) => {
-                            at += len;
-                            IoSlice::new(&self.q[at - len..at])
+                let mut cur = self.q.cursor();
+                'fill: for s in &self.segs {
+                    match *s {
+                        // A copied run is one piece per block it lies in.
+                        Seg::Copy(mut len) => {
+                            while len > 0 && n < FLUSH_IOV {
+                                let piece = self.q.next_piece(&mut cur, len);
+                                if piece.is_empty() {
+                                    debug_assert!(false, "send queue runs past its bytes");
+                                    break 'fill;
+                                }
+                                len -= piece.len();
+                                offered += piece.len();
+                                iov[n] = IoSlice::new(piece);
+                                n += 1;
+                            }
                         }
-                        // SAFETY: a reference stays valid until its frame's token is
-                        // reported (or the queue is abandoned): the owning request
-                        // completes only then.
-                        Seg::Ref { addr, len, .. } => IoSlice::new(unsafe {
-                            std::slice::from_raw_parts(addr as *const u8, len)
-                        }),
-                    };
-                    offered += iov[n].len();
-                    n += 1;
+                        // Markers (empty references) carry no bytes.
+                        Seg::Ref { len: 0, .. } => {}
+                        Seg::Ref { addr, len, .. } if n < FLUSH_IOV => {
+                            // SAFETY: a reference stays valid until its frame's token is
+                            // reported (or the queue is abandoned): the owning request
+                            // completes only then.
+                            iov[n] = IoSlice::new(unsafe {
+                                std::slice::from_raw_parts(addr as *const u8, len)
+                            });
+                            offered += len;
+                            n += 1;
+                        }
+                        Seg::Ref { .. } => {}
+                    }
+                    if n == FLUSH_IOV {
+                        break;
+                    }
                 }
                 Self::write(&self.sock, &iov[..n])
             };
@@ -457,7 +456,6 @@ impl Tx {
         }
         if self.segs.is_empty() {
             self.q.clear();
-            self.head = 0;
             self.full = false;
         }
         Ok(())
@@ -485,7 +483,7 @@ impl Tx {
                 Seg::Copy(n) => {
                     let k = (*n).min(wrote);
                     *n -= k;
-                    self.head += k;
+                    self.q.consume(k);
                     wrote -= k;
                     *n == 0
                 }
@@ -525,7 +523,7 @@ impl Tx {
     #[inline]
     pub(crate) fn flush(&mut self) -> Result<bool> {
         // Progress calls this for every link on every call: an empty queue answers at once.
-        if self.segs.is_empty() && self.failed.is_none() && self.q.capacity() <= TXQ_SHRINK_ABOVE {
+        if self.segs.is_empty() && self.failed.is_none() {
             self.burst = false;
             self.next_flush = COALESCE;
             return Ok(true);
@@ -545,9 +543,6 @@ impl Tx {
             return Ok(false);
         }
         self.next_flush = COALESCE;
-        if self.q.capacity() > TXQ_SHRINK_ABOVE {
-            self.q.shrink_to(TXQ_SHRINK_TO);
-        }
         Ok(true)
     }
 

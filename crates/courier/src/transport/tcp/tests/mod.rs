@@ -1,6 +1,7 @@
 //! The tcp transport's tests, by theme: frames between two links (`frames`), what a peer
 //! may send (`hostile`), large payloads placed straight into their destination (`placed`),
-//! sockets, addresses and interfaces (`host`). Here: what they share.
+//! sockets, addresses and interfaces (`host`), the send queue's blocks (`sendq`). Here:
+//! what they share.
 
 use std::io::Write;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpStream};
@@ -14,6 +15,7 @@ mod frames;
 mod host;
 mod hostile;
 mod placed;
+mod sendq;
 
 const LO4: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
 
