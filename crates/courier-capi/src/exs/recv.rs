@@ -661,7 +661,11 @@ pub(crate) fn post_recv(
         msgno,
         adv: None,
     });
-    process(st, c);
+    // Its advertisement goes from the thread progressing, if one is (this thread would
+    // wait for the worker it holds); from here otherwise.
+    if !super::engine::defer(st, c.r) {
+        process(st, c);
+    }
     Ok(())
 }
 
