@@ -259,7 +259,7 @@ fn take_deferred(l: &Lib) -> usize {
     let rs = std::mem::take(&mut st.deferred);
     l.engine.deferred.store(0, Ordering::SeqCst);
     for &r in &rs {
-        st.with_conn(r, |st, c| super::recv::process(st, c));
+        st.with_conn(r, super::recv::process);
     }
     rs.len()
 }
