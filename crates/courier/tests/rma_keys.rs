@@ -264,6 +264,26 @@ fn act(role: &str, p: &Peer) {
             let e = ep.flush().expect_err("region unmapped during the put");
             assert_eq!(e.status(), Status::InvalidKey, "{e}");
         }
+        "bigputsig" => {
+            // As "bigput", with a signal in a second region: the put is refused and the
+            // signal never raised.
+            let (base, len) = rk[0].bounds();
+            let (sbase, _) = rk[1].bounds();
+            ep.put_signal(
+                &pattern(len as usize, 1),
+                base,
+                &rk[0],
+                sbase,
+                &rk[1],
+                7,
+                SignalOp::Set,
+            )
+            .unwrap();
+            let e = ep
+                .flush()
+                .expect_err("region unmapped during the put-with-signal");
+            assert_eq!(e.status(), Status::InvalidKey, "{e}");
+        }
         "stalled_get" => {
             // Ask for the whole region, then read nothing until the owner says so: its
             // answers back up on its side. It unmaps the region meanwhile and overwrites
@@ -381,6 +401,52 @@ fn region_unmapped_while_a_put_arrives_tcp() {
         reg.iter().all(|&b| b == 0xee),
         "the put wrote into the region after it was unmapped"
     );
+}
+
+/// The same with a put-with-signal, whose payload is placed as a put's: the put is
+/// refused, nothing lands after the unmap, and the signal word is left alone.
+#[test]
+fn region_unmapped_while_a_put_signal_arrives_tcp() {
+    let (o, c) = owner("tcp");
+    let len = 16 << 20;
+    let mut reg = vec![0u8; len];
+    let mut word = vec![0u64; 1];
+    let m = c
+        // SAFETY: the vector is declared before the region and outlives it; the test reads it only
+        // once the peer is done.
+        .mem_map(unsafe { MemMapParams::register(reg.as_mut_ptr(), len) })
+        .unwrap();
+    let s = c
+        // SAFETY: as above.
+        .mem_map(unsafe { MemMapParams::register(word.as_mut_ptr().cast(), 8) })
+        .unwrap();
+    let keys = [m.pack_rkey().unwrap(), s.pack_rkey().unwrap()];
+    let child = spawn("tcp", "bigputsig", o.port, &keys, &[]);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    // SAFETY: our buffer; the link writes it only inside progress, on this thread.
+    while unsafe { std::ptr::read_volatile(reg.as_ptr()) } == 0 {
+        o.w.progress();
+        assert!(Instant::now() < deadline, "the put did not start arriving");
+    }
+    let landed = reg.iter().rposition(|&b| b != 0).unwrap_or(0) + 1;
+    assert!(
+        landed < len,
+        "the whole put arrived in one progress call; the test needs more"
+    );
+    drop(m);
+    reg.fill(0xee);
+    serve_until_done(&o, vec![child], || {});
+    assert!(
+        reg.iter().all(|&b| b == 0xee),
+        "the put wrote into the region after it was unmapped"
+    );
+    // SAFETY: our word; the peer is done.
+    let w = unsafe { std::ptr::read_volatile(word.as_ptr()) };
+    assert_eq!(
+        w, 0,
+        "the signal was raised for a put that did not land whole"
+    );
+    drop(s);
 }
 
 /// Over tcp a get's answer is sent straight from the region; when the peer does not read,

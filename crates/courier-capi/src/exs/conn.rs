@@ -161,8 +161,23 @@ pub(crate) fn send_ctl(c: &mut Conn, kind: u8, m: &Msg) -> XResult<()> {
             AmFlags::default(),
             Callback::Raw(noop, 0),
         )
-    }?;
+    }
+    .map_err(link_fail)?;
     Ok(())
+}
+
+/// A send to the peer failed: a link that broke under it (the peer died or reset it) is
+/// the connection reset, as the peer's failure reported by Courier is (`ECONNRESET` on
+/// what was pending), whichever of the two this process saw first.
+fn link_fail(e: Error) -> Fail {
+    let status = e.status();
+    let mut f = Fail::from(e);
+    let gone =
+        matches!(status, Status::PeerFailure | Status::EndpointClosed) || f.errno == libc::EPIPE;
+    if gone {
+        f.errno = libc::ECONNRESET;
+    }
+    f
 }
 
 /// Make the connection of slot `r` on endpoint `ep` and send our HELLO.

@@ -21,6 +21,8 @@ use std::time::{Duration, Instant};
 
 use courier_core::Worker;
 
+use super::conn::ConnRef;
+use super::sock::State;
 use super::{Lib, XResult, fail};
 
 pub(crate) struct Engine {
@@ -39,6 +41,8 @@ pub(crate) struct Engine {
     pub kactive: AtomicUsize,
     /// Connections with advertisements out (`State::watch` non-empty).
     pub busy_poll: AtomicBool,
+    /// Connections in `State::deferred`.
+    deferred: AtomicUsize,
     /// CPU of the completion thread (-1: any).
     pub cpu: AtomicI32,
     ct_tid: AtomicI32,
@@ -110,6 +114,7 @@ impl Engine {
             ct_epoll,
             kepoll,
             kactive: AtomicUsize::new(0),
+            deferred: AtomicUsize::new(0),
             busy_poll: AtomicBool::new(false),
             cpu: AtomicI32::new(-1),
             ct_tid: AtomicI32::new(0),
@@ -213,8 +218,50 @@ pub(crate) fn progress(l: &Lib) -> usize {
         n += super::ksock::poll(l);
     }
     n += close_endpoints(l);
-    e.progressing.store(false, Ordering::Release);
+    // A program thread that saw us progressing may have left us a connection (`defer`):
+    // it looks again after saying so, we after saying we are done; one of us sees it.
+    e.progressing.store(false, Ordering::SeqCst);
+    if e.deferred.load(Ordering::SeqCst) > 0 {
+        n += take_deferred(l);
+    }
     n
+}
+
+/// Whether the protocol step of connection `r` (`recv::process`: its advertisements, what
+/// arrived) was left to the thread progressing now. A program thread that posts a receive
+/// would otherwise wait for the worker, which that thread holds while it reads (a large
+/// payload over tcp takes a while), and then keep it waiting for the state: two wake-ups
+/// per receive. The progressing thread takes it before its pass ends.
+pub(crate) fn defer(st: &mut State, r: ConnRef) -> bool {
+    let Some(l) = super::lib_opt() else {
+        return false;
+    };
+    let e = &l.engine;
+    if !e.progressing.load(Ordering::SeqCst) {
+        return false;
+    }
+    if !st.deferred.contains(&r) {
+        st.deferred.push(r);
+    }
+    e.deferred.store(st.deferred.len(), Ordering::SeqCst);
+    if e.progressing.load(Ordering::SeqCst) {
+        return true;
+    }
+    // That pass ended meanwhile, and may not have seen it: ours again.
+    st.deferred.retain(|&x| x != r);
+    e.deferred.store(st.deferred.len(), Ordering::SeqCst);
+    false
+}
+
+/// The protocol steps left to this thread (`defer`).
+fn take_deferred(l: &Lib) -> usize {
+    let mut st = l.st();
+    let rs = std::mem::take(&mut st.deferred);
+    l.engine.deferred.store(0, Ordering::SeqCst);
+    for &r in &rs {
+        st.with_conn(r, super::recv::process);
+    }
+    rs.len()
 }
 
 /// Look at the signal words of connections with advertisements out.

@@ -88,7 +88,7 @@ impl Queue {
 
     /// Queue the event of an operation that held a slot.
     pub fn push(&self, ev: exs_event_t) {
-        let sig = {
+        let (sig, wake) = {
             let mut g = self.lock();
             g.reserved = g.reserved.saturating_sub(1);
             g.events.push_back(ev);
@@ -98,11 +98,14 @@ impl Queue {
                 efd_write(fd.as_raw_fd());
                 g.set = true;
             }
-            if g.waiters > 0 {
-                self.cv.notify_all();
-            }
-            self.signal.load(Ordering::Relaxed)
+            (self.signal.load(Ordering::Relaxed), g.waiters > 0)
         };
+        // Woken after the lock is let go, so that the sleeper does not wake only to wait
+        // for it. (A sleeper counted in `waiters` waits on the condition variable, which it
+        // entered under the lock: it cannot miss this.)
+        if wake {
+            self.cv.notify_all();
+        }
         if sig > 0 {
             // SAFETY: plain system calls with plain numbers.
             unsafe {

@@ -411,8 +411,16 @@ fn direct_step(st: &mut State, c: &mut Conn) -> XResult<bool> {
 
 /// Deliver whatever has arrived, in chunk order, then advertise and acknowledge.
 pub(crate) fn process(st: &mut State, c: &mut Conn) {
+    if deliver(st, c) {
+        tell(st, c);
+    }
+}
+
+/// Deliver whatever has arrived, in chunk order (nothing is sent); whether the connection
+/// is still good.
+fn deliver(st: &mut State, c: &mut Conn) -> bool {
     if c.dead_slot || c.err.is_some() {
-        return;
+        return false;
     }
     loop {
         let due =
@@ -439,7 +447,7 @@ pub(crate) fn process(st: &mut State, c: &mut Conn) {
             Ok(false) => break,
             Err(e) => {
                 reset(st, c, e);
-                return;
+                return false;
             }
         }
     }
@@ -451,6 +459,12 @@ pub(crate) fn process(st: &mut State, c: &mut Conn) {
             complete_front(st, c, got, super::abi::EXS_MSG_EOF);
         }
     }
+    true
+}
+
+/// Advertise the receives waiting, acknowledge credits, and watch the signal words while
+/// advertisements are out.
+fn tell(st: &mut State, c: &mut Conn) {
     if let Err(e) = advertise(st, c) {
         reset(st, c, e);
         return;
@@ -661,7 +675,14 @@ pub(crate) fn post_recv(
         msgno,
         adv: None,
     });
-    process(st, c);
+    // What has arrived is delivered now. Its advertisement goes from the thread
+    // progressing, if one is (this thread would wait for the worker it holds); from here
+    // otherwise.
+    if super::engine::defer(st, c.r) {
+        deliver(st, c);
+    } else {
+        process(st, c);
+    }
     Ok(())
 }
 

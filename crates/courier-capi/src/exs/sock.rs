@@ -130,6 +130,9 @@ pub(crate) struct State {
     pub next_token: usize,
     /// Connections with advertisements out (their signal words are looked at).
     pub watch: Vec<ConnRef>,
+    /// Connections whose protocol step a program thread left to the thread progressing
+    /// (`engine::defer`).
+    pub deferred: Vec<ConnRef>,
     /// Endpoints to close outside the lock.
     pub closing_eps: Vec<Endpoint>,
     /// Connections waiting for the peer's CLOSE_ACK.

@@ -310,12 +310,22 @@ mod tests {
                 "#              put: 0..<remote/bcopy>..{z}..<remote/zcopy>..{p}..<remote/zcopy,placed>..(inf)\n"
             )
         );
-        // Device memory at the owner is not placed; neither is the frame with the signal.
+        // Device memory at the owner is not placed.
         assert!(
             !one_sided_range(Op::Put, TargetMemory::Cuda, Route::Remote, &l).contains("placed")
         );
+        // A put-with-signal's frames are placed as a put's (the signal follows the payload).
+        let Some(ps) = l.placed_from(Op::PutSignal, TargetMemory::Allocated) else {
+            panic!("tcp places puts with a signal: {l:?}");
+        };
+        assert_eq!(
+            one_sided_range(Op::PutSignal, TargetMemory::Allocated, Route::Remote, &l),
+            format!(
+                "#       put_signal: 0..<remote/bcopy>..{z}..<remote/zcopy>..{ps}..<remote/zcopy,placed>..(inf)\n"
+            )
+        );
         assert!(
-            !one_sided_range(Op::PutSignal, TargetMemory::Allocated, Route::Remote, &l)
+            !one_sided_range(Op::PutSignal, TargetMemory::Cuda, Route::Remote, &l)
                 .contains("placed")
         );
         let d = one_sided_caps(&c, Reach::Elsewhere);

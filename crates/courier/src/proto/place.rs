@@ -24,7 +24,7 @@ use super::recv::PollOne;
 use super::request::ReqKind;
 use crate::base::Error;
 use crate::transport::PlaceGuard;
-use crate::wire::frame::{Frame, Kind};
+use crate::wire::frame::{Frame, Kind, RemoteRef};
 use crate::wire::rkey::access;
 
 /// What to do with a large frame whose head arrived.
@@ -136,22 +136,28 @@ impl State {
                     n as u64,
                     access::WRITE,
                 ) {
-                    Ok(p) if !p.device => {
-                        // The owner may unmap the region while the payload arrives: the
-                        // link asks before every read, and drops the rest once it is gone.
-                        let (mem, t) = (self.mem.clone(), target);
-                        let still = move || {
-                            mem.lookup_place(t.region, t.secret, t.addr, n as u64, access::WRITE)
-                                .is_ok()
-                        };
-                        return Placement::Place(
-                            start,
-                            vec![(p.ptr as usize, n)],
-                            Some(Box::new(still)),
-                        );
-                    }
+                    Ok(p) if !p.device => return self.place_put(start, p.ptr, target, n),
                     _ => return Placement::Decline,
                 }
+            }
+            // A put-with-signal's frame, placed as a put's when both its destination and
+            // its signal word pass (the signal follows once the payload is in place).
+            Frame::PutSignal {
+                target,
+                signal,
+                op,
+                data,
+                ..
+            } => {
+                let start = head.len() - data.len();
+                let n = len - start;
+                if self.ep(e).is_some_and(|ep| ep.put_refused.is_some()) {
+                    return Placement::Decline;
+                }
+                return match self.put_signal_place(target, signal, op, n as u64) {
+                    Some(p) => self.place_put(start, p.ptr, target, n),
+                    None => Placement::Decline,
+                };
             }
             _ => return Placement::Decline,
         };
@@ -159,6 +165,19 @@ impl State {
             return Placement::Decline;
         }
         Placement::Place(start, segs.into(), None)
+    }
+
+    /// Place a put's `n` payload bytes (from `start` in its frame) at `ptr`, the checked
+    /// host address of `t`.
+    fn place_put(&self, start: usize, ptr: *mut u8, t: RemoteRef, n: usize) -> Placement {
+        // The owner may unmap the region while the payload arrives: the link asks before
+        // every read, and drops the rest once it is gone.
+        let mem = self.mem.clone();
+        let still = move || {
+            mem.lookup_place(t.region, t.secret, t.addr, n as u64, access::WRITE)
+                .is_ok()
+        };
+        Placement::Place(start, vec![(ptr as usize, n)], Some(Box::new(still)))
     }
 
     /// A placed frame's payload is in place: do what its handler does after copying.
@@ -194,6 +213,14 @@ impl State {
                     });
                 self.ack(e, req, Kind::Put, res);
             }
+            Ok(Frame::PutSignal {
+                target,
+                req,
+                signal,
+                op,
+                value,
+                ..
+            }) => self.put_signal_placed(e, target, req, signal, op, value, payload as u64),
             _ => {}
         }
     }

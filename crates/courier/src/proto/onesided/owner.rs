@@ -11,6 +11,7 @@ use super::atomic::{AtomicOp, SignalOp, do_atomic, do_signal, write_place};
 use crate::base::{Error, Result, Status};
 use crate::proto::State;
 use crate::proto::buf::Buf;
+use crate::proto::memreg::Place;
 use crate::proto::send::{Pending, RegionRead};
 use crate::wire::frame::{Header, Kind, RemoteRef};
 use crate::wire::rkey::access;
@@ -291,6 +292,56 @@ impl State {
                 fence(Ordering::Release);
                 do_signal(sp, op, value);
             }
+            Ok(0)
+        })();
+        self.ack(e, req, Kind::PutSignal, res);
+    }
+
+    /// Where the `n` payload bytes of a put-with-signal may be read from the link straight
+    /// into their destination (`proto/place.rs`): both its destination and its signal word
+    /// pass their checks, and the destination is host memory. `None`: the frame is handled
+    /// whole by `on_put_signal`, which refuses it or copies.
+    pub(crate) fn put_signal_place(
+        &self,
+        t: RemoteRef,
+        sig: RemoteRef,
+        op: u16,
+        n: u64,
+    ) -> Option<Place> {
+        self.signal_word(sig, op).ok()?;
+        self.mem
+            .lookup_place(t.region, t.secret, t.addr, n, access::WRITE)
+            .ok()
+            .filter(|p| !p.device)
+    }
+
+    /// A put-with-signal's `n` payload bytes were placed: the signal, as `on_put_signal`
+    /// does after its copy, unless the destination went away while the data arrived (then
+    /// it did not get all of it: refused, and the signal left alone).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn put_signal_placed(
+        &mut self,
+        e: u32,
+        t: RemoteRef,
+        req: u64,
+        sig: RemoteRef,
+        op: u16,
+        value: u64,
+        n: u64,
+    ) {
+        let res = (|| {
+            self.mem
+                .lookup_place(t.region, t.secret, t.addr, n, access::WRITE)
+                .map_err(|err| {
+                    Error::msg(
+                        err.status(),
+                        format!("{} (while the put's data was arriving)", err.detail()),
+                    )
+                })?;
+            let (sp, op) = self.signal_word(sig, op)?;
+            fence(Ordering::Release);
+            // SAFETY: the signal word was checked (mapped, writable, aligned) just now.
+            unsafe { do_signal(sp, op, value) };
             Ok(0)
         })();
         self.ack(e, req, Kind::PutSignal, res);

@@ -294,12 +294,13 @@ impl OwnerLimits {
 
     /// The payload size from which the frames of `op` on `mem` may be read from the link
     /// straight into their destination instead of a receive buffer (`proto/place.rs`):
-    /// put frames into the owner's host memory, a get's answer into the caller's buffer.
-    /// `None` where that never happens: links that do not place, device memory at the
-    /// owner, atomics, and the frame that carries a put's signal (handled whole).
+    /// put frames (with or without a signal) into the owner's host memory, a get's answer
+    /// into the caller's buffer. `None` where that never happens: links that do not place,
+    /// device memory at the owner, atomics.
     pub fn placed_from(&self, op: Op, mem: TargetMemory) -> Option<usize> {
         let kind = match (op, mem) {
             (Op::Put, TargetMemory::Allocated | TargetMemory::Registered) => Kind::Put,
+            (Op::PutSignal, TargetMemory::Allocated | TargetMemory::Registered) => Kind::PutSignal,
             (Op::Get, _) => Kind::GetResp,
             _ => return None,
         };
@@ -391,7 +392,9 @@ mod tests {
         let put = l.placed_from(Op::Put, TargetMemory::Registered);
         assert_eq!(put, Some(c.place_min - Kind::Put.header_len()));
         assert_eq!(l.placed_from(Op::Put, TargetMemory::Cuda), None);
-        assert_eq!(l.placed_from(Op::PutSignal, TargetMemory::Allocated), None);
+        let ps = l.placed_from(Op::PutSignal, TargetMemory::Allocated);
+        assert_eq!(ps, Some(c.place_min - Kind::PutSignal.header_len()));
+        assert_eq!(l.placed_from(Op::PutSignal, TargetMemory::Cuda), None);
         assert!(l.placed_from(Op::Get, TargetMemory::Cuda).is_some());
         let (lb, _) = crate::transport::loopback::pair();
         let c = crate::transport::LinkTx::Loopback(lb.0).caps().clone();

@@ -186,6 +186,11 @@ pub struct Rx {
     /// The protocol looks at large frames before they are complete (it called
     /// `peek_partial`): do not buffer them whole unless it declines.
     placing_user: bool,
+    /// The last frame taken was placed: the next one is likely large too, so reads stop
+    /// after its head until the protocol has looked at it (`Rx::read_budget`).
+    after_placed: bool,
+    /// `peek_partial` showed the protocol the frame at `start`.
+    offered: bool,
     /// The largest frame taken: `SETUP_FRAME_MAX` until the link belongs to an endpoint.
     frame_limit: usize,
     /// Bytes of `buf` past `RX_INITIAL`, counted in `GROWN` (released when `buf` shrinks
@@ -262,6 +267,8 @@ fn halves(
         declined: false,
         scratch: Vec::new(),
         placing_user: false,
+        after_placed: false,
+        offered: false,
         frame_limit: SETUP_FRAME_MAX,
         grown: 0,
         grown_limit,

@@ -19,6 +19,9 @@ use crate::base::{Error, Result, Status};
 
 /// Frames at least this long (after the length prefix) are offered for direct placement.
 pub const PLACE_MIN: usize = 32 << 10;
+/// After a placed frame, bytes read into the buffer until the protocol has seen the next
+/// frame's head (a length prefix and any placeable frame's header fit).
+pub(super) const NEXT_HEAD: usize = 512;
 /// Destination segments filled by one `readv` (plus one for the receive buffer).
 const PLACE_IOV: usize = 15;
 
@@ -106,12 +109,34 @@ impl Rx {
             return None;
         }
         let ptr = self.buf.as_ptr().wrapping_add(self.start + HDR);
+        self.offered = true;
         Some((RawFrame::private(ptr, have), len))
     }
 
     /// The protocol keeps the next large frame whole in the buffer.
     pub(crate) fn decline(&mut self) {
         self.declined = true;
+        self.after_placed = false;
+    }
+
+    /// Bytes to read into the buffer now. After a placed frame the next one is likely
+    /// large too: while its head may not have been offered yet, only up to `NEXT_HEAD` of
+    /// it is buffered, so that the rest goes straight to its destination instead of being
+    /// read here and copied out.
+    pub(super) fn read_budget(&self) -> usize {
+        if !self.after_placed || self.declined {
+            return super::RX_BUDGET;
+        }
+        let have = self.end - self.start;
+        match self.next_len() {
+            Some(len) if !self.placeable(len) => super::RX_BUDGET,
+            _ if have < NEXT_HEAD => NEXT_HEAD - have,
+            // The head is here: nothing more until the protocol has seen it (it looks at
+            // every link with bytes buffered, in the same progress call).
+            _ if !self.offered => 0,
+            // It saw the head and waits for more of it: read on as usual.
+            _ => super::RX_BUDGET,
+        }
     }
 
     /// Read the next frame's bytes from `data_start` (counted after the length prefix) into
@@ -211,11 +236,12 @@ impl Rx {
                 idx += 1;
                 off = 0;
             }
-            // The frames after this one land in the buffer, in the same call.
+            // The start of what follows lands in the buffer, in the same call: up to the
+            // next frame's head, which may be placed too (`read_budget`).
             let mut offered = dst;
-            let tail = self.buf.len() - self.end;
+            let tail = (self.buf.len() - self.end).min(NEXT_HEAD);
             if dst == p.left && tail > 0 {
-                iov.push(IoSliceMut::new(&mut self.buf[self.end..]));
+                iov.push(IoSliceMut::new(&mut self.buf[self.end..self.end + tail]));
                 offered += tail;
             }
             let r = rustix::io::readv(&*self.sock, &mut iov);

@@ -65,7 +65,8 @@ impl Rx {
         if self.out != 0 {
             self.start += self.out;
             self.out = 0;
-            self.place = None;
+            self.after_placed = self.place.take().is_some();
+            self.offered = false;
             self.declined = false;
             if self.start == self.end {
                 self.start = 0;
@@ -169,7 +170,7 @@ impl Rx {
 
     /// Read what the socket has, up to the budget or the end of the buffer.
     fn read_some(&mut self) {
-        let mut budget = RX_BUDGET;
+        let mut budget = self.read_budget();
         while budget > 0 && self.end < self.buf.len() {
             let room = (self.buf.len() - self.end).min(budget);
             // SAFETY: `end + room <= buf.len()`; built from `as_mut_ptr` so that no reference
