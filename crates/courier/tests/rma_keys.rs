@@ -369,6 +369,30 @@ fn act(role: &str, p: &Peer) {
 
 // ----- the scenarios ------------------------------------------------------------------------
 
+/// Progress until `child`'s large put into `reg` (mapped as `m`) has started but not
+/// finished arriving, unmap the region, fill it, serve the child to its end, and check
+/// that nothing more landed in it.
+fn unmap_mid_put(o: &common::Owner, reg: &mut [u8], m: Memory, child: std::process::Child) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    // SAFETY: our buffer; the link writes it only inside progress, on this thread.
+    while unsafe { std::ptr::read_volatile(reg.as_ptr()) } == 0 {
+        o.w.progress();
+        assert!(Instant::now() < deadline, "the put did not start arriving");
+    }
+    let landed = reg.iter().rposition(|&b| b != 0).unwrap_or(0) + 1;
+    assert!(
+        landed < reg.len(),
+        "the whole put arrived in one progress call; the test needs more"
+    );
+    drop(m);
+    reg.fill(0xee);
+    serve_until_done(o, vec![child], || {});
+    assert!(
+        reg.iter().all(|&b| b == 0xee),
+        "the put wrote into the region after it was unmapped"
+    );
+}
+
 /// Over tcp a large put's data is read from the socket straight into registered memory.
 /// When the owner unmaps the region while it arrives, nothing more is written there (the
 /// owner frees and reuses such memory), and the put is refused.
@@ -383,24 +407,7 @@ fn region_unmapped_while_a_put_arrives_tcp() {
         .mem_map(unsafe { MemMapParams::register(reg.as_mut_ptr(), len) })
         .unwrap();
     let child = spawn("tcp", "bigput", o.port, &[m.pack_rkey().unwrap()], &[]);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    // SAFETY: our buffer; the link writes it only inside progress, on this thread.
-    while unsafe { std::ptr::read_volatile(reg.as_ptr()) } == 0 {
-        o.w.progress();
-        assert!(Instant::now() < deadline, "the put did not start arriving");
-    }
-    let landed = reg.iter().rposition(|&b| b != 0).unwrap_or(0) + 1;
-    assert!(
-        landed < len,
-        "the whole put arrived in one progress call; the test needs more"
-    );
-    drop(m);
-    reg.fill(0xee);
-    serve_until_done(&o, vec![child], || {});
-    assert!(
-        reg.iter().all(|&b| b == 0xee),
-        "the put wrote into the region after it was unmapped"
-    );
+    unmap_mid_put(&o, &mut reg, m, child);
 }
 
 /// The same with a put-with-signal, whose payload is placed as a put's: the put is
@@ -422,24 +429,7 @@ fn region_unmapped_while_a_put_signal_arrives_tcp() {
         .unwrap();
     let keys = [m.pack_rkey().unwrap(), s.pack_rkey().unwrap()];
     let child = spawn("tcp", "bigputsig", o.port, &keys, &[]);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    // SAFETY: our buffer; the link writes it only inside progress, on this thread.
-    while unsafe { std::ptr::read_volatile(reg.as_ptr()) } == 0 {
-        o.w.progress();
-        assert!(Instant::now() < deadline, "the put did not start arriving");
-    }
-    let landed = reg.iter().rposition(|&b| b != 0).unwrap_or(0) + 1;
-    assert!(
-        landed < len,
-        "the whole put arrived in one progress call; the test needs more"
-    );
-    drop(m);
-    reg.fill(0xee);
-    serve_until_done(&o, vec![child], || {});
-    assert!(
-        reg.iter().all(|&b| b == 0xee),
-        "the put wrote into the region after it was unmapped"
-    );
+    unmap_mid_put(&o, &mut reg, m, child);
     // SAFETY: our word; the peer is done.
     let w = unsafe { std::ptr::read_volatile(word.as_ptr()) };
     assert_eq!(
