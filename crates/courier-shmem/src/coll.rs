@@ -135,7 +135,8 @@ unsafe fn signal_with(
     };
     let heap = part(crate::symmetric::Seg::Heap);
     let raddr = heap.base + (word - w.heap.base) as u64;
-    let (buf, daddr, dkey) = match data {
+    // Zero bytes: only the signal (`dest` may be anything, NULL included).
+    let (buf, daddr, dkey) = match data.filter(|d| d.2 > 0) {
         Some((dest, src, len)) => {
             let Some((seg, off)) = w.locate(dest as usize, len) else {
                 rma::not_symmetric(w, call, "dest", dest as usize, len)
@@ -302,7 +303,7 @@ fn broadcast_push(
         return;
     }
     fan_out(w, call, m, root, dest, src, len);
-    if root_too && !std::ptr::eq(dest, src) {
+    if root_too && len > 0 && !std::ptr::eq(dest, src) {
         // SAFETY: both checked symmetric ranges of `len` bytes here.
         unsafe { std::ptr::copy(src, dest, len) };
     }
@@ -496,8 +497,10 @@ pub fn reduce(
         if m.me == 0 {
             with_combined(w, call, m, src, count, size, op, |acc| {
                 fan_out(w, call, m, 0, dest, acc.as_ptr(), len);
-                // SAFETY: `dest` checked for `len` bytes; `acc` is ours.
-                unsafe { std::ptr::copy_nonoverlapping(acc.as_ptr(), dest, len) };
+                if len > 0 {
+                    // SAFETY: `dest` checked for `len` bytes; `acc` is ours.
+                    unsafe { std::ptr::copy_nonoverlapping(acc.as_ptr(), dest, len) };
+                }
             });
         }
         return;
@@ -505,7 +508,7 @@ pub fn reduce(
     sync(w, call, m);
     with_combined(w, call, m, src, count, size, op, |acc| {
         sync(w, call, m);
-        // SAFETY: `dest` checked for `len` bytes; `acc` is ours.
+        // SAFETY: `dest` checked for `len` bytes (> PUSH_MAX here); `acc` is ours.
         unsafe { std::ptr::copy_nonoverlapping(acc.as_ptr(), dest, len) };
     });
 }

@@ -35,6 +35,9 @@ int main(void) {
                   "broadcast root %d len %zu: %ld %ld", root, len, dst[0], dst[len - 1]);
         }
     }
+    /* Zero elements: NULL buffers are allowed, and nothing moves. */
+    CHECK(shmem_long_broadcast(SHMEM_TEAM_WORLD, NULL, NULL, 0, 0) == 0, "empty broadcast rc");
+    CHECK(shmem_int_sum_reduce(SHMEM_TEAM_WORLD, NULL, NULL, 0) == 0, "empty reduce rc");
     /* Back-to-back small broadcasts (pushed by the root) from rotating roots: a root
      * that runs ahead must not overwrite a dest still being checked. */
     for (int it = 0; it < 300; it++) {
