@@ -13,6 +13,9 @@ use std::time::{Duration, Instant};
 
 use courier::*;
 
+mod common;
+use common::cputime::{CallTimes, thread_cpu_ns};
+
 /// Pings waiting for their answer: the endpoint and the data.
 type Replies = Arc<Mutex<Vec<(Endpoint, Vec<u8>)>>>;
 
@@ -132,56 +135,6 @@ fn run_victim() -> i32 {
     }
     drop(mem);
     0
-}
-
-/// This thread's CPU time, in nanoseconds.
-fn thread_cpu_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid timespec to write.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
-/// The victim's progress calls by the CPU time each took (`COURIER_TEST_PROGRESS_CPU`, for
-/// `bench_hostile`): what the library makes a client wait, whatever else the machine runs
-/// (a round trip's wall time on a loaded machine is mostly the scheduler's).
-#[derive(Default)]
-struct CallTimes {
-    calls: u64,
-    /// Calls over 100 us, 250 us, 500 us, 1 ms, 2 ms, 4 ms.
-    over: [u64; 6],
-    max_ns: u64,
-}
-
-impl CallTimes {
-    const EDGES_US: [u64; 6] = [100, 250, 500, 1000, 2000, 4000];
-
-    fn add(&mut self, ns: u64) {
-        self.calls += 1;
-        self.max_ns = self.max_ns.max(ns);
-        for (i, us) in Self::EDGES_US.iter().enumerate() {
-            if ns > us * 1000 {
-                self.over[i] += 1;
-            }
-        }
-    }
-
-    fn line(&self) -> String {
-        let over: Vec<String> = Self::EDGES_US
-            .iter()
-            .zip(self.over)
-            .map(|(us, n)| format!("cpu_over_{us}us={n}"))
-            .collect();
-        format!(
-            "PROGRESS_CPU calls={} {} cpu_max_us={:.0}",
-            self.calls,
-            over.join(" "),
-            self.max_ns as f64 / 1e3
-        )
-    }
 }
 
 /// A hostile peer: connects to the victim's address and floods (`COURIER_TEST_FLOOD`:

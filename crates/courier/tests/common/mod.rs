@@ -19,6 +19,7 @@
 //! - `echo`: the echo and sink children of multiprocess.rs and multiprocess_faults.rs.
 //! - `pair`: the pair of workers of api.rs and api_rendezvous.rs.
 //! - `authed`: key files, transports and announcements of auth.rs and max_frame.rs.
+//! - `cputime`: a thread's CPU time per call (hostile.rs's victim).
 //!
 //! Cargo builds each file in tests/ as a crate of its own, with this module in it; each uses
 //! a part of it.
@@ -28,6 +29,7 @@ mod child;
 mod peers;
 
 pub mod authed;
+pub mod cputime;
 pub mod cuda;
 pub mod echo;
 pub mod net;
