@@ -395,8 +395,10 @@ fn cpu(pid: i32) -> Duration {
     Duration::from_nanos(ticks * 1_000_000_000 / hz.max(1))
 }
 
-/// A legitimate client of the victim: round trips of an active message.
+/// A legitimate client of the victim: round trips of an active message, waiting for each
+/// answer by polling its worker (`busy`) or by sleeping until the worker has an event.
 struct Client {
+    busy: bool,
     _ctx: Context,
     w: Worker,
     ep: Endpoint,
@@ -415,6 +417,7 @@ impl Client {
         .unwrap();
         let ep = w.connect(addr, EndpointParams::default()).unwrap();
         let c = Client {
+            busy: true,
             _ctx: ctx,
             w,
             ep,
@@ -435,7 +438,9 @@ impl Client {
         };
         self.ep.am_send(AM_PING, b"", b"ping", flags).unwrap();
         while *self.got.lock().unwrap() == before {
-            self.w.progress();
+            if self.w.progress() == 0 && !self.busy && self.w.arm().unwrap_or(false) {
+                let _ = self.w.wait(Some(Duration::from_millis(50)));
+            }
             assert!(
                 t0.elapsed() < Duration::from_secs(30),
                 "the legitimate client's round trip hung"
@@ -835,7 +840,8 @@ fn median_p99(v: &mut [Duration]) -> (Duration, Duration) {
 /// The numbers at full size, with the default budget (`bench/hostile.sh`; not in
 /// `make test`): floods of each kind for `COURIER_TEST_BENCH_SECS` (60) seconds by a peer that
 /// reconnects each time the victim fails it, the victim's peak RSS over its idle RSS and a
-/// legitimate client's round trips meanwhile; then 500 idle connections in setup, the
+/// legitimate client's round trips meanwhile (one flood with a polling client, one with a
+/// client that sleeps while it waits); then 500 idle connections in setup, the
 /// victim's CPU over 10 s and the client's round trips meanwhile.
 #[test]
 #[ignore]
@@ -844,7 +850,8 @@ fn bench_hostile() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(60);
-    // `COURIER_TEST_BENCH_TLS=tcp`, `COURIER_TEST_BENCH_FLOODS=tag,get`: some rows only.
+    // `COURIER_TEST_BENCH_TLS=tcp`, `COURIER_TEST_BENCH_FLOODS=tag,get`,
+    // `COURIER_TEST_BENCH_CLIENT=wait`: some rows only.
     let only = |var: &str, what: &str| {
         std::env::var(var).map_or(true, |v| v.split(',').any(|x| x.trim() == what))
     };
@@ -852,15 +859,21 @@ fn bench_hostile() {
         .into_iter()
         .filter(|t| only("COURIER_TEST_BENCH_TLS", t))
     {
-        for kind in ["tag", "stream", "get"]
+        // The client waits by polling (three busy processes on two CPUs here: its tail is
+        // mostly the scheduler's) and by sleeping until its worker has an event.
+        let modes = ["busy", "wait"].into_iter();
+        for (kind, mode) in ["tag", "stream", "get"]
             .into_iter()
             .filter(|k| only("COURIER_TEST_BENCH_FLOODS", k))
+            .flat_map(|k| modes.clone().map(move |m| (k, m)))
+            .filter(|(_, m)| only("COURIER_TEST_BENCH_CLIENT", m))
         {
             let mut victim = Proc::start("victim", &[("COURIER_TEST_PROGRESS_CPU", "1".into())]);
             let addr = victim.read("ADDR");
             let rkey = victim.read("RKEY");
             let base = victim.read("BASE");
-            let client = Client::connect(&unhex(&addr), tls);
+            let mut client = Client::connect(&unhex(&addr), tls);
+            client.busy = mode == "busy";
             let idle = vm(victim.pid(), "VmRSS:");
             let mut env = vec![
                 ("COURIER_TEST_FLOOD", kind.to_string()),
@@ -898,7 +911,7 @@ fn bench_hostile() {
                 .find_map(|l| l.split_once("PROGRESS_CPU "))
                 .map_or("", |(_, rest)| rest);
             println!(
-                "BENCH flood={kind} tls={tls} secs={secs} sent={sent} idle_rss_mib={} peak_growth_mib={} budget_mib=256 trips={} rtt_median_us={:.1} rtt_p99_us={:.1} rtt_over_1ms_pct={:.2} limit_warnings={limits_named} {cpu}",
+                "BENCH flood={kind} tls={tls} client={mode} secs={secs} sent={sent} idle_rss_mib={} peak_growth_mib={} budget_mib=256 trips={} rtt_median_us={:.1} rtt_p99_us={:.1} rtt_over_1ms_pct={:.2} limit_warnings={limits_named} {cpu}",
                 idle >> 20,
                 peak.saturating_sub(idle) >> 20,
                 rtts.len(),
