@@ -90,7 +90,7 @@ pub(crate) struct EpSlot {
     pub(in crate::proto) rndv_thresh: usize,
     pub(in crate::proto) pending: VecDeque<Pending>,
     pub(in crate::proto) push: VecDeque<PushJob>,
-    pub(in crate::proto) stream_in: VecDeque<u8>,
+    pub(in crate::proto) stream_in: super::streamq::StreamQueue,
     pub(in crate::proto) stream_reqs: VecDeque<u64>,
     pub(in crate::proto) err_handler: Option<crate::proto::request::ErrorHandler>,
     pub(in crate::proto) err_reported: bool,
@@ -189,7 +189,7 @@ impl State {
             rndv_thresh: usize::MAX,
             pending: VecDeque::new(),
             push: VecDeque::new(),
-            stream_in: VecDeque::new(),
+            stream_in: Default::default(),
             stream_reqs: VecDeque::new(),
             err_handler: None,
             err_reported: false,
@@ -381,7 +381,7 @@ impl State {
                 let Some(ep) = self.eps.slots.get_mut(e as usize) else {
                     return;
                 };
-                ep.stream_in = VecDeque::new();
+                ep.stream_in = Default::default();
                 ep.old = None;
                 self.eps.free.push(e);
             }

@@ -30,6 +30,7 @@ pub(crate) mod rndv;
 pub(crate) mod send;
 pub(crate) mod stage;
 pub(crate) mod stream;
+pub(crate) mod streamq;
 pub mod tag;
 pub mod wireup;
 

@@ -87,7 +87,7 @@ impl State {
             };
         }
         if ep.stream_reqs.is_empty() {
-            got = drain_into(&mut ep.stream_in, &buf, 0);
+            got = ep.stream_in.drain_into(&buf, 0);
             self.release_stream(got);
             if got == cap && cap > 0 || (!waitall && got > 0) {
                 return Ok(Started::Done(Info {
@@ -164,23 +164,4 @@ impl State {
             }
         }
     }
-}
-
-/// Move buffered stream bytes into `buf` from byte `off`; returns bytes moved.
-fn drain_into(q: &mut std::collections::VecDeque<u8>, buf: &Buf, off: usize) -> usize {
-    let want = (buf.len() - off).min(q.len());
-    if want == 0 {
-        return 0;
-    }
-    let (a, b) = q.as_slices();
-    let na = a.len().min(want);
-    // SAFETY: the caller's buffer is valid for writes.
-    unsafe {
-        buf.write_at(off, &a[..na]);
-        if want > na {
-            buf.write_at(off + na, &b[..want - na]);
-        }
-    }
-    q.drain(..want);
-    want
 }
