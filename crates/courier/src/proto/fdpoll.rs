@@ -59,6 +59,31 @@ pub(crate) fn watch(
     }
 }
 
+/// Change what endpoint `e`'s watched link fd wakes the worker for: arrivals, and room to
+/// write too when `out`. A fd not in the set (read directly now) is left out.
+fn watch_as(
+    epfd: &OwnedFd,
+    fd: std::os::fd::BorrowedFd<'_>,
+    e: u32,
+    out: bool,
+) -> std::result::Result<(), rustix::io::Errno> {
+    let mut flags = epoll::EventFlags::IN | epoll::EventFlags::RDHUP;
+    if out {
+        flags |= epoll::EventFlags::OUT;
+    }
+    let data = epoll::EventData::new_u64(token::make(token::EP, e));
+    match epoll::modify(epfd, fd, data, flags) {
+        Ok(()) | Err(rustix::io::Errno::NOENT) => Ok(()),
+        Err(err) => Err(err),
+    }
+}
+
+/// Whether `ep`'s link holds bytes its socket would not take at the last flush.
+pub(crate) fn write_blocked(ep: &super::endpoint::EpSlot) -> bool {
+    ep.caps.as_ref().is_some_and(|c| c.data_via_fd)
+        && ep.tx.as_ref().is_some_and(|tx| tx.queued() > 0)
+}
+
 /// Up to this many fd links, progress reads their sockets directly; epoll still runs
 /// every [`DIRECT_EPOLL_EVERY`] calls for listeners, new connections and the event fd.
 pub(crate) const DIRECT_POLL_LINKS: usize = 4;
@@ -127,6 +152,10 @@ impl State {
     /// Prepare fd links for sleeping: everything queued must have left, and no send may
     /// have just completed (its callback runs in progress, which must come first). Their
     /// fds join the epoll set, so that it wakes the worker.
+    ///
+    /// A link whose socket would not take all its bytes (a peer that does not read) does
+    /// not keep the worker awake: its fd is watched for room to write too, until its
+    /// queue is empty again.
     pub(crate) fn arm_fd_links(&mut self) -> Result<bool> {
         self.progress.armed_at = self.progress.calls;
         if self.progress.fd_links == 0 {
@@ -135,7 +164,66 @@ impl State {
         if !self.progress.fd_watched {
             self.watch_fd_links()?;
         }
-        Ok(self.flush_fd_links() == (true, 0))
+        if self.flush_fd_links().1 > 0 {
+            return Ok(false);
+        }
+        self.watch_blocked_writes()?;
+        Ok(true)
+    }
+
+    /// Watch the fd of every fd link that holds unwritten bytes for room to write, and
+    /// stop watching it once it holds none.
+    fn watch_blocked_writes(&mut self) -> Result<()> {
+        let mut was = std::mem::take(&mut self.progress.out_watched);
+        let mut now = Vec::new();
+        for i in 0..self.progress.active.len() {
+            let Some(e) = self.fd_link_at(i) else {
+                continue;
+            };
+            let blocked = self.ep(e).is_some_and(|ep| write_blocked(ep));
+            let watched = was.iter().position(|&x| x == e).map(|k| was.swap_remove(k));
+            if blocked {
+                now.push(e);
+            }
+            if blocked != watched.is_some() {
+                if let Some(fd) = self.link_fd(e) {
+                    watch_as(&self.progress.epoll, fd, e, blocked)
+                        .map_err(|err| Error::io("epoll modify", err))?;
+                }
+            }
+        }
+        // What is left of `was` left `active` (failed or closed): its fd went with it.
+        self.progress.out_watched = now;
+        Ok(())
+    }
+
+    /// Endpoint `e`'s socket has room (it was watched for it while its link held bytes):
+    /// write them. Once none are left, room no longer wakes the worker. Returns 1 if bytes
+    /// left.
+    pub(crate) fn on_writable(&mut self, e: u32) -> usize {
+        let Some(tx) = self.ep(e).and_then(|ep| ep.tx.as_mut()) else {
+            return 0;
+        };
+        let before = tx.queued();
+        let r = tx.flush();
+        let after = tx.queued();
+        match r {
+            Err(err) => {
+                self.fail_ep(e, err);
+                return 1;
+            }
+            Ok(true) => {
+                if let Some(k) = self.progress.out_watched.iter().position(|&x| x == e) {
+                    self.progress.out_watched.swap_remove(k);
+                    if let Some(fd) = self.link_fd(e) {
+                        // Failing that, the next `arm` tries again.
+                        let _ = watch_as(&self.progress.epoll, fd, e, false);
+                    }
+                }
+            }
+            Ok(false) => {}
+        }
+        usize::from(after < before) + self.reap_written(e)
     }
 
     /// The fd of endpoint `e`'s link.
@@ -164,6 +252,7 @@ impl State {
 
     /// Take every fd link's fd out of the epoll set: progress reads them directly.
     pub(crate) fn unwatch_fd_links(&mut self) {
+        self.progress.out_watched.clear();
         for i in 0..self.progress.active.len() {
             let Some(e) = self.fd_link_at(i) else {
                 continue;

@@ -64,6 +64,8 @@ pub(crate) struct ProgressState {
     pub(super) fd_watched: bool,
     /// `calls` at the last `arm`.
     pub(super) armed_at: u64,
+    /// Fd links watched for room to write too (`fdpoll::watch_blocked_writes`).
+    pub(super) out_watched: Vec<u32>,
     /// Work to run outside the lock (user callbacks).
     pub(super) deferred: Vec<Deferred>,
     /// An emptied `deferred`, swapped in when the callbacks run.
@@ -86,6 +88,7 @@ impl ProgressState {
             fd_links: 0,
             fd_watched: false,
             armed_at: 0,
+            out_watched: Vec::new(),
             deferred: Vec::new(),
             deferred_spare: Vec::new(),
             reap: Vec::new(),
@@ -508,6 +511,14 @@ impl State {
             let (kind, idx) = token::split(ev.data.u64());
             match kind {
                 token::EP => {
+                    use epoll::EventFlags as F;
+                    let flags = { ev.flags };
+                    if flags.contains(F::OUT) {
+                        handled += self.on_writable(idx);
+                    }
+                    if !flags.intersects(F::IN | F::RDHUP | F::ERR | F::HUP) {
+                        continue;
+                    }
                     let r = self
                         .ep(idx)
                         .and_then(|ep| ep.rx.as_mut())
@@ -573,10 +584,12 @@ impl State {
                     return Ok(false);
                 }
             }
-            if self
-                .ep(e)
-                .is_some_and(|ep| !ep.pending.is_empty() || !ep.push.is_empty())
-            {
+            // Queued frames wait for progress, unless they wait behind bytes the peer's
+            // socket would not take: then the worker sleeps until it has room
+            // (`arm_fd_links` watches for it), instead of spinning until the peer reads.
+            if self.ep(e).is_some_and(|ep| {
+                (!ep.pending.is_empty() || !ep.push.is_empty()) && !fdpoll::write_blocked(ep)
+            }) {
                 return Ok(false);
             }
         }
