@@ -550,12 +550,22 @@ fn flood_unanswered_gets_tcp() {
 }
 
 /// A peer that asks for 96 MiB of gets, reads nothing for a while, then reads: answers
-/// wait for it in the victim (the tcp link holding at most COURIER_MAX_REPLY_QUEUE of
-/// them, the rest as entries whose data stays in the region) instead of filling the
-/// link's 64 MiB queue; the endpoint is not failed, every answer arrives and is right,
-/// and a legitimate client's round trips go on meanwhile.
+/// wait for it in the victim (a tcp link holding at most COURIER_MAX_REPLY_QUEUE of them,
+/// the rest as entries whose data stays in the region, instead of filling the link's
+/// 64 MiB queue; over shm, as many as its FIFO holds); the endpoint is not failed, every
+/// answer arrives and is right, the victim sleeps while the peer does not read, and a
+/// legitimate client's round trips go on meanwhile.
 #[test]
 fn slow_reader_gets_answers_with_bounded_memory_tcp() {
+    slow_reader("tcp");
+}
+
+#[test]
+fn slow_reader_gets_answers_with_bounded_memory_shm() {
+    slow_reader("shm");
+}
+
+fn slow_reader(tls: &str) {
     // Its 3 s without reading are not taken for a hung peer (the keepalive test's case).
     let mut env = victim_env();
     env.push(("COURIER_KEEPALIVE_TIMEOUT", "30s".into()));
@@ -563,7 +573,7 @@ fn slow_reader_gets_answers_with_bounded_memory_tcp() {
     let addr = victim.read("ADDR");
     let rkey = victim.read("RKEY");
     let base = victim.read("BASE");
-    let client = Client::connect(&unhex(&addr), "tcp");
+    let client = Client::connect(&unhex(&addr), tls);
     let idle = vm(victim.pid(), "VmRSS:");
     let gets = 3072;
     let mut reader = Proc::start(
@@ -573,7 +583,9 @@ fn slow_reader_gets_answers_with_bounded_memory_tcp() {
             ("COURIER_TEST_ADDR", addr),
             ("COURIER_TEST_RKEY", rkey),
             ("COURIER_TEST_BASE", base),
-            ("COURIER_TLS", "tcp".to_string()),
+            ("COURIER_TLS", tls.to_string()),
+            // Through the victim's worker (no single-copy read of its memory).
+            ("COURIER_SHM_CMA", "no".to_string()),
         ],
     );
     // While the reader does not read, the victim has answers it cannot send: it sleeps
@@ -603,7 +615,7 @@ fn slow_reader_gets_answers_with_bounded_memory_tcp() {
     let err = victim.finish();
     let grew = peak.saturating_sub(idle) >> 20;
     eprintln!(
-        "slow reader over tcp: {gets} gets of 32 KiB, victim idle {} MiB, peak +{grew} MiB, {trips} round trips meanwhile, victim CPU {spent:?} in {window:?} while the reader paused",
+        "slow reader over {tls}: {gets} gets of 32 KiB, victim idle {} MiB, peak +{grew} MiB, {trips} round trips meanwhile, victim CPU {spent:?} in {window:?} while the reader paused",
         idle >> 20
     );
     assert!(

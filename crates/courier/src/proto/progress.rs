@@ -584,11 +584,13 @@ impl State {
                     return Ok(false);
                 }
             }
-            // Queued frames wait for progress, unless they wait behind bytes the peer's
-            // socket would not take: then the worker sleeps until it has room
-            // (`arm_fd_links` watches for it), instead of spinning until the peer reads.
+            // Queued frames wait for progress, unless the link refused them for want of
+            // room and the peer's reading wakes the worker (tcp: `arm_fd_links` watches
+            // the fd for room; shm: the consumer sends a wakeup byte): then it sleeps
+            // instead of spinning until the peer reads.
             if self.ep(e).is_some_and(|ep| {
-                (!ep.pending.is_empty() || !ep.push.is_empty()) && !fdpoll::write_blocked(ep)
+                (!ep.pending.is_empty() || !ep.push.is_empty())
+                    && !ep.tx.as_mut().is_some_and(|tx| tx.wakes_on_room())
             }) {
                 return Ok(false);
             }

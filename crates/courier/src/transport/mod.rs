@@ -166,6 +166,18 @@ impl LinkTx {
         }
     }
 
+    /// Before the worker sleeps with frames this link refused for want of room: whether
+    /// the peer's reading wakes the worker (tcp: the fd is watched for room to write,
+    /// see `proto::fdpoll`; shm: the consumer was asked for a wakeup byte). `false`:
+    /// progress, do not sleep.
+    pub fn wakes_on_room(&mut self) -> bool {
+        match self {
+            Self::Tcp(t) => t.queued() > 0,
+            Self::Shm(t) => t.want_room(),
+            Self::Loopback(_) => false,
+        }
+    }
+
     /// A count that grows while the peer takes our data: queued bytes the kernel has
     /// taken (tcp), how far the peer has read our FIFO (shm); 0 on loopback.
     pub fn drained(&self) -> u64 {

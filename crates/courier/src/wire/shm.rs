@@ -229,7 +229,7 @@ pub const CELL_HDR: usize = 16;
 /// Segment magic.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"CRSHMSEG");
 /// Layout version; bump on any change of the layout below.
-pub const VERSION: u32 = 2;
+pub const VERSION: u32 = 3;
 /// Bytes reserved for the segment header.
 pub const HEADER_SIZE: usize = 4096;
 /// Bytes reserved for each FIFO's control block (before its cells).
@@ -434,8 +434,18 @@ pub struct FifoCtl {
     /// the consumer's side during the handshake, before the producer's first frame; the
     /// producer pays the store-load fence of the wakeup protocol only when it is set.
     pub sleeper: Line<AtomicU32>,
+    /// Written by the producer: `PRODUCER_SLEEPS` (set during the handshake) says it may
+    /// sleep at all; `ROOM_WANTED` that it sleeps on a full FIFO and wants a wakeup byte
+    /// once the consumer publishes a new `tail` (which clears the bit). The consumer pays
+    /// the store-load fence of that protocol only when `PRODUCER_SLEEPS` is set.
+    pub room: Line<AtomicU32>,
 }
 const _: () = assert!(std::mem::size_of::<FifoCtl>() <= CTL_SIZE);
+
+/// `FifoCtl::room`: the producer may sleep.
+pub const PRODUCER_SLEEPS: u32 = 1;
+/// `FifoCtl::room`: the producer sleeps until the consumer frees cells.
+pub const ROOM_WANTED: u32 = 2;
 
 /// Header at the start of a frame's first cell.
 #[repr(C)]

@@ -41,7 +41,7 @@ use crate::transport::{RawFrame, TxError};
 pub(super) use crate::wire::shm::PACK_MAX;
 use crate::wire::shm::{
     CELL, CELL_HDR, CLOSE, CTL_SIZE, CellHdr, FifoCtl, KIND, LEN_MASK, LINE, PACK_ROOM, PACKED,
-    PAD, SKIP, SUB_HDR, VALID, pos_tag,
+    PAD, PRODUCER_SLEEPS, ROOM_WANTED, SKIP, SUB_HDR, VALID, pos_tag,
 };
 
 /// `n` rounded up to a multiple of 8.
@@ -159,6 +159,8 @@ pub(super) struct Producer {
     burst: bool,
     /// The worker's progress count at the last send (`note_epoch`).
     epoch: u64,
+    /// The last frame did not fit (`want_room` may ask for a wakeup).
+    full: bool,
 }
 
 /// How `placed` publishes a frame.
@@ -204,6 +206,7 @@ impl Producer {
             open: None,
             burst: false,
             epoch: u64::MAX,
+            full: false,
         }
     }
 
@@ -386,6 +389,7 @@ impl Producer {
         if need > n as u64 - (self.head - self.tail_cache) {
             self.refresh_tail(need)?;
         }
+        self.full = false;
         if skip > 0 {
             self.write_skip(idx, skip);
             return Ok((0, k));
@@ -421,9 +425,29 @@ impl Producer {
         }
         self.tail_cache = t;
         if need > n as u64 - (self.head - t) {
+            self.full = true;
             return Err(TxError::NoResource);
         }
         Ok(())
+    }
+
+    /// Before the worker sleeps with frames that did not fit: ask the consumer for a
+    /// wakeup byte when it next frees cells. `false` if the last frame fitted, or the
+    /// consumer freed cells since it did not (try again instead of sleeping).
+    pub fn want_room(&mut self) -> bool {
+        if !self.full {
+            return false;
+        }
+        let room = &self.f.ctl().room.0;
+        room.fetch_or(ROOM_WANTED, SeqCst);
+        // Pairs with the fence in `Consumer::room_freed`: either it sees the request, or
+        // this load sees the cells it freed.
+        fence(SeqCst);
+        if self.f.ctl().tail.0.load(Relaxed) != self.tail_cache {
+            room.fetch_and(!ROOM_WANTED, Relaxed);
+            return false;
+        }
+        true
     }
 
     /// Mark cells idx..n as skipped (the next frame starts at cell 0).
@@ -496,6 +520,8 @@ pub(super) struct Consumer {
     sub: usize,
     /// A sub-frame of the packed cell at `head` was read (a `CLOSE` before one is corrupt).
     read_in_cell: bool,
+    /// The producer asked for room and `publish_now` freed some: it gets a wakeup byte.
+    wake_producer: bool,
 }
 
 impl Consumer {
@@ -513,6 +539,7 @@ impl Consumer {
             cur: None,
             sub: 0,
             read_in_cell: false,
+            wake_producer: false,
         }
     }
 
@@ -533,6 +560,29 @@ impl Consumer {
     fn publish_now(&mut self) {
         self.published = self.head;
         self.f.ctl().tail.0.store(self.head, Release);
+        if self.f.ctl().room.0.load(Relaxed) & PRODUCER_SLEEPS != 0 {
+            self.room_freed();
+        }
+    }
+
+    /// Cells were freed and the producer may sleep: if it asked for room, it gets a
+    /// wakeup byte (`take_wake_producer`).
+    #[inline(never)]
+    fn room_freed(&mut self) {
+        // Pairs with the fence in `Producer::want_room`.
+        fence(SeqCst);
+        let room = &self.f.ctl().room.0;
+        if room.load(Relaxed) & ROOM_WANTED != 0
+            && room.fetch_and(!ROOM_WANTED, AcqRel) & ROOM_WANTED != 0
+        {
+            self.wake_producer = true;
+        }
+    }
+
+    /// Whether the producer must be sent a wakeup byte (once per request).
+    #[inline(always)]
+    pub fn take_wake_producer(&mut self) -> bool {
+        std::mem::take(&mut self.wake_producer)
     }
 
     #[cold]
@@ -787,6 +837,13 @@ impl FifoRef {
     /// the consumer's side before the handshake message that lets the producer start.
     pub fn set_sleeper(&self, may_sleep: bool) {
         self.ctl().sleeper.0.store(may_sleep as u32, Release);
+    }
+
+    /// Declare whether this FIFO's producer may sleep (see `FifoCtl::room`). Called by the
+    /// producer's side during the handshake.
+    pub fn set_producer_sleeps(&self, may_sleep: bool) {
+        let v = if may_sleep { PRODUCER_SLEEPS } else { 0 };
+        self.ctl().room.0.store(v, Release);
     }
 }
 

@@ -329,6 +329,12 @@ impl Tx {
         Ok(true)
     }
 
+    /// The FIFO refused a frame: ask the peer to wake us when it frees cells (see
+    /// `fifo::Producer::want_room`).
+    pub(crate) fn want_room(&mut self) -> bool {
+        self.prod.want_room()
+    }
+
     pub(crate) fn caps(&self) -> &Caps {
         &self.caps
     }
@@ -407,12 +413,26 @@ impl Rx {
 
     #[inline]
     pub(crate) fn peek(&mut self) -> Result<Option<RawFrame>> {
-        self.cons.peek()
+        let r = self.cons.peek();
+        if self.cons.take_wake_producer() {
+            self.wake_producer();
+        }
+        r
     }
 
     #[inline]
     pub(crate) fn consume(&mut self) {
-        self.cons.consume()
+        self.cons.consume();
+        if self.cons.take_wake_producer() {
+            self.wake_producer();
+        }
+    }
+
+    /// The peer sleeps until we free cells of its FIFO, which we just did.
+    #[cold]
+    fn wake_producer(&self) {
+        // A failed send means the peer is gone: reading the socket reports that.
+        let _ = self.link.wake();
     }
 
     pub(crate) fn fd(&self) -> Option<BorrowedFd<'_>> {

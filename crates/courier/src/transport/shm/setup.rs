@@ -321,9 +321,13 @@ impl Connecting {
         };
         let confirm = emit_confirm(cflags);
         // Our incoming FIFO is the acceptor's outgoing one: say whether we may sleep before
-        // the confirmation lets it send.
+        // the confirmation lets it send; on our outgoing one, whether we may sleep waiting
+        // for room.
         // SAFETY: the mapping holds both FIFOs of `n` cells (checked at creation).
         unsafe { FifoRef::new(map.base().add(segment::fifo_offset(n, 1)), n) }.set_sleeper(wakeup);
+        // SAFETY: as above.
+        unsafe { FifoRef::new(map.base().add(segment::fifo_offset(n, 0)), n) }
+            .set_producer_sleeps(wakeup);
         send_all(&sock, &confirm, "setup confirmation")?;
         if abort {
             let who = if ours & policy::CMA_REQUIRED != 0 {
@@ -684,10 +688,13 @@ impl Acceptor {
                     }
                 }
                 // Our incoming FIFO: say whether we may sleep before the reply lets the
-                // connector send.
+                // connector send; our outgoing one: whether we may sleep waiting for room.
                 // SAFETY: `segment::open` checked the mapping holds both FIFOs.
                 unsafe { FifoRef::new(map.base().add(segment::fifo_offset(ncells, 0)), ncells) }
                     .set_sleeper(wakeup);
+                // SAFETY: as above.
+                unsafe { FifoRef::new(map.base().add(segment::fifo_offset(ncells, 1)), ncells) }
+                    .set_producer_sleeps(wakeup);
                 let r = Reply::Ok {
                     flags: rflags,
                     pid: std::process::id(),

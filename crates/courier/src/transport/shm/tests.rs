@@ -415,6 +415,53 @@ fn arm_and_wake() {
     assert_eq!(recv_one(&mut rb), b"quiet");
 }
 
+/// A producer that found the FIFO full and asked for room (`want_room`) gets one wakeup
+/// byte on its side of the socket once the consumer frees cells (it publishes every
+/// quarter of the FIFO), and none before or after; one with room, or whose consumer freed
+/// cells before it asked, is told not to sleep.
+#[test]
+#[cfg_attr(
+    miri,
+    ignore = "memfd, shared mappings and Unix sockets: system calls Miri does not model"
+)]
+fn a_producer_waiting_for_room_is_woken_once() {
+    let c = cfg(16, "no");
+    let ((mut ta, mut ra), (_tb, mut rb)) = pair(&c);
+    let fd = ra.fd().unwrap().try_clone_to_owned().unwrap();
+    assert!(!ta.want_room(), "nothing refused: no reason to sleep");
+    let sent = fill(&mut ta, |ta, i| ta.send(&[&pattern(i, 240)]));
+    assert_eq!(sent, 16);
+    assert!(
+        ta.want_room(),
+        "a full FIFO: sleep until the consumer frees cells"
+    );
+    let mut got = 0;
+    while !readable(fd.as_fd(), 0) {
+        assert!(got < 4, "4 cells freed and the producer was not woken");
+        assert_eq!(recv_one(&mut rb), pattern(got, 240));
+        got += 1;
+    }
+    assert_eq!(got, 4, "woken before the consumer published");
+    ra.on_readable().unwrap();
+    // Once per request: reading on sends no more bytes.
+    for i in got..sent {
+        assert_eq!(recv_one(&mut rb), pattern(i, 240));
+    }
+    assert!(rb.peek().unwrap().is_none());
+    assert!(!readable(fd.as_fd(), 0), "a second wakeup for one request");
+    // Freed before it asked: the producer tries again instead of sleeping.
+    let sent = fill(&mut ta, |ta, i| ta.send(&[&pattern(i, 240)]));
+    for i in 0..sent {
+        assert_eq!(recv_one(&mut rb), pattern(i, 240));
+    }
+    assert!(rb.peek().unwrap().is_none());
+    assert!(
+        !ta.want_room(),
+        "the consumer freed every cell: do not sleep"
+    );
+    assert!(!readable(fd.as_fd(), 0));
+}
+
 /// A direct write's doorbell (a same-host put-with-signal) wakes the consumer only when it
 /// is armed, claims the request as a frame's send does, and leaves no frame behind.
 #[test]
