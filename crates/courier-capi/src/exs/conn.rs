@@ -507,7 +507,7 @@ pub(crate) fn reset(st: &mut State, c: &mut Conn, f: Fail) {
         st.fail_op(op, errno);
     }
     recv::fail_all(st, c, errno);
-    st.closing_eps.push(c.ep.clone());
+    super::place::close_ep(st, c.r, c.ep.clone());
     if let Phase::Closing { op, .. } = &mut c.phase {
         if let Some(op) = op.take() {
             st.finish(op, 0, 0);
@@ -593,14 +593,16 @@ pub(crate) fn finalize(st: &mut State, c: &mut Conn) {
         st.finish(op, 0, 0);
     }
     if c.err.is_none() {
-        st.closing_eps.push(c.ep.clone());
+        super::place::close_ep(st, c.r, c.ep.clone());
     }
     c.dead_slot = true;
 }
 
-/// Connections whose peer never answered our CLOSE, past their deadline.
+/// Connections whose peer never answered our CLOSE, past their deadline (and endpoints
+/// whose placements never ended: `place::close_ep`).
 pub(crate) fn expire_closing(st: &mut State) {
     let now = Instant::now();
+    super::place::expire(st, now);
     let due: Vec<ConnRef> = st
         .closing
         .iter()

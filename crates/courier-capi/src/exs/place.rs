@@ -15,7 +15,9 @@
 //! whose placement is still running when it ends early (reset, close) gives its event
 //! only once Courier is done with its buffer.
 
-use courier_core::{AmFlags, AmRndv, Buf, Callback, Error, Info};
+use std::time::{Duration, Instant};
+
+use courier_core::{AmFlags, AmRndv, Buf, Callback, Endpoint, Error, Info};
 
 use super::conn::{Conn, ConnRef, prefix};
 use super::msg::{MsgRecv, end_recv};
@@ -142,6 +144,14 @@ fn place_done(token: usize, r: Result<Info, Error>, info: Info) {
     let Some(p) = st.places.remove(&token) else {
         return;
     };
+    if !st.places.values().any(|x| x.r == p.r) {
+        // The connection's last placement: its endpoint, if it ended, may close now.
+        let (now, later): (Vec<_>, Vec<_>) = std::mem::take(&mut st.eps_after_places)
+            .into_iter()
+            .partition(|(r, _, _)| *r == p.r);
+        st.eps_after_places = later;
+        st.closing_eps.extend(now.into_iter().map(|(_, ep, _)| ep));
+    }
     if let Some(h) = p.held {
         end_recv(&mut st, h.op, h.msg, h.result, h.flags);
         return;
@@ -182,5 +192,38 @@ pub(crate) fn hold(st: &mut State, token: usize, h: Held) -> Option<Held> {
             None
         }
         None => Some(h),
+    }
+}
+
+/// Close the endpoint of connection `r`, which ended (closed, reset), once its placements
+/// have ended. Closing it under a placement would end the receive here (its request fails
+/// with the endpoint) while the peer, which learns of it later, still writes its part of
+/// the split into the receive's buffer: after the receive's event. So the placement runs
+/// to its end (the peer's part written, ours read) or fails with the link; a peer that
+/// never ends it is cut off after Courier's give-up time.
+pub(crate) fn close_ep(st: &mut State, r: ConnRef, ep: Endpoint) {
+    if !st.places.values().any(|p| p.r == r) {
+        st.closing_eps.push(ep);
+        return;
+    }
+    tracing::debug!("EXS connection ended during a placement: its endpoint closes after it");
+    let limit = lib_opt()
+        .map(|l| l.ctx.config().give_up_after())
+        .unwrap_or(Duration::from_secs(5));
+    st.eps_after_places.push((r, ep, Instant::now() + limit));
+}
+
+/// Endpoints whose placements did not end in time: closed now (the placements then fail).
+pub(crate) fn expire(st: &mut State, now: Instant) {
+    if st.eps_after_places.iter().all(|&(_, _, d)| d > now) {
+        return;
+    }
+    let (due, later): (Vec<_>, Vec<_>) = std::mem::take(&mut st.eps_after_places)
+        .into_iter()
+        .partition(|&(_, _, d)| d <= now);
+    st.eps_after_places = later;
+    for (_, ep, _) in due {
+        tracing::info!("EXS: a placement into an ended connection did not end in time; closing");
+        st.closing_eps.push(ep);
     }
 }

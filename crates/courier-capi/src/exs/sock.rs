@@ -135,6 +135,9 @@ pub(crate) struct State {
     pub deferred: Vec<ConnRef>,
     /// Endpoints to close outside the lock.
     pub closing_eps: Vec<Endpoint>,
+    /// Endpoints of ended connections whose placements still copy (`place::close_ep`),
+    /// with the time they are closed anyway.
+    pub eps_after_places: Vec<(ConnRef, Endpoint, std::time::Instant)>,
     /// Connections waiting for the peer's CLOSE_ACK.
     pub closing: Vec<ConnRef>,
     /// Library-wide tuning.
