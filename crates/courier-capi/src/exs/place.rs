@@ -178,7 +178,13 @@ fn place_done(token: usize, r: Result<Info, Error>, info: Info) {
                     p.len, info.length
                 )),
             ),
-            Err(e) => super::conn::reset(st, c, e.into()),
+            Err(e) => {
+                // The copy could not reach the peer's memory (it died, or it lied about
+                // its buffer): to the program, the connection was reset.
+                let mut f: super::Fail = e.into();
+                f.errno = libc::ECONNRESET;
+                super::conn::reset(st, c, f)
+            }
         }
     });
 }
