@@ -381,7 +381,7 @@ impl State {
                 let Some(ep) = self.eps.slots.get_mut(e as usize) else {
                     return;
                 };
-                ep.stream_in = Default::default();
+                ep.stream_in.clear(&mut self.stream_spares);
                 ep.old = None;
                 self.eps.free.push(e);
             }

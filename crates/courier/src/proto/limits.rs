@@ -243,14 +243,14 @@ impl State {
         let Some(ep) = self.ep(e) else { return };
         let keep_eager = ep.spent.closed_by_peer;
         let generation = ep.generation;
-        let stream = if keep_eager {
-            0
+        let mut stream_in = if keep_eager {
+            Default::default()
         } else {
-            let n = ep.stream_in.len();
-            ep.stream_in = Default::default();
-            n
+            std::mem::take(&mut ep.stream_in)
         };
         let all_ours = !keep_eager && queued > 0 && ep.spent.unexpected_count == queued;
+        let stream = stream_in.len();
+        stream_in.clear(&mut self.stream_spares);
         self.release_stream(stream);
         let dropped = if all_ours {
             std::mem::take(&mut self.tag.unexpected)

@@ -83,6 +83,8 @@ pub(crate) struct State {
     wireup: wireup::WireupState,
     /// What peers make the worker hold (`limits.rs`).
     limits: limits::LimitState,
+    /// Blocks for unreceived stream bytes (`streamq.rs`).
+    stream_spares: streamq::Spares,
 }
 
 impl State {
@@ -121,6 +123,7 @@ impl State {
             onesided: Default::default(),
             wireup,
             limits: Default::default(),
+            stream_spares: Default::default(),
         })
     }
 }

@@ -87,7 +87,11 @@ impl State {
             };
         }
         if ep.stream_reqs.is_empty() {
-            got = ep.stream_in.drain_into(&buf, 0);
+            // (`self.ep` would borrow the spares too.)
+            let Some(ep) = self.eps.slots.get_mut(e as usize).filter(|s| s.live) else {
+                return Err(Error::new(Status::EndpointClosed, "endpoint was closed"));
+            };
+            got = ep.stream_in.drain_into(&buf, 0, &mut self.stream_spares);
             self.release_stream(got);
             if got == cap && cap > 0 || (!waitall && got > 0) {
                 return Ok(Started::Done(Info {
@@ -159,8 +163,8 @@ impl State {
             if !self.charge_unexpected(e, data.len(), Some(queued)) {
                 return;
             }
-            if let Some(ep) = self.ep(e) {
-                ep.stream_in.extend(data);
+            if let Some(ep) = self.eps.slots.get_mut(e as usize).filter(|s| s.live) {
+                ep.stream_in.extend(data, &mut self.stream_spares);
             }
         }
     }
