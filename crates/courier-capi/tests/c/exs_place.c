@@ -239,23 +239,33 @@ static void seqpacket_case(void)
 #define BIG (64 * M)
 static int c2p[2];
 
+/* A sender's start: connected, a registered BIG buffer filled with `pattern`, and the
+ * receiver's advertisement seen (its 1-byte message says its receive is posted). */
+static unsigned char *big_sender(exs_qhandle_t *cq, int *fd, exs_mhandle_t *mh, int pattern)
+{
+    *cq = child_init();
+    *fd = child_connect(*cq);
+    unsigned char *out = malloc(BIG);
+    EXPECT(out);
+    fill(out, BIG, pattern);
+    *mh = exs_mregister(out, BIG, 0);
+    EXPECT(*mh != EXS_MHANDLE_INVALID);
+    static unsigned char b;
+    exs_mhandle_t bh = exs_mregister(&b, 1, 0);
+    XCHECK(exs_recv(*fd, &b, 1, 0, *cq, (void *)1, bh));
+    expect_event(*cq, EXS_EVT_RECV, (void *)1);
+    return out;
+}
+
 /* Sends one 64 MiB chunk, says so, and stops (SIGSTOP: its threads too) with the copy
  * under way; the parent then kills it or closes. */
 static int stopper(void *arg)
 {
     (void)arg;
-    exs_qhandle_t cq = child_init();
-    int fd = child_connect(cq);
-    unsigned char *out = malloc(BIG);
-    EXPECT(out);
-    fill(out, BIG, 3);
-    exs_mhandle_t mh = exs_mregister(out, BIG, 0);
-    EXPECT(mh != EXS_MHANDLE_INVALID);
-    /* Wait for the receiver's advertisement (its 1-byte message says it is posted). */
-    static unsigned char b;
-    exs_mhandle_t bh = exs_mregister(&b, 1, 0);
-    XCHECK(exs_recv(fd, &b, 1, 0, cq, (void *)1, bh));
-    expect_event(cq, EXS_EVT_RECV, (void *)1);
+    exs_qhandle_t cq;
+    exs_mhandle_t mh;
+    int fd;
+    unsigned char *out = big_sender(&cq, &fd, &mh, 3);
     XCHECK(exs_send(fd, out, BIG, 0, cq, NULL, mh));
     char c = 's';
     write_all(c2p[1], &c, 1);
@@ -371,17 +381,10 @@ static int midcopy_sender(void *arg)
     (void)arg;
     close(c2p[0]);
     close(p2c[1]);
-    exs_qhandle_t cq = child_init();
-    int fd = child_connect(cq);
-    unsigned char *out = malloc(BIG);
-    EXPECT(out);
-    fill(out, BIG, 7);
-    exs_mhandle_t mh = exs_mregister(out, BIG, 0);
-    EXPECT(mh != EXS_MHANDLE_INVALID);
-    static unsigned char b;
-    exs_mhandle_t bh = exs_mregister(&b, 1, 0);
-    XCHECK(exs_recv(fd, &b, 1, 0, cq, (void *)1, bh));
-    expect_event(cq, EXS_EVT_RECV, (void *)1);
+    exs_qhandle_t cq;
+    exs_mhandle_t mh;
+    int fd;
+    unsigned char *out = big_sender(&cq, &fd, &mh, 7);
     XCHECK(exs_send(fd, out, BIG, 0, cq, (void *)2, mh));
     exs_event_t e = next_event(cq);
     EXPECT(e.exs_evt_type == EXS_EVT_SEND && e.exs_evt_ahandle == (void *)2);
