@@ -257,6 +257,25 @@ static unsigned char *big_sender(exs_qhandle_t *cq, int *fd, exs_mhandle_t *mh, 
     return out;
 }
 
+/* A receiver's start on `fd`: a BIG receive posted (its buffer filled with `byte`, or
+ * left as it is with -1, and registered as *mh), then the 1-byte message that tells the
+ * sender so (registered as *gh), sent. */
+static unsigned char *big_receive(int fd, int byte, exs_mhandle_t *mh, exs_mhandle_t *gh)
+{
+    unsigned char *in = malloc(BIG);
+    EXPECT(in);
+    if (byte >= 0)
+        memset(in, byte, BIG);
+    *mh = exs_mregister(in, BIG, 0);
+    EXPECT(*mh != EXS_MHANDLE_INVALID);
+    XCHECK(exs_recv(fd, in, BIG, MSG_WAITALL, q, (void *)1, *mh));
+    static unsigned char go = 1;
+    *gh = exs_mregister(&go, 1, 0);
+    XCHECK(exs_send(fd, &go, 1, 0, q, (void *)2, *gh));
+    expect_event(q, EXS_EVT_SEND, (void *)2);
+    return in;
+}
+
 /* Sends one 64 MiB chunk, says so, and stops (SIGSTOP: its threads too) with the copy
  * under way; the parent then kills it or closes. */
 static int stopper(void *arg)
@@ -302,15 +321,8 @@ static void stopped_case(int closing)
     int fa = accept_one(lfd);
     pid_t b = spawn(bystander, NULL);
     int fb = accept_one(lfd);
-    unsigned char *in = malloc(BIG);
-    EXPECT(in);
-    exs_mhandle_t mh = exs_mregister(in, BIG, 0);
-    EXPECT(mh != EXS_MHANDLE_INVALID);
-    XCHECK(exs_recv(fa, in, BIG, MSG_WAITALL, q, (void *)1, mh));
-    static unsigned char go = 1;
-    exs_mhandle_t gh = exs_mregister(&go, 1, 0);
-    XCHECK(exs_send(fa, &go, 1, 0, q, (void *)2, gh));
-    expect_event(q, EXS_EVT_SEND, (void *)2);
+    exs_mhandle_t mh, gh;
+    unsigned char *in = big_receive(fa, -1, &mh, &gh);
     char c;
     EXPECT(read(c2p[0], &c, 1) == 1 && c == 's');
     /* The stopped sender never does its part: the receive cannot complete. Not a
@@ -425,17 +437,9 @@ static int midcopy_once(int closing)
     int fa = accept_one(lfd);
     char tr[16];
     transport_of(fa, tr, sizeof(tr));
-    unsigned char *in = malloc(BIG);
     static unsigned char untouched[PAGES];
-    EXPECT(in);
-    memset(in, 0xee, BIG);
-    exs_mhandle_t mh = exs_mregister(in, BIG, 0);
-    EXPECT(mh != EXS_MHANDLE_INVALID);
-    XCHECK(exs_recv(fa, in, BIG, MSG_WAITALL, q, (void *)1, mh));
-    static unsigned char go = 1;
-    exs_mhandle_t gh = exs_mregister(&go, 1, 0);
-    XCHECK(exs_send(fa, &go, 1, 0, q, (void *)2, gh));
-    expect_event(q, EXS_EVT_SEND, (void *)2);
+    exs_mhandle_t mh, gh;
+    unsigned char *in = big_receive(fa, 0xee, &mh, &gh);
     /* The page below the middle: where Courier splits a placement over shm. */
     const unsigned char *mid = in + ((BIG / 2) & ~(size_t)4095);
     while (!landed(mid))
