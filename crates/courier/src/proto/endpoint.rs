@@ -94,6 +94,8 @@ pub(crate) struct EpSlot {
     pub(in crate::proto) stream_reqs: VecDeque<u64>,
     pub(in crate::proto) err_handler: Option<crate::proto::request::ErrorHandler>,
     pub(in crate::proto) err_reported: bool,
+    /// The link's fd is watched for room to write too (`fdpoll::watch_blocked_writes`).
+    pub(in crate::proto) out_watched: bool,
     pub(in crate::proto) peer: String,
     pub(in crate::proto) conn_id: u64,
     /// The peer's worker id (when known) and whether it runs in this process's worker.
@@ -193,6 +195,7 @@ impl State {
             stream_reqs: VecDeque::new(),
             err_handler: None,
             err_reported: false,
+            out_watched: false,
             peer,
             conn_id: 0,
             peer_worker: 0,
@@ -235,6 +238,8 @@ impl State {
             return Err(Error::new(Status::InvalidParam, "endpoint gone"));
         };
         ep.rndv_thresh = thresh;
+        // A new link's fd is watched for arrivals only.
+        ep.out_watched = false;
         let mut caps = caps;
         caps.max_frame = caps.max_frame.min(ep.peer_max_frame);
         ep.caps = Some(caps);

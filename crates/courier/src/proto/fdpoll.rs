@@ -174,26 +174,20 @@ impl State {
     /// Watch the fd of every fd link that holds unwritten bytes for room to write, and
     /// stop watching it once it holds none.
     fn watch_blocked_writes(&mut self) -> Result<()> {
-        let mut was = std::mem::take(&mut self.progress.out_watched);
-        let mut now = Vec::new();
         for i in 0..self.progress.active.len() {
             let Some(e) = self.fd_link_at(i) else {
                 continue;
             };
-            let blocked = self.ep(e).is_some_and(|ep| write_blocked(ep));
-            let watched = was.iter().position(|&x| x == e).map(|k| was.swap_remove(k));
-            if blocked {
-                now.push(e);
-            }
-            if blocked != watched.is_some() {
+            let Some(ep) = self.ep(e) else { continue };
+            let blocked = write_blocked(ep);
+            if blocked != ep.out_watched {
+                ep.out_watched = blocked;
                 if let Some(fd) = self.link_fd(e) {
                     watch_as(&self.progress.epoll, fd, e, blocked)
                         .map_err(|err| Error::io("epoll modify", err))?;
                 }
             }
         }
-        // What is left of `was` left `active` (failed or closed): its fd went with it.
-        self.progress.out_watched = now;
         Ok(())
     }
 
@@ -213,10 +207,10 @@ impl State {
                 return 1;
             }
             Ok(true) => {
-                if let Some(k) = self.progress.out_watched.iter().position(|&x| x == e) {
-                    self.progress.out_watched.swap_remove(k);
+                if let Some(ep) = self.ep(e).filter(|ep| ep.out_watched) {
+                    ep.out_watched = false;
                     if let Some(fd) = self.link_fd(e) {
-                        // Failing that, the next `arm` tries again.
+                        // Failing that, the next `arm` sets OUT again and clears it later.
                         let _ = watch_as(&self.progress.epoll, fd, e, false);
                     }
                 }
@@ -252,11 +246,13 @@ impl State {
 
     /// Take every fd link's fd out of the epoll set: progress reads them directly.
     pub(crate) fn unwatch_fd_links(&mut self) {
-        self.progress.out_watched.clear();
         for i in 0..self.progress.active.len() {
             let Some(e) = self.fd_link_at(i) else {
                 continue;
             };
+            if let Some(ep) = self.ep(e) {
+                ep.out_watched = false;
+            }
             if let Some(fd) = self.link_fd(e) {
                 let _ = rustix::event::epoll::delete(&self.progress.epoll, fd);
             }

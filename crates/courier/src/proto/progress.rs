@@ -64,8 +64,6 @@ pub(crate) struct ProgressState {
     pub(super) fd_watched: bool,
     /// `calls` at the last `arm`.
     pub(super) armed_at: u64,
-    /// Fd links watched for room to write too (`fdpoll::watch_blocked_writes`).
-    pub(super) out_watched: Vec<u32>,
     /// Work to run outside the lock (user callbacks).
     pub(super) deferred: Vec<Deferred>,
     /// An emptied `deferred`, swapped in when the callbacks run.
@@ -88,7 +86,6 @@ impl ProgressState {
             fd_links: 0,
             fd_watched: false,
             armed_at: 0,
-            out_watched: Vec::new(),
             deferred: Vec::new(),
             deferred_spare: Vec::new(),
             reap: Vec::new(),
