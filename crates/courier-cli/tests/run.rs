@@ -152,8 +152,11 @@ fn a_fence_that_one_rank_never_joins_times_out_naming_it() {
     );
     let (out, err) = texts(&o);
     assert_eq!(o.status.code(), Some(4), "{out}\n{err}");
+    // Ranks 0 and 1 each time out 2 s after they joined. The first to exit
+    // with 4 ends the job, as under mpirun, so the other may be killed
+    // before its own deadline when it joined later: one or two lines.
     let failed: Vec<&str> = out.lines().filter(|l| l.contains("FENCE FAILED")).collect();
-    assert_eq!(failed.len(), 2, "{out}");
+    assert!((1..=2).contains(&failed.len()), "{out}");
     for l in failed {
         assert!(l.contains("did not join it: 2 (pid"), "{l}");
         assert!(l.contains("1 of 3 ranks"), "{l}");
