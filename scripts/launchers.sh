@@ -7,6 +7,8 @@ set -euo pipefail
 need=()
 command -v mpirun.openmpi >/dev/null || need+=(openmpi-bin)
 [ -e /usr/lib/x86_64-linux-gnu/libpmix.so.2 ] || ls /usr/lib/*/libpmix.so.2 >/dev/null 2>&1 || need+=(libpmix2)
+# srun's pmix plugin opens pmix2/lib/libpmix.so, the unversioned name only libpmix-dev has.
+ls /usr/lib/*/pmix2/lib/libpmix.so >/dev/null 2>&1 || need+=(libpmix-dev)
 command -v mpiexec.hydra >/dev/null || need+=(mpich)
 command -v srun >/dev/null || need+=(slurm-client)
 command -v slurmctld >/dev/null || need+=(slurmctld)
