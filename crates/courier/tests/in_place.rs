@@ -76,17 +76,7 @@ fn shared_in_place_keeps_contents_and_is_reached_directly() {
     }
 
     let peer = ctx();
-    let w_owner = Worker::new(&owner, WorkerParams::default()).unwrap();
-    let w_peer = Worker::new(&peer, WorkerParams::default()).unwrap();
-    let ep = w_peer
-        .connect(&w_owner.address().unwrap(), EndpointParams::default())
-        .unwrap();
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    while !ep.is_connected().unwrap() {
-        w_owner.progress();
-        w_peer.progress();
-        assert!(std::time::Instant::now() < deadline, "connect hung");
-    }
+    let (_w_owner, _w_peer, ep) = connect(&owner, &peer);
     let key = ep.rkey_unpack(&mem.pack_rkey().unwrap()).unwrap();
     assert_eq!(
         key.path(),
@@ -116,18 +106,100 @@ fn shared_in_place_keeps_contents_and_is_reached_directly() {
     assert_eq!(unsafe { *(word as *const u64) }, 82);
 }
 
+/// A worker of `peer` connected to one of `owner`: the peer's endpoint and both workers.
+fn connect(owner: &Context, peer: &Context) -> (Worker, Worker, Endpoint) {
+    let w_owner = Worker::new(owner, WorkerParams::default()).unwrap();
+    let w_peer = Worker::new(peer, WorkerParams::default()).unwrap();
+    let ep = w_peer
+        .connect(&w_owner.address().unwrap(), EndpointParams::default())
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while !ep.is_connected().unwrap() {
+        w_owner.progress();
+        w_peer.progress();
+        assert!(std::time::Instant::now() < deadline, "connect hung");
+    }
+    (w_owner, w_peer, ep)
+}
+
 #[test]
-fn share_in_place_needs_whole_pages() {
+fn share_in_place_takes_any_range_and_keys_cover_only_it() {
+    let owner = ctx();
+    let n = 3;
+    let base = private_pages(n);
+    let pattern = |i: usize| (i % 241) as u8 + 1;
+    // SAFETY: inside the mapping made above.
+    unsafe {
+        for i in 0..n * page() {
+            *base.add(i) = pattern(i);
+        }
+    }
+    // Starts 100 bytes into the first page, ends 100 bytes into the last.
+    let (skip, len) = (100, 2 * page());
+    let start = base.wrapping_add(skip);
+    let mem = owner
+        // SAFETY: private pages from `private_pages`, no other thread touches them.
+        .mem_map(unsafe { MemMapParams::share_in_place(start, len) })
+        .unwrap();
+    assert_eq!(mem.as_ptr(), start);
+    let byte = |i: usize| -> u8 {
+        // SAFETY: inside the (now shared) mapping of `n` pages.
+        unsafe { std::ptr::read_volatile(base.add(i)) }
+    };
+    for i in 0..n * page() {
+        assert_eq!(
+            byte(i),
+            pattern(i),
+            "byte {i} of the pages changed by the move"
+        );
+    }
+
+    let peer = ctx();
+    let (_w_owner, _w_peer, ep) = connect(&owner, &peer);
+    let key = ep.rkey_unpack(&mem.pack_rkey().unwrap()).unwrap();
+    assert_eq!(
+        key.path(),
+        "direct",
+        "the segment must be mapped by the peer"
+    );
+    // The range's first and last bytes, through the peer's own mapping of the segment
+    // (which starts at the first page, `skip` bytes before the region).
+    let (first, last) = (start as u64, start as u64 + len as u64 - 2);
+    ep.put(b"AB", first, &key).unwrap();
+    ep.put(b"YZ", last, &key).unwrap();
+    ep.flush().unwrap();
+    assert_eq!((byte(skip), byte(skip + 1)), (b'A', b'B'));
+    assert_eq!((byte(skip + len - 2), byte(skip + len - 1)), (b'Y', b'Z'));
+    let alias = key
+        .direct_ptr(first + 8)
+        .expect("a pointer into the peer's mapping");
+    // SAFETY: a live byte of the segment, as mapped by the peer.
+    unsafe { std::ptr::write_volatile(alias, 0xee) };
+    assert_eq!(
+        byte(skip + 8),
+        0xee,
+        "the peer's pointer is not the owner's byte"
+    );
+    // The rest of the first and last pages is shared too, but no key reaches it.
+    for (addr, what) in [(first - 1, "before"), (first + len as u64, "after")] {
+        let e = ep.put(b"!", addr, &key).err();
+        assert!(e.is_some(), "a put {what} the range was let through");
+        assert!(key.direct_ptr(addr).is_none(), "a pointer {what} the range");
+    }
+    ep.flush().ok();
+    assert_eq!(byte(skip - 1), pattern(skip - 1));
+    assert_eq!(byte(skip + len), pattern(skip + len));
+}
+
+#[test]
+fn share_in_place_refuses_an_empty_range() {
     let owner = ctx();
     let base = private_pages(1);
-    for (p, len) in [(base.wrapping_add(8), page() - 8), (base, 100), (base, 0)] {
-        let e = owner
-            // SAFETY: whole private pages from `private_pages` (or a range mem_map refuses); no
-            // other thread touches them.
-            .mem_map(unsafe { MemMapParams::share_in_place(p, len) })
-            .err()
-            .expect("refused");
-        assert_eq!(e.status(), Status::InvalidParam, "{e}");
-        assert!(e.to_string().contains("whole pages"), "{e}");
-    }
+    let e = owner
+        // SAFETY: a private page from `private_pages`; mem_map refuses the range.
+        .mem_map(unsafe { MemMapParams::share_in_place(base, 0) })
+        .err()
+        .expect("refused");
+    assert_eq!(e.status(), Status::InvalidParam, "{e}");
+    assert!(e.to_string().contains("non-empty"), "{e}");
 }

@@ -43,7 +43,7 @@ pub struct MemMapParams {
     pub memory_type: MemoryType,
     /// Remote rights: `access::READ | WRITE | ATOMIC`.
     pub access: u16,
-    /// With `address`: move the pages `[address, address + length)` (page-aligned) into a
+    /// With `address`: move the pages that hold `[address, address + length)` into a
     /// shared segment in place, keeping their addresses and contents, so that same-host
     /// peers reach them directly as they reach allocated memory (`share_in_place`).
     in_place: bool,
@@ -102,12 +102,14 @@ impl MemMapParams {
             ..Default::default()
         }
     }
-    /// Share existing pages in place: `[ptr, ptr + length)`, page-aligned host memory that
-    /// this process owns privately (a program's data and bss, say), is moved into a shared
-    /// segment at the same addresses with the same contents, and registered. Same-host
-    /// peers then reach it with loads, stores and CPU atomics, as allocated memory, where
-    /// registered memory would be reached only by CMA or through this process. Unmapping
-    /// the region leaves the pages where they are, shared with no one.
+    /// Share existing pages in place: the pages that hold `[ptr, ptr + length)`, host
+    /// memory that this process owns privately (a program's data and bss, a large buffer
+    /// of its own), are moved into a shared segment at the same addresses with the same
+    /// contents, and the range is registered. Same-host peers then reach it with loads,
+    /// stores and CPU atomics, as allocated memory, where registered memory would be
+    /// reached only by CMA or through this process. Keys cover the range only, not the
+    /// rest of its first and last pages. Unmapping the region leaves the pages where they
+    /// are, shared with no one.
     ///
     /// ```compile_fail,E0133
     /// let mut pages = vec![0u8; 1 << 16];
@@ -115,10 +117,12 @@ impl MemMapParams {
     /// ```
     ///
     /// # Safety
-    /// Everything [`MemMapParams::register`] requires, and also: the range is whole pages
-    /// of this process's private host memory; and no other thread reads or writes them
+    /// Everything [`MemMapParams::register`] requires, and also: the pages holding the
+    /// range are this process's private host memory; and no other thread reads or writes
+    /// them (the range's first and last pages whole, bytes outside the range included)
     /// while `mem_map` runs: the move copies the pages and then maps the segment over
-    /// them, so a store made meanwhile is lost and a load may see a page mid-move.
+    /// them, so a store made meanwhile is lost and a load may see a page mid-move. After
+    /// `fork`, a child shares those pages with this process instead of copying them.
     pub unsafe fn share_in_place(ptr: *mut u8, length: usize) -> Self {
         MemMapParams {
             address: Some(ptr),

@@ -75,6 +75,14 @@ fn word(table: *mut u8, slot: usize, w: usize) -> &'static AtomicU64 {
     unsafe { AtomicU64::from_ptr(table.add(keytable::offset(slot, w)) as *mut u64) }
 }
 
+/// Where a region starting at `base` lies in its shared segment: a segment starts at the
+/// page that holds the region's first byte (allocated regions start one; a range shared in
+/// place may start inside it).
+#[inline]
+pub(crate) fn segment_offset(base: u64) -> u64 {
+    base % rustix::param::page_size() as u64
+}
+
 /// The word of a record naming the region's shared segment. Read only when a peer maps the
 /// segment, so not part of `Record` (which the direct paths read on every access).
 const SEGMENT_WORD: usize = entry::SEGMENT;
@@ -441,27 +449,34 @@ impl MemRegistry {
         Ok((id, secret, ptr))
     }
 
-    /// Move the private pages `[ptr, ptr + len)` into a shared segment at the same
-    /// addresses, contents kept, and record them like allocated memory (peers map the
-    /// segment). The pages stay mapped when the region is removed.
+    /// Move the private pages that hold `[ptr, ptr + len)` into a shared segment at the
+    /// same addresses, contents kept, and record the range like allocated memory (peers
+    /// map the segment, which starts at the page holding `ptr`: `segment_offset`). The
+    /// pages stay mapped when the region is removed.
     pub(crate) fn share_in_place(&self, ptr: *mut u8, len: usize, acc: u16) -> Result<u64> {
         use rustix::mm::{MapFlags, ProtFlags, mmap};
         let page = rustix::param::page_size();
-        if len == 0 || !(ptr as usize).is_multiple_of(page) || !len.is_multiple_of(page) {
+        let first = (ptr as usize) & !(page - 1);
+        let end = (ptr as usize)
+            .checked_add(len)
+            .and_then(|e| e.checked_next_multiple_of(page));
+        let Some(end) = end.filter(|_| len > 0) else {
             return Err(Error::msg(
                 Status::InvalidParam,
                 format!(
-                    "sharing in place needs whole pages: [{ptr:p}, +{len}) is not a non-empty multiple of {page} bytes at a page boundary"
+                    "sharing in place needs a non-empty range inside the address space: [{ptr:p}, +{len})"
                 ),
             ));
-        }
-        let fd = memfd("courier-in-place", len)?;
+        };
+        let span = end - first;
+        let start = first as *mut u8;
+        let fd = memfd("courier-in-place", span)?;
         // Copy what is there; pages of zeros stay holes of the segment (a large bss costs
         // nothing until it is written).
-        for off in (0..len).step_by(page) {
+        for off in (0..span).step_by(page) {
             // SAFETY: the caller's pages, readable (they are about to be shared); read as
             // bytes through a raw slice that lives only for this copy.
-            let bytes = unsafe { std::slice::from_raw_parts(ptr.add(off), page) };
+            let bytes = unsafe { std::slice::from_raw_parts(start.add(off), page) };
             if bytes.iter().all(|&b| b == 0) {
                 continue;
             }
@@ -477,8 +492,8 @@ impl MemRegistry {
         // land in between); the caller vouches that nothing writes them meanwhile.
         unsafe {
             mmap(
-                ptr.cast(),
-                len,
+                start.cast(),
+                span,
                 ProtFlags::READ | ProtFlags::WRITE,
                 MapFlags::SHARED | MapFlags::FIXED,
                 &fd,
@@ -664,7 +679,8 @@ impl MemRegistry {
             ));
         }
         let map = peer.region(key.region, key.region_fd, key.length as usize)?;
-        let out = translate(&rec, &key, segs, rec.base, map.ptr as usize, map.len)?;
+        let at = rec.base - segment_offset(rec.base);
+        let out = translate(&rec, &key, segs, at, map.ptr as usize, map.len)?;
         Ok((map, out))
     }
 

@@ -13,7 +13,9 @@ use crate::base::cuda;
 use crate::base::sys::host_id;
 use crate::base::{Error, Result, Status};
 use crate::proto::endpoint::{EpId, EpRef};
-use crate::proto::memreg::{MemRegistry, MemoryType, PeerMaps, Place, SegmentRefusal, check};
+use crate::proto::memreg::{
+    MemRegistry, MemoryType, PeerMaps, Place, SegmentRefusal, check, segment_offset,
+};
 use crate::transport::dial;
 use crate::transport::shm::memory::{Doorbell, Mapping, cma_probe};
 use crate::wire::rkey::{RkeyRepr, access};
@@ -78,12 +80,15 @@ impl DirectView {
         if !matches {
             return None;
         }
+        // The region starts this far into the mapped segment.
+        let skip = segment_offset(key.base);
+        let mapped = (m.len as u64).checked_sub(skip)?;
         Some(DirectView {
             head: peer.record_head(key.region)? as usize,
             region: key.region,
             base: key.base,
-            ptr: m.ptr as usize,
-            span: key.length.min(rec.len).min(m.len as u64),
+            ptr: m.ptr as usize + skip as usize,
+            span: key.length.min(rec.len).min(mapped),
             access: key.access & (rec.access & 0xffff) as u16,
             gone: 0,
         })
@@ -312,7 +317,7 @@ impl Key {
                 // The owner's record said where the region is; the range must also lie in
                 // what we mapped of its segment (the key's length), whatever the record says.
                 Ok(seg.as_ref().and_then(|m| {
-                    let off = addr - rec.base;
+                    let off = addr - rec.base + segment_offset(rec.base);
                     let inside = rec.base == self.key.base
                         && off.checked_add(len).is_some_and(|end| end <= m.len as u64);
                     inside.then(|| Place {
