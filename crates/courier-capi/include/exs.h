@@ -179,7 +179,16 @@ const char *exs_last_error_detail(void);
 
 /* Register [addr, addr + len): buffers of exs_send and exs_recv must lie in the
  * registration given with them (EFAULT otherwise). A peer may write only into registered
- * memory, and only where our receives advertised it. */
+ * memory, and only where our receives advertised it.
+ *
+ * [Courier] A registration of at least COURIER_EXS_SHARE_MIN bytes (64 KiB; "off": never)
+ * in memory mapped for the buffer itself (a large malloc, an mmap; not the brk heap, a
+ * bss, a stack or a file) moves, as RDMA registration pins, in whole pages: the pages
+ * holding it become a shared segment at the same addresses with the same contents, which
+ * a peer on shared memory writes and reads with plain loads and stores (not through the
+ * kernel), and private memory again at exs_mderegister. While exs_mregister and
+ * exs_mderegister run, no other thread may write those pages (the registration's first
+ * and last pages whole); between the two, a child made by fork() shares them. */
 exs_mhandle_t exs_mregister(void *addr, size_t len, int flags);
 /* EBUSY while an operation in flight uses it. */
 int exs_mderegister(exs_mhandle_t mh);

@@ -5,6 +5,7 @@
 use courier_core::{MemMapParams, Memory, access};
 
 use super::abi::*;
+use super::inplace::Moved;
 use super::{XResult, fail};
 
 /// Most registrations at once.
@@ -17,6 +18,17 @@ pub(crate) struct Mem {
     pub mem: Memory,
     /// Operations in flight that use it.
     pub busy: usize,
+    /// The pages holding it, moved into a shared segment in place (`inplace.rs`): given
+    /// back as private pages when the registration ends.
+    moved: Option<Moved>,
+}
+
+impl Drop for Mem {
+    fn drop(&mut self) {
+        if let Some(m) = self.moved.take() {
+            m.restore();
+        }
+    }
 }
 
 impl Mem {
@@ -47,16 +59,27 @@ impl Mem {
                 "the region wraps around the address space",
             ));
         }
+        let rights = access::READ | access::WRITE;
+        if let Some((mem, moved)) = super::inplace::share(ctx, addr, len, rights) {
+            return Ok(Mem {
+                addr,
+                len,
+                mem,
+                busy: 0,
+                moved: Some(moved),
+            });
+        }
         // SAFETY: exs_mregister's contract: the caller's region stays valid until
         // exs_mderegister, which drops `mem`; the caller does not touch it while transfers
         // into it are in flight.
         let params = unsafe { MemMapParams::register(addr as *mut u8, len) };
-        let mem = ctx.mem_map(params.access(access::READ | access::WRITE))?;
+        let mem = ctx.mem_map(params.access(rights))?;
         Ok(Mem {
             addr,
             len,
             mem,
             busy: 0,
+            moved: None,
         })
     }
 
@@ -68,6 +91,7 @@ impl Mem {
             len,
             mem,
             busy: 0,
+            moved: None,
         })
     }
 

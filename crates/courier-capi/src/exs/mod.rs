@@ -30,6 +30,7 @@ mod api;
 mod api_q;
 mod conn;
 mod engine;
+mod inplace;
 mod ksock;
 mod mem;
 mod msg;

@@ -37,6 +37,8 @@ pub struct Config {
     pub rndv_piece: Option<usize>,
     /// Copy rendezvous data through shared segments of allocated memory.
     pub shm_segment_copy: bool,
+    /// Smallest EXS registration moved into a shared segment in place; `None` = never.
+    pub exs_share_min: Option<usize>,
     /// Keepalive interval.
     pub keepalive_interval: Duration,
     /// Keepalive timeout.
@@ -588,6 +590,14 @@ impl Config {
                     parse_size(other)
                         .ok_or_else(|| bad("COURIER_CMA_SPLIT", other, "not a size or 'off'"))?,
                 ),
+            },
+            exs_share_min: match get("COURIER_EXS_SHARE_MIN").trim() {
+                "off" | "no" | "0" => None,
+                other => {
+                    Some(parse_size(other).ok_or_else(|| {
+                        bad("COURIER_EXS_SHARE_MIN", other, "not a size or 'off'")
+                    })?)
+                }
             },
             rndv_piece: match get("COURIER_RNDV_PIECE").trim() {
                 "off" | "no" | "0" => None,

@@ -204,3 +204,16 @@ proptest! {
         prop_assert_eq!(parse_size(&format!("{n}k")), Some(n * 1024));
     }
 }
+
+#[test]
+fn exs_share_min_is_a_size_or_off() {
+    assert_eq!(cfg(&[]).unwrap().exs_share_min, Some(64 << 10));
+    let c = cfg(&[("COURIER_EXS_SHARE_MIN", "1m")]).unwrap();
+    assert_eq!(c.exs_share_min, Some(1 << 20));
+    for off in ["off", "0", "no"] {
+        let c = cfg(&[("COURIER_EXS_SHARE_MIN", off)]).unwrap();
+        assert_eq!(c.exs_share_min, None, "{off}");
+    }
+    let e = cfg(&[("COURIER_EXS_SHARE_MIN", "lots")]).unwrap_err();
+    assert!(e.to_string().contains("COURIER_EXS_SHARE_MIN"), "{e}");
+}

@@ -70,6 +70,12 @@ pub const VARS: &[Var] = &[
         accepts: "yes | no (any case; also on/off, y/n, 1/0)",
     },
     Var {
+        name: "COURIER_EXS_SHARE_MIN",
+        default: "64k",
+        help: "Extended Sockets: exs_mregister moves a registration of at least this size that lies in private anonymous memory (not the brk heap, not a stack) into a shared segment in place, so that a peer on shared memory copies into and out of it with plain loads and stores instead of CMA ('off' disables)",
+        accepts: "off | a size such as 64k, 1m",
+    },
+    Var {
         name: "COURIER_KEEPALIVE_INTERVAL",
         default: "1s",
         help: "How often a link checks that its peer is alive: TCP keepalive probes on an idle tcp connection (whole seconds: rounded up, at least 1s), and, on every transport, a keepalive frame to a peer this side waits on that has said nothing for this long",
