@@ -13,7 +13,9 @@
 //! **Data** moves after an entry sync by each member *pulling* what it needs from its
 //! peers' symmetric source buffers (plain copies from a same-host peer's mapped segment,
 //! gets elsewhere); an exit sync then lets sources be reused. Reductions combine in team
-//! order, so every member computes the same bits. Small broadcasts are pushed instead:
+//! order, so every member computes the same bits; a large one among same-host members is
+//! split, each member combining one slice and copying the others' results (three syncs,
+//! a fraction of the work). Small broadcasts are pushed instead:
 //! each member tells the root it has entered, and the root writes each member's `dest`
 //! with a put-with-signal on their pairwise counter (one round trip, no syncs).
 
@@ -506,11 +508,97 @@ pub fn reduce(
         return;
     }
     sync(w, call, m);
+    if len >= SCATTER_MIN && all_here(w, call, m, src, len) {
+        return reduce_scattered(w, call, m, dest, src, count, size, op);
+    }
     with_combined(w, call, m, src, count, size, op, |acc| {
         sync(w, call, m);
         // SAFETY: `dest` checked for `len` bytes (> PUSH_MAX here); `acc` is ours.
         unsafe { std::ptr::copy_nonoverlapping(acc.as_ptr(), dest, len) };
     });
+}
+
+/// Reductions of this many bytes or more, among members whose memory is all mapped here,
+/// are split between the members (`reduce_scattered`).
+const SCATTER_MIN: usize = 64 << 10;
+
+/// Whether every member's `src` (`len` bytes) can be read here with plain loads.
+fn all_here(w: &World, call: &'static str, m: &Members, src: *const u8, len: usize) -> bool {
+    m.pes.iter().all(|&pe| {
+        matches!(
+            rma::target(w, call, "source", src as usize, len, pe),
+            Where::Here(_)
+        )
+    })
+}
+
+/// A large reduction among same-host members, after the entry sync: member j combines
+/// only the j-th of n slices, every member's source in member order (the same bits as
+/// combining it all), into its own `dest`; after a sync each copies the other slices out
+/// of their owners' `dest`; a last sync lets every `dest` and source be reused. Each
+/// member combines a slice where combining it all would make every member read and
+/// combine every source whole. `dest` may be `src` (an in-place reduction): a member
+/// writes its own slice before the middle sync and the others after it, and only reads
+/// others' sources in its own slice and their `dest` in theirs.
+#[allow(clippy::too_many_arguments)]
+fn reduce_scattered(
+    w: &World,
+    call: &'static str,
+    m: &Members,
+    dest: *mut u8,
+    src: *const u8,
+    count: usize,
+    size: usize,
+    op: ReduceFn,
+) {
+    let n = m.n();
+    let slice = |j: usize| (j * count / n * size, (j + 1) * count / n * size);
+    let here = |arg: &'static str, p: *const u8, len: usize, pe: usize| -> *mut u8 {
+        match rma::target(w, call, arg, p as usize, len, pe) {
+            Where::Here(q) => q,
+            // `all_here` said so for the whole source, and `dest` lies in the same segment
+            // at the same offsets on every member.
+            Where::Remote { .. } => fatal(call, "a member's memory is not mapped here"),
+        }
+    };
+    let (lo, hi) = slice(m.me);
+    if hi > lo {
+        SCRATCH.with(|scratch| {
+            let mut acc = scratch.borrow_mut();
+            if acc.len() < hi - lo {
+                acc.resize(hi - lo, 0);
+            }
+            for (j, &pe) in m.pes.iter().enumerate() {
+                // SAFETY: `src` is checked symmetric for `count` × `size` bytes and
+                // `[lo, hi)` lies inside it, so `x` is `hi - lo` readable bytes of member
+                // j's source (mapped here).
+                unsafe {
+                    let x = here("source", src.add(lo), hi - lo, pe);
+                    if j == 0 {
+                        std::ptr::copy_nonoverlapping(x, acc.as_mut_ptr(), hi - lo);
+                    } else {
+                        op(acc.as_mut_ptr(), x, (hi - lo) / size);
+                    }
+                }
+            }
+            // SAFETY: `dest` is checked symmetric for the same length; our slice of it.
+            unsafe { std::ptr::copy_nonoverlapping(acc.as_ptr(), dest.add(lo), hi - lo) };
+        });
+    }
+    sync(w, call, m);
+    for (j, &pe) in m.pes.iter().enumerate() {
+        let (lo, hi) = slice(j);
+        if j == m.me || hi == lo {
+            continue;
+        }
+        // SAFETY: member j's `dest` slice, final since the sync, mapped here; ours is
+        // the same range of our checked `dest`.
+        unsafe {
+            let from = here("dest", dest.add(lo), hi - lo, pe);
+            std::ptr::copy_nonoverlapping(from, dest.add(lo), hi - lo);
+        }
+    }
+    sync(w, call, m);
 }
 
 /// Combine every member's `src` in member order (same-host sources where they lie,

@@ -6,6 +6,12 @@
 static long pSync[SHMEM_REDUCE_SYNC_SIZE];
 static long pWrk[SHMEM_REDUCE_MIN_WRKDATA_SIZE + 64];
 
+/* PE k's element i of a sum whose rounding depends on the order of its terms. */
+static double order_value(int k, size_t i)
+{
+    return k == 0 ? 1e16 : k % 2 ? 1.0 + (double)i : -1e16 + (double)i;
+}
+
 int main(void) {
     shmem_init();
     int me = shmem_my_pe(), n = shmem_n_pes();
@@ -106,13 +112,14 @@ int main(void) {
     for (int i = 0; i < 8; i++) ia[i] = 1;
     shmem_int_sum_reduce(SHMEM_TEAM_WORLD, ia, ia, 8);
     CHECK(ia[7] == n, "in-place sum %d", ia[7]);
-    /* Large (pulled by every member between two syncs) and small (combined by the first
+    /* Large (pulled by every member between two syncs), larger (each member combines a
+     * slice: 20011 longs, slices of unequal length) and small (combined by the first
      * member and pushed), back to back, in place too. */
     {
-        size_t big = 4096; /* 32 KiB of longs */
-        long *la2 = shmem_malloc(big * sizeof(long)), *lb2 = shmem_malloc(big * sizeof(long));
-        for (int it = 0; it < 40; it++) {
-            size_t cnt = it % 2 ? big : 1 + it % 7;
+        size_t big = 4096, bigger = 20011; /* 32 KiB and 156 KiB of longs */
+        long *la2 = shmem_malloc(bigger * sizeof(long)), *lb2 = shmem_malloc(bigger * sizeof(long));
+        for (int it = 0; it < 60; it++) {
+            size_t cnt = it % 3 == 1 ? big : it % 3 == 2 ? bigger : 1 + it % 7;
             for (size_t i = 0; i < cnt; i++) la2[i] = (long)i + me * 3 + it;
             if (it % 4 == 3) {
                 shmem_long_sum_reduce(SHMEM_TEAM_WORLD, la2, la2, cnt);
@@ -125,6 +132,20 @@ int main(void) {
             }
         }
         shmem_free(la2); shmem_free(lb2);
+    }
+    /* A large double sum whose result depends on the order of the additions: every PE
+     * gets the bits of combining the PEs' sources in PE order. */
+    {
+        size_t cnt = 16389;
+        double *da2 = shmem_malloc(cnt * sizeof(double)), *db2 = shmem_malloc(cnt * sizeof(double));
+        for (size_t i = 0; i < cnt; i++) da2[i] = order_value(me, i);
+        shmem_double_sum_reduce(SHMEM_TEAM_WORLD, db2, da2, cnt);
+        for (size_t i = 0; i < cnt; i++) {
+            double want = order_value(0, i);
+            for (int k = 1; k < n; k++) want += order_value(k, i);
+            CHECK(memcmp(&db2[i], &want, sizeof want) == 0, "double sum [%zu]: %.17g, want %.17g", i, db2[i], want);
+        }
+        shmem_free(da2); shmem_free(db2);
     }
     double _Complex *ca = shmem_malloc(sizeof(double _Complex)), *cb = shmem_malloc(sizeof(double _Complex));
     *ca = 1.0 + 1.0 * I;
