@@ -76,13 +76,7 @@ fn shared_in_place_keeps_contents_and_is_reached_directly() {
     }
 
     let peer = ctx();
-    let (_w_owner, _w_peer, ep) = connect(&owner, &peer);
-    let key = ep.rkey_unpack(&mem.pack_rkey().unwrap()).unwrap();
-    assert_eq!(
-        key.path(),
-        "direct",
-        "in-place memory must be mapped by a same-host peer"
-    );
+    let (_w_owner, _w_peer, ep, key) = reach_directly(&owner, &peer, &mem);
     let word = base as u64 + (n as u64 - 1) * page() as u64;
     let alias = key
         .direct_ptr(word)
@@ -122,6 +116,22 @@ fn connect(owner: &Context, peer: &Context) -> (Worker, Worker, Endpoint) {
     (w_owner, w_peer, ep)
 }
 
+/// `connect`, and `mem`'s key unpacked by the peer, which must map its segment.
+fn reach_directly(
+    owner: &Context,
+    peer: &Context,
+    mem: &Memory,
+) -> (Worker, Worker, Endpoint, RemoteKey) {
+    let (w_owner, w_peer, ep) = connect(owner, peer);
+    let key = ep.rkey_unpack(&mem.pack_rkey().unwrap()).unwrap();
+    assert_eq!(
+        key.path(),
+        "direct",
+        "in-place memory must be mapped by a same-host peer"
+    );
+    (w_owner, w_peer, ep, key)
+}
+
 #[test]
 fn share_in_place_takes_any_range_and_keys_cover_only_it() {
     let owner = ctx();
@@ -155,13 +165,7 @@ fn share_in_place_takes_any_range_and_keys_cover_only_it() {
     }
 
     let peer = ctx();
-    let (_w_owner, _w_peer, ep) = connect(&owner, &peer);
-    let key = ep.rkey_unpack(&mem.pack_rkey().unwrap()).unwrap();
-    assert_eq!(
-        key.path(),
-        "direct",
-        "the segment must be mapped by the peer"
-    );
+    let (_w_owner, _w_peer, ep, key) = reach_directly(&owner, &peer, &mem);
     // The range's first and last bytes, through the peer's own mapping of the segment
     // (which starts at the first page, `skip` bytes before the region).
     let (first, last) = (start as u64, start as u64 + len as u64 - 2);
