@@ -17,7 +17,8 @@
 //! split, each member combining one slice and copying the others' results (three syncs,
 //! a fraction of the work). Small broadcasts are pushed instead:
 //! each member tells the root it has entered, and the root writes each member's `dest`
-//! with a put-with-signal on their pairwise counter (one round trip, no syncs).
+//! with a put-with-signal on their pairwise counter (one round trip, no syncs); tiny ones
+//! go through staging slots in each member's heap, so the root waits for no one.
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -31,17 +32,41 @@ use crate::reduce::ReduceFn;
 use crate::rma::{self, Where};
 use crate::team::TeamData;
 
-/// Bytes of the heap's internal area: the pairwise counters and a scratch line.
+/// Bytes of the heap's internal area: the pairwise counters, a scratch line, two staging
+/// slots per root for small broadcasts, and a count per member of those it has taken.
 pub fn internal_bytes(npes: usize) -> usize {
-    scratch_offset(npes) + 64
+    consumed_offset(npes) + (npes * 8).div_ceil(64) * 64
 }
 
 fn scratch_offset(npes: usize) -> usize {
     (npes * 8).div_ceil(64) * 64
 }
 
+/// Where root `root`'s staging slot `parity` (0 or 1) lies in a member's heap.
+fn slot_offset(npes: usize, root: usize, parity: u64) -> usize {
+    scratch_offset(npes) + 64 + (root * 2 + parity as usize) * STAGE
+}
+
+/// Where, in a root's heap, member `pe` says how many staged broadcasts it has taken.
+fn consumed_offset(npes: usize) -> usize {
+    scratch_offset(npes) + 64 + 2 * STAGE * npes
+}
+
 /// Signals taken so far from each peer.
 static TAKEN: Mutex<Vec<u64>> = Mutex::new(Vec::new());
+/// Staged broadcasts sent to each member (as a root), and taken from each root.
+static STAGED_SENT: Mutex<Vec<u64>> = Mutex::new(Vec::new());
+static STAGED_TAKEN: Mutex<Vec<u64>> = Mutex::new(Vec::new());
+
+/// Add one to `counts[pe]` (sized for the world); the new count.
+fn bump(counts: &Mutex<Vec<u64>>, npes: usize, pe: usize) -> u64 {
+    let mut t = counts.lock().unwrap_or_else(|p| p.into_inner());
+    if t.len() < npes {
+        t.resize(npes, 0);
+    }
+    t[pe] += 1;
+    t[pe]
+}
 
 /// A set of PEs taking part in a collective: world PE numbers, in order, and this PE's
 /// place among them.
@@ -175,14 +200,7 @@ unsafe fn signal_with(
 
 /// Wait for the next signal from `from`.
 fn take(w: &World, call: &'static str, from: usize) {
-    let want = {
-        let mut t = TAKEN.lock().unwrap_or_else(|p| p.into_inner());
-        if t.len() < w.npes {
-            t.resize(w.npes, 0);
-        }
-        t[from] += 1;
-        t[from]
-    };
+    let want = bump(&TAKEN, w.npes, from);
     if w.wait.oversubscribed {
         // The library's wait, which yields at every round when PEs outnumber CPUs.
         // SAFETY: the counter lies in the heap's internal area, 8-byte aligned, and lives
@@ -268,6 +286,9 @@ pub fn broadcast(
     check_sym(w, call, "dest", dest, len);
     check_sym(w, call, "source", src, len);
     let root = root as usize;
+    if len <= STAGE {
+        return broadcast_staged(w, call, m, dest, src, len, root, root_too);
+    }
     if len <= PUSH_MAX {
         return broadcast_push(w, call, m, dest, src, len, root, root_too);
     }
@@ -284,6 +305,74 @@ pub fn broadcast(
 /// Broadcasts up to this many bytes are pushed by the root (`broadcast_push`); larger
 /// ones pulled by every member at once.
 const PUSH_MAX: usize = 4096;
+
+/// Broadcasts up to this many bytes go through staging slots (`broadcast_staged`).
+const STAGE: usize = 256;
+
+/// A tiny broadcast in one message per member, the root waiting for no one: the root
+/// writes the data into a staging slot of its own in each member's heap with a
+/// put-with-signal on their pairwise counter, and each member, once the signal is there,
+/// copies the slot into its `dest` and tells the root so (a count in the root's heap). A
+/// member's `dest` is written by that member only, inside its call, as with the other
+/// forms. Each root has two slots at each member: its next broadcast to that member
+/// waits only if the member has not yet taken the one before the last (a root two
+/// broadcasts ahead).
+#[allow(clippy::too_many_arguments)]
+fn broadcast_staged(
+    w: &World,
+    call: &'static str,
+    m: &Members,
+    dest: *mut u8,
+    src: *const u8,
+    len: usize,
+    root: usize,
+    root_too: bool,
+) {
+    let rpe = m.pes[root];
+    if m.me != root {
+        let k = bump(&STAGED_TAKEN, w.npes, rpe);
+        take(w, call, rpe);
+        if len > 0 {
+            let slot = w.heap.base + slot_offset(w.npes, rpe, k % 2);
+            // SAFETY: the slot lies in our heap's internal area (STAGE >= len bytes),
+            // filled by the root before its signal, which `take` saw; `dest` is a checked
+            // symmetric range of `len` bytes here.
+            unsafe { std::ptr::copy_nonoverlapping(slot as *const u8, dest, len) };
+        }
+        let count = w.heap.base + consumed_offset(w.npes) + w.me * 8;
+        match rma::target(w, call, "dest", count, 8, rpe) {
+            // SAFETY: the root's count for us, 8-byte aligned in its mapped heap.
+            Where::Here(p) => {
+                unsafe { AtomicU64::from_ptr(p as *mut u64) }.store(k, Ordering::Release)
+            }
+            Where::Remote { .. } => rma::p(call, &DEFAULT, count as *mut u64, k, rpe as i32),
+        }
+        return;
+    }
+    for (j, &pe) in m.pes.iter().enumerate() {
+        if j == root {
+            continue;
+        }
+        let k = bump(&STAGED_SENT, w.npes, pe);
+        if k > 2 {
+            // SAFETY: our count for `pe`, 8-byte aligned in our heap's internal area.
+            let taken = unsafe {
+                AtomicU64::from_ptr((w.heap.base + consumed_offset(w.npes) + pe * 8) as *mut u64)
+            };
+            if taken.load(Ordering::Acquire) < k - 2 {
+                crate::wait::block_until(w, || taken.load(Ordering::Acquire) >= k - 2);
+            }
+        }
+        let slot = (w.heap.base + slot_offset(w.npes, w.me, k % 2)) as *mut u8;
+        // SAFETY: `src` is `len` readable bytes; the slot is a symmetric range of STAGE
+        // >= len bytes, which `pe` no longer reads (it took broadcast k - 2).
+        unsafe { signal_with(w, call, pe, Some((slot, src, len))) };
+    }
+    if root_too && len > 0 && !std::ptr::eq(dest, src) {
+        // SAFETY: both checked symmetric ranges of `len` bytes here.
+        unsafe { std::ptr::copy(src, dest, len) };
+    }
+}
 
 /// A small broadcast in one round trip, not two syncs: each member tells the root it has
 /// entered (so its `dest` may be written), the root writes `dest` on each with a
