@@ -55,12 +55,17 @@ static char pages_are(const void *p, size_t n)
     return at >= end ? kind : '?';
 }
 
-/* Fresh private anonymous pages of their own. */
+/* Fresh private anonymous pages of their own, with a hole on each side: the kernel never
+ * merges them with a neighbouring mapping (a thread's stack, say), which would make them
+ * look like that neighbour to the library. */
 static unsigned char *own_pages(size_t n)
 {
-    void *p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    size_t pg = page(), whole = (n + pg - 1) / pg * pg;
+    unsigned char *p = mmap(NULL, whole + 2 * pg, PROT_READ | PROT_WRITE,
+                            MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     EXPECT(p != MAP_FAILED);
-    return p;
+    EXPECT(munmap(p, pg) == 0 && munmap(p + pg + whole, pg) == 0);
+    return p + pg;
 }
 
 /* Registered (whole, from 100 bytes into its first page) and deregistered: moved and back,
