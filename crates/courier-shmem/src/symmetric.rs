@@ -255,35 +255,10 @@ fn install_fork_handler(base: usize, len: usize) {
         let Some(&(base, len)) = FORK_RANGE.get() else {
             return;
         };
-        // SAFETY: runs in the single thread of a fresh child. The pages are copied to a
-        // temporary private mapping, a private anonymous mapping replaces the shared one
-        // at the same addresses, and the bytes are copied back; nothing else runs between.
-        unsafe {
-            let tmp = libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            );
-            if tmp == libc::MAP_FAILED {
-                return;
-            }
-            std::ptr::copy_nonoverlapping(base as *const u8, tmp as *mut u8, len);
-            let p = libc::mmap(
-                base as *mut libc::c_void,
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED,
-                -1,
-                0,
-            );
-            if p != libc::MAP_FAILED {
-                std::ptr::copy_nonoverlapping(tmp as *const u8, base as *mut u8, len);
-            }
-            libc::munmap(tmp, len);
-        }
+        // SAFETY: runs in the single thread of a fresh child, on the data segment's whole
+        // pages, which nothing else touches meanwhile. A child that cannot make them
+        // private keeps sharing them with its parent.
+        let _ = unsafe { courier::unshare_in_place(base as *mut u8, len) };
     }
     if FORK_RANGE.set((base, len)).is_ok() {
         // SAFETY: registers a plain function with no preconditions.

@@ -100,41 +100,16 @@ impl Moved {
             );
             return;
         }
-        let (start, span) = (self.start as *mut libc::c_void, self.span);
         // SAFETY: `[start, start + span)` is our segment's mapping (checked just above),
-        // which exs_mderegister's contract says no thread uses meanwhile. The bytes go to a
-        // fresh private mapping, a private anonymous mapping replaces the segment at the
-        // same addresses in one step (MAP_FIXED), and the bytes come back.
-        unsafe {
-            let tmp = libc::mmap(
-                std::ptr::null_mut(),
-                span,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
+        // whole pages that exs_mderegister's contract says no thread uses meanwhile; the
+        // region is unmapped from Courier right after (`Mem`'s `mem` drops next), and
+        // nothing in flight uses it (exs_mderegister refuses while something does).
+        if let Err(e) = unsafe { courier_core::unshare_in_place(self.start as *mut u8, self.span) }
+        {
+            tracing::warn!(
+                "EXS: moved pages at {:#x} could not be made private again: {e}",
+                self.start
             );
-            if tmp == libc::MAP_FAILED {
-                tracing::debug!(
-                    "EXS: no memory to make moved pages private again; they stay shared"
-                );
-                return;
-            }
-            std::ptr::copy_nonoverlapping(start as *const u8, tmp as *mut u8, span);
-            let p = libc::mmap(
-                start,
-                span,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED,
-                -1,
-                0,
-            );
-            if p == libc::MAP_FAILED {
-                tracing::warn!("EXS: moved pages at {start:p} could not be made private again");
-            } else {
-                std::ptr::copy_nonoverlapping(tmp as *const u8, start as *mut u8, span);
-            }
-            libc::munmap(tmp, span);
         }
     }
 }

@@ -143,6 +143,54 @@ impl MemMapParams {
     }
 }
 
+/// The inverse of [`MemMapParams::share_in_place`]: make the pages `[ptr, ptr + len)`
+/// private anonymous memory again at the same addresses, contents kept. Their bytes go
+/// to a temporary private mapping, a private anonymous mapping replaces the pages in one
+/// step (`MAP_FIXED`), and the bytes come back. It allocates nothing and takes no lock,
+/// so a child process may call it right after `fork` (to stop sharing pages with its
+/// parent).
+///
+/// # Safety
+/// `[ptr, ptr + len)` is whole pages of this process's mapped memory, readable and
+/// writable, that no other thread touches while this runs and that no Rust reference
+/// points into. Peers still writing the shared segment these pages were (a region not
+/// unmapped yet, or the parent of a forked child) write where this process no longer
+/// looks.
+pub unsafe fn unshare_in_place(ptr: *mut u8, len: usize) -> std::io::Result<()> {
+    let start = ptr.cast::<libc::c_void>();
+    // SAFETY: a fresh mapping of our own, then the caller's pages as the contract says.
+    unsafe {
+        let tmp = libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        );
+        if tmp == libc::MAP_FAILED {
+            return Err(std::io::Error::last_os_error());
+        }
+        std::ptr::copy_nonoverlapping(ptr as *const u8, tmp as *mut u8, len);
+        let p = libc::mmap(
+            start,
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED,
+            -1,
+            0,
+        );
+        let r = if p == libc::MAP_FAILED {
+            Err(std::io::Error::last_os_error())
+        } else {
+            std::ptr::copy_nonoverlapping(tmp as *const u8, ptr, len);
+            Ok(())
+        };
+        libc::munmap(tmp, len);
+        r
+    }
+}
+
 /// A mapped region. Unmapped on drop; every remote key made from it stops working.
 ///
 /// The owner maps it ([`Context::mem_map`](crate::Context::mem_map)) and sends its packed

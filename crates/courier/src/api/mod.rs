@@ -18,7 +18,9 @@ pub use crate::base::lock::ThreadMode;
 pub use context::{Context, ContextParams, Features};
 pub use endpoint::{Endpoint, EndpointParams};
 pub use listener::{ConnRequest, Listener};
-pub use memory::{AtomicOp, Cmp, MemAttr, MemMapParams, Memory, MemoryType, SignalOp, access};
+pub use memory::{
+    AtomicOp, Cmp, MemAttr, MemMapParams, Memory, MemoryType, SignalOp, access, unshare_in_place,
+};
 pub use onesided::RemoteKey;
 pub use request::Request;
 pub use scope::Scope;
