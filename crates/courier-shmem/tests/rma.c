@@ -2,6 +2,9 @@
  * global and static data, to every PE, small to large. */
 #include "common.h"
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 #define BIG (1 << 20)
 static long gl_long[64];
 static char gl_bytes[BIG];
@@ -113,6 +116,26 @@ int main(void) {
     shmem_ctx_destroy(ctx);
     shmem_barrier_all();
     CHECK(gl_long[0] == 7000 + left, "ctx put: %ld", gl_long[0]);
+
+    /* A child made by fork gets its own copy of the globals (the data segment is shared
+     * with peers, not with children): it sees what was there, and its writes stay its own. */
+    shmem_barrier_all();
+    fflush(stdout);
+    char byte0 = gl_bytes[0] == 0x5a ? 0x5b : gl_bytes[0];
+    gl_bytes[0] = byte0;
+    pid_t kid = fork();
+    CHECK(kid >= 0, "fork");
+    if (kid == 0) {
+        int saw = gl_long[0] == 7000 + left;
+        gl_long[0] = -1;
+        memset(gl_bytes, 0x5a, 4096);
+        _exit(saw ? 0 : 3);
+    }
+    int status = 0;
+    CHECK(waitpid(kid, &status, 0) == kid && WIFEXITED(status), "waitpid");
+    CHECK(WEXITSTATUS(status) == 0, "the forked child did not see the globals' values");
+    CHECK(gl_long[0] == 7000 + left && gl_bytes[0] == byte0,
+          "the forked child's writes reached its parent: %ld", gl_long[0]);
 
     shmem_free(heap);
     shmem_free(hf);
