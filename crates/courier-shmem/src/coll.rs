@@ -286,11 +286,17 @@ pub fn broadcast(
     check_sym(w, call, "dest", dest, len);
     check_sym(w, call, "source", src, len);
     let root = root as usize;
-    if len <= STAGE {
-        return broadcast_staged(w, call, m, dest, src, len, root, root_too);
-    }
     if len <= PUSH_MAX {
-        return broadcast_push(w, call, m, dest, src, len, root, root_too);
+        if len <= STAGE {
+            broadcast_staged(w, call, m, dest, src, len, root);
+        } else {
+            broadcast_push(w, call, m, dest, src, len, root);
+        }
+        if m.me == root && root_too && len > 0 && !std::ptr::eq(dest, src) {
+            // SAFETY: both checked symmetric ranges of `len` bytes here.
+            unsafe { std::ptr::copy(src, dest, len) };
+        }
+        return;
     }
     sync(w, call, m);
     if m.me != root {
@@ -317,7 +323,6 @@ const STAGE: usize = 256;
 /// forms. Each root has two slots at each member: its next broadcast to that member
 /// waits only if the member has not yet taken the one before the last (a root two
 /// broadcasts ahead).
-#[allow(clippy::too_many_arguments)]
 fn broadcast_staged(
     w: &World,
     call: &'static str,
@@ -326,7 +331,6 @@ fn broadcast_staged(
     src: *const u8,
     len: usize,
     root: usize,
-    root_too: bool,
 ) {
     let rpe = m.pes[root];
     if m.me != root {
@@ -368,17 +372,12 @@ fn broadcast_staged(
         // >= len bytes, which `pe` no longer reads (it took broadcast k - 2).
         unsafe { signal_with(w, call, pe, Some((slot, src, len))) };
     }
-    if root_too && len > 0 && !std::ptr::eq(dest, src) {
-        // SAFETY: both checked symmetric ranges of `len` bytes here.
-        unsafe { std::ptr::copy(src, dest, len) };
-    }
 }
 
 /// A small broadcast in one round trip, not two syncs: each member tells the root it has
 /// entered (so its `dest` may be written), the root writes `dest` on each with a
 /// put-with-signal on the same pairwise counter, and each member waits for that signal.
 /// The root's `src` is free when it returns; no member waits for the others.
-#[allow(clippy::too_many_arguments)]
 fn broadcast_push(
     w: &World,
     call: &'static str,
@@ -387,16 +386,10 @@ fn broadcast_push(
     src: *const u8,
     len: usize,
     root: usize,
-    root_too: bool,
 ) {
     fan_in(w, call, m, root);
-    if m.me != root {
-        return;
-    }
-    fan_out(w, call, m, root, dest, src, len);
-    if root_too && len > 0 && !std::ptr::eq(dest, src) {
-        // SAFETY: both checked symmetric ranges of `len` bytes here.
-        unsafe { std::ptr::copy(src, dest, len) };
+    if m.me == root {
+        fan_out(w, call, m, root, dest, src, len);
     }
 }
 
