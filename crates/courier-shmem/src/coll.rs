@@ -338,9 +338,9 @@ fn broadcast_staged(
         take(w, call, rpe);
         if len > 0 {
             let slot = w.heap.base + slot_offset(w.npes, rpe, k % 2);
-            // SAFETY: the slot lies in our heap's internal area (STAGE >= len bytes),
-            // filled by the root before its signal, which `take` saw; `dest` is a checked
-            // symmetric range of `len` bytes here.
+            // The slot lies in our heap's internal area (STAGE >= len bytes), filled by
+            // the root before its signal, which `take` saw.
+            // SAFETY: so it holds `len` bytes; `dest` is a checked range of `len` here.
             unsafe { std::ptr::copy_nonoverlapping(slot as *const u8, dest, len) };
         }
         let count = w.heap.base + consumed_offset(w.npes) + w.me * 8;
@@ -651,9 +651,9 @@ fn reduce_scattered(
                 acc.resize(hi - lo, 0);
             }
             for (j, &pe) in m.pes.iter().enumerate() {
-                // SAFETY: `src` is checked symmetric for `count` × `size` bytes and
-                // `[lo, hi)` lies inside it, so `x` is `hi - lo` readable bytes of member
-                // j's source (mapped here).
+                // `src` is checked symmetric for `count` × `size` bytes and `[lo, hi)`
+                // lies inside it.
+                // SAFETY: so `x` is `hi - lo` readable bytes of member j's source, mapped.
                 unsafe {
                     let x = here("source", src.add(lo), hi - lo, pe);
                     if j == 0 {

@@ -255,9 +255,9 @@ fn install_fork_handler(base: usize, len: usize) {
         let Some(&(base, len)) = FORK_RANGE.get() else {
             return;
         };
+        // A child that cannot make the pages private keeps sharing them with its parent.
         // SAFETY: runs in the single thread of a fresh child, on the data segment's whole
-        // pages, which nothing else touches meanwhile. A child that cannot make them
-        // private keeps sharing them with its parent.
+        // pages, which nothing else touches meanwhile.
         let _ = unsafe { courier::unshare_in_place(base as *mut u8, len) };
     }
     if FORK_RANGE.set((base, len)).is_ok() {

@@ -53,10 +53,10 @@ pub(crate) fn share(
         tracing::debug!("EXS registration [{addr:#x}, +{len}) stays where it is: {why}");
         return None;
     }
-    // SAFETY: exs_mregister's contract (exs.h): the region stays valid until
-    // exs_mderegister, and no thread writes the pages holding it while exs_mregister runs;
-    // `movable` found them memory mapped for the buffer alone (no allocator or other
-    // thread keeps other live data in them).
+    // exs_mregister's contract (exs.h): the region stays valid until exs_mderegister, and
+    // no thread writes the pages holding it while exs_mregister runs. `movable` found them
+    // memory mapped for the buffer alone (no allocator or other thread keeps data there).
+    // SAFETY: so the range may be registered, and its pages moved, as share_in_place asks.
     let params = unsafe { MemMapParams::share_in_place(addr as *mut u8, len) };
     let mem = match ctx.mem_map(params.access(rights)) {
         Ok(m) => m,
@@ -100,10 +100,10 @@ impl Moved {
             );
             return;
         }
-        // SAFETY: `[start, start + span)` is our segment's mapping (checked just above),
-        // whole pages that exs_mderegister's contract says no thread uses meanwhile; the
-        // region is unmapped from Courier right after (`Mem`'s `mem` drops next), and
-        // nothing in flight uses it (exs_mderegister refuses while something does).
+        // `[start, start + span)` is our segment's mapping (checked just above), whole
+        // pages; nothing in flight uses them (exs_mderegister refuses while something does)
+        // and Courier's region of them is unmapped right after (`Mem`'s `mem` drops next).
+        // SAFETY: and exs_mderegister's contract says no thread touches them meanwhile.
         if let Err(e) = unsafe { courier_core::unshare_in_place(self.start as *mut u8, self.span) }
         {
             tracing::warn!(
