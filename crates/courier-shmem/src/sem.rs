@@ -99,9 +99,9 @@ impl Handle {
     }
 }
 
-/// The owner's view of one of its own live semaphores, or a fatal error: the handle must
+/// The handle of one of this PE's own live semaphores, or a fatal error: the handle must
 /// be this PE's and the slot still allocated to it.
-fn own(w: &'static World, call: &'static str, h: u64) -> (Handle, SemaphoreAt<'static>) {
+fn own_handle(w: &World, call: &'static str, h: u64) -> Handle {
     let d = Handle::decode(w, call, h);
     if d.pe != w.me {
         fatal(
@@ -119,6 +119,12 @@ fn own(w: &'static World, call: &'static str, h: u64) -> (Handle, SemaphoreAt<'s
             format_args!("sem={h:#x}: this semaphore was freed (or never allocated here)"),
         )
     }
+    d
+}
+
+/// The owner's view of one of its own live semaphores (see `own_handle`).
+fn own(w: &'static World, call: &'static str, h: u64) -> (Handle, SemaphoreAt<'static>) {
+    let d = own_handle(w, call, h);
     let off = w.heap.mem_offset(d.heap_offset(w));
     match SemaphoreAt::new(&w.heap.mem, off, d.flags) {
         Ok(s) => (d, s),
@@ -253,21 +259,23 @@ fn wake_own(w: &World) {
 
 /// An integer semaphore that peers' adds took past its maximum is a broken program.
 fn check_overflow(call: &'static str, h: u64, d: Handle, s: &SemaphoreAt<'_>) {
-    if !d.boolean() {
-        let v = s.raw_value();
-        if v > SEM_MAX {
-            fatal(
-                call,
-                format_args!("sem={h:#x}: posts took it to {v}, past its maximum {SEM_MAX}"),
-            )
-        }
+    overflowed(call, h, d, s.raw_value());
+}
+
+/// `check_overflow` of the word's value `v`.
+fn overflowed(call: &'static str, h: u64, d: Handle, v: u64) {
+    if !d.boolean() && v > SEM_MAX {
+        fatal(
+            call,
+            format_args!("sem={h:#x}: posts took it to {v}, past its maximum {SEM_MAX}"),
+        )
     }
 }
 
 /// `shmemx_sem_wait`: wait until `n` is there and take it (the owner only).
 pub fn wait(call: &'static str, h: u64, n: usize) {
     let w = crate::init::world(call);
-    let (d, s) = own(w, call, h);
+    let d = own_handle(w, call, h);
     let n = n as u64;
     if d.boolean() && n > 1 {
         fatal(
@@ -281,19 +289,36 @@ pub fn wait(call: &'static str, h: u64, n: usize) {
             format_args!("n={n}: more than a semaphore holds ({SEM_MAX})"),
         )
     }
-    check_overflow(call, h, d, &s);
-    // Already there: taken at once. The worker is still progressed on one such wait in
-    // FAST_TAKES, so a program that only ever finds its semaphores posted keeps serving its
-    // peers (their tcp operations land only when the worker progresses).
+    // Already there: taken at once, from one look at the word. The worker is still
+    // progressed on one such wait in FAST_TAKES, so a program that only ever finds its
+    // semaphores posted keeps serving its peers (their tcp operations land only when the
+    // worker progresses).
     if FAST.with(|f| {
         let k = f.get().wrapping_add(1);
         f.set(k);
         !k.is_multiple_of(FAST_TAKES)
-    }) && s.try_wait(n)
-    {
-        fence(Ordering::SeqCst);
-        return;
+    }) {
+        // SAFETY: the slot's word lies in this PE's heap, 64-aligned (`alloc`); only
+        // atomics touch it.
+        let word = unsafe { std::sync::atomic::AtomicU64::from_ptr(d.local_addr(w)) };
+        let v = word.load(Ordering::Acquire);
+        overflowed(call, h, d, v);
+        let left = if d.boolean() {
+            (v >= 1).then_some(0)
+        } else {
+            v.checked_sub(n)
+        };
+        if let Some(left) = left
+            && word
+                .compare_exchange(v, left, Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
+        {
+            fence(Ordering::SeqCst);
+            return;
+        }
     }
+    let (_, s) = own(w, call, h);
+    check_overflow(call, h, d, &s);
     // The library's wait (`wait::block_until`), as `wait_until`'s: it yields the CPU while
     // it spins, which matters when the PEs outnumber the cores (the poster may need this
     // one), then sleeps on the worker, which a peer's post wakes.

@@ -1,6 +1,7 @@
 /* Error cases: each mode makes one mistake, which must end the job with a message naming
  * the call, the argument and why (tests/run.sh checks the exit status and the message).
- *   errors pe | nonsym | before_init | team | cmp | align | sigop | free | semowner | semfreed
+ *   errors pe | nonsym | before_init | team | cmp | align | sigop | free | semowner | semfreed |
+ *          semover
  * and one that is no mistake: `exit`, where PE 0 calls shmem_global_exit(3) while the
  * others wait in a barrier that never completes: the job must end with status 3. */
 #include <shmem.h>
@@ -47,6 +48,19 @@ int main(int argc, char **argv) {
         shmemx_sem_t s = shmemx_sem_alloc(SHMEMX_SEM_BOOLEAN);
         shmemx_sem_free(s);
         shmemx_sem_try(s, 1);
+    } else if (strcmp(mode, "semover") == 0) {
+        /* Peers' posts take an integer semaphore past its maximum (each post is under it,
+         * their sum is not): its owner's wait, which finds enough there, says so. */
+        static shmemx_sem_t s;
+        if (shmem_my_pe() == 0) s = shmemx_sem_alloc(SHMEMX_SEM_INTEGER);
+        shmem_uint64_broadcast(SHMEM_TEAM_WORLD, (uint64_t *)&s, (uint64_t *)&s, 1, 0);
+        if (shmem_my_pe() == 1) {
+            shmemx_sem_post(s, 40000);
+            shmemx_sem_post(s, 40000);
+        }
+        shmem_barrier_all();
+        if (shmem_my_pe() == 0) shmemx_sem_wait(s, 1);
+        shmem_barrier_all();
     } else if (strcmp(mode, "exit") == 0) {
         if (shmem_my_pe() == 0) shmem_global_exit(3);
         shmem_barrier_all();

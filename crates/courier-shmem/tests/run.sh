@@ -71,6 +71,7 @@ declare -A want=(
   [free]="shmem_free: ptr=.*not a block of the symmetric heap"
   [semowner]="shmemx_sem_wait: sem=.*belongs to PE 0; only its owner waits"
   [semfreed]="shmemx_sem_try: sem=.*this semaphore was freed"
+  [semover]="shmemx_sem_wait: sem=.*posts took it to 80000, past its maximum 65535"
   [exit]="shmem_global_exit(3)"
 )
 for mode in "${!want[@]}"; do
