@@ -301,7 +301,16 @@ pub fn wait(call: &'static str, h: u64, n: usize) {
         // SAFETY: the slot's word lies in this PE's heap, 64-aligned (`alloc`); only
         // atomics touch it.
         let word = unsafe { std::sync::atomic::AtomicU64::from_ptr(d.local_addr(w)) };
-        let v = word.load(Ordering::Acquire);
+        // Guess that exactly `n` is there (1 for a boolean one): then one compare-exchange
+        // takes it, where a load first would move the line here twice (shared, then owned).
+        let guess = if d.boolean() { 1 } else { n };
+        let v = match word.compare_exchange(guess, 0, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => {
+                fence(Ordering::SeqCst);
+                return;
+            }
+            Err(v) => v,
+        };
         overflowed(call, h, d, v);
         let left = if d.boolean() {
             (v >= 1).then_some(0)
