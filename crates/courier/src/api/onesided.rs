@@ -357,6 +357,14 @@ impl Endpoint {
         // its way to the owner. So when this endpoint has both, the fence waits until the
         // owner has carried out everything sent before it. A full fence orders this
         // process's own loads and stores.
+        //
+        // No endpoint of the worker has both: nothing to wait for, and no lock to take.
+        // The flag is set under the lock before such an operation returns, so this thread
+        // sees its own operations; another thread's are ordered only by a fence of its own.
+        if !self.worker().inner.rma_mixed.load(Ordering::Acquire) {
+            fence(Ordering::SeqCst);
+            return Ok(());
+        }
         if let Some(id) = self.with_state(|st, e| st.rma_fence_start(e))? {
             Request::new(self.worker(), Started::Pending(id)).wait()?;
         }

@@ -30,6 +30,9 @@ pub(crate) struct WorkerInner {
     pub epoll_raw: RawFd,
     /// The wakeup eventfd (owned by the state; valid as long as the worker).
     pub event_raw: RawFd,
+    /// Some endpoint has operations through an owner that a fence must wait for (the
+    /// state's `OnesidedState::mixed`, read without the lock).
+    pub rma_mixed: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// Parameters of a worker.
@@ -135,6 +138,7 @@ impl Worker {
         )?;
         let epoll_raw = state.epoll_as_fd().as_raw_fd();
         let event_raw = state.eventfd_as_fd().as_raw_fd();
+        let rma_mixed = state.rma_mixed_flag();
         Ok(Worker {
             inner: Arc::new(WorkerInner {
                 cell: StateCell::new(params.thread_mode, state),
@@ -142,6 +146,7 @@ impl Worker {
                 mode: params.thread_mode,
                 epoll_raw,
                 event_raw,
+                rma_mixed,
             }),
         })
     }

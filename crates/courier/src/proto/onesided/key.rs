@@ -445,10 +445,15 @@ impl Key {
         let gone = if direct {
             // A fence on this endpoint must now order operations through the owner.
             ep.with(|st, e| {
-                Ok(st.ep(e).map(|ep| {
-                    ep.rma_direct_keys = true;
-                    ep.gone.clone()
-                }))
+                let Some(ep) = st.ep(e) else { return Ok(None) };
+                ep.rma_direct_keys = true;
+                let (gone, mixed) = (ep.gone.clone(), ep.rma_via_owner);
+                if mixed {
+                    st.onesided
+                        .mixed
+                        .store(true, std::sync::atomic::Ordering::Release);
+                }
+                Ok(Some(gone))
             })?
         } else {
             None

@@ -39,4 +39,9 @@ pub(crate) struct OnesidedState {
     /// caller that only puts and flushes still learns that a peer died.
     pub(crate) idle_flushes: u32,
     pub(crate) idle_flush_look: Option<Instant>,
+    /// Set while some endpoint of this worker has operations through its owner that no
+    /// fence or flush waited for and a key that reaches memory without the owner: only
+    /// then can a fence have anything to wait for. Written under the worker's lock, read
+    /// without it by `Endpoint::fence` (`WorkerInner::rma_mixed` is the same flag).
+    pub(crate) mixed: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }

@@ -12,6 +12,8 @@
 //! `PutBegin` frame naming the whole operation: the target checks it all there, so a
 //! refused operation writes none of its frames.
 
+use std::sync::atomic::Ordering;
+
 use super::atomic::{AtomicOp, SignalOp};
 use crate::base::{Error, Result, Status};
 use crate::proto::State;
@@ -85,9 +87,9 @@ impl State {
             self.send_frame(e, &first, &[], &Buf::EMPTY, None)?;
         }
         let mut zc = false;
+        self.sent_via_owner(e);
         if let Some(ep) = self.ep(e) {
             ep.rma_unacked = true;
-            ep.rma_via_owner = true;
             zc = ep.caps.as_ref().is_some_and(|c| len >= c.zcopy_min);
         }
         let mut cb = Some(cb);
@@ -232,9 +234,7 @@ impl State {
             self.req_free(id);
             return Err(err);
         }
-        if let Some(ep) = self.ep(e) {
-            ep.rma_via_owner = true;
-        }
+        self.sent_via_owner(e);
         Ok(Started::Pending(id))
     }
 
@@ -257,9 +257,7 @@ impl State {
             self.req_free(id);
             return Err(err);
         }
-        if let Some(ep) = self.ep(e) {
-            ep.rma_via_owner = true;
-        }
+        self.sent_via_owner(e);
         Ok(Started::Pending(id))
     }
 
@@ -279,8 +277,8 @@ impl State {
         self.send_frame(e, &h, &[], &Buf::EMPTY, None)?;
         if let Some(ep) = self.ep(e) {
             ep.rma_unacked = true;
-            ep.rma_via_owner = true;
         }
+        self.sent_via_owner(e);
         Ok(())
     }
 
@@ -314,6 +312,7 @@ impl State {
             }
             None => false,
         };
+        self.recount_mixed();
         if !need {
             return Ok(None);
         }
@@ -355,7 +354,40 @@ impl State {
             ep.rma_via_owner = false;
             ep.rma_unacked = false;
         }
+        self.recount_mixed();
         Ok(Some(id))
+    }
+
+    /// The flag `Endpoint::fence` reads without the lock (`OnesidedState::mixed`).
+    pub(crate) fn rma_mixed_flag(&self) -> std::sync::Arc<std::sync::atomic::AtomicBool> {
+        self.onesided.mixed.clone()
+    }
+
+    /// `e` sent an operation through its owner: a fence on `e` now waits for it when a
+    /// key of `e` reaches memory without the owner (`OnesidedState::mixed`).
+    #[inline]
+    fn sent_via_owner(&mut self, e: u32) {
+        let Some(ep) = self.ep(e) else { return };
+        ep.rma_via_owner = true;
+        if ep.rma_direct_keys {
+            self.onesided.mixed.store(true, Ordering::Release);
+        }
+    }
+
+    /// A fence or flush waited for an endpoint's operations through its owner: clear
+    /// `OnesidedState::mixed` when no endpoint has any left that a direct operation could
+    /// overtake.
+    #[inline]
+    pub(crate) fn recount_mixed(&mut self) {
+        if self.onesided.mixed.load(Ordering::Relaxed)
+            && !self
+                .eps
+                .slots
+                .iter()
+                .any(|ep| ep.live && ep.rma_via_owner && ep.rma_direct_keys)
+        {
+            self.onesided.mixed.store(false, Ordering::Release);
+        }
     }
 
     /// The first refusal of an unacknowledged put or posted atomic since the last flush.
