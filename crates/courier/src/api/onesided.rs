@@ -351,6 +351,11 @@ impl Endpoint {
     }
 
     /// Order: operations issued after the fence are carried out after those before it.
+    ///
+    /// It reports no errors of the operations it orders (`flush` does). When no endpoint of
+    /// the worker has operations through an owner to wait for, it returns at once, without
+    /// looking at this endpoint: also `Ok` for one that failed or was closed meanwhile.
+    /// Otherwise a closed endpoint gives `EndpointClosed`.
     pub fn fence(&self) -> Result<()> {
         // Operations through the owner run in order on one link, and direct ones are done
         // when issued; but a direct one issued after the fence would overtake one still on
