@@ -58,7 +58,7 @@ pub use base::auth;
 pub struct ReadmeDoctests;
 pub use base::config;
 pub use base::cuda::{Driver as CudaDriver, load as cuda_driver};
-pub use base::sys::{host_id, poll_gap};
+pub use base::sys::{host_id, machine_id, poll_gap};
 pub use base::{Config, Error, Result, Status};
 pub use job::{Job, JobWorld, LauncherKind};
 pub use proto::am::{AmFlags, AmRndv};

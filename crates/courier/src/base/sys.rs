@@ -2,11 +2,10 @@
 
 use std::sync::OnceLock;
 
-/// A 16-byte identity of this "host": the kernel's boot id mixed with the network
-/// namespace. Processes with equal ids share a kernel and a network namespace, so shared
-/// memory wireup (abstract unix sockets, which are per namespace) and CMA work between them;
-/// containers or namespaces on one machine count as separate hosts.
-pub fn host_id() -> [u8; 16] {
+/// A 16-byte identity of this machine: the kernel's boot id (without one, the hostname,
+/// padded). Processes with equal ids share a kernel, and so its CPUs, whatever network
+/// namespace each runs in.
+pub fn machine_id() -> [u8; 16] {
     static ID: OnceLock<[u8; 16]> = OnceLock::new();
     *ID.get_or_init(|| {
         let text = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
@@ -25,6 +24,18 @@ pub fn host_id() -> [u8; 16] {
                 id[i] = *b;
             }
         }
+        id
+    })
+}
+
+/// A 16-byte identity of this "host": the machine (`machine_id`) mixed with the network
+/// namespace. Processes with equal ids share a kernel and a network namespace, so shared
+/// memory wireup (abstract unix sockets, which are per namespace) and CMA work between them;
+/// containers or namespaces on one machine count as separate hosts.
+pub fn host_id() -> [u8; 16] {
+    static ID: OnceLock<[u8; 16]> = OnceLock::new();
+    *ID.get_or_init(|| {
+        let mut id = machine_id();
         // The network namespace's inode number, folded into the last 8 bytes.
         if let Ok(link) = std::fs::read_link("/proc/self/ns/net") {
             let ns: u64 = link
