@@ -34,7 +34,7 @@ pub struct WaitCfg {
     /// Sleep on the worker's event fd once the spin is over (else spin, yielding).
     pub sleep: bool,
     /// How long to spin before the first sleep: `SHMEM_WAIT_SPIN`, else `SPIN_OWN_CPU`
-    /// when each of this host's PEs has a CPU of its own and `SPIN_SHARED` when not (set
+    /// when each of this machine's PEs has a CPU of its own and `SPIN_SHARED` when not (set
     /// at `init`, once that is known).
     pub spin: Duration,
     /// Whether `spin` came from `SHMEM_WAIT_SPIN`.
@@ -43,17 +43,17 @@ pub struct WaitCfg {
     /// Sleeps start at `FIRST_NAP` and double up to it, so that a wait that outlived the
     /// spin only because its peer lost its CPU for a moment does not pay a whole nap.
     pub nap: Duration,
-    /// This host's PEs outnumber the CPUs they may run on (`cpus`): the PE a wait waits
+    /// This machine's PEs outnumber the CPUs they may run on (`cpus`): the PE a wait waits
     /// for is likely waiting for a CPU, so waits give theirs away at every round, as Open
     /// MPI's do when oversubscribed; else only now and then.
     pub oversubscribed: bool,
 }
 
-/// The spin before a wait sleeps when every PE on this host has a CPU of its own: the
+/// The spin before a wait sleeps when every PE on this machine has a CPU of its own: the
 /// peer a wait waits for is running, so a wait longer than this means it is busy, not
 /// descheduled.
 pub const SPIN_OWN_CPU: Duration = Duration::from_millis(1);
-/// The spin when this host's PEs outnumber their CPUs: sleeping soon gives the CPU to the
+/// The spin when this machine's PEs outnumber their CPUs: sleeping soon gives the CPU to the
 /// PE that is waited for.
 pub const SPIN_SHARED: Duration = Duration::from_micros(50);
 /// The first sleep of a wait (then doubling up to `WaitCfg::nap`).
@@ -311,7 +311,7 @@ fn setup(requested: i32) -> Result<World, String> {
     rt.attach(&worker)?;
     let blob = symmetric::publish(&heap, data.as_ref())?;
     rt.put("shmem-seg", &blob)?;
-    rt.put("shmem-cpus", &crate::cpus::mine())?;
+    rt.put("shmem-cpus", &crate::cpus::published())?;
     rt.exchange().map_err(|e| format!("exchanging keys: {e}"))?;
     let mut hosts = Vec::with_capacity(npes);
     for pe in 0..npes {
@@ -322,13 +322,13 @@ fn setup(requested: i32) -> Result<World, String> {
                 .host,
         );
     }
-    let local: Vec<usize> = (0..npes).filter(|&p| hosts[p] == hosts[me]).collect();
-    let sets = local
-        .iter()
-        .map(|&p| rt.get(p, "shmem-cpus").map(|s| (p, s)))
+    // The PEs of this machine share its CPUs, also those in another network namespace,
+    // which the transport counts as another host (`cpus.rs`).
+    let published = (0..npes)
+        .map(|p| rt.get(p, "shmem-cpus"))
         .collect::<Result<Vec<_>, _>>()?;
-    let cpus = crate::cpus::union_count(sets.iter().map(|(p, s)| (*p, &s[..])))?;
-    wait.oversubscribed = local.len() > cpus;
+    let (local, cpus) = crate::cpus::shared(me, &published)?;
+    wait.oversubscribed = local > cpus;
     if !wait.spin_set {
         wait.spin = if wait.oversubscribed {
             SPIN_SHARED
@@ -337,8 +337,7 @@ fn setup(requested: i32) -> Result<World, String> {
         };
     }
     debug(format_args!(
-        "{} PEs on this host, {cpus} CPUs among them: waits yield {}, spin {:?}",
-        local.len(),
+        "{local} PEs on this machine, {cpus} CPUs among them: waits yield {}, spin {:?}",
         if wait.oversubscribed {
             "at every round"
         } else {

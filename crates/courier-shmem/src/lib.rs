@@ -18,7 +18,7 @@
 //!   data pulled from peers' symmetric buffers).
 //! - `ctx`, `lock`: communication contexts and distributed locks.
 //! - `sem`: Berkeley UPC-style semaphores and the put that signals one (`shmemx.h`).
-//! - `cpus`: whether this host's PEs outnumber their CPUs (how waits spin).
+//! - `cpus`: whether this machine's PEs outnumber their CPUs (how waits spin).
 //! - `error`: the messages that name the call, the argument and why, then the abort.
 //! - `ffi`: the hand-written C entry points; `typed`: the typed ones, written by one macro
 //!   per family for each type that `typed/list.rs` names (generated with `include/shmem.h`
