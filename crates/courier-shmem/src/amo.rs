@@ -199,7 +199,7 @@ fn run<T: Amo>(
                 Started::Pending(_) if store => 0,
                 Started::Pending(_) => {
                     // SAFETY: the operation owns no buffer of ours.
-                    match unsafe { w.worker.request_for(s) }.wait() {
+                    match crate::wait::request(w, unsafe { w.worker.request_for(s) }) {
                         Ok(i) => i.value,
                         Err(e) => fatal(call, format_args!("PE {pe}: {e}")),
                     }

@@ -190,7 +190,7 @@ unsafe fn signal_with(
         Ok(Started::Done(_)) => {}
         Ok(s) => {
             // SAFETY: `src` outlives the wait.
-            if let Err(e) = unsafe { w.worker.request_for(s) }.wait() {
+            if let Err(e) = crate::wait::request(w, unsafe { w.worker.request_for(s) }) {
                 fatal(call, format_args!("PE {to}: {e}"))
             }
         }

@@ -119,7 +119,7 @@ fn failed(call: &str, pe: usize, e: courier::Error) -> ! {
 fn wait(w: &World, call: &str, pe: usize, s: courier::Started) {
     if let courier::Started::Pending(_) = s {
         // SAFETY: the buffers of the operation outlive this wait (the caller's).
-        let r = unsafe { w.worker.request_for(s) }.wait();
+        let r = crate::wait::request(w, unsafe { w.worker.request_for(s) });
         if let Err(e) = r {
             failed(call, pe, e)
         }
@@ -382,7 +382,7 @@ fn strided(
                     failed(call, pe, e)
                 }
             }
-            complete(call, w.peer(call, pe));
+            complete(w, call, w.peer(call, pe));
             take_async_error(call);
         }
     }
@@ -424,7 +424,7 @@ pub fn quiet_all(w: &World, call: &str) {
         // A load first: same-host peers are never marked, and a swap is a locked
         // instruction per peer per quiet.
         if every || (p.sent.load(Ordering::Relaxed) && p.sent.swap(false, Ordering::AcqRel)) {
-            complete(call, p);
+            complete(w, call, p);
         }
     }
     take_async_error(call);
@@ -433,7 +433,7 @@ pub fn quiet_all(w: &World, call: &str) {
 
 /// Wait until the owner has carried out every operation sent to `p` so far (see
 /// `quiet_all`); nothing to do for a peer whose heap is mapped here.
-fn complete(call: &str, p: &crate::symmetric::Peer) {
+fn complete(w: &World, call: &str, p: &crate::symmetric::Peer) {
     let Some(part) = p.parts[0].as_ref() else {
         return;
     };
@@ -442,7 +442,7 @@ fn complete(call: &str, p: &crate::symmetric::Peer) {
     }
     let r =
         p.ep.atomic(courier::AtomicOp::Add, 0, 0, part.base, &part.key, false)
-            .and_then(|r| r.wait());
+            .and_then(|r| crate::wait::request(w, r));
     if let Err(e) = r {
         fatal(call, e)
     }

@@ -128,7 +128,7 @@ pub fn put_signal(
     match s {
         Ok(Started::Pending(id)) if !nbi => {
             // SAFETY: `src` outlives the wait.
-            let r = unsafe { w.worker.request_for(Started::Pending(id)) }.wait();
+            let r = crate::wait::request(w, unsafe { w.worker.request_for(Started::Pending(id)) });
             if let Err(e) = r {
                 fatal(call, format_args!("PE {pe}: {e}"))
             }

@@ -2,7 +2,7 @@
 //! `_all`/`_any`/`_some` and vector forms, `test` and its family.
 //!
 //! A wait looks at the words, progresses the worker (operations from peers over tcp land
-//! only then), yields the CPU now and then (at every round when this host's PEs outnumber
+//! only then), yields the CPU now and then (at every round when this machine's PEs outnumber
 //! their CPUs: `init::WaitCfg`), and after the spin (`SHMEM_WAIT_SPIN`; 1 ms when each PE
 //! has a CPU of its own, 50 us when not) sleeps on the worker's event fd, so that a job of
 //! more PEs than cores still moves: a frame from a peer wakes it at once, a store made
@@ -128,6 +128,15 @@ pub fn block_until(w: &World, mut done: impl FnMut() -> bool) {
             Err(_) => std::thread::yield_now(),
         }
     }
+}
+
+/// Wait for a request of the worker's (an operation through a peer's worker) as the
+/// library's own waits do (`block_until`), not with the request's spin: that one progresses
+/// up to a few milliseconds before it sleeps and never yields, which starves the peer it
+/// waits for when the two share a CPU.
+pub fn request(w: &World, mut r: courier::Request<'_>) -> courier::Result<courier::Info> {
+    block_until(w, || r.test().is_some());
+    r.wait()
 }
 
 fn check_ivars<T>(w: &World, call: &'static str, ivars: *const T, n: usize) {
