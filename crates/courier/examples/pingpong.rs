@@ -4,7 +4,12 @@
 //! cargo run --release --example pingpong -- server            # prints PORT n
 //! cargo run --release --example pingpong -- client PORT 100000
 //! cargo run --release --example pingpong -- client PORT 100000 idle  # cost of an idle progress
+//! cargo run --release --example pingpong -- client PORT 100000 wait  # block in Request::wait
 //! ```
+//!
+//! The server always blocks in `Request::wait` (`Worker::tag_recv`); the client polls,
+//! unless told `wait`. With both blocking, `taskset -c 0` on both shows how the waits
+//! share one CPU.
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -64,12 +69,17 @@ fn main() -> Result<()> {
             let ep =
                 w.connect_sockaddr(([127, 0, 0, 1], port).into(), 1, EndpointParams::default())?;
             ep.wait_connected(std::time::Duration::from_secs(5))?;
+            let block = args.get(4).map(String::as_str) == Some("wait");
             let t = Instant::now();
             for _ in 0..n {
                 // SAFETY: the request is waited for, or dropped (which waits), before its buffer is
                 // used again or goes; it is never forgotten.
                 let mut r = unsafe { w.tag_recv_nb(&mut buf, 1, u64::MAX) }?;
                 ep.tag_send(b"pingpong", 2)?;
+                if block {
+                    r.wait()?;
+                    continue;
+                }
                 while !r.is_done() {
                     w.progress();
                 }
