@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
-use courier_core::{Callback, Error, Info, Started, Status, Worker};
+use courier_core::{Backoff, Callback, Error, Info, Started, Status, Worker};
 
 use crate::ffi::*;
 use crate::handle::*;
@@ -231,7 +231,7 @@ impl courier_request_t {
     /// Progress until complete, or until `deadline` (then `Timeout`, the request still in
     /// flight).
     fn wait(&self, deadline: Option<Instant>) -> Result<courier_status_t, Error> {
-        let mut idle = 0u32;
+        let mut backoff = Backoff::new();
         loop {
             if self.poll().is_some() {
                 return Ok(self.report());
@@ -253,19 +253,12 @@ impl courier_request_t {
                 .clone()
                 .ok_or_else(|| invalid("request has no worker"))?;
             if w.progress() > 0 {
-                idle = 0;
+                backoff.busy();
                 continue;
             }
-            idle += 1;
-            if idle > 1000 {
-                idle = 0;
-                match w.wait(Some(Duration::from_millis(1))) {
-                    Ok(()) => {}
-                    Err(e) if e.status() == Status::Unsupported => std::thread::yield_now(),
-                    // The wrong thread for a single-thread worker, or the worker is gone.
-                    Err(e) => return Err(e),
-                }
-            }
+            // Spin, yield, then sleep; an error is the wrong thread for a single-thread
+            // worker, or a worker that is gone.
+            backoff.idle(&w)?;
         }
     }
 }

@@ -22,7 +22,7 @@ pub use memory::{
     AtomicOp, Cmp, MemAttr, MemMapParams, Memory, MemoryType, SignalOp, access, unshare_in_place,
 };
 pub use onesided::RemoteKey;
-pub use request::Request;
+pub use request::{Backoff, Request};
 pub use scope::Scope;
 pub use semaphore::{SEM_MAX, Semaphore, SemaphoreAt, sem_flags};
 pub use worker::{AmMessage, Worker, WorkerParams};

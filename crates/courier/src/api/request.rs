@@ -187,6 +187,9 @@ impl<'a> Request<'a> {
     }
 
     /// Progress the worker until the request completes.
+    ///
+    /// It spends the progress calls that find nothing as [`Backoff`] says: spin, then give
+    /// the CPU away now and then, then sleep on the worker between calls.
     pub fn wait(mut self) -> Result<Info> {
         self.wait_inner(None)
     }
@@ -197,7 +200,7 @@ impl<'a> Request<'a> {
     }
 
     fn wait_inner(&mut self, deadline: Option<Instant>) -> Result<Info> {
-        let mut idle = 0u32;
+        let mut backoff = Backoff::new();
         loop {
             if let Some(r) = self.test() {
                 return r.clone();
@@ -205,14 +208,11 @@ impl<'a> Request<'a> {
             let Some(w) = self.worker.as_ref() else {
                 continue;
             };
-            if w.progress() == 0 {
-                idle += 1;
-                if idle > 2000 {
-                    let _ = w.wait(Some(Duration::from_millis(1)));
-                    idle = 0;
-                }
+            if w.progress() > 0 {
+                backoff.busy();
             } else {
-                idle = 0;
+                // A sleep that cannot be had (the wrong thread) leaves a spin that yields.
+                let _ = backoff.idle(w);
             }
             if deadline.is_some_and(|d| Instant::now() > d) {
                 return Err(Error::new(
@@ -238,6 +238,110 @@ impl<'a> Request<'a> {
     pub fn cancel(&mut self) -> bool {
         self.done.is_none() && self.worker.as_ref().is_some_and(|w| w.cancel(self.id))
     }
+}
+
+/// How a loop that progresses a worker until something happens spends the progress calls
+/// that find nothing: `Request::wait` uses it, and so can a program's own loop.
+///
+/// It spins while things move. Once nothing has for 5 us it gives the CPU away (a
+/// `sched_yield`) every 32 calls: the process it waits for may need that CPU, and then runs
+/// at once instead of when the scheduler's time slice ends (two processes pinned to one
+/// CPU: a tcp round trip in tens of microseconds, not a millisecond), while a wait that
+/// ends sooner (a ping-pong where each process has a CPU of its own) makes no system call.
+/// After 200 us it sleeps on the worker ([`Worker::wait`], at most 1 ms, ended by any
+/// arrival) between calls; a worker without the wakeup feature yields instead.
+///
+/// ```no_run
+/// # fn f(w: &courier::Worker, done: impl Fn() -> bool) -> courier::Result<()> {
+/// let mut b = courier::Backoff::new();
+/// while !done() {
+///     if w.progress() > 0 {
+///         b.busy();
+///     } else {
+///         b.idle(w)?;
+///     }
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Default)]
+pub struct Backoff {
+    /// Progress calls that found nothing, in a row.
+    idle: u32,
+    /// The first look at the clock since progress last found something.
+    quiet_since: Option<Instant>,
+}
+
+impl Backoff {
+    /// Progress calls that find nothing between two looks at the clock.
+    const LOOK_EVERY: u32 = 32;
+    /// Nothing moved for this long: give the CPU away at each look.
+    const YIELD_AFTER: Duration = Duration::from_micros(5);
+    /// Nothing moved for this long: sleep on the worker at each look.
+    const SPIN: Duration = Duration::from_micros(200);
+    /// The longest sleep.
+    const NAP: Duration = Duration::from_millis(1);
+
+    /// A new wait: it spins first.
+    pub fn new() -> Backoff {
+        Backoff::default()
+    }
+
+    /// A progress call found something: spin again.
+    #[inline]
+    pub fn busy(&mut self) {
+        self.idle = 0;
+        self.quiet_since = None;
+    }
+
+    /// A progress call found nothing: spin on, give the CPU away, or sleep on `worker`, by
+    /// how long nothing has moved. Where the sleep cannot be had it yields instead, and
+    /// returns the error unless it is only that the worker lacks the wakeup feature (the
+    /// wrong thread for a single-thread worker, a worker that is gone).
+    #[inline]
+    pub fn idle(&mut self, worker: &Worker) -> Result<()> {
+        self.idle = self.idle.wrapping_add(1);
+        if !self.idle.is_multiple_of(Self::LOOK_EVERY) {
+            return Ok(());
+        }
+        self.pause(worker)
+    }
+
+    #[inline(never)]
+    fn pause(&mut self, worker: &Worker) -> Result<()> {
+        match self.step(Instant::now()) {
+            Step::Spin => {}
+            Step::Yield => std::thread::yield_now(),
+            Step::Sleep => {
+                if let Err(e) = worker.wait(Some(Self::NAP)) {
+                    std::thread::yield_now();
+                    if e.status() != Status::Unsupported {
+                        return Err(e);
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// What a look at the clock at `now` decides.
+    fn step(&mut self, now: Instant) -> Step {
+        let quiet = now.duration_since(*self.quiet_since.get_or_insert(now));
+        if quiet >= Self::SPIN {
+            Step::Sleep
+        } else if quiet >= Self::YIELD_AFTER {
+            Step::Yield
+        } else {
+            Step::Spin
+        }
+    }
+}
+
+/// What `Backoff` does at a look at the clock.
+#[derive(Debug, PartialEq, Eq)]
+enum Step {
+    Spin,
+    Yield,
+    Sleep,
 }
 
 impl Drop for Request<'_> {
@@ -345,5 +449,45 @@ impl Request<'_> {
             );
         }
         let _ = self.wait_inner(None);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_spins_then_yields_then_sleeps_and_busy_starts_over() {
+        let t0 = Instant::now();
+        let at = |us: u64| t0 + Duration::from_micros(us);
+        let mut b = Backoff::new();
+        // The first look starts the quiet time.
+        assert_eq!(b.step(at(0)), Step::Spin);
+        assert_eq!(b.step(at(4)), Step::Spin);
+        assert_eq!(b.step(at(5)), Step::Yield);
+        assert_eq!(b.step(at(199)), Step::Yield);
+        assert_eq!(b.step(at(200)), Step::Sleep);
+        assert_eq!(b.step(at(5000)), Step::Sleep);
+        // Something moved: the quiet time starts again at the next look.
+        b.busy();
+        assert_eq!(b.step(at(6000)), Step::Spin);
+        assert_eq!(b.step(at(6004)), Step::Spin);
+        assert_eq!(b.step(at(6005)), Step::Yield);
+        assert_eq!(b.step(at(6200)), Step::Sleep);
+    }
+
+    #[test]
+    fn backoff_looks_at_the_clock_once_in_32_idle_calls() {
+        let mut b = Backoff::new();
+        let ctx = crate::Context::new(crate::ContextParams::default()).unwrap();
+        let w = Worker::new(&ctx, crate::WorkerParams::default()).unwrap();
+        for _ in 0..31 {
+            b.idle(&w).unwrap();
+        }
+        assert!(b.quiet_since.is_none(), "looked before the 32nd idle call");
+        b.idle(&w).unwrap();
+        assert!(b.quiet_since.is_some(), "no look at the 32nd idle call");
+        b.busy();
+        assert_eq!((b.idle, b.quiet_since), (0, None));
     }
 }
