@@ -8,7 +8,7 @@
 //! is queued (a small frame gathered on the stack with `send`, a larger one with
 //! `sendmsg`); what the kernel does not take goes into a user-space queue (fixed-size
 //! blocks, recycled as they are written: `chunks`), which `flush` writes out, many small
-//! frames in one system call. Beyond
+//! frames in one system call, at most [`TX_BUDGET`] bytes per progress call. Beyond
 //! [`HIGH_WATER`] queued bytes, `send` answers `NoResource` (back-pressure).
 //!
 //! A full socket is not written to again until the kernel says it is writable: once it
@@ -75,6 +75,11 @@ pub const PREAMBLE: [u8; 8] = *b"COURIER\x01";
 pub const HIGH_WATER: usize = 64 << 20;
 /// Most bytes one `on_readable` call reads.
 pub const RX_BUDGET: usize = 4 << 20;
+/// Most queued bytes written between two `flush` calls (a progress call's round): a peer
+/// that reads as fast as it is written to cannot keep one progress call writing to it (the
+/// answers to a flood of gets, say), and the other links are served in between. A frame
+/// sent while nothing is queued is written from the caller's memory regardless.
+pub const TX_BUDGET: usize = 1 << 20;
 
 const HDR: usize = 4;
 const RX_INITIAL: usize = 256 << 10;
@@ -155,6 +160,8 @@ pub struct Tx {
     /// The kernel took less than it was offered: the socket's send buffer is full, and the
     /// next write waits for `POLLOUT` (`writable`). Only set while bytes are queued.
     full: bool,
+    /// Queued bytes that may still be written before the next `flush` ([`TX_BUDGET`]).
+    budget: usize,
     failed: Option<Error>,
 }
 
@@ -250,6 +257,7 @@ fn halves(
         burst: false,
         next_flush: COALESCE,
         full: false,
+        budget: TX_BUDGET,
         failed: None,
     };
     let rx = Rx {

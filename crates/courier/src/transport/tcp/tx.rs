@@ -159,7 +159,7 @@ impl Tx {
         }
         let hdr = (total as u32).to_le_bytes();
         if self.queued() > 0 && self.queued() + HDR + total > self.high_water {
-            self.flush()?;
+            self.flush_within_budget()?;
             if self.queued() > 0 && self.queued() + HDR + total > self.high_water {
                 return Err(TxError::NoResource);
             }
@@ -184,7 +184,7 @@ impl Tx {
             self.push_copy(p);
         }
         if self.queued() >= self.next_flush {
-            self.flush()?;
+            self.flush_within_budget()?;
         }
         Ok(Sent::Done)
     }
@@ -394,11 +394,13 @@ impl Tx {
     }
 
     /// Write queued pieces with up to `calls` `sendmsg` calls, stopping when the kernel
-    /// refuses; report the tokens of references that were finished.
+    /// refuses or this round's budget is spent (`flush`); report the tokens of references
+    /// that were finished.
     fn write_queue(&mut self, calls: usize) -> Result<()> {
+        let mut budget = self.budget;
         for _ in 0..calls {
             self.pop_markers();
-            if self.segs.is_empty() || !self.writable() {
+            if self.segs.is_empty() || budget == 0 || !self.writable() {
                 break;
             }
             let mut offered = 0;
@@ -410,13 +412,14 @@ impl Tx {
                     match *s {
                         // A copied run is one piece per block it lies in.
                         Seg::Copy(mut len) => {
-                            while len > 0 && n < FLUSH_IOV {
+                            while len > 0 && n < FLUSH_IOV && offered < budget {
                                 let piece = self.q.next_piece(&mut cur, len);
                                 if piece.is_empty() {
                                     debug_assert!(false, "send queue runs past its bytes");
                                     break 'fill;
                                 }
                                 len -= piece.len();
+                                let piece = &piece[..piece.len().min(budget - offered)];
                                 offered += piece.len();
                                 iov[n] = IoSlice::new(piece);
                                 n += 1;
@@ -425,9 +428,10 @@ impl Tx {
                         // Markers (empty references) carry no bytes.
                         Seg::Ref { len: 0, .. } => {}
                         Seg::Ref { addr, len, .. } if n < FLUSH_IOV => {
+                            let len = len.min(budget - offered);
                             // SAFETY: a reference stays valid until its frame's token is
                             // reported (or the queue is abandoned): the owning request
-                            // completes only then.
+                            // completes only then; `len` is at most its length.
                             iov[n] = IoSlice::new(unsafe {
                                 std::slice::from_raw_parts(addr as *const u8, len)
                             });
@@ -436,7 +440,7 @@ impl Tx {
                         }
                         Seg::Ref { .. } => {}
                     }
-                    if n == FLUSH_IOV {
+                    if n == FLUSH_IOV || offered == budget {
                         break;
                     }
                 }
@@ -445,6 +449,8 @@ impl Tx {
             match r {
                 Ok(wrote) => {
                     self.advance(wrote);
+                    budget -= wrote;
+                    self.budget = budget;
                     if wrote < offered {
                         // The socket is full: the next call would be refused.
                         self.full = true;
@@ -520,9 +526,19 @@ impl Tx {
         !self.completed.is_empty()
     }
 
+    /// Write what is queued, up to [`TX_BUDGET`] bytes (a new round of it: progress calls
+    /// this for every link on every call); whether nothing is left.
     #[inline]
     pub(crate) fn flush(&mut self) -> Result<bool> {
-        // Progress calls this for every link on every call: an empty queue answers at once.
+        self.budget = TX_BUDGET;
+        self.flush_within_budget()
+    }
+
+    /// `flush` without a new round: what `send` writes out of the queue counts against the
+    /// round's budget.
+    #[inline]
+    fn flush_within_budget(&mut self) -> Result<bool> {
+        // An empty queue answers at once.
         if self.segs.is_empty() && self.failed.is_none() {
             self.burst = false;
             self.next_flush = COALESCE;

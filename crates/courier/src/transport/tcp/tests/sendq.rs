@@ -222,3 +222,49 @@ fn a_queue_that_grew_big_gives_its_memory_back_as_it_drains() {
         tx.q.allocated()
     );
 }
+
+/// Between two flushes (a progress call's round) at most `TX_BUDGET` queued bytes are
+/// written, however much room the socket has: a peer that reads as fast as it is written
+/// to cannot hold one progress call. The rest leaves at the next flushes, whole and in
+/// order.
+#[test]
+#[cfg_attr(
+    miri,
+    ignore = "sockets and epoll on them: system calls Miri does not model"
+)]
+fn a_round_writes_at_most_the_budget_of_queued_bytes() {
+    // Kernel buffers of megabytes (as far as the system allows): the kernel would take
+    // several times the budget at once.
+    let cfg = cfg(&[("COURIER_TCP_SNDBUF", "4m"), ("COURIER_TCP_RCVBUF", "4m")]);
+    let ((mut tx, _crx), (_atx, mut rx)) = pair_on(LO4, &cfg).unwrap();
+    // A burst of 4 MiB in 1000-byte frames: the first leaves at once, the others are
+    // coalesced, and the queue is written every COALESCE bytes until the round's budget
+    // is spent.
+    let frames: Vec<Vec<u8>> = (0..4 << 10).map(|i| pattern(i, 1000)).collect();
+    for f in &frames {
+        tx.send(&[f]).unwrap();
+    }
+    let first = (HDR + 1000) as u64;
+    assert!(
+        tx.drained() <= first + TX_BUDGET as u64,
+        "{} bytes written in one round (budget {TX_BUDGET})",
+        tx.drained()
+    );
+    assert!(
+        tx.drained() > first,
+        "the queue was never written during the burst"
+    );
+    // A new round: up to the budget again, and more is left.
+    let before = tx.drained();
+    assert!(
+        !tx.flush().unwrap(),
+        "4 MiB left in two rounds of {TX_BUDGET}"
+    );
+    let wrote = tx.drained() - before;
+    assert!(
+        wrote > 0 && wrote <= TX_BUDGET as u64,
+        "a flush wrote {wrote} bytes (budget {TX_BUDGET})"
+    );
+    check(&frames, &receive_all(&mut tx, &mut rx, frames.len()));
+    assert_eq!(tx.queued(), 0);
+}
