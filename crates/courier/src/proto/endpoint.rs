@@ -9,7 +9,7 @@ use rustix::event::epoll;
 use super::State;
 use super::fdpoll::watch;
 use super::request::ErrorHandler;
-use super::request::{ReqKind, make_id};
+use super::request::make_id;
 use super::rndv::PushJob;
 use super::send::Pending;
 use crate::base::lock::StateCell;
@@ -466,13 +466,7 @@ impl State {
             Some(tx) => tx.flush()?,
             None => true,
         };
-        let sends = self.reqs.slots.iter().any(|s| {
-            s.live
-                && !s.done
-                && s.ep == Some(e)
-                && matches!(s.kind, ReqKind::Send | ReqKind::Rma | ReqKind::Get)
-        });
-        Ok(flushed && !sends)
+        Ok(flushed && !self.inflight.outgoing(e))
     }
 
     /// The end of a flush that had nothing to wait for. Puts and atomics into a same-host

@@ -59,14 +59,9 @@ impl State {
             return;
         }
         self.limits.keepalive_looked = Some(now);
-        let mut waited = vec![false; self.eps.slots.len()];
-        for s in self.reqs.slots.iter().filter(|s| s.live && !s.done) {
-            if let Some(w) = s.ep.and_then(|e| waited.get_mut(e as usize)) {
-                *w = true;
-            }
-        }
         for e in self.progress.active.clone() {
             let failing = self.progress.link_errors.iter().any(|(x, _)| *x == e);
+            let requests = self.inflight.any(e);
             let Some(ep) = self.ep(e) else { continue };
             if !ep.is_connected() {
                 continue;
@@ -80,7 +75,7 @@ impl State {
             if timeout == Duration::MAX {
                 continue;
             }
-            let waits = waited.get(e as usize).copied().unwrap_or(false)
+            let waits = requests
                 || !ep.pending.is_empty()
                 || !ep.push.is_empty()
                 || ep.tx.as_ref().is_some_and(|t| t.queued() > 0);

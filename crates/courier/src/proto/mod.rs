@@ -60,6 +60,8 @@ pub(crate) struct State {
     mem: Arc<memreg::MemRegistry>,
     /// Requests in flight (`request.rs`).
     reqs: Slab<ReqSlot>,
+    /// How many of them wait on each endpoint (`request.rs`).
+    inflight: request::InFlight,
     /// Endpoints (`endpoint.rs`).
     eps: Slab<EpSlot>,
     /// A host copy of device memory waiting for the request the operation being started
@@ -113,6 +115,7 @@ impl State {
             cfg,
             mem,
             reqs: Slab::default(),
+            inflight: Default::default(),
             eps: Slab::default(),
             parked: None,
             written: Vec::new(),

@@ -63,6 +63,58 @@ pub(crate) enum ReqKind {
     Get,
 }
 
+/// Requests in flight (live, not done) per endpoint index, by direction: what a flush
+/// waits for (sends, puts, atomics, gets) and what the keepalive counts as this side waiting
+/// on the peer (those and receives matched to the endpoint). Kept as requests start,
+/// complete, are freed or are matched to an endpoint, so that neither looks at every
+/// request slot: the slots only grow, and a program that once had a million requests in
+/// flight would pay for them at every flush and keepalive pass. Indexed like the endpoint
+/// table; a request counts for its endpoint's index until it completes, as a scan of the
+/// slots would count it.
+#[derive(Default)]
+pub(crate) struct InFlight {
+    by_ep: Vec<[u32; 2]>,
+}
+
+impl InFlight {
+    /// 0: a request the flush waits for; 1: a receive.
+    #[inline]
+    fn class(kind: ReqKind) -> usize {
+        match kind {
+            ReqKind::Send | ReqKind::Rma | ReqKind::Get => 0,
+            ReqKind::TagRecv | ReqKind::StreamRecv | ReqKind::AmData => 1,
+        }
+    }
+
+    #[inline]
+    fn add(&mut self, e: u32, kind: ReqKind) {
+        let i = e as usize;
+        if i >= self.by_ep.len() {
+            self.by_ep.resize(i + 1, [0; 2]);
+        }
+        self.by_ep[i][Self::class(kind)] += 1;
+    }
+
+    #[inline]
+    fn sub(&mut self, e: u32, kind: ReqKind) {
+        if let Some(c) = self.by_ep.get_mut(e as usize) {
+            let c = &mut c[Self::class(kind)];
+            debug_assert!(*c > 0, "in-flight count of endpoint {e} below zero");
+            *c = c.saturating_sub(1);
+        }
+    }
+
+    /// Whether sends, puts, atomics or gets on endpoint `e` are in flight.
+    pub(crate) fn outgoing(&self, e: u32) -> bool {
+        self.by_ep.get(e as usize).is_some_and(|c| c[0] > 0)
+    }
+
+    /// Whether any request waits on endpoint `e`.
+    pub(crate) fn any(&self, e: u32) -> bool {
+        self.by_ep.get(e as usize).is_some_and(|c| c[0] + c[1] > 0)
+    }
+}
+
 pub(crate) struct ReqSlot {
     pub(in crate::proto) generation: u32,
     pub(in crate::proto) live: bool,
@@ -240,6 +292,9 @@ impl State {
             }
         };
         let stage = self.parked.take();
+        if let Some(e) = ep {
+            self.inflight.add(e, kind);
+        }
         // In bounds: a free index checked above, or the slot just pushed.
         let s = &mut self.reqs.slots[idx];
         // Generations start at 1, so no request id is 0: the wire uses 0 for "no request"
@@ -277,11 +332,46 @@ impl State {
     }
 
     pub(crate) fn req_free(&mut self, id: u64) {
-        let (_, idx) = split_id(id);
-        if let Some(s) = self.req(id) {
-            s.release();
-            self.reqs.free.push(idx);
+        let (generation, idx) = split_id(id);
+        let Some(s) = self
+            .reqs
+            .slots
+            .get_mut(idx as usize)
+            .filter(|s| s.live && s.generation == generation)
+        else {
+            return;
+        };
+        if !s.done
+            && let Some(e) = s.ep
+        {
+            self.inflight.sub(e, s.kind);
         }
+        s.release();
+        self.reqs.free.push(idx);
+    }
+
+    /// Request `id` is matched to endpoint `e` (a receive posted for any endpoint, now
+    /// receiving from `e`): it waits on `e` from now on.
+    pub(crate) fn req_set_ep(&mut self, id: u64, e: u32) {
+        let (generation, idx) = split_id(id);
+        let Some(s) = self
+            .reqs
+            .slots
+            .get_mut(idx as usize)
+            .filter(|s| s.live && s.generation == generation)
+        else {
+            return;
+        };
+        if s.ep == Some(e) {
+            return;
+        }
+        if !s.done {
+            if let Some(old) = s.ep {
+                self.inflight.sub(old, s.kind);
+            }
+            self.inflight.add(e, s.kind);
+        }
+        s.ep = Some(e);
     }
 
     /// The result of request `id` if it has completed, which frees its slot: one lookup
@@ -331,6 +421,9 @@ impl State {
         }
 
         s.done = true;
+        if let Some(e) = s.ep {
+            self.inflight.sub(e, s.kind);
+        }
         s.info = info;
         // Device memory: the host copy goes to the device before anyone hears of it.
         let result = match s.stage.take() {
@@ -370,12 +463,18 @@ impl State {
                     value: 0,
                 };
                 s.done = true;
+                if let Some(e) = s.ep {
+                    self.inflight.sub(e, s.kind);
+                }
                 s.info = info;
                 s.result = Ok(info);
             }
             (&Callback::Raw(f, user), Buf::One(_)) => {
                 // Neither a plain function nor one segment needs a drop: forget them.
                 s.done = true;
+                if let Some(e) = s.ep {
+                    self.inflight.sub(e, s.kind);
+                }
                 s.info = Info {
                     length: len,
                     tag,
@@ -492,5 +591,86 @@ mod tests {
             "a request in flight is reclaimed as in flight"
         );
         assert!(!st.req_reclaim(make_id(1, idx)));
+    }
+
+    /// The counts `InFlight` keeps, against a scan of every slot (what keepalive and flush
+    /// did before it).
+    fn assert_counts_match_slots(st: &State) {
+        let most = st.inflight.by_ep.len().max(8) as u32;
+        for e in 0..most {
+            let live = |out: bool| {
+                st.reqs.slots.iter().any(|s| {
+                    s.live
+                        && !s.done
+                        && s.ep == Some(e)
+                        && (!out || matches!(s.kind, ReqKind::Send | ReqKind::Rma | ReqKind::Get))
+                })
+            };
+            assert_eq!(
+                st.inflight.outgoing(e),
+                live(true),
+                "endpoint {e}, outgoing"
+            );
+            assert_eq!(st.inflight.any(e), live(false), "endpoint {e}, any");
+        }
+    }
+
+    fn noop(_: usize, _: Result<Info, Error>, _: Info) {}
+
+    #[test]
+    fn in_flight_counts_follow_requests_through_every_way_out() {
+        let mut st = state();
+        // A send, completed and taken.
+        let send = st.req_alloc(ReqKind::Send, Some(3), Buf::EMPTY, Callback::None);
+        assert!(st.inflight.outgoing(3) && st.inflight.any(3));
+        assert_counts_match_slots(&st);
+        st.complete(send, Ok(Info::default()));
+        assert!(!st.inflight.any(3));
+        assert_counts_match_slots(&st);
+        // A receive for any endpoint, matched to 3, then to 5 (a wildcard's rendezvous),
+        // completed in line.
+        let recv = st.req_alloc(ReqKind::TagRecv, None, Buf::EMPTY, Callback::None);
+        assert!(!st.inflight.any(3));
+        st.req_set_ep(recv, 3);
+        assert!(st.inflight.any(3) && !st.inflight.outgoing(3));
+        assert_counts_match_slots(&st);
+        st.req_set_ep(recv, 5);
+        assert!(!st.inflight.any(3) && st.inflight.any(5));
+        assert_counts_match_slots(&st);
+        st.complete_small(split_id(recv).1, 0, 7);
+        assert!(!st.inflight.any(5));
+        assert_counts_match_slots(&st);
+        // Matching a completed request counts nothing.
+        st.req_set_ep(recv, 6);
+        assert!(!st.inflight.any(6));
+        // A get freed before it completed (an operation that failed to start).
+        let get = st.req_alloc(ReqKind::Get, Some(2), Buf::EMPTY, Callback::None);
+        assert!(st.inflight.outgoing(2));
+        st.req_free(get);
+        assert!(!st.inflight.any(2));
+        assert_counts_match_slots(&st);
+        // Puts with a plain callback: completed whole, and in line.
+        let put = st.req_alloc(ReqKind::Rma, Some(2), Buf::EMPTY, Callback::Raw(noop, 0));
+        let am = st.req_alloc(
+            ReqKind::AmData,
+            Some(4),
+            Buf::One((0, 0)),
+            Callback::Raw(noop, 0),
+        );
+        assert!(st.inflight.outgoing(2) && st.inflight.any(4) && !st.inflight.outgoing(4));
+        assert_counts_match_slots(&st);
+        st.complete(put, Ok(Info::default()));
+        st.complete_small(split_id(am).1, 0, 0);
+        assert!(!st.inflight.any(2) && !st.inflight.any(4));
+        assert_counts_match_slots(&st);
+        // A detached one frees itself at completion; two in flight on one endpoint.
+        let a = st.req_alloc(ReqKind::Send, Some(1), Buf::EMPTY, Callback::None);
+        let b = st.req_alloc(ReqKind::Rma, Some(1), Buf::EMPTY, Callback::None);
+        st.req_detach(a);
+        st.complete(a, Ok(Info::default()));
+        assert!(st.inflight.outgoing(1), "b is still in flight");
+        st.complete(b, Err(Status::Canceled.into()));
+        assert!(!st.inflight.any(1));
+        assert_counts_match_slots(&st);
     }
 }

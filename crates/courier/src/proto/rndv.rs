@@ -149,10 +149,10 @@ impl State {
         segs: &[(u64, u64)],
         key: Option<&[u8]>,
     ) {
+        self.req_set_ep(id, e);
         let Some(s) = self.req(id) else { return };
         let cap = s.buf.len();
         let want = len.min(cap);
-        s.ep = Some(e);
         s.expect = want;
         s.got = 0;
         s.real_len = len;

@@ -521,8 +521,8 @@ impl State {
             }
         };
         if let Some(id) = self.match_expected(tag) {
+            self.req_set_ep(id, e);
             if let Some(s) = self.req(id) {
-                s.ep = Some(e);
                 s.tag = tag;
             }
             self.rndv_receive(e, id, sreq, len, tag, &segs, key);
