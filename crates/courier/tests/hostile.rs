@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use courier::*;
 
 mod common;
-use common::cputime::{CallTimes, thread_cpu_ns};
+use common::cputime::{CallTimes, thread_cpu_ns, thread_usage};
 
 /// Pings waiting for their answer: the endpoint and the data.
 type Replies = Arc<Mutex<Vec<(Endpoint, Vec<u8>)>>>;
@@ -113,10 +113,12 @@ fn run_victim() -> i32 {
         // Pings are answered after every progress call, as a server answers what arrives:
         // answering only once the worker is idle would let a flooding peer (whose bytes
         // keep a tcp link busy for hundreds of calls in a row) postpone every answer.
-        let t0 = calls.as_ref().map(|_| thread_cpu_ns());
+        let t0 = calls.as_ref().map(|_| (thread_cpu_ns(), thread_usage()));
         let busy = w.progress() > 0;
-        if let (Some(c), Some(t0)) = (calls.as_mut(), t0) {
-            c.add(thread_cpu_ns().saturating_sub(t0));
+        if let (Some(c), Some((t0, u0))) = (calls.as_mut(), t0) {
+            c.add(thread_cpu_ns().saturating_sub(t0), || {
+                thread_usage().since(u0)
+            });
         }
         let replies: Vec<_> = std::mem::take(&mut *queue.lock().unwrap());
         for (ep, data) in replies {
