@@ -3,12 +3,13 @@
 # seconds with a small budget): 60 s floods of unexpected tag messages, stream bytes and
 # unanswered gets against a victim with the default budget, over shm and tcp (the victim's
 # peak RSS over its idle RSS, a legitimate client's round trips meanwhile, once polling for
-# its answers and once sleeping until they come); 500 idle
+# its answers, once waiting as the library's blocking waits do (courier::Backoff: spin,
+# yield, sleep) and once sleeping until they come); 500 idle
 # connections in setup (the victim's CPU, the client's round trips meanwhile).
-#   bench/hostile.sh            # 60 s floods (about 13 minutes in all)
+#   bench/hostile.sh            # 60 s floods (about 20 minutes in all)
 #   COURIER_TEST_BENCH_SECS=10 bench/hostile.sh
 #   COURIER_TEST_BENCH_TLS=tcp COURIER_TEST_BENCH_FLOODS=tag,stream,get,idle \
-#       COURIER_TEST_BENCH_CLIENT=busy,wait bench/hostile.sh
+#       COURIER_TEST_BENCH_CLIENT=busy,backoff,wait bench/hostile.sh
 # Prints one BENCH line per case; bench/analysis.md records the last run.
 set -euo pipefail
 cd "$(dirname "$0")/.."

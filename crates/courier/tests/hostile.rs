@@ -399,10 +399,21 @@ fn cpu(pid: i32) -> Duration {
     Duration::from_nanos(ticks * 1_000_000_000 / hz.max(1))
 }
 
+/// How the legitimate client waits for each answer.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum ClientWait {
+    /// Progress its worker in a loop, never giving the CPU away.
+    Poll,
+    /// As the library's blocking waits do (`courier::Backoff`): spin, yield, then sleep.
+    Backoff,
+    /// Sleep until its worker has an event.
+    Sleep,
+}
+
 /// A legitimate client of the victim: round trips of an active message, waiting for each
-/// answer by polling its worker (`busy`) or by sleeping until the worker has an event.
+/// answer as `wait` says.
 struct Client {
-    busy: bool,
+    wait: ClientWait,
     _ctx: Context,
     w: Worker,
     ep: Endpoint,
@@ -421,7 +432,7 @@ impl Client {
         .unwrap();
         let ep = w.connect(addr, EndpointParams::default()).unwrap();
         let c = Client {
-            busy: true,
+            wait: ClientWait::Poll,
             _ctx: ctx,
             w,
             ep,
@@ -441,9 +452,18 @@ impl Client {
             ..Default::default()
         };
         self.ep.am_send(AM_PING, b"", b"ping", flags).unwrap();
+        let mut backoff = courier::Backoff::new();
         while *self.got.lock().unwrap() == before {
-            if self.w.progress() == 0 && !self.busy && self.w.arm().unwrap_or(false) {
-                let _ = self.w.wait(Some(Duration::from_millis(50)));
+            let moved = self.w.progress() > 0;
+            match self.wait {
+                ClientWait::Poll => {}
+                ClientWait::Backoff if moved => backoff.busy(),
+                ClientWait::Backoff => backoff.idle(&self.w).unwrap(),
+                ClientWait::Sleep => {
+                    if !moved && self.w.arm().unwrap_or(false) {
+                        let _ = self.w.wait(Some(Duration::from_millis(50)));
+                    }
+                }
             }
             assert!(
                 t0.elapsed() < Duration::from_secs(30),
@@ -890,8 +910,9 @@ fn bench_hostile() {
         .filter(|t| only("COURIER_TEST_BENCH_TLS", t))
     {
         // The client waits by polling (three busy processes on two CPUs here: its tail is
-        // mostly the scheduler's) and by sleeping until its worker has an event.
-        let modes = ["busy", "wait"].into_iter();
+        // mostly the scheduler's), as the library's blocking waits do (spin, yield, then
+        // sleep), and by sleeping until its worker has an event.
+        let modes = ["busy", "backoff", "wait"].into_iter();
         for (kind, mode) in ["tag", "stream", "get"]
             .into_iter()
             .filter(|k| only("COURIER_TEST_BENCH_FLOODS", k))
@@ -903,7 +924,11 @@ fn bench_hostile() {
             let rkey = victim.read("RKEY");
             let base = victim.read("BASE");
             let mut client = Client::connect(&unhex(&addr), tls);
-            client.busy = mode == "busy";
+            client.wait = match mode {
+                "busy" => ClientWait::Poll,
+                "backoff" => ClientWait::Backoff,
+                _ => ClientWait::Sleep,
+            };
             let idle = vm(victim.pid(), "VmRSS:");
             let mut env = vec![
                 ("COURIER_TEST_FLOOD", kind.to_string()),
