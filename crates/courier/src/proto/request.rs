@@ -212,6 +212,15 @@ pub(crate) fn split_id(id: u64) -> (u32, u32) {
     ((id >> 32) as u32, id as u32)
 }
 
+/// The live slot of `slots` that `id` names, if the id is current.
+#[inline]
+fn live_slot(slots: &mut [ReqSlot], id: u64) -> Option<&mut ReqSlot> {
+    let (generation, idx) = split_id(id);
+    slots
+        .get_mut(idx as usize)
+        .filter(|s| s.live && s.generation == generation)
+}
+
 impl State {
     /// Cancel a request that has not started moving data. Returns whether it was canceled.
     pub(crate) fn cancel(&mut self, id: u64) -> bool {
@@ -324,21 +333,12 @@ impl State {
     /// The live slot for `id`, if the id is current.
     #[inline]
     pub(crate) fn req(&mut self, id: u64) -> Option<&mut ReqSlot> {
-        let (generation, idx) = split_id(id);
-        self.reqs
-            .slots
-            .get_mut(idx as usize)
-            .filter(|s| s.live && s.generation == generation)
+        live_slot(&mut self.reqs.slots, id)
     }
 
     pub(crate) fn req_free(&mut self, id: u64) {
-        let (generation, idx) = split_id(id);
-        let Some(s) = self
-            .reqs
-            .slots
-            .get_mut(idx as usize)
-            .filter(|s| s.live && s.generation == generation)
-        else {
+        // The slot through its own field, not `req`: `inflight` is borrowed beside it.
+        let Some(s) = live_slot(&mut self.reqs.slots, id) else {
             return;
         };
         if !s.done
@@ -347,19 +347,13 @@ impl State {
             self.inflight.sub(e, s.kind);
         }
         s.release();
-        self.reqs.free.push(idx);
+        self.reqs.free.push(split_id(id).1);
     }
 
     /// Request `id` is matched to endpoint `e` (a receive posted for any endpoint, now
     /// receiving from `e`): it waits on `e` from now on.
     pub(crate) fn req_set_ep(&mut self, id: u64, e: u32) {
-        let (generation, idx) = split_id(id);
-        let Some(s) = self
-            .reqs
-            .slots
-            .get_mut(idx as usize)
-            .filter(|s| s.live && s.generation == generation)
-        else {
+        let Some(s) = live_slot(&mut self.reqs.slots, id) else {
             return;
         };
         if s.ep == Some(e) {
