@@ -15,5 +15,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$PATH:$HOME/.cargo/bin"
 cargo test --release -p courier --test hostile --no-run
-cargo test --release -p courier --test hostile -- --ignored --exact bench_hostile \
+cargo test --release -p courier --test hostile -- --ignored --exact bench::bench_hostile \
     --nocapture --test-threads=1 2>&1 | grep -oE 'BENCH.*|test result.*|panicked.*' || true
