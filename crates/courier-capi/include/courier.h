@@ -1524,7 +1524,10 @@ courier_status_t courier_request_test(const courier_request_t *req);
 
 /**
  * Progress the request's worker until the request completes; returns its final status.
- * Must run on a thread allowed to progress the worker, never inside a callback.
+ * Must run on a thread allowed to progress the worker, never inside a callback. Between
+ * progress calls that find nothing it spins, then (after 5 us of nothing) gives the CPU
+ * away now and then, for a process that shares it, then (after 200 us) sleeps on the
+ * worker until something arrives: Rust's `courier::Backoff`.
  */
 courier_status_t courier_request_wait(const courier_request_t *req);
 

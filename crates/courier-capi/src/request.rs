@@ -343,7 +343,10 @@ pub unsafe extern "C" fn courier_request_test(req: *const courier_request_t) -> 
 }
 
 /// Progress the request's worker until the request completes; returns its final status.
-/// Must run on a thread allowed to progress the worker, never inside a callback.
+/// Must run on a thread allowed to progress the worker, never inside a callback. Between
+/// progress calls that find nothing it spins, then (after 5 us of nothing) gives the CPU
+/// away now and then, for a process that shares it, then (after 200 us) sleeps on the
+/// worker until something arrives: Rust's `courier::Backoff`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn courier_request_wait(req: *const courier_request_t) -> courier_status_t {
     boundary(|| get(req, "req")?.wait(None))
