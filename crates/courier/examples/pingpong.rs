@@ -5,6 +5,7 @@
 //! cargo run --release --example pingpong -- client PORT 100000
 //! cargo run --release --example pingpong -- client PORT 100000 idle  # cost of an idle progress
 //! cargo run --release --example pingpong -- client PORT 100000 wait  # block in Request::wait
+//! cargo run --release --example pingpong -- client PORT 100000 flush # 8-byte put + flush
 //! ```
 //!
 //! The server always blocks in `Request::wait` (`Worker::tag_recv`); the client polls,
@@ -47,6 +48,11 @@ fn main() -> Result<()> {
                     break ep;
                 }
             };
+            // A region for the client's puts (`flush` mode): its address and key first.
+            let mem = ctx.mem_map(MemMapParams::allocate(4096))?;
+            let mut hello = (mem.as_ptr() as u64).to_le_bytes().to_vec();
+            hello.extend(mem.pack_rkey()?);
+            ep.tag_send(&hello, 3)?;
             loop {
                 let info = match w.tag_recv(&mut buf, 0, 0) {
                     Ok(i) => i,
@@ -69,7 +75,29 @@ fn main() -> Result<()> {
             let ep =
                 w.connect_sockaddr(([127, 0, 0, 1], port).into(), 1, EndpointParams::default())?;
             ep.wait_connected(std::time::Duration::from_secs(5))?;
+            let mut hello = [0u8; 1024];
+            let got = w.tag_recv(&mut hello, 3, u64::MAX)?.length.min(hello.len());
             let block = args.get(4).map(String::as_str) == Some("wait");
+            if args.get(4).map(String::as_str) == Some("flush") {
+                // Puts to the server's region, each flushed: the server, blocked in its
+                // receive's wait, answers them as its worker progresses.
+                let raddr =
+                    u64::from_le_bytes(hello[..8].try_into().map_err(|_| Status::InvalidParam)?);
+                let key = ep.rkey_unpack(&hello[8..got])?;
+                let t = Instant::now();
+                for i in 0..n {
+                    ep.put(&i.to_le_bytes(), raddr, &key)?;
+                    ep.flush()?;
+                }
+                println!(
+                    "{} put + flush over {:?}: {:.3} us each",
+                    n,
+                    ep.transport(),
+                    t.elapsed().as_secs_f64() * 1e6 / n as f64
+                );
+                ep.tag_send(b"", 0)?;
+                return Ok(());
+            }
             let t = Instant::now();
             for _ in 0..n {
                 // SAFETY: the request is waited for, or dropped (which waits), before its buffer is
