@@ -2,7 +2,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::request::Request;
+use super::request::{Backoff, Request};
 use super::worker::Worker;
 use crate::base::lock::Guard;
 use crate::base::{Error, Result, Status};
@@ -433,6 +433,8 @@ impl Endpoint {
     /// Wait until every send on this endpoint has completed and left this process. Gives
     /// up (`Timeout`) after `give_up_after` without progress: a slow link that keeps taking
     /// data is waited for, a peer that takes nothing is not.
+    /// Between progress calls that find nothing it spins, yields, then sleeps, as
+    /// [`Request::wait`] does ([`Backoff`]).
     pub fn flush(&self) -> Result<()> {
         let limit = self.worker.context().config().give_up_after();
         let mut deadline = Instant::now() + limit;
@@ -442,6 +444,8 @@ impl Endpoint {
         // Everything sent has left and every acknowledged operation is answered; then the
         // target confirms the unacknowledged puts, and reports any it refused.
         let mut confirm: Option<u64> = None;
+        // Between progress calls that find nothing: spin, yield, sleep, as `Request::wait`.
+        let mut backoff = Backoff::new();
         loop {
             if self.with(|st, e| st.ep_quiet(e))? {
                 match confirm {
@@ -452,7 +456,12 @@ impl Endpoint {
                     Some(_) => return self.with(|st, e| st.rma_take_error(e).map_or(Ok(()), Err)),
                 }
             }
-            self.worker.progress();
+            if self.worker.progress() > 0 {
+                backoff.busy();
+            } else {
+                // A sleep that cannot be had leaves a spin that yields.
+                let _ = backoff.idle(&self.worker);
+            }
             looked = looked.wrapping_add(1);
             if looked.is_multiple_of(64) && self.moved(&mut backlog)? {
                 deadline = Instant::now() + limit;
