@@ -484,6 +484,33 @@ fn victim_env() -> Vec<(&'static str, String)> {
         .collect()
 }
 
+/// The flooder's environment: a flood of `kind` over `tls` of at most `bytes`, `secs` and
+/// `rounds`, against the victim's address, key and base (as it printed them).
+fn flood_env(
+    kind: &str,
+    tls: &str,
+    bytes: usize,
+    secs: u64,
+    rounds: u64,
+    [addr, rkey, base]: [String; 3],
+) -> Vec<(&'static str, String)> {
+    let mut env = vec![
+        ("COURIER_TEST_FLOOD", kind.to_string()),
+        ("COURIER_TEST_FLOOD_BYTES", bytes.to_string()),
+        ("COURIER_TEST_FLOOD_SECS", secs.to_string()),
+        ("COURIER_TEST_FLOOD_ROUNDS", rounds.to_string()),
+        ("COURIER_TEST_ADDR", addr),
+        ("COURIER_TEST_RKEY", rkey),
+        ("COURIER_TEST_BASE", base),
+        ("COURIER_TLS", tls.to_string()),
+    ];
+    if kind == "get" {
+        // Through the owner, not by single-copy reads of its memory.
+        env.push(("COURIER_SHM_CMA", "no".into()));
+    }
+    env
+}
+
 /// A flood of `kind` over `tls` against a victim with a small budget: the victim's peak
 /// RSS stays within idle + `bound_mib`, it names the limit, and a legitimate client's
 /// round trips go on during and after it.
@@ -496,20 +523,7 @@ fn flood(kind: &str, tls: &str, var: &str, bound_mib: usize) {
     let idle = vm(victim.pid(), "VmRSS:");
     // A flood of up to 512 MiB over 3 connections in turn: without limits the victim
     // would keep most of it.
-    let mut env = vec![
-        ("COURIER_TEST_FLOOD", kind.to_string()),
-        ("COURIER_TEST_FLOOD_BYTES", (512usize << 20).to_string()),
-        ("COURIER_TEST_FLOOD_SECS", "60".to_string()),
-        ("COURIER_TEST_FLOOD_ROUNDS", "3".to_string()),
-        ("COURIER_TEST_ADDR", addr),
-        ("COURIER_TEST_RKEY", rkey),
-        ("COURIER_TEST_BASE", base),
-        ("COURIER_TLS", tls.to_string()),
-    ];
-    if kind == "get" {
-        // Through the owner, not by single-copy reads of its memory.
-        env.push(("COURIER_SHM_CMA", "no".into()));
-    }
+    let env = flood_env(kind, tls, 512 << 20, 60, 3, [addr, rkey, base]);
     let mut flooder = Proc::start("flood", &env);
     // Round trips while it floods.
     let mut trips = 0;

@@ -55,19 +55,7 @@ fn bench_hostile() {
                 _ => ClientWait::Sleep,
             };
             let idle = vm(victim.pid(), "VmRSS:");
-            let mut env = vec![
-                ("COURIER_TEST_FLOOD", kind.to_string()),
-                ("COURIER_TEST_FLOOD_BYTES", usize::MAX.to_string()),
-                ("COURIER_TEST_FLOOD_SECS", secs.to_string()),
-                ("COURIER_TEST_FLOOD_ROUNDS", "1000000".to_string()),
-                ("COURIER_TEST_ADDR", addr),
-                ("COURIER_TEST_RKEY", rkey),
-                ("COURIER_TEST_BASE", base),
-                ("COURIER_TLS", tls.to_string()),
-            ];
-            if kind == "get" {
-                env.push(("COURIER_SHM_CMA", "no".into()));
-            }
+            let env = flood_env(kind, tls, usize::MAX, secs, 1_000_000, [addr, rkey, base]);
             let mut flooder = Proc::start("flood", &env);
             let mut rtts = Vec::new();
             let t0 = Instant::now();
