@@ -397,9 +397,9 @@ impl Tx {
     /// refuses or this round's budget is spent (`flush`); report the tokens of references
     /// that were finished.
     fn write_queue(&mut self, calls: usize) -> Result<()> {
-        let mut budget = self.budget;
         for _ in 0..calls {
             self.pop_markers();
+            let budget = self.budget;
             if self.segs.is_empty() || budget == 0 || !self.writable() {
                 break;
             }
@@ -449,8 +449,7 @@ impl Tx {
             match r {
                 Ok(wrote) => {
                     self.advance(wrote);
-                    budget -= wrote;
-                    self.budget = budget;
+                    self.budget -= wrote;
                     if wrote < offered {
                         // The socket is full: the next call would be refused.
                         self.full = true;
