@@ -104,6 +104,14 @@ impl InFlight {
         }
     }
 
+    /// Slot `s`, in flight until now, is done or freed: it waits on its endpoint no more.
+    #[inline]
+    fn leave(&mut self, s: &ReqSlot) {
+        if let Some(e) = s.ep {
+            self.sub(e, s.kind);
+        }
+    }
+
     /// Whether sends, puts, atomics or gets on endpoint `e` are in flight.
     pub(crate) fn outgoing(&self, e: u32) -> bool {
         self.by_ep.get(e as usize).is_some_and(|c| c[0] > 0)
@@ -341,10 +349,8 @@ impl State {
         let Some(s) = live_slot(&mut self.reqs.slots, id) else {
             return;
         };
-        if !s.done
-            && let Some(e) = s.ep
-        {
-            self.inflight.sub(e, s.kind);
+        if !s.done {
+            self.inflight.leave(s);
         }
         s.release();
         self.reqs.free.push(split_id(id).1);
@@ -415,9 +421,7 @@ impl State {
         }
 
         s.done = true;
-        if let Some(e) = s.ep {
-            self.inflight.sub(e, s.kind);
-        }
+        self.inflight.leave(s);
         s.info = info;
         // Device memory: the host copy goes to the device before anyone hears of it.
         let result = match s.stage.take() {
@@ -457,18 +461,14 @@ impl State {
                     value: 0,
                 };
                 s.done = true;
-                if let Some(e) = s.ep {
-                    self.inflight.sub(e, s.kind);
-                }
+                self.inflight.leave(s);
                 s.info = info;
                 s.result = Ok(info);
             }
             (&Callback::Raw(f, user), Buf::One(_)) => {
                 // Neither a plain function nor one segment needs a drop: forget them.
                 s.done = true;
-                if let Some(e) = s.ep {
-                    self.inflight.sub(e, s.kind);
-                }
+                self.inflight.leave(s);
                 s.info = Info {
                     length: len,
                     tag,
