@@ -102,28 +102,23 @@ fn bench_hostile() {
             idle.push(s);
         }
     }
-    std::thread::sleep(Duration::from_secs(1));
-    let c0 = cpu(victim.pid());
-    let t0 = Instant::now();
-    let mut rtts = Vec::new();
-    while t0.elapsed() < Duration::from_secs(10) {
-        rtts.push(client.round_trip());
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    let spent = cpu(victim.pid()) - c0;
-    let window = t0.elapsed();
+    // After a second's settling: 10 s of round trips, one every 10 ms, and the victim's
+    // CPU time (and the wall time) meanwhile.
+    let trips = |client: &Client| {
+        std::thread::sleep(Duration::from_secs(1));
+        let c0 = cpu(victim.pid());
+        let t0 = Instant::now();
+        let mut rtts = Vec::new();
+        while t0.elapsed() < Duration::from_secs(10) {
+            rtts.push(client.round_trip());
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        (rtts, cpu(victim.pid()) - c0, t0.elapsed())
+    };
+    let (mut rtts, spent, window) = trips(&client);
     // The round trips themselves cost the victim CPU: measured alone for comparison.
     drop(idle);
-    std::thread::sleep(Duration::from_secs(1));
-    let c1 = cpu(victim.pid());
-    let t1 = Instant::now();
-    let mut alone = Vec::new();
-    while t1.elapsed() < Duration::from_secs(10) {
-        alone.push(client.round_trip());
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    let spent_alone = cpu(victim.pid()) - c1;
-    let window_alone = t1.elapsed();
+    let (mut alone, spent_alone, window_alone) = trips(&client);
     let _ = victim.finish();
     let (med, p99) = median_p99(&mut rtts);
     let (med_a, p99_a) = median_p99(&mut alone);
