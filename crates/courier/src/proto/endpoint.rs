@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use rustix::event::epoll;
 
 use super::State;
+use super::blockq::BlockQueue;
 use super::fdpoll::watch;
 use super::request::ErrorHandler;
 use super::request::make_id;
@@ -88,7 +89,7 @@ pub(crate) struct EpSlot {
     /// `usize::MAX` until known, or from a build that does not say).
     pub(in crate::proto) peer_max_frame: usize,
     pub(in crate::proto) rndv_thresh: usize,
-    pub(in crate::proto) pending: VecDeque<Pending>,
+    pub(in crate::proto) pending: BlockQueue<Pending>,
     pub(in crate::proto) push: VecDeque<PushJob>,
     pub(in crate::proto) stream_in: super::streamq::StreamQueue,
     pub(in crate::proto) stream_reqs: VecDeque<u64>,
@@ -189,7 +190,7 @@ impl State {
             caps: None,
             peer_max_frame: usize::MAX,
             rndv_thresh: usize::MAX,
-            pending: VecDeque::new(),
+            pending: BlockQueue::default(),
             push: VecDeque::new(),
             stream_in: Default::default(),
             stream_reqs: VecDeque::new(),
@@ -310,7 +311,7 @@ impl State {
         if let Some((tx, _)) = ep.old.as_mut() {
             tx.abandon(&err);
         }
-        let pending: Vec<u64> = ep.pending.drain(..).filter_map(|p| p.req).collect();
+        let pending: Vec<u64> = ep.pending.take_all().filter_map(|p| p.req).collect();
         ep.spent.replies = 0;
         ep.push.clear();
         let stream_reqs: Vec<u64> = ep.stream_reqs.drain(..).collect();

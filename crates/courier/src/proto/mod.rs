@@ -14,6 +14,7 @@ use rustix::event::epoll;
 use crate::base::{Config, Error, Result};
 
 pub mod am;
+pub(crate) mod blockq;
 pub(crate) mod buf;
 pub(crate) mod endpoint;
 pub(crate) mod fdpoll;
