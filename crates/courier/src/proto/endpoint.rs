@@ -311,7 +311,9 @@ impl State {
         if let Some((tx, _)) = ep.old.as_mut() {
             tx.abandon(&err);
         }
-        let pending: Vec<u64> = ep.pending.take_all().filter_map(|p| p.req).collect();
+        // Frames still queued: their requests fail below with every other request on
+        // this endpoint; the frames are freed a batch at a time (`forget_queued`).
+        let queued = std::mem::take(&mut ep.pending);
         ep.spent.replies = 0;
         ep.push.clear();
         let stream_reqs: Vec<u64> = ep.stream_reqs.drain(..).collect();
@@ -329,9 +331,10 @@ impl State {
             Status::ProtocolError => tracing::warn!("dropping connection to {peer}: {why}"),
             _ => tracing::info!("endpoint to {peer} failed: {why}"),
         }
-        for id in pending.into_iter().chain(stream_reqs) {
+        for id in stream_reqs {
             self.complete(id, Err(err.clone()));
         }
+        self.forget_queued(queued);
         // Every request still waiting on this endpoint (rendezvous, acks).
         let ids: Vec<u64> = self
             .reqs

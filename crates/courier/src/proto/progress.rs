@@ -229,8 +229,9 @@ impl<'a> Progress<'a> {
         if !g.rndv.copies.is_empty() {
             n += g.progress_copies();
         }
-        // Memory of failed endpoints' messages, a batch at a time (not an event).
-        if !g.tag.dropped.is_empty() {
+        // Memory of failed endpoints' messages and queued frames, a batch at a time (not
+        // an event).
+        if g.has_dropped() {
             g.reclaim_dropped();
         }
         if !g.progress.link_errors.is_empty() {
@@ -422,7 +423,7 @@ impl State {
             || !self.progress.link_errors.is_empty()
             || !self.progress.deferred.is_empty()
             || !self.rndv.copies.is_empty()
-            || !self.tag.dropped.is_empty()
+            || self.has_dropped()
         {
             return Work::Other;
         }
@@ -569,7 +570,7 @@ impl State {
         if !self.progress.deferred.is_empty()
             || !self.progress.link_errors.is_empty()
             || !self.rndv.copies.is_empty()
-            || !self.tag.dropped.is_empty()
+            || self.has_dropped()
             || self.wireup.setups.iter().any(|c| !c.watched)
             || !self.arm_auths()?
         {
