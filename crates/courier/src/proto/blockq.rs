@@ -16,10 +16,11 @@ use std::collections::VecDeque;
 /// blocks' own list stays short.
 const BLOCK: usize = 64;
 
-/// The items in order: `head`, then the blocks of `rest`. Every block but the last holds
-/// `BLOCK` items, `head` included once `rest` has any; `head` is empty only when the whole
-/// queue is. The usual short queue is `head` alone, one `VecDeque`, so looking at and
-/// taking the first item costs what it costs in a `VecDeque`.
+/// The items in order: `head`, then the blocks of `rest`. No block holds more than
+/// `BLOCK` items; pushes fill the last block and then start a new one (`retain` may leave
+/// blocks part full). Only `head` may be empty, and only when the whole queue is. The
+/// usual short queue is `head` alone, one `VecDeque`, so looking at and taking the first
+/// item costs what it costs in a `VecDeque`.
 pub(crate) struct BlockQueue<T> {
     head: VecDeque<T>,
     rest: VecDeque<VecDeque<T>>,
@@ -116,13 +117,18 @@ impl<T> BlockQueue<T> {
         self.head.iter().chain(self.rest.iter().flatten())
     }
 
-    /// Keep only the items `keep` is true for, in order.
+    /// Keep only the items `keep` is true for, in order: in place, block by block, so a
+    /// long queue is not copied (the blocks it leaves part full stay so).
     pub(crate) fn retain(&mut self, mut keep: impl FnMut(&T) -> bool) {
-        if self.iter().all(&mut keep) {
-            return;
+        self.head.retain(&mut keep);
+        for b in &mut self.rest {
+            b.retain(&mut keep);
         }
-        let items: Vec<T> = self.take_all().filter(|x| keep(x)).collect();
-        self.extend(items);
+        self.rest.retain(|b| !b.is_empty());
+        if self.head.is_empty() {
+            self.next_block();
+        }
+        self.len = self.head.len() + self.rest.iter().map(VecDeque::len).sum::<usize>();
     }
 
     /// Put `item` at position `at` (the end if past it): a rare correction, at the cost of
@@ -189,6 +195,17 @@ mod tests {
             for _ in 0..(round * 5) % 130 {
                 assert_eq!(q.pop_front(), model.pop_front());
             }
+            if round % 7 == 3 {
+                // Blocks left part full (or empty, dropped) in the middle of the queue.
+                let m = 2 + round as u32 % 3;
+                q.retain(|x| x % m != 0);
+                model.retain(|x| x % m != 0);
+            }
+            if round == 20 {
+                q.retain(|_| false);
+                model.clear();
+            }
+            assert!(q.largest_block() <= BLOCK);
             assert_eq!(q.len(), model.len());
             assert_eq!(q.is_empty(), model.is_empty());
             assert_eq!(q.front(), model.front());
