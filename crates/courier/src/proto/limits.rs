@@ -465,23 +465,13 @@ impl State {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
-
     use super::*;
-    use crate::base::Config;
     use crate::proto::buf::Buf;
-    use crate::proto::memreg::MemRegistry;
     use crate::proto::request::{Callback, Info, ReqKind};
     use crate::wire::frame::Header;
 
     fn state() -> State {
-        let cfg = Config::from_env_with(&[]).expect("config");
-        State::new(
-            Arc::new(cfg),
-            "limits-test".into(),
-            Arc::new(MemRegistry::new()),
-        )
-        .expect("worker state")
+        State::for_test("limits-test")
     }
 
     /// An endpoint with `answers` get answers queued, then a send behind them.

@@ -91,6 +91,18 @@ pub(crate) struct State {
 }
 
 impl State {
+    /// A worker state with the default configuration, for unit tests of `proto`'s parts.
+    #[cfg(test)]
+    pub(crate) fn for_test(name: &str) -> State {
+        let cfg = Config::from_env_with(&[]).expect("config");
+        State::new(
+            Arc::new(cfg),
+            name.into(),
+            Arc::new(memreg::MemRegistry::new()),
+        )
+        .expect("worker state")
+    }
+
     /// A fresh worker state: its epoll set and event fd, its acceptors and address.
     pub(crate) fn new(
         cfg: Arc<Config>,

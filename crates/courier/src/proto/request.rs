@@ -528,20 +528,10 @@ impl State {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
-
     use super::*;
-    use crate::base::Config;
-    use crate::proto::memreg::MemRegistry;
 
     fn state() -> State {
-        let cfg = Config::from_env_with(&[]).expect("config");
-        State::new(
-            Arc::new(cfg),
-            "req-test".into(),
-            Arc::new(MemRegistry::new()),
-        )
-        .expect("worker state")
+        State::for_test("req-test")
     }
 
     /// Start a request and finish it (completed, result taken): its slot is free again.
