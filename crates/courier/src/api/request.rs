@@ -251,6 +251,11 @@ impl<'a> Request<'a> {
 /// After 200 us it sleeps on the worker ([`Worker::wait`], at most 1 ms, ended by any
 /// arrival) between calls; a worker without the wakeup feature yields instead.
 ///
+/// A yield that keeps the CPU away for over 500 us means other busy processes had it, not
+/// (only) the one waited for: the yielder waits out their time slice, where a sleeper is
+/// woken when its data comes. After three such yields within 100 ms, a thread's waits
+/// sleep where they would have yielded, for the next 100 ms.
+///
 /// ```no_run
 /// # fn f(w: &courier::Worker, done: impl Fn() -> bool) -> courier::Result<()> {
 /// let mut b = courier::Backoff::new();
@@ -280,6 +285,12 @@ impl Backoff {
     const SPIN: Duration = Duration::from_micros(200);
     /// The longest sleep.
     const NAP: Duration = Duration::from_millis(1);
+    /// A yield that took this long says the CPU is contended by others.
+    const SLOW_YIELD: Duration = Duration::from_micros(500);
+    /// This many slow yields within `CONTENDED_FOR` make the thread's waits sleep instead
+    /// of yielding, for `CONTENDED_FOR`.
+    const SLOW_YIELDS: u32 = 3;
+    const CONTENDED_FOR: Duration = Duration::from_millis(100);
 
     /// A new wait: it spins first.
     pub fn new() -> Backoff {
@@ -308,9 +319,17 @@ impl Backoff {
 
     #[inline(never)]
     fn pause(&mut self, worker: &Worker) -> Result<()> {
-        match self.step(Instant::now()) {
+        let now = Instant::now();
+        let contended = CONTENTION.with(|c| c.get().sleeps_now(now));
+        match self.step(now, contended) {
             Step::Spin => {}
-            Step::Yield => std::thread::yield_now(),
+            Step::Yield => {
+                std::thread::yield_now();
+                let back = Instant::now();
+                if back.duration_since(now) >= Self::SLOW_YIELD {
+                    CONTENTION.with(|c| c.set(c.get().slow_yield(back)));
+                }
+            }
             Step::Sleep => {
                 if let Err(e) = worker.wait(Some(Self::NAP)) {
                     std::thread::yield_now();
@@ -323,10 +342,11 @@ impl Backoff {
         Ok(())
     }
 
-    /// What a look at the clock at `now` decides.
-    fn step(&mut self, now: Instant) -> Step {
+    /// What a look at the clock at `now` decides; `contended`: this thread's yields have
+    /// been slow (`Contention`), so it sleeps where it would yield.
+    fn step(&mut self, now: Instant, contended: bool) -> Step {
         let quiet = now.duration_since(*self.quiet_since.get_or_insert(now));
-        if quiet >= Self::SPIN {
+        if quiet >= Self::SPIN || (contended && quiet >= Self::YIELD_AFTER) {
             Step::Sleep
         } else if quiet >= Self::YIELD_AFTER {
             Step::Yield
@@ -334,6 +354,41 @@ impl Backoff {
             Step::Spin
         }
     }
+}
+
+/// A thread's recent slow yields (`Backoff::SLOW_YIELD`).
+#[derive(Clone, Copy, Default)]
+struct Contention {
+    /// Slow yields since `since`.
+    slow: u32,
+    since: Option<Instant>,
+    /// Waits sleep instead of yielding until then.
+    until: Option<Instant>,
+}
+
+impl Contention {
+    fn sleeps_now(&self, now: Instant) -> bool {
+        self.until.is_some_and(|t| now < t)
+    }
+
+    /// A yield came back slow at `at`.
+    fn slow_yield(mut self, at: Instant) -> Contention {
+        let window = Backoff::CONTENDED_FOR;
+        if self.since.is_none_or(|s| at.duration_since(s) > window) {
+            (self.slow, self.since) = (0, Some(at));
+        }
+        self.slow += 1;
+        if self.slow >= Backoff::SLOW_YIELDS {
+            (self.slow, self.since, self.until) = (0, None, Some(at + window));
+        }
+        self
+    }
+}
+
+thread_local! {
+    static CONTENTION: std::cell::Cell<Contention> = const {
+        std::cell::Cell::new(Contention { slow: 0, since: None, until: None })
+    };
 }
 
 /// What `Backoff` does at a look at the clock.
@@ -462,18 +517,39 @@ mod tests {
         let at = |us: u64| t0 + Duration::from_micros(us);
         let mut b = Backoff::new();
         // The first look starts the quiet time.
-        assert_eq!(b.step(at(0)), Step::Spin);
-        assert_eq!(b.step(at(4)), Step::Spin);
-        assert_eq!(b.step(at(5)), Step::Yield);
-        assert_eq!(b.step(at(199)), Step::Yield);
-        assert_eq!(b.step(at(200)), Step::Sleep);
-        assert_eq!(b.step(at(5000)), Step::Sleep);
+        assert_eq!(b.step(at(0), false), Step::Spin);
+        assert_eq!(b.step(at(4), false), Step::Spin);
+        assert_eq!(b.step(at(5), false), Step::Yield);
+        assert_eq!(b.step(at(199), false), Step::Yield);
+        assert_eq!(b.step(at(200), false), Step::Sleep);
+        assert_eq!(b.step(at(5000), false), Step::Sleep);
         // Something moved: the quiet time starts again at the next look.
         b.busy();
-        assert_eq!(b.step(at(6000)), Step::Spin);
-        assert_eq!(b.step(at(6004)), Step::Spin);
-        assert_eq!(b.step(at(6005)), Step::Yield);
-        assert_eq!(b.step(at(6200)), Step::Sleep);
+        assert_eq!(b.step(at(6000), false), Step::Spin);
+        assert_eq!(b.step(at(6004), false), Step::Spin);
+        assert_eq!(b.step(at(6005), false), Step::Yield);
+        assert_eq!(b.step(at(6200), false), Step::Sleep);
+        // Contended: spin, then sleep where it would have yielded.
+        b.busy();
+        assert_eq!(b.step(at(7000), true), Step::Spin);
+        assert_eq!(b.step(at(7004), true), Step::Spin);
+        assert_eq!(b.step(at(7005), true), Step::Sleep);
+    }
+
+    #[test]
+    fn three_slow_yields_in_100ms_make_waits_sleep_for_100ms() {
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        let mut c = Contention::default();
+        // Two slow yields, then the third after the window: not contended.
+        c = c.slow_yield(at(0)).slow_yield(at(50));
+        assert!(!c.sleeps_now(at(60)));
+        c = c.slow_yield(at(150));
+        assert!(!c.sleeps_now(at(160)));
+        // Three within 100 ms: contended for the next 100 ms.
+        c = c.slow_yield(at(200)).slow_yield(at(210));
+        assert!(c.sleeps_now(at(211)) && c.sleeps_now(at(309)));
+        assert!(!c.sleeps_now(at(311)));
     }
 
     #[test]
