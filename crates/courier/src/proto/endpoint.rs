@@ -10,6 +10,7 @@ use super::State;
 use super::blockq::BlockQueue;
 use super::fdpoll::watch;
 use super::request::ErrorHandler;
+use super::request::ReqKind;
 use super::request::make_id;
 use super::rndv::PushJob;
 use super::send::Pending;
@@ -335,17 +336,26 @@ impl State {
             self.complete(id, Err(err.clone()));
         }
         self.forget_queued(queued);
-        // Every request still waiting on this endpoint (rendezvous, acks).
+        // Every request still waiting on this endpoint (rendezvous, acks, the sends of the
+        // frames queued above); tag receives among them leave the posted queue, in one
+        // pass over it (a long queue of failing sends does not walk it once each).
+        let mut recvs = Vec::new();
         let ids: Vec<u64> = self
             .reqs
             .slots
             .iter()
             .enumerate()
             .filter(|(_, s)| s.live && !s.done && s.ep == Some(e))
-            .map(|(i, s)| make_id(s.generation, i as u32))
+            .map(|(i, s)| {
+                let id = make_id(s.generation, i as u32);
+                if s.kind == ReqKind::TagRecv {
+                    recvs.push(id);
+                }
+                id
+            })
             .collect();
+        self.tag.forget_posted(&recvs);
         for id in ids {
-            self.tag.forget_posted(id);
             self.complete(id, Err(err.clone()));
         }
         // Split receives from this peer and copies with it: their requests failed above.

@@ -32,9 +32,11 @@ pub(crate) struct TagQueues {
 }
 
 impl TagQueues {
-    /// Take posted receive `id` out of the queue (it is failing).
-    pub(super) fn forget_posted(&mut self, id: u64) {
-        self.expected.retain(|p| p.id != id);
+    /// Take posted receives `ids` out of the queue (they are failing).
+    pub(super) fn forget_posted(&mut self, ids: &[u64]) {
+        if !ids.is_empty() {
+            self.expected.retain(|p| !ids.contains(&p.id));
+        }
     }
 }
 
