@@ -131,25 +131,38 @@ impl<T> BlockQueue<T> {
         self.len = self.head.len() + self.rest.iter().map(VecDeque::len).sum::<usize>();
     }
 
-    /// Put `item` at position `at` (the end if past it): a rare correction, at the cost of
-    /// rebuilding the queue.
+    /// Put `item` at position `at` (the end if past it), in the block that holds that
+    /// position: a full block is split there first, so no block grows past `BLOCK`.
     pub(crate) fn insert(&mut self, at: usize, item: T) {
-        let mut items: Vec<T> = self.take_all().collect();
-        items.insert(at.min(items.len()), item);
-        self.extend(items);
-    }
-
-    /// Every item, in order, leaving the queue empty.
-    pub(crate) fn take_all(&mut self) -> impl Iterator<Item = T> + use<T> {
-        self.len = 0;
-        let head = std::mem::take(&mut self.head);
-        head.into_iter()
-            .chain(std::mem::take(&mut self.rest).into_iter().flatten())
-    }
-
-    fn extend(&mut self, items: impl IntoIterator<Item = T>) {
-        for x in items {
-            self.push_back(x);
+        if at >= self.len {
+            self.push_back(item);
+            return;
+        }
+        self.len += 1;
+        if at < self.head.len() {
+            if self.head.len() < BLOCK {
+                self.head.insert(at, item);
+            } else {
+                let tail = self.head.split_off(at);
+                self.head.push_back(item);
+                self.rest.push_front(tail);
+            }
+            return;
+        }
+        let mut at = at - self.head.len();
+        for i in 0..self.rest.len() {
+            let b = &mut self.rest[i];
+            if at < b.len() {
+                if b.len() < BLOCK {
+                    b.insert(at, item);
+                } else {
+                    let tail = b.split_off(at);
+                    b.push_back(item);
+                    self.rest.insert(i + 1, tail);
+                }
+                return;
+            }
+            at -= b.len();
         }
     }
 
@@ -205,6 +218,13 @@ mod tests {
                 q.retain(|_| false);
                 model.clear();
             }
+            if round % 5 == 1 && !model.is_empty() {
+                // Into the head, a middle block and the last, full or not.
+                for at in [0, model.len() / 2, model.len() - 1] {
+                    q.insert(at, 1_000_000 + round as u32);
+                    model.insert(at, 1_000_000 + round as u32);
+                }
+            }
             assert!(q.largest_block() <= BLOCK);
             assert_eq!(q.len(), model.len());
             assert_eq!(q.is_empty(), model.is_empty());
@@ -240,7 +260,7 @@ mod tests {
     }
 
     #[test]
-    fn retain_insert_take_and_back_mut_keep_the_order() {
+    fn retain_insert_and_back_mut_keep_the_order() {
         let mut q = BlockQueue::default();
         for i in 0..300u32 {
             q.push_back(i);
@@ -255,7 +275,7 @@ mod tests {
         *q.back_mut().unwrap() += 1;
         assert_eq!(items(&q).last(), Some(&2001));
         let len = q.len();
-        let all: Vec<u32> = q.take_all().collect();
+        let all: Vec<u32> = std::iter::from_fn(|| q.pop_front()).collect();
         assert_eq!(all.len(), len);
         assert!(q.is_empty());
         assert_eq!(q.front(), None);
