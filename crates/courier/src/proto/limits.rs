@@ -296,9 +296,12 @@ impl State {
     /// their requests are failed with the endpoint's). A peer that asks and never reads
     /// leaves up to `COURIER_MAX_REPLY_QUEUE` of answers there, 70,000 entries of 16 MiB:
     /// freeing them in this call held the worker 1.3 ms, once per such peer. A long queue
-    /// is freed `RECLAIM_QUEUED` frames per progress call instead (`reclaim_dropped`).
+    /// is freed `RECLAIM_QUEUED` frames per progress call instead (`reclaim_dropped`); so
+    /// is a short one while others wait (many endpoints failing in one call).
     pub(crate) fn forget_queued(&mut self, queued: BlockQueue<Pending>) {
-        if queued.len() > RECLAIM_QUEUED {
+        if queued.len() > RECLAIM_QUEUED
+            || (!queued.is_empty() && !self.limits.queued_left.is_empty())
+        {
             self.limits.queued_left.push_back(queued);
         }
     }
