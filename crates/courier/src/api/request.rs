@@ -287,9 +287,8 @@ impl Backoff {
     const NAP: Duration = Duration::from_millis(1);
     /// A yield that took this long says the CPU is contended by others.
     const SLOW_YIELD: Duration = Duration::from_micros(500);
-    /// This many slow yields within `CONTENDED_FOR` make the thread's waits sleep instead
-    /// of yielding, for `CONTENDED_FOR`.
-    const SLOW_YIELDS: u32 = 3;
+    /// Three slow yields within this time make the thread's waits sleep instead of
+    /// yielding, for this time.
     const CONTENDED_FOR: Duration = Duration::from_millis(100);
 
     /// A new wait: it spins first.
@@ -359,9 +358,8 @@ impl Backoff {
 /// A thread's recent slow yields (`Backoff::SLOW_YIELD`).
 #[derive(Clone, Copy, Default)]
 struct Contention {
-    /// Slow yields since `since`.
-    slow: u32,
-    since: Option<Instant>,
+    /// When the two slow yields before the next came back, the older first.
+    last: [Option<Instant>; 2],
     /// Waits sleep instead of yielding until then.
     until: Option<Instant>,
 }
@@ -371,15 +369,15 @@ impl Contention {
         self.until.is_some_and(|t| now < t)
     }
 
-    /// A yield came back slow at `at`.
+    /// A yield came back slow at `at`: the third within `CONTENDED_FOR` (a sliding
+    /// window) makes waits sleep for that long.
     fn slow_yield(mut self, at: Instant) -> Contention {
         let window = Backoff::CONTENDED_FOR;
-        if self.since.is_none_or(|s| at.duration_since(s) > window) {
-            (self.slow, self.since) = (0, Some(at));
-        }
-        self.slow += 1;
-        if self.slow >= Backoff::SLOW_YIELDS {
-            (self.slow, self.since, self.until) = (0, None, Some(at + window));
+        let [older, newer] = self.last;
+        if older.is_some_and(|o| at.duration_since(o) <= window) {
+            (self.last, self.until) = ([None, None], Some(at + window));
+        } else {
+            self.last = [newer, Some(at)];
         }
         self
     }
@@ -387,7 +385,7 @@ impl Contention {
 
 thread_local! {
     static CONTENTION: std::cell::Cell<Contention> = const {
-        std::cell::Cell::new(Contention { slow: 0, since: None, until: None })
+        std::cell::Cell::new(Contention { last: [None, None], until: None })
     };
 }
 
@@ -550,6 +548,12 @@ mod tests {
         c = c.slow_yield(at(200)).slow_yield(at(210));
         assert!(c.sleeps_now(at(211)) && c.sleeps_now(at(309)));
         assert!(!c.sleeps_now(at(311)));
+        // The window slides: at 499, 501 and 550 (three within 51 ms).
+        let mut c = Contention::default();
+        c = c.slow_yield(at(499)).slow_yield(at(501));
+        assert!(!c.sleeps_now(at(510)));
+        c = c.slow_yield(at(550));
+        assert!(c.sleeps_now(at(551)));
     }
 
     #[test]
