@@ -277,6 +277,8 @@ pub struct Backoff {
     idle: u32,
     /// The first look at the clock since progress last found something.
     quiet_since: Option<Instant>,
+    /// Contended: how long this quiet time spins before it sleeps (`Spins`).
+    spin: Duration,
 }
 
 impl Backoff {
@@ -293,9 +295,8 @@ impl Backoff {
     /// Three slow yields within this time make the thread's waits sleep instead of
     /// yielding, for this time.
     const CONTENDED_FOR: Duration = Duration::from_millis(100);
-    /// Contended, a wait spins this long, looking at the clock at every call, then sleeps:
-    /// long enough for a same-host answer from a peer that has a CPU, short enough to use
-    /// next to no CPU time before the sleep.
+    /// Contended, a wait whose recent forerunners all outlasted their spin spins only
+    /// this long before it sleeps (`Spins`); the others spin `YIELD_AFTER`.
     const CONTENDED_SPIN: Duration = Duration::from_micros(1);
 
     /// A new wait: it spins first.
@@ -307,7 +308,18 @@ impl Backoff {
     #[inline]
     pub fn busy(&mut self) {
         self.idle = 0;
-        self.quiet_since = None;
+        if let Some(since) = self.quiet_since.take() {
+            Self::quiet_ended(since);
+        }
+    }
+
+    /// A quiet time that looked at the clock ended: if contended, whether a spin caught it.
+    #[inline(never)]
+    fn quiet_ended(since: Instant) {
+        if CONTENDED.get() {
+            let caught = since.elapsed() <= Self::YIELD_AFTER;
+            SPINS.with(|s| s.set(s.get().ended(caught)));
+        }
     }
 
     /// A progress call found nothing: spin on, give the CPU away, or sleep on `worker`, by
@@ -329,6 +341,18 @@ impl Backoff {
         let contended = CONTENTION.with(|c| c.get().sleeps_now(now));
         if !contended && CONTENDED.get() {
             CONTENDED.set(false);
+        }
+        if contended && self.quiet_since.is_none() {
+            let short = SPINS.with(|s| {
+                let (next, short) = s.get().start();
+                s.set(next);
+                short
+            });
+            self.spin = if short {
+                Self::CONTENDED_SPIN
+            } else {
+                Self::YIELD_AFTER
+            };
         }
         match self.step(now, contended) {
             Step::Spin => {}
@@ -356,10 +380,10 @@ impl Backoff {
     }
 
     /// What a look at the clock at `now` decides; `contended`: this thread's yields have
-    /// been slow (`Contention`), so it sleeps after a 1 us spin.
+    /// been slow (`Contention`), so it sleeps after `spin`.
     fn step(&mut self, now: Instant, contended: bool) -> Step {
         let quiet = now.duration_since(*self.quiet_since.get_or_insert(now));
-        if quiet >= Self::SPIN || (contended && quiet >= Self::CONTENDED_SPIN) {
+        if quiet >= Self::SPIN || (contended && quiet >= self.spin) {
             Step::Sleep
         } else if quiet >= Self::YIELD_AFTER {
             Step::Yield
@@ -405,6 +429,48 @@ thread_local! {
     /// then `Backoff::idle` looks at the clock at every call, not once in 32. Set when
     /// contention starts; cleared at the first look after it ends.
     static CONTENDED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// This thread's contended quiet times (`Spins`).
+    static SPINS: std::cell::Cell<Spins> = const {
+        std::cell::Cell::new(Spins { misses: 0, started: 0 })
+    };
+}
+
+/// How a thread's contended quiet times ended: the spin of the next one. Where answers
+/// come within microseconds (a same-host peer that has a CPU) a spin catches them, and a
+/// sleep would cost a wakeup each time; where they take tens (tcp through a busy peer)
+/// a spin only uses CPU time the scheduler then charges to the waiter, which, once woken,
+/// often waits out the running process's slice. So after `MISSES` quiet times in a row
+/// that outlasted `Backoff::YIELD_AFTER`, waits spin only `Backoff::CONTENDED_SPIN`,
+/// except one in `PROBE_EVERY`, which spins the full time to see whether answers came
+/// back within it.
+#[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
+struct Spins {
+    /// Contended quiet times in a row that a spin of `YIELD_AFTER` did not catch.
+    misses: u8,
+    /// Contended quiet times started (wrapping).
+    started: u8,
+}
+
+impl Spins {
+    const MISSES: u8 = 4;
+    const PROBE_EVERY: u8 = 16;
+
+    /// A contended quiet time starts: the count, and whether its spin is the short one.
+    fn start(self) -> (Spins, bool) {
+        let started = self.started.wrapping_add(1);
+        let short = self.misses >= Self::MISSES && !started.is_multiple_of(Self::PROBE_EVERY);
+        (Spins { started, ..self }, short)
+    }
+
+    /// A contended quiet time ended, within `YIELD_AFTER` (`caught`) or not.
+    fn ended(self, caught: bool) -> Spins {
+        let misses = if caught {
+            0
+        } else {
+            self.misses.saturating_add(1).min(Self::MISSES)
+        };
+        Spins { misses, ..self }
+    }
 }
 
 /// What `Backoff` does at a look at the clock.
@@ -545,11 +611,52 @@ mod tests {
         assert_eq!(b.step(at(6004), false), Step::Spin);
         assert_eq!(b.step(at(6005), false), Step::Yield);
         assert_eq!(b.step(at(6200), false), Step::Sleep);
-        // Contended: spin 1 us, then sleep.
+        // Contended: spin as `Spins` said (here 1 us), then sleep.
         b.busy();
+        b.spin = Backoff::CONTENDED_SPIN;
         assert_eq!(b.step(at(7000), true), Step::Spin);
         assert_eq!(b.step(at(7001), true), Step::Sleep);
         assert_eq!(b.step(at(7004), true), Step::Sleep);
+        b.busy();
+        b.spin = Backoff::YIELD_AFTER;
+        assert_eq!(b.step(at(8000), true), Step::Spin);
+        assert_eq!(b.step(at(8004), true), Step::Spin);
+        assert_eq!(b.step(at(8005), true), Step::Sleep);
+    }
+
+    #[test]
+    fn contended_spins_shorten_after_four_misses_and_one_in_16_probes() {
+        let mut s = Spins::default();
+        let start = |s: &mut Spins| {
+            let (n, short) = s.start();
+            *s = n;
+            short
+        };
+        // Spins that catch their answers stay long.
+        for _ in 0..10 {
+            assert!(!start(&mut s));
+            s = s.ended(true);
+        }
+        // Four misses in a row: short spins, but for one probe in 16 starts.
+        for _ in 0..4 {
+            assert!(!start(&mut s));
+            s = s.ended(false);
+        }
+        let shorts = (0..32)
+            .map(|_| {
+                let short = start(&mut s);
+                s = s.ended(false);
+                short
+            })
+            .filter(|&x| x)
+            .count();
+        assert_eq!(shorts, 30, "two probes in 32 starts");
+        // A probe that catches its answer makes spins long again.
+        while start(&mut s) {
+            s = s.ended(false);
+        }
+        s = s.ended(true);
+        assert!(!start(&mut s));
     }
 
     #[test]
