@@ -255,9 +255,10 @@ impl<'a> Request<'a> {
 /// (only) the one waited for: the yielder waits out their time slice, where a sleeper is
 /// woken when its data comes. After three such yields within 100 ms, for the next 100 ms,
 /// a thread's waits look at the clock at every progress call that finds nothing, and
-/// sleep after 1 us: with the CPUs contended, a waiter that spins for 32 calls and 5 us
-/// before it sleeps is often left waiting, once woken, for the running process's time
-/// slice (up to 1.5 ms here), where one that sleeps at once is mostly run when woken.
+/// sleep after a 5 us spin, or a 1 us one once four waits in a row outlasted the 5 us:
+/// with the CPUs contended, a waiter that spins while its answer is far off is often left
+/// waiting, once woken, for the running process's time slice (up to 1.5 ms here), where
+/// one that sleeps at once is mostly run when woken.
 ///
 /// ```no_run
 /// # fn f(w: &courier::Worker, done: impl Fn() -> bool) -> courier::Result<()> {
