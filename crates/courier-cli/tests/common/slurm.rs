@@ -71,7 +71,14 @@ impl Cluster {
         Cluster::available()?;
         // Namespace hosts have a /tmp of their own: their cluster lives elsewhere.
         let base_dir = if nodes.iter().any(|n| n.netns.is_some()) {
-            PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+            let target = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+            if target.starts_with("/tmp") {
+                return Err(format!(
+                    "this checkout's build lies under /tmp ({}), which each namespace host covers with a /tmp of its own, hiding the programs and the cluster's files from it: clone outside /tmp to run this test",
+                    target.display()
+                ));
+            }
+            target
         } else {
             std::env::temp_dir()
         };
