@@ -255,10 +255,11 @@ impl<'a> Request<'a> {
 /// (only) the one waited for: the yielder waits out their time slice, where a sleeper is
 /// woken when its data comes. After three such yields within 100 ms, for the next 100 ms,
 /// a thread's waits look at the clock at every progress call that finds nothing, and
-/// sleep after a 5 us spin, or a 1 us one once four waits in a row outlasted the 5 us:
-/// with the CPUs contended, a waiter that spins while its answer is far off is often left
-/// waiting, once woken, for the running process's time slice (up to 1.5 ms here), where
-/// one that sleeps at once is mostly run when woken.
+/// sleep (at every such call) after a spin of 5 us, or of 1 us once four quiet times in a
+/// row lasted over 5 us (one in 16 then spins 5 us again, to see whether answers come
+/// sooner now): with the CPUs contended, a waiter that spins while its answer is far off
+/// is often left waiting, once woken, for the running process's time slice (up to 1.5 ms
+/// here), where one that sleeps at once is mostly run when woken.
 ///
 /// ```no_run
 /// # fn f(w: &courier::Worker, done: impl Fn() -> bool) -> courier::Result<()> {
@@ -296,8 +297,8 @@ impl Backoff {
     /// Three slow yields within this time make the thread's waits sleep instead of
     /// yielding, for this time.
     const CONTENDED_FOR: Duration = Duration::from_millis(100);
-    /// Contended, a wait whose recent forerunners all outlasted their spin spins only
-    /// this long before it sleeps (`Spins`); the others spin `YIELD_AFTER`.
+    /// Contended, a quiet time spins only this long before it sleeps when the thread's
+    /// last four lasted over `YIELD_AFTER` (`Spins`); otherwise it spins `YIELD_AFTER`.
     const CONTENDED_SPIN: Duration = Duration::from_micros(1);
 
     /// A new wait: it spins first.
@@ -310,11 +311,14 @@ impl Backoff {
     pub fn busy(&mut self) {
         self.idle = 0;
         if let Some(since) = self.quiet_since.take() {
+            self.spin = Duration::ZERO;
             Self::quiet_ended(since);
         }
     }
 
-    /// A quiet time that looked at the clock ended: if contended, whether a spin caught it.
+    /// A quiet time that looked at the clock ended: if contended, whether it ended within
+    /// `YIELD_AFTER` (a spin of that long would have caught it). Anything progress finds
+    /// ends it, a local completion as well as the answer waited for.
     #[inline(never)]
     fn quiet_ended(since: Instant) {
         if CONTENDED.get() {
@@ -343,7 +347,9 @@ impl Backoff {
         if !contended && CONTENDED.get() {
             CONTENDED.set(false);
         }
-        if contended && self.quiet_since.is_none() {
+        // A contended quiet time's spin is chosen at its first look, or at the first look
+        // after contention began in it.
+        if contended && (self.quiet_since.is_none() || self.spin.is_zero()) {
             let short = SPINS.with(|s| {
                 let (next, short) = s.get().start();
                 s.set(next);
@@ -361,11 +367,7 @@ impl Backoff {
                 std::thread::yield_now();
                 let back = Instant::now();
                 if back.duration_since(now) >= Self::SLOW_YIELD {
-                    let c = CONTENTION.with(|c| {
-                        c.set(c.get().slow_yield(back));
-                        c.get()
-                    });
-                    CONTENDED.set(c.sleeps_now(back));
+                    slow_yield_at(back);
                 }
             }
             Step::Sleep => {
@@ -472,6 +474,16 @@ impl Spins {
         };
         Spins { misses, ..self }
     }
+}
+
+/// A yield of this thread's came back slow at `at` (`Contention::slow_yield`); the third
+/// within `CONTENDED_FOR` makes its waits contended (`CONTENDED`).
+fn slow_yield_at(at: Instant) {
+    let c = CONTENTION.with(|c| {
+        c.set(c.get().slow_yield(at));
+        c.get()
+    });
+    CONTENDED.set(c.sleeps_now(at));
 }
 
 /// What `Backoff` does at a look at the clock.
@@ -683,17 +695,16 @@ mod tests {
     }
 
     #[test]
-    fn contended_waits_sleep_at_the_first_idle_call_until_contention_ends() {
+    fn contended_waits_look_at_every_idle_call_until_contention_ends() {
         let ctx = crate::Context::new(crate::ContextParams::default()).unwrap();
         let w = Worker::new(&ctx, crate::WorkerParams::default()).unwrap();
+        // Three slow yields make the thread contended.
         let now = Instant::now();
-        let c = Contention::default()
-            .slow_yield(now)
-            .slow_yield(now)
-            .slow_yield(now);
-        assert!(c.sleeps_now(now));
-        CONTENTION.with(|cell| cell.set(c));
-        CONTENDED.set(true);
+        slow_yield_at(now);
+        slow_yield_at(now);
+        assert!(!CONTENDED.get(), "contended after two slow yields");
+        slow_yield_at(now);
+        assert!(CONTENDED.get(), "not contended after three slow yields");
         let mut b = Backoff::new();
         b.idle(&w).unwrap();
         assert!(
@@ -711,6 +722,55 @@ mod tests {
             b.quiet_since.is_none(),
             "looked at the first idle call uncontended"
         );
+    }
+
+    #[test]
+    fn contended_waits_take_their_spin_from_how_quiet_times_ended() {
+        let ctx = crate::Context::new(crate::ContextParams::default()).unwrap();
+        let w = Worker::new(&ctx, crate::WorkerParams::default()).unwrap();
+        let now = Instant::now();
+        let contended = Contention::default()
+            .slow_yield(now)
+            .slow_yield(now)
+            .slow_yield(now);
+        CONTENTION.with(|c| c.set(contended));
+        CONTENDED.set(true);
+        // Four quiet times that lasted too long: the next spins 1 us (it is not the
+        // 16th start, a probe).
+        SPINS.set(Spins {
+            misses: Spins::MISSES,
+            started: 0,
+        });
+        let mut b = Backoff::new();
+        b.idle(&w).unwrap();
+        assert_eq!(b.spin, Backoff::CONTENDED_SPIN);
+        // It ended at once (a first look in the future: no time has passed): caught within
+        // 5 us, so spins are long again.
+        b.quiet_since = Some(Instant::now() + Duration::from_secs(60));
+        b.busy();
+        assert_eq!(SPINS.get().misses, 0);
+        assert_eq!(b.spin, Duration::ZERO);
+        b.idle(&w).unwrap();
+        assert_eq!(b.spin, Backoff::YIELD_AFTER);
+        // A quiet time that lasted over 5 us counts as a miss.
+        b.quiet_since = Some(Instant::now() - Duration::from_millis(1));
+        b.busy();
+        assert_eq!(SPINS.get().misses, 1);
+        // Contention that begins inside a quiet time gives it a spin at the next look.
+        CONTENDED.set(false);
+        CONTENTION.with(|c| c.set(Contention::default()));
+        let mut b = Backoff::new();
+        for _ in 0..32 {
+            b.idle(&w).unwrap();
+        }
+        assert!(b.quiet_since.is_some() && b.spin.is_zero());
+        CONTENTION.with(|c| c.set(contended));
+        CONTENDED.set(true);
+        b.idle(&w).unwrap();
+        assert_eq!(b.spin, Backoff::YIELD_AFTER);
+        CONTENDED.set(false);
+        CONTENTION.with(|c| c.set(Contention::default()));
+        SPINS.set(Spins::default());
     }
 
     #[test]
