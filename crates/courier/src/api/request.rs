@@ -254,12 +254,14 @@ impl<'a> Request<'a> {
 /// A yield that keeps the CPU away for over 500 us means other busy processes had it, not
 /// (only) the one waited for: the yielder waits out their time slice, where a sleeper is
 /// woken when its data comes. After three such yields within 100 ms, for the next 100 ms,
-/// a thread's waits look at the clock at every progress call that finds nothing, and
-/// sleep (at every such call) after a spin of 5 us, or of 1 us once four quiet times in a
-/// row lasted over 5 us (one in 16 then spins 5 us again, to see whether answers come
-/// sooner now): with the CPUs contended, a waiter that spins while its answer is far off
+/// a thread's waits sleep where they would have yielded; and where no peer of the worker
+/// needs to ring it awake (its links are all tcp: the kernel wakes a sleeper when bytes
+/// come), they look at the clock at every progress call that finds nothing and sleep
+/// after 1 us. With the CPUs contended, a waiter that spins while its answer is far off
 /// is often left waiting, once woken, for the running process's time slice (up to 1.5 ms
-/// here), where one that sleeps at once is mostly run when woken.
+/// here), where one that sleeps at once is mostly run when woken. Over shared memory the
+/// spin stays: answers mostly come within microseconds, and each sleep would cost the
+/// peer a system call (the doorbell) and the sleeper a wakeup.
 ///
 /// ```no_run
 /// # fn f(w: &courier::Worker, done: impl Fn() -> bool) -> courier::Result<()> {
@@ -279,8 +281,9 @@ pub struct Backoff {
     idle: u32,
     /// The first look at the clock since progress last found something.
     quiet_since: Option<Instant>,
-    /// Contended: how long this quiet time spins before it sleeps (`Spins`).
-    spin: Duration,
+    /// Contended: whether this wait sleeps after `CONTENDED_SPIN` (no peer of the worker
+    /// rings it awake), decided at its first contended look.
+    eager: Option<bool>,
 }
 
 impl Backoff {
@@ -297,8 +300,8 @@ impl Backoff {
     /// Three slow yields within this time make the thread's waits sleep instead of
     /// yielding, for this time.
     const CONTENDED_FOR: Duration = Duration::from_millis(100);
-    /// Contended, a quiet time spins only this long before it sleeps when the thread's
-    /// last four lasted over `YIELD_AFTER` (`Spins`); otherwise it spins `YIELD_AFTER`.
+    /// Contended, with no peer that rings the worker awake, a wait spins only this long
+    /// before it sleeps.
     const CONTENDED_SPIN: Duration = Duration::from_micros(1);
 
     /// A new wait: it spins first.
@@ -310,21 +313,7 @@ impl Backoff {
     #[inline]
     pub fn busy(&mut self) {
         self.idle = 0;
-        if let Some(since) = self.quiet_since.take() {
-            self.spin = Duration::ZERO;
-            Self::quiet_ended(since);
-        }
-    }
-
-    /// A quiet time that looked at the clock ended: if contended, whether it ended within
-    /// `YIELD_AFTER` (a spin of that long would have caught it). Anything progress finds
-    /// ends it, a local completion as well as the answer waited for.
-    #[inline(never)]
-    fn quiet_ended(since: Instant) {
-        if CONTENDED.get() {
-            let caught = since.elapsed() <= Self::YIELD_AFTER;
-            SPINS.with(|s| s.set(s.get().ended(caught)));
-        }
+        self.quiet_since = None;
     }
 
     /// A progress call found nothing: spin on, give the CPU away, or sleep on `worker`, by
@@ -334,7 +323,10 @@ impl Backoff {
     #[inline]
     pub fn idle(&mut self, worker: &Worker) -> Result<()> {
         self.idle = self.idle.wrapping_add(1);
-        if !self.idle.is_multiple_of(Self::LOOK_EVERY) && !CONTENDED.get() {
+        // Look at the clock once in 32 calls, or at every call in an eager contended wait.
+        let look = self.idle.is_multiple_of(Self::LOOK_EVERY)
+            || (CONTENDED.get() && self.eager != Some(false));
+        if !look {
             return Ok(());
         }
         self.pause(worker)
@@ -347,21 +339,11 @@ impl Backoff {
         if !contended && CONTENDED.get() {
             CONTENDED.set(false);
         }
-        // A contended quiet time's spin is chosen at its first look, or at the first look
-        // after contention began in it.
-        if contended && (self.quiet_since.is_none() || self.spin.is_zero()) {
-            let short = SPINS.with(|s| {
-                let (next, short) = s.get().start();
-                s.set(next);
-                short
-            });
-            self.spin = if short {
-                Self::CONTENDED_SPIN
-            } else {
-                Self::YIELD_AFTER
-            };
-        }
-        match self.step(now, contended) {
+        let eager = contended
+            && *self
+                .eager
+                .get_or_insert_with(|| !worker.sleep_rings_peers());
+        match self.step(now, contended, eager) {
             Step::Spin => {}
             Step::Yield => {
                 std::thread::yield_now();
@@ -383,10 +365,16 @@ impl Backoff {
     }
 
     /// What a look at the clock at `now` decides; `contended`: this thread's yields have
-    /// been slow (`Contention`), so it sleeps after `spin`.
-    fn step(&mut self, now: Instant, contended: bool) -> Step {
+    /// been slow (`Contention`), so it sleeps where it would yield, and with `eager` after
+    /// `CONTENDED_SPIN`.
+    fn step(&mut self, now: Instant, contended: bool, eager: bool) -> Step {
         let quiet = now.duration_since(*self.quiet_since.get_or_insert(now));
-        if quiet >= Self::SPIN || (contended && quiet >= self.spin) {
+        let sleep_after = if eager {
+            Self::CONTENDED_SPIN
+        } else {
+            Self::YIELD_AFTER
+        };
+        if quiet >= Self::SPIN || (contended && quiet >= sleep_after) {
             Step::Sleep
         } else if quiet >= Self::YIELD_AFTER {
             Step::Yield
@@ -432,48 +420,6 @@ thread_local! {
     /// then `Backoff::idle` looks at the clock at every call, not once in 32. Set when
     /// contention starts; cleared at the first look after it ends.
     static CONTENDED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-    /// This thread's contended quiet times (`Spins`).
-    static SPINS: std::cell::Cell<Spins> = const {
-        std::cell::Cell::new(Spins { misses: 0, started: 0 })
-    };
-}
-
-/// How a thread's contended quiet times ended: the spin of the next one. Where answers
-/// come within microseconds (a same-host peer that has a CPU) a spin catches them, and a
-/// sleep would cost a wakeup each time; where they take tens (tcp through a busy peer)
-/// a spin only uses CPU time the scheduler then charges to the waiter, which, once woken,
-/// often waits out the running process's slice. So after `MISSES` quiet times in a row
-/// that outlasted `Backoff::YIELD_AFTER`, waits spin only `Backoff::CONTENDED_SPIN`,
-/// except one in `PROBE_EVERY`, which spins the full time to see whether answers came
-/// back within it.
-#[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
-struct Spins {
-    /// Contended quiet times in a row that a spin of `YIELD_AFTER` did not catch.
-    misses: u8,
-    /// Contended quiet times started (wrapping).
-    started: u8,
-}
-
-impl Spins {
-    const MISSES: u8 = 4;
-    const PROBE_EVERY: u8 = 16;
-
-    /// A contended quiet time starts: the count, and whether its spin is the short one.
-    fn start(self) -> (Spins, bool) {
-        let started = self.started.wrapping_add(1);
-        let short = self.misses >= Self::MISSES && !started.is_multiple_of(Self::PROBE_EVERY);
-        (Spins { started, ..self }, short)
-    }
-
-    /// A contended quiet time ended, within `YIELD_AFTER` (`caught`) or not.
-    fn ended(self, caught: bool) -> Spins {
-        let misses = if caught {
-            0
-        } else {
-            self.misses.saturating_add(1).min(Self::MISSES)
-        };
-        Spins { misses, ..self }
-    }
 }
 
 /// A yield of this thread's came back slow at `at` (`Contention::slow_yield`); the third
@@ -612,64 +558,28 @@ mod tests {
         let at = |us: u64| t0 + Duration::from_micros(us);
         let mut b = Backoff::new();
         // The first look starts the quiet time.
-        assert_eq!(b.step(at(0), false), Step::Spin);
-        assert_eq!(b.step(at(4), false), Step::Spin);
-        assert_eq!(b.step(at(5), false), Step::Yield);
-        assert_eq!(b.step(at(199), false), Step::Yield);
-        assert_eq!(b.step(at(200), false), Step::Sleep);
-        assert_eq!(b.step(at(5000), false), Step::Sleep);
+        assert_eq!(b.step(at(0), false, false), Step::Spin);
+        assert_eq!(b.step(at(4), false, false), Step::Spin);
+        assert_eq!(b.step(at(5), false, false), Step::Yield);
+        assert_eq!(b.step(at(199), false, false), Step::Yield);
+        assert_eq!(b.step(at(200), false, false), Step::Sleep);
+        assert_eq!(b.step(at(5000), false, false), Step::Sleep);
         // Something moved: the quiet time starts again at the next look.
         b.busy();
-        assert_eq!(b.step(at(6000), false), Step::Spin);
-        assert_eq!(b.step(at(6004), false), Step::Spin);
-        assert_eq!(b.step(at(6005), false), Step::Yield);
-        assert_eq!(b.step(at(6200), false), Step::Sleep);
-        // Contended: spin as `Spins` said (here 1 us), then sleep.
+        assert_eq!(b.step(at(6000), false, false), Step::Spin);
+        assert_eq!(b.step(at(6004), false, false), Step::Spin);
+        assert_eq!(b.step(at(6005), false, false), Step::Yield);
+        assert_eq!(b.step(at(6200), false, false), Step::Sleep);
+        // Contended: spin, then sleep where it would have yielded.
         b.busy();
-        b.spin = Backoff::CONTENDED_SPIN;
-        assert_eq!(b.step(at(7000), true), Step::Spin);
-        assert_eq!(b.step(at(7001), true), Step::Sleep);
-        assert_eq!(b.step(at(7004), true), Step::Sleep);
+        assert_eq!(b.step(at(7000), true, false), Step::Spin);
+        assert_eq!(b.step(at(7004), true, false), Step::Spin);
+        assert_eq!(b.step(at(7005), true, false), Step::Sleep);
+        // Contended with no peer that rings the worker awake: sleep after 1 us.
         b.busy();
-        b.spin = Backoff::YIELD_AFTER;
-        assert_eq!(b.step(at(8000), true), Step::Spin);
-        assert_eq!(b.step(at(8004), true), Step::Spin);
-        assert_eq!(b.step(at(8005), true), Step::Sleep);
-    }
-
-    #[test]
-    fn contended_spins_shorten_after_four_misses_and_one_in_16_probes() {
-        let mut s = Spins::default();
-        let start = |s: &mut Spins| {
-            let (n, short) = s.start();
-            *s = n;
-            short
-        };
-        // Spins that catch their answers stay long.
-        for _ in 0..10 {
-            assert!(!start(&mut s));
-            s = s.ended(true);
-        }
-        // Four misses in a row: short spins, but for one probe in 16 starts.
-        for _ in 0..4 {
-            assert!(!start(&mut s));
-            s = s.ended(false);
-        }
-        let shorts = (0..32)
-            .map(|_| {
-                let short = start(&mut s);
-                s = s.ended(false);
-                short
-            })
-            .filter(|&x| x)
-            .count();
-        assert_eq!(shorts, 30, "two probes in 32 starts");
-        // A probe that catches its answer makes spins long again.
-        while start(&mut s) {
-            s = s.ended(false);
-        }
-        s = s.ended(true);
-        assert!(!start(&mut s));
+        assert_eq!(b.step(at(8000), true, true), Step::Spin);
+        assert_eq!(b.step(at(8001), true, true), Step::Sleep);
+        assert_eq!(b.step(at(8004), true, true), Step::Sleep);
     }
 
     #[test]
@@ -725,52 +635,35 @@ mod tests {
     }
 
     #[test]
-    fn contended_waits_take_their_spin_from_how_quiet_times_ended() {
+    fn contended_waits_are_eager_only_where_no_peer_rings_the_worker() {
         let ctx = crate::Context::new(crate::ContextParams::default()).unwrap();
         let w = Worker::new(&ctx, crate::WorkerParams::default()).unwrap();
         let now = Instant::now();
-        let contended = Contention::default()
-            .slow_yield(now)
-            .slow_yield(now)
-            .slow_yield(now);
-        CONTENTION.with(|c| c.set(contended));
-        CONTENDED.set(true);
-        // Four quiet times that lasted too long: the next spins 1 us (it is not the
-        // 16th start, a probe).
-        SPINS.set(Spins {
-            misses: Spins::MISSES,
-            started: 0,
-        });
+        slow_yield_at(now);
+        slow_yield_at(now);
+        slow_yield_at(now);
+        // A worker with no links: no peer rings it, so the wait is eager from its first
+        // idle call on.
         let mut b = Backoff::new();
         b.idle(&w).unwrap();
-        assert_eq!(b.spin, Backoff::CONTENDED_SPIN);
-        // It ended at once (a first look in the future: no time has passed): caught within
-        // 5 us, so spins are long again.
-        b.quiet_since = Some(Instant::now() + Duration::from_secs(60));
-        b.busy();
-        assert_eq!(SPINS.get().misses, 0);
-        assert_eq!(b.spin, Duration::ZERO);
-        b.idle(&w).unwrap();
-        assert_eq!(b.spin, Backoff::YIELD_AFTER);
-        // A quiet time that lasted over 5 us counts as a miss.
-        b.quiet_since = Some(Instant::now() - Duration::from_millis(1));
-        b.busy();
-        assert_eq!(SPINS.get().misses, 1);
-        // Contention that begins inside a quiet time gives it a spin at the next look.
-        CONTENDED.set(false);
-        CONTENTION.with(|c| c.set(Contention::default()));
-        let mut b = Backoff::new();
-        for _ in 0..32 {
+        assert_eq!(b.eager, Some(true));
+        assert!(
+            b.quiet_since.is_some(),
+            "an eager wait did not look at once"
+        );
+        // A wait whose worker some peer rings looks once in 32 calls, as uncontended.
+        let mut b = Backoff {
+            eager: Some(false),
+            ..Backoff::default()
+        };
+        for _ in 0..31 {
             b.idle(&w).unwrap();
         }
-        assert!(b.quiet_since.is_some() && b.spin.is_zero());
-        CONTENTION.with(|c| c.set(contended));
-        CONTENDED.set(true);
+        assert!(b.quiet_since.is_none(), "looked before the 32nd idle call");
         b.idle(&w).unwrap();
-        assert_eq!(b.spin, Backoff::YIELD_AFTER);
+        assert!(b.quiet_since.is_some(), "no look at the 32nd idle call");
         CONTENDED.set(false);
         CONTENTION.with(|c| c.set(Contention::default()));
-        SPINS.set(Spins::default());
     }
 
     #[test]

@@ -410,6 +410,13 @@ impl Worker {
         Ok(armed)
     }
 
+    /// Whether a sleep of this worker's is ended by a peer's doing for some link (shared
+    /// memory), not only by the kernel when bytes come (tcp); `true` if that cannot be
+    /// told (the worker is in use).
+    pub(crate) fn sleep_rings_peers(&self) -> bool {
+        self.lock().map_or(true, |g| g.sleep_rings_peers())
+    }
+
     /// Sleep until something arrives, `signal` is called, or `timeout` passes.
     pub fn wait(&self, timeout: Option<Duration>) -> Result<()> {
         if !self.arm()? {

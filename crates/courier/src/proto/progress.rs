@@ -563,6 +563,13 @@ impl State {
         }
     }
 
+    /// Whether some link of this worker's is woken, when the worker sleeps, by its peer's
+    /// doing (shared memory: a wakeup byte the peer writes after its message), not by the
+    /// kernel when bytes come (tcp).
+    pub(crate) fn sleep_rings_peers(&self) -> bool {
+        self.progress.active.len() > self.progress.fd_links
+    }
+
     /// Arm every link for sleeping. `Ok(false)`: something is already waiting.
     pub(crate) fn arm(&mut self) -> Result<bool> {
         // A link setup's reply wakes the worker through epoll where its fd is watched; one
@@ -617,5 +624,21 @@ impl State {
     /// The worker's epoll set.
     pub(crate) fn epoll_as_fd(&self) -> BorrowedFd<'_> {
         self.progress.epoll.as_fd()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_sleep_rings_peers_when_some_active_link_is_not_an_fd_link() {
+        let mut s = State::for_test("rings");
+        assert!(!s.sleep_rings_peers(), "no link");
+        s.progress.active = vec![1, 2];
+        s.progress.fd_links = 2;
+        assert!(!s.sleep_rings_peers(), "tcp links only");
+        s.progress.fd_links = 1;
+        assert!(s.sleep_rings_peers(), "a shm link among them");
     }
 }
