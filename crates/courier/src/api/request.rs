@@ -433,7 +433,7 @@ fn slow_yield_at(at: Instant) {
 }
 
 /// What `Backoff` does at a look at the clock.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Step {
     Spin,
     Yield,
@@ -554,32 +554,49 @@ mod tests {
 
     #[test]
     fn backoff_spins_then_yields_then_sleeps_and_busy_starts_over() {
+        use Step::{Sleep, Spin, Yield};
         let t0 = Instant::now();
-        let at = |us: u64| t0 + Duration::from_micros(us);
         let mut b = Backoff::new();
-        // The first look starts the quiet time.
-        assert_eq!(b.step(at(0), false, false), Step::Spin);
-        assert_eq!(b.step(at(4), false, false), Step::Spin);
-        assert_eq!(b.step(at(5), false, false), Step::Yield);
-        assert_eq!(b.step(at(199), false, false), Step::Yield);
-        assert_eq!(b.step(at(200), false, false), Step::Sleep);
-        assert_eq!(b.step(at(5000), false, false), Step::Sleep);
-        // Something moved: the quiet time starts again at the next look.
-        b.busy();
-        assert_eq!(b.step(at(6000), false, false), Step::Spin);
-        assert_eq!(b.step(at(6004), false, false), Step::Spin);
-        assert_eq!(b.step(at(6005), false, false), Step::Yield);
-        assert_eq!(b.step(at(6200), false, false), Step::Sleep);
-        // Contended: spin, then sleep where it would have yielded.
-        b.busy();
-        assert_eq!(b.step(at(7000), true, false), Step::Spin);
-        assert_eq!(b.step(at(7004), true, false), Step::Spin);
-        assert_eq!(b.step(at(7005), true, false), Step::Sleep);
-        // Contended with no peer that rings the worker awake: sleep after 1 us.
-        b.busy();
-        assert_eq!(b.step(at(8000), true, true), Step::Spin);
-        assert_eq!(b.step(at(8001), true, true), Step::Sleep);
-        assert_eq!(b.step(at(8004), true, true), Step::Sleep);
+        /// A quiet time (after a `busy`): contended or not, eager or not, and the step at
+        /// each look, by the microseconds since its first look.
+        type QuietTime = (bool, bool, &'static [(u64, Step)]);
+        let quiet_times: [QuietTime; 4] = [
+            // Uncontended: spin, yield after 5 us, sleep after 200 us.
+            (
+                false,
+                false,
+                &[
+                    (0, Spin),
+                    (4, Spin),
+                    (5, Yield),
+                    (199, Yield),
+                    (200, Sleep),
+                    (5000, Sleep),
+                ],
+            ),
+            (
+                false,
+                false,
+                &[(0, Spin), (4, Spin), (5, Yield), (200, Sleep)],
+            ),
+            // Contended: spin, then sleep where it would have yielded.
+            (true, false, &[(0, Spin), (4, Spin), (5, Sleep)]),
+            // Contended with no peer that rings the worker awake: sleep after 1 us.
+            (true, true, &[(0, Spin), (1, Sleep), (4, Sleep)]),
+        ];
+        let mut start = 0;
+        for (contended, eager, looks) in quiet_times {
+            b.busy();
+            start += 10_000;
+            for &(us, want) in looks {
+                let at = t0 + Duration::from_micros(start + us);
+                assert_eq!(
+                    b.step(at, contended, eager),
+                    want,
+                    "{us} us into a quiet time, contended {contended}, eager {eager}"
+                );
+            }
+        }
     }
 
     #[test]
