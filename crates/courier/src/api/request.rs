@@ -621,17 +621,22 @@ mod tests {
         assert!(c.sleeps_now(at(551)));
     }
 
-    #[test]
-    fn contended_waits_look_at_every_idle_call_until_contention_ends() {
+    /// A worker with no links, and this thread contended by three slow yields.
+    fn contended_worker() -> (crate::Context, Worker) {
         let ctx = crate::Context::new(crate::ContextParams::default()).unwrap();
         let w = Worker::new(&ctx, crate::WorkerParams::default()).unwrap();
-        // Three slow yields make the thread contended.
         let now = Instant::now();
         slow_yield_at(now);
         slow_yield_at(now);
         assert!(!CONTENDED.get(), "contended after two slow yields");
         slow_yield_at(now);
         assert!(CONTENDED.get(), "not contended after three slow yields");
+        (ctx, w)
+    }
+
+    #[test]
+    fn contended_waits_look_at_every_idle_call_until_contention_ends() {
+        let (_ctx, w) = contended_worker();
         let mut b = Backoff::new();
         b.idle(&w).unwrap();
         assert!(
@@ -653,12 +658,7 @@ mod tests {
 
     #[test]
     fn contended_waits_are_eager_only_where_no_peer_rings_the_worker() {
-        let ctx = crate::Context::new(crate::ContextParams::default()).unwrap();
-        let w = Worker::new(&ctx, crate::WorkerParams::default()).unwrap();
-        let now = Instant::now();
-        slow_yield_at(now);
-        slow_yield_at(now);
-        slow_yield_at(now);
+        let (_ctx, w) = contended_worker();
         // A worker with no links: no peer rings it, so the wait is eager from its first
         // idle call on.
         let mut b = Backoff::new();
