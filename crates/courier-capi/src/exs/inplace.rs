@@ -163,8 +163,13 @@ fn movable(start: usize, span: usize) -> Result<(), String> {
         if guard(above) && v.start.is_multiple_of(ARENA_ALIGN) {
             return Err(format!("{:?} is an allocator's arena", v.line));
         }
-        if below.is_some_and(|w| w.perms.starts_with("rw") && w.inode != "0") {
-            return Err(format!("{:?} is the bss of a program or library", v.line));
+        // A bss lies right above its file's private data; a shared file mapping below
+        // (another segment, a peer's shared memory) says nothing of what this memory is.
+        if let Some(w) = below.filter(|w| w.perms.starts_with("rw-p") && w.inode != "0") {
+            return Err(format!(
+                "{:?} is the bss of a program or library (its data {:?} lies below)",
+                v.line, w.line
+            ));
         }
         at = v.end;
     }

@@ -105,6 +105,11 @@ static void stays(void)
     /* A bss. */
     exs_mhandle_t b = exs_mregister(bss_buf + 8, sizeof(bss_buf) - 8, 0);
     EXPECT(b != EXS_MHANDLE_INVALID && pages_are(bss_buf + 8, sizeof(bss_buf) - 8) != 's');
+    /* The bss's pages past those its file's data shares: anonymous memory, yet it stays. */
+    uintptr_t past = ((uintptr_t)bss_buf + 2 * page() - 1) & ~(uintptr_t)(page() - 1);
+    size_t past_len = (size_t)((uintptr_t)bss_buf + sizeof(bss_buf) - past);
+    exs_mhandle_t b2 = exs_mregister((void *)past, past_len, 0);
+    EXPECT(b2 != EXS_MHANDLE_INVALID && pages_are((void *)past, past_len) == 'p');
     /* The main thread's stack. */
     unsigned char on_stack[256 * K];
     memset(on_stack, 1, sizeof on_stack);
@@ -150,6 +155,7 @@ static void stays(void)
     munmap(again, 1 * M);
     XCHECK(exs_mderegister(a));
     XCHECK(exs_mderegister(b));
+    XCHECK(exs_mderegister(b2));
     XCHECK(exs_mderegister(c));
     XCHECK(exs_mderegister(d));
     XCHECK(exs_mderegister(e));
