@@ -315,7 +315,7 @@ impl State {
         // Frames still queued: their requests fail below with every other request on
         // this endpoint; the frames are freed a batch at a time (`forget_queued`).
         let queued = std::mem::take(&mut ep.pending);
-        ep.spent.replies = 0;
+        let answers = std::mem::take(&mut ep.spent.replies);
         ep.push.clear();
         let stream_reqs: Vec<u64> = ep.stream_reqs.drain(..).collect();
         let handler = if ep.err_reported {
@@ -335,7 +335,7 @@ impl State {
         for id in stream_reqs {
             self.complete(id, Err(err.clone()));
         }
-        self.forget_queued(queued);
+        self.forget_queued(queued, answers);
         // Every request still waiting on this endpoint (rendezvous, acks, the sends of the
         // frames queued above); tag receives among them leave the posted queue, in one
         // pass over it (a long queue of failing sends does not walk it once each).

@@ -12,7 +12,7 @@ use std::time::Instant;
 
 use super::State;
 use super::blockq::BlockQueue;
-use super::send::Pending;
+use super::send::{Pending, reply_cost};
 use super::tag::UnexpBody;
 use crate::base::{Error, Status};
 
@@ -31,8 +31,10 @@ pub(crate) struct LimitState {
     conns_swept: Option<Instant>,
     /// When the keepalive pass last looked at the endpoints (`keepalive.rs`).
     pub(in crate::proto) keepalive_looked: Option<Instant>,
-    /// Frames failed endpoints left queued (`forget_queued`), freed a batch per call.
-    queued_left: VecDeque<BlockQueue<Pending>>,
+    /// Frames failed endpoints left queued (`forget_queued`), freed a batch per call, each
+    /// queue with the bytes of its answers still charged; and their sum.
+    queued_left: VecDeque<(BlockQueue<Pending>, usize)>,
+    pub(in crate::proto) queued_left_bytes: usize,
 }
 
 /// The most messages of failed endpoints `reclaim_dropped` frees in one progress call,
@@ -298,11 +300,30 @@ impl State {
     /// freeing them in this call held the worker 1.3 ms, once per such peer. A long queue
     /// is freed `RECLAIM_QUEUED` frames per progress call instead (`reclaim_dropped`); so
     /// is a short one while others wait (many endpoints failing in one call).
-    pub(crate) fn forget_queued(&mut self, queued: BlockQueue<Pending>) {
-        if queued.len() > RECLAIM_QUEUED
-            || (!queued.is_empty() && !self.limits.queued_left.is_empty())
+    ///
+    /// `answers` is what the queue's answers were charged (`charge_reply`): they stay
+    /// charged to the worker until freed, and all the answers set aside together may hold
+    /// one `COURIER_MAX_REPLY_QUEUE`. Past it (peers failing faster than their answers are
+    /// freed) the oldest queues are freed at once, so that a peer that reconnects and
+    /// floods again cannot pile its old answers up behind the new.
+    pub(crate) fn forget_queued(&mut self, queued: BlockQueue<Pending>, answers: usize) {
+        if queued.len() <= RECLAIM_QUEUED
+            && (queued.is_empty() || self.limits.queued_left.is_empty())
         {
-            self.limits.queued_left.push_back(queued);
+            return;
+        }
+        let l = &mut self.limits;
+        l.queued_left_bytes = l.queued_left_bytes.saturating_add(answers);
+        l.queued_left.push_back((queued, answers));
+        let cap = self.cfg.limits.reply_queue;
+        while l.queued_left_bytes > cap && l.queued_left.len() > 1 {
+            if let Some((old, charged)) = l.queued_left.pop_front() {
+                l.queued_left_bytes = l.queued_left_bytes.saturating_sub(charged);
+                tracing::debug!(
+                    "{} frames of failed endpoints freed at once: answers set aside passed COURIER_MAX_REPLY_QUEUE",
+                    old.len()
+                );
+            }
         }
     }
 
@@ -318,23 +339,26 @@ impl State {
     /// messages and frames were freed.
     pub(crate) fn reclaim_dropped(&mut self) -> usize {
         let mut freed = 0;
+        let l = &mut self.limits;
         while freed < RECLAIM_QUEUED {
-            let Some(q) = self.limits.queued_left.front_mut() else {
+            let Some((q, charged)) = l.queued_left.front_mut() else {
                 break;
             };
-            if q.pop_front().is_some() {
+            if let Some(p) = q.pop_front() {
+                let cost = reply_cost(&p).min(*charged);
+                *charged -= cost;
+                l.queued_left_bytes = l.queued_left_bytes.saturating_sub(cost);
                 freed += 1;
             } else {
-                self.limits.queued_left.pop_front();
+                let charged = *charged;
+                l.queued_left_bytes = l.queued_left_bytes.saturating_sub(charged);
+                l.queued_left.pop_front();
             }
         }
-        if self
-            .limits
-            .queued_left
-            .front()
-            .is_some_and(|q| q.is_empty())
-        {
-            self.limits.queued_left.pop_front();
+        if l.queued_left.front().is_some_and(|(q, _)| q.is_empty()) {
+            if let Some((_, charged)) = l.queued_left.pop_front() {
+                l.queued_left_bytes = l.queued_left_bytes.saturating_sub(charged);
+            }
         }
         freed + self.reclaim_messages()
     }
@@ -479,12 +503,17 @@ mod tests {
 
     /// An endpoint with `answers` get answers queued, then a send behind them.
     fn queued_endpoint(st: &mut State, answers: usize) -> (u32, u64) {
+        queued_endpoint_of(st, answers, 0)
+    }
+
+    /// As `queued_endpoint`, each answer carrying `extra` bytes after its header.
+    fn queued_endpoint_of(st: &mut State, answers: usize, extra: usize) -> (u32, u64) {
         let e = st.ep_alloc("peer".into());
         for i in 0..answers {
             let answer = Pending {
                 req: None,
                 hdr: Header::get_resp(i as u64, 0, 0),
-                extra: Vec::new(),
+                extra: vec![0; extra],
                 data: Buf::EMPTY,
                 region: None,
                 answer: true,
@@ -533,6 +562,38 @@ mod tests {
             assert!(calls <= 3, "still holding frames after {calls} calls");
         }
         assert_eq!(calls, 3);
+    }
+
+    #[test]
+    fn answers_set_aside_stay_within_one_reply_budget() {
+        let mut st = state();
+        let cap = st.cfg.limits.reply_queue;
+        // Two endpoints whose long queues each hold over half the budget.
+        let answers = 2 * RECLAIM_QUEUED + 10;
+        let extra = cap * 3 / 4 / answers;
+        let (a, _) = queued_endpoint_of(&mut st, answers, extra);
+        let (b, _) = queued_endpoint_of(&mut st, answers, extra);
+        let charged = st.ep(a).map_or(0, |ep| ep.spent.replies);
+        assert!(charged > cap / 2 && charged <= cap, "{charged} of {cap}");
+        st.fail_ep(a, Error::new(Status::EndpointClosed, "peer went away"));
+        assert_eq!(st.limits.queued_left_bytes, charged);
+        // A batch freed takes its answers' bytes off the charge.
+        st.reclaim_dropped();
+        let after_one = st.limits.queued_left_bytes;
+        assert!(
+            after_one < charged,
+            "{after_one} still charged of {charged}"
+        );
+        // The second failure would hold both: the first's rest is freed at once.
+        st.fail_ep(b, Error::new(Status::EndpointClosed, "peer went away"));
+        assert_eq!(st.limits.queued_left_bytes, charged);
+        let mut calls = 0;
+        while st.has_dropped() {
+            st.reclaim_dropped();
+            calls += 1;
+            assert!(calls <= 3, "still holding frames after {calls} calls");
+        }
+        assert_eq!(st.limits.queued_left_bytes, 0);
     }
 
     #[test]

@@ -204,7 +204,7 @@ pub const VARS: &[Var] = &[
     Var {
         name: "COURIER_MAX_REPLY_QUEUE",
         default: "16m",
-        help: "Most memory of answers to one peer that does not read them: answers enter a link's send queue only while it holds less than this (later ones wait, a get's data staying in its region, and are served as the peer reads), and the waiting answers (get data copies, acknowledgements, queue entries) past it fail the endpoint with an error naming this limit",
+        help: "Most memory of answers to one peer that does not read them: answers enter a link's send queue only while it holds less than this (later ones wait, a get's data staying in its region, and are served as the peer reads), and the waiting answers (get data copies, acknowledgements, queue entries) past it fail the endpoint with an error naming this limit; the answers failed endpoints leave, freed a batch per progress call, hold at most this much together (the oldest go at once)",
         accepts: "a size of at least 64k, such as 16m",
     },
     Var {
