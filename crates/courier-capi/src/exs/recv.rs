@@ -238,10 +238,13 @@ pub(crate) fn on_data(
             rx.small_max
         )));
     }
-    if rx.got_units + units - rx.freed > rx.grant {
+    // Credits count as returned once a message told the peer (`told`), not when the
+    // program took the data (`freed`): a peer that sent before it could know of a freed
+    // slot overdrew, whether or not that slot was freed by the time its data came.
+    if rx.got_units + units - rx.told > rx.grant {
         return Err(proto(format!(
-            "eager data beyond the credits granted ({} in use of {}, {units} more)",
-            rx.got_units - rx.freed,
+            "eager data beyond the credits granted ({} unacknowledged of {}, {units} more)",
+            rx.got_units - rx.told,
             rx.grant
         )));
     }
