@@ -748,10 +748,35 @@ static void put32(unsigned char *b, uint32_t v) { memcpy(b, &v, 4); }
 static void put64(unsigned char *b, uint64_t v) { memcpy(b, &v, 8); }
 static void put16(unsigned char *b, uint16_t v) { memcpy(b, &v, 2); }
 
+/* What the hostile peer sends: `first` eager messages, then (told to go on) `then` more;
+ * it writes a byte to `done_fd` after each batch and reads one from `go_fd` before the
+ * second. */
+struct overdraft {
+    const char *name;
+    int slots, first, then;
+    int done_fd, go_fd;
+};
+
+static void send_data(courier_ep_t *e, uint32_t conn, uint32_t gen, uint64_t from, int n)
+{
+    static const char data[10] = "overdraft";
+    courier_request_t *r = NULL;
+    for (uint64_t c = from; c < from + (uint64_t)n; c++) {
+        unsigned char d[32];
+        memset(d, 0, sizeof(d));
+        d[0] = 4; /* DATA */
+        put32(d + 4, conn);
+        put32(d + 8, gen);
+        put64(d + 24, c);
+        CHECK(finish(courier_ep_am_send(e, 0x4558, d, 32, data, sizeof(data), COURIER_AM_SEND_FLAG_EAGER, NULL, &r), &r));
+    }
+    CHECK(courier_ep_flush(e));
+}
+
 /* Speaks Courier directly: a correct HELLO, then eager data beyond the credits granted. */
 static int hostile(void *arg)
 {
-    int done_fd = *(int *)arg;
+    const struct overdraft *o = arg;
     courier_context_t *ctx = make_context(COURIER_FEATURE_AM | COURIER_FEATURE_RMA, "hostile");
     courier_worker_t *w = make_worker(ctx);
     CHECK(courier_worker_set_am_handler(w, 0x4558, on_am, NULL));
@@ -794,19 +819,14 @@ static int hostile(void *arg)
     memcpy(b + 42, key, klen);
     courier_request_t *r = NULL;
     CHECK(finish(courier_ep_am_send(e, 0x4558, h, 24 + 42 + klen, NULL, 0, 0, NULL, &r), &r));
-    /* Three eager messages where the server granted two. */
-    static const char data[10] = "overdraft";
-    for (uint64_t c = 0; c < 3; c++) {
-        unsigned char d[32];
-        memset(d, 0, sizeof(d));
-        d[0] = 4; /* DATA */
-        put32(d + 4, srv_conn);
-        put32(d + 8, srv_gen);
-        put64(d + 24, c);
-        CHECK(finish(courier_ep_am_send(e, 0x4558, d, 32, data, sizeof(data), COURIER_AM_SEND_FLAG_EAGER, NULL, &r), &r));
+    send_data(e, srv_conn, srv_gen, 0, o->first);
+    write_all(o->done_fd, "x", 1);
+    if (o->then > 0) {
+        char go;
+        read_all(o->go_fd, &go, 1);
+        send_data(e, srv_conn, srv_gen, (uint64_t)o->first, o->then);
+        write_all(o->done_fd, "x", 1);
     }
-    CHECK(courier_ep_flush(e));
-    write_all(done_fd, "x", 1);
     /* Stay until the server has looked (it closes us). */
     for (int i = 0; i < 100000; i++) {
         courier_worker_progress(w);
@@ -818,19 +838,35 @@ static int hostile(void *arg)
     return 0;
 }
 
-static void hostile_peer(void)
+/* A peer that sends past the credits it was told of is reset (EPROTO), and every other
+ * connection goes on. The server receives nothing while the overdraft is in flight, but
+ * in the second plan: one message taken frees a slot, which the peer is not told of (a
+ * credit goes back once a quarter of the grant is owed), so the message that takes it is
+ * an overdraft too. */
+static void hostile_peer(struct overdraft o)
 {
     sock_type = SOCK_SEQPACKET;
     int lfd = listen_socket(OVER_COURIER, SOCK_SEQPACKET, &addr, &addrlen);
-    XCHECK(exs_fcntl(lfd, EXS_F_SMALL_SLOTS, 2));
-    int p[2];
-    EXPECT(pipe(p) == 0);
-    pid_t h = spawn(hostile, &p[1]);
+    XCHECK(exs_fcntl(lfd, EXS_F_SMALL_SLOTS, o.slots));
+    int p[2], go[2];
+    EXPECT(pipe(p) == 0 && pipe(go) == 0);
+    o.done_fd = p[1];
+    o.go_fd = go[0];
+    pid_t h = spawn(hostile, &o);
     int fh = accept_one(lfd);
     char c;
     read_all(p[0], &c, 1);
+    static unsigned char b[64];
+    exs_mhandle_t mh = exs_mregister(b, sizeof(b), 0);
+    if (o.then > 0) {
+        XCHECK(exs_recv(fh, b, sizeof(b), 0, q, (void *)1, mh));
+        exs_event_t e = next_event(q);
+        EXPECT(e.exs_evt_result == 10 && memcmp(b, "overdraft", 10) == 0);
+        write_all(go[1], "x", 1);
+        read_all(p[0], &c, 1);
+    }
     /* The overdraft resets that connection. Nothing is received until it has: a slot
-     * freed and acknowledged meanwhile would have made the third message a fair one. */
+     * freed and acknowledged meanwhile would have made the last message a fair one. */
     int err = 0;
     for (int i = 0; i < 10000 && err == 0; i++) {
         socklen_t elen = sizeof(err);
@@ -842,8 +878,6 @@ static void hostile_peer(void)
         fprintf(stderr, "hostile peer: the connection's error is %s, not EPROTO\n", strerror(err));
     EXPECT(err == EPROTO);
     /* What we post now fails, with EPROTO. */
-    static unsigned char b[64];
-    exs_mhandle_t mh = exs_mregister(b, sizeof(b), 0);
     errno = 0;
     EXPECT(exs_recv(fh, b, sizeof(b), 0, q, (void *)1, mh) == -1 && errno == EPROTO);
     /* Another peer still connects and talks. */
@@ -867,7 +901,9 @@ static void hostile_peer(void)
     XCHECK(exs_mderegister(mh));
     close(p[0]);
     close(p[1]);
-    printf("exs_peers: hostile peer: OK\n");
+    close(go[0]);
+    close(go[1]);
+    printf("exs_peers: hostile peer, %s: OK\n", o.name);
 }
 
 int main(void)
@@ -910,7 +946,8 @@ int main(void)
         msg_case(k ? OVER_KERNEL : OVER_COURIER, SOCK_SEQPACKET);
         zero_case(k ? OVER_KERNEL : OVER_COURIER);
     }
-    hostile_peer();
+    hostile_peer((struct overdraft){"three messages where two slots were granted", 2, 3, 0, -1, -1});
+    hostile_peer((struct overdraft){"a slot freed but not yet acknowledged", 8, 8, 1, -1, -1});
     XCHECK(exs_qdelete(q));
     printf("exs_peers: OK\n");
     return 0;
