@@ -302,8 +302,8 @@ impl State {
     /// is a short one while others wait (many endpoints failing in one call).
     ///
     /// `answers` is what the queue's answers were charged (`charge_reply`): they stay
-    /// charged to the worker until freed, and all the answers set aside together may hold
-    /// one `COURIER_MAX_REPLY_QUEUE`. Past it (peers failing faster than their answers are
+    /// counted (`queued_left_bytes`) until freed, and all the answers set aside together
+    /// may hold one `COURIER_MAX_REPLY_QUEUE`. Past it (peers failing faster than their answers are
     /// freed) the oldest queues are freed at once, so that a peer that reconnects and
     /// floods again cannot pile its old answers up behind the new.
     pub(crate) fn forget_queued(&mut self, queued: BlockQueue<Pending>, answers: usize) {
@@ -349,15 +349,12 @@ impl State {
                 *charged -= cost;
                 l.queued_left_bytes = l.queued_left_bytes.saturating_sub(cost);
                 freed += 1;
-            } else {
-                let charged = *charged;
-                l.queued_left_bytes = l.queued_left_bytes.saturating_sub(charged);
-                l.queued_left.pop_front();
             }
-        }
-        if l.queued_left.front().is_some_and(|(q, _)| q.is_empty()) {
-            if let Some((_, charged)) = l.queued_left.pop_front() {
-                l.queued_left_bytes = l.queued_left_bytes.saturating_sub(charged);
+            // A queue goes as its last frame does (`forget_queued` sets none aside empty).
+            if q.is_empty() {
+                let rest = *charged;
+                l.queued_left_bytes = l.queued_left_bytes.saturating_sub(rest);
+                l.queued_left.pop_front();
             }
         }
         freed + self.reclaim_messages()
