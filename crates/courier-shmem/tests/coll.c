@@ -161,10 +161,16 @@ int main(void) {
     /* _to_all over the even PEs. */
     static int ta[4], tb[4], twrk[SHMEM_REDUCE_MIN_WRKDATA_SIZE + 4];
     for (int i = 0; i < 4; i++) ta[i] = me;
-    if (me % 2 == 0) {
-        int size = (n + 1) / 2;
-        shmem_int_sum_to_all(tb, ta, 4, 0, 1, size, twrk, pSync);
-        CHECK(tb[0] == size * (size - 1), "sum_to_all over evens: %d", tb[0]);
+    /* Over the evens, between reductions over every PE, 50 times: the pairs of evens
+     * meet in both, in the same order. */
+    for (int it = 0; it < 50; it++) {
+        if (me % 2 == 0) {
+            int size = (n + 1) / 2;
+            shmem_int_sum_to_all(tb, ta, 4, 0, 1, size, twrk, pSync);
+            CHECK(tb[0] == size * (size - 1), "sum_to_all over evens %d: %d", it, tb[0]);
+        }
+        shmem_int_max_reduce(SHMEM_TEAM_WORLD, tb, ta, 4);
+        CHECK(tb[3] == n - 1, "max over all %d: %d", it, tb[3]);
     }
     shmem_barrier_all();
     shmem_long_max_to_all(dst, src, 1, 0, 0, n, pWrk, pSync);
