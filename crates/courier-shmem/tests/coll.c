@@ -158,6 +158,41 @@ int main(void) {
     shmem_longdouble_max_reduce(SHMEM_TEAM_WORLD, lb, la, 1);
     CHECK(*lb == 1.25L + n - 1, "long double max %Lf", *lb);
 
+    /* Tiny reductions, back to back and between tiny broadcasts from rotating roots:
+     * sums whose bits depend on the order of the terms (every PE combines in PE order),
+     * in place too; broadcasts at the staging slots' size (32 longs) and one past it. */
+    {
+        double *ds = shmem_malloc(4 * sizeof(double)), *dd = shmem_malloc(4 * sizeof(double));
+        long *ls = shmem_malloc(33 * sizeof(long)), *ld = shmem_malloc(33 * sizeof(long));
+        for (int it = 0; it < 400; it++) {
+            for (size_t i = 0; i < 4; i++) ds[i] = order_value(me, i + (size_t)it);
+            shmem_double_sum_reduce(SHMEM_TEAM_WORLD, dd, ds, 4);
+            for (size_t i = 0; i < 4; i++) {
+                double want = order_value(0, i + (size_t)it);
+                for (int k = 1; k < n; k++) want += order_value(k, i + (size_t)it);
+                CHECK(memcmp(&dd[i], &want, sizeof want) == 0, "tiny double sum %d [%zu]: %.17g, want %.17g",
+                      it, i, dd[i], want);
+            }
+            size_t cnt = it % 5 == 0 ? 32 : it % 5 == 1 ? 33 : 1 + (size_t)it % 4;
+            for (size_t i = 0; i < cnt; i++) ls[i] = it + me * 7 + (long)i;
+            int root = it % n;
+            if (it % 3 == 0) {
+                CHECK(shmem_long_broadcast(SHMEM_TEAM_WORLD, ld, ls, cnt, root) == 0, "broadcast rc");
+                if (me != root)
+                    for (size_t i = 0; i < cnt; i++)
+                        CHECK(ld[i] == it + root * 7 + (long)i, "broadcast %d [%zu]: %ld", it, i, ld[i]);
+            }
+            shmem_long_max_reduce(SHMEM_TEAM_WORLD, ld, ls, cnt);
+            for (size_t i = 0; i < cnt; i++)
+                CHECK(ld[i] == it + (n - 1) * 7 + (long)i, "tiny max %d [%zu]: %ld", it, i, ld[i]);
+            shmem_long_sum_reduce(SHMEM_TEAM_WORLD, ls, ls, cnt);
+            for (size_t i = 0; i < cnt; i++)
+                CHECK(ls[i] == n * (it + (long)i) + 7L * n * (n - 1) / 2, "tiny in-place sum %d [%zu]: %ld",
+                      it, i, ls[i]);
+        }
+        shmem_free(ds); shmem_free(dd); shmem_free(ls); shmem_free(ld);
+    }
+
     /* _to_all over the even PEs. */
     static int ta[4], tb[4], twrk[SHMEM_REDUCE_MIN_WRKDATA_SIZE + 4];
     for (int i = 0; i < 4; i++) ta[i] = me;
