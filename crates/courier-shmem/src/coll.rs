@@ -282,6 +282,16 @@ fn pull(w: &World, call: &'static str, dst: *mut u8, src: *const u8, len: usize,
     }
 }
 
+/// A size in bytes, or the end of the job with `why` where its arithmetic overflowed.
+fn sized(call: &'static str, v: Option<usize>, why: impl FnOnce() -> String) -> usize {
+    v.unwrap_or_else(|| fatal(call, why()))
+}
+
+/// Why `n` members' blocks of `len` bytes are too many to add up.
+fn blocks(len: usize, n: usize) -> String {
+    format!("nelems: {n} blocks of {len} bytes overflow")
+}
+
 fn check_sym(w: &World, call: &'static str, arg: &'static str, p: *const u8, len: usize) {
     if len > 0 && w.locate(p as usize, len).is_none() {
         rma::not_symmetric(w, call, arg, p as usize, len)
@@ -462,7 +472,8 @@ pub fn fcollect(
     len: usize,
 ) {
     let n = m.n();
-    check_sym(w, call, "dest", dest, len * n);
+    let total = sized(call, len.checked_mul(n), || blocks(len, n));
+    check_sym(w, call, "dest", dest, total);
     check_sym(w, call, "source", src, len);
     sync(w, call, m);
     for (j, &pe) in m.pes.iter().enumerate() {
@@ -522,8 +533,9 @@ pub fn alltoall(
     len: usize,
 ) {
     let n = m.n();
-    check_sym(w, call, "dest", dest, len * n);
-    check_sym(w, call, "source", src, len * n);
+    let total = sized(call, len.checked_mul(n), || blocks(len, n));
+    check_sym(w, call, "dest", dest, total);
+    check_sym(w, call, "source", src, total);
     sync(w, call, m);
     for (j, &pe) in m.pes.iter().enumerate() {
         // SAFETY: block j of dest, block me of the peer's source; checked above.
@@ -559,10 +571,23 @@ pub fn alltoalls(
         )
     }
     let n = m.n();
-    let span = |st: isize| (n * nelems).saturating_sub(1) * st as usize * size + size;
+    // From the first element to the end of the last: (n × nelems - 1) × stride + 1
+    // elements.
+    let span = |arg: &str, st: isize| {
+        let v = n
+            .checked_mul(nelems)
+            .and_then(|k| (k - 1).checked_mul(st as usize))
+            .and_then(|e| e.checked_add(1))
+            .and_then(|e| e.checked_mul(size));
+        sized(call, v, || {
+            format!(
+                "nelems={nelems}, {arg}={st}: {n} blocks of {nelems} elements of {size} bytes, {st} apart, overflow"
+            )
+        })
+    };
     if nelems > 0 {
-        check_sym(w, call, "dest", dest, span(dst));
-        check_sym(w, call, "source", src, span(sst));
+        check_sym(w, call, "dest", dest, span("dst", dst));
+        check_sym(w, call, "source", src, span("sst", sst));
     }
     sync(w, call, m);
     for (j, &pe) in m.pes.iter().enumerate() {
@@ -595,7 +620,9 @@ pub fn reduce(
     size: usize,
     op: ReduceFn,
 ) {
-    let len = count * size;
+    let len = sized(call, count.checked_mul(size), || {
+        format!("nreduce={count}: {count} elements of {size} bytes overflow")
+    });
     check_sym(w, call, "dest", dest, len);
     check_sym(w, call, "source", src, len);
     if len <= PUSH_MAX {

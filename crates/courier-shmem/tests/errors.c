@@ -1,7 +1,7 @@
 /* Error cases: each mode makes one mistake, which must end the job with a message naming
  * the call, the argument and why (tests/run.sh checks the exit status and the message).
  *   errors pe | nonsym | before_init | team | cmp | align | sigop | free | semowner | semfreed |
- *          semover
+ *          semover | reducecount | alltoallscount
  * and one that is no mistake: `exit`, where PE 0 calls shmem_global_exit(3) while the
  * others wait in a barrier that never completes: the job must end with status 3. */
 #include <shmem.h>
@@ -61,6 +61,12 @@ int main(int argc, char **argv) {
         shmem_barrier_all();
         if (shmem_my_pe() == 0) shmemx_sem_wait(s, 1);
         shmem_barrier_all();
+    } else if (strcmp(mode, "reducecount") == 0) {
+        /* 2^61 + 1 longs: their size in bytes wraps to 8. */
+        shmem_long_sum_reduce(SHMEM_TEAM_WORLD, &target, &target, ((size_t)1 << 61) + 1);
+    } else if (strcmp(mode, "alltoallscount") == 0) {
+        /* 2 PEs: 2^61 longs, whose span in bytes wraps to 0. */
+        shmem_long_alltoalls(SHMEM_TEAM_WORLD, &target, &target, 1, 1, (size_t)1 << 60);
     } else if (strcmp(mode, "exit") == 0) {
         if (shmem_my_pe() == 0) shmem_global_exit(3);
         shmem_barrier_all();

@@ -72,6 +72,8 @@ declare -A want=(
   [semowner]="shmemx_sem_wait: sem=.*belongs to PE 0; only its owner waits"
   [semfreed]="shmemx_sem_try: sem=.*this semaphore was freed"
   [semover]="shmemx_sem_wait: sem=.*posts took it to 80000, past its maximum 65535"
+  [reducecount]="shmem_long_sum_reduce: nreduce=2305843009213693953: .*overflow"
+  [alltoallscount]="shmem_long_alltoalls: nelems=[0-9]*, dst=1: .*overflow"
   [exit]="shmem_global_exit(3)"
 )
 for mode in "${!want[@]}"; do
