@@ -20,7 +20,9 @@
 //! a fraction of the work). Small broadcasts are pushed instead:
 //! each member tells the root it has entered, and the root writes each member's `dest`
 //! with a put-with-signal on their pairwise counter (one round trip, no syncs); tiny ones
-//! go through staging slots in each member's heap, so the root waits for no one.
+//! go through staging slots in each member's heap, so the root waits for no one. Tiny
+//! reductions among a few members of one host go through the same slots: each member
+//! stages its source at every other and combines what the others staged (no sync).
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -241,10 +243,10 @@ pub fn sync(w: &World, call: &'static str, m: &Members) {
     }
 }
 
-/// Sets of at most this many members, all of one host, sync flat. A flat sync writes
-/// each member's counters from n - 1 peers at once, where dissemination spreads them over
-/// ⌈log₂ n⌉ rounds; over tcp its n - 1 messages per member cost more than the rounds they
-/// save (4 PEs on 2 CPUs: 40 us against 31).
+/// Sets of at most this many members, all of one host, sync flat and reduce tiny sources
+/// through staging slots. A flat sync writes each member's counters from n - 1 peers at
+/// once, where dissemination spreads them over ⌈log₂ n⌉ rounds; over tcp its n - 1
+/// messages per member cost more than the rounds they save (4 PEs: 40 us against 31).
 const FLAT_MAX: usize = 8;
 
 /// Whether `m` syncs flat: few members, every one's memory reached with plain stores. The
@@ -366,45 +368,60 @@ fn broadcast_staged(
     len: usize,
     root: usize,
 ) {
-    let rpe = m.pes[root];
     if m.me != root {
-        let k = bump(&STAGED_TAKEN, w.npes, rpe);
-        take(w, call, rpe);
-        if len > 0 {
-            let slot = w.heap.base + slot_offset(w.npes, rpe, k % 2);
-            // The slot lies in our heap's internal area (STAGE >= len bytes), filled by
-            // the root before its signal, which `take` saw.
-            // SAFETY: so it holds `len` bytes; `dest` is a checked range of `len` here.
-            unsafe { std::ptr::copy_nonoverlapping(slot as *const u8, dest, len) };
-        }
-        let count = w.heap.base + consumed_offset(w.npes) + w.me * 8;
-        match rma::target(w, call, "dest", count, 8, rpe) {
-            // SAFETY: the root's count for us, 8-byte aligned in its mapped heap.
-            Where::Here(p) => {
-                unsafe { AtomicU64::from_ptr(p as *mut u64) }.store(k, Ordering::Release)
+        stage_take(w, call, m.pes[root], |slot| {
+            if len > 0 {
+                // SAFETY: the slot holds the root's `len` bytes; `dest` is a checked range
+                // of `len` here.
+                unsafe { std::ptr::copy_nonoverlapping(slot, dest, len) };
             }
-            Where::Remote { .. } => rma::p(call, &DEFAULT, count as *mut u64, k, rpe as i32),
-        }
+        });
         return;
     }
     for (j, &pe) in m.pes.iter().enumerate() {
-        if j == root {
-            continue;
+        if j != root {
+            // SAFETY: `src` is `len` <= STAGE readable bytes.
+            unsafe { stage_send(w, call, pe, src, len) };
         }
-        let k = bump(&STAGED_SENT, w.npes, pe);
-        if k > 2 {
-            // SAFETY: our count for `pe`, 8-byte aligned in our heap's internal area.
-            let taken = unsafe {
-                AtomicU64::from_ptr((w.heap.base + consumed_offset(w.npes) + pe * 8) as *mut u64)
-            };
-            if taken.load(Ordering::Acquire) < k - 2 {
-                crate::wait::block_until(w, || taken.load(Ordering::Acquire) >= k - 2);
-            }
+    }
+}
+
+/// Write `len` (<= STAGE) bytes of `src` into our next staging slot at world PE `pe`,
+/// with a put-with-signal on our pairwise counter there. Our slots at `pe` alternate, so
+/// this waits only if `pe` has not yet taken the message before the last.
+///
+/// # Safety
+/// `src` must be valid for `len` bytes, and `len` at most STAGE.
+unsafe fn stage_send(w: &World, call: &'static str, pe: usize, src: *const u8, len: usize) {
+    let k = bump(&STAGED_SENT, w.npes, pe);
+    if k > 2 {
+        // SAFETY: our count for `pe`, 8-byte aligned in our heap's internal area.
+        let taken = unsafe {
+            AtomicU64::from_ptr((w.heap.base + consumed_offset(w.npes) + pe * 8) as *mut u64)
+        };
+        if taken.load(Ordering::Acquire) < k - 2 {
+            crate::wait::block_until(w, || taken.load(Ordering::Acquire) >= k - 2);
         }
-        let slot = (w.heap.base + slot_offset(w.npes, w.me, k % 2)) as *mut u8;
-        // SAFETY: `src` is `len` readable bytes; the slot is a symmetric range of STAGE
-        // >= len bytes, which `pe` no longer reads (it took broadcast k - 2).
-        unsafe { signal_with(w, call, pe, Some((slot, src, len))) };
+    }
+    let slot = (w.heap.base + slot_offset(w.npes, w.me, k % 2)) as *mut u8;
+    // SAFETY: `src` is `len` readable bytes; the slot is a symmetric range of STAGE >= len
+    // bytes, which `pe` no longer reads (it took message k - 2).
+    unsafe { signal_with(w, call, pe, Some((slot, src, len))) };
+}
+
+/// Wait for world PE `from`'s next staged message, hand its slot to `read`, then tell
+/// `from` that the slot is free (a count in its heap).
+fn stage_take(w: &World, call: &'static str, from: usize, read: impl FnOnce(*const u8)) {
+    let k = bump(&STAGED_TAKEN, w.npes, from);
+    take(w, call, from);
+    // The slot lies in our heap's internal area (STAGE bytes), filled by `from` before
+    // its signal, which `take` saw.
+    read((w.heap.base + slot_offset(w.npes, from, k % 2)) as *const u8);
+    let count = w.heap.base + consumed_offset(w.npes) + w.me * 8;
+    match rma::target(w, call, "dest", count, 8, from) {
+        // SAFETY: `from`'s count for us, 8-byte aligned in its mapped heap.
+        Where::Here(p) => unsafe { AtomicU64::from_ptr(p as *mut u64) }.store(k, Ordering::Release),
+        Where::Remote { .. } => rma::p(call, &DEFAULT, count as *mut u64, k, from as i32),
     }
 }
 
@@ -625,6 +642,9 @@ pub fn reduce(
     });
     check_sym(w, call, "dest", dest, len);
     check_sym(w, call, "source", src, len);
+    if len <= STAGE && flat(w, m) {
+        return reduce_staged(w, call, m, dest, src, count, size, op);
+    }
     if len <= PUSH_MAX {
         // Small: the first member combines every source once they have all entered,
         // and pushes the result (`fan_in`, `fan_out`).
@@ -649,6 +669,55 @@ pub fn reduce(
         // SAFETY: `dest` checked for `len` bytes (> PUSH_MAX here); `acc` is ours.
         unsafe { std::ptr::copy_nonoverlapping(acc.as_ptr(), dest, len) };
     });
+}
+
+/// A tiny reduction among a few members of one host, with no sync: each member stages
+/// its source at every other (`stage_send`), then combines every member's, in member
+/// order, its own from `src` and the others' from their slots (`stage_take`). `dest` is
+/// written last, so it may be `src`.
+#[allow(clippy::too_many_arguments)]
+fn reduce_staged(
+    w: &World,
+    call: &'static str,
+    m: &Members,
+    dest: *mut u8,
+    src: *const u8,
+    count: usize,
+    size: usize,
+    op: ReduceFn,
+) {
+    let len = count * size;
+    for (j, &pe) in m.pes.iter().enumerate() {
+        if j != m.me {
+            // SAFETY: `src` is a checked range of `len` <= STAGE bytes.
+            unsafe { stage_send(w, call, pe, src, len) };
+        }
+    }
+    let mut acc = [0u8; STAGE];
+    for (j, &pe) in m.pes.iter().enumerate() {
+        let mut combine = |x: *const u8| {
+            if len == 0 {
+                // Nothing to combine (`src` may be NULL).
+                return;
+            }
+            if j == 0 {
+                // SAFETY: `x` is `len` <= STAGE readable bytes (our source or a slot).
+                unsafe { std::ptr::copy_nonoverlapping(x, acc.as_mut_ptr(), len) };
+            } else {
+                // SAFETY: `acc` and `x` hold `count` elements of `size` bytes.
+                unsafe { op(acc.as_mut_ptr(), x, count) };
+            }
+        };
+        if j == m.me {
+            combine(src);
+        } else {
+            stage_take(w, call, pe, combine);
+        }
+    }
+    if len > 0 {
+        // SAFETY: `dest` checked for `len` bytes; `acc` holds them.
+        unsafe { std::ptr::copy_nonoverlapping(acc.as_ptr(), dest, len) };
+    }
 }
 
 /// Reductions of this many bytes or more, among members whose memory is all mapped here,
