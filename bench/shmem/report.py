@@ -72,8 +72,9 @@ def main(raw_path, results_path):
                f"{os.cpu_count()} CPUs; load average {load_start} at the start, "
                f"{' '.join(open('/proc/loadavg').read().split()[:3])} at the end. Both launchers bind each PE to a CPU "
                "of its own while the PEs do not outnumber the CPUs (mpirun's default, and `oshrun`'s "
-               "`--cpu-bind auto`); with more PEs than CPUs neither binds, and Courier's waits then give "
-               "the CPU away at every round.")
+               "`--cpu-bind auto`); with more PEs than CPUs, where neither binds by default, the script binds "
+               "both round robin (`oshrun --cpu-bind core`, `mpirun --bind-to core:overload-allowed`), and "
+               "Courier's waits give the CPU away at every round.")
     out.append("")
     out.append(f"OSHMEM crashed at exit (segmentation fault in `shmem_finalize`) in {crashes['oshmem']} of "
                f"{runs['oshmem']} runs; the numbers it printed before are kept. Courier: {crashes['courier']} "

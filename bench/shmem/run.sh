@@ -31,15 +31,21 @@ alltoall:8 alltoall:1048576}"
 
 raw="$out/raw.txt"
 echo "# load-start $(cut -d' ' -f1-3 /proc/loadavg)" > "$raw"
+cpus=$(nproc)
 for np in $nps; do
+  # More PEs than CPUs: neither launcher binds by default (mpirun's rule, which `oshrun
+  # --cpu-bind auto` follows, since other jobs may share the CPUs). This machine runs
+  # nothing else, so both bind round robin, which steadies both (bench/analysis.md).
+  cbind=(); obind=(--oversubscribe)
+  if [ "$np" -gt "$cpus" ]; then cbind=(--cpu-bind core); obind=(--oversubscribe --bind-to core:overload-allowed); fi
   for t in $TESTS; do
     test="${t%%:*}"; size="${t#*:}"
     for r in $(seq 1 "$rounds"); do
       for impl in courier oshmem; do
         if [ $impl = courier ]; then
-          cmd=("$root/target/release/oshrun" -np "$np" "$out/bench-courier" "$test" "$size")
+          cmd=("$root/target/release/oshrun" "${cbind[@]}" -np "$np" "$out/bench-courier" "$test" "$size")
         else
-          cmd=(mpirun --oversubscribe -np "$np" "$out/bench-oshmem" "$test" "$size")
+          cmd=(mpirun "${obind[@]}" -np "$np" "$out/bench-oshmem" "$test" "$size")
         fi
         line=$(timeout -k 5 120 "${cmd[@]}" 2>"$out/last-$impl.err" | grep "^$test ")
         rc=$?
