@@ -642,15 +642,23 @@ pub fn reduce(
     });
     check_sym(w, call, "dest", dest, len);
     check_sym(w, call, "source", src, len);
+    let r = Operands {
+        dest,
+        src,
+        count,
+        size,
+        len,
+        op,
+    };
     if len <= STAGE && flat(w, m) {
-        return reduce_staged(w, call, m, dest, src, count, size, op);
+        return reduce_staged(w, call, m, r);
     }
     if len <= PUSH_MAX {
         // Small: the first member combines every source once they have all entered,
         // and pushes the result (`fan_in`, `fan_out`).
         fan_in(w, call, m, 0);
         if m.me == 0 {
-            with_combined(w, call, m, src, count, size, op, |acc| {
+            with_combined(w, call, m, r, |acc| {
                 fan_out(w, call, m, 0, dest, acc.as_ptr(), len);
                 if len > 0 {
                     // SAFETY: `dest` checked for `len` bytes; `acc` is ours.
@@ -662,31 +670,40 @@ pub fn reduce(
     }
     sync(w, call, m);
     if len >= SCATTER_MIN && all_here(w, call, m, src, len) {
-        return reduce_scattered(w, call, m, dest, src, count, size, op);
+        return reduce_scattered(w, call, m, r);
     }
-    with_combined(w, call, m, src, count, size, op, |acc| {
+    with_combined(w, call, m, r, |acc| {
         sync(w, call, m);
         // SAFETY: `dest` checked for `len` bytes (> PUSH_MAX here); `acc` is ours.
         unsafe { std::ptr::copy_nonoverlapping(acc.as_ptr(), dest, len) };
     });
 }
 
-/// A tiny reduction among a few members of one host, with no sync: each member stages
-/// its source at every other (`stage_send`), then combines every member's, in member
-/// order, its own from `src` and the others' from their slots (`stage_take`). `dest` is
-/// written last, so it may be `src`.
-#[allow(clippy::too_many_arguments)]
-fn reduce_staged(
-    w: &World,
-    call: &'static str,
-    m: &Members,
+/// A reduction's operands: `count` elements of `size` bytes (`len` in all) of every
+/// member's `src`, combined with `op` into `dest`; both checked symmetric for `len`.
+#[derive(Clone, Copy)]
+struct Operands {
     dest: *mut u8,
     src: *const u8,
     count: usize,
     size: usize,
+    len: usize,
     op: ReduceFn,
-) {
-    let len = count * size;
+}
+
+/// A tiny reduction among a few members of one host, with no sync: each member stages
+/// its source at every other (`stage_send`), then combines every member's, in member
+/// order, its own from `src` and the others' from their slots (`stage_take`). `dest` is
+/// written last, so it may be `src`.
+fn reduce_staged(w: &World, call: &'static str, m: &Members, r: Operands) {
+    let Operands {
+        dest,
+        src,
+        count,
+        len,
+        op,
+        ..
+    } = r;
     for (j, &pe) in m.pes.iter().enumerate() {
         if j != m.me {
             // SAFETY: `src` is a checked range of `len` <= STAGE bytes.
@@ -742,17 +759,8 @@ fn all_here(w: &World, call: &'static str, m: &Members, src: *const u8, len: usi
 /// combine every source whole. `dest` may be `src` (an in-place reduction): a member
 /// writes its own slice before the middle sync and the others after it, and only reads
 /// others' sources in its own slice and their `dest` in theirs.
-#[allow(clippy::too_many_arguments)]
-fn reduce_scattered(
-    w: &World,
-    call: &'static str,
-    m: &Members,
-    dest: *mut u8,
-    src: *const u8,
-    count: usize,
-    size: usize,
-    op: ReduceFn,
-) {
+fn reduce_scattered(w: &World, call: &'static str, m: &Members, r: Operands) {
+    let (dest, src, count, size, op) = (r.dest, r.src, r.count, r.size, r.op);
     let n = m.n();
     let slice = |j: usize| (j * count / n * size, (j + 1) * count / n * size);
     let here = |arg: &'static str, p: *const u8, len: usize, pe: usize| -> *mut u8 {
@@ -805,18 +813,14 @@ fn reduce_scattered(
 
 /// Combine every member's `src` in member order (same-host sources where they lie,
 /// others fetched), and hand the result to `then`.
-#[allow(clippy::too_many_arguments)]
 fn with_combined(
     w: &World,
     call: &'static str,
     m: &Members,
-    src: *const u8,
-    count: usize,
-    size: usize,
-    op: ReduceFn,
+    r: Operands,
     then: impl FnOnce(&[u8]),
 ) {
-    let len = count * size;
+    let (src, count, len, op) = (r.src, r.count, r.len, r.op);
     SCRATCH.with(|scratch| {
         // Kept from call to call: a fresh buffer each time costs its page faults.
         let mut scratch = scratch.borrow_mut();
