@@ -67,8 +67,8 @@ int main(void) {
         shmem_barrier_all();
     }
 
-    /* fcollect and collect (different lengths per PE). */
-    for (int i = 0; i < 4; i++) src[i] = me * 10 + i;
+    /* fcollect and collect (different lengths per PE: me + 1). */
+    for (int i = 0; i < 4 || i <= me; i++) src[i] = me * 10 + i;
     shmem_long_fcollect(SHMEM_TEAM_WORLD, dst, src, 4);
     for (int pe = 0; pe < n; pe++)
         for (int i = 0; i < 4; i++) CHECK(dst[4 * pe + i] == pe * 10 + i, "fcollect %d.%d: %ld", pe, i, dst[4 * pe + i]);

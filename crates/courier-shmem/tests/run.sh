@@ -41,6 +41,13 @@ for src in "$here"/*.c "$here"/*.cpp; do
   done
 done
 
+# More PEs than a flat sync takes (8): coll over shared memory also through the
+# dissemination sync and the reductions the first member gathers.
+log="$out/coll.9.all.log"
+timeout -k 10 "$limit" "$bin/oshrun" -np 9 "$out/coll" >"$log" 2>&1
+rc=$?
+result $rc "coll np=9 tls=all" "exit $rc; $(grep -m3 -i 'fail\|error\|courier-shmem' "$log")"
+
 # How long waits spin before they sleep (SHMEM_DEBUG names it): 1ms when each PE has a
 # CPU of its own, 50us when the PEs outnumber their CPUs (two PEs held to one CPU), and
 # SHMEM_WAIT_SPIN when set.
