@@ -303,9 +303,9 @@ impl State {
     ///
     /// `answers` is what the queue's answers were charged (`charge_reply`): they stay
     /// counted (`queued_left_bytes`) until freed, and all the answers set aside together
-    /// may hold one `COURIER_MAX_REPLY_QUEUE`. Past it (peers failing faster than their answers are
-    /// freed) the oldest queues are freed at once, so that a peer that reconnects and
-    /// floods again cannot pile its old answers up behind the new.
+    /// may hold one `COURIER_MAX_REPLY_QUEUE`. Past it (peers failing faster than their
+    /// answers are freed) the oldest queues are freed at once, so that a peer that
+    /// reconnects and floods again cannot pile its old answers up behind the new.
     pub(crate) fn forget_queued(&mut self, queued: BlockQueue<Pending>, answers: usize) {
         if queued.len() <= RECLAIM_QUEUED
             && (queued.is_empty() || self.limits.queued_left.is_empty())
