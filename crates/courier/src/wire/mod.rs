@@ -1,7 +1,7 @@
 //! wire — every layout a peer can read or write, as data: frames (`frame`), worker
 //! addresses (`address`), the authentication handshake (`auth`), remote keys (`rkey`), the key table same-host peers read
-//! (`keytable`), and the shared-memory transport's setup messages, segment and FIFO cells
-//! (`shm`).
+//! (`keytable`), the shared-memory transport's setup messages, segment and FIFO cells
+//! (`shm`), and the messages of Extended Sockets' ends (`exs`).
 //!
 //! Each layout has a field map (byte ranges or word indices), explicit encoding (little
 //! endian on the network; native where both ends share a host), a checked `parse` that
@@ -12,6 +12,7 @@
 
 pub mod address;
 pub mod auth;
+pub mod exs;
 pub mod frame;
 pub mod keytable;
 pub mod rkey;
