@@ -65,6 +65,16 @@ pub fn decode(text: &str) -> Result<Vec<u8>> {
             n |= v << (18 - 6 * i);
         }
         let bytes = c.len() - 1;
+        // A short last group carries bits past its bytes; `encode` leaves them zero, and
+        // text with any set is not what it wrote (two texts would decode the same).
+        if n & ((1u32 << (24 - 8 * bytes)) - 1) != 0 {
+            return Err(Error::msg(
+                Status::ProtocolError,
+                format!(
+                    "a value from the launcher is not base64 as Courier writes it: {text:.40?} ends in stray bits"
+                ),
+            ));
+        }
         for i in 0..bytes {
             out.push((n >> (16 - 8 * i)) as u8);
         }
@@ -284,6 +294,11 @@ mod tests {
         }
         assert!(decode("abc=").is_err());
         assert!(decode("a").is_err());
+        // Only the text encode writes: no bits set past a short last group's bytes.
+        assert_eq!(decode("cg").unwrap(), b"r");
+        assert!(decode("cm").is_err(), "stray bits after one byte");
+        assert_eq!(decode("cnM").unwrap(), b"rs");
+        assert!(decode("cnN").is_err(), "stray bits after two bytes");
     }
 
     #[test]
