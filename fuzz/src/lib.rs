@@ -35,6 +35,9 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("shm_fifo", shm_fifo),
     ("key_table", key_table),
     ("perf_control", perf_control),
+    ("exs_message", exs_message),
+    ("run_control", run_control),
+    ("pmi_text", pmi_text),
 ];
 
 // ----- frames ---------------------------------------------------------------------------
@@ -439,6 +442,135 @@ pub fn perf_control(data: &[u8]) {
     }
 }
 
+// ----- Extended Sockets -----------------------------------------------------------------
+
+/// An EXS message header (`courier::wire::exs`), as the other end of an EXS connection
+/// sent it: what decodes encodes back to exactly these bytes (every field is read, none
+/// dropped), and the signal word a PLACE carries (its first 8 bytes, as a word) is made
+/// again from what parsing reads out of it.
+pub fn exs_message(data: &[u8]) {
+    use courier::wire::exs::{self, word};
+    if let Ok((p, m)) = exs::decode(data) {
+        assert_eq!(
+            exs::encode(p, &m),
+            data,
+            "a decoded EXS message re-encodes differently"
+        );
+        assert!(data.len() >= exs::PREFIX);
+        if let exs::Msg::Hello(exs::Hello { key, .. }) | exs::Msg::Key { key, .. } = &m {
+            assert!(key.len() <= exs::KEY_MAX);
+        }
+    }
+    if data.len() >= 16 {
+        let v = u64_from(&data[..8]);
+        match word::parse(v) {
+            Some((chunk, filled, trunc)) => {
+                assert!(chunk <= word::CHUNK_MASK && filled <= word::LEN_MAX);
+                assert_eq!(word::make(chunk, filled, trunc), v);
+                let next = u64_from(&data[8..16]);
+                if let Some(n) = word::chunks_through(next, chunk) {
+                    assert!((1..=1 << (word::CHUNK_BITS - 1)).contains(&n));
+                }
+            }
+            None => assert_eq!(v & word::VALID, 0),
+        }
+    }
+}
+
+// ----- jobs -------------------------------------------------------------------------------
+
+/// `courier run`'s exchange (`courier::job::runwire`): a rank's hello and frames as the
+/// launcher reads them, and the launcher's replies as a rank reads them. What decodes
+/// encodes back to a frame of the announced length that decodes the same.
+pub fn run_control(data: &[u8]) {
+    use courier::job::runwire::{self, Reply, Request};
+    if let Some(h) = data.first_chunk::<8>()
+        && let Some(rank) = runwire::parse_hello(h)
+    {
+        assert_eq!(&runwire::hello(rank), h);
+    }
+    let body = data.get(1..).unwrap_or_default();
+    if data.first().is_some_and(|b| b & 1 == 0) {
+        if let Ok(r) = Request::decode(body) {
+            let f = match r.encode() {
+                Ok(f) => f,
+                Err(e) => panic!("a request it decoded is refused by its encoder: {e}"),
+            };
+            check_run_frame(&f);
+            match Request::decode(&f[4..]) {
+                Ok(q) => assert_eq!(q, r, "a request does not decode back to itself"),
+                Err(e) => panic!("a request it wrote is refused: {e}"),
+            }
+        }
+    } else if let Ok(r) = Reply::decode(body) {
+        let f = r.encode();
+        check_run_frame(&f);
+        match Reply::decode(&f[4..]) {
+            Ok(q) => assert_eq!(q, r, "a reply does not decode back to itself"),
+            Err(e) => panic!("a reply it wrote is refused: {e}"),
+        }
+    }
+}
+
+fn check_run_frame(f: &[u8]) {
+    use courier::job::runwire;
+    let n = runwire::frame_len([f[0], f[1], f[2], f[3]]);
+    assert_eq!(
+        n.ok(),
+        Some(f.len() - 4),
+        "a frame's length is not what it holds"
+    );
+}
+
+/// What a rank reads from a PMI-1 or PMI-2 server (mpirun's, Slurm's) as text: a command
+/// line's `key=value` pairs, a job value's chunk count and base64 (what decodes encodes back
+/// to the same text), and the node layout (`PMI_process_mapping`) for a job whose size comes
+/// from the input's first two bytes.
+pub fn pmi_text(data: &[u8]) {
+    use courier::job::text;
+    let Some((size, rest)) = data.split_first_chunk::<2>() else {
+        return;
+    };
+    let Ok(line) = std::str::from_utf8(rest) else {
+        return;
+    };
+    for sep in [' ', ';'] {
+        if let Ok(pairs) = text::pairs(line, sep) {
+            for (k, v) in pairs {
+                assert!(!k.is_empty() && !k.contains(sep) && !v.contains(sep));
+            }
+        }
+    }
+    if let Ok((n, first)) = text::head(line) {
+        assert!((1..=text::MAX_CHUNKS).contains(&n));
+        if let Ok(b) = text::decode(first) {
+            assert_eq!(
+                text::encode(&b),
+                first,
+                "base64 that decodes encodes differently"
+            );
+        }
+    }
+    if let Ok(b) = text::decode(line) {
+        assert_eq!(
+            text::encode(&b),
+            line,
+            "base64 that decodes encodes differently"
+        );
+    }
+    // Up to 1,023 ranks: the layout's work is linear in them, and more add no new paths.
+    let size = u16::from_le_bytes(*size) as u32 % 1024;
+    if let Ok(nodes) = text::process_mapping(line, size) {
+        assert_eq!(nodes.len(), size as usize);
+        // A few ranks: locality is linear in the job's size, and so is the layout.
+        for r in [0, size / 2, size.saturating_sub(1)].into_iter().filter(|&r| r < size) {
+            let (host, local_rank, local_size) = text::locality(&nodes, r);
+            assert_eq!(host, nodes[r as usize]);
+            assert!(local_rank < local_size);
+        }
+    }
+}
+
 // ----- seeds ------------------------------------------------------------------------------
 
 /// Inputs every target's corpus starts from: one or more well-formed messages of its
@@ -700,6 +832,118 @@ pub fn seeds(target: &str) -> Vec<Vec<u8>> {
             br#"{"op":"test","test":"tag_lat","sizes":[8,65536],"iters":1000,"warmup":10,"window":32,"check":true,"mem":["host","host"]}"#.to_vec(),
             br#"{"op":"test","test":"ucp_put_bw","sizes":[4096],"iters":100,"warmup":1,"window":1,"check":false}"#.to_vec(),
         ],
+        "exs_message" => exs_seeds(&key),
+        "run_control" => run_seeds(),
+        "pmi_text" => [
+            "cmd=response_to_init pmi_version=1 pmi_subversion=1 rc=0\n",
+            "cmd=get_result rc=0 value=2:AAECAwQ\n",
+            "cmd=fullinit-response;pmi-version=2;rank=1;size=4;rc=0;",
+            "3:AAECAwQFBgcICQ",
+            "AAECAwQFBgcICQ",
+            "(vector,(0,2,2))",
+            "(vector,(0,1,3),(1,2,1))",
+        ]
+        .iter()
+        .map(|t| [&4u16.to_le_bytes()[..], t.as_bytes()].concat())
+        .collect(),
         _ => Vec::new(),
     }
+}
+
+fn exs_seeds(key: &[u8]) -> Vec<Vec<u8>> {
+    use courier::wire::exs::{self, Advert, Msg, Prefix, word};
+    let p = |kind: u8, flags: u8| Prefix {
+        kind,
+        flags,
+        conn: 3,
+        generation: 1,
+        ack: 4096,
+    };
+    let hello = Msg::Hello(exs::Hello {
+        ty: 5,
+        conn: 7,
+        generation: 1,
+        grant: 1 << 20,
+        eager_max: 8192,
+        slots: 64,
+        words: 0x7f00_0000_2000,
+        key: key.to_vec(),
+    });
+    let advert = Msg::Advert(Advert {
+        slot: 3,
+        key: 1,
+        flags: exs::A_WAITALL,
+        addr: 0x7f00_0000_4000,
+        len: 65536,
+        tag: 12,
+    });
+    let place = Msg::Place {
+        slot: 3,
+        value: word::make(12, 4096, false),
+    };
+    vec![
+        exs::encode(p(exs::K_HELLO, 0), &hello),
+        exs::encode(p(exs::K_ADVERT, 0), &advert),
+        exs::encode(
+            p(exs::K_KEY, 0),
+            &Msg::Key {
+                slot: 1,
+                key: key.to_vec(),
+            },
+        ),
+        exs::encode(p(exs::K_DATA, exs::F_FIN), &Msg::Data { chunk: 12 }),
+        exs::encode(p(exs::K_CREDIT, 0), &Msg::Credit),
+        exs::encode(p(exs::K_CLOSE, 0), &Msg::Close),
+        exs::encode(p(exs::K_SHUT_RD_ACK, 0), &Msg::ShutRdAck),
+        exs::encode(p(exs::K_PLACE, 0), &place),
+    ]
+}
+
+fn run_seeds() -> Vec<Vec<u8>> {
+    use courier::job::runwire::{self, Reply, Request, Welcome};
+    let requests = [
+        Request::Put {
+            key: "addr".into(),
+            value: vec![1, 2, 3, 4],
+        },
+        Request::Commit,
+        Request::Fence { timeout_ms: 5000 },
+        Request::Get {
+            rank: 1,
+            key: "addr".into(),
+            timeout_ms: 5000,
+        },
+        Request::Abort {
+            code: 3,
+            message: "bad input".into(),
+        },
+        Request::Finalize,
+    ];
+    let replies = [
+        Reply::Welcome(Welcome {
+            rank: 1,
+            size: 4,
+            local_rank: 1,
+            local_size: 4,
+            host: 0,
+            auth_key: [9; 32],
+            jobid: "job-1".into(),
+        }),
+        Reply::Done,
+        Reply::Value(vec![5; 16]),
+        Reply::Fail {
+            status: -2,
+            message: "rank 3 exited".into(),
+        },
+    ];
+    let mut v = vec![runwire::hello(2).to_vec()];
+    for r in requests {
+        if let Ok(f) = r.encode() {
+            v.push([&[0u8][..], &f[4..]].concat());
+        }
+    }
+    for r in replies {
+        v.push([&[1u8][..], &r.encode()[4..]].concat());
+    }
+    v
 }

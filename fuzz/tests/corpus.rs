@@ -144,4 +144,25 @@ fn seeds_are_well_formed() {
     for s in seeds("perf_control") {
         assert!(courier_cli::perf_params::Params::decode(&s).is_ok());
     }
+    for s in seeds("exs_message") {
+        assert!(courier::wire::exs::decode(&s).is_ok());
+    }
+    use courier::job::{runwire, text};
+    let run = seeds("run_control");
+    assert!(runwire::parse_hello(&run[0][..].try_into().unwrap()).is_some());
+    for s in &run[1..] {
+        let ok = if s[0] == 0 {
+            runwire::Request::decode(&s[1..]).is_ok()
+        } else {
+            runwire::Reply::decode(&s[1..]).is_ok()
+        };
+        assert!(ok, "{s:?}");
+    }
+    let pmi: Vec<String> = seeds("pmi_text")
+        .iter()
+        .map(|s| String::from_utf8(s[2..].to_vec()).unwrap())
+        .collect();
+    assert!(text::pairs(&pmi[0], ' ').is_ok() && text::pairs(&pmi[2], ';').is_ok());
+    assert!(text::head(&pmi[3]).is_ok() && text::decode(&pmi[4]).is_ok());
+    assert!(text::process_mapping(&pmi[5], 4).is_ok());
 }
