@@ -130,6 +130,12 @@ static JOB: Mutex<Option<Job>> = Mutex::new(None);
 
 /// Key under which rank 0 shares the authentication key (launchers other than courier run).
 const AUTH_KEY: &str = "courier.auth";
+
+/// Most ranks a job may have: 16 M, about twice the largest MPI jobs run. A launcher's
+/// size beyond it is refused before anything is sized by it (a node layout, a table of
+/// peers), so that a wrong `PMI_SIZE` is an error, not an allocation that ends the process.
+pub const MAX_RANKS: u32 = 1 << 24;
+
 /// How long `Job::init` waits at its start-up fence, and `JobWorld`'s default timeout:
 /// `COURIER_JOB_TIMEOUT`, 120 s unless set.
 pub fn default_timeout() -> Result<Duration> {
@@ -274,6 +280,16 @@ impl Job {
                 (Box::new(c), info, Some(new_auth_key()?))
             }
         };
+        if info.size > MAX_RANKS {
+            return Err(Error::msg(
+                Status::ProtocolError,
+                format!(
+                    "{} gave a job of {} ranks: Courier takes at most {MAX_RANKS}",
+                    info.kind.name(),
+                    info.size
+                ),
+            ));
+        }
         let mut launcher = launcher;
         let auth_key = match key {
             Some(k) => k,

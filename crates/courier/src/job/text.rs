@@ -224,6 +224,15 @@ pub fn process_mapping(text: &str, size: u32) -> Result<Vec<u32>> {
             ),
         )
     };
+    if size > super::MAX_RANKS {
+        return Err(Error::msg(
+            Status::ProtocolError,
+            format!(
+                "a job of {size} ranks: Courier takes at most {}",
+                super::MAX_RANKS
+            ),
+        ));
+    }
     let t = text.trim();
     let inner = t
         .strip_prefix('(')
@@ -359,6 +368,10 @@ mod tests {
         assert!(process_mapping("(vector)", 2).is_err());
         assert!(process_mapping("(vector,(0,0,1))", 2).is_err());
         assert!(process_mapping("junk", 2).is_err());
+        // A size past MAX_RANKS is refused before anything is sized by it.
+        let e = process_mapping("(vector,(0,1,1))", u32::MAX).unwrap_err();
+        assert!(e.to_string().contains("at most"), "{e}");
+        assert!(process_mapping("(vector,(0,1,1))", super::super::MAX_RANKS + 1).is_err());
         assert_eq!(locality(&[0, 0, 1, 1], 3), (1, 1, 2));
         assert_eq!(locality(&[0, 1, 0, 1], 2), (0, 1, 2));
     }
