@@ -87,29 +87,34 @@ unsafe impl Sync for Peer {}
 /// What a PE publishes: for each segment its base, length and packed key (length 0 and
 /// no key for a missing data segment), and its host.
 pub fn publish(heap: &Local, data: Option<&Local>) -> Result<Vec<u8>, String> {
-    let mut out = Vec::new();
-    out.extend_from_slice(&courier::host_id());
-    for seg in [Some(heap), data] {
-        match seg {
-            Some(s) => {
-                let key = s
-                    .mem
-                    .pack_rkey()
-                    .map_err(|e| format!("packing a key: {e}"))?;
-                out.extend_from_slice(&(s.base as u64).to_le_bytes());
-                out.extend_from_slice(&(s.len as u64).to_le_bytes());
-                out.extend_from_slice(&(key.len() as u32).to_le_bytes());
-                out.extend_from_slice(&key);
-            }
-            None => {
-                out.extend_from_slice(&[0u8; 20]);
-            }
-        }
+    let key = |s: &Local| s.mem.pack_rkey().map_err(|e| format!("packing a key: {e}"));
+    let heap_key = key(heap)?;
+    let data_key = data.map(key).transpose()?;
+    let data_seg = match (data, &data_key) {
+        (Some(d), Some(k)) => (d.base as u64, d.len as u64, &k[..]),
+        _ => (0, 0, &[][..]),
+    };
+    Ok(emit(&Published {
+        host: courier::host_id(),
+        segs: [(heap.base as u64, heap.len as u64, &heap_key[..]), data_seg],
+    }))
+}
+
+/// The bytes of a record: the host, then per segment base and length (u64 LE), the key's
+/// length (u32 LE) and the key.
+pub fn emit(p: &Published<'_>) -> Vec<u8> {
+    let mut out = p.host.to_vec();
+    for (base, len, key) in p.segs {
+        out.extend_from_slice(&base.to_le_bytes());
+        out.extend_from_slice(&len.to_le_bytes());
+        out.extend_from_slice(&(key.len() as u32).to_le_bytes());
+        out.extend_from_slice(key);
     }
-    Ok(out)
+    out
 }
 
 /// A peer's published blob, parsed (every length checked).
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Published<'a> {
     /// Its host id.
     pub host: [u8; 16],
@@ -150,9 +155,18 @@ pub fn connect(ep: Endpoint, blob: &[u8]) -> Result<Peer, String> {
         if *len == 0 {
             continue;
         }
+        let name = [Seg::Heap, Seg::Data][i].name();
         let key = ep
             .rkey_unpack(key)
-            .map_err(|e| format!("its {} key: {e}", [Seg::Heap, Seg::Data][i].name()))?;
+            .map_err(|e| format!("its {name} key: {e}"))?;
+        // Accesses are checked against the published length, and a mapped segment is
+        // then reached by plain loads and stores: that length must lie inside the key.
+        if !within(*base, *len, key.bounds()) {
+            let (kb, kl) = key.bounds();
+            return Err(format!(
+                "its {name} [{base:#x}, +{len}) lies outside its key's region [{kb:#x}, +{kl})"
+            ));
+        }
         let direct = key.direct_ptr(*base).unwrap_or(std::ptr::null_mut());
         parts[i] = Some(Part {
             base: *base,
@@ -166,6 +180,15 @@ pub fn connect(ep: Endpoint, blob: &[u8]) -> Result<Peer, String> {
         parts,
         sent: std::sync::atomic::AtomicBool::new(false),
     })
+}
+
+/// Whether `[base, base + len)` lies inside the region `(start, length)`.
+fn within(base: u64, len: u64, (start, length): (u64, u64)) -> bool {
+    base >= start
+        && base
+            .checked_add(len)
+            .zip(start.checked_add(length))
+            .is_some_and(|(end, region_end)| end <= region_end)
 }
 
 /// The executable's data and bss, page-aligned: `(start, len)`, or `None` when there is
@@ -278,6 +301,32 @@ mod tests {
         let a = &raw const PROBE as usize;
         assert!(a >= s && a < s + l, "{a:#x} not in [{s:#x}, +{l})");
         assert_eq!(s % rustix::param::page_size(), 0);
+    }
+
+    #[test]
+    fn a_segment_must_lie_inside_its_key() {
+        let key = (0x1000, 0x4000);
+        assert!(within(0x1000, 0x4000, key));
+        assert!(within(0x2000, 0x1000, key));
+        assert!(!within(0x1000, 0x4001, key), "one byte past the end");
+        assert!(!within(0xfff, 0x10, key), "starts before");
+        assert!(!within(0x2000, u64::MAX, key), "wraps");
+        assert!(
+            !within(u64::MAX - 1, 1, (u64::MAX - 1, 2)),
+            "the region's end wraps"
+        );
+    }
+
+    #[test]
+    fn records_round_trip() {
+        let key = [7u8; 40];
+        let p = Published {
+            host: [3; 16],
+            segs: [(0x7f00_0000_0000, 1 << 26, &key[..]), (0, 0, &[][..])],
+        };
+        let b = emit(&p);
+        assert_eq!(b.len(), 16 + 20 + 40 + 20);
+        assert_eq!(parse(&b).expect("parses"), p);
     }
 
     #[test]
