@@ -19,6 +19,8 @@
 //! - `ctx`, `lock`: communication contexts and distributed locks.
 //! - `sem`: Berkeley UPC-style semaphores and the put that signals one (`shmemx.h`).
 //! - `cpus`: whether this machine's PEs outnumber their CPUs (how waits spin).
+//! - `record`: the bytes of what PEs publish to each other (segments and keys, machine
+//!   and CPUs), parsed with every length checked.
 //! - `error`: the messages that name the call, the argument and why, then the abort.
 //! - `ffi`: the hand-written C entry points; `typed`: the typed ones, written by one macro
 //!   per family for each type that `typed/list.rs` names (generated with `include/shmem.h`
@@ -39,6 +41,7 @@ pub mod ffi;
 mod heap;
 mod init;
 mod lock;
+mod record;
 mod reduce;
 mod rma;
 mod runtime;

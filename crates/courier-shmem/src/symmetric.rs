@@ -12,6 +12,8 @@
 
 use courier::{Context, Endpoint, MemMapParams, Memory, RemoteKey};
 
+pub use crate::record::{Published, emit, parse};
+
 /// One of the two symmetric segments.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Seg {
@@ -98,53 +100,6 @@ pub fn publish(heap: &Local, data: Option<&Local>) -> Result<Vec<u8>, String> {
         host: courier::host_id(),
         segs: [(heap.base as u64, heap.len as u64, &heap_key[..]), data_seg],
     }))
-}
-
-/// The bytes of a record: the host, then per segment base and length (u64 LE), the key's
-/// length (u32 LE) and the key.
-pub fn emit(p: &Published<'_>) -> Vec<u8> {
-    let mut out = p.host.to_vec();
-    for (base, len, key) in p.segs {
-        out.extend_from_slice(&base.to_le_bytes());
-        out.extend_from_slice(&len.to_le_bytes());
-        out.extend_from_slice(&(key.len() as u32).to_le_bytes());
-        out.extend_from_slice(key);
-    }
-    out
-}
-
-/// A peer's published blob, parsed (every length checked).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Published<'a> {
-    /// Its host id.
-    pub host: [u8; 16],
-    /// (base, len, key) per segment; len 0 = none.
-    pub segs: [(u64, u64, &'a [u8]); 2],
-}
-
-/// Parse what `publish` wrote.
-pub fn parse(blob: &[u8]) -> Result<Published<'_>, String> {
-    let bad = || format!("a malformed segment record of {} bytes", blob.len());
-    let host: [u8; 16] = blob
-        .get(..16)
-        .ok_or_else(bad)?
-        .try_into()
-        .map_err(|_| bad())?;
-    let mut at = 16;
-    let mut segs = [(0u64, 0u64, &blob[..0]); 2];
-    for s in segs.iter_mut() {
-        let word = |at: usize, n: usize| blob.get(at..at + n).ok_or_else(bad);
-        let base = u64::from_le_bytes(word(at, 8)?.try_into().map_err(|_| bad())?);
-        let len = u64::from_le_bytes(word(at + 8, 8)?.try_into().map_err(|_| bad())?);
-        let klen = u32::from_le_bytes(word(at + 16, 4)?.try_into().map_err(|_| bad())?) as usize;
-        let key = word(at + 20, klen)?;
-        *s = (base, len, key);
-        at += 20 + klen;
-    }
-    if at != blob.len() {
-        return Err(bad());
-    }
-    Ok(Published { host, segs })
 }
 
 /// Unpack a peer's published segments on `ep`.
@@ -315,29 +270,5 @@ mod tests {
             !within(u64::MAX - 1, 1, (u64::MAX - 1, 2)),
             "the region's end wraps"
         );
-    }
-
-    #[test]
-    fn records_round_trip() {
-        let key = [7u8; 40];
-        let p = Published {
-            host: [3; 16],
-            segs: [(0x7f00_0000_0000, 1 << 26, &key[..]), (0, 0, &[][..])],
-        };
-        let b = emit(&p);
-        assert_eq!(b.len(), 16 + 20 + 40 + 20);
-        assert_eq!(parse(&b).expect("parses"), p);
-    }
-
-    #[test]
-    fn parse_rejects_short_and_long_blobs() {
-        assert!(parse(&[0u8; 10]).is_err());
-        let mut ok = vec![0u8; 16 + 20 + 20];
-        assert!(parse(&ok).is_ok());
-        ok.push(1);
-        assert!(parse(&ok).is_err());
-        let mut lying = vec![0u8; 16 + 20 + 20];
-        lying[32] = 200; // a key length past the end
-        assert!(parse(&lying).is_err());
     }
 }
