@@ -271,6 +271,7 @@ pub fn seeds(target: &str) -> Vec<Vec<u8>> {
         ],
         "exs_message" => exs_seeds(&key),
         "run_control" => run_seeds(),
+        "shmem_exchange" => shmem_seeds(&key),
         "pmi_text" => [
             "cmd=response_to_init pmi_version=1 pmi_subversion=1 rc=0\n",
             "cmd=get_result rc=0 value=2:AAECAwQ\n",
@@ -385,3 +386,24 @@ fn run_seeds() -> Vec<Vec<u8>> {
     v
 }
 
+fn shmem_seeds(key: &[u8]) -> Vec<Vec<u8>> {
+    use crate::shmem_record::{Published, SET_BYTES, emit};
+    let heap = (0x7f00_0000_0000, 1 << 26, key);
+    let data = (0x5555_0000_0000, 1 << 16, key);
+    let cpus = |machine: u8, set: u8| {
+        let mut v = vec![machine; 16];
+        v.extend(std::iter::once(set).chain(std::iter::repeat_n(0, SET_BYTES - 1)));
+        v
+    };
+    vec![
+        emit(&Published {
+            host: [5; 16],
+            segs: [heap, data],
+        }),
+        emit(&Published {
+            host: [5; 16],
+            segs: [heap, (0, 0, &[][..])],
+        }),
+        [&[1u8][..], &cpus(1, 0b11), &cpus(1, 0b10), &cpus(2, 0b01)].concat(),
+    ]
+}

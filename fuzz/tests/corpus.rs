@@ -165,4 +165,12 @@ fn seeds_are_well_formed() {
     assert!(text::pairs(&pmi[0], ' ').is_ok() && text::pairs(&pmi[2], ';').is_ok());
     assert!(text::head(&pmi[3]).is_ok() && text::decode(&pmi[4]).is_ok());
     assert!(text::process_mapping(&pmi[5], 4).is_ok());
+    use courier_fuzz::shmem_record::{SET_BYTES, parse, shared};
+    let sh = seeds("shmem_exchange");
+    assert!(parse(&sh[0]).is_ok() && parse(&sh[1]).is_ok());
+    let all: Vec<Vec<u8>> = sh[2][1..]
+        .chunks(16 + SET_BYTES)
+        .map(<[u8]>::to_vec)
+        .collect();
+    assert_eq!(shared(1, &all), Ok((2, 2)));
 }
