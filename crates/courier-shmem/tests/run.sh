@@ -100,6 +100,27 @@ for mode in "${!want[@]}"; do
   fi
 done
 
+# A PE whose published heap is longer than its key's region (examples/lying_pe.rs: rank 0
+# runs rma, rank 1 lies) must end the job at shmem_init, over shared memory and tcp alike:
+# believed, it would have others store past the mapping.
+liar="$bin/examples/lying_pe"
+if ! (cd "$root" && "${CARGO:-cargo}" build --release -q -p courier-shmem --example lying_pe) \
+    >"$out/lying_pe.build.log" 2>&1; then
+  result 1 "lying PE (build)" "$(head -5 "$out/lying_pe.build.log")"
+else
+  for tls in all tcp; do
+    log="$out/lyingpe.$tls.log"
+    COURIER_TLS=$tls timeout -k 10 "$limit" "$bin/oshrun" -np 2 "$liar" "$out/rma" >"$log" 2>&1
+    rc=$?
+    lie="shmem_init: reaching PE 1: its symmetric heap .* lies outside its key's region"
+    if [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q -- "$lie" "$log"; then
+      result 0 "lying PE tls=$tls"
+    else
+      result 1 "lying PE tls=$tls" "exit $rc, expected '$lie' in: $(head -c 400 "$log")"
+    fi
+  done
+fi
+
 echo
 [ $fail -gt 0 ] && { echo "failed:"; printf '  %s\n' "${failed[@]}"; }
 echo "shmem tests: $pass passed, $fail failed"
