@@ -215,6 +215,10 @@ pub fn rank_main() {
     }
     let job = Job::init().unwrap_or_else(|e| {
         say(&format!("INIT FAILED {e}"));
+        // A launcher that ends the whole job when the first rank exits (hydra's
+        // auto-cleanup) can do so before it forwards what that rank wrote last: give it
+        // the time to, so that the line the tests look for is not lost.
+        std::thread::sleep(Duration::from_millis(500));
         std::process::exit(3);
     });
     let r = job.rank();
