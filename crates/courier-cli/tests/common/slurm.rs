@@ -87,12 +87,15 @@ impl Cluster {
         for d in ["state", "spool", "log", "tmp"] {
             std::fs::create_dir_all(dir.join(d)).map_err(|e| format!("{}: {e}", dir.display()))?;
         }
-        // Ports of our own, apart from other test runs on this machine.
+        // Ports of our own, apart from other test runs on this machine, and below the
+        // kernel's ephemeral range: a port in it can be taken at any moment as the local
+        // end of another test's connection ("Address already in use" for slurmctld).
         let salt = tag
             .bytes()
             .fold(0u32, |a, b| a.wrapping_mul(31).wrapping_add(b as u32))
             % 4;
-        let base = 20000 + (std::process::id() % 5000) * 8 + salt * 2;
+        let slots = (ephemeral_start().saturating_sub(20000) / 8).max(1);
+        let base = 20000 + (std::process::id() % slots) * 8 + salt * 2;
         let d = dir.display();
         let hostname = String::from_utf8_lossy(
             &Command::new("hostname")
@@ -251,4 +254,13 @@ impl Drop for Cluster {
             let _ = std::fs::remove_dir_all(&self.dir);
         }
     }
+}
+
+/// The first port of the kernel's ephemeral range (`ip_local_port_range`; 32768 if it
+/// cannot be read).
+fn ephemeral_start() -> u32 {
+    std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|t| t.split_whitespace().next()?.parse().ok())
+        .unwrap_or(32768)
 }
