@@ -12,12 +12,11 @@ use std::process::{Command, ExitCode};
 use std::time::{Duration, Instant};
 
 use courier::{
-    Context, ContextParams, Features, Job, JobWorld, MemMapParams, ThreadMode, Worker, WorkerParams,
+    Context, ContextParams, Job, JobWorld, MemMapParams, ThreadMode, Worker, WorkerParams,
 };
 
 const TIMEOUT: Duration = Duration::from_secs(60);
-/// Bytes of a CPU record's set (courier-shmem's `record::SET_BYTES`).
-const SET_BYTES: usize = 128;
+use courier_shmem::CPU_SET_BYTES as SET_BYTES;
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -45,15 +44,11 @@ fn main() -> ExitCode {
 /// Join the job as `shmem_init` does, then serve the worker until rank 0 ends the job.
 fn lie() -> courier::Result<()> {
     let job = Job::init()?;
-    let features = Features {
-        tag: false,
-        am: false,
-        stream: false,
-        rma: true,
-        atomics: true,
-        wakeup: true,
-    };
-    let ctx = Context::new(ContextParams::default().features(features).name("lying-pe"))?;
+    let ctx = Context::new(
+        ContextParams::default()
+            .features(courier_shmem::PE_FEATURES)
+            .name("lying-pe"),
+    )?;
     let heap = ctx.mem_map(MemMapParams::allocate(1 << 20))?;
     let worker = Worker::new(
         &ctx,

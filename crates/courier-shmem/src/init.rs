@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
-use courier::{Context, ContextParams, Features, MemMapParams, ThreadMode, Worker, WorkerParams};
+use courier::{Context, ContextParams, MemMapParams, ThreadMode, Worker, WorkerParams};
 
 use crate::error::{debug, fatal};
 use crate::heap::Heap;
@@ -268,17 +268,9 @@ fn setup(requested: i32) -> Result<World, String> {
     let size = heap_size()?;
     let rt = Runtime::init().map_err(|e| format!("joining the job: {e}"))?;
     let (me, npes) = (rt.rank(), rt.size());
-    let features = Features {
-        tag: false,
-        am: false,
-        stream: false,
-        rma: true,
-        atomics: true,
-        wakeup: true,
-    };
     let ctx = Context::new(
         ContextParams::default()
-            .features(features)
+            .features(crate::PE_FEATURES)
             .name(&format!("shmem-pe{me}")),
     )
     .map_err(|e| format!("creating the Courier context: {e}"))?;

@@ -51,3 +51,18 @@ mod symmetric;
 mod team;
 pub mod typed;
 mod wait;
+
+/// The features of the Courier context each PE makes in `shmem_init`: one-sided
+/// operations, atomics and wakeups. A program that takes a PE's place by hand (the shmem
+/// suite's `examples/lying_pe.rs`) makes the same context.
+pub const PE_FEATURES: courier::Features = courier::Features {
+    tag: false,
+    am: false,
+    stream: false,
+    rma: true,
+    atomics: true,
+    wakeup: true,
+};
+
+/// Bytes of the CPU set in the record each PE publishes to the others (`record`).
+pub use record::SET_BYTES as CPU_SET_BYTES;
