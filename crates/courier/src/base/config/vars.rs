@@ -114,7 +114,7 @@ pub const VARS: &[Var] = &[
     Var {
         name: "COURIER_TCP_RCVBUF",
         default: "4m",
-        help: "TCP receive buffer size (the kernel doubles it for its own overhead and caps the request at net.core.rmem_max; 0 keeps the system default and its tuning). A peer that sends small segments faster than they are read fills it, and the kernel then re-copies the whole queue as each one arrives, inside this process's calls: up to a quarter of a second per call measured with 4m, small with 1m, which costs up to a third of one connection's bandwidth on a slow host (bench/analysis.md)",
+        help: "TCP receive buffer size of a link that carries bulk data (the kernel doubles it for its own overhead and caps the request at net.core.rmem_max; 0 keeps the system default and its tuning). Every link starts with at most 1m and grows to this once 4 MiB arrived on it in frames of 32 KiB or more: a peer that sends small segments faster than they are read keeps the buffer full, and the kernel then re-copies the whole queue as further segments arrive, inside this process's calls (calls of up to a quarter of a second measured with 4m from the start; bench/analysis.md)",
         accepts: "a size up to 2147483647 bytes (setsockopt takes an int), such as 4m",
     },
     Var {

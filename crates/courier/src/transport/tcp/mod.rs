@@ -75,6 +75,25 @@ pub const PREAMBLE: [u8; 8] = *b"COURIER\x01";
 pub const HIGH_WATER: usize = 64 << 20;
 /// Most bytes one `on_readable` call reads.
 pub const RX_BUDGET: usize = 4 << 20;
+/// A link's kernel receive buffer starts at most this large, and grows to
+/// `COURIER_TCP_RCVBUF` once `GROW_AFTER_BULK` bytes arrived on it in frames of at least
+/// `place::PLACE_MIN` bytes (`Rx::bulk_arrived`): a link that carries bulk data. A peer that
+/// sends small segments faster than they are read keeps the kernel's queue full, and the
+/// kernel then re-copies the whole queue as further segments arrive, inside whichever call
+/// of this process next holds the socket: calls of up to a quarter of a second in a 60 s
+/// get flood with 4 MiB, under 90 ms with 1 MiB. For bulk data 1 MiB costs up to a third
+/// of the bandwidth of a connection on a slow host (bench/analysis.md, "Receive buffers that
+/// grow with bulk data"). A peer that first sends in bulk and then floods meets the grown
+/// buffer.
+const RCVBUF_START: usize = 1 << 20;
+/// Bytes in large frames after which a link's receive buffer grows.
+const GROW_AFTER_BULK: usize = 4 << 20;
+
+/// The receive buffer a link starts with when `COURIER_TCP_RCVBUF` is `configured` (0:
+/// the system's, tuned by the kernel).
+fn first_rcvbuf(configured: usize) -> usize {
+    configured.min(RCVBUF_START)
+}
 /// Most queued bytes written between two `flush` calls (a progress call's round): a peer
 /// that reads as fast as it is written to cannot keep one progress call writing to it (the
 /// answers to a flood of gets, say), and the other links are served in between. A frame
@@ -205,6 +224,11 @@ pub struct Rx {
     grown: usize,
     /// `COURIER_MAX_RX_BUFFERED`: what `GROWN` may reach.
     grown_limit: usize,
+    /// The receive buffer to grow to once enough bulk data arrived (`bulk_arrived`); 0
+    /// when the socket already has it (or the system's).
+    grow_rcvbuf: usize,
+    /// Bytes that arrived in large frames while the receive buffer may still grow.
+    bulk: usize,
 }
 
 /// Bytes that every tcp link of this process holds in receive buffers grown past
@@ -240,6 +264,7 @@ fn halves(
     accepting: bool,
     cc: &TcpCongestion,
     grown_limit: usize,
+    rcvbuf: usize,
 ) -> (Tx, Rx) {
     let sock = Arc::new(fd);
     let local = sock::local_addr(sock.as_fd());
@@ -280,6 +305,12 @@ fn halves(
         frame_limit: SETUP_FRAME_MAX,
         grown: 0,
         grown_limit,
+        grow_rcvbuf: if rcvbuf > first_rcvbuf(rcvbuf) {
+            rcvbuf
+        } else {
+            0
+        },
+        bulk: 0,
     };
     (tx, rx)
 }
@@ -291,9 +322,14 @@ impl Listener {
         let fd = sock::new_socket(&addr)?;
         net::sockopt::set_socket_reuseaddr(&fd, true)
             .map_err(|e| Error::io(&format!("{what}: SO_REUSEADDR"), e))?;
-        // Accepted sockets inherit these; the receive buffer must be set before listen so
-        // the window scale fits it.
-        sock::set_buffers(fd.as_fd(), cfg.tcp_sndbuf, cfg.tcp_rcvbuf, &what)?;
+        // Accepted sockets inherit these (set before listen; the window scale is chosen for
+        // the largest buffer the system allows, so a receive buffer grown later fits it).
+        sock::set_buffers(
+            fd.as_fd(),
+            cfg.tcp_sndbuf,
+            first_rcvbuf(cfg.tcp_rcvbuf),
+            &what,
+        )?;
         net::bind(&fd, &addr).map_err(|e| {
             let status = if e == Errno::ADDRINUSE || e == Errno::ADDRNOTAVAIL {
                 Status::InvalidAddress
@@ -353,13 +389,20 @@ impl Listener {
                     };
                     let what = format!("tcp connection from {peer}");
                     let setup = sock::set_nodelay(fd.as_fd(), &what).and_then(|()| {
-                        sock::set_buffers(fd.as_fd(), self.sndbuf, self.rcvbuf, &what)
+                        sock::set_buffers(fd.as_fd(), self.sndbuf, first_rcvbuf(self.rcvbuf), &what)
                     });
                     if let Err(e) = setup {
                         tracing::debug!("{e}; connection dropped");
                         continue;
                     }
-                    let (tx, rx) = halves(fd, peer, true, &self.congestion, self.rx_buffered);
+                    let (tx, rx) = halves(
+                        fd,
+                        peer,
+                        true,
+                        &self.congestion,
+                        self.rx_buffered,
+                        self.rcvbuf,
+                    );
                     if let Some(s) = self.starved.take() {
                         tracing::info!(
                             "tcp accept on {}: accepting again ({} tries refused or put off)",
@@ -439,7 +482,14 @@ impl Listener {
 /// Connect to a peer's listener; blocks up to `cfg.tcp_connect_timeout`.
 pub fn connect(addr: SocketAddr, cfg: &Config) -> Result<(Tx, Rx)> {
     let fd = sock::connect_with_timeout(addr, cfg)?;
-    let (mut tx, rx) = halves(fd, addr, false, &cfg.tcp_congestion, cfg.limits.rx_buffered);
+    let (mut tx, rx) = halves(
+        fd,
+        addr,
+        false,
+        &cfg.tcp_congestion,
+        cfg.limits.rx_buffered,
+        cfg.tcp_rcvbuf,
+    );
     tx.push_copy(&PREAMBLE);
     // A fresh socket takes 8 bytes at once; anything left goes out with the next flush.
     tx.flush().map_err(|e| {

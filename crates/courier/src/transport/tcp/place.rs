@@ -198,6 +198,11 @@ impl Rx {
         Some((RawFrame::private(ptr, p.head - HDR), p.payload))
     }
 
+    /// The length of the frame handed out, a placed one's payload included.
+    pub(super) fn out_len(&self) -> usize {
+        self.place.as_ref().map_or(self.out, |p| p.head + p.payload)
+    }
+
     /// Whether a placed frame is complete and waits for `take_placed`.
     pub(super) fn placed_ready(&self) -> bool {
         self.place.as_ref().is_some_and(|p| p.left == 0)

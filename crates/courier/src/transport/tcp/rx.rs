@@ -63,6 +63,12 @@ impl Rx {
 
     pub(crate) fn consume(&mut self) {
         if self.out != 0 {
+            if self.grow_rcvbuf != 0 {
+                let len = self.out_len();
+                if len >= place::PLACE_MIN {
+                    self.bulk_arrived(len);
+                }
+            }
             self.start += self.out;
             self.out = 0;
             self.after_placed = self.place.take().is_some();
@@ -77,6 +83,22 @@ impl Rx {
                     self.shrink();
                 }
             }
+        }
+    }
+
+    /// A frame of `len` bytes (at least `PLACE_MIN`) arrived: once `GROW_AFTER_BULK` bytes
+    /// have, the link carries bulk data, and the socket's receive buffer grows to
+    /// `COURIER_TCP_RCVBUF` (`RCVBUF_START` says why it starts smaller).
+    #[cold]
+    fn bulk_arrived(&mut self, len: usize) {
+        self.bulk = self.bulk.saturating_add(len);
+        if self.bulk < super::GROW_AFTER_BULK {
+            return;
+        }
+        let to = std::mem::take(&mut self.grow_rcvbuf);
+        // Only speed is at stake: the socket keeps the buffer it has.
+        if let Err(e) = sock::grow_rcvbuf(self.sock.as_fd(), to) {
+            tracing::debug!("tcp link with {}: receive buffer to {to}: {e}", self.peer);
         }
     }
 

@@ -1,7 +1,7 @@
 //! Socket plumbing for tcp: creating, tuning and connecting sockets, and listing interfaces.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::time::{Duration, Instant};
 
 use rustix::event::{PollFd, PollFlags, Timespec};
@@ -41,6 +41,61 @@ pub(super) fn set_buffers(
     if rcvbuf > 0 {
         sockopt::set_socket_recv_buffer_size(fd, rcvbuf)
             .map_err(|e| Error::io(&format!("{what}: SO_RCVBUF={rcvbuf}"), e))?;
+    }
+    Ok(())
+}
+
+/// Raise a connected socket's receive buffer to `rcvbuf`, and the window it advertises
+/// with it. The kernel derives the window's ceiling (`TCP_WINDOW_CLAMP`) from the buffer
+/// only when its estimate of payload per buffer byte changes, which a steady stream does
+/// not do: without the clamp raised by the same factor, the peer would go on seeing the
+/// smaller buffer's window (bench/analysis.md).
+pub(super) fn grow_rcvbuf(fd: BorrowedFd<'_>, rcvbuf: usize) -> std::io::Result<()> {
+    let (before, clamp) = (sockopt::socket_recv_buffer_size(fd)?, window_clamp(fd)?);
+    sockopt::set_socket_recv_buffer_size(fd, rcvbuf)?;
+    let after = sockopt::socket_recv_buffer_size(fd)?;
+    if before == 0 || after <= before {
+        return Ok(());
+    }
+    let raised = (clamp as u64 * after as u64 / before as u64).min(i32::MAX as u64) as i32;
+    set_window_clamp(fd, raised)
+}
+
+/// The socket's `TCP_WINDOW_CLAMP`.
+pub(super) fn window_clamp(fd: BorrowedFd<'_>) -> std::io::Result<i32> {
+    let mut v: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: `v` and `len` are live locals of the sizes passed; the kernel writes at most
+    // `len` bytes into `v`.
+    let rc = unsafe {
+        libc::getsockopt(
+            fd.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_WINDOW_CLAMP,
+            (&mut v as *mut libc::c_int).cast(),
+            &mut len,
+        )
+    };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(v)
+}
+
+/// Set the socket's `TCP_WINDOW_CLAMP`.
+fn set_window_clamp(fd: BorrowedFd<'_>, v: i32) -> std::io::Result<()> {
+    // SAFETY: the kernel reads `size_of::<c_int>()` bytes from `v`, a live local.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_WINDOW_CLAMP,
+            (&v as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
     }
     Ok(())
 }
@@ -116,8 +171,14 @@ pub(super) fn connect_with_timeout(addr: SocketAddr, cfg: &Config) -> Result<Own
     };
     let fd = new_socket(&addr).map_err(|e| unreachable(&e.detail()))?;
     let what = format!("connect to {addr}");
-    // Buffer sizes before connecting, so the window scale is negotiated for them.
-    set_buffers(fd.as_fd(), cfg.tcp_sndbuf, cfg.tcp_rcvbuf, &what)?;
+    // Buffer sizes before connecting. The kernel picks the window scale for the largest
+    // buffer the system allows, so a receive buffer grown later (`Rx::placed_payload`) fits it.
+    set_buffers(
+        fd.as_fd(),
+        cfg.tcp_sndbuf,
+        super::first_rcvbuf(cfg.tcp_rcvbuf),
+        &what,
+    )?;
     set_nodelay(fd.as_fd(), &what)?;
     loop {
         match net::connect(&fd, &addr) {

@@ -152,3 +152,105 @@ fn peer_gone_in_the_middle_of_a_placed_frame_is_peer_failure() {
     assert!(dst[..100_000] == pattern(2, 100_000)[..]);
     drop(rx);
 }
+
+/// The kernel's receive buffer of a socket (twice what SO_RCVBUF asked).
+fn rcvbuf_of(rx: &Rx) -> usize {
+    rustix::net::sockopt::socket_recv_buffer_size(&*rx.sock).unwrap()
+}
+
+/// What the kernel makes of `SO_RCVBUF=n`: doubled, within net.core.rmem_max.
+fn kernel_rcvbuf(n: usize) -> usize {
+    let max: usize = std::fs::read_to_string("/proc/sys/net/core/rmem_max")
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    2 * n.min(max)
+}
+
+#[test]
+#[cfg_attr(
+    miri,
+    ignore = "sockets and epoll on them: system calls Miri does not model"
+)]
+fn the_receive_buffer_grows_after_bulk_data_arrives() {
+    let (small, large) = (kernel_rcvbuf(1 << 20), kernel_rcvbuf(4 << 20));
+    if large == small {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "net.core.rmem_max too small to test"
+        );
+        eprintln!("SKIPPED: net.core.rmem_max is at most 1 MiB: nothing to grow into");
+        return;
+    }
+    // The accepting side has the default COURIER_TCP_RCVBUF (4m), and starts at 1 MiB.
+    let (mut rx, mut s) = raw_peer(&PREAMBLE);
+    rx.established();
+    assert_eq!(rcvbuf_of(&rx), small);
+    // 8 MiB of small frames, read and taken: nothing placed, the buffer stays.
+    let small_frames: Vec<Vec<u8>> = (0..8192).map(|i| pattern(i, 1020)).collect();
+    std::thread::scope(|sc| {
+        let s = &mut s;
+        let frames = &small_frames;
+        sc.spawn(move || {
+            for f in frames {
+                s.write_all(&(f.len() as u32).to_le_bytes()).unwrap();
+                s.write_all(f).unwrap();
+            }
+        });
+        check(&small_frames, &receive_all_rx(&mut rx, small_frames.len()));
+    });
+    assert_eq!(rcvbuf_of(&rx), small, "no large frame arrived");
+    // 50 frames of 40 KiB taken from the buffer (2 MB in large frames), then frames of
+    // 1 MiB placed where they go: the buffer grows with the third, past 4 MiB in all.
+    let large_frames: Vec<Vec<u8>> = (0..50).map(|i| pattern(i, 40 << 10)).collect();
+    std::thread::scope(|sc| {
+        let s = &mut s;
+        let frames = &large_frames;
+        sc.spawn(move || {
+            for f in frames {
+                s.write_all(&(f.len() as u32).to_le_bytes()).unwrap();
+                s.write_all(f).unwrap();
+            }
+        });
+        check(&large_frames, &receive_all_rx(&mut rx, large_frames.len()));
+    });
+    assert_eq!(rcvbuf_of(&rx), small, "2 MB in large frames");
+    let clamp = sock::window_clamp(rx.sock.as_fd()).unwrap();
+    let (head, payload) = (pattern(1, 24), pattern(2, 1 << 20));
+    for k in 1..=5 {
+        std::thread::scope(|sc| {
+            let s = &mut s;
+            let (head, payload) = (&head, &payload);
+            sc.spawn(move || {
+                s.write_all(&((head.len() + payload.len()) as u32).to_le_bytes())
+                    .unwrap();
+                s.write_all(head).unwrap();
+                s.write_all(payload).unwrap();
+            });
+            assert_eq!(until_offered(&mut rx, 24), 24 + payload.len());
+            let mut dst = vec![0u8; payload.len()];
+            // SAFETY: `dst` outlives the placement, which is taken below.
+            assert!(unsafe { rx.place(24, vec![(dst.as_mut_ptr() as usize, dst.len())], None) });
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while rx.take_placed().is_none() {
+                assert!(Instant::now() < deadline, "placement stalled");
+                rx.on_readable().unwrap();
+                if rx.arm().unwrap() {
+                    wait_readable(rx.fd().unwrap(), 1);
+                }
+            }
+            rx.consume();
+            assert!(dst == *payload, "frame {k}: placed payload differs");
+        });
+        let want = if k < 3 { small } else { large };
+        assert_eq!(rcvbuf_of(&rx), want, "after {k} placed MiB");
+    }
+    // The window the peer sees grows with the buffer (the kernel would keep the old
+    // ceiling while a steady stream's ratio of payload to memory does not change).
+    let grown = sock::window_clamp(rx.sock.as_fd()).unwrap();
+    assert!(
+        grown as u64 * small as u64 >= clamp as u64 * large as u64 * 9 / 10,
+        "window clamp {clamp} before, {grown} after the buffer grew from {small} to {large}"
+    );
+}
