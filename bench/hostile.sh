@@ -10,6 +10,7 @@
 #   COURIER_TEST_BENCH_SECS=10 bench/hostile.sh
 #   COURIER_TEST_BENCH_TLS=tcp COURIER_TEST_BENCH_FLOODS=tag,stream,get,idle \
 #       COURIER_TEST_BENCH_CLIENT=busy,backoff,wait bench/hostile.sh
+#   COURIER_TEST_VICTIM_RCVBUF=1m bench/hostile.sh   # the victim's COURIER_TCP_RCVBUF only
 # Prints one BENCH line per case; bench/analysis.md records the last run.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -44,7 +44,13 @@ fn bench_hostile() {
             .flat_map(|k| modes.clone().map(move |m| (k, m)))
             .filter(|(_, m)| only("COURIER_TEST_BENCH_CLIENT", m))
         {
-            let mut victim = Proc::start("victim", &[("COURIER_TEST_PROGRESS_CPU", "1".into())]);
+            // `COURIER_TEST_VICTIM_RCVBUF`: the victim's `COURIER_TCP_RCVBUF` apart from the
+            // flooder's (which keeps this process's), to tell whose queue costs what.
+            let mut venv = vec![("COURIER_TEST_PROGRESS_CPU", "1".to_string())];
+            if let Ok(v) = std::env::var("COURIER_TEST_VICTIM_RCVBUF") {
+                venv.push(("COURIER_TCP_RCVBUF", v));
+            }
+            let mut victim = Proc::start("victim", &venv);
             let addr = victim.read("ADDR");
             let rkey = victim.read("RKEY");
             let base = victim.read("BASE");
