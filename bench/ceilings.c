@@ -10,6 +10,7 @@
  *             2M by default; bench/run.sh probes the machine's speed with 20k)
  *   copy      16 MiB copies: memcpy in one process, process_vm_readv (CMA) from another
  *             process, and two processes each memcpy-ing half through shared memory
+ *   sleepy [SECS]  8-byte round trips, one every 10 ms, both sides blocking (unpinned)
  *
  * Each measurement prints one JSON line: {"what": ..., "conns": N, "mbs": MB/s} (MB = 2^20
  * bytes, as in ucx_perftest's tables; tcp_stream also names its "cc"), or for the
@@ -237,6 +238,66 @@ static int pingpong(void) {
 	return 0;
 }
 
+/* sleepy [SECS]: one 8-byte round trip every 10 ms for SECS seconds (10) over one loopback
+ * connection, both sides blocking in recv and neither pinned: what waking two sleeping
+ * processes costs, the floor under the round trips of a client that sleeps between its
+ * requests against a server that sleeps while idle (bench/hostile.sh's idle-connections
+ * row times that). Prints the median, the 99th percentile and the share over 1 ms. */
+static int sleepy(int secs, int poll_client) {
+	enum { LEN = 8, GAP_US = 10000 };
+	int n = (int)((long)secs * 1000000 / GAP_US);
+	struct sockaddr_in a;
+	int ls = listen_lo(&a);
+	pid_t child = fork();
+	if (child < 0)
+		die("fork");
+	if (child == 0) {
+		int s = accept_lo(ls, "system");
+		char b[LEN];
+		fcntl(s, F_SETFL, 0);
+		for (;;) {
+			long got = 0;
+			while (got < LEN) {
+				ssize_t k = recv(s, b + got, LEN - got, 0);
+				if (k <= 0 && !(k < 0 && errno == EINTR))
+					_exit(0);
+				got += k > 0 ? k : 0;
+			}
+			if (send(s, b, LEN, MSG_NOSIGNAL) != LEN)
+				_exit(1);
+		}
+	}
+	int s = dial_lo(&a, "system");
+	if (!poll_client)
+		fcntl(s, F_SETFL, 0);
+	char b[LEN] = {1};
+	double *rtt = malloc(n * sizeof *rtt);
+	if (rtt == NULL)
+		die("malloc");
+	int over = 0;
+	for (int i = 0; i < n; i++) {
+		double t0 = now();
+		if (send(s, b, LEN, MSG_NOSIGNAL) != LEN)
+			die("sleepy send");
+		for (long got = 0; got < LEN;) {
+			ssize_t k = recv(s, b + got, LEN - got, 0);
+			if (k <= 0 && !(k < 0 && (errno == EINTR || errno == EAGAIN)))
+				die("sleepy recv");
+			got += k > 0 ? k : 0;
+		}
+		rtt[i] = now() - t0;
+		over += rtt[i] > 1e-3;
+		usleep(GAP_US);
+	}
+	close(s);
+	waitpid(child, NULL, 0);
+	qsort(rtt, n, sizeof *rtt, cmp_double);
+	printf("{\"what\": \"%s\", \"trips\": %d, \"rtt_us\": %.1f, \"rtt_p99_us\": %.1f, "
+	       "\"over_1ms_pct\": %.2f}\n",
+	       poll_client ? "tcp_sleepy_poll" : "tcp_sleepy", n, rtt[n / 2] * 1e6, rtt[(long)n * 99 / 100] * 1e6, over * 100.0 / n);
+	return 0;
+}
+
 static char *shared(long len) {
 	char *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
 	if (p == MAP_FAILED)
@@ -387,6 +448,16 @@ int main(int argc, char **argv) {
 	}
 	if (argc == 2 && strcmp(argv[1], "copy") == 0)
 		return copy();
-	fprintf(stderr, "usage: ceilings tcp N [CC] | ceilings pingpong | ceilings cacheline [N] | ceilings copy\n");
+	if ((argc == 2 || argc == 3 || argc == 4) && strcmp(argv[1], "sleepy") == 0) {
+		int secs = argc >= 3 ? atoi(argv[2]) : 10;
+		int poll_client = argc == 4 && strcmp(argv[3], "poll") == 0;
+		if (secs < 1 || secs > 3600) {
+			fprintf(stderr, "ceilings sleepy [SECS]: SECS from 1 to 3600\n");
+			return 2;
+		}
+		return sleepy(secs, poll_client);
+	}
+	fprintf(stderr, "usage: ceilings tcp N [CC] | ceilings pingpong | ceilings cacheline [N] | "
+			"ceilings copy | ceilings sleepy [SECS]\n");
 	return 2;
 }
