@@ -4,8 +4,9 @@
 # unanswered gets against a victim with the default budget, over shm and tcp (the victim's
 # peak RSS over its idle RSS, a legitimate client's round trips meanwhile, once polling for
 # its answers, once waiting as the library's blocking waits do (courier::Backoff: spin,
-# yield, sleep) and once sleeping until they come); 500 idle
-# connections in setup (the victim's CPU, the client's round trips meanwhile).
+# yield, sleep) and once sleeping until they come); 500 idle connections in setup (the
+# victim's CPU, the three clients' round trips meanwhile; `bench/ceilings.c sleepy [SECS]
+# [poll]` times the kernel's own round trips the same way, the floor for these).
 #   bench/hostile.sh            # 60 s floods (about 20 minutes in all)
 #   COURIER_TEST_BENCH_SECS=10 bench/hostile.sh
 #   COURIER_TEST_BENCH_TLS=tcp COURIER_TEST_BENCH_FLOODS=tag,stream,get,idle \
