@@ -75,6 +75,15 @@ static int listen_lo(struct sockaddr_in *a) {
 	return ls;
 }
 
+/* Listen on loopback (`*a`, `*ls`) and fork: the child's pid, or 0 in the child. */
+static pid_t fork_lo(struct sockaddr_in *a, int *ls) {
+	*ls = listen_lo(a);
+	pid_t child = fork();
+	if (child < 0)
+		die("fork");
+	return child;
+}
+
 static int dial_lo(const struct sockaddr_in *a, const char *cc) {
 	int s = socket(AF_INET, SOCK_STREAM, 0), one = 1;
 	setsockopt(s, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
@@ -131,10 +140,8 @@ static void tcp_send(const struct sockaddr_in *a, int n, long total, const char 
 static int tcp(int n, const char *cc) {
 	long total = 4096 * MIB;
 	struct sockaddr_in a;
-	int ls = listen_lo(&a);
-	pid_t child = fork();
-	if (child < 0)
-		die("fork");
+	int ls;
+	pid_t child = fork_lo(&a, &ls);
 	if (child == 0) {
 		pin(1);
 		tcp_send(&a, n, total, cc);
@@ -181,15 +188,21 @@ static int tcp(int n, const char *cc) {
 }
 
 /* Read exactly `len` bytes, busy polling. */
-static int recv_all(int s, char *b, long len) {
+/* Receive `len` bytes, `flags` to recv (blocking, or MSG_DONTWAIT to busy poll; a socket
+ * made non-blocking is polled either way): 0, or -1 at the connection's end. */
+static int recv_n(int s, char *b, long len, int flags) {
 	for (long got = 0; got < len;) {
-		ssize_t k = recv(s, b + got, len - got, MSG_DONTWAIT);
+		ssize_t k = recv(s, b + got, len - got, flags);
 		if (k > 0)
 			got += k;
 		else if (k == 0 || (errno != EAGAIN && errno != EINTR))
 			return -1;
 	}
 	return 0;
+}
+
+static int recv_all(int s, char *b, long len) {
+	return recv_n(s, b, len, MSG_DONTWAIT);
 }
 
 static int cmp_double(const void *x, const void *y) {
@@ -203,10 +216,8 @@ static int cmp_double(const void *x, const void *y) {
 static int pingpong(void) {
 	enum { WARMUP = 10000, ITERS = 100000, LEN = 8 };
 	struct sockaddr_in a;
-	int ls = listen_lo(&a);
-	pid_t child = fork();
-	if (child < 0)
-		die("fork");
+	int ls;
+	pid_t child = fork_lo(&a, &ls);
 	if (child == 0) {
 		pin(0);
 		int s = accept_lo(ls, "system");
@@ -247,25 +258,16 @@ static int sleepy(int secs, int poll_client) {
 	enum { LEN = 8, GAP_US = 10000 };
 	int n = (int)((long)secs * 1000000 / GAP_US);
 	struct sockaddr_in a;
-	int ls = listen_lo(&a);
-	pid_t child = fork();
-	if (child < 0)
-		die("fork");
+	int ls;
+	pid_t child = fork_lo(&a, &ls);
 	if (child == 0) {
 		int s = accept_lo(ls, "system");
 		char b[LEN];
 		fcntl(s, F_SETFL, 0);
-		for (;;) {
-			long got = 0;
-			while (got < LEN) {
-				ssize_t k = recv(s, b + got, LEN - got, 0);
-				if (k <= 0 && !(k < 0 && errno == EINTR))
-					_exit(0);
-				got += k > 0 ? k : 0;
-			}
+		while (recv_n(s, b, LEN, 0) == 0)
 			if (send(s, b, LEN, MSG_NOSIGNAL) != LEN)
 				_exit(1);
-		}
+		_exit(0);
 	}
 	int s = dial_lo(&a, "system");
 	if (!poll_client)
@@ -277,14 +279,8 @@ static int sleepy(int secs, int poll_client) {
 	int over = 0;
 	for (int i = 0; i < n; i++) {
 		double t0 = now();
-		if (send(s, b, LEN, MSG_NOSIGNAL) != LEN)
-			die("sleepy send");
-		for (long got = 0; got < LEN;) {
-			ssize_t k = recv(s, b + got, LEN - got, 0);
-			if (k <= 0 && !(k < 0 && (errno == EINTR || errno == EAGAIN)))
-				die("sleepy recv");
-			got += k > 0 ? k : 0;
-		}
+		if (send(s, b, LEN, MSG_NOSIGNAL) != LEN || recv_n(s, b, LEN, 0) != 0)
+			die("sleepy");
 		rtt[i] = now() - t0;
 		over += rtt[i] > 1e-3;
 		usleep(GAP_US);
@@ -294,7 +290,8 @@ static int sleepy(int secs, int poll_client) {
 	qsort(rtt, n, sizeof *rtt, cmp_double);
 	printf("{\"what\": \"%s\", \"trips\": %d, \"rtt_us\": %.1f, \"rtt_p99_us\": %.1f, "
 	       "\"over_1ms_pct\": %.2f}\n",
-	       poll_client ? "tcp_sleepy_poll" : "tcp_sleepy", n, rtt[n / 2] * 1e6, rtt[(long)n * 99 / 100] * 1e6, over * 100.0 / n);
+	       poll_client ? "tcp_sleepy_poll" : "tcp_sleepy", n, rtt[n / 2] * 1e6,
+	       rtt[(long)n * 99 / 100] * 1e6, over * 100.0 / n);
 	return 0;
 }
 
