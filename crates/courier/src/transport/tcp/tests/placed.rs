@@ -168,6 +168,19 @@ fn kernel_rcvbuf(n: usize) -> usize {
     2 * n.min(max)
 }
 
+/// Write `frames` (each after its length) from a thread, and take them all from `rx`.
+fn send_and_take(s: &mut TcpStream, rx: &mut Rx, frames: &[Vec<u8>]) {
+    std::thread::scope(|sc| {
+        sc.spawn(move || {
+            for f in frames {
+                s.write_all(&(f.len() as u32).to_le_bytes()).unwrap();
+                s.write_all(f).unwrap();
+            }
+        });
+        check(frames, &receive_all_rx(rx, frames.len()));
+    });
+}
+
 #[test]
 #[cfg_attr(
     miri,
@@ -189,32 +202,12 @@ fn the_receive_buffer_grows_after_bulk_data_arrives() {
     assert_eq!(rcvbuf_of(&rx), small);
     // 8 MiB of small frames, read and taken: nothing placed, the buffer stays.
     let small_frames: Vec<Vec<u8>> = (0..8192).map(|i| pattern(i, 1020)).collect();
-    std::thread::scope(|sc| {
-        let s = &mut s;
-        let frames = &small_frames;
-        sc.spawn(move || {
-            for f in frames {
-                s.write_all(&(f.len() as u32).to_le_bytes()).unwrap();
-                s.write_all(f).unwrap();
-            }
-        });
-        check(&small_frames, &receive_all_rx(&mut rx, small_frames.len()));
-    });
+    send_and_take(&mut s, &mut rx, &small_frames);
     assert_eq!(rcvbuf_of(&rx), small, "no large frame arrived");
     // 50 frames of 40 KiB taken from the buffer (2 MB in large frames), then frames of
     // 1 MiB placed where they go: the buffer grows with the third, past 4 MiB in all.
     let large_frames: Vec<Vec<u8>> = (0..50).map(|i| pattern(i, 40 << 10)).collect();
-    std::thread::scope(|sc| {
-        let s = &mut s;
-        let frames = &large_frames;
-        sc.spawn(move || {
-            for f in frames {
-                s.write_all(&(f.len() as u32).to_le_bytes()).unwrap();
-                s.write_all(f).unwrap();
-            }
-        });
-        check(&large_frames, &receive_all_rx(&mut rx, large_frames.len()));
-    });
+    send_and_take(&mut s, &mut rx, &large_frames);
     assert_eq!(rcvbuf_of(&rx), small, "2 MB in large frames");
     let clamp = sock::window_clamp(rx.sock.as_fd()).unwrap();
     let (head, payload) = (pattern(1, 24), pattern(2, 1 << 20));
