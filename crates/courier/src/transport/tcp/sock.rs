@@ -54,7 +54,7 @@ pub(super) fn grow_rcvbuf(fd: BorrowedFd<'_>, rcvbuf: usize) -> std::io::Result<
     let (before, clamp) = (sockopt::socket_recv_buffer_size(fd)?, window_clamp(fd)?);
     sockopt::set_socket_recv_buffer_size(fd, rcvbuf)?;
     let after = sockopt::socket_recv_buffer_size(fd)?;
-    if before == 0 || after <= before {
+    if before == 0 || after <= before || clamp <= 0 {
         return Ok(());
     }
     let raised = (clamp as u64 * after as u64 / before as u64).min(i32::MAX as u64) as i32;
@@ -172,7 +172,7 @@ pub(super) fn connect_with_timeout(addr: SocketAddr, cfg: &Config) -> Result<Own
     let fd = new_socket(&addr).map_err(|e| unreachable(&e.detail()))?;
     let what = format!("connect to {addr}");
     // Buffer sizes before connecting. The kernel picks the window scale for the largest
-    // buffer the system allows, so a receive buffer grown later (`Rx::placed_payload`) fits it.
+    // buffer the system allows, so a receive buffer grown later (`Rx::bulk_arrived`) fits it.
     set_buffers(
         fd.as_fd(),
         cfg.tcp_sndbuf,
