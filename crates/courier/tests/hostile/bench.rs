@@ -30,19 +30,21 @@ fn bench_hostile() {
     let only = |var: &str, what: &str| {
         std::env::var(var).map_or(true, |v| v.split(',').any(|x| x.trim() == what))
     };
+    // The client waits by polling (three busy processes on two CPUs in a flood: its tail is
+    // mostly the scheduler's), as the library's blocking waits do (spin, yield, then
+    // sleep), and by sleeping until its worker has an event.
+    let modes: Vec<&str> = ["busy", "backoff", "wait"]
+        .into_iter()
+        .filter(|m| only("COURIER_TEST_BENCH_CLIENT", m))
+        .collect();
     for tls in ["shm", "tcp"]
         .into_iter()
         .filter(|t| only("COURIER_TEST_BENCH_TLS", t))
     {
-        // The client waits by polling (three busy processes on two CPUs here: its tail is
-        // mostly the scheduler's), as the library's blocking waits do (spin, yield, then
-        // sleep), and by sleeping until its worker has an event.
-        let modes = ["busy", "backoff", "wait"].into_iter();
         for (kind, mode) in ["tag", "stream", "get"]
             .into_iter()
             .filter(|k| only("COURIER_TEST_BENCH_FLOODS", k))
-            .flat_map(|k| modes.clone().map(move |m| (k, m)))
-            .filter(|(_, m)| only("COURIER_TEST_BENCH_CLIENT", m))
+            .flat_map(|k| modes.iter().map(move |m| (k, *m)))
         {
             // `COURIER_TEST_VICTIM_RCVBUF`: the victim's `COURIER_TCP_RCVBUF` apart from the
             // flooder's (which keeps this process's), to tell whose queue costs what.
@@ -121,10 +123,6 @@ fn bench_hostile() {
     // cost the victim CPU, and a client that polls while the victim sleeps pays the
     // scheduler's placement of the woken victim (`bench/ceilings.c sleepy`, the kernel's
     // own round trips timed the same way, is the floor of each).
-    let modes: Vec<&str> = ["busy", "backoff", "wait"]
-        .into_iter()
-        .filter(|m| only("COURIER_TEST_BENCH_CLIENT", m))
-        .collect();
     let mut with = Vec::new();
     for m in &modes {
         client.wait = client_wait(m);
