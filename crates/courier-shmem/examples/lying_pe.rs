@@ -14,9 +14,9 @@ use std::time::{Duration, Instant};
 use courier::{
     Context, ContextParams, Job, JobWorld, MemMapParams, ThreadMode, Worker, WorkerParams,
 };
+use courier_shmem::CPU_SET_BYTES as SET_BYTES;
 
 const TIMEOUT: Duration = Duration::from_secs(60);
-use courier_shmem::CPU_SET_BYTES as SET_BYTES;
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
