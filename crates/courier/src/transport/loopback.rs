@@ -5,6 +5,7 @@
 
 use std::collections::VecDeque;
 use std::os::fd::BorrowedFd;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::{Caps, RawFrame, RndvMode, TxError};
@@ -17,11 +18,51 @@ struct Queue {
     closed: bool,
 }
 
-type Shared = Arc<Mutex<Queue>>;
+/// One direction's queue, and whether it holds a frame or is closed: what a progress call
+/// with nothing to do asks of it, without taking the lock.
+#[derive(Default)]
+struct Inner {
+    q: Mutex<Queue>,
+    ready: AtomicBool,
+}
 
-fn lock(q: &Shared) -> MutexGuard<'_, Queue> {
-    // A poisoned queue only means a panic elsewhere; the data is plain bytes.
-    q.lock().unwrap_or_else(|p| p.into_inner())
+type Shared = Arc<Inner>;
+
+/// The queue, locked; `ready` is brought up to date when the guard goes.
+struct Locked<'a> {
+    q: MutexGuard<'a, Queue>,
+    ready: &'a AtomicBool,
+}
+
+impl std::ops::Deref for Locked<'_> {
+    type Target = Queue;
+    fn deref(&self) -> &Queue {
+        &self.q
+    }
+}
+
+impl std::ops::DerefMut for Locked<'_> {
+    fn deref_mut(&mut self) -> &mut Queue {
+        &mut self.q
+    }
+}
+
+impl Drop for Locked<'_> {
+    fn drop(&mut self) {
+        // Both halves are used under their worker's lock, which orders this store.
+        self.ready.store(
+            !self.q.frames.is_empty() || self.q.closed,
+            Ordering::Relaxed,
+        );
+    }
+}
+
+fn lock(s: &Shared) -> Locked<'_> {
+    Locked {
+        // A poisoned queue only means a panic elsewhere; the data is plain bytes.
+        q: s.q.lock().unwrap_or_else(|p| p.into_inner()),
+        ready: &s.ready,
+    }
 }
 
 /// Sending half.
@@ -122,6 +163,11 @@ impl Drop for Tx {
 }
 
 impl Rx {
+    /// Whether `peek` has something to say: a frame, or the other half's close. A worker
+    /// with nothing to do asks this at every progress call.
+    pub(crate) fn ready(&self) -> bool {
+        self.current.is_some() || self.q.ready.load(Ordering::Relaxed)
+    }
     pub(crate) fn peek(&mut self) -> Result<Option<RawFrame>> {
         if self.current.is_none() {
             let mut q = lock(&self.q);
@@ -157,5 +203,38 @@ impl Rx {
     }
     pub(crate) fn arm(&mut self) -> Result<bool> {
         Ok(self.current.is_none() && lock(&self.q).frames.is_empty())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `ready` is what a worker with nothing to do asks at every progress call: it must
+    /// say "nothing" when nothing is there (or every call takes the general pass), and
+    /// never miss a frame or the other half's close.
+    #[test]
+    fn ready_says_whether_a_frame_or_a_close_waits() {
+        let ((mut tx, _), (_, mut rx)) = pair();
+        assert!(!rx.ready());
+        tx.send(&[b"ab", b"c"]).expect("send");
+        assert!(rx.ready());
+        let f = rx.peek().expect("peek").expect("a frame");
+        // SAFETY: the frame stays put until `consume`.
+        assert_eq!(unsafe { f.copy_whole() }, b"abc");
+        assert!(rx.ready(), "a frame handed out still waits until consumed");
+        rx.consume();
+        assert!(!rx.ready());
+        tx.send(&[b"d"]).expect("send");
+        drop(tx);
+        assert!(rx.ready());
+        assert!(
+            rx.peek()
+                .expect("the frame sent before the close")
+                .is_some()
+        );
+        rx.consume();
+        assert!(rx.ready(), "the close waits to be seen");
+        assert!(rx.peek().is_err());
     }
 }

@@ -375,13 +375,14 @@ impl LinkRx {
 
     /// `false` only when certainly nothing is waiting: a cheap check before `peek` (one
     /// load on shared memory; on tcp, whether bytes are buffered, the socket being read by
-    /// `poll_read` or `on_readable`; the loopback link always answers `true`).
+    /// `poll_read` or `on_readable`; on the loopback link, whether a frame is queued or its
+    /// other half has closed).
     #[inline]
     pub fn maybe_ready(&self) -> bool {
         match self {
             LinkRx::Shm(r) => r.ready(),
             LinkRx::Tcp(r) => r.maybe_ready(),
-            LinkRx::Loopback(_) => true,
+            LinkRx::Loopback(r) => r.ready(),
         }
     }
 
