@@ -222,6 +222,46 @@ fn take(w: &World, call: &'static str, from: usize) {
     }
 }
 
+/// Wait for the next signal from each of `froms` (at most `FLAT_MAX`) at once, where PEs
+/// outnumber CPUs: one wait whose every round looks at all of them gives the CPU away
+/// once, where a wait per peer would give it away for each. First for the PEs that may
+/// share this CPU, yielding to them; then for those bound elsewhere, which run
+/// meanwhile, spinning up to `ELSEWHERE_SPIN` (their CPU's PEs may have to switch once).
+fn take_all(w: &World, froms: impl Iterator<Item = usize>) {
+    let mut words: [(Option<&AtomicU64>, u64, bool); FLAT_MAX] = [(None, 0, false); FLAT_MAX];
+    let mut taken = TAKEN.lock().unwrap_or_else(|p| p.into_inner());
+    if taken.len() < w.npes {
+        taken.resize(w.npes, 0);
+    }
+    for (slot, from) in words.iter_mut().zip(froms) {
+        taken[from] += 1;
+        // SAFETY: the counter lies in the heap's internal area, 8-byte aligned, and lives
+        // as long as the heap.
+        let word = unsafe { AtomicU64::from_ptr((w.heap.base + from * 8) as *mut u64) };
+        *slot = (
+            Some(word),
+            taken[from],
+            w.elsewhere.get(from) == Some(&true),
+        );
+    }
+    drop(taken);
+    let arrived = |away: bool| {
+        words.iter().all(|&(word, want, elsewhere)| {
+            elsewhere != away || word.is_none_or(|x| x.load(Ordering::Acquire) >= want)
+        })
+    };
+    if !arrived(false) {
+        crate::wait::block_until(w, || arrived(false));
+    }
+    if !arrived(true) {
+        crate::wait::spin_then_block(w, ELSEWHERE_SPIN, || arrived(true));
+    }
+}
+
+/// How long a sync where PEs outnumber CPUs spins for the PEs bound to other CPUs before
+/// it yields: a few of their switches between PEs (a switch takes about 1 us here).
+const ELSEWHERE_SPIN: std::time::Duration = std::time::Duration::from_micros(10);
+
 /// Sync among `m` (no completion of earlier operations): flat among a few members of one
 /// host, else dissemination.
 pub fn sync(w: &World, call: &'static str, m: &Members) {
@@ -229,6 +269,9 @@ pub fn sync(w: &World, call: &'static str, m: &Members) {
     if flat(w, m) {
         for j in 1..n {
             signal(w, call, m.pes[(m.me + j) % n]);
+        }
+        if w.wait.oversubscribed {
+            return take_all(w, (1..n).map(|j| m.pes[(m.me + n - j) % n]));
         }
         for j in 1..n {
             take(w, call, m.pes[(m.me + n - j) % n]);

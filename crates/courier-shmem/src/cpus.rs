@@ -8,7 +8,7 @@
 
 use rustix::thread::{CpuSet, sched_getaffinity};
 
-pub use crate::record::{SET_BYTES, shared};
+pub use crate::record::{SET_BYTES, elsewhere, shared};
 
 // The record's set holds every CPU the kernel's affinity calls name.
 const _: () = assert!(SET_BYTES == CpuSet::MAX_CPU / 8);

@@ -86,6 +86,9 @@ pub struct World {
     pub thread_level: i32,
     /// Waits.
     pub wait: WaitCfg,
+    /// Per PE: whether it is bound to CPUs this PE is never on (`cpus::elsewhere`), so that
+    /// while this machine's PEs outnumber its CPUs a wait for it spins instead of yielding.
+    pub elsewhere: Vec<bool>,
     /// The peers, connected at their first use.
     peers: Vec<OnceLock<Peer>>,
     peer_lock: Mutex<()>,
@@ -320,6 +323,7 @@ fn setup(requested: i32) -> Result<World, String> {
         .map(|p| rt.get(p, "shmem-cpus"))
         .collect::<Result<Vec<_>, _>>()?;
     let (local, cpus) = crate::cpus::shared(me, &published)?;
+    let elsewhere = crate::cpus::elsewhere(me, &published);
     wait.oversubscribed = local > cpus;
     if !wait.spin_set {
         wait.spin = if wait.oversubscribed {
@@ -356,6 +360,7 @@ fn setup(requested: i32) -> Result<World, String> {
         shm,
         thread_level: requested.clamp(THREAD_SINGLE, THREAD_MULTIPLE),
         wait,
+        elsewhere,
         peers: (0..npes).map(|_| OnceLock::new()).collect(),
         peer_lock: Mutex::new(()),
         finalized: AtomicBool::new(false),

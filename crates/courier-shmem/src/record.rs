@@ -87,6 +87,25 @@ pub fn shared(me: usize, all: &[Vec<u8>]) -> Result<(usize, usize), String> {
     Ok((local.len(), union_count(local)?))
 }
 
+/// From every PE's `cpus::published` bytes: for each PE, whether it runs on PE `me`'s
+/// machine on CPUs that `me` may never run on (both affinities known and disjoint): a wait
+/// for it need not give `me`'s CPU away. A PE whose bytes are not a record may share it.
+pub fn elsewhere(me: usize, all: &[Vec<u8>]) -> Vec<bool> {
+    fn split(b: &[u8]) -> Option<(&[u8], &[u8])> {
+        (b.len() == 16 + SET_BYTES).then(|| b.split_at(16))
+    }
+    let known = |s: &[u8]| s.iter().any(|&b| b != 0);
+    let mine = all.get(me).and_then(|b| split(b)).filter(|(_, s)| known(s));
+    all.iter()
+        .map(|b| match (mine, split(b)) {
+            (Some((m0, s0)), Some((m1, s1))) => {
+                m0 == m1 && known(s1) && s0.iter().zip(s1).all(|(x, y)| x & y == 0)
+            }
+            _ => false,
+        })
+        .collect()
+}
+
 /// CPUs in the union of `sets` (as `cpus::mine` makes them); `Err` names the first set
 /// that is not one (a peer's bytes: checked).
 pub fn union_count<'a>(sets: impl IntoIterator<Item = (usize, &'a [u8])>) -> Result<usize, String> {
@@ -174,6 +193,25 @@ mod tests {
         assert_eq!(shared(2, &all), Ok((1, 2)));
         let spread = [of(7, &[0]), of(7, &[1])];
         assert_eq!(shared(0, &spread), Ok((2, 2)));
+    }
+
+    /// Bound round robin, 4 PEs on 2 CPUs: PE 0 shares CPU 0 with PE 2 and never runs
+    /// where PEs 1 and 3 do. Unbound, on another machine, or of unknown affinity: may share.
+    #[test]
+    fn pes_bound_to_other_cpus_run_elsewhere() {
+        let all = [
+            of(7, &[0]),
+            of(7, &[1]),
+            of(7, &[0]),
+            of(7, &[1]),
+            of(9, &[1]),
+        ];
+        assert_eq!(elsewhere(0, &all), [false, true, false, true, false]);
+        assert_eq!(elsewhere(3, &all), [true, false, true, false, false]);
+        let loose = [of(7, &[0]), of(7, &[0, 1]), of(7, &[]), vec![7; 20]];
+        assert_eq!(elsewhere(0, &loose), [false; 4]);
+        assert_eq!(elsewhere(2, &loose), [false; 4]);
+        assert_eq!(elsewhere(9, &loose), [false; 4]);
     }
 
     #[test]

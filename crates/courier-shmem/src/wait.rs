@@ -14,7 +14,7 @@ use std::sync::atomic::{
     AtomicI16, AtomicI32, AtomicI64, AtomicIsize, AtomicU16, AtomicU32, AtomicU64, AtomicUsize,
     Ordering,
 };
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::error::fatal;
 use crate::init::World;
@@ -126,6 +126,25 @@ pub fn block_until(w: &World, mut done: impl FnMut() -> bool) {
             }
             Ok(false) => {}
             Err(_) => std::thread::yield_now(),
+        }
+    }
+}
+
+/// As `block_until`, but first progress and look for up to `spin` without giving the CPU
+/// away: for PEs bound to other CPUs (`World::elsewhere`), which run meanwhile, where a
+/// yield would only hand this CPU to a PE that waits too.
+pub fn spin_then_block(w: &World, spin: Duration, mut done: impl FnMut() -> bool) {
+    let start = Instant::now();
+    loop {
+        for _ in 0..64 {
+            if done() {
+                return;
+            }
+            std::hint::spin_loop();
+        }
+        w.worker.progress();
+        if start.elapsed() >= spin {
+            return block_until(w, done);
         }
     }
 }
