@@ -210,7 +210,7 @@ fn take(w: &World, call: &'static str, from: usize) {
         // SAFETY: the counter lies in the heap's internal area, 8-byte aligned, and lives
         // as long as the heap.
         let word = unsafe { AtomicU64::from_ptr((w.heap.base + from * 8) as *mut u64) };
-        crate::wait::block_until(w, || word.load(Ordering::Acquire) >= want);
+        crate::wait::for_pe(w, from, || word.load(Ordering::Acquire) >= want);
     } else if let Err(e) = w.heap.mem.signal_wait_until(
         &w.worker,
         w.heap.mem_offset(from * 8),
@@ -226,7 +226,7 @@ fn take(w: &World, call: &'static str, from: usize) {
 /// outnumber CPUs: one wait whose every round looks at all of them gives the CPU away
 /// once, where a wait per peer would give it away for each. First for the PEs that may
 /// share this CPU, yielding to them; then for those bound elsewhere, which run
-/// meanwhile, spinning up to `ELSEWHERE_SPIN` (their CPU's PEs may have to switch once).
+/// meanwhile, spinning first (`wait::ELSEWHERE_SPIN`: their CPU's PEs may switch once).
 fn take_all(w: &World, froms: impl Iterator<Item = usize>) {
     let mut words: [(Option<&AtomicU64>, u64, bool); FLAT_MAX] = [(None, 0, false); FLAT_MAX];
     let mut taken = TAKEN.lock().unwrap_or_else(|p| p.into_inner());
@@ -254,13 +254,9 @@ fn take_all(w: &World, froms: impl Iterator<Item = usize>) {
         crate::wait::block_until(w, || arrived(false));
     }
     if !arrived(true) {
-        crate::wait::spin_then_block(w, ELSEWHERE_SPIN, || arrived(true));
+        crate::wait::spin_then_block(w, crate::wait::ELSEWHERE_SPIN, || arrived(true));
     }
 }
-
-/// How long a sync where PEs outnumber CPUs spins for the PEs bound to other CPUs before
-/// it yields: a few of their switches between PEs (a switch takes about 1 us here).
-const ELSEWHERE_SPIN: std::time::Duration = std::time::Duration::from_micros(10);
 
 /// Sync among `m` (no completion of earlier operations): flat among a few members of one
 /// host, else dissemination.
@@ -443,7 +439,7 @@ unsafe fn stage_send(w: &World, call: &'static str, pe: usize, src: *const u8, l
             AtomicU64::from_ptr((w.heap.base + consumed_offset(w.npes) + pe * 8) as *mut u64)
         };
         if taken.load(Ordering::Acquire) < k - 2 {
-            crate::wait::block_until(w, || taken.load(Ordering::Acquire) >= k - 2);
+            crate::wait::for_pe(w, pe, || taken.load(Ordering::Acquire) >= k - 2);
         }
     }
     let slot = (w.heap.base + slot_offset(w.npes, w.me, k % 2)) as *mut u8;

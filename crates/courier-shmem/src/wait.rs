@@ -130,6 +130,21 @@ pub fn block_until(w: &World, mut done: impl FnMut() -> bool) {
     }
 }
 
+/// How long a wait for a PE bound to other CPUs spins before it yields, where PEs
+/// outnumber CPUs: a few of that CPU's switches between its PEs (about 1 us each here).
+pub const ELSEWHERE_SPIN: Duration = Duration::from_micros(10);
+
+/// Wait for something PE `pe` does: as `block_until`, but where this machine's PEs
+/// outnumber its CPUs and `pe` is bound to CPUs this PE is never on, spin first
+/// (`spin_then_block`): `pe` runs meanwhile.
+pub fn for_pe(w: &World, pe: usize, done: impl FnMut() -> bool) {
+    if w.wait.oversubscribed && w.elsewhere.get(pe) == Some(&true) {
+        spin_then_block(w, ELSEWHERE_SPIN, done)
+    } else {
+        block_until(w, done)
+    }
+}
+
 /// As `block_until`, but first progress and look for up to `spin` without giving the CPU
 /// away: for PEs bound to other CPUs (`World::elsewhere`), which run meanwhile, where a
 /// yield would only hand this CPU to a PE that waits too.
