@@ -451,8 +451,13 @@ unsafe fn stage_send(w: &World, call: &'static str, pe: usize, src: *const u8, l
 /// Wait for world PE `from`'s next staged message, hand its slot to `read`, then tell
 /// `from` that the slot is free (a count in its heap).
 fn stage_take(w: &World, call: &'static str, from: usize, read: impl FnOnce(*const u8)) {
-    let k = bump(&STAGED_TAKEN, w.npes, from);
     take(w, call, from);
+    stage_read(w, call, from, read)
+}
+
+/// `stage_take` once the signal of `from`'s next staged message was taken.
+fn stage_read(w: &World, call: &'static str, from: usize, read: impl FnOnce(*const u8)) {
+    let k = bump(&STAGED_TAKEN, w.npes, from);
     // The slot lies in our heap's internal area (STAGE bytes), filled by `from` before
     // its signal, which `take` saw.
     read((w.heap.base + slot_offset(w.npes, from, k % 2)) as *const u8);
@@ -749,6 +754,13 @@ fn reduce_staged(w: &World, call: &'static str, m: &Members, r: Operands) {
             unsafe { stage_send(w, call, pe, src, len) };
         }
     }
+    // Where PEs outnumber CPUs, wait for every member's message at once (`take_all`),
+    // rather than for each in member order, giving the CPU away for each.
+    let all_at_once = w.wait.oversubscribed;
+    if all_at_once {
+        let n = m.n();
+        take_all(w, (1..n).map(|j| m.pes[(m.me + j) % n]));
+    }
     let mut acc = [0u8; STAGE];
     for (j, &pe) in m.pes.iter().enumerate() {
         let mut combine = |x: *const u8| {
@@ -766,6 +778,8 @@ fn reduce_staged(w: &World, call: &'static str, m: &Members, r: Operands) {
         };
         if j == m.me {
             combine(src);
+        } else if all_at_once {
+            stage_read(w, call, pe, combine);
         } else {
             stage_take(w, call, pe, combine);
         }
