@@ -96,8 +96,11 @@ pub fn block_until(w: &World, mut done: impl FnMut() -> bool) {
     let start = Instant::now();
     let mut rounds = 0u32;
     let mut nap = crate::init::FIRST_NAP.min(w.wait.nap);
+    // Where PEs outnumber CPUs, what is waited for likely needs this CPU: look once per
+    // round, then give the CPU away.
+    let looks = if w.wait.oversubscribed { 1 } else { 8 };
     loop {
-        for _ in 0..8 {
+        for _ in 0..looks {
             if done() {
                 return;
             }
