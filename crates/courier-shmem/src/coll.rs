@@ -251,7 +251,7 @@ fn take_all(w: &World, froms: impl Iterator<Item = usize>) {
         })
     };
     if !arrived(false) {
-        crate::wait::block_until(w, || arrived(false));
+        crate::wait::yield_until(w, || arrived(false));
     }
     if !arrived(true) {
         crate::wait::spin_then_block(w, crate::wait::ELSEWHERE_SPIN, || arrived(true));

@@ -85,7 +85,20 @@ pub(crate) fn holds<T: PartialOrd>(cmp: i32, a: T, b: T) -> bool {
 }
 
 /// Progress and look until `done` holds: spin, then sleep (see the module doc).
-pub fn block_until(w: &World, mut done: impl FnMut() -> bool) {
+pub fn block_until(w: &World, done: impl FnMut() -> bool) {
+    wait_looking(w, 8, done)
+}
+
+/// As `block_until`, for what a PE that may share this CPU does (`World::elsewhere`):
+/// where PEs outnumber CPUs, it likely needs this CPU, so each round looks once before
+/// it gives the CPU away. (A wait for anyone, as `wait_until`'s, looks a few times: the
+/// writer may run elsewhere, and a yield costs a switch there and back.)
+pub fn yield_until(w: &World, done: impl FnMut() -> bool) {
+    wait_looking(w, if w.wait.oversubscribed { 1 } else { 8 }, done)
+}
+
+/// `block_until` with `looks` looks at `done` between progress calls.
+fn wait_looking(w: &World, looks: u32, mut done: impl FnMut() -> bool) {
     // One progress call even when the condition already holds: a program that spins on
     // `wait_until`/`test` calls still serves its peers (their tcp operations, their
     // connections) through them.
@@ -96,9 +109,6 @@ pub fn block_until(w: &World, mut done: impl FnMut() -> bool) {
     let start = Instant::now();
     let mut rounds = 0u32;
     let mut nap = crate::init::FIRST_NAP.min(w.wait.nap);
-    // Where PEs outnumber CPUs, what is waited for likely needs this CPU: look once per
-    // round, then give the CPU away.
-    let looks = if w.wait.oversubscribed { 1 } else { 8 };
     loop {
         for _ in 0..looks {
             if done() {
@@ -137,14 +147,14 @@ pub fn block_until(w: &World, mut done: impl FnMut() -> bool) {
 /// outnumber CPUs: a few of that CPU's switches between its PEs (about 1 us each here).
 pub const ELSEWHERE_SPIN: Duration = Duration::from_micros(10);
 
-/// Wait for something PE `pe` does: as `block_until`, but where this machine's PEs
-/// outnumber its CPUs and `pe` is bound to CPUs this PE is never on, spin first
-/// (`spin_then_block`): `pe` runs meanwhile.
+/// Wait for something PE `pe` does: where this machine's PEs outnumber its CPUs and `pe`
+/// is bound to CPUs this PE is never on, spin first (`spin_then_block`): `pe` runs
+/// meanwhile; else `yield_until`.
 pub fn for_pe(w: &World, pe: usize, done: impl FnMut() -> bool) {
     if w.wait.oversubscribed && w.elsewhere.get(pe) == Some(&true) {
         spin_then_block(w, ELSEWHERE_SPIN, done)
     } else {
-        block_until(w, done)
+        yield_until(w, done)
     }
 }
 
