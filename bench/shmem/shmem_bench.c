@@ -160,7 +160,7 @@ int main(int argc, char **argv) {
     } else if (!strcmp(test, "bcast") || !strcmp(test, "reduce") || !strcmp(test, "alltoall")) {
         size_t nelem = size / 8 ? size / 8 : 1;
         if (nelem * (size_t)n > (1 << 17)) nelem = (1 << 17) / n;
-        iters = iters_for(size, 5000);
+        iters = iters_for(size, 20000);
         for (int i = 0; i < iters + 10; i++) {
             if (i == 10) t0 = now();
             long *ps = (i % 2) ? pSync : pSync2;
