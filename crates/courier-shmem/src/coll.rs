@@ -222,18 +222,19 @@ fn take(w: &World, call: &'static str, from: usize) {
     }
 }
 
-/// Wait for the next signal from each of `froms` (at most `FLAT_MAX`) at once, where PEs
+/// Wait for the next signal from each of `froms` (up to `FLAT_MAX`) at once, where PEs
 /// outnumber CPUs: one wait whose every round looks at all of them gives the CPU away
 /// once, where a wait per peer would give it away for each. First for the PEs that may
 /// share this CPU, yielding to them; then for those bound elsewhere, which run
 /// meanwhile, spinning first (`wait::ELSEWHERE_SPIN`: their CPU's PEs may switch once).
-fn take_all(w: &World, froms: impl Iterator<Item = usize>) {
+fn take_all(w: &World, call: &'static str, froms: impl Iterator<Item = usize>) {
+    let mut froms = froms;
     let mut words: [(Option<&AtomicU64>, u64, bool); FLAT_MAX] = [(None, 0, false); FLAT_MAX];
     let mut taken = TAKEN.lock().unwrap_or_else(|p| p.into_inner());
     if taken.len() < w.npes {
         taken.resize(w.npes, 0);
     }
-    for (slot, from) in words.iter_mut().zip(froms) {
+    for (slot, from) in words.iter_mut().zip(froms.by_ref()) {
         taken[from] += 1;
         // SAFETY: the counter lies in the heap's internal area, 8-byte aligned, and lives
         // as long as the heap.
@@ -256,6 +257,10 @@ fn take_all(w: &World, froms: impl Iterator<Item = usize>) {
     if !arrived(true) {
         crate::wait::spin_then_block(w, crate::wait::ELSEWHERE_SPIN, || arrived(true));
     }
+    // More than `FLAT_MAX` (no caller has them): one at a time.
+    for from in froms {
+        take(w, call, from);
+    }
 }
 
 /// Sync among `m` (no completion of earlier operations): flat among a few members of one
@@ -267,7 +272,7 @@ pub fn sync(w: &World, call: &'static str, m: &Members) {
             signal(w, call, m.pes[(m.me + j) % n]);
         }
         if w.wait.oversubscribed {
-            return take_all(w, (1..n).map(|j| m.pes[(m.me + n - j) % n]));
+            return take_all(w, call, (1..n).map(|j| m.pes[(m.me + n - j) % n]));
         }
         for j in 1..n {
             take(w, call, m.pes[(m.me + n - j) % n]);
@@ -759,7 +764,7 @@ fn reduce_staged(w: &World, call: &'static str, m: &Members, r: Operands) {
     let all_at_once = w.wait.oversubscribed;
     if all_at_once {
         let n = m.n();
-        take_all(w, (1..n).map(|j| m.pes[(m.me + j) % n]));
+        take_all(w, call, (1..n).map(|j| m.pes[(m.me + j) % n]));
     }
     let mut acc = [0u8; STAGE];
     for (j, &pe) in m.pes.iter().enumerate() {

@@ -9,6 +9,10 @@
 //! directly by a same-host peer is seen at the next look. The sleeps between looks start
 //! at 16 us and double up to 1 ms, so a wait that outlived the spin by a little (its peer
 //! lost its CPU for a moment) sees the store soon.
+//!
+//! The collectives know which PE they wait for (`for_pe`): where PEs outnumber CPUs, a
+//! wait for one bound to other CPUs spins a while first (it runs meanwhile), and a wait
+//! for one that may share this CPU looks once per round before it yields.
 
 use std::sync::atomic::{
     AtomicI16, AtomicI32, AtomicI64, AtomicIsize, AtomicU16, AtomicU32, AtomicU64, AtomicUsize,
