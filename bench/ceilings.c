@@ -11,6 +11,9 @@
  *   copy      16 MiB copies: memcpy in one process, process_vm_readv (CMA) from another
  *             process, and two processes each memcpy-ing half through shared memory
  *   sleepy [SECS]  8-byte round trips, one every 10 ms, both sides blocking (unpinned)
+ *   crowded [N]  a flat barrier of 4 processes bound round robin to CPUs 0 and 1, N times
+ *             (200k), with two ways of waiting: yield at every look, or yield for the
+ *             process on one's own CPU and spin up to 10 us for those on the other
  *
  * Each measurement prints one JSON line: {"what": ..., "conns": N, "mbs": MB/s} (MB = 2^20
  * bytes, as in ucx_perftest's tables; tcp_stream also names its "cc"), or for the
@@ -30,6 +33,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
@@ -424,6 +428,80 @@ static int copy(void) {
 	return 0;
 }
 
+/* crowded: the floor under a barrier of more processes than CPUs (issue 33's 4-PE rows),
+ * with no library. Each process adds one to its counter at every other (a locked add into
+ * the other's cache line, as a put-with-signal between same-host PEs is), then waits for
+ * every other's. "yield" gives the CPU away at every look that finds a count missing;
+ * "split" first waits so for the process bound to its own CPU, then spins up to 10 us
+ * for those bound to the other, which run meanwhile. Prints the slowest process's mean
+ * time per barrier and the context switches per barrier (all four processes). */
+#define CROWD 4
+static void crowded_wait(uint64_t *count, uint64_t want, int yield) {
+	double t0 = 0;
+	while (__atomic_load_n(count, __ATOMIC_ACQUIRE) < want) {
+		if (yield) {
+			sched_yield();
+			continue;
+		}
+		if (t0 == 0)
+			t0 = now();
+		if (now() - t0 > 10e-6)
+			sched_yield();
+	}
+}
+
+static int crowded(uint64_t iters) {
+	for (int split = 0; split <= 1; split++) {
+		/* counts[p * 8 + q]: what q has added at p, the 8 words of p's line. */
+		uint64_t *counts = (uint64_t *)shared(4096);
+		double *us = (double *)(counts + 8 * CROWD);
+		long *switches = (long *)(us + CROWD);
+		memset(counts, 0, 4096);
+		for (int me = 0; me < CROWD; me++) {
+			pid_t child = fork();
+			if (child < 0)
+				die("fork");
+			if (child)
+				continue;
+			pin(me % 2);
+			struct rusage r0, r1;
+			double t0 = 0;
+			for (uint64_t k = 1; k <= iters + iters / 10; k++) {
+				if (k == iters / 10 + 1) {
+					getrusage(RUSAGE_SELF, &r0);
+					t0 = now();
+				}
+				for (int j = 1; j < CROWD; j++)
+					__atomic_fetch_add(&counts[((me + j) % CROWD) * 8 + me], 1, __ATOMIC_SEQ_CST);
+				for (int pass = 0; pass < 2; pass++)
+					for (int j = 1; j < CROWD; j++) {
+						int q = (me + j) % CROWD, mate = q % 2 == me % 2;
+						if (!split || mate == (pass == 0))
+							crowded_wait(&counts[me * 8 + q], k, !split || mate);
+					}
+			}
+			us[me] = (now() - t0) / iters * 1e6;
+			getrusage(RUSAGE_SELF, &r1);
+			switches[me] = r1.ru_nvcsw + r1.ru_nivcsw - r0.ru_nvcsw - r0.ru_nivcsw;
+			_exit(0);
+		}
+		double worst = 0;
+		long sw = 0;
+		for (int i = 0; i < CROWD; i++)
+			wait(NULL);
+		for (int i = 0; i < CROWD; i++) {
+			worst = us[i] > worst ? us[i] : worst;
+			sw += switches[i];
+		}
+		printf("{\"what\": \"crowded_barrier_%s\", \"conns\": 0, \"us\": %.3f, "
+		       "\"switches\": %.2f}\n",
+		       split ? "split" : "yield", worst, (double)sw / iters);
+		fflush(stdout);
+		munmap(counts, 4096);
+	}
+	return 0;
+}
+
 int main(int argc, char **argv) {
 	if ((argc == 3 || argc == 4) && strcmp(argv[1], "tcp") == 0) {
 		int n = atoi(argv[2]);
@@ -454,7 +532,15 @@ int main(int argc, char **argv) {
 		}
 		return sleepy(secs, poll_client);
 	}
+	if ((argc == 2 || argc == 3) && strcmp(argv[1], "crowded") == 0) {
+		long long n = argc == 3 ? atoll(argv[2]) : 200000;
+		if (n < 1000 || n > 100000000) {
+			fprintf(stderr, "ceilings crowded [N]: N from 1000 to 100000000\n");
+			return 2;
+		}
+		return crowded((uint64_t)n);
+	}
 	fprintf(stderr, "usage: ceilings tcp N [CC] | ceilings pingpong | ceilings cacheline [N] | "
-			"ceilings copy | ceilings sleepy [SECS]\n");
+			"ceilings copy | ceilings sleepy [SECS] | ceilings crowded [N]\n");
 	return 2;
 }
