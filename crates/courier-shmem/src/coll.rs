@@ -202,14 +202,19 @@ unsafe fn signal_with(
     }
 }
 
+/// Our pairwise counter for world PE `from` (`from` raises it).
+fn counter(w: &World, from: usize) -> &AtomicU64 {
+    // SAFETY: the counter lies in the heap's internal area, 8-byte aligned, and lives as
+    // long as the heap.
+    unsafe { AtomicU64::from_ptr((w.heap.base + from * 8) as *mut u64) }
+}
+
 /// Wait for the next signal from `from`.
 fn take(w: &World, call: &'static str, from: usize) {
     let want = bump(&TAKEN, w.npes, from);
     if w.wait.oversubscribed {
         // The library's wait, which yields at every round when PEs outnumber CPUs.
-        // SAFETY: the counter lies in the heap's internal area, 8-byte aligned, and lives
-        // as long as the heap.
-        let word = unsafe { AtomicU64::from_ptr((w.heap.base + from * 8) as *mut u64) };
+        let word = counter(w, from);
         crate::wait::for_pe(w, from, || word.load(Ordering::Acquire) >= want);
     } else if let Err(e) = w.heap.mem.signal_wait_until(
         &w.worker,
@@ -236,9 +241,7 @@ fn take_all(w: &World, call: &'static str, froms: impl Iterator<Item = usize>) {
     }
     for (slot, from) in words.iter_mut().zip(froms.by_ref()) {
         taken[from] += 1;
-        // SAFETY: the counter lies in the heap's internal area, 8-byte aligned, and lives
-        // as long as the heap.
-        let word = unsafe { AtomicU64::from_ptr((w.heap.base + from * 8) as *mut u64) };
+        let word = counter(w, from);
         *slot = (
             Some(word),
             taken[from],
