@@ -6,17 +6,23 @@
 //! offset of its symmetric heap (after the collectives' counters, before the first user
 //! block), so a peer reaches any PE's semaphore through the heap's key it already holds:
 //! allocation is local (not collective), and the handle, a 64-bit value the program may
-//! send to other PEs, names the owner, the slot, the flags and the slot's generation. The
-//! owner waits and tries (Courier's `SemaphoreAt` on the word: a boolean one saturates;
-//! a wait spins, yielding, then sleeps on the worker's event fd); anyone posts: the owner with an add
-//! (and a wakeup of its own sleeping threads), a peer with Courier's put-with-signal of no
-//! data, `SignalOp::Add` — one operation, which wakes the owner's worker. The signalling
-//! put is that same put-with-signal carrying the data: whoever sees the semaphore rise
-//! sees the data.
+//! send to other PEs, names the owner, the slot, the flags and the slot's generation.
+//!
+//! The word counts what was ever posted; the owner counts, in its own memory (`TAKEN`),
+//! what its waits and tries took, and the semaphore holds the difference. So posts only
+//! add to the word (the owner with an atomic add and a wakeup of its own sleeping threads,
+//! a peer with Courier's put-with-signal of no data, `SignalOp::Add`: one operation, which
+//! wakes the owner's worker), and a wait only loads it: the word's cache line goes from
+//! the poster to the waiter once per post, where a wait that took by writing the word
+//! moved it back as well (and made the next post wait for it). A boolean one saturates:
+//! it holds 1 whenever more was posted than taken, and a take takes all. The owner waits
+//! as the library's waits do (`wait::block_until`: spin, yield, then sleep on the
+//! worker's event fd). The signalling put is the put-with-signal carrying the data:
+//! whoever sees the count rise sees the data.
 
-use std::sync::atomic::{AtomicU32, Ordering, fence};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering, fence};
 
-use courier::{SEM_MAX, SemaphoreAt, sem_flags};
+use courier::{SEM_MAX, sem_flags};
 
 use crate::ctx::DEFAULT;
 use crate::error::fatal;
@@ -39,6 +45,12 @@ pub fn area_offset(npes: usize) -> usize {
 /// Per slot: bit 16 live, bits 8..16 generation, bits 0..8 flags.
 static STATE: [AtomicU32; SLOTS] = [const { AtomicU32::new(0) }; SLOTS];
 const LIVE: u32 = 1 << 16;
+
+/// Per slot, what the owner's waits and tries took from the word's count (on a line of its
+/// own: consumers of different semaphores do not contend).
+#[repr(align(64))]
+struct Taken(AtomicU64);
+static TAKEN: [Taken; SLOTS] = [const { Taken(AtomicU64::new(0)) }; SLOTS];
 
 /// A decoded handle: bits 0..24 slot + 1 (0 is `SHMEMX_SEM_NULL`), 24..32 flags, 32..40
 /// generation, 40..64 owner PE.
@@ -97,6 +109,14 @@ impl Handle {
     fn local_addr(self, w: &World) -> *mut u64 {
         (w.heap.base + self.heap_offset(w)) as *mut u64
     }
+
+    /// This PE's copy of the slot's word, the count of posts.
+    fn word(self, w: &World) -> &AtomicU64 {
+        // SAFETY: the slot's word lies in this PE's heap (the area is inside its internal
+        // part), aligned to 64, mapped while the library is initialized; only atomics
+        // touch it, here and in peers' signalling puts.
+        unsafe { AtomicU64::from_ptr(self.local_addr(w)) }
+    }
 }
 
 /// The handle of one of this PE's own live semaphores, or a fatal error: the handle must
@@ -122,13 +142,87 @@ fn own_handle(w: &World, call: &'static str, h: u64) -> Handle {
     d
 }
 
-/// The owner's view of one of its own live semaphores (see `own_handle`).
-fn own(w: &'static World, call: &'static str, h: u64) -> (Handle, SemaphoreAt<'static>) {
-    let d = own_handle(w, call, h);
-    let off = w.heap.mem_offset(d.heap_offset(w));
-    match SemaphoreAt::new(&w.heap.mem, off, d.flags) {
-        Ok(s) => (d, s),
-        Err(e) => fatal(call, format_args!("sem={h:#x}: {e}")),
+/// One of this PE's own semaphores, as its owner sees it: the count of posts (the word),
+/// the count of takes (`TAKEN`).
+struct Own<'w> {
+    h: u64,
+    d: Handle,
+    posted: &'w AtomicU64,
+    taken: &'static AtomicU64,
+}
+
+/// What `Own::take` found.
+enum Took {
+    Yes,
+    No,
+    /// Posts took an integer semaphore past its maximum: this is what it holds.
+    Overflow(u64),
+}
+
+impl<'w> Own<'w> {
+    fn new(w: &'w World, call: &'static str, h: u64) -> Own<'w> {
+        let d = own_handle(w, call, h);
+        Own {
+            h,
+            d,
+            posted: d.word(w),
+            taken: &TAKEN[d.slot].0,
+        }
+    }
+
+    /// What it holds now, unsaturated: for an integer semaphore, more than `SEM_MAX` means
+    /// posts took it past what it may hold.
+    fn raw(&self) -> u64 {
+        let t = self.taken.load(Ordering::Acquire);
+        self.posted.load(Ordering::Acquire).wrapping_sub(t)
+    }
+
+    /// What it holds now (a boolean one: 0 or 1).
+    fn value(&self) -> u64 {
+        let v = self.raw();
+        if self.d.boolean() { v.min(1) } else { v }
+    }
+
+    /// Take `n` if it is there (a boolean one: all of it, for `n` of 1). One load of the
+    /// posted count; the take is a compare-exchange on this PE's own count, so that
+    /// several threads of the owner may take from one semaphore.
+    fn take(&self, n: u64) -> Took {
+        if n == 0 {
+            return Took::Yes;
+        }
+        let mut t = self.taken.load(Ordering::Acquire);
+        loop {
+            let p = self.posted.load(Ordering::Acquire);
+            let v = p.wrapping_sub(t);
+            let next = if self.d.boolean() {
+                if v == 0 || n > 1 {
+                    return Took::No;
+                }
+                p
+            } else if v > SEM_MAX {
+                return Took::Overflow(v);
+            } else if v < n {
+                return Took::No;
+            } else {
+                t.wrapping_add(n)
+            };
+            match self
+                .taken
+                .compare_exchange(t, next, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => return Took::Yes,
+                Err(now) => t = now,
+            }
+        }
+    }
+
+    /// `take`, with an integer semaphore taken past its maximum as the fatal error it is.
+    fn take_or_die(&self, call: &'static str, n: u64) -> bool {
+        match self.take(n) {
+            Took::Yes => true,
+            Took::No => false,
+            Took::Overflow(v) => overflowed(call, self.h, v),
+        }
     }
 }
 
@@ -169,10 +263,9 @@ pub fn alloc(call: &'static str, flags: i32) -> u64 {
             flags,
             generation,
         };
-        // SAFETY: the slot's word lies in this PE's heap (the area is inside its internal
-        // part), aligned to 64; no one else uses a slot that was not live.
-        unsafe { std::sync::atomic::AtomicU64::from_ptr(d.local_addr(w)) }
-            .store(0, Ordering::Release);
+        // No one else uses a slot that was not live.
+        TAKEN[slot].0.store(0, Ordering::Release);
+        d.word(w).store(0, Ordering::Release);
         return d.encode();
     }
     0
@@ -181,7 +274,7 @@ pub fn alloc(call: &'static str, flags: i32) -> u64 {
 /// `shmemx_sem_free`: give the slot back (the handle, and any copy of it, is dead).
 pub fn free(call: &'static str, h: u64) {
     let w = crate::init::world(call);
-    let (d, _) = own(w, call, h);
+    let d = own_handle(w, call, h);
     let st = LIVE | (d.generation << 8) | d.flags;
     let next = ((d.generation + 1) & 0xff) << 8;
     if STATE[d.slot]
@@ -220,13 +313,22 @@ pub fn post(call: &'static str, h: u64, n: usize) {
         return;
     }
     if d.pe == w.me {
-        let (_, s) = own(w, call, h);
+        let s = Own::new(w, call, h);
         fence(Ordering::SeqCst);
-        if let Err(e) = s.post(n) {
-            // A boolean one already set stays set; an integer one may not pass its maximum.
-            if !d.boolean() {
-                fatal(call, format_args!("sem={h:#x}: {e}"))
+        let v = s.raw();
+        if d.boolean() {
+            // One already set stays set.
+            if v == 0 {
+                s.posted.fetch_add(1, Ordering::SeqCst);
             }
+        } else if v.saturating_add(n) > SEM_MAX {
+            // An integer one may not pass its maximum.
+            fatal(
+                call,
+                format_args!("sem={h:#x}: semaphore at {v} cannot rise by {n} past {SEM_MAX}"),
+            )
+        } else {
+            s.posted.fetch_add(n, Ordering::SeqCst);
         }
         wake_own(w);
         return;
@@ -257,27 +359,20 @@ fn wake_own(w: &World) {
     }
 }
 
-/// An integer semaphore that peers' adds took past its maximum is a broken program.
-fn check_overflow(call: &'static str, h: u64, d: Handle, s: &SemaphoreAt<'_>) {
-    overflowed(call, h, d, s.raw_value());
-}
-
-/// `check_overflow` of the word's value `v`.
-fn overflowed(call: &'static str, h: u64, d: Handle, v: u64) {
-    if !d.boolean() && v > SEM_MAX {
-        fatal(
-            call,
-            format_args!("sem={h:#x}: posts took it to {v}, past its maximum {SEM_MAX}"),
-        )
-    }
+/// An integer semaphore that posts took to `v`, past its maximum: a broken program.
+fn overflowed(call: &'static str, h: u64, v: u64) -> ! {
+    fatal(
+        call,
+        format_args!("sem={h:#x}: posts took it to {v}, past its maximum {SEM_MAX}"),
+    )
 }
 
 /// `shmemx_sem_wait`: wait until `n` is there and take it (the owner only).
 pub fn wait(call: &'static str, h: u64, n: usize) {
     let w = crate::init::world(call);
-    let d = own_handle(w, call, h);
+    let s = Own::new(w, call, h);
     let n = n as u64;
-    if d.boolean() && n > 1 {
+    if s.d.boolean() && n > 1 {
         fatal(
             call,
             format_args!("n={n}: a boolean semaphore never holds more than 1"),
@@ -289,49 +384,21 @@ pub fn wait(call: &'static str, h: u64, n: usize) {
             format_args!("n={n}: more than a semaphore holds ({SEM_MAX})"),
         )
     }
-    // Already there: taken at once, from one look at the word. The worker is still
-    // progressed on one such wait in FAST_TAKES, so a program that only ever finds its
-    // semaphores posted keeps serving its peers (their tcp operations land only when the
-    // worker progresses).
-    if FAST.with(|f| {
+    // Already there: taken at once. The worker is still progressed on one such wait in
+    // FAST_TAKES, so a program that only ever finds its semaphores posted keeps serving
+    // its peers (their tcp operations land only when the worker progresses).
+    let fast = FAST.with(|f| {
         let k = f.get().wrapping_add(1);
         f.set(k);
         !k.is_multiple_of(FAST_TAKES)
-    }) {
-        // SAFETY: the slot's word lies in this PE's heap, 64-aligned (`alloc`); only
-        // atomics touch it.
-        let word = unsafe { std::sync::atomic::AtomicU64::from_ptr(d.local_addr(w)) };
-        // Guess that exactly `n` is there (1 for a boolean one): then one compare-exchange
-        // takes it, where a load first would move the line here twice (shared, then owned).
-        let guess = if d.boolean() { 1 } else { n };
-        let v = match word.compare_exchange(guess, 0, Ordering::AcqRel, Ordering::Acquire) {
-            Ok(_) => {
-                fence(Ordering::SeqCst);
-                return;
-            }
-            Err(v) => v,
-        };
-        overflowed(call, h, d, v);
-        let left = if d.boolean() {
-            (v >= 1).then_some(0)
-        } else {
-            v.checked_sub(n)
-        };
-        if let Some(left) = left
-            && word
-                .compare_exchange(v, left, Ordering::AcqRel, Ordering::Relaxed)
-                .is_ok()
-        {
-            fence(Ordering::SeqCst);
-            return;
-        }
+    });
+    if !(fast && s.take_or_die(call, n)) {
+        // The library's wait (`wait::block_until`), as `wait_until`'s: it yields the CPU
+        // while it spins, which matters when the PEs outnumber the cores (the poster may
+        // need this one), then sleeps on the worker, which a peer's post wakes.
+        crate::wait::block_until(w, || s.take_or_die(call, n));
     }
-    let (_, s) = own(w, call, h);
-    check_overflow(call, h, d, &s);
-    // The library's wait (`wait::block_until`), as `wait_until`'s: it yields the CPU while
-    // it spins, which matters when the PEs outnumber the cores (the poster may need this
-    // one), then sleeps on the worker, which a peer's post wakes.
-    crate::wait::block_until(w, || s.try_wait(n));
+    // A strict access, as Berkeley UPC's: ordered with this PE's accesses on both sides.
     fence(Ordering::SeqCst);
 }
 
@@ -346,11 +413,10 @@ thread_local! {
 /// `shmemx_sem_try`: take `n` if it is there now (1), else 0 (the owner only).
 pub fn try_take(call: &'static str, h: u64, n: usize) -> i32 {
     let w = crate::init::world(call);
-    let (d, s) = own(w, call, h);
-    check_overflow(call, h, d, &s);
+    let s = Own::new(w, call, h);
     // Serve peers (their tcp operations land only when the worker progresses).
     w.worker.progress();
-    let got = s.try_wait(n as u64);
+    let got = s.take_or_die(call, n as u64);
     fence(Ordering::SeqCst);
     got as i32
 }
@@ -358,7 +424,7 @@ pub fn try_take(call: &'static str, h: u64, n: usize) -> i32 {
 /// `shmemx_sem_value`: the current value (the owner only).
 pub fn value(call: &'static str, h: u64) -> u64 {
     let w = crate::init::world(call);
-    let (_, s) = own(w, call, h);
+    let s = Own::new(w, call, h);
     w.worker.progress();
     s.value()
 }

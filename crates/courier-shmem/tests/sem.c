@@ -123,6 +123,20 @@ int main(void) {
     for (int i = 0; i < got; i++)
         if (i != got / 2) shmemx_sem_free(many[i]);
 
+    /* The owner counts what it took beside the count of posts: a slot that counted many
+     * of both starts again at 0 when reused (the slot is the handle's low 24 bits, and a
+     * freed slot is the lowest free one). */
+    shmem_barrier_all();
+    shmemx_sem_t was = ring_sem;
+    shmemx_sem_free(ring_sem);
+    ring_sem = shmemx_sem_alloc(SHMEMX_SEM_INTEGER);
+    CHECK((ring_sem & 0xffffff) == (was & 0xffffff) && ring_sem != was, "the ring's slot again");
+    CHECK(shmemx_sem_value(ring_sem) == 0, "a reused, counted slot at %zu", shmemx_sem_value(ring_sem));
+    shmemx_sem_post(ring_sem, 2);
+    CHECK(shmemx_sem_value(ring_sem) == 2 && shmemx_sem_try(ring_sem, 3) == 0, "2 after a post of 2");
+    shmemx_sem_wait(ring_sem, 2);
+    CHECK(shmemx_sem_value(ring_sem) == 0, "taken");
+
     shmemx_sem_free(ring_sem);
     shmemx_sem_free(bool_sem);
     if (me == 0) shmemx_sem_free(gather_sem);
