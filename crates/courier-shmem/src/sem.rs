@@ -398,8 +398,11 @@ pub fn wait(call: &'static str, h: u64, n: usize) {
         // need this one), then sleeps on the worker, which a peer's post wakes.
         crate::wait::block_until(w, || s.take_or_die(call, n));
     }
-    // A strict access, as Berkeley UPC's: ordered with this PE's accesses on both sides.
-    fence(Ordering::SeqCst);
+    // A fence in OpenSHMEM's sense (shmemx.h): this PE's puts and stores before the wait
+    // are ordered before those after it, as are its loads. Not a full barrier: the
+    // OpenSHMEM fence does not order a store before a later load, and on x86 this costs
+    // nothing, where a full one waited for the stores still on their way (a post's).
+    fence(Ordering::AcqRel);
 }
 
 /// One wait in this many that finds its semaphore posted progresses the worker anyway.
@@ -417,7 +420,8 @@ pub fn try_take(call: &'static str, h: u64, n: usize) -> i32 {
     // Serve peers (their tcp operations land only when the worker progresses).
     w.worker.progress();
     let got = s.take_or_die(call, n as u64);
-    fence(Ordering::SeqCst);
+    // As `wait`'s.
+    fence(Ordering::AcqRel);
     got as i32
 }
 
