@@ -594,7 +594,7 @@ class Report:
             "The machine is small (2 cores) and may be shared, so single numbers move; the variants compared "
             "in a table ran back to back in each repetition, in rotating order, and the tables give medians. "
             "PEs are bound to a CPU each while they do not outnumber the CPUs; with more PEs than CPUs every "
-            "wait gives the CPU away at every round and sleeps after 50 us, so at N = 4 and 8 the times "
+            "wait gives the CPU away at every round and sleeps after 1 ms, so at N = 4 and 8 the times "
             "include the scheduler's hand-offs, not only the network.\n",
             "## Targets\n",
             table(["target", "verdict", "measured"], [[a, b, c] for a, b, c in self.targets]) + "\n",

@@ -33,12 +33,8 @@ pub const EAGER_MAX: usize = 64;
 pub struct WaitCfg {
     /// Sleep on the worker's event fd once the spin is over (else spin, yielding).
     pub sleep: bool,
-    /// How long to spin before the first sleep: `SHMEM_WAIT_SPIN`, else `SPIN_OWN_CPU`
-    /// when each of this machine's PEs has a CPU of its own and `SPIN_SHARED` when not (set
-    /// at `init`, once that is known).
+    /// How long to spin before the first sleep: `SHMEM_WAIT_SPIN`, else `SPIN`.
     pub spin: Duration,
-    /// Whether `spin` came from `SHMEM_WAIT_SPIN`.
-    pub spin_set: bool,
     /// The longest sleep before looking again (a word written by a plain put wakes no one).
     /// Sleeps start at `FIRST_NAP` and double up to it, so that a wait that outlived the
     /// spin only because its peer lost its CPU for a moment does not pay a whole nap.
@@ -49,13 +45,15 @@ pub struct WaitCfg {
     pub oversubscribed: bool,
 }
 
-/// The spin before a wait sleeps when every PE on this machine has a CPU of its own: the
-/// peer a wait waits for is running, so a wait longer than this means it is busy, not
-/// descheduled.
-pub const SPIN_OWN_CPU: Duration = Duration::from_millis(1);
-/// The spin when this machine's PEs outnumber their CPUs: sleeping soon gives the CPU to the
-/// PE that is waited for.
-pub const SPIN_SHARED: Duration = Duration::from_micros(50);
+/// How long a wait spins (looking, progressing, yielding) before it sleeps. When every PE
+/// on this machine has a CPU of its own, the peer a wait waits for is running, so a wait
+/// longer than this means it is busy, not descheduled. When the PEs outnumber their CPUs,
+/// the spin yields at every round, which hands the CPU to the PEs that share it; a sleep
+/// sooner gained nothing and cost much: a same-host peer's plain store wakes no one, so
+/// each wait that slept in a chain of them (a ping-pong on flags, a tree broadcast) paid
+/// a nap of 16 us or more. With 50 us here, 4 PEs on 2 CPUs took 5.4 us a hop in a flag
+/// ping-pong (0.24 with 1 ms) and the applications' flag variants 10 to 100 times longer.
+pub const SPIN: Duration = Duration::from_millis(1);
 /// The first sleep of a wait (then doubling up to `WaitCfg::nap`).
 pub const FIRST_NAP: Duration = Duration::from_micros(16);
 
@@ -178,19 +176,15 @@ fn wait_cfg(ctx: &Context) -> Result<WaitCfg, String> {
             ));
         }
     };
-    let (spin, spin_set) = match std::env::var("SHMEM_WAIT_SPIN") {
-        Ok(v) => (
-            courier::config::parse_duration(&v)
-                .ok_or_else(|| format!("SHMEM_WAIT_SPIN={v:?} is not a duration (like 50us)"))?,
-            true,
-        ),
-        Err(_) => (SPIN_SHARED, false),
+    let spin = match std::env::var("SHMEM_WAIT_SPIN") {
+        Ok(v) => courier::config::parse_duration(&v)
+            .ok_or_else(|| format!("SHMEM_WAIT_SPIN={v:?} is not a duration (like 50us)"))?,
+        Err(_) => SPIN,
     };
     let nap = ctx.config().signal_nap.min(Duration::from_millis(1));
     Ok(WaitCfg {
         sleep,
         spin,
-        spin_set,
         nap,
         // Known once the PEs' hosts and CPUs are (`init`).
         oversubscribed: false,
@@ -325,13 +319,6 @@ fn setup(requested: i32) -> Result<World, String> {
     let (local, cpus) = crate::cpus::shared(me, &published)?;
     let elsewhere = crate::cpus::elsewhere(me, &published);
     wait.oversubscribed = local > cpus;
-    if !wait.spin_set {
-        wait.spin = if wait.oversubscribed {
-            SPIN_SHARED
-        } else {
-            SPIN_OWN_CPU
-        };
-    }
     debug(format_args!(
         "{local} PEs on this machine, {cpus} CPUs among them: waits yield {}, spin {:?}",
         if wait.oversubscribed {
@@ -384,7 +371,7 @@ fn print_info(w: &World) {
         ),
         (
             "SHMEM_WAIT_SPIN",
-            "how long a wait spins before it sleeps; default 1ms, 50us when PEs outnumber CPUs",
+            "how long a wait spins before it sleeps; default 1ms",
         ),
         (
             "SHMEM_CONNECT",
