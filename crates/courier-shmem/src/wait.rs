@@ -4,11 +4,11 @@
 //! A wait looks at the words, progresses the worker (operations from peers over tcp land
 //! only then), yields the CPU now and then (at every round when this machine's PEs outnumber
 //! their CPUs: `init::WaitCfg`), and after the spin (`SHMEM_WAIT_SPIN`, 1 ms: `init::SPIN`)
-//! sleeps on the worker's event fd, so that a job of
-//! more PEs than cores still moves: a frame from a peer wakes it at once, a store made
-//! directly by a same-host peer is seen at the next look. The sleeps between looks start
-//! at 16 us and double up to 1 ms, so a wait that outlived the spin by a little (its peer
-//! lost its CPU for a moment) sees the store soon.
+//! sleeps on the worker's event fd, so that a job of more PEs than cores still moves: a
+//! frame from a peer wakes it at once, a store made directly by a same-host peer is seen
+//! at the next look. The sleeps between looks start at 16 us and double up to 1 ms, so a
+//! wait that outlived the spin by a little (its peer lost its CPU for a moment) sees the
+//! store soon.
 //!
 //! The collectives know which PE they wait for (`for_pe`): where PEs outnumber CPUs, a
 //! wait for one bound to other CPUs spins a while first (it runs meanwhile), and a wait
