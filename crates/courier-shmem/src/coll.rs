@@ -6,9 +6,9 @@
 //! the member 2ᵏ after it and waits for the one 2ᵏ before it), or among a few members of
 //! one host a flat one (each signals every other, then waits for every other: one round,
 //! so a PE that shares its CPU gives it away once per sync), on *pairwise counters*: in
-//! the heap's internal area every PE has one 64-bit word per peer, which that peer raises
-//! by one with a put-with-signal (so a sleeping waiter is woken), and a private count of
-//! what it has taken from each. Any subset of PEs (a team, an active set) synchronizes
+//! the heap's internal area every PE has one 64-bit word per peer, on a cache line of its
+//! own, which that peer raises by one with a put-with-signal (so a sleeping waiter is
+//! woken), and a private count of what it has taken from each. Any subset of PEs (a team, an active set) synchronizes
 //! on the same words with no per-team state; two PEs that share several teams meet in
 //! the same order in each, which the specification requires of programs anyway.
 //!
@@ -43,8 +43,13 @@ pub fn internal_bytes(npes: usize) -> usize {
 }
 
 fn scratch_offset(npes: usize) -> usize {
-    (npes * 8).div_ceil(64) * 64
+    npes * COUNTER_STRIDE
 }
+
+/// Bytes between the pairwise counters: a cache line each, so that the peers signalling a
+/// member raise different lines, and a member's wait for several reads each one only
+/// when its peer wrote it.
+const COUNTER_STRIDE: usize = 64;
 
 /// Where root `root`'s staging slot `parity` (0 or 1) lies in a member's heap.
 fn slot_offset(npes: usize, root: usize, parity: u64) -> usize {
@@ -157,7 +162,7 @@ unsafe fn signal_with(
     to: usize,
     data: Option<(*mut u8, *const u8, usize)>,
 ) {
-    let word = w.heap.base + w.me * 8;
+    let word = w.heap.base + w.me * COUNTER_STRIDE;
     let peer = w.peer(call, to);
     let part = |s: crate::symmetric::Seg| {
         peer.parts[s as usize]
@@ -206,7 +211,7 @@ unsafe fn signal_with(
 fn counter(w: &World, from: usize) -> &AtomicU64 {
     // SAFETY: the counter lies in the heap's internal area, 8-byte aligned, and lives as
     // long as the heap.
-    unsafe { AtomicU64::from_ptr((w.heap.base + from * 8) as *mut u64) }
+    unsafe { AtomicU64::from_ptr((w.heap.base + from * COUNTER_STRIDE) as *mut u64) }
 }
 
 /// Wait for the next signal from `from`.
@@ -218,7 +223,7 @@ fn take(w: &World, call: &'static str, from: usize) {
         crate::wait::for_pe(w, from, || word.load(Ordering::Acquire) >= want);
     } else if let Err(e) = w.heap.mem.signal_wait_until(
         &w.worker,
-        w.heap.mem_offset(from * 8),
+        w.heap.mem_offset(from * COUNTER_STRIDE),
         Cmp::Ge,
         want,
         w.wait.sleep,
