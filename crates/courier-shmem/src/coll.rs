@@ -209,8 +209,8 @@ unsafe fn signal_with(
 
 /// Our pairwise counter for world PE `from` (`from` raises it).
 fn counter(w: &World, from: usize) -> &AtomicU64 {
-    // SAFETY: the counter lies in the heap's internal area, 8-byte aligned, and lives as
-    // long as the heap.
+    // The counter lies in the heap's internal area, on a 64-aligned line of its own.
+    // SAFETY: a valid, aligned word, mapped as long as the heap (`w`) lives.
     unsafe { AtomicU64::from_ptr((w.heap.base + from * COUNTER_STRIDE) as *mut u64) }
 }
 

@@ -112,9 +112,9 @@ impl Handle {
 
     /// This PE's copy of the slot's word, the count of posts.
     fn word(self, w: &World) -> &AtomicU64 {
-        // SAFETY: the slot's word lies in this PE's heap (the area is inside its internal
-        // part), aligned to 64, mapped while the library is initialized; only atomics
-        // touch it, here and in peers' signalling puts.
+        // The slot's word lies in the internal part of this PE's heap, 64-aligned, mapped as
+        // long as `w` lives; it is only ever accessed atomically (here, peers' signals).
+        // SAFETY: per the above, a valid, aligned word for the returned lifetime.
         unsafe { AtomicU64::from_ptr(self.local_addr(w)) }
     }
 }
