@@ -792,7 +792,10 @@ func (s *Semaphore) Value() uint64 {
 	return uint64(v)
 }
 
-// Remote is what peers need to post: the packed key and the word's address.
+// Remote is what peers need to post: the packed key and the address of the word that
+// counts posts. A peer posts n with an atomic add of n or a put-with-signal with
+// SignalAdd; the word only rises (the owner counts its takes apart), so any other
+// operation on it breaks the count.
 func (s *Semaphore) Remote() (key []byte, addr uint64, err error) {
 	if s.closed.Load() {
 		return nil, 0, errClosed("semaphore")

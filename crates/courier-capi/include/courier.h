@@ -476,6 +476,8 @@ typedef struct courier_rkey_t courier_rkey_t;
 /**
  * A semaphore in this process's memory (Berkeley UPC `bupc_sem_t`); peers post to it with
  * an atomic add or a put-with-signal (`COURIER_SIGNAL_ADD`) through `courier_sem_remote`.
+ * Its word counts posts and only rises (the owner counts its takes apart, so a wait only
+ * reads the word): any other operation on it breaks the count.
  */
 typedef struct courier_sem_t courier_sem_t;
 
@@ -1509,7 +1511,8 @@ courier_status_t courier_sem_value(const courier_sem_t *sem, uint64_t *value_out
 
 /**
  * What peers need to post remotely: the packed remote key (release `*rkey_out` with
- * `courier_buffer_free`) and the address of the semaphore's 8-byte word.
+ * `courier_buffer_free`) and the address of the semaphore's 8-byte word, the count of
+ * posts: post `n` with an atomic add of `n` or a put-with-signal `COURIER_SIGNAL_ADD`.
  */
 courier_status_t courier_sem_remote(const courier_sem_t *sem,
                                     void **rkey_out,

@@ -696,6 +696,8 @@ const SEM_FLAGS: u32 = COURIER_SEM_FLAG_BOOLEAN
 
 /// A semaphore in this process's memory (Berkeley UPC `bupc_sem_t`); peers post to it with
 /// an atomic add or a put-with-signal (`COURIER_SIGNAL_ADD`) through `courier_sem_remote`.
+/// Its word counts posts and only rises (the owner counts its takes apart, so a wait only
+/// reads the word): any other operation on it breaks the count.
 pub struct courier_sem_t {
     sem: Semaphore,
 }
@@ -814,7 +816,8 @@ pub unsafe extern "C" fn courier_sem_value(
 }
 
 /// What peers need to post remotely: the packed remote key (release `*rkey_out` with
-/// `courier_buffer_free`) and the address of the semaphore's 8-byte word.
+/// `courier_buffer_free`) and the address of the semaphore's 8-byte word, the count of
+/// posts: post `n` with an atomic add of `n` or a put-with-signal `COURIER_SIGNAL_ADD`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn courier_sem_remote(
     sem: *const courier_sem_t,

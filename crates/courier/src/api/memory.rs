@@ -475,6 +475,7 @@ impl Memory {
         })
     }
 
+    #[inline]
     pub(super) fn word(&self, offset: usize) -> Result<&AtomicU64> {
         if self.mem_type == MemoryType::Cuda {
             return Err(Error::new(

@@ -24,5 +24,5 @@ pub use memory::{
 pub use onesided::RemoteKey;
 pub use request::{Backoff, Request};
 pub use scope::Scope;
-pub use semaphore::{SEM_MAX, Semaphore, SemaphoreAt, sem_flags};
+pub use semaphore::{SEM_MAX, SemTaken, Semaphore, SemaphoreAt, sem_flags};
 pub use worker::{AmMessage, Worker, WorkerParams};

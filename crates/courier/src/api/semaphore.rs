@@ -1,6 +1,14 @@
 //! `Semaphore`: a Berkeley UPC-style counting (or boolean) semaphore in this process's
 //! memory, posted locally or by peers (atomic adds and signalling puts on its word);
 //! `SemaphoreAt`: the same at a word of a region the caller already maps.
+//!
+//! The word counts what was ever posted, and only ever rises: a post is an add (the
+//! owner's, or a peer's atomic add or put-with-signal with `SignalOp::Add`). What the
+//! owner's waits and tries took is counted apart, in the owner's memory, on a cache line of
+//! its own (`SemTaken`); the semaphore holds the difference. So a wait only loads the
+//! word: its cache line goes from the poster to the waiter once per post, where a take
+//! that wrote the word moved it back as well, and the next post waited for it. A boolean
+//! one saturates: it holds 1 whenever more was posted than taken, and a take takes all.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -14,6 +22,27 @@ use crate::base::{Error, Result, Status};
 pub struct Semaphore {
     mem: Memory,
     flags: u32,
+    taken: SemTaken,
+}
+
+/// What a semaphore's owner took from it, in the owner's memory, on a cache line of its
+/// own (consumers of different semaphores do not contend): the other half of a
+/// `SemaphoreAt`, which its owner keeps.
+#[repr(align(64))]
+#[derive(Debug, Default)]
+pub struct SemTaken(AtomicU64);
+
+impl SemTaken {
+    /// Nothing taken.
+    pub const fn new() -> SemTaken {
+        SemTaken(AtomicU64::new(0))
+    }
+
+    /// Nothing taken again, for a word that starts again at 0 (a slot reused). Only while
+    /// no one takes or posts.
+    pub fn reset(&self) {
+        self.0.store(0, Ordering::Release);
+    }
 }
 
 /// Semaphore flags (`bupc_sem_alloc`).
@@ -64,45 +93,54 @@ impl Semaphore {
     pub fn new(ctx: &Context, flags: u32) -> Result<Semaphore> {
         let flags = sem_flags::check(flags)?;
         let mem = ctx.mem_map(MemMapParams::allocate(64))?;
-        Ok(Semaphore { mem, flags })
+        Ok(Semaphore {
+            mem,
+            flags,
+            taken: SemTaken::new(),
+        })
     }
 
-    fn at(&self) -> SemaphoreAt<'_> {
-        SemaphoreAt {
+    /// The semaphore as a `SemaphoreAt` of its region (host memory holding its word: this
+    /// cannot fail, but it is a `Result` rather than a panic).
+    fn at(&self) -> Result<SemaphoreAt<'_>> {
+        Ok(SemaphoreAt {
             mem: &self.mem,
             offset: 0,
             flags: self.flags,
-        }
+            posted: self.mem.word(0)?,
+            taken: &self.taken.0,
+        })
     }
 
-    /// Key and address for peers that post to it remotely (atomic add or put-with-signal
-    /// with `SignalOp::Add`; a boolean one also with `Set` 1 or a posted `Or` 1). The owner
-    /// cannot bound a peer's add, so a boolean semaphore saturates instead: any value
-    /// above 0 reads as 1, and a wait takes all of it.
+    /// Key and address for peers that post to it remotely: an atomic add of `n`, or a
+    /// put-with-signal with `SignalOp::Add` (the word counts posts and only rises: any
+    /// other operation on it, a `Set` or a swap, breaks the count). The owner cannot bound
+    /// a peer's add, so a boolean semaphore saturates instead: any excess of posts over
+    /// takes reads as 1, and a wait takes all of it.
     pub fn remote(&self) -> Result<(Vec<u8>, u64)> {
         Ok((self.mem.pack_rkey()?, self.mem.as_ptr() as u64))
     }
 
     /// The current value (for a boolean semaphore, 0 or 1).
     pub fn value(&self) -> u64 {
-        self.at().value()
+        self.at().map_or(0, |s| s.value())
     }
 
     /// Add `n`; fails if that would pass the maximum.
     pub fn post(&self, n: u64) -> Result<()> {
-        self.at().post(n)
+        self.at()?.post(n)
     }
 
     /// Take `n` if available now. A boolean semaphore holds at most 1: taking 1 empties
-    /// it (also when peers' adds took the word past 1), and more than 1 is never there.
+    /// it (also when peers' adds took it past 1), and more than 1 is never there.
     pub fn try_wait(&self, n: u64) -> bool {
-        self.at().try_wait(n)
+        self.at().is_ok_and(|s| s.try_wait(n))
     }
 
     /// Wait until at least `n` is there, then take it (progressing `worker`, spinning;
     /// `bupc_sem_wait`). See `wait_timeout`.
     pub fn wait(&self, worker: &Worker, n: u64) -> Result<()> {
-        self.at().wait_timeout(worker, n, false, None)
+        self.at()?.wait_timeout(worker, n, false, None)
     }
 
     /// `wait`, sleeping when asked and with a time limit: see `SemaphoreAt::wait_timeout`.
@@ -113,90 +151,125 @@ impl Semaphore {
         sleep: bool,
         timeout: Option<Duration>,
     ) -> Result<()> {
-        self.at().wait_timeout(worker, n, sleep, timeout)
+        self.at()?.wait_timeout(worker, n, sleep, timeout)
     }
 }
 
 /// A semaphore at an aligned word of a host region mapped here, for a library that keeps
 /// many semaphores in a region whose key its peers already hold (an OpenSHMEM library's
-/// symmetric heap, say) instead of one region each. It borrows the region; the word's
-/// value is the semaphore's, and peers post to it as to a `Semaphore` (see
-/// `Semaphore::remote`: an add, or a put-with-signal with `SignalOp::Add`).
+/// symmetric heap, say) instead of one region each. It borrows the region and the owner's
+/// count of takes (`SemTaken`, which the caller keeps with the word: both start at 0); the
+/// word counts posts, and peers post to it as to a `Semaphore` (see `Semaphore::remote`).
 pub struct SemaphoreAt<'a> {
     mem: &'a Memory,
     offset: usize,
     flags: u32,
+    posted: &'a AtomicU64,
+    taken: &'a AtomicU64,
 }
 
 impl<'a> SemaphoreAt<'a> {
-    /// The semaphore at `offset` of `mem` with `flags` (as `Semaphore::new`'s); the word
-    /// keeps its value. `InvalidParam` for bad flags, `OutOfRange` for an offset that is not
-    /// an aligned word inside the region, `Unsupported` for device memory.
-    pub fn new(mem: &'a Memory, offset: usize, flags: u32) -> Result<SemaphoreAt<'a>> {
+    /// The semaphore at `offset` of `mem` with `flags` (as `Semaphore::new`'s), whose
+    /// owner's takes `taken` counts; word and count keep their values. `InvalidParam` for
+    /// bad flags, `OutOfRange` for an offset that is not an aligned word inside the region,
+    /// `Unsupported` for device memory.
+    #[inline]
+    pub fn new(
+        mem: &'a Memory,
+        offset: usize,
+        flags: u32,
+        taken: &'a SemTaken,
+    ) -> Result<SemaphoreAt<'a>> {
         let flags = sem_flags::check(flags)?;
-        mem.word(offset)?;
-        Ok(SemaphoreAt { mem, offset, flags })
+        let posted = mem.word(offset)?;
+        Ok(SemaphoreAt {
+            mem,
+            offset,
+            flags,
+            posted,
+            taken: &taken.0,
+        })
     }
 
-    fn word(&self) -> Result<&AtomicU64> {
-        self.mem.word(self.offset)
-    }
-
+    #[inline]
     fn limit(&self) -> u64 {
         if self.boolean() { 1 } else { SEM_MAX }
     }
 
+    #[inline]
     fn boolean(&self) -> bool {
         self.flags & sem_flags::BOOLEAN != 0
     }
 
     /// The current value (for a boolean semaphore, 0 or 1).
+    #[inline]
     pub fn value(&self) -> u64 {
-        let v = self.mem.signal_fetch(self.offset).unwrap_or(0);
+        let v = self.raw_value();
         if self.boolean() { v.min(1) } else { v }
     }
 
-    /// The word itself, unsaturated: for an integer semaphore, more than `SEM_MAX` means
+    /// Posts less takes, unsaturated: for an integer semaphore, more than `SEM_MAX` means
     /// peers' adds took it past what it may hold.
+    #[inline]
     pub fn raw_value(&self) -> u64 {
-        self.mem.signal_fetch(self.offset).unwrap_or(0)
+        let t = self.taken.load(Ordering::Acquire);
+        self.posted.load(Ordering::Acquire).wrapping_sub(t)
     }
 
-    /// Add `n`; fails if that would pass the maximum.
+    /// Add `n`; fails if that would pass the maximum (a boolean one: if it is set).
+    #[inline]
     pub fn post(&self, n: u64) -> Result<()> {
-        let w = self.word()?;
         let lim = self.limit();
-        w.fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| {
-            v.checked_add(n).filter(|x| *x <= lim)
-        })
-        .map(|_| ())
-        .map_err(|v| {
-            Error::msg(
-                Status::InvalidParam,
-                format!("semaphore at {v} cannot rise by {n} past {lim}"),
-            )
-        })
+        self.posted
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |p| {
+                // A take meanwhile only lowers the value: the check stays on the safe side.
+                let v = p.wrapping_sub(self.taken.load(Ordering::Acquire));
+                v.checked_add(n)
+                    .filter(|x| *x <= lim)
+                    .map(|_| p.wrapping_add(n))
+            })
+            .map(|_| ())
+            .map_err(|p| {
+                let v = p.wrapping_sub(self.taken.load(Ordering::Acquire));
+                Error::msg(
+                    Status::InvalidParam,
+                    format!("semaphore at {v} cannot rise by {n} past {lim}"),
+                )
+            })
     }
 
     /// Take `n` if available now. A boolean semaphore holds at most 1: taking 1 empties
-    /// it (also when peers' adds took the word past 1), and more than 1 is never there.
+    /// it (also when peers' adds took it past 1), and more than 1 is never there. One load
+    /// of the word; the take is a compare-exchange on the owner's count, so that several
+    /// threads may take from one semaphore.
+    #[inline]
     pub fn try_wait(&self, n: u64) -> bool {
-        let boolean = self.boolean();
-        if boolean && n > 1 {
-            return false;
+        if n == 0 {
+            return true;
         }
-        self.word()
-            .map(|w| {
-                w.fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| {
-                    if boolean && n == 1 {
-                        (v >= 1).then_some(0)
-                    } else {
-                        v.checked_sub(n)
-                    }
-                })
-                .is_ok()
-            })
-            .unwrap_or(false)
+        let boolean = self.boolean();
+        let mut t = self.taken.load(Ordering::Acquire);
+        loop {
+            let p = self.posted.load(Ordering::Acquire);
+            let v = p.wrapping_sub(t);
+            let next = if boolean {
+                if v == 0 || n > 1 {
+                    return false;
+                }
+                p
+            } else if v < n {
+                return false;
+            } else {
+                t.wrapping_add(n)
+            };
+            match self
+                .taken
+                .compare_exchange(t, next, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => return true,
+                Err(now) => t = now,
+            }
+        }
     }
 
     /// Wait until at least `n` is there, then take it, progressing `worker`; sleeping when
@@ -222,8 +295,6 @@ impl<'a> SemaphoreAt<'a> {
             ));
         }
         let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
-        // A boolean one reads as 1 whatever peers' adds took its word to.
-        let want = n.min(self.limit());
         loop {
             if self.try_wait(n) {
                 return Ok(());
@@ -243,8 +314,9 @@ impl<'a> SemaphoreAt<'a> {
                 },
                 None => None,
             };
-            // Until the word holds enough; another consumer may take it first, and then
-            // this waits again.
+            // Until the posts reach the takes and `n` more; another consumer may take it
+            // first, and then this waits again.
+            let want = self.taken.load(Ordering::Acquire).wrapping_add(n);
             match self.mem.signal_wait_until_timeout(
                 Some(worker),
                 self.offset,
@@ -282,12 +354,18 @@ mod tests {
         assert_eq!(sem.value(), 1);
         assert!(!sem.try_wait(2));
         assert!(sem.try_wait(1));
-        assert_eq!(sem.value(), 0);
-        assert_eq!(w.load(Ordering::Acquire), 0, "one wait takes all of it");
+        assert_eq!(sem.value(), 0, "one wait takes all of it");
+        assert_eq!(
+            w.load(Ordering::Acquire),
+            3,
+            "the word counts posts; takes leave it"
+        );
         assert!(!sem.try_wait(1));
         sem.post(1).expect("post");
         assert!(sem.post(1).is_err(), "a local post past 1 is refused");
+        assert_eq!(w.load(Ordering::Acquire), 4);
         assert!(sem.try_wait(1));
+        assert_eq!(sem.value(), 0);
         // An integer semaphore counts.
         let int = Semaphore::new(&ctx, sem_flags::INTEGER).expect("semaphore");
         int.mem
@@ -297,6 +375,18 @@ mod tests {
         assert_eq!(int.value(), 3);
         assert!(int.try_wait(2));
         assert_eq!(int.value(), 1);
+        // Integer posts past the maximum are the peers' doing: the value shows them, and
+        // takes still count down from there.
+        int.mem
+            .word(0)
+            .expect("word")
+            .fetch_add(SEM_MAX, Ordering::AcqRel);
+        assert_eq!(int.value(), SEM_MAX + 1);
+        assert!(int.post(1).is_err(), "already past the maximum");
+        assert!(int.try_wait(SEM_MAX));
+        assert_eq!(int.value(), 1);
+        int.post(1).expect("back under the maximum");
+        assert_eq!(int.value(), 2);
     }
 
     /// A semaphore wait with a limit: refused beyond what it can hold, a timeout when
@@ -352,16 +442,19 @@ mod tests {
         let ctx = Context::new(ContextParams::default()).expect("context");
         let w = Worker::new(&ctx, Default::default()).expect("worker");
         let mem = ctx.mem_map(MemMapParams::allocate(4096)).expect("map");
-        let e = SemaphoreAt::new(&mem, 12, 0).err().expect("unaligned");
+        let (ti, tb) = (SemTaken::new(), SemTaken::new());
+        let e = SemaphoreAt::new(&mem, 12, 0, &ti).err().expect("unaligned");
         assert_eq!(e.status(), Status::OutOfRange);
-        let e = SemaphoreAt::new(&mem, 4096, 0).err().expect("past the end");
+        let e = SemaphoreAt::new(&mem, 4096, 0, &ti)
+            .err()
+            .expect("past the end");
         assert_eq!(e.status(), Status::OutOfRange);
-        let e = SemaphoreAt::new(&mem, 64, sem_flags::BOOLEAN | sem_flags::INTEGER)
+        let e = SemaphoreAt::new(&mem, 64, sem_flags::BOOLEAN | sem_flags::INTEGER, &ti)
             .err()
             .expect("both kinds");
         assert_eq!(e.status(), Status::InvalidParam);
-        let int = SemaphoreAt::new(&mem, 64, 0).expect("integer");
-        let boolean = SemaphoreAt::new(&mem, 128, sem_flags::BOOLEAN).expect("boolean");
+        let int = SemaphoreAt::new(&mem, 64, 0, &ti).expect("integer");
+        let boolean = SemaphoreAt::new(&mem, 128, sem_flags::BOOLEAN, &tb).expect("boolean");
         int.post(5).expect("post");
         assert!(int.post(SEM_MAX).is_err(), "past the maximum");
         assert_eq!(int.value(), 5);
@@ -372,9 +465,27 @@ mod tests {
             .expect("4 of 5");
         assert!(!int.try_wait(2));
         assert!(int.try_wait(1));
+        assert_eq!(int.value(), 0);
+        assert_eq!(
+            mem.signal_fetch(64).expect("word"),
+            5,
+            "takes leave the word"
+        );
+        // A second wait needs posts past what was taken: a timeout, then a post.
+        let e = int
+            .wait_timeout(&w, 1, false, Some(Duration::from_millis(20)))
+            .expect_err("all taken");
+        assert_eq!(e.status(), Status::Timeout);
+        mem.word(64).expect("word").fetch_add(1, Ordering::AcqRel);
+        int.wait_timeout(&w, 1, true, Some(Duration::from_secs(20)))
+            .expect("a peer's post");
         mem.word(128).expect("word").fetch_add(2, Ordering::AcqRel);
         assert_eq!((boolean.value(), boolean.raw_value()), (1, 2));
         assert!(boolean.try_wait(1));
         assert_eq!(boolean.raw_value(), 0);
+        // The count belongs with the word: reset alone, it sees every post again (a slot
+        // reused resets both).
+        tb.reset();
+        assert_eq!(boolean.raw_value(), 2);
     }
 }
