@@ -431,6 +431,60 @@ mod tests {
         assert_eq!(sem.value(), 0);
     }
 
+    /// Many threads post and take at once: every post is taken exactly once (the takes'
+    /// compare-exchange on the owner's count, the posts' on the word), and a boolean one
+    /// never hands out more than was posted.
+    #[test]
+    #[cfg_attr(
+        miri,
+        ignore = "a Context (dlopen of the CUDA driver, epoll, memfd): system calls Miri does not model"
+    )]
+    fn concurrent_posts_and_takes_balance() {
+        const EACH: u64 = 20_000;
+        let ctx = Context::new(ContextParams::default()).expect("context");
+        for flags in [sem_flags::INTEGER, sem_flags::BOOLEAN] {
+            let sem = Arc::new(Semaphore::new(&ctx, flags).expect("semaphore"));
+            let took = Arc::new(AtomicU64::new(0));
+            let mut threads = Vec::new();
+            for _ in 0..2 {
+                let s = sem.clone();
+                threads.push(std::thread::spawn(move || {
+                    let mut posted = 0;
+                    while posted < EACH {
+                        // A full semaphore (a boolean one that is set) refuses: try again.
+                        if s.post(1).is_ok() {
+                            posted += 1;
+                        } else {
+                            std::thread::yield_now();
+                        }
+                    }
+                }));
+            }
+            for _ in 0..2 {
+                let (s, t) = (sem.clone(), took.clone());
+                threads.push(std::thread::spawn(move || {
+                    while t.load(Ordering::Acquire) < 2 * EACH {
+                        if s.try_wait(1) {
+                            t.fetch_add(1, Ordering::AcqRel);
+                        } else {
+                            std::thread::yield_now();
+                        }
+                    }
+                }));
+            }
+            for t in threads {
+                t.join().expect("thread");
+            }
+            assert_eq!(took.load(Ordering::Acquire), 2 * EACH, "flags {flags}");
+            assert_eq!(sem.value(), 0, "flags {flags}");
+            assert_eq!(
+                sem.mem.word(0).expect("word").load(Ordering::Acquire),
+                2 * EACH,
+                "the word counts every post"
+            );
+        }
+    }
+
     /// A semaphore at a word of a larger region: flags and offset checked, its value the
     /// word's, the neighbouring words untouched.
     #[test]
