@@ -194,6 +194,22 @@ fn abort_from_one_rank_ends_every_rank() {
     assert_no_orphans(&out, "abort");
 }
 
+/// An abort with code 0 (what `shmem_global_exit(0)` makes) still ends every rank, and
+/// the job's status is 0, as mpirun's and Hydra's are.
+#[test]
+fn abort_with_code_0_ends_every_rank_and_the_job_succeeds() {
+    let (o, t) = run_ranks(&["-n", "3"], "abort", &[("COURIER_TEST_ABORT_CODE", "0")]);
+    let (out, err) = texts(&o);
+    assert_eq!(o.status.code(), Some(0), "{out}\n{err}");
+    assert!(
+        err.contains("Job::abort was invoked on rank 1") && err.contains("errorcode 0"),
+        "{err}"
+    );
+    assert!(!out.contains("SURVIVED"), "{out}");
+    assert!(t < Duration::from_secs(60), "took {t:?}");
+    assert_no_orphans(&out, "abort with 0");
+}
+
 #[test]
 fn bad_command_lines_are_clear_errors() {
     let o = run_cmd(&["-n", "0", "true"]);

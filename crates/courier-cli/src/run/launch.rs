@@ -155,10 +155,13 @@ impl Failure {
         match self {
             Failure::Exit { code, .. } => *code,
             Failure::Signal { sig, .. } => 128 + sig,
-            Failure::Abort { code, .. } => {
-                let c = code & 0xff;
-                if c == 0 { 1 } else { c }
-            }
+            // As mpirun and Hydra: the abort's code, 0 included (OpenSHMEM's
+            // `shmem_global_exit(0)` ends every PE with status 0); a non-zero code whose
+            // low byte is 0 still fails.
+            Failure::Abort { code, .. } => match code & 0xff {
+                0 if *code != 0 => 1,
+                c => c,
+            },
             Failure::Violation { .. } => 1,
             Failure::Timeout { .. } => EXIT_TIMEOUT,
             Failure::Interrupted { sig } => 128 + sig,

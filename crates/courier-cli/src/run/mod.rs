@@ -7,7 +7,8 @@
 //! ranks' output line by line, forwards SIGINT, SIGTERM and SIGHUP to every rank, and when a
 //! rank fails (a non-zero exit, a signal, an abort, a protocol violation) it ends the others
 //! and exits as mpirun does: the failing rank's exit status, 128 + the signal, the abort's
-//! code, 110 for `--timeout`, 132 for a program that cannot be started.
+//! code (0 too: an abort with 0, such as `shmem_global_exit(0)`, ends every rank and the
+//! job succeeds), 110 for `--timeout`, 132 for a program that cannot be started.
 
 // Nested `if let` reads more plainly here than let-chains (as in the library).
 #![allow(clippy::collapsible_if)]

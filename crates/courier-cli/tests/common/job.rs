@@ -228,7 +228,11 @@ pub fn rank_main() {
         "abort" => {
             job.barrier(T).expect("barrier");
             if r == victim {
-                job.abort(7, "the test's abort");
+                let code = std::env::var("COURIER_TEST_ABORT_CODE")
+                    .ok()
+                    .and_then(|c| c.parse().ok())
+                    .unwrap_or(7);
+                job.abort(code, "the test's abort");
             }
             // The others stay busy (as ranks computing or blocked in communication
             // would) until the abort ends them. Not in a launcher fence: Open MPI 4.1's
