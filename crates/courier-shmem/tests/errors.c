@@ -2,8 +2,9 @@
  * the call, the argument and why (tests/run.sh checks the exit status and the message).
  *   errors pe | nonsym | before_init | team | cmp | align | sigop | free | semowner | semfreed |
  *          semover | reducecount | alltoallscount
- * and one that is no mistake: `exit`, where PE 0 calls shmem_global_exit(3) while the
- * others wait in a barrier that never completes: the job must end with status 3. */
+ * and two that are no mistake: `exit` and `exit0`, where PE 0 calls shmem_global_exit(3)
+ * (or 0) while the others wait in a barrier that never completes: the job must end with
+ * that status. */
 #include <shmem.h>
 #include <shmemx.h>
 #include <stdio.h>
@@ -67,9 +68,10 @@ int main(int argc, char **argv) {
     } else if (strcmp(mode, "alltoallscount") == 0) {
         /* 2 PEs: 2^61 longs, whose span in bytes wraps to 0. */
         shmem_long_alltoalls(SHMEM_TEAM_WORLD, &target, &target, 1, 1, (size_t)1 << 60);
-    } else if (strcmp(mode, "exit") == 0) {
-        if (shmem_my_pe() == 0) shmem_global_exit(3);
+    } else if (strcmp(mode, "exit") == 0 || strcmp(mode, "exit0") == 0) {
+        if (shmem_my_pe() == 0) shmem_global_exit(mode[4] ? 0 : 3);
         shmem_barrier_all();
+        return 1; /* the exit did not end this PE */
     }
     shmem_finalize();
     return 0; /* reaching here is the failure: the mistake went unnoticed */
