@@ -18,7 +18,7 @@
 //! sleep on the worker's event fd). The signalling put is the put-with-signal carrying
 //! the data: whoever sees the count rise sees the data.
 
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering, fence};
+use std::sync::atomic::{AtomicU32, Ordering, fence};
 
 use courier::{SEM_MAX, SemTaken, SemaphoreAt, sem_flags};
 
@@ -106,13 +106,23 @@ impl Handle {
         (w.heap.base + self.heap_offset(w)) as *mut u64
     }
 
-    /// This PE's copy of the slot's word, the count of posts.
-    fn word(self, w: &World) -> &AtomicU64 {
-        // The slot's word lies in the internal part of this PE's heap, 64-aligned, mapped as
-        // long as `w` lives; it is only ever accessed atomically (here, peers' signals).
-        // SAFETY: per the above, a valid, aligned word for the returned lifetime.
-        unsafe { AtomicU64::from_ptr(self.local_addr(w)) }
+    /// Courier's semaphore at this PE's copy of the slot's word, with the owner's count of
+    /// takes: the owner's view (`call`'s fatal error if the slot is not a word of the heap,
+    /// which the area's layout rules out).
+    #[inline(always)]
+    fn at<'w>(self, w: &'w World, call: &'static str) -> SemaphoreAt<'w> {
+        let off = w.heap.mem_offset(self.heap_offset(w));
+        match SemaphoreAt::new(&w.heap.mem, off, self.flags, &TAKEN[self.slot]) {
+            Ok(at) => at,
+            Err(e) => not_a_word(call, self.slot, e),
+        }
     }
+}
+
+#[cold]
+#[inline(never)]
+fn not_a_word(call: &'static str, slot: usize, e: courier::Error) -> ! {
+    fatal(call, format_args!("semaphore slot {slot}: {e}"))
 }
 
 /// The handle of one of this PE's own live semaphores, or a fatal error: the handle must
@@ -154,10 +164,10 @@ impl<'w> Own<'w> {
     #[inline(always)]
     fn new(w: &'w World, call: &'static str, h: u64) -> Own<'w> {
         let d = own_handle(w, call, h);
-        let off = w.heap.mem_offset(d.heap_offset(w));
-        match SemaphoreAt::new(&w.heap.mem, off, d.flags, &TAKEN[d.slot]) {
-            Ok(at) => Own { h, d, at },
-            Err(e) => fatal(call, format_args!("sem={h:#x}: {e}")),
+        Own {
+            h,
+            d,
+            at: d.at(w, call),
         }
     }
 
@@ -212,8 +222,7 @@ pub fn alloc(call: &'static str, flags: i32) -> u64 {
             generation,
         };
         // No one else uses a slot that was not live.
-        TAKEN[slot].reset();
-        d.word(w).store(0, Ordering::Release);
+        d.at(w, call).reset();
         return d.encode();
     }
     0

@@ -37,12 +37,6 @@ impl SemTaken {
     pub const fn new() -> SemTaken {
         SemTaken(AtomicU64::new(0))
     }
-
-    /// Nothing taken again, for a word that starts again at 0 (a slot reused). Only while
-    /// no one takes or posts.
-    pub fn reset(&self) {
-        self.0.store(0, Ordering::Release);
-    }
 }
 
 /// Semaphore flags (`bupc_sem_alloc`).
@@ -158,8 +152,9 @@ impl Semaphore {
 /// A semaphore at an aligned word of a host region mapped here, for a library that keeps
 /// many semaphores in a region whose key its peers already hold (an OpenSHMEM library's
 /// symmetric heap, say) instead of one region each. It borrows the region and the owner's
-/// count of takes (`SemTaken`, which the caller keeps with the word: both start at 0); the
-/// word counts posts, and peers post to it as to a `Semaphore` (see `Semaphore::remote`).
+/// count of takes (`SemTaken`, which the caller keeps with the word: both start at 0, and
+/// `reset` starts both again); the word counts posts, and peers post to it as to a
+/// `Semaphore` (see `Semaphore::remote`).
 pub struct SemaphoreAt<'a> {
     mem: &'a Memory,
     offset: usize,
@@ -189,6 +184,13 @@ impl<'a> SemaphoreAt<'a> {
             posted,
             taken: &taken.0,
         })
+    }
+
+    /// Start again at 0, the word and the count of takes together (a slot of a region
+    /// reused for a new semaphore). Only while no one posts or takes.
+    pub fn reset(&self) {
+        self.taken.store(0, Ordering::Release);
+        self.posted.store(0, Ordering::Release);
     }
 
     #[inline]
@@ -537,9 +539,13 @@ mod tests {
         assert_eq!((boolean.value(), boolean.raw_value()), (1, 2));
         assert!(boolean.try_wait(1));
         assert_eq!(boolean.raw_value(), 0);
-        // The count belongs with the word: reset alone, it sees every post again (a slot
-        // reused resets both).
-        tb.reset();
-        assert_eq!(boolean.raw_value(), 2);
+        // A reset starts both again: nothing there, and the next post counts.
+        boolean.reset();
+        assert_eq!(
+            (boolean.raw_value(), mem.signal_fetch(128).expect("word")),
+            (0, 0)
+        );
+        boolean.post(1).expect("post");
+        assert!(boolean.try_wait(1));
     }
 }
