@@ -8,9 +8,10 @@
 //! so a PE that shares its CPU gives it away once per sync), on *pairwise counters*: in
 //! the heap's internal area every PE has one 64-bit word per peer, on a cache line of its
 //! own, which that peer raises by one with a put-with-signal (so a sleeping waiter is
-//! woken), and a private count of what it has taken from each. Any subset of PEs (a team, an active set) synchronizes
-//! on the same words with no per-team state; two PEs that share several teams meet in
-//! the same order in each, which the specification requires of programs anyway.
+//! woken), and a private count of what it has taken from each. Any subset of PEs (a team,
+//! an active set) synchronizes on the same words with no per-team state; two PEs that
+//! share several teams meet in the same order in each, which the specification requires
+//! of programs anyway.
 //!
 //! **Data** moves after an entry sync by each member *pulling* what it needs from its
 //! peers' symmetric source buffers (plain copies from a same-host peer's mapped segment,
